@@ -1,0 +1,41 @@
+# `make demo` and `make test` are the two commands a new user needs (README.md).
+# Both bootstrap .venv on first use and re-install when pyproject.toml changes.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-unit test-integration lint typecheck bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/floodgate demo $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(ARGS)
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit $(ARGS)
+
+test-integration: $(STAMP)
+	$(BIN)/python -m pytest tests/integration $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check pipeline tests bench
+	$(BIN)/ruff format --check pipeline tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_source.py $(ARGS)
+
+clean:
+	rm -rf .floodgate .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,356 @@
+"""Kafka bootstrap resolution, the embedded broker, and topic creation.
+
+Resolution order (DESIGN.md section 3), by :func:`resolve_broker`:
+
+1. ``FLOODGATE_KAFKA_BOOTSTRAP`` (or an explicit ``bootstrap_servers``): use that
+   cluster as it is;
+2. a Docker engine that answers: testcontainers' Kafka container (KRaft);
+3. otherwise the embedded broker: the ``noida-db`` binary from PyPI (pinned in
+   ``pyproject.toml``), started with only its Kafka service on a free loopback
+   port and a temporary data directory, waited on until it answers a metadata
+   request, and stopped by its PID.
+
+Nothing else in Floodgate may depend on which of the three it got.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Literal
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pipeline.config import BOOTSTRAP_ENV
+from pipeline.errors import BrokerError
+
+log = logging.getLogger(__name__)
+
+BrokerKind = Literal["external", "docker", "embedded"]
+
+#: How long an embedded broker may take to answer its first metadata request.
+EMBEDDED_START_TIMEOUT_S = 30.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now (asked of the kernel, never guessed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_broker(bootstrap_servers: str, *, timeout_s: float, client: Mapping[str, Any] = {}) -> None:  # noqa: B006
+    """Block until ``bootstrap_servers`` answers a metadata request.
+
+    Raises:
+        BrokerError: no answer within ``timeout_s`` seconds.
+    """
+    deadline = time.monotonic() + timeout_s
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **client})
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+            return
+        except KafkaException as exc:
+            last = exc
+            time.sleep(0.1)
+    raise BrokerError(
+        f"Kafka broker at {bootstrap_servers} did not answer within {timeout_s:.0f} s: {last}"
+    )
+
+
+class EmbeddedBroker:
+    """The ``noida-db`` Kafka-protocol broker, run as a child process.
+
+    Args:
+        data_dir: where the broker keeps its data; ``None``: a new temporary
+            directory, removed on :meth:`stop`. Pass a directory to restart a
+            broker with the data of an earlier one.
+        port: the Kafka port; ``None``: a free loopback port.
+        host: the address to bind (loopback by default).
+
+    The broker is single-node and keeps topics in memory, saving them to
+    ``data_dir`` as they change (DESIGN.md section 8).
+    """
+
+    def __init__(
+        self, *, data_dir: str | Path | None = None, port: int | None = None, host: str = "127.0.0.1"
+    ) -> None:
+        self._own_dir = data_dir is None
+        self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="floodgate-broker-"))
+        self.host = host
+        self.port = port or free_port(host)
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log_path = self.data_dir / "floodgate-broker.log"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` of the broker."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The broker's PID while it runs."""
+        return self.process.pid if self.process and self.process.poll() is None else None
+
+    @staticmethod
+    def binary() -> Path:
+        """Path of the ``noida-db`` binary shipped in the wheel.
+
+        Raises:
+            BrokerError: the package is not installed.
+        """
+        try:
+            path = Path(str(files("noida_db").joinpath("noida-db")))
+        except ModuleNotFoundError as exc:
+            raise BrokerError("the noida-db package is not installed (pip install -e .)") from exc
+        if not path.is_file():
+            raise BrokerError(f"noida-db binary not found at {path}")
+        if not os.access(path, os.X_OK):
+            path.chmod(0o755)
+        return path
+
+    def command(self) -> list[str]:
+        """The command line that starts the broker."""
+        return [
+            str(self.binary()),
+            "start",
+            "--data-dir",
+            str(self.data_dir),
+            "--host",
+            self.host,
+            "--only",
+            "kafka",
+            "--kafka-port",
+            str(self.port),
+        ]
+
+    def start(self, *, timeout_s: float = EMBEDDED_START_TIMEOUT_S) -> EmbeddedBroker:
+        """Start the broker and wait until it answers.
+
+        Raises:
+            BrokerError: it exited or did not answer in time; names the command and
+                the tail of its output.
+        """
+        if self.pid is not None:
+            return self
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = self.command()
+        with open(self._log_path, "ab") as out:
+            self.process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout_s
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "socket.timeout.ms": 1000})
+        while True:
+            if self.process.poll() is not None:
+                raise BrokerError(
+                    f"embedded broker exited with status {self.process.returncode}",
+                    command=command,
+                    output=self.output_tail(),
+                )
+            try:
+                admin.list_topics(timeout=1.0)
+                log.info("embedded broker up at %s (pid %d)", self.bootstrap_servers, self.process.pid)
+                return self
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise BrokerError(
+                        f"embedded broker did not answer at {self.bootstrap_servers} "
+                        f"within {timeout_s:.0f} s",
+                        command=command,
+                        output=self.output_tail(),
+                    ) from None
+                time.sleep(0.1)
+
+    def output_tail(self, lines: int = 20) -> str:
+        """The last lines the broker printed."""
+        try:
+            text = self._log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, *, timeout_s: float = 10.0, remove_data: bool | None = None) -> None:
+        """Stop the broker by its PID (SIGTERM, then SIGKILL after ``timeout_s``).
+
+        Args:
+            remove_data: remove the data directory; default: only if it was a
+                temporary one made by this object.
+        """
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
+                process.wait(timeout=timeout_s)
+        if remove_data if remove_data is not None else self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass
+class Broker:
+    """A resolved Kafka cluster.
+
+    Attributes:
+        bootstrap_servers: ``host:port[,...]`` to hand to every client.
+        kind: how it was resolved: ``external``, ``docker`` or ``embedded``.
+        embedded: the embedded broker, when ``kind == "embedded"``.
+    """
+
+    bootstrap_servers: str
+    kind: BrokerKind
+    embedded: EmbeddedBroker | None = None
+    _stop: Any = field(default=None, repr=False)
+
+    def stop(self) -> None:
+        """Stop what was started for this resolution (nothing for ``external``)."""
+        if self._stop is not None:
+            stop, self._stop = self._stop, None
+            stop()
+
+
+def docker_available(timeout_s: float = 2.0) -> bool:
+    """Whether a Docker engine answers a ping."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=timeout_s)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+def resolve_broker(
+    bootstrap_servers: str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    use_docker: bool = True,
+) -> Broker:
+    """Find or start a Kafka cluster, in the order of DESIGN.md section 3.
+
+    Args:
+        bootstrap_servers: an explicit cluster (e.g. ``--bootstrap``); wins over
+            the environment.
+        env: environment (default ``os.environ``), read for ``FLOODGATE_KAFKA_BOOTSTRAP``.
+        use_docker: try a Docker engine before the embedded broker.
+
+    Returns:
+        The resolved :class:`Broker`; call :meth:`Broker.stop` when done.
+
+    Raises:
+        BrokerError: the named cluster does not answer, or nothing could be started.
+    """
+    env = os.environ if env is None else env
+    explicit = bootstrap_servers or env.get(BOOTSTRAP_ENV)
+    if explicit:
+        wait_for_broker(explicit, timeout_s=15.0)
+        return Broker(explicit, "external")
+    if use_docker and docker_available():
+        from testcontainers.kafka import KafkaContainer
+
+        container = KafkaContainer().with_kraft()
+        container.start()
+        return Broker(container.get_bootstrap_server(), "docker", _stop=container.stop)
+    embedded = EmbeddedBroker().start()
+    return Broker(embedded.bootstrap_servers, "embedded", embedded=embedded, _stop=embedded.stop)
+
+
+@contextlib.contextmanager
+def broker_session(bootstrap_servers: str | None = None, **kwargs: Any) -> Iterator[Broker]:
+    """Context manager around :func:`resolve_broker` that stops what it started."""
+    broker = resolve_broker(bootstrap_servers, **kwargs)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def ensure_topics(
+    bootstrap_servers: str,
+    topics: Mapping[str, tuple[int, int]],
+    *,
+    client: Mapping[str, Any] | None = None,
+    timeout_s: float = 30.0,
+) -> None:
+    """Create topics that do not exist yet.
+
+    Args:
+        bootstrap_servers: the cluster.
+        topics: ``{topic: (partitions, replication_factor)}``.
+        client: extra librdkafka properties.
+        timeout_s: how long to wait for the topics to appear in metadata.
+
+    An existing topic is kept as it is; if its partition count differs from the
+    config a warning says so (Kafka cannot shrink a topic, and growing one
+    re-maps keys, so Floodgate never changes it on its own).
+
+    Raises:
+        BrokerError: a topic could not be created, or did not appear in time.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client or {})})
+    existing = admin.list_topics(timeout=timeout_s).topics
+    new = [
+        NewTopic(name, num_partitions=parts, replication_factor=repl)
+        for name, (parts, repl) in topics.items()
+        if name not in existing
+    ]
+    for name, (parts, _) in topics.items():
+        if name in existing and len(existing[name].partitions) != parts:
+            log.warning(
+                "FG-BROKER-001 topic %s exists with %d partitions; config asks for %d; kept as is",
+                name,
+                len(existing[name].partitions),
+                parts,
+            )
+    if new:
+        for name, future in admin.create_topics(new, operation_timeout=timeout_s).items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise BrokerError(f"cannot create topic {name!r}: {exc}") from exc
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metadata = admin.list_topics(timeout=timeout_s).topics
+        missing = [
+            name
+            for name, (parts, _) in topics.items()
+            if name not in metadata or len(metadata[name].partitions) < min(parts, 1)
+        ]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise BrokerError(f"topics {missing} did not appear within {timeout_s:.0f} s")
+        time.sleep(0.05)

@@ -1,0 +1,214 @@
+"""The ``floodgate`` command.
+
+* ``floodgate demo`` -- the main job (``make demo``; :mod:`pipeline.demo`).
+* ``floodgate run CONFIG`` -- run a query group until it is stopped (SIGTERM or
+  Ctrl-C stop it cleanly: the micro-batch in flight is not committed and is
+  replayed on the next start).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pipeline.errors import FloodgateError
+
+app = typer.Typer(
+    name="floodgate",
+    help="A back-pressured, Kafka-fronted stream processing pipeline on Spark.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(message)s",
+        handlers=[RichHandler(console=Console(stderr=True), show_path=False)],
+    )
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _fail(exc: BaseException) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {exc}")
+    return typer.Exit(code=2)
+
+
+@app.command()
+def demo(
+    bootstrap: Annotated[
+        str | None, typer.Option(help="Kafka bootstrap servers; default: FLOODGATE_KAFKA_BOOTSTRAP, Docker, or the embedded broker.")
+    ] = None,
+    rate: Annotated[float | None, typer.Option(min=1, help="Replay rate in tuples/s (default: as fast as it goes).")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Replay only the first N flights in event-time order.")] = None,
+    config: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Query group file.")] = None,
+    top: Annotated[int, typer.Option(min=1, help="Rows in each result table.")] = 10,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+) -> None:
+    """Replay the NYC 2013 flights through Kafka into the `flights` query group."""
+    from pipeline.demo import DEFAULT_CONFIG, run_demo
+
+    _setup_logging(verbose)
+    progress = Progress(
+        TextColumn("[bold]{task.description:<28}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    tasks: dict[str, Any] = {}
+    status = console.status("starting")
+
+    def on_phase(text: str) -> None:
+        if text == "replaying flights":
+            status.stop()
+            progress.start()
+        elif not progress.live.is_started:
+            status.update(text)
+        else:
+            progress.console.log(text)
+
+    def on_progress(produced: int, total: int, processed: dict[str, int]) -> None:
+        if "produced" not in tasks:
+            tasks["produced"] = progress.add_task("produced (flights)", total=total, rate="")
+            for query in processed:
+                tasks[query] = progress.add_task(f"processed by {query}"[:28], total=total, rate="")
+        progress.update(tasks["produced"], completed=produced)
+        for query, rows in processed.items():
+            if query not in tasks:
+                tasks[query] = progress.add_task(f"processed by {query}"[:28], total=total, rate="")
+            progress.update(tasks[query], completed=rows)
+
+    status.start()
+    try:
+        result = run_demo(
+            bootstrap_servers=bootstrap,
+            rate=rate,
+            limit=limit,
+            config_path=config or DEFAULT_CONFIG,
+            on_progress=on_progress,
+            on_phase=on_phase,
+        )
+    except FloodgateError as exc:
+        raise _fail(exc) from exc
+    finally:
+        status.stop()
+        if progress.live.is_started:
+            progress.stop()
+
+    _print_results(result, top)
+    if not result.balanced:
+        console.print("[bold red]MISMATCH:[/] tuples produced != tuples processed (+ dead-lettered)")
+        raise typer.Exit(code=1)
+    console.print("[bold green]OK:[/] every flight produced was processed by every query.")
+
+
+def _print_results(result: Any, top: int) -> None:
+    def fmt(value: Any) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    hours = result.origin_hours
+    busiest = sorted(hours, key=lambda r: (-r["flights"], r["hour_start"], r["origin"]))[:top]
+    table = Table(title=f"Busiest origin-hours (top {top})")
+    for column in ("origin", "hour (UTC)", "flights", "departures", "mean dep delay", "mean arr delay"):
+        table.add_column(column, justify="right" if column not in ("origin", "hour (UTC)") else "left")
+    for r in busiest:
+        table.add_row(r["origin"], f"{r['hour_start']:%Y-%m-%d %H:%M}", str(r["flights"]), str(r["departures"]),
+                      fmt(r["mean_dep_delay"]), fmt(r["mean_arr_delay"]))
+    console.print(table)
+
+    delayed = sorted(
+        (r for r in hours if r["departures"] >= 10 and r["mean_dep_delay"] is not None),
+        key=lambda r: (-r["mean_dep_delay"], r["hour_start"], r["origin"]),
+    )[:top]
+    table = Table(title=f"Most delayed origin-hours, at least 10 departures (top {top})")
+    for column in ("origin", "hour (UTC)", "departures", "mean dep delay (min)", "mean arr delay (min)"):
+        table.add_column(column, justify="right" if column not in ("origin", "hour (UTC)") else "left")
+    for r in delayed:
+        table.add_row(r["origin"], f"{r['hour_start']:%Y-%m-%d %H:%M}", str(r["departures"]),
+                      fmt(r["mean_dep_delay"]), fmt(r["mean_arr_delay"]))
+    console.print(table)
+
+    summary = Table(title="Figures", show_header=False)
+    summary.add_column("what")
+    summary.add_column("value", justify="right")
+    summary.add_row("broker", f"{result.broker_kind} at {result.bootstrap_servers}")
+    summary.add_row("tuples produced", f"{result.produced:,}")
+    for query, rows in result.processed.items():
+        summary.add_row(f"tuples processed by {query}", f"{rows:,}")
+        summary.add_row(f"  dead-lettered by {query}", f"{result.dead_lettered.get(query, 0):,}")
+        summary.add_row(f"  dropped as late by {query}", f"{result.dropped_by_watermark.get(query, 0):,}")
+    summary.add_row("origin-hours / carrier-days", f"{len(result.origin_hours):,} / {len(result.carrier_days):,}")
+    summary.add_row("seconds, first tuple to all processed", f"{result.seconds:.1f}")
+    summary.add_row("tuples/s end to end", f"{result.produced / max(result.seconds, 1e-9):,.0f}")
+    console.print(summary)
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Query group file (TOML).")],
+    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: FLOODGATE_KAFKA_BOOTSTRAP, then [kafka] bootstrap_servers).")] = None,
+    available_now: Annotated[bool, typer.Option(help="Process what is available now, then stop (Trigger.AvailableNow).")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+) -> None:
+    """Run a query group until it is stopped (SIGTERM/Ctrl-C) or, with --available-now, drained."""
+    from pipeline.config import bootstrap_from, load_query_group
+    from pipeline.query_group import QueryGroup
+
+    _setup_logging(verbose)
+    try:
+        cfg = load_query_group(config)
+        servers = bootstrap or bootstrap_from(cfg.kafka)
+        if not servers:
+            raise _fail(
+                FloodgateError(
+                    "no Kafka cluster: pass --bootstrap, set FLOODGATE_KAFKA_BOOTSTRAP, "
+                    "or set [kafka] bootstrap_servers in the file"
+                )
+            )
+        group = QueryGroup(cfg, bootstrap_servers=servers)
+        stop = threading.Event()
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            console.print(f"signal {signal.Signals(signum).name}: stopping query group {cfg.name}")
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        group.start(available_now=available_now)
+        console.print(f"query group {cfg.name} {group.state} ({len(cfg.queries)} queries) on {servers}")
+        try:
+            if available_now:
+                while not stop.is_set() and not group.await_termination(0.5):
+                    pass
+            else:
+                while not stop.wait(0.5):
+                    group.check()
+        finally:
+            group.stop()
+        console.print(f"query group {cfg.name} {group.state}")
+    except FloodgateError as exc:
+        raise _fail(exc) from exc
+
+
+def main() -> None:
+    """Entry point for ``python -m pipeline.cli``."""
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,403 @@
+"""Typed configuration of a query group, loaded from TOML, with environment overrides.
+
+A query group file declares input streams, output streams, Spark SQL queries over
+the input streams, and the settings that bound them. Everything is validated with
+pydantic at start: an unknown key or a bad value is refused with a
+:class:`~pipeline.errors.ConfigError` that names the key, the value and what is
+allowed. Nothing is validated lazily at run time.
+
+Settings that bound a stream resolve in three levels, as in the seed
+(000_eb6ebce252a05f96.txt, "system definition file" -> "query group file" ->
+"stream definition"): the system defaults below, overridden by the
+``[query_group]`` section, overridden by the stream's own section. See
+:meth:`QueryGroupConfig.input_settings`.
+
+Environment overrides:
+
+* ``FLOODGATE_KAFKA_BOOTSTRAP`` -- the Kafka bootstrap servers; wins over
+  ``[kafka] bootstrap_servers`` (DESIGN.md section 3).
+* ``FLOODGATE__<SECTION>__<KEY>[__<KEY>...]`` -- any key of the file, e.g.
+  ``FLOODGATE__QUERY_GROUP__TRIGGER_INTERVAL_MS=500`` or
+  ``FLOODGATE__INPUT_STREAMS__FLIGHTS__TOPIC=flights-test``. Values are parsed
+  as TOML scalars when they parse (``500``, ``true``, ``"x"``), else taken as
+  strings, then validated like the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from pipeline.errors import ConfigError
+
+#: Environment variable naming the Kafka bootstrap servers (DESIGN.md section 3).
+BOOTSTRAP_ENV = "FLOODGATE_KAFKA_BOOTSTRAP"
+#: Prefix of environment overrides of config keys.
+OVERRIDE_ENV_PREFIX = "FLOODGATE__"
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# Spark's delay threshold for withWatermark: "<n> <unit>" (a subset of its interval syntax).
+_INTERVAL = re.compile(
+    r"^\s*\d+\s+(millisecond|second|minute|hour|day|week)s?\s*$", re.IGNORECASE
+)
+
+Identifier = Annotated[str, Field(pattern=_IDENTIFIER.pattern)]
+TopicName = Annotated[str, Field(pattern=_TOPIC.pattern)]
+
+
+class _Strict(BaseModel):
+    """Base of every config section: frozen, unknown keys refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StreamSettings(_Strict):
+    """Settings that resolve system defaults -> query group -> stream.
+
+    Every field is optional here; ``None`` means "inherit from the level above".
+    """
+
+    partitions: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    """Partitions of the stream's topic when Floodgate creates it."""
+    replication_factor: Annotated[int, Field(ge=1, le=32)] | None = None
+    """Replication factor of the stream's topic when Floodgate creates it."""
+    max_rows_per_trigger: Annotated[int, Field(ge=1)] | None = None
+    """Most tuples one micro-batch reads from an input stream (Spark ``ReadMaxRows``);
+    ``0`` is not allowed -- leave it unset at every level for no limit."""
+
+
+#: The system defaults: the first of the three levels.
+SYSTEM_DEFAULTS = StreamSettings(partitions=4, replication_factor=1, max_rows_per_trigger=50_000)
+
+
+class ResolvedStreamSettings(_Strict):
+    """A stream's settings after the three levels are resolved."""
+
+    partitions: int
+    replication_factor: int
+    max_rows_per_trigger: int | None
+
+
+class KafkaConfig(_Strict):
+    """The ``[kafka]`` section."""
+
+    bootstrap_servers: str | None = None
+    """``host:port[,host:port...]``; ``FLOODGATE_KAFKA_BOOTSTRAP`` wins over it. Unset:
+    the broker is resolved as DESIGN.md section 3 says (Docker, then embedded)."""
+    client: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """Extra librdkafka properties for every client (``security.protocol``, ``sasl.*``...)."""
+
+
+class SparkConfig(_Strict):
+    """The ``[spark]`` section."""
+
+    master: str = "local[2]"
+    """Used only when not already set (e.g. by ``spark-submit --master``)."""
+    conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """Extra Spark configuration, e.g. ``{"spark.sql.shuffle.partitions" = 2}``."""
+
+
+class QueryGroupSection(StreamSettings):
+    """The ``[query_group]`` section: identity, trigger, and group-level settings."""
+
+    name: Identifier
+    trigger_interval_ms: Annotated[int, Field(ge=0, le=86_400_000)] = 1_000
+    """Processing-time trigger interval of every query; 0 starts each micro-batch as soon
+    as the previous one ends."""
+    checkpoint_dir: str = ".floodgate/checkpoints/{name}"
+    """Spark checkpoint root; each query checkpoints under ``<checkpoint_dir>/<query>``.
+    ``{name}`` is replaced by the query group's name. Any Hadoop path works."""
+    dead_letter_topic: TopicName | None = None
+    """Where tuples that cannot be decoded go, with the reason in headers.
+    Default: ``<name>.dead-letter``."""
+    consumer_group_prefix: str = "floodgate"
+    """Each query commits its input offsets to the consumer group
+    ``<prefix>.<query group>.<query>``."""
+
+
+class InputStreamConfig(StreamSettings):
+    """One ``[input_streams.<name>]`` section. The name is the SQL view name."""
+
+    topic: TopicName
+    schema_: Identifier = Field(alias="schema")
+    """Name of the Avro schema in the schema repository (``schemas/<schema>.avsc``)."""
+    timestamp_mode: Literal["server", "data_source"] = "server"
+    """``server``: the event time is the Kafka record timestamp; ``data_source``: the
+    event time is the field ``timestamp_field`` of the tuple (seed 000, table 6-2)."""
+    timestamp_field: str | None = None
+    watermark: str | None = None
+    """Spark watermark delay on ``event_time`` (``"2 hours"``); unset: no watermark."""
+    starting_offsets: Literal["committed", "earliest", "latest"] = "committed"
+    """Where a query with a new checkpoint starts: the consumer group's committed
+    offsets (earliest where none), the log start, or the high watermark."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("watermark")
+    @classmethod
+    def _check_watermark(cls, value: str | None) -> str | None:
+        if value is not None and not _INTERVAL.match(value):
+            raise ValueError(
+                "must be '<n> <unit>' with unit millisecond, second, minute, hour, day or week "
+                "(e.g. '2 hours')"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check_timestamp(self) -> InputStreamConfig:
+        if self.timestamp_mode == "data_source" and not self.timestamp_field:
+            raise ValueError("timestamp_mode 'data_source' needs timestamp_field")
+        if self.timestamp_mode == "server" and self.timestamp_field:
+            raise ValueError("timestamp_field is only used with timestamp_mode 'data_source'")
+        return self
+
+
+class OutputStreamConfig(StreamSettings):
+    """One ``[output_streams.<name>]`` section."""
+
+    topic: TopicName
+    schema_: Identifier = Field(alias="schema")
+    key: list[str] = Field(default_factory=list)
+    """Columns whose values, joined with ``|``, form the Kafka key (empty: no key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class QueryConfig(_Strict):
+    """One ``[queries.<name>]`` section: a continuous Spark SQL query and its output."""
+
+    sql: Annotated[str, Field(min_length=1)]
+    output: Identifier
+    """The output stream the query's rows are written to."""
+    output_mode: Literal["append", "update", "complete"] = "append"
+    """Spark output mode. ``update`` re-emits a group's row each time it changes; readers
+    take the latest per key, as for a compacted topic."""
+
+
+class QueryGroupConfig(_Strict):
+    """A whole query group file."""
+
+    query_group: QueryGroupSection
+    input_streams: dict[Identifier, InputStreamConfig] = Field(min_length=1)
+    output_streams: dict[Identifier, OutputStreamConfig] = Field(default_factory=dict)
+    queries: dict[Identifier, QueryConfig] = Field(min_length=1)
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    schema_dir: str | None = None
+    """Directory of ``.avsc`` files; default: the project's ``schemas/``."""
+
+    @model_validator(mode="after")
+    def _check_references(self) -> QueryGroupConfig:
+        for name, query in self.queries.items():
+            if query.output not in self.output_streams:
+                raise ValueError(
+                    f"queries.{name}.output = {query.output!r} names no output stream; "
+                    f"declared: {sorted(self.output_streams)}"
+                )
+        return self
+
+    @property
+    def name(self) -> str:
+        """The query group's name."""
+        return self.query_group.name
+
+    @property
+    def dead_letter_topic(self) -> str:
+        """The dead-letter topic (``<name>.dead-letter`` unless set)."""
+        return self.query_group.dead_letter_topic or f"{self.name}.dead-letter"
+
+    @property
+    def checkpoint_root(self) -> str:
+        """The checkpoint root with ``{name}`` filled in."""
+        return self.query_group.checkpoint_dir.replace("{name}", self.name)
+
+    def consumer_group(self, query: str) -> str:
+        """The Kafka consumer group a query commits its input offsets to."""
+        return f"{self.query_group.consumer_group_prefix}.{self.name}.{query}"
+
+    def input_settings(self, stream: str) -> ResolvedStreamSettings:
+        """Resolve an input stream's settings: system defaults -> query group -> stream."""
+        return _resolve(self.query_group, self.input_streams[stream])
+
+    def output_settings(self, stream: str) -> ResolvedStreamSettings:
+        """Resolve an output stream's settings: system defaults -> query group -> stream."""
+        return _resolve(self.query_group, self.output_streams[stream])
+
+
+def _resolve(group: StreamSettings, stream: StreamSettings) -> ResolvedStreamSettings:
+    values: dict[str, Any] = {}
+    for field in StreamSettings.model_fields:
+        value = getattr(stream, field)
+        if value is None:
+            value = getattr(group, field)
+        if value is None:
+            value = getattr(SYSTEM_DEFAULTS, field)
+        values[field] = value
+    return ResolvedStreamSettings(**values)
+
+
+def load_query_group(
+    path: str | Path, *, env: Mapping[str, str] | None = None
+) -> QueryGroupConfig:
+    """Load and validate a query group file.
+
+    Args:
+        path: the TOML file.
+        env: environment for overrides (default ``os.environ``); see the module docstring.
+
+    Returns:
+        The validated, frozen config.
+
+    Raises:
+        ConfigError: the file is missing or not TOML, or a key is unknown or its value
+            refused. The message names the file, the dotted key, the value and what is
+            allowed.
+    """
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: no such query group file") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return parse_query_group(raw, source=str(path), env=env)
+
+
+def parse_query_group(
+    raw: Mapping[str, Any], *, source: str = "<config>", env: Mapping[str, str] | None = None
+) -> QueryGroupConfig:
+    """Validate a query group given as a mapping (the parsed TOML).
+
+    Args:
+        raw: the parsed file.
+        source: how to name the file in errors.
+        env: environment for overrides (default ``os.environ``).
+
+    Raises:
+        ConfigError: as :func:`load_query_group`.
+    """
+    env = os.environ if env is None else env
+    data = apply_env_overrides(raw, env)
+    try:
+        return QueryGroupConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _config_error(exc, source) from None
+
+
+def bootstrap_from(config: KafkaConfig, env: Mapping[str, str] | None = None) -> str | None:
+    """The bootstrap servers named by the environment or the config, if any."""
+    env = os.environ if env is None else env
+    return env.get(BOOTSTRAP_ENV) or config.bootstrap_servers
+
+
+def apply_env_overrides(raw: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """Return a deep copy of ``raw`` with ``FLOODGATE__A__B=v`` overrides applied."""
+    data = _deep_copy(raw)
+    for name, text in sorted(env.items()):
+        if not name.startswith(OVERRIDE_ENV_PREFIX):
+            continue
+        path = [part.lower() for part in name[len(OVERRIDE_ENV_PREFIX) :].split("__") if part]
+        if not path:
+            continue
+        node = data
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(
+                    f"environment override {name}: {'.'.join(path)} crosses a scalar key",
+                    key=".".join(path),
+                    value=text,
+                )
+            node = child
+        node[path[-1]] = _parse_scalar(text)
+    return data
+
+
+def _parse_scalar(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+def _config_error(exc: ValidationError, source: str) -> ConfigError:
+    lines = []
+    first: dict[str, Any] | None = None
+    for error in exc.errors():
+        loc = [str(part) for part in error["loc"]]
+        key = ".".join(loc) or "<file>"
+        if error["type"] == "extra_forbidden":
+            allowed = ", ".join(_allowed_keys(QueryGroupConfig, loc[:-1]))
+            text = f"unknown key {key!r}; allowed here: {allowed}"
+            value, allowed_text = error.get("input"), allowed
+        elif error["type"] == "missing":
+            text = f"missing key {key!r}"
+            value, allowed_text = None, "a value is required"
+        else:
+            value = error.get("input")
+            allowed_text = error["msg"].removeprefix("Value error, ")
+            text = f"key {key!r} = {value!r} is refused: {allowed_text}"
+        lines.append(text)
+        if first is None:
+            first = {"key": key, "value": value, "allowed": allowed_text}
+    message = f"{source}: invalid query group file:\n  " + "\n  ".join(lines)
+    return ConfigError(message, **(first or {}))
+
+
+def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
+    """Keys allowed at ``loc`` inside ``model`` (walking dict values and optionals)."""
+    annotation: Any = model
+    for part in loc:
+        annotation = _unwrap(annotation)
+        origin = typing.get_origin(annotation)
+        if origin is dict:
+            annotation = typing.get_args(annotation)[1]
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = _field_by_key(annotation, part)
+            if field is None:
+                return []
+            annotation = field
+        else:
+            return []
+    annotation = _unwrap(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return sorted(info.alias or name for name, info in annotation.model_fields.items())
+    return []
+
+
+def _field_by_key(model: type[BaseModel], key: str) -> Any:
+    for name, info in model.model_fields.items():
+        if key in (name, info.alias):
+            return info.annotation
+    return None
+
+
+def _unwrap(annotation: Any) -> Any:
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (Union, types.UnionType):
+            args = [a for a in typing.get_args(annotation) if a is not type(None)]
+            annotation = args[0] if len(args) == 1 else annotation
+            if len(args) != 1:
+                return annotation
+        else:
+            return annotation

@@ -1,0 +1,172 @@
+"""One exception hierarchy for Floodgate.
+
+Every error raised by Floodgate derives from :class:`FloodgateError` *and*, where
+one fits, from the matching built-in error, so a caller can catch either
+(the pattern of quix-streams' ``ValueSerializationError``). Exceptions carry
+their data as attributes, not only in the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class FloodgateError(Exception):
+    """Root of every error Floodgate raises."""
+
+
+class ConfigError(FloodgateError, ValueError):
+    """A configuration file or value is refused at start.
+
+    Attributes:
+        key: dotted path of the offending key (``input_streams.flights.watermark``),
+            or ``None`` when the file itself is unreadable.
+        value: the value that was refused (``None`` when the key is missing).
+        allowed: what is allowed instead, in words (``"'server' or 'data_source'"``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        value: object = None,
+        allowed: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.key = key
+        self.value = value
+        self.allowed = allowed
+
+
+class BrokerError(FloodgateError, RuntimeError):
+    """The Kafka broker cannot be reached or started.
+
+    Attributes:
+        command: the command line that was run to start a broker, if any.
+        output: what that command printed (stdout and stderr, tail), if any.
+    """
+
+    def __init__(
+        self, message: str, *, command: Sequence[str] | None = None, output: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.command = list(command) if command is not None else None
+        self.output = output
+
+
+class SchemaError(FloodgateError, ValueError):
+    """An Avro schema cannot be found or parsed, or a tuple does not match it.
+
+    Attributes:
+        stream: the stream (or schema name) concerned.
+        field: the offending field, when one can be named.
+    """
+
+    def __init__(self, message: str, *, stream: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.field = field
+
+
+class DeserializationError(FloodgateError, ValueError):
+    """Bytes read from Kafka cannot be decoded as a tuple of their stream.
+
+    Attributes:
+        reason: a stable, machine-readable reason (``bad-marker``,
+            ``unknown-fingerprint``, ``bad-body``); it is the ``floodgate.reason``
+            header of the dead-letter record.
+        stream, topic, partition, offset: where the bytes were read; ``None``
+            when decoding outside the broker (e.g. in a unit test).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        stream: str,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        where = ""
+        if topic is not None:
+            where = f" (topic {topic!r}, partition {partition}, offset {offset})"
+        super().__init__(f"stream {stream!r}: {message}{where}")
+        self.reason = reason
+        self.stream = stream
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+    def at(self, *, topic: str, partition: int, offset: int) -> DeserializationError:
+        """Return a copy of this error that names where the bytes were read."""
+        message = str(self.args[0]).split(": ", 1)[-1].split(" (topic ", 1)[0]
+        return DeserializationError(
+            message,
+            reason=self.reason,
+            stream=self.stream,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+        )
+
+
+class DataLossError(FloodgateError, RuntimeError):
+    """Offsets a micro-batch must read are held neither by the broker nor by a BLOB.
+
+    Floodgate never skips such a gap silently (DESIGN.md section 4.3).
+
+    Attributes:
+        topic, partition: the partition concerned.
+        start, end: the offset range ``[start, end)`` that was asked for.
+        available_from: the broker's log start offset at the time, when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        available_from: int | None = None,
+    ) -> None:
+        super().__init__(
+            f"data loss on topic {topic!r} partition {partition}, offsets [{start}, {end}): "
+            f"{message}"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.available_from = available_from
+
+
+class DeliveryError(FloodgateError, RuntimeError):
+    """The broker did not acknowledge some produced tuples.
+
+    Attributes:
+        failed: ``(tuple_index, error_text)`` pairs of the tuples not acknowledged.
+    """
+
+    def __init__(self, message: str, *, failed: Sequence[tuple[int, str]]) -> None:
+        super().__init__(message)
+        self.failed = list(failed)
+
+
+class QueryGroupError(FloodgateError, RuntimeError):
+    """A query group failed to start, or one of its queries failed.
+
+    Attributes:
+        query_group: the query group's name.
+        query: the failing query's name, when one can be named.
+    """
+
+    def __init__(self, message: str, *, query_group: str, query: str | None = None) -> None:
+        where = f"query group {query_group!r}" + (f", query {query!r}" if query else "")
+        super().__init__(f"{where}: {message}")
+        self.query_group = query_group
+        self.query = query

