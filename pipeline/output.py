@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
@@ -43,6 +45,19 @@ log = logging.getLogger(__name__)
 
 #: Seconds a transaction step may take before it is abandoned and the batch fails.
 TRANSACTION_TIMEOUT_S = 60.0
+
+#: Fault injection for crash tests: ``FLOODGATE_FAILPOINT=after-commit:<batch>`` kills the
+#: driver's whole process group with SIGKILL right after the output transaction of that
+#: micro-batch commits and before Spark records the batch as done -- the window in which
+#: a replay must be recognised and skipped. Unset in production.
+FAILPOINT_ENV = "FLOODGATE_FAILPOINT"
+
+
+def _failpoint(name: str, batch_id: int) -> None:
+    spec = os.environ.get(FAILPOINT_ENV)
+    if spec and spec == f"{name}:{batch_id}":
+        log.error("failpoint %s reached at batch %d: killing the driver", name, batch_id)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 def read_offset_log(spark: Any, checkpoint_dir: str, batch_id: int) -> list[dict[str, Any]]:
@@ -252,6 +267,7 @@ class KafkaTransactionalSink:
             ) from exc
         self.batches_written += 1
         self.tuples_written += len(encoded)
+        _failpoint("after-commit", batch_id)
 
     def _abort(self, producer: Producer, exc: KafkaException) -> None:
         error = exc.args[0] if exc.args else None

@@ -415,6 +415,23 @@ class QueryGroup:
             except Exception as exc:
                 self.state = QueryGroupState.FAILED
                 raise QueryGroupError(str(exc), query_group=self.name, query=name) from exc
+        self._await_listener()
+
+    def _await_listener(self, timeout_s: float = 10.0) -> None:
+        """Wait until the listener has seen each query's last progress.
+
+        Listener events reach Python asynchronously (Spark's listener bus); the query's
+        ``lastProgress`` is set before the event is posted, so this bounds the lag.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            running = list(self._queries.values())
+        for r in running:
+            last = r.query.lastProgress
+            if last is None:
+                continue
+            while r.stats.last_batch_id < int(last.batchId) and time.monotonic() < deadline:
+                time.sleep(0.02)
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
         """Wait until every query has terminated (e.g. AvailableNow finished).
@@ -435,6 +452,7 @@ class QueryGroup:
                 raise QueryGroupError(str(exc), query_group=self.name, query=name) from exc
             if done is False:
                 return False
+        self._await_listener()
         return True
 
     def stop(self) -> None:

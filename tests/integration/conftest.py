@@ -1,0 +1,137 @@
+"""Real services for the integration tests, started once per test session.
+
+* ``broker``: resolved as DESIGN.md section 3 says -- ``FLOODGATE_KAFKA_BOOTSTRAP``
+  when set (the same tests then run unchanged against that cluster), else a
+  Docker engine through testcontainers, else the embedded ``noida-db`` broker.
+* ``spark``: one SparkSession for the whole run (``local[2]``, UI off,
+  2 shuffle partitions, ``PYSPARK_PYTHON=sys.executable``).
+
+Every test gets its own topics, consumer groups and checkpoints (a uuid run id),
+so tests never see each other's data, even on a shared cluster.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.broker import Broker, ensure_topics, resolve_broker
+from pipeline.config import QueryGroupConfig, parse_query_group
+from pipeline.demo import KafkaTupleWriter
+from pipeline.flights import flight_key, flight_records, load_flights
+from pipeline.serde import SchemaRepository, StreamCodec
+
+ROOT = Path(__file__).resolve().parents[2]
+FLIGHTS_TOML = ROOT / "conf" / "flights.toml"
+
+#: A query that copies every flight to an output stream: an identity to count by.
+PASSTHROUGH_SQL = "SELECT * FROM flights"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "integration" in item.path.parts:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[Broker]:
+    resolved = resolve_broker()
+    try:
+        yield resolved
+    finally:
+        resolved.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(broker: Broker) -> str:
+    return broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from pipeline.query_group import build_spark_session
+
+    session = build_spark_session(app_name="floodgate-tests", master="local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def schemas() -> SchemaRepository:
+    return SchemaRepository.load()
+
+
+@pytest.fixture(scope="session")
+def flights() -> list[dict[str, Any]]:
+    """The first 3 000 flights in event-time order, as ``flight`` tuples."""
+    return list(flight_records(load_flights(3_000)))
+
+
+@pytest.fixture
+def run_id() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+def flights_raw_config(
+    run_id: str,
+    checkpoint_dir: Path,
+    *,
+    max_rows_per_trigger: int | None = None,
+    passthrough: bool = False,
+    only_passthrough: bool = False,
+    trigger_interval_ms: int = 100,
+) -> dict[str, Any]:
+    """``conf/flights.toml`` with this run's names: topics, group and checkpoints."""
+    raw = tomllib.loads(FLIGHTS_TOML.read_text())
+    group = raw["query_group"]
+    group["name"] = f"t{run_id}"
+    group["checkpoint_dir"] = str(checkpoint_dir)
+    group["trigger_interval_ms"] = trigger_interval_ms
+    if max_rows_per_trigger is not None:
+        group["max_rows_per_trigger"] = max_rows_per_trigger
+    for section in ("input_streams", "output_streams"):
+        for stream in raw[section].values():
+            stream["topic"] = f"{stream['topic']}.{run_id}"
+    if only_passthrough:
+        raw["queries"] = {}
+        raw["output_streams"] = {}
+    if passthrough or only_passthrough:
+        raw["output_streams"]["flights_copy"] = {
+            "topic": f"flights.copy.{run_id}",
+            "schema": "flight",
+            "key": ["carrier", "flight", "time_hour"],
+        }
+        raw["queries"]["copy"] = {"sql": PASSTHROUGH_SQL, "output": "flights_copy", "output_mode": "append"}
+    return raw
+
+
+@pytest.fixture
+def flights_config(run_id: str, tmp_path: Path) -> Callable[..., QueryGroupConfig]:
+    def make(**kwargs: Any) -> QueryGroupConfig:
+        return parse_query_group(flights_raw_config(run_id, tmp_path / "checkpoints", **kwargs), env={})
+
+    return make
+
+
+@pytest.fixture
+def produce(bootstrap: str, schemas: SchemaRepository) -> Callable[[str, list[dict[str, Any]]], None]:
+    """Produce flight tuples to a topic (4 partitions, created if missing) and wait for acks."""
+
+    def send(topic: str, records: list[dict[str, Any]]) -> None:
+        ensure_topics(bootstrap, {topic: (4, 1)})
+        writer = KafkaTupleWriter(
+            bootstrap_servers=bootstrap,
+            topic=topic,
+            codec=StreamCodec("flights", schemas.get("flight"), schemas),
+            key=flight_key,
+        )
+        writer.put(records)
+        writer.put_end()
+
+    return send

@@ -1,0 +1,67 @@
+"""Tuples that do not decode go to the dead-letter topic with their reason; the rest flows."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Producer
+
+from pipeline.config import QueryGroupConfig
+from pipeline.demo import read_all
+from pipeline.query_group import QueryGroup
+from pipeline.serde import MAGIC, SchemaRepository
+
+
+def test_malformed_and_unknown_fingerprint_tuples_are_dead_lettered(
+    bootstrap: str,
+    spark: Any,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    flights_config: Callable[..., QueryGroupConfig],
+    produce: Callable[..., None],
+) -> None:
+    config = flights_config(only_passthrough=True)
+    topic = config.input_streams["flights"].topic
+    good = flights[:1_000]
+    produce(topic, good[:500])
+
+    bad = {
+        "bad-marker": b"this is not avro",
+        "unknown-fingerprint": MAGIC + os.urandom(8) + b"\x00\x02",
+    }
+    where: dict[str, tuple[int, int]] = {}
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for reason, value in bad.items():
+        producer.produce(
+            topic,
+            key=reason.encode(),
+            value=value,
+            on_delivery=lambda err, msg, r=reason: where.__setitem__(r, (msg.partition(), msg.offset())),
+        )
+    assert producer.flush(30) == 0
+    produce(topic, good[500:])
+
+    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
+        group.start()
+        group.process_all_available()
+        stats = group.stats()["copy"]
+
+    assert stats.input_rows == len(good)
+    assert len(read_all(bootstrap, config.output_streams["flights_copy"].topic)) == len(good)
+
+    dead = read_all(bootstrap, config.dead_letter_topic)
+    by_reason = {}
+    for message in dead:
+        headers = {k: v.decode() for k, v in message.headers()}
+        by_reason[headers["floodgate.reason"]] = (headers, message)
+    assert set(by_reason) == set(bad)
+    for reason, (headers, message) in by_reason.items():
+        partition, offset = where[reason]
+        assert headers["floodgate.topic"] == topic
+        assert (int(headers["floodgate.partition"]), int(headers["floodgate.offset"])) == (partition, offset)
+        assert headers["floodgate.stream"] == "flights"
+        assert headers["floodgate.query"] == "copy"
+        assert message.value() == bad[reason]  # the original bytes, kept for replay
+        assert f"offset {offset}" in headers["floodgate.error"]

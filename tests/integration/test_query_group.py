@@ -1,0 +1,172 @@
+"""The flights query group on a real broker and a real SparkSession."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from pipeline.config import QueryGroupConfig
+from pipeline.demo import read_all, read_table
+from pipeline.query_group import QueryGroup, QueryGroupState
+from pipeline.serde import SchemaRepository, StreamCodec
+
+
+def expected_by_origin_hour(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """The flights query's first figures, computed independently with pandas."""
+    df = pd.DataFrame(records)
+    df["hour_start"] = pd.to_datetime(df["time_hour"], unit="ms", utc=True)
+    out = df.groupby(["origin", "hour_start"]).agg(
+        flights=("flight", "size"),
+        departures=("dep_time", "count"),
+        mean_dep_delay=("dep_delay", "mean"),
+        mean_arr_delay=("arr_delay", "mean"),
+    )
+    return out.sort_index()
+
+
+def expected_by_carrier_day(records: list[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame(records)
+    df["day"] = pd.to_datetime(df[["year", "month", "day"]]).dt.date
+    out = df.groupby(["carrier", "day"]).agg(
+        flights=("flight", "size"),
+        departures=("dep_time", "count"),
+        mean_dep_delay=("dep_delay", "mean"),
+        mean_arr_delay=("arr_delay", "mean"),
+    )
+    return out.sort_index()
+
+
+def actual(rows: list[dict[str, Any]], keys: list[str]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    if "hour_start" in df:
+        df["hour_start"] = pd.to_datetime(df["hour_start"], utc=True)
+        df = df.drop(columns=["hour_end"])
+    return df.set_index(keys).sort_index()[["flights", "departures", "mean_dep_delay", "mean_arr_delay"]]
+
+
+def assert_same_figures(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    assert list(got.index) == list(want.index)
+    for column in ("flights", "departures"):
+        assert got[column].tolist() == want[column].tolist(), column
+    for column in ("mean_dep_delay", "mean_arr_delay"):
+        for key, g, w in zip(got.index, got[column], want[column], strict=True):
+            if w is None or (isinstance(w, float) and math.isnan(w)):
+                assert g is None or math.isnan(g), (column, key, g)
+            else:
+                assert g == pytest.approx(w, rel=1e-9, abs=1e-9), (column, key, g, w)
+
+
+def read_outputs(bootstrap: str, config: QueryGroupConfig, schemas: SchemaRepository) -> dict[str, list[dict[str, Any]]]:
+    out = {}
+    for name, stream in config.output_streams.items():
+        out[name] = read_table(
+            bootstrap,
+            stream.topic,
+            StreamCodec(name, schemas.get(stream.schema_), schemas),
+            key_columns=stream.key,
+        )
+    return out
+
+
+def test_flights_figures_equal_an_independent_pandas_computation(
+    bootstrap: str,
+    spark: Any,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    flights_config: Callable[..., QueryGroupConfig],
+    produce: Callable[..., None],
+) -> None:
+    config = flights_config(max_rows_per_trigger=1_000)
+    produce(config.input_streams["flights"].topic, flights)
+
+    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
+        group.start()
+        assert group.state == QueryGroupState.EXECUTING
+        group.process_all_available()
+        stats = group.stats()
+    assert group.state == QueryGroupState.STOPPED
+
+    # Every query read every tuple, in batches no larger than the read limit.
+    for name, s in stats.items():
+        assert s.input_rows == len(flights), name
+        assert s.batches >= math.ceil(len(flights) / 1_000), name
+
+    outputs = read_outputs(bootstrap, config, schemas)
+    assert_same_figures(actual(outputs["delays_by_origin_hour"], ["origin", "hour_start"]), expected_by_origin_hour(flights))
+    assert_same_figures(actual(outputs["delays_by_carrier_day"], ["carrier", "day"]), expected_by_carrier_day(flights))
+
+    # The queries' consumer groups show no lag to any Kafka tool.
+    topic = config.input_streams["flights"].topic
+    for query in config.queries:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": config.consumer_group(query)})
+        try:
+            committed = consumer.committed([TopicPartition(topic, p) for p in range(4)], timeout=10)
+            highs = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(4)]
+        finally:
+            consumer.close()
+        assert [tp.offset for tp in committed] == highs, query
+
+
+def test_stop_and_restart_from_the_checkpoint_loses_and_duplicates_nothing(
+    bootstrap: str,
+    spark: Any,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    flights_config: Callable[..., QueryGroupConfig],
+    produce: Callable[..., None],
+) -> None:
+    config = flights_config(max_rows_per_trigger=500, passthrough=True)
+    topic = config.input_streams["flights"].topic
+    half = len(flights) // 2
+    produce(topic, flights[:half])
+
+    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
+        group.start()
+        group.process_all_available()
+        first_run = group.stats()
+    assert all(s.input_rows == half for s in first_run.values())
+
+    produce(topic, flights[half:])
+    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
+        group.start()
+        group.process_all_available()
+        second_run = group.stats()
+    # The restarted group went on from the checkpoint: it read only the second half.
+    assert all(s.input_rows == len(flights) - half for s in second_run.values())
+
+    copies = [m for m in read_all(bootstrap, config.output_streams["flights_copy"].topic)]
+    codec = StreamCodec("flights", schemas.get("flight"), schemas)
+    got = Counter(_identity(codec.decode(m.value(), logical=False)) for m in copies)
+    assert got == Counter(_identity(r) for r in flights)  # a duplicate would count twice
+
+    outputs = read_outputs(bootstrap, config, schemas)
+    assert_same_figures(actual(outputs["delays_by_origin_hour"], ["origin", "hour_start"]), expected_by_origin_hour(flights))
+
+
+def _identity(record: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(record[k] for k in sorted(record))
+
+
+def test_trigger_available_now_reads_what_was_there_and_stops(
+    bootstrap: str,
+    spark: Any,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    flights_config: Callable[..., QueryGroupConfig],
+    produce: Callable[..., None],
+) -> None:
+    config = flights_config(max_rows_per_trigger=700, only_passthrough=True)
+    produce(config.input_streams["flights"].topic, flights[:2_000])
+
+    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
+        group.start(available_now=True)
+        assert group.await_termination(timeout_s=300)
+        stats = group.stats()["copy"]
+    assert stats.input_rows == 2_000
+    assert stats.batches >= 3  # 2 000 rows at most 700 per micro-batch
