@@ -158,7 +158,10 @@ class EmbeddedBroker:
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "socket.timeout.ms": 1000})
+        # log_level 3: only errors; connection refusals while it boots are expected.
+        admin = AdminClient(
+            {"bootstrap.servers": self.bootstrap_servers, "socket.timeout.ms": 1000, "log_level": 3}
+        )
         while True:
             if self.process.poll() is not None:
                 raise BrokerError(

@@ -57,7 +57,8 @@ TopicName = Annotated[str, Field(pattern=_TOPIC.pattern)]
 class _Strict(BaseModel):
     """Base of every config section: frozen, unknown keys refused."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # coerce_numbers_to_str: an environment override TOPIC=123 is the string "123".
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
 
 class StreamSettings(_Strict):
@@ -140,7 +141,9 @@ class InputStreamConfig(StreamSettings):
     """Where a query with a new checkpoint starts: the consumer group's committed
     offsets (earliest where none), the log start, or the high watermark."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, coerce_numbers_to_str=True
+    )
 
     @field_validator("watermark")
     @classmethod
@@ -169,7 +172,9 @@ class OutputStreamConfig(StreamSettings):
     key: list[str] = Field(default_factory=list)
     """Columns whose values, joined with ``|``, form the Kafka key (empty: no key)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, coerce_numbers_to_str=True
+    )
 
 
 class QueryConfig(_Strict):
@@ -194,16 +199,6 @@ class QueryGroupConfig(_Strict):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     schema_dir: str | None = None
     """Directory of ``.avsc`` files; default: the project's ``schemas/``."""
-
-    @model_validator(mode="after")
-    def _check_references(self) -> QueryGroupConfig:
-        for name, query in self.queries.items():
-            if query.output not in self.output_streams:
-                raise ValueError(
-                    f"queries.{name}.output = {query.output!r} names no output stream; "
-                    f"declared: {sorted(self.output_streams)}"
-                )
-        return self
 
     @property
     def name(self) -> str:
@@ -288,9 +283,20 @@ def parse_query_group(
     env = os.environ if env is None else env
     data = apply_env_overrides(raw, env)
     try:
-        return QueryGroupConfig.model_validate(data)
+        config = QueryGroupConfig.model_validate(data)
     except ValidationError as exc:
         raise _config_error(exc, source) from None
+    for name, query in config.queries.items():
+        if query.output not in config.output_streams:
+            allowed = ", ".join(sorted(config.output_streams)) or "(no output streams declared)"
+            raise ConfigError(
+                f"{source}: invalid query group file:\n  key 'queries.{name}.output' = "
+                f"{query.output!r} names no output stream; declared: {allowed}",
+                key=f"queries.{name}.output",
+                value=query.output,
+                allowed=allowed,
+            )
+    return config
 
 
 def bootstrap_from(config: KafkaConfig, env: Mapping[str, str] | None = None) -> str | None:
@@ -346,19 +352,34 @@ def _config_error(exc: ValidationError, source: str) -> ConfigError:
         if error["type"] == "extra_forbidden":
             allowed = ", ".join(_allowed_keys(QueryGroupConfig, loc[:-1]))
             text = f"unknown key {key!r}; allowed here: {allowed}"
-            value, allowed_text = error.get("input"), allowed
+            value, allowed_text = _shown(key, error.get("input")), allowed
         elif error["type"] == "missing":
             text = f"missing key {key!r}"
             value, allowed_text = None, "a value is required"
         else:
-            value = error.get("input")
+            value = _shown(key, error.get("input"))
             allowed_text = error["msg"].removeprefix("Value error, ")
-            text = f"key {key!r} = {value!r} is refused: {allowed_text}"
+            if value is _HIDDEN:
+                text = f"key {key!r} is refused: {allowed_text}"
+            else:
+                text = f"key {key!r} = {value!r} is refused: {allowed_text}"
         lines.append(text)
         if first is None:
             first = {"key": key, "value": value, "allowed": allowed_text}
     message = f"{source}: invalid query group file:\n  " + "\n  ".join(lines)
     return ConfigError(message, **(first or {}))
+
+
+#: Stands for a value that an error must not echo (a section, or a secret).
+_HIDDEN = "<not shown>"
+_SECRET_WORDS = ("password", "secret", "token", "sasl", "key.pem", "credential")
+
+
+def _shown(key: str, value: Any) -> Any:
+    """The value as an error may show it: scalars only, never a secret."""
+    if isinstance(value, Mapping | list) or any(w in key.lower() for w in _SECRET_WORDS):
+        return _HIDDEN
+    return value
 
 
 def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:

@@ -50,7 +50,12 @@ class BrokerError(FloodgateError, RuntimeError):
     def __init__(
         self, message: str, *, command: Sequence[str] | None = None, output: str = ""
     ) -> None:
-        super().__init__(message)
+        text = message
+        if command is not None:
+            text += "\n  command: " + " ".join(command)
+        if output:
+            text += "\n  output:\n    " + "\n    ".join(output.splitlines())
+        super().__init__(text)
         self.command = list(command) if command is not None else None
         self.output = output
 
@@ -94,6 +99,7 @@ class DeserializationError(FloodgateError, ValueError):
         if topic is not None:
             where = f" (topic {topic!r}, partition {partition}, offset {offset})"
         super().__init__(f"stream {stream!r}: {message}{where}")
+        self.detail = message
         self.reason = reason
         self.stream = stream
         self.topic = topic
@@ -101,16 +107,17 @@ class DeserializationError(FloodgateError, ValueError):
         self.offset = offset
 
     def at(self, *, topic: str, partition: int, offset: int) -> DeserializationError:
-        """Return a copy of this error that names where the bytes were read."""
-        message = str(self.args[0]).split(": ", 1)[-1].split(" (topic ", 1)[0]
-        return DeserializationError(
-            message,
+        """Return a copy of this error that names where the bytes were read (same cause)."""
+        located = DeserializationError(
+            self.detail,
             reason=self.reason,
             stream=self.stream,
             topic=topic,
             partition=partition,
             offset=offset,
         )
+        located.__cause__ = self.__cause__
+        return located
 
 
 class DataLossError(FloodgateError, RuntimeError):

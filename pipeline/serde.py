@@ -10,7 +10,9 @@ the writer schema to its own reader schema when they differ (Avro schema
 resolution, so a stream's schema can evolve).
 
 Schemas are parsed once and reused (STYLE.md, "Avro"); records are written with
-``strict=True`` so a missing or extra field is refused, and fastavro's
+``strict_allow_default=True`` so an extra field, or a missing field
+without a default, is refused; an Avro ``int`` outside 32 bits (which fastavro
+would write as a varint without complaint) is refused too; and fastavro's
 ``ValueError``/``TypeError`` are wrapped in :class:`~pipeline.errors.SchemaError`
 naming the stream and the field.
 """
@@ -190,6 +192,7 @@ class StreamCodec:
         self.repository = repository
         self._header = MAGIC + schema.fingerprint
         self._writer = schema.parsed(logical=True)
+        self._int_fields = _int_fields(schema.schema)
 
     def encode(self, record: Mapping[str, Any]) -> bytes:
         """Encode one tuple as single-object Avro.
@@ -207,7 +210,13 @@ class StreamCodec:
         buffer = io.BytesIO()
         buffer.write(self._header)
         try:
-            fastavro.schemaless_writer(buffer, self._writer, record, strict=True)
+            for name in self._int_fields:
+                value = record.get(name)
+                if value is not None and not _INT_MIN <= value <= _INT_MAX:
+                    raise ValueError(f"{value} is outside Avro int's 32 bits")
+            # strict_allow_default: exactly the schema's fields, but a missing field
+            # that has a default takes it (fastavro: it replaces ``strict``).
+            fastavro.schemaless_writer(buffer, self._writer, record, strict_allow_default=True)
         except (ValueError, TypeError, KeyError, AttributeError, struct.error) as exc:
             raise self._encode_error(record, exc) from exc
         return buffer.getvalue()
@@ -294,6 +303,22 @@ class StreamCodec:
         return record
 
 
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+
+
+def _int_fields(schema: Schema) -> list[str]:
+    """Top-level fields whose type is Avro ``int`` (or ``["null", "int"]``), logical or not."""
+    names = []
+    for f in schema.get("fields", []):
+        types = f["type"] if isinstance(f["type"], list) else [f["type"]]
+        for t in types:
+            base = t.get("type") if isinstance(t, dict) else t
+            if base == "int":
+                names.append(f["name"])
+                break
+    return names
+
+
 def _offending_field(schema: RegisteredSchema, record: Mapping[str, Any]) -> str | None:
     """Name the first top-level field of ``record`` that does not validate."""
     if not isinstance(record, Mapping):
@@ -304,8 +329,11 @@ def _offending_field(schema: RegisteredSchema, record: Mapping[str, Any]) -> str
             if "default" not in f:
                 return str(name)
             continue
+        value = record[name]
+        if name in _int_fields(schema.schema) and isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
+            return str(name)
         try:
-            _validate(record[name], _field_schema(schema, name), raise_errors=True)
+            _validate(value, _field_schema(schema, name), raise_errors=True)
         except (_AvroValidationError, ValueError, TypeError):
             return str(name)
     extra = [k for k in record if k not in schema.field_names]

@@ -122,25 +122,36 @@ def plan_batch_end(start: Mapping[int, int], latest: Mapping[int, int], max_rows
 
     The rule (tested by property tests): when everything available fits in
     ``max_rows`` the batch takes all of it. Otherwise it takes exactly
-    ``max_rows`` tuples; every partition with a backlog first gets one tuple
-    (largest backlog first, so when ``max_rows`` is smaller than the number of
-    such partitions the smallest backlogs wait, and since they are the only
-    ones that do not shrink they are served next), then the rest of the budget
-    is shared in proportion to the backlogs (largest remainder). Proportional
-    shares keep partitions aligned in event time when producers write in time
-    order, which is what keeps a watermark from dropping tuples as late.
+    ``max_rows`` tuples: every partition with a backlog first gets one tuple,
+    then the rest of the budget is shared in proportion to the backlogs
+    (largest remainder). Proportional shares keep partitions aligned in event
+    time when producers write in time order, which is what keeps a watermark
+    from dropping tuples as late.
+
+    When ``max_rows`` is smaller than the number of partitions with a backlog,
+    one tuple each goes to ``max_rows`` of them chosen round-robin: the cursor
+    is ``sum(start) // max_rows`` (the sum grows by exactly ``max_rows`` a
+    batch), so every partition is served within as many batches as there are
+    partitions -- without keeping state between calls.
     """
     backlog = {p: max(0, latest.get(p, s) - s) for p, s in start.items()}
     total = sum(backlog.values())
     if max_rows is None or total <= max_rows:
         return {p: start[p] + backlog[p] for p in start}
-    budget = max_rows
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be positive or None, got {max_rows}")
     take = dict.fromkeys(start, 0)
-    for p in sorted((p for p in backlog if backlog[p] > 0), key=lambda p: (-backlog[p], p)):
-        if budget == 0:
-            break
+    waiting = sorted(p for p in backlog if backlog[p] > 0)
+    if max_rows < len(waiting):
+        order = sorted(start)
+        cursor = (sum(start.values()) // max_rows) % len(order)
+        rotated = order[cursor:] + order[:cursor]
+        for p in [p for p in rotated if backlog[p] > 0][:max_rows]:
+            take[p] = 1
+        return {p: start[p] + take[p] for p in start}
+    budget = max_rows - len(waiting)
+    for p in waiting:
         take[p] = 1
-        budget -= 1
     if budget > 0:
         remaining = {p: backlog[p] - take[p] for p in start}
         remaining_total = sum(remaining.values())  # > budget, since total > max_rows
@@ -286,7 +297,20 @@ class SourceOptions:
                 raise ValueError(f"{SOURCE_NAME}: option {key!r} is required")
             return lower[key]
 
-        max_rows = lower.get("maxrowspertrigger")
+        max_rows_text = lower.get("maxrowspertrigger")
+        max_rows = None
+        if max_rows_text:
+            try:
+                max_rows = int(max_rows_text)
+            except ValueError:
+                max_rows = 0
+            if max_rows < 1:
+                raise ValueError(
+                    f"{SOURCE_NAME}: maxRowsPerTrigger = {max_rows_text!r}; allowed: a whole number >= 1"
+                )
+        commit = lower.get("commitoffsets", "true").lower()
+        if commit not in ("true", "false"):
+            raise ValueError(f"{SOURCE_NAME}: commitOffsets = {commit!r}; allowed: true, false")
         starting = lower.get("startingoffsets", "committed")
         if starting not in ("committed", "earliest", "latest"):
             raise ValueError(
@@ -302,12 +326,12 @@ class SourceOptions:
             schema_name=required("schema"),
             schemas_json=required("schemas"),
             group_id=required("group.id"),
-            max_rows_per_trigger=int(max_rows) if max_rows else None,
+            max_rows_per_trigger=max_rows,
             starting_offsets=starting,
             dead_letter_topic=lower.get("deadlettertopic") or None,
             timestamp_mode=mode,
             timestamp_field=lower.get("timestampfield") or None,
-            commit_offsets=lower.get("commitoffsets", "true") == "true",
+            commit_offsets=commit == "true",
             client={k[len("kafka.") :]: v for k, v in lower.items() if k.startswith("kafka.")},
             query=lower.get("query") or None,
         )
@@ -529,6 +553,7 @@ class _PartitionReader:
         try:
             consumer.assign([TopicPartition(topic, p, start)])
             rows: list[dict[str, Any]] = []
+            messages_of_rows: list[Any] = []
             next_offset = start
             last_progress = time.monotonic()
             while next_offset < end:
@@ -568,13 +593,14 @@ class _PartitionReader:
                     row = self._decode(message)
                     if row is not None:
                         rows.append(row)
+                        messages_of_rows.append(message)
                     next_offset = offset + 1
                     last_progress = time.monotonic()
                 if len(rows) >= ARROW_BATCH_ROWS:
-                    yield self._to_arrow(rows)
-                    rows = []
+                    yield self._to_arrow_or_dead_letter(rows, messages_of_rows)
+                    rows, messages_of_rows = [], []
             if rows:
-                yield self._to_arrow(rows)
+                yield self._to_arrow_or_dead_letter(rows, messages_of_rows)
         finally:
             consumer.close()
         self._send_dead_letters()
@@ -598,6 +624,35 @@ class _PartitionReader:
         else:
             row["event_time"] = row["_timestamp"]
         return row
+
+    def _to_arrow_or_dead_letter(self, rows: list[dict[str, Any]], messages: list[Any]) -> Any:
+        """Arrow batch of ``rows``; a row whose values Arrow cannot hold (an Avro ``int``
+        beyond 32 bits written by a careless producer, say) is dead-lettered with reason
+        ``bad-value`` instead of failing every retry of the batch."""
+        pa = self._pa
+        try:
+            return self._to_arrow(rows)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            kept = []
+            for row, message in zip(rows, messages, strict=True):
+                try:
+                    self._to_arrow([row])
+                    kept.append(row)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                    self._dead.append(
+                        (
+                            message,
+                            DeserializationError(
+                                f"a value does not fit its column: {exc}",
+                                reason="bad-value",
+                                stream=self.options.stream,
+                                topic=message.topic(),
+                                partition=message.partition(),
+                                offset=message.offset(),
+                            ),
+                        )
+                    )
+            return self._to_arrow(kept)
 
     def _to_arrow(self, rows: list[dict[str, Any]]) -> Any:
         pa = self._pa

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable
 from typing import Any
 
+import fastavro
 from confluent_kafka import Producer
 
 from pipeline.config import QueryGroupConfig
@@ -14,7 +16,7 @@ from pipeline.query_group import QueryGroup
 from pipeline.serde import MAGIC, SchemaRepository
 
 
-def test_malformed_and_unknown_fingerprint_tuples_are_dead_lettered(
+def test_malformed_unknown_fingerprint_and_overflowing_tuples_are_dead_lettered(
     bootstrap: str,
     spark: Any,
     schemas: SchemaRepository,
@@ -27,9 +29,14 @@ def test_malformed_and_unknown_fingerprint_tuples_are_dead_lettered(
     good = flights[:1_000]
     produce(topic, good[:500])
 
+    # A producer that bypassed our codec: Avro int fields hold a 40-bit varint.
+    overflow = dict(good[0], distance=2**40)
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, schemas.get("flight").parsed(logical=False), overflow)
     bad = {
         "bad-marker": b"this is not avro",
         "unknown-fingerprint": MAGIC + os.urandom(8) + b"\x00\x02",
+        "bad-value": MAGIC + schemas.get("flight").fingerprint + body.getvalue(),
     }
     where: dict[str, tuple[int, int]] = {}
     producer = Producer({"bootstrap.servers": bootstrap})

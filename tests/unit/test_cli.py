@@ -1,0 +1,46 @@
+"""The `floodgate` command refuses a bad query group file at start, naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+
+runner = CliRunner()
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_run_refuses_an_unknown_key_naming_it_and_what_is_allowed(tmp_path: Path) -> None:
+    text = (ROOT / "conf" / "flights.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("trigger_interval_ms = 500", "trigger_intervall_ms = 500"))
+
+    result = runner.invoke(app, ["run", str(bad), "--bootstrap", "127.0.0.1:1"])
+
+    assert result.exit_code == 2
+    assert "query_group.trigger_intervall_ms" in result.output
+    assert "trigger_interval_ms" in result.output.replace("trigger_intervall_ms", "")
+
+
+def test_run_refuses_a_bad_value_naming_the_allowed_ones(tmp_path: Path) -> None:
+    text = (ROOT / "conf" / "flights.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace('timestamp_mode = "data_source"', 'timestamp_mode = "wallclock"'))
+
+    result = runner.invoke(app, ["run", str(bad), "--bootstrap", "127.0.0.1:1"])
+
+    assert result.exit_code == 2
+    assert "input_streams.flights.timestamp_mode" in result.output
+    assert "'wallclock'" in result.output
+    assert "'server'" in result.output and "'data_source'" in result.output
+
+
+def test_run_without_any_cluster_says_how_to_name_one(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["run", str(ROOT / "conf" / "flights.toml")], env={"FLOODGATE_KAFKA_BOOTSTRAP": ""}
+    )
+    assert result.exit_code == 2
+    assert "FLOODGATE_KAFKA_BOOTSTRAP" in result.output

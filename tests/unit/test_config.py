@@ -1,0 +1,283 @@
+"""Unit tests of :mod:`pipeline.config`: loading, validation, resolution, overrides.
+
+Every call passes ``env=`` explicitly so a ``FLOODGATE__*`` variable in the
+developer's shell cannot change the outcome.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.config import (
+    SYSTEM_DEFAULTS,
+    KafkaConfig,
+    bootstrap_from,
+    load_query_group,
+    parse_query_group,
+)
+from pipeline.errors import ConfigError
+
+FLIGHTS_TOML = Path(__file__).resolve().parents[2] / "conf" / "flights.toml"
+
+MINIMAL: dict[str, Any] = {
+    "query_group": {"name": "g"},
+    "input_streams": {"flights": {"topic": "flights", "schema": "flight"}},
+    "output_streams": {"out": {"topic": "out", "schema": "delays_by_origin_hour"}},
+    "queries": {"q": {"sql": "SELECT 1", "output": "out"}},
+}
+
+
+@pytest.fixture
+def raw() -> dict[str, Any]:
+    return copy.deepcopy(MINIMAL)
+
+
+def allowed_keys(text: str) -> list[str]:
+    """The comma-separated keys after ``allowed here:`` in an unknown-key message."""
+    _, _, tail = text.partition("allowed here: ")
+    return [key.strip() for key in tail.splitlines()[0].split(",")] if tail else []
+
+
+def refused(raw: dict[str, Any]) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        parse_query_group(raw, env={})
+    return info.value
+
+
+# --------------------------------------------------------------------------- the shipped file
+
+
+def test_flights_toml_loads_and_resolves() -> None:
+    config = load_query_group(FLIGHTS_TOML, env={})
+    assert config.name == "flights"
+    assert config.query_group.trigger_interval_ms == 500
+
+    flights = config.input_settings("flights")
+    assert flights.max_rows_per_trigger == 60000
+    assert flights.partitions == 4
+
+    out = config.output_settings("delays_by_origin_hour")
+    assert out.partitions == 2
+    # Not set in the file: inherited from the group (max rows) and the system (replication).
+    assert out.max_rows_per_trigger == 60000
+    assert out.replication_factor == SYSTEM_DEFAULTS.replication_factor
+
+    assert config.input_streams["flights"].timestamp_mode == "data_source"
+    assert config.input_streams["flights"].timestamp_field == "time_hour"
+    assert set(config.queries) == {"delays_by_origin_hour", "delays_by_carrier_day"}
+    assert config.dead_letter_topic == "flights.dead-letter"
+    assert config.checkpoint_root == ".floodgate/checkpoints/flights"
+
+
+# --------------------------------------------------------------------------- three levels
+
+
+def test_unset_everywhere_falls_back_to_system_defaults(raw: dict[str, Any]) -> None:
+    config = parse_query_group(raw, env={})
+    resolved = config.input_settings("flights")
+    assert resolved.partitions == SYSTEM_DEFAULTS.partitions
+    assert resolved.replication_factor == SYSTEM_DEFAULTS.replication_factor
+    assert resolved.max_rows_per_trigger == SYSTEM_DEFAULTS.max_rows_per_trigger
+    assert SYSTEM_DEFAULTS.partitions is not None
+    assert SYSTEM_DEFAULTS.max_rows_per_trigger is not None
+
+
+def test_group_level_overrides_system_defaults(raw: dict[str, Any]) -> None:
+    group_partitions = SYSTEM_DEFAULTS.partitions + 3
+    raw["query_group"]["partitions"] = group_partitions
+    config = parse_query_group(raw, env={})
+    assert config.input_settings("flights").partitions == group_partitions
+    assert config.output_settings("out").partitions == group_partitions
+    # Unset at the group level: still the system default.
+    assert config.input_settings("flights").max_rows_per_trigger == (
+        SYSTEM_DEFAULTS.max_rows_per_trigger
+    )
+
+
+def test_stream_level_wins_over_group_level(raw: dict[str, Any]) -> None:
+    raw["query_group"]["partitions"] = 3
+    raw["query_group"]["max_rows_per_trigger"] = 1000
+    raw["input_streams"]["flights"]["max_rows_per_trigger"] = 77
+    raw["output_streams"]["out"]["partitions"] = 9
+    config = parse_query_group(raw, env={})
+
+    flights = config.input_settings("flights")
+    assert flights.max_rows_per_trigger == 77
+    assert flights.partitions == 3
+
+    out = config.output_settings("out")
+    assert out.partitions == 9
+    assert out.max_rows_per_trigger == 1000
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def test_unknown_key_is_named_with_allowed_keys(raw: dict[str, Any]) -> None:
+    raw["query_group"]["trigger_intervall_ms"] = 250
+    error = refused(raw)
+    text = str(error)
+    assert error.key == "query_group.trigger_intervall_ms"
+    assert "query_group.trigger_intervall_ms" in text
+    listed = allowed_keys(text)
+    assert "trigger_interval_ms" in listed
+    assert "checkpoint_dir" in listed
+    assert "trigger_intervall_ms" not in listed
+    assert error.allowed is not None
+    assert "trigger_interval_ms" in [key.strip() for key in error.allowed.split(",")]
+    assert isinstance(error, ValueError)
+
+
+def test_unknown_key_in_a_stream_lists_that_sections_keys(raw: dict[str, Any]) -> None:
+    raw["input_streams"]["flights"]["watermarks"] = "1 hour"
+    error = refused(raw)
+    assert error.key == "input_streams.flights.watermarks"
+    listed = allowed_keys(str(error))
+    assert "watermark" in listed
+    assert "schema" in listed  # the alias, as written in the file
+    assert "schema_" not in listed
+
+
+def test_bad_literal_names_key_value_and_allowed_values(raw: dict[str, Any]) -> None:
+    raw["input_streams"]["flights"]["timestamp_mode"] = "wallclock"
+    error = refused(raw)
+    text = str(error)
+    assert error.key == "input_streams.flights.timestamp_mode"
+    assert error.value == "wallclock"
+    assert "input_streams.flights.timestamp_mode" in text
+    assert "'wallclock'" in text
+    assert "'server'" in text
+    assert "'data_source'" in text
+
+
+@pytest.mark.parametrize("watermark", ["2 hourz", "2hours", "hours", "-1 hour", ""])
+def test_bad_watermark_is_refused(raw: dict[str, Any], watermark: str) -> None:
+    raw["input_streams"]["flights"]["watermark"] = watermark
+    error = refused(raw)
+    assert error.key == "input_streams.flights.watermark"
+    assert error.value == watermark
+
+
+@pytest.mark.parametrize("watermark", ["2 hours", "1 hour", "500 milliseconds", "10 Minutes"])
+def test_good_watermark_is_kept(raw: dict[str, Any], watermark: str) -> None:
+    raw["input_streams"]["flights"]["watermark"] = watermark
+    assert parse_query_group(raw, env={}).input_streams["flights"].watermark == watermark
+
+
+def test_data_source_mode_needs_timestamp_field(raw: dict[str, Any]) -> None:
+    raw["input_streams"]["flights"]["timestamp_mode"] = "data_source"
+    error = refused(raw)
+    assert "timestamp_field" in str(error)
+    assert error.key is not None
+    assert error.key.startswith("input_streams.flights")
+
+    raw["input_streams"]["flights"]["timestamp_field"] = "time_hour"
+    config = parse_query_group(raw, env={})
+    assert config.input_streams["flights"].timestamp_field == "time_hour"
+
+
+def test_timestamp_field_without_data_source_mode_is_refused(raw: dict[str, Any]) -> None:
+    raw["input_streams"]["flights"]["timestamp_field"] = "time_hour"
+    assert "timestamp_field" in str(refused(raw))
+
+
+def test_query_output_must_name_an_output_stream(raw: dict[str, Any]) -> None:
+    raw["queries"]["q"]["output"] = "nowhere"
+    text = str(refused(raw))
+    assert "'nowhere'" in text
+    assert "queries.q.output" in text
+
+
+def test_query_output_error_names_key_and_hides_secrets(raw: dict[str, Any]) -> None:
+    raw["kafka"] = {"client": {"sasl.password": "hunter2"}}
+    raw["queries"]["q"]["output"] = "nowhere"
+    error = refused(raw)
+    assert "hunter2" not in str(error)
+    assert error.key == "queries.q.output"
+
+
+def test_max_rows_per_trigger_zero_is_refused(raw: dict[str, Any]) -> None:
+    raw["input_streams"]["flights"]["max_rows_per_trigger"] = 0
+    error = refused(raw)
+    assert error.key == "input_streams.flights.max_rows_per_trigger"
+    assert error.value == 0
+
+
+def test_missing_key_is_named(raw: dict[str, Any]) -> None:
+    del raw["input_streams"]["flights"]["topic"]
+    error = refused(raw)
+    assert error.key == "input_streams.flights.topic"
+    assert "missing key 'input_streams.flights.topic'" in str(error)
+
+
+def test_non_toml_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text("[query_group\nname = = 'x'\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_query_group(path, env={})
+    assert str(path) in str(info.value)
+    assert "not valid TOML" in str(info.value)
+
+
+def test_missing_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "absent.toml"
+    with pytest.raises(ConfigError) as info:
+        load_query_group(path, env={})
+    assert str(path) in str(info.value)
+    assert "no such query group file" in str(info.value)
+
+
+def test_load_names_the_file_in_validation_errors(tmp_path: Path) -> None:
+    path = tmp_path / "typo.toml"
+    text = FLIGHTS_TOML.read_text(encoding="utf-8").replace(
+        "trigger_interval_ms = 500", "trigger_intervall_ms = 500"
+    )
+    assert "trigger_intervall_ms" in text
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_query_group(path, env={})
+    assert str(info.value).startswith(f"{path}:")
+    assert info.value.key == "query_group.trigger_intervall_ms"
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def test_env_overrides_apply_and_are_typed(raw: dict[str, Any]) -> None:
+    env = {
+        "FLOODGATE__QUERY_GROUP__TRIGGER_INTERVAL_MS": "250",
+        "FLOODGATE__INPUT_STREAMS__FLIGHTS__TOPIC": "other",
+        "UNRELATED": "1",
+    }
+    config = parse_query_group(raw, env=env)
+    assert config.query_group.trigger_interval_ms == 250
+    assert type(config.query_group.trigger_interval_ms) is int
+    assert config.input_streams["flights"].topic == "other"
+    # The input mapping is not changed.
+    assert raw["input_streams"]["flights"]["topic"] == "flights"
+    assert "trigger_interval_ms" not in raw["query_group"]
+
+
+def test_env_override_is_validated_like_the_file(raw: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_query_group(raw, env={"FLOODGATE__QUERY_GROUP__TRIGGER_INTERVAL_MS": "soon"})
+    assert info.value.key == "query_group.trigger_interval_ms"
+    assert info.value.value == "soon"
+
+
+def test_env_override_through_a_scalar_is_refused(raw: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_query_group(raw, env={"FLOODGATE__QUERY_GROUP__NAME__X": "1"})
+    assert info.value.key == "query_group.name.x"
+    assert "FLOODGATE__QUERY_GROUP__NAME__X" in str(info.value)
+
+
+def test_bootstrap_env_wins_over_config() -> None:
+    kafka = KafkaConfig(bootstrap_servers="a:1")
+    assert bootstrap_from(kafka, env={"FLOODGATE_KAFKA_BOOTSTRAP": "b:2"}) == "b:2"
+    assert bootstrap_from(kafka, env={}) == "a:1"
+    assert bootstrap_from(KafkaConfig(), env={}) is None

@@ -1,0 +1,366 @@
+"""Unit tests of :mod:`pipeline.serde`: single-object Avro encoding and the schema repository.
+
+No broker, no Spark: bytes in, bytes out.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from fastavro.schema import parse_schema, to_parsing_canonical_form
+
+from pipeline.errors import DeserializationError, SchemaError
+from pipeline.flights import flight_records, load_flights
+from pipeline.serde import HEADER_SIZE, MAGIC, SchemaRepository, StreamCodec, fingerprint
+
+# --------------------------------------------------------------------------- CRC-64-AVRO
+
+#: Avro specification, "Schema Fingerprints": the initial value of CRC-64-AVRO.
+CRC64_EMPTY = 0xC15D213AA4D7A795
+
+
+def _crc64_table() -> list[int]:
+    table = []
+    for i in range(256):
+        fp = i
+        for _ in range(8):
+            fp = (fp >> 1) ^ (CRC64_EMPTY if fp & 1 else 0)
+        table.append(fp)
+    return table
+
+
+_CRC64_TABLE = _crc64_table()
+
+
+def crc64_avro(data: bytes) -> int:
+    """CRC-64-AVRO of ``data`` (the table-driven algorithm of the Avro specification)."""
+    fp = CRC64_EMPTY
+    for byte in data:
+        fp = (fp >> 8) ^ _CRC64_TABLE[(fp ^ byte) & 0xFF]
+    return fp
+
+
+def expected_fingerprint(schema: dict[str, Any]) -> bytes:
+    """The 8 header bytes: CRC-64-AVRO of the Parsing Canonical Form, little-endian."""
+    canonical = to_parsing_canonical_form(parse_schema(copy.deepcopy(schema)))
+    return crc64_avro(canonical.encode("utf-8")).to_bytes(8, "little")
+
+
+def test_reference_crc64_matches_published_vectors() -> None:
+    # Known answers of the Avro reference implementations (schema-tests: "null", "int").
+    assert crc64_avro(b'"null"') == 7195948357588979594
+    assert crc64_avro(b'"int"') == 8247732601305521295
+
+
+# --------------------------------------------------------------------------- fixtures
+
+V1 = {"type": "record", "name": "R", "namespace": "test", "fields": [{"name": "a", "type": "int"}]}
+V2 = {
+    "type": "record",
+    "name": "R",
+    "namespace": "test",
+    "fields": [
+        {"name": "a", "type": "int"},
+        {"name": "b", "type": "string", "default": "x"},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def repo() -> SchemaRepository:
+    return SchemaRepository.load()
+
+
+@pytest.fixture(scope="module")
+def codec(repo: SchemaRepository) -> StreamCodec:
+    return StreamCodec("flights", repo.get("flight"), repo)
+
+
+@pytest.fixture(scope="module")
+def flights() -> list[dict[str, Any]]:
+    return list(flight_records(load_flights(limit=200)))
+
+
+@pytest.fixture
+def flight(flights: list[dict[str, Any]]) -> dict[str, Any]:
+    return dict(flights[0])
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def test_canonical_form_of_small_schema_is_the_spec_form() -> None:
+    # Parsing Canonical Form: fullname, attributes in order name/type/fields, no spaces.
+    canonical = to_parsing_canonical_form(parse_schema(copy.deepcopy(V1)))
+    assert canonical == '{"name":"test.R","type":"record","fields":[{"name":"a","type":"int"}]}'
+
+
+@pytest.mark.parametrize("name", ["flight", "delays_by_origin_hour", "delays_by_carrier_day"])
+def test_fingerprint_is_crc64_avro_of_canonical_form_little_endian(
+    repo: SchemaRepository, name: str
+) -> None:
+    schema = repo.get(name).schema
+    assert fingerprint(schema) == expected_fingerprint(schema)
+    assert repo.get(name).fingerprint == expected_fingerprint(schema)
+
+
+def test_fingerprint_of_small_schema() -> None:
+    assert fingerprint(V1) == expected_fingerprint(V1)
+    assert fingerprint(V1) != fingerprint(V2)
+
+
+def test_encoding_is_marker_then_fingerprint_then_body(
+    codec: StreamCodec, repo: SchemaRepository, flight: dict[str, Any]
+) -> None:
+    data = codec.encode(flight)
+    assert data[:2] == b"\xc3\x01"
+    assert data[:2] == MAGIC
+    assert data[2:10] == expected_fingerprint(repo.get("flight").schema)
+    assert HEADER_SIZE == 10
+    assert len(data) > HEADER_SIZE
+
+
+# --------------------------------------------------------------------------- round trip
+
+
+def test_sample_has_nulls_and_values(flights: list[dict[str, Any]]) -> None:
+    # The round trip below must exercise both branches of the nullable unions.
+    assert len(flights) == 200
+    assert any(r["dep_time"] is None for r in flights)
+    assert any(r["dep_time"] is not None for r in flights)
+
+
+def test_round_trip_without_logical_types_is_identity(
+    codec: StreamCodec, flights: list[dict[str, Any]]
+) -> None:
+    encoded = codec.encode_many(flights)
+    assert len(encoded) == len(flights)
+    decoded = [codec.decode(data, logical=False) for data in encoded]
+    assert decoded == flights
+    assert all(type(r["time_hour"]) is int for r in decoded)
+
+
+def test_round_trip_with_logical_types_gives_utc_datetimes(
+    codec: StreamCodec, flights: list[dict[str, Any]]
+) -> None:
+    for record in flights:
+        decoded = codec.decode(codec.encode(record))
+        time_hour = decoded.pop("time_hour")
+        assert isinstance(time_hour, datetime)
+        assert time_hour.utcoffset() is not None
+        assert time_hour.utcoffset().total_seconds() == 0
+        assert time_hour == datetime.fromtimestamp(record["time_hour"] / 1000, tz=UTC)
+        assert decoded == {k: v for k, v in record.items() if k != "time_hour"}
+
+
+def test_encode_many_equals_encode(codec: StreamCodec, flights: list[dict[str, Any]]) -> None:
+    assert codec.encode_many(iter(flights[:5])) == [codec.encode(r) for r in flights[:5]]
+
+
+# --------------------------------------------------------------------------- decode errors
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xc3",
+        b'{"year": 2013, "month": 1}',
+        b"\x00\x01" + bytes(8) + b"\x02",
+        b"\xc3\x02" + bytes(8) + b"\x02",
+    ],
+    ids=["empty", "one-byte", "json", "zero-marker", "wrong-second-byte"],
+)
+def test_decode_without_marker_is_bad_marker(codec: StreamCodec, data: bytes) -> None:
+    with pytest.raises(DeserializationError) as info:
+        codec.decode(data)
+    assert info.value.reason == "bad-marker"
+    assert info.value.stream == "flights"
+    assert info.value.topic is None
+
+
+def test_decode_replaced_marker_of_real_tuple_is_bad_marker(
+    codec: StreamCodec, flight: dict[str, Any]
+) -> None:
+    data = b"\x00\x00" + codec.encode(flight)[2:]
+    with pytest.raises(DeserializationError) as info:
+        codec.decode(data)
+    assert info.value.reason == "bad-marker"
+
+
+def test_decode_unknown_fingerprint(codec: StreamCodec, flight: dict[str, Any]) -> None:
+    unknown = crc64_avro(b'"string"').to_bytes(8, "little")
+    assert codec.repository.by_fingerprint(unknown) is None
+    data = MAGIC + unknown + codec.encode(flight)[HEADER_SIZE:]
+    with pytest.raises(DeserializationError) as info:
+        codec.decode(data)
+    assert info.value.reason == "unknown-fingerprint"
+    assert unknown.hex() in str(info.value)
+
+
+@pytest.mark.parametrize("keep", [0, 1, -1], ids=["no-body", "one-byte", "last-byte-cut"])
+def test_decode_truncated_body_is_bad_body(
+    codec: StreamCodec, flight: dict[str, Any], keep: int
+) -> None:
+    data = codec.encode(flight)
+    truncated = data[:-1] if keep == -1 else data[: HEADER_SIZE + keep]
+    with pytest.raises(DeserializationError) as info:
+        codec.decode(truncated)
+    assert info.value.reason == "bad-body"
+    assert "'flight'" in str(info.value)
+
+
+def test_error_at_names_topic_partition_and_offset(codec: StreamCodec) -> None:
+    with pytest.raises(DeserializationError) as info:
+        codec.decode(b"not avro")
+    original = info.value
+    located = original.at(topic="flights-topic", partition=3, offset=1234)
+
+    assert isinstance(located, DeserializationError)
+    assert isinstance(located, ValueError)
+    assert (located.topic, located.partition, located.offset) == ("flights-topic", 3, 1234)
+    assert located.reason == "bad-marker"
+    assert located.stream == "flights"
+    text = str(located)
+    assert "'flights-topic'" in text
+    assert "partition 3" in text
+    assert "offset 1234" in text
+    assert "not Avro single-object encoding" in text
+    # The original is left as it was.
+    assert original.topic is None
+    assert "partition" not in str(original)
+
+
+def test_error_at_twice_names_only_the_last_place(codec: StreamCodec) -> None:
+    with pytest.raises(DeserializationError) as info:
+        codec.decode(b"not avro")
+    located = info.value.at(topic="a", partition=1, offset=2).at(topic="b", partition=5, offset=6)
+    assert "'b'" in str(located)
+    assert "'a'" not in str(located)
+    assert str(located).count("(topic ") == 1
+
+
+# --------------------------------------------------------------------------- encode errors
+
+
+def test_encode_wrong_type_names_the_field(codec: StreamCodec, flight: dict[str, Any]) -> None:
+    flight["distance"] = "far"
+    with pytest.raises(SchemaError) as info:
+        codec.encode(flight)
+    assert info.value.field == "distance"
+    assert info.value.stream == "flights"
+    assert "'distance'" in str(info.value)
+    assert "'far'" in str(info.value)
+
+
+def test_encode_missing_required_field_names_it(codec: StreamCodec, flight: dict[str, Any]) -> None:
+    del flight["carrier"]
+    with pytest.raises(SchemaError) as info:
+        codec.encode(flight)
+    assert info.value.field == "carrier"
+    assert "'carrier'" in str(info.value)
+
+
+def test_encode_extra_field_is_refused(codec: StreamCodec, flight: dict[str, Any]) -> None:
+    flight["gate"] = "B12"
+    with pytest.raises(SchemaError) as info:
+        codec.encode(flight)
+    assert info.value.field == "gate"
+    assert "'gate'" in str(info.value)
+
+
+def test_encode_missing_field_with_a_default_takes_the_default(
+    codec: StreamCodec, flight: dict[str, Any]
+) -> None:
+    flight["tailnum"] = "N14228"
+    del flight["tailnum"]
+    assert codec.decode(codec.encode(flight))["tailnum"] is None
+
+
+def test_encode_int_out_of_32_bit_range_is_refused(
+    codec: StreamCodec, flight: dict[str, Any]
+) -> None:
+    flight["distance"] = 2**40
+    with pytest.raises(SchemaError) as info:
+        codec.encode(flight)
+    assert info.value.field == "distance"
+
+
+# --------------------------------------------------------------------------- evolution
+
+
+@pytest.fixture(scope="module")
+def evolving() -> SchemaRepository:
+    return SchemaRepository({"r_v1": V1, "r_v2": V2})
+
+
+def test_written_with_v1_read_with_v2_gets_default(evolving: SchemaRepository) -> None:
+    writer = StreamCodec("r", evolving.get("r_v1"), evolving)
+    reader = StreamCodec("r", evolving.get("r_v2"), evolving)
+    data = writer.encode({"a": 7})
+    assert data[2:HEADER_SIZE] == fingerprint(V1)
+    assert reader.decode(data) == {"a": 7, "b": "x"}
+
+
+def test_written_with_v2_read_with_v1_drops_new_field(evolving: SchemaRepository) -> None:
+    writer = StreamCodec("r", evolving.get("r_v2"), evolving)
+    reader = StreamCodec("r", evolving.get("r_v1"), evolving)
+    assert reader.decode(writer.encode({"a": -3, "b": "kept?"})) == {"a": -3}
+
+
+def test_reader_without_writer_schema_is_unknown_fingerprint(evolving: SchemaRepository) -> None:
+    data = StreamCodec("r", evolving.get("r_v1"), evolving).encode({"a": 1})
+    only_v2 = SchemaRepository({"r_v2": V2})
+    with pytest.raises(DeserializationError) as info:
+        StreamCodec("r", only_v2.get("r_v2"), only_v2).decode(data)
+    assert info.value.reason == "unknown-fingerprint"
+
+
+# --------------------------------------------------------------------------- repository
+
+
+def test_get_unknown_name_lists_known_names(repo: SchemaRepository) -> None:
+    with pytest.raises(SchemaError) as info:
+        repo.get("flihgt")
+    text = str(info.value)
+    assert "'flihgt'" in text
+    for name in ("flight", "delays_by_origin_hour", "delays_by_carrier_day"):
+        assert f"'{name}'" in text
+    assert info.value.stream == "flihgt"
+
+
+def test_load_reads_every_avsc(repo: SchemaRepository) -> None:
+    assert repo.names() == ["delays_by_carrier_day", "delays_by_origin_hour", "flight"]
+    assert repo.get("flight").field_names[:3] == ["year", "month", "day"]
+
+
+def test_as_json_from_json_keeps_names_and_fingerprints(repo: SchemaRepository) -> None:
+    text = repo.as_json()
+    assert isinstance(json.loads(text), dict)
+    copy_ = SchemaRepository.from_json(text)
+    assert copy_.names() == repo.names()
+    for name in repo.names():
+        fp = repo.get(name).fingerprint
+        assert copy_.get(name).fingerprint == fp
+        found = copy_.by_fingerprint(fp)
+        assert found is not None
+        assert found.name == name
+
+
+def test_bytes_from_one_repository_decode_with_its_json_copy(
+    repo: SchemaRepository, codec: StreamCodec, flight: dict[str, Any]
+) -> None:
+    shipped = SchemaRepository.from_json(repo.as_json())
+    worker_codec = StreamCodec("flights", shipped.get("flight"), shipped)
+    assert worker_codec.decode(codec.encode(flight), logical=False) == flight
+
+
+def test_schema_that_does_not_parse_is_refused() -> None:
+    with pytest.raises(SchemaError) as info:
+        SchemaRepository({"broken": {"type": "record", "name": "B", "fields": [{"name": "x"}]}})
+    assert info.value.stream == "broken"
+    assert "'broken'" in str(info.value)

@@ -1,0 +1,354 @@
+"""Unit tests of the pure functions of :mod:`pipeline.source`.
+
+Importing :mod:`pipeline.source` imports pyspark modules but starts no JVM; these
+tests build no SparkSession and reach no broker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, TimestampType
+
+from pipeline.errors import SchemaError
+from pipeline.serde import SchemaRepository
+from pipeline.source import (
+    METADATA_COLUMNS,
+    SourceOptions,
+    offsets_from_json,
+    offsets_to_json,
+    plan_batch_end,
+    spark_schema,
+)
+
+PROPERTY = settings(max_examples=200, deadline=None)
+
+Offsets = dict[int, int]
+Plan = tuple[Offsets, Offsets, int | None]
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+@st.composite
+def plans(draw: st.DrawFn, *, max_backlog: int = 10**6, max_limit: int = 10**5) -> Plan:
+    """``(start, latest, max_rows)``: 1..12 partitions, latest >= start or missing."""
+    partitions = draw(st.lists(st.integers(0, 63), min_size=1, max_size=12, unique=True))
+    start: Offsets = {}
+    latest: Offsets = {}
+    for p in partitions:
+        start[p] = draw(st.integers(0, 10**6))
+        # Small backlogs as often as large ones, so both branches of the rule are reached.
+        backlog = draw(
+            st.none() | st.integers(0, min(20, max_backlog)) | st.integers(0, max_backlog)
+        )
+        if backlog is not None:
+            latest[p] = start[p] + backlog
+    max_rows = draw(st.none() | st.integers(1, min(20, max_limit)) | st.integers(1, max_limit))
+    return start, latest, max_rows
+
+
+def backlogs(start: Offsets, latest: Offsets) -> Offsets:
+    return {p: latest.get(p, s) - s for p, s in start.items()}
+
+
+def available_end(start: Offsets, latest: Offsets) -> Offsets:
+    return {p: latest.get(p, s) for p, s in start.items()}
+
+
+# --------------------------------------------------------------------------- plan_batch_end
+
+
+@PROPERTY
+@given(plans())
+def test_end_stays_between_start_and_latest(plan: Plan) -> None:
+    start, latest, max_rows = plan
+    end = plan_batch_end(start, latest, max_rows)
+    assert set(end) == set(start)
+    for p in start:
+        assert end[p] >= start[p]
+        assert end[p] <= max(start[p], latest.get(p, start[p]))
+
+
+@PROPERTY
+@given(plans())
+@example(({0: 0, 1: 5}, {0: 10, 1: 5}, None))
+@example(({0: 0, 1: 5}, {0: 10}, 10))
+def test_everything_is_taken_when_it_fits(plan: Plan) -> None:
+    start, latest, max_rows = plan
+    total = sum(backlogs(start, latest).values())
+    end = plan_batch_end(start, latest, max_rows)
+    if max_rows is None or total <= max_rows:
+        assert end == available_end(start, latest)
+    else:
+        assert end != available_end(start, latest)
+
+
+@PROPERTY
+@given(plans())
+@example(({0: 0, 1: 0, 2: 0}, {0: 100, 1: 100, 2: 1}, 2))
+@example(({0: 0, 1: 0}, {0: 7, 1: 7}, 13))
+def test_exactly_max_rows_are_taken_when_not_everything_fits(plan: Plan) -> None:
+    start, latest, max_rows = plan
+    total = sum(backlogs(start, latest).values())
+    end = plan_batch_end(start, latest, max_rows)
+    if max_rows is not None and total > max_rows:
+        assert sum(end[p] - start[p] for p in start) == max_rows
+
+
+@PROPERTY
+@given(plans())
+@example(({0: 0, 1: 0, 2: 0}, {0: 1000, 1: 1000, 2: 1}, 3))
+def test_every_backlog_advances_when_the_limit_allows(plan: Plan) -> None:
+    start, latest, max_rows = plan
+    waiting = [p for p, b in backlogs(start, latest).items() if b > 0]
+    end = plan_batch_end(start, latest, max_rows)
+    if max_rows is None or max_rows >= len(waiting):
+        for p in waiting:
+            assert end[p] >= start[p] + 1
+
+
+def _drain(start: Offsets, latest: Offsets, max_rows: int) -> list[Offsets]:
+    """Plan batches with a fixed ``latest`` until everything is read; each round's end."""
+    target = available_end(start, latest)
+    total = sum(backlogs(start, latest).values())
+    bound = math.ceil(total / max_rows)
+    ends: list[Offsets] = []
+    offsets = dict(start)
+    while offsets != target:
+        assert len(ends) < bound, f"not drained after {bound} rounds: {offsets} != {target}"
+        end = plan_batch_end(offsets, latest, max_rows)
+        remaining = sum(target[p] - offsets[p] for p in offsets)
+        assert sum(end[p] - offsets[p] for p in offsets) == min(max_rows, remaining)
+        ends.append(end)
+        offsets = end
+    return ends
+
+
+@PROPERTY
+@given(plans(max_backlog=200, max_limit=50).filter(lambda plan: plan[2] is not None))
+def test_repeated_planning_reads_everything_in_bounded_rounds(plan: Plan) -> None:
+    start, latest, max_rows = plan
+    assert max_rows is not None
+    total = sum(backlogs(start, latest).values())
+    ends = _drain(start, latest, max_rows)
+    assert len(ends) == math.ceil(total / max_rows)
+    if ends:
+        assert ends[-1] == available_end(start, latest)
+
+
+@PROPERTY
+@given(plans(max_backlog=200, max_limit=50).filter(lambda plan: plan[2] is not None))
+@example(({0: 0, 1: 0, 2: 0}, {0: 100, 1: 100, 2: 1}, 2))
+def test_no_partition_starves(plan: Plan) -> None:
+    start, latest, max_rows = plan
+    assert max_rows is not None
+    waiting = {p for p, b in backlogs(start, latest).items() if b > 0}
+    offsets = dict(start)
+    for end in _drain(start, latest, max_rows)[: len(start)]:
+        waiting -= {p for p in end if end[p] > offsets[p]}
+        offsets = end
+    assert waiting == set(), f"partitions {sorted(waiting)} did not advance in {len(start)} rounds"
+
+
+def test_plan_batch_end_examples() -> None:
+    # Proportional shares: backlogs 30 and 10 share 8 rows as 6 and 2.
+    assert plan_batch_end({0: 0, 1: 100}, {0: 30, 1: 110}, 8) == {0: 6, 1: 102}
+    # A partition missing from latest stays where it is.
+    assert plan_batch_end({0: 5, 1: 9}, {0: 20}, 4) == {0: 9, 1: 9}
+    # Nothing available: nothing taken.
+    assert plan_batch_end({0: 5}, {0: 5}, 1) == {0: 5}
+
+
+# --------------------------------------------------------------------------- offsets JSON
+
+
+def test_offsets_to_json_shape() -> None:
+    assert offsets_to_json("flights", {1: 7, 0: 5}) == {"flights": {"0": 5, "1": 7}}
+    assert list(offsets_to_json("flights", {3: 1, 0: 2, 1: 0})["flights"]) == ["0", "1", "3"]
+
+
+@PROPERTY
+@given(st.dictionaries(st.integers(0, 10_000), st.integers(0, 2**62), max_size=20))
+def test_offsets_json_round_trip(offsets: Offsets) -> None:
+    # Spark stores the offset as a JSON string and hands it back parsed.
+    value = json.loads(json.dumps(offsets_to_json("flights", offsets)))
+    assert offsets_from_json("flights", value) == offsets
+
+
+def test_offsets_of_another_topic_are_empty() -> None:
+    value = offsets_to_json("other", {0: 5, 1: 6})
+    assert offsets_from_json("flights", value) == {}
+
+
+def test_offsets_of_wrong_shape_are_refused() -> None:
+    with pytest.raises(ValueError, match="'flights'"):
+        offsets_from_json("flights", {"flights": [1, 2]})
+
+
+# --------------------------------------------------------------------------- spark_schema
+
+FLIGHT_NULLABLE = {"dep_time", "dep_delay", "arr_time", "arr_delay", "tailnum", "air_time"}
+
+
+@pytest.fixture(scope="module")
+def repo() -> SchemaRepository:
+    return SchemaRepository.load()
+
+
+def test_flight_spark_schema_nullability(repo: SchemaRepository) -> None:
+    flight = repo.get("flight")
+    schema = spark_schema("flights", flight)
+    own = [f for f in schema.fields if f.name in flight.field_names]
+    assert [f.name for f in own] == flight.field_names
+    assert {f.name for f in own if f.nullable} == FLIGHT_NULLABLE
+    assert schema["dep_time"].dataType == IntegerType()
+    assert schema["tailnum"].dataType == StringType()
+    assert schema["carrier"].nullable is False
+
+
+def test_flight_time_hour_is_timestamp(repo: SchemaRepository) -> None:
+    schema = spark_schema("flights", repo.get("flight"))
+    assert schema["time_hour"].dataType == TimestampType()
+    assert schema["time_hour"].nullable is False
+
+
+def test_metadata_columns_come_last(repo: SchemaRepository) -> None:
+    flight = repo.get("flight")
+    schema = spark_schema("flights", flight)
+    assert METADATA_COLUMNS == ("event_time", "_key", "_partition", "_offset", "_timestamp")
+    assert schema.names == [*flight.field_names, *METADATA_COLUMNS]
+    assert [f.dataType for f in schema.fields[-5:]] == [
+        TimestampType(),
+        BinaryType(),
+        IntegerType(),
+        LongType(),
+        TimestampType(),
+    ]
+
+
+def _registered(fields: list[dict[str, Any]]) -> Any:
+    return SchemaRepository({"s": {"type": "record", "name": "S", "fields": fields}}).get("s")
+
+
+@pytest.mark.parametrize(
+    "union", [["int", "string"], ["null", "int", "string"]], ids=["two", "null-and-two"]
+)
+def test_union_of_two_non_null_types_is_refused(union: list[str]) -> None:
+    registered = _registered([{"name": "ok", "type": "int"}, {"name": "either", "type": union}])
+    with pytest.raises(SchemaError) as info:
+        spark_schema("s", registered)
+    assert info.value.field == "either"
+    assert "'either'" in str(info.value)
+    assert info.value.stream == "s"
+
+
+def test_null_may_come_second_in_a_union() -> None:
+    schema = spark_schema("s", _registered([{"name": "n", "type": ["long", "null"]}]))
+    assert schema["n"].dataType == LongType()
+    assert schema["n"].nullable is True
+
+
+def test_field_clashing_with_metadata_column_is_refused() -> None:
+    with pytest.raises(SchemaError, match="_offset"):
+        spark_schema("s", _registered([{"name": "_offset", "type": "long"}]))
+
+
+# --------------------------------------------------------------------------- SourceOptions
+
+REQUIRED = {
+    "bootstrap.servers": "broker:9092",
+    "topic": "flights",
+    "schema": "flight",
+    "schemas": "{}",
+    "group.id": "floodgate.g.q",
+}
+
+
+@pytest.mark.parametrize("missing", sorted(REQUIRED))
+def test_missing_required_option_is_named(missing: str) -> None:
+    options = {k: v for k, v in REQUIRED.items() if k != missing}
+    with pytest.raises(ValueError, match=f"'{missing}'"):
+        SourceOptions.parse(options)
+
+
+def test_defaults() -> None:
+    parsed = SourceOptions.parse(REQUIRED)
+    assert parsed.stream == "flights"  # the topic, when no stream is given
+    assert parsed.starting_offsets == "committed"
+    assert parsed.timestamp_mode == "server"
+    assert parsed.max_rows_per_trigger is None
+    assert parsed.commit_offsets is True
+    assert parsed.client == {}
+
+
+def test_bad_starting_offsets_names_allowed_values() -> None:
+    with pytest.raises(ValueError) as info:
+        SourceOptions.parse({**REQUIRED, "startingOffsets": "middle"})
+    text = str(info.value)
+    assert "'middle'" in text
+    for allowed in ("committed", "earliest", "latest"):
+        assert allowed in text
+
+
+def test_bad_timestamp_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="wallclock"):
+        SourceOptions.parse({**REQUIRED, "timestampMode": "wallclock"})
+
+
+def test_kafka_options_pass_through_to_client() -> None:
+    parsed = SourceOptions.parse(
+        {**REQUIRED, "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN"}
+    )
+    assert parsed.client == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}
+    consumer = parsed.consumer_config()
+    assert consumer["security.protocol"] == "SASL_SSL"
+    assert consumer["sasl.mechanism"] == "PLAIN"
+    assert consumer["bootstrap.servers"] == "broker:9092"
+    assert consumer["group.id"] == "floodgate.g.q"
+
+
+def test_option_keys_are_case_insensitive() -> None:
+    lower = {
+        **REQUIRED,
+        "stream": "Flights",
+        "maxrowspertrigger": "1000",
+        "startingoffsets": "earliest",
+        "timestampmode": "data_source",
+        "timestampfield": "time_hour",
+        "commitoffsets": "false",
+        "deadlettertopic": "flights.dead-letter",
+        "query": "q",
+        "kafka.security.protocol": "SSL",
+    }
+    mixed = {
+        "BOOTSTRAP.SERVERS": "broker:9092",
+        "Topic": "flights",
+        "SCHEMA": "flight",
+        "Schemas": "{}",
+        "Group.Id": "floodgate.g.q",
+        "STREAM": "Flights",
+        "maxRowsPerTrigger": "1000",
+        "startingOffsets": "earliest",
+        "timestampMode": "data_source",
+        "timestampField": "time_hour",
+        "commitOffsets": "false",
+        "deadLetterTopic": "flights.dead-letter",
+        "Query": "q",
+        "KAFKA.security.protocol": "SSL",
+    }
+    parsed = SourceOptions.parse(mixed)
+    assert parsed == SourceOptions.parse(lower)
+    # Values keep their case; only keys are folded.
+    assert parsed.stream == "Flights"
+    assert parsed.max_rows_per_trigger == 1000
+    assert parsed.starting_offsets == "earliest"
+    assert parsed.timestamp_mode == "data_source"
+    assert parsed.commit_offsets is False
+    assert parsed.dead_letter_topic == "flights.dead-letter"
+    assert parsed.client == {"security.protocol": "SSL"}
