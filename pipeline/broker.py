@@ -51,7 +51,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_broker(bootstrap_servers: str, *, timeout_s: float, client: Mapping[str, Any] = {}) -> None:  # noqa: B006
+def wait_for_broker(
+    bootstrap_servers: str, *, timeout_s: float, client: Mapping[str, Any] = {}
+) -> None:
     """Block until ``bootstrap_servers`` answers a metadata request.
 
     Raises:
@@ -87,10 +89,16 @@ class EmbeddedBroker:
     """
 
     def __init__(
-        self, *, data_dir: str | Path | None = None, port: int | None = None, host: str = "127.0.0.1"
+        self,
+        *,
+        data_dir: str | Path | None = None,
+        port: int | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self._own_dir = data_dir is None
-        self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="floodgate-broker-"))
+        self.data_dir = (
+            Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="floodgate-broker-"))
+        )
         self.host = host
         self.port = port or free_port(host)
         self.process: subprocess.Popen[bytes] | None = None
@@ -171,7 +179,9 @@ class EmbeddedBroker:
                 )
             try:
                 admin.list_topics(timeout=1.0)
-                log.info("embedded broker up at %s (pid %d)", self.bootstrap_servers, self.process.pid)
+                log.info(
+                    "embedded broker up at %s (pid %d)", self.bootstrap_servers, self.process.pid
+                )
                 return self
             except KafkaException:
                 if time.monotonic() > deadline:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 from pathlib import Path
 from typing import Annotated, Any
@@ -50,11 +49,22 @@ def _fail(exc: BaseException) -> typer.Exit:
 @app.command()
 def demo(
     bootstrap: Annotated[
-        str | None, typer.Option(help="Kafka bootstrap servers; default: FLOODGATE_KAFKA_BOOTSTRAP, Docker, or the embedded broker.")
+        str | None,
+        typer.Option(
+            help="Kafka bootstrap servers; default: FLOODGATE_KAFKA_BOOTSTRAP, Docker, "
+            "or the embedded broker."
+        ),
     ] = None,
-    rate: Annotated[float | None, typer.Option(min=1, help="Replay rate in tuples/s (default: as fast as it goes).")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="Replay only the first N flights in event-time order.")] = None,
-    config: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Query group file.")] = None,
+    rate: Annotated[
+        float | None,
+        typer.Option(min=1, help="Replay rate in tuples/s (default: as fast as it goes)."),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Replay only the first N flights in event-time order.")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(exists=True, dir_okay=False, help="Query group file.")
+    ] = None,
     top: Annotated[int, typer.Option(min=1, help="Rows in each result table.")] = 10,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
 ) -> None:
@@ -112,7 +122,9 @@ def demo(
 
     _print_results(result, top)
     if not result.balanced:
-        console.print("[bold red]MISMATCH:[/] tuples produced != tuples processed (+ dead-lettered)")
+        console.print(
+            "[bold red]MISMATCH:[/] tuples produced != tuples processed (+ dead-lettered)"
+        )
         raise typer.Exit(code=1)
     console.print("[bold green]OK:[/] every flight produced was processed by every query.")
 
@@ -124,11 +136,26 @@ def _print_results(result: Any, top: int) -> None:
     hours = result.origin_hours
     busiest = sorted(hours, key=lambda r: (-r["flights"], r["hour_start"], r["origin"]))[:top]
     table = Table(title=f"Busiest origin-hours (top {top})")
-    for column in ("origin", "hour (UTC)", "flights", "departures", "mean dep delay", "mean arr delay"):
-        table.add_column(column, justify="right" if column not in ("origin", "hour (UTC)") else "left")
+    for column in (
+        "origin",
+        "hour (UTC)",
+        "flights",
+        "departures",
+        "mean dep delay",
+        "mean arr delay",
+    ):
+        table.add_column(
+            column, justify="right" if column not in ("origin", "hour (UTC)") else "left"
+        )
     for r in busiest:
-        table.add_row(r["origin"], f"{r['hour_start']:%Y-%m-%d %H:%M}", str(r["flights"]), str(r["departures"]),
-                      fmt(r["mean_dep_delay"]), fmt(r["mean_arr_delay"]))
+        table.add_row(
+            r["origin"],
+            f"{r['hour_start']:%Y-%m-%d %H:%M}",
+            str(r["flights"]),
+            str(r["departures"]),
+            fmt(r["mean_dep_delay"]),
+            fmt(r["mean_arr_delay"]),
+        )
     console.print(table)
 
     delayed = sorted(
@@ -136,11 +163,24 @@ def _print_results(result: Any, top: int) -> None:
         key=lambda r: (-r["mean_dep_delay"], r["hour_start"], r["origin"]),
     )[:top]
     table = Table(title=f"Most delayed origin-hours, at least 10 departures (top {top})")
-    for column in ("origin", "hour (UTC)", "departures", "mean dep delay (min)", "mean arr delay (min)"):
-        table.add_column(column, justify="right" if column not in ("origin", "hour (UTC)") else "left")
+    for column in (
+        "origin",
+        "hour (UTC)",
+        "departures",
+        "mean dep delay (min)",
+        "mean arr delay (min)",
+    ):
+        table.add_column(
+            column, justify="right" if column not in ("origin", "hour (UTC)") else "left"
+        )
     for r in delayed:
-        table.add_row(r["origin"], f"{r['hour_start']:%Y-%m-%d %H:%M}", str(r["departures"]),
-                      fmt(r["mean_dep_delay"]), fmt(r["mean_arr_delay"]))
+        table.add_row(
+            r["origin"],
+            f"{r['hour_start']:%Y-%m-%d %H:%M}",
+            str(r["departures"]),
+            fmt(r["mean_dep_delay"]),
+            fmt(r["mean_arr_delay"]),
+        )
     console.print(table)
 
     summary = Table(title="Figures", show_header=False)
@@ -151,8 +191,13 @@ def _print_results(result: Any, top: int) -> None:
     for query, rows in result.processed.items():
         summary.add_row(f"tuples processed by {query}", f"{rows:,}")
         summary.add_row(f"  dead-lettered by {query}", f"{result.dead_lettered.get(query, 0):,}")
-        summary.add_row(f"  dropped as late by {query}", f"{result.dropped_by_watermark.get(query, 0):,}")
-    summary.add_row("origin-hours / carrier-days", f"{len(result.origin_hours):,} / {len(result.carrier_days):,}")
+        summary.add_row(
+            f"  dropped as late by {query}", f"{result.dropped_by_watermark.get(query, 0):,}"
+        )
+    summary.add_row(
+        "origin-hours / carrier-days",
+        f"{len(result.origin_hours):,} / {len(result.carrier_days):,}",
+    )
     summary.add_row("seconds, first tuple to all processed", f"{result.seconds:.1f}")
     summary.add_row("tuples/s end to end", f"{result.produced / max(result.seconds, 1e-9):,.0f}")
     console.print(summary)
@@ -160,9 +205,19 @@ def _print_results(result: Any, top: int) -> None:
 
 @app.command()
 def run(
-    config: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Query group file (TOML).")],
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: FLOODGATE_KAFKA_BOOTSTRAP, then [kafka] bootstrap_servers).")] = None,
-    available_now: Annotated[bool, typer.Option(help="Process what is available now, then stop (Trigger.AvailableNow).")] = False,
+    config: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, help="Query group file (TOML).")
+    ],
+    bootstrap: Annotated[
+        str | None,
+        typer.Option(
+            help="Kafka bootstrap servers (default: FLOODGATE_KAFKA_BOOTSTRAP, "
+            "then [kafka] bootstrap_servers)."
+        ),
+    ] = None,
+    available_now: Annotated[
+        bool, typer.Option(help="Process what is available now, then stop (Trigger.AvailableNow).")
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
 ) -> None:
     """Run a query group until it is stopped (SIGTERM/Ctrl-C) or, with --available-now, drained."""
@@ -190,7 +245,9 @@ def run(
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         group.start(available_now=available_now)
-        console.print(f"query group {cfg.name} {group.state} ({len(cfg.queries)} queries) on {servers}")
+        console.print(
+            f"query group {cfg.name} {group.state} ({len(cfg.queries)} queries) on {servers}"
+        )
         try:
             if available_now:
                 while not stop.is_set() and not group.await_termination(0.5):
@@ -205,10 +262,48 @@ def run(
         raise _fail(exc) from exc
 
 
+@app.command()
+def broker(
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65535, help="Kafka port (default: a free one).")
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            file_okay=False,
+            help="Data directory, kept on exit (default: a temporary one, removed).",
+        ),
+    ] = None,
+) -> None:
+    """Run the embedded Kafka broker (noida-db) in the foreground until SIGTERM/Ctrl-C.
+
+    Prints ``FLOODGATE_KAFKA_BOOTSTRAP=host:port`` once it answers, for other
+    processes (or a test run) to use as an existing cluster.
+    """
+    from pipeline.broker import EmbeddedBroker
+
+    _setup_logging(False)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    embedded = EmbeddedBroker(data_dir=data_dir, port=port)
+    try:
+        embedded.start()
+    except FloodgateError as exc:
+        raise _fail(exc) from exc
+    print(f"FLOODGATE_KAFKA_BOOTSTRAP={embedded.bootstrap_servers}", flush=True)
+    try:
+        while not stop.wait(0.5):
+            if embedded.pid is None:
+                raise _fail(FloodgateError(f"embedded broker exited:\n{embedded.output_tail()}"))
+    finally:
+        embedded.stop()
+
+
 def main() -> None:
     """Entry point for ``python -m pipeline.cli``."""
     app()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -46,9 +46,7 @@ OVERRIDE_ENV_PREFIX = "FLOODGATE__"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # Spark's delay threshold for withWatermark: "<n> <unit>" (a subset of its interval syntax).
-_INTERVAL = re.compile(
-    r"^\s*\d+\s+(millisecond|second|minute|hour|day|week)s?\s*$", re.IGNORECASE
-)
+_INTERVAL = re.compile(r"^\s*\d+\s+(millisecond|second|minute|hour|day|week)s?\s*$", re.IGNORECASE)
 
 Identifier = Annotated[str, Field(pattern=_IDENTIFIER.pattern)]
 TopicName = Annotated[str, Field(pattern=_TOPIC.pattern)]
@@ -240,9 +238,7 @@ def _resolve(group: StreamSettings, stream: StreamSettings) -> ResolvedStreamSet
     return ResolvedStreamSettings(**values)
 
 
-def load_query_group(
-    path: str | Path, *, env: Mapping[str, str] | None = None
-) -> QueryGroupConfig:
+def load_query_group(path: str | Path, *, env: Mapping[str, str] | None = None) -> QueryGroupConfig:
     """Load and validate a query group file.
 
     Args:

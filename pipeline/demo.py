@@ -231,7 +231,10 @@ def read_all(
     )
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in partitions}
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            for p in partitions
+        }
         pending = {p for p, (low, high) in ends.items() if high > low}
         consumer.assign([TopicPartition(topic, p, ends[p][0]) for p in partitions])
         out: list[Any] = []
@@ -240,14 +243,20 @@ def read_all(
             for message in consumer.consume(num_messages=10_000, timeout=0.5):
                 error = message.error()
                 if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF and message.offset() >= ends[message.partition()][1]:
+                    if (
+                        error.code() == KafkaError._PARTITION_EOF
+                        and (message.offset() or 0) >= ends[message.partition()][1]
+                    ):
                         pending.discard(message.partition())
                     continue
                 out.append(message)
-                if message.offset() + 1 >= ends[message.partition()][1]:
+                if (message.offset() or 0) + 1 >= ends[message.partition()][1]:
                     pending.discard(message.partition())
         if pending:
-            raise TimeoutError(f"reading {topic!r}: partitions {sorted(pending)} not read to the end in {timeout_s} s")
+            raise TimeoutError(
+                f"reading {topic!r}: partitions {sorted(pending)} "
+                f"not read to the end in {timeout_s} s"
+            )
         return out
     finally:
         consumer.close()
@@ -281,7 +290,8 @@ class DemoResult:
     def balanced(self) -> bool:
         """Every query read every produced tuple (processed + dead-lettered == produced)."""
         return all(
-            self.processed[q] + self.dead_lettered.get(q, 0) == self.produced for q in self.processed
+            self.processed[q] + self.dead_lettered.get(q, 0) == self.produced
+            for q in self.processed
         )
 
 
@@ -294,7 +304,9 @@ def demo_config(path: Path, *, run_id: str | None, checkpoint_dir: str) -> Query
     raw = apply_env_overrides(tomllib.loads(path.read_text()), os.environ)
     raw["query_group"]["checkpoint_dir"] = checkpoint_dir
     if run_id:
-        raw["query_group"]["dead_letter_topic"] = f"{raw['query_group']['name']}.dead-letter.{run_id}"
+        raw["query_group"]["dead_letter_topic"] = (
+            f"{raw['query_group']['name']}.dead-letter.{run_id}"
+        )
         for section in ("input_streams", "output_streams"):
             for stream in raw.get(section, {}).values():
                 stream["topic"] = f"{stream['topic']}.{run_id}"
@@ -350,7 +362,9 @@ def run_demo(
         config = demo_config(config_path, run_id=run_id, checkpoint_dir=checkpoints)
         schemas = SchemaRepository.load(config.schema_dir)
         phase("starting the flights query group (SparkSession)")
-        group = QueryGroup(config, bootstrap_servers=broker.bootstrap_servers, spark=spark, schemas=schemas)
+        group = QueryGroup(
+            config, bootstrap_servers=broker.bootstrap_servers, spark=spark, schemas=schemas
+        )
         group.start()
         stack.callback(group.stop)
         stream = config.input_streams["flights"]

@@ -17,7 +17,17 @@ import pandas as pd
 
 #: Columns of the ``flight`` schema that may be null in the data.
 NULLABLE_INT_COLUMNS = ("dep_time", "dep_delay", "arr_time", "arr_delay", "air_time")
-INT_COLUMNS = ("year", "month", "day", "sched_dep_time", "sched_arr_time", "flight", "distance", "hour", "minute")
+INT_COLUMNS = (
+    "year",
+    "month",
+    "day",
+    "sched_dep_time",
+    "sched_arr_time",
+    "flight",
+    "distance",
+    "hour",
+    "minute",
+)
 STRING_COLUMNS = ("carrier", "origin", "dest")
 
 
@@ -60,7 +70,9 @@ def flight_records(df: pd.DataFrame) -> Iterator[dict[str, Any]]:
         for c in STRING_COLUMNS:
             record[c] = str(columns[c][i])
         t = tailnum[i]
-        record["tailnum"] = None if t is None or (isinstance(t, float) and math.isnan(t)) else str(t)
+        record["tailnum"] = (
+            None if t is None or (isinstance(t, float) and math.isnan(t)) else str(t)
+        )
         record["time_hour"] = int(time_hour[i])
         yield record
 

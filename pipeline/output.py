@@ -208,7 +208,10 @@ class KafkaTransactionalSink:
                 marker = json.loads(tp.metadata or "{}")
             except json.JSONDecodeError:
                 return False
-            if marker.get("checkpoint") != self.checkpoint_dir or int(marker.get("batch", -1)) < batch_id:
+            if (
+                marker.get("checkpoint") != self.checkpoint_dir
+                or int(marker.get("batch", -1)) < batch_id
+            ):
                 return False
         return True
 
@@ -228,7 +231,9 @@ class KafkaTransactionalSink:
             rows = df.toArrow().to_pylist()
             self.write(rows, batch_id, offsets)
 
-    def write(self, rows: Sequence[Mapping[str, Any]], batch_id: int, offsets: Sequence[TopicPartition]) -> None:
+    def write(
+        self, rows: Sequence[Mapping[str, Any]], batch_id: int, offsets: Sequence[TopicPartition]
+    ) -> None:
         """Produce ``rows`` and commit ``offsets`` in one transaction.
 
         Raises:
@@ -238,7 +243,9 @@ class KafkaTransactionalSink:
         """
         encoded = [
             (
-                "|".join(_key_text(row.get(c)) for c in self.key_columns).encode() if self.key_columns else None,
+                "|".join(_key_text(row.get(c)) for c in self.key_columns).encode()
+                if self.key_columns
+                else None,
                 self.codec.encode({name: row.get(name) for name in self.codec.schema.field_names}),
             )
             for row in rows
@@ -253,7 +260,10 @@ class KafkaTransactionalSink:
                     producer.poll(0)
             if offsets:
                 producer.send_offsets_to_transaction(
-                    [TopicPartition(tp.topic, tp.partition, tp.offset, metadata=marker) for tp in offsets],
+                    [
+                        TopicPartition(tp.topic, tp.partition, tp.offset, metadata=marker)
+                        for tp in offsets
+                    ],
                     self._get_consumer().consumer_group_metadata(),
                     TRANSACTION_TIMEOUT_S,
                 )
@@ -261,7 +271,8 @@ class KafkaTransactionalSink:
         except KafkaException as exc:
             self._abort(producer, exc)
             raise QueryGroupError(
-                f"batch {batch_id}: output transaction to {self.topic!r} failed and was aborted: {exc}",
+                f"batch {batch_id}: output transaction to {self.topic!r} failed "
+                f"and was aborted: {exc}",
                 query_group=self.query_group,
                 query=self.query,
             ) from exc

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import os
 import sys
 import threading
@@ -220,7 +221,10 @@ class QueryGroup:
             s = self.config.output_settings(name)
             topics[out.topic] = (s.partitions, s.replication_factor)
         group = self.config.query_group
-        topics[self.config.dead_letter_topic] = (group.partitions or 1, group.replication_factor or 1)
+        topics[self.config.dead_letter_topic] = (
+            group.partitions or 1,
+            group.replication_factor or 1,
+        )
         return topics
 
     def start(self, *, available_now: bool = False) -> QueryGroup:
@@ -341,11 +345,15 @@ class QueryGroup:
         if available_now:
             writer = writer.trigger(availableNow=True)
         else:
-            writer = writer.trigger(processingTime=f"{self.config.query_group.trigger_interval_ms} milliseconds")
+            writer = writer.trigger(
+                processingTime=f"{self.config.query_group.trigger_interval_ms} milliseconds"
+            )
         try:
             query = writer.start()
         except Exception as exc:
-            raise QueryGroupError(f"failed to start: {exc}", query_group=self.name, query=name) from exc
+            raise QueryGroupError(
+                f"failed to start: {exc}", query_group=self.name, query=name
+            ) from exc
         running = _RunningQuery(name, query, sink)
         with self._lock:
             self._queries[name] = running
@@ -446,7 +454,11 @@ class QueryGroup:
         for name, query in self.queries().items():
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                done = query.awaitTermination(remaining) if remaining is not None else query.awaitTermination()
+                done = (
+                    query.awaitTermination(math.ceil(remaining))
+                    if remaining is not None
+                    else query.awaitTermination()
+                )
             except Exception as exc:
                 self.state = QueryGroupState.FAILED
                 raise QueryGroupError(str(exc), query_group=self.name, query=name) from exc

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 from fastavro.schema import fingerprint as _fastavro_fingerprint
@@ -96,7 +96,7 @@ class RegisteredSchema:
         """The fastavro-parsed schema, with (default) or without logical types."""
         if logical not in self._parsed:
             raw = self.schema if logical else strip_logical_types(self.schema)
-            self._parsed[logical] = parse_schema(copy.deepcopy(raw))
+            self._parsed[logical] = cast(Schema, parse_schema(copy.deepcopy(raw)))
         return self._parsed[logical]
 
     @cached_property
@@ -330,7 +330,11 @@ def _offending_field(schema: RegisteredSchema, record: Mapping[str, Any]) -> str
                 return str(name)
             continue
         value = record[name]
-        if name in _int_fields(schema.schema) and isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
+        if (
+            name in _int_fields(schema.schema)
+            and isinstance(value, int)
+            and not _INT_MIN <= value <= _INT_MAX
+        ):
             return str(name)
         try:
             _validate(value, _field_schema(schema, name), raise_errors=True)

@@ -30,7 +30,6 @@ Trigger.AvailableNow is supported (:class:`SupportsTriggerAvailableNow`).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -88,6 +87,12 @@ READ_STALL_TIMEOUT_S = 60.0
 Offsets = dict[int, int]
 
 
+def dead_letter_key(query: str | None, message: Any) -> bytes:
+    """Key of a dead-letter record: ``<query>@<topic>/<partition>/<offset>``, unique per
+    reading query and tuple, so a reader can drop the repeats of a retried task."""
+    return f"{query or ''}@{message.topic()}/{message.partition()}/{message.offset()}".encode()
+
+
 # --------------------------------------------------------------------------- offsets
 
 
@@ -108,7 +113,9 @@ def offsets_from_json(topic: str, value: Mapping[str, Any]) -> Offsets:
     return {int(p): int(o) for p, o in per_partition.items()}
 
 
-def plan_batch_end(start: Mapping[int, int], latest: Mapping[int, int], max_rows: int | None) -> Offsets:
+def plan_batch_end(
+    start: Mapping[int, int], latest: Mapping[int, int], max_rows: int | None
+) -> Offsets:
     """Choose a micro-batch's end offsets under a row limit.
 
     Args:
@@ -199,7 +206,7 @@ def _spark_field(stream: str, avro_field: Mapping[str, Any]) -> StructField:
         if len(branches) != 1:
             raise SchemaError(
                 f"stream {stream!r}: field {name!r} is a union of {avro_type}; the source "
-                "supports only [\"null\", T]",
+                'supports only ["null", T]',
                 stream=stream,
                 field=name,
             )
@@ -306,7 +313,8 @@ class SourceOptions:
                 max_rows = 0
             if max_rows < 1:
                 raise ValueError(
-                    f"{SOURCE_NAME}: maxRowsPerTrigger = {max_rows_text!r}; allowed: a whole number >= 1"
+                    f"{SOURCE_NAME}: maxRowsPerTrigger = {max_rows_text!r}; "
+                    "allowed: a whole number >= 1"
                 )
         commit = lower.get("commitoffsets", "true").lower()
         if commit not in ("true", "false"):
@@ -314,11 +322,14 @@ class SourceOptions:
         starting = lower.get("startingoffsets", "committed")
         if starting not in ("committed", "earliest", "latest"):
             raise ValueError(
-                f"{SOURCE_NAME}: startingOffsets = {starting!r}; allowed: committed, earliest, latest"
+                f"{SOURCE_NAME}: startingOffsets = {starting!r}; "
+                "allowed: committed, earliest, latest"
             )
         mode = lower.get("timestampmode", "server")
         if mode not in ("server", "data_source"):
-            raise ValueError(f"{SOURCE_NAME}: timestampMode = {mode!r}; allowed: server, data_source")
+            raise ValueError(
+                f"{SOURCE_NAME}: timestampMode = {mode!r}; allowed: server, data_source"
+            )
         return cls(
             bootstrap_servers=required("bootstrap.servers"),
             topic=required("topic"),
@@ -460,7 +471,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for p in latest:
             begin.setdefault(p, 0)
         if self._available_now_target is not None:
-            latest = {p: min(o, self._available_now_target.get(p, begin[p])) for p, o in latest.items()}
+            latest = {
+                p: min(o, self._available_now_target.get(p, begin[p])) for p, o in latest.items()
+            }
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = plan_batch_end(begin, latest, max_rows)
         return offsets_to_json(self.options.topic, end)
@@ -520,7 +533,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class _PartitionReader:
     """Reads one :class:`KafkaInputPartition` in a Python worker."""
 
-    def __init__(self, options: SourceOptions, schema: StructType, partition: KafkaInputPartition) -> None:
+    def __init__(
+        self, options: SourceOptions, schema: StructType, partition: KafkaInputPartition
+    ) -> None:
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -557,7 +572,9 @@ class _PartitionReader:
             next_offset = start
             last_progress = time.monotonic()
             while next_offset < end:
-                messages = consumer.consume(num_messages=min(10_000, end - next_offset), timeout=1.0)
+                messages = consumer.consume(
+                    num_messages=min(10_000, end - next_offset), timeout=1.0
+                )
                 if not messages:
                     position = consumer.position([TopicPartition(topic, p)])[0].offset
                     if position >= end:  # the tail was transaction markers
@@ -572,11 +589,16 @@ class _PartitionReader:
                     error = message.error()
                     if error is not None:
                         if error.code() == KafkaError._PARTITION_EOF:
-                            if message.offset() >= end:
+                            if (message.offset() or 0) >= end:
                                 next_offset = end
                             continue
-                        if error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
-                            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                        if error.code() in (
+                            KafkaError.OFFSET_OUT_OF_RANGE,
+                            KafkaError._AUTO_OFFSET_RESET,
+                        ):
+                            low, _ = consumer.get_watermark_offsets(
+                                TopicPartition(topic, p), timeout=10
+                            )
                             raise DataLossError(
                                 f"the broker no longer holds offset {next_offset} ({error.str()})",
                                 topic=topic,
@@ -586,7 +608,7 @@ class _PartitionReader:
                                 available_from=low,
                             )
                         raise KafkaException(error)
-                    offset = message.offset()
+                    offset = int(message.offset() or 0)
                     if offset >= end:
                         next_offset = end
                         break
@@ -611,7 +633,14 @@ class _PartitionReader:
             row = self.codec.decode(value if value is not None else b"", logical=False)
         except DeserializationError as exc:
             self._dead.append(
-                (message, exc.at(topic=message.topic(), partition=message.partition(), offset=message.offset()))
+                (
+                    message,
+                    exc.at(
+                        topic=message.topic(),
+                        partition=message.partition(),
+                        offset=message.offset(),
+                    ),
+                )
             )
             return None
         ts_type, ts = message.timestamp()
@@ -661,7 +690,11 @@ class _PartitionReader:
             values = [r.get(field.name) for r in rows]
             if pa.types.is_timestamp(field.type):
                 # epoch milliseconds -> the microsecond timestamps Spark expects
-                array = pa.array(values, type=pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(field.type)
+                array = (
+                    pa.array(values, type=pa.int64())
+                    .cast(pa.timestamp("ms", tz="UTC"))
+                    .cast(field.type)
+                )
             elif pa.types.is_date32(field.type):
                 array = pa.array(values, type=pa.int32()).cast(field.type)
             else:
@@ -696,7 +729,8 @@ class _PartitionReader:
                 failures.append(str(err))
 
         for message, error in self._dead:
-            headers = list(message.headers() or []) + [
+            headers = [
+                *(message.headers() or []),
                 (DLQ_REASON, error.reason.encode()),
                 (DLQ_ERROR, str(error).encode()),
                 (DLQ_STREAM, self.options.stream.encode()),
@@ -707,7 +741,7 @@ class _PartitionReader:
             ]
             producer.produce(
                 self.options.dead_letter_topic,
-                key=f"{self.options.query or ''}@{message.topic()}/{message.partition()}/{message.offset()}".encode(),
+                key=dead_letter_key(self.options.query, message),
                 value=message.value(),
                 headers=headers,
                 on_delivery=on_delivery,

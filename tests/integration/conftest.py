@@ -107,20 +107,28 @@ def flights_raw_config(
             "schema": "flight",
             "key": ["carrier", "flight", "time_hour"],
         }
-        raw["queries"]["copy"] = {"sql": PASSTHROUGH_SQL, "output": "flights_copy", "output_mode": "append"}
+        raw["queries"]["copy"] = {
+            "sql": PASSTHROUGH_SQL,
+            "output": "flights_copy",
+            "output_mode": "append",
+        }
     return raw
 
 
 @pytest.fixture
 def flights_config(run_id: str, tmp_path: Path) -> Callable[..., QueryGroupConfig]:
     def make(**kwargs: Any) -> QueryGroupConfig:
-        return parse_query_group(flights_raw_config(run_id, tmp_path / "checkpoints", **kwargs), env={})
+        return parse_query_group(
+            flights_raw_config(run_id, tmp_path / "checkpoints", **kwargs), env={}
+        )
 
     return make
 
 
 @pytest.fixture
-def produce(bootstrap: str, schemas: SchemaRepository) -> Callable[[str, list[dict[str, Any]]], None]:
+def produce(
+    bootstrap: str, schemas: SchemaRepository
+) -> Callable[[str, list[dict[str, Any]]], None]:
     """Produce flight tuples to a topic (4 partitions, created if missing) and wait for acks."""
 
     def send(topic: str, records: list[dict[str, Any]]) -> None:

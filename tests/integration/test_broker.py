@@ -34,7 +34,9 @@ def test_a_broker_that_cannot_start_names_the_command_and_its_output() -> None:
         with pytest.raises(BrokerError) as info:
             EmbeddedBroker(port=port).start(timeout_s=20)
     error = info.value
-    assert error.command is not None and "--kafka-port" in error.command and str(port) in error.command
+    assert (
+        error.command is not None and "--kafka-port" in error.command and str(port) in error.command
+    )
     assert "already in use" in error.output
     assert "command:" in str(error) and "already in use" in str(error)
 
@@ -55,8 +57,11 @@ def test_an_unreachable_named_cluster_is_a_clear_error() -> None:
 
 
 def test_topics_are_created_with_the_configured_partition_count(bootstrap: str) -> None:
-    names = {f"t-{uuid.uuid4().hex[:8]}": (3, 1), f"t-{uuid.uuid4().hex[:8]}": (1, 1)}
+    three, one = (f"t-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    names = {three: (3, 1), one: (1, 1)}
     ensure_topics(bootstrap, names)
     ensure_topics(bootstrap, names)  # idempotent
     topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
-    assert {name: len(topics[name].partitions) for name in names} == {n: p for n, (p, _) in names.items()}
+    assert {name: len(topics[name].partitions) for name in names} == {
+        n: p for n, (p, _) in names.items()
+    }

@@ -6,6 +6,7 @@ its Python workers); a kill takes the whole group down, as a crashed host would.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -29,10 +30,20 @@ from .conftest import flights_raw_config
 DRIVER_TIMEOUT_S = 240.0
 
 
-def start_driver(config_path: Path, bootstrap: str, log_path: Path, **env: str) -> subprocess.Popen[bytes]:
+def start_driver(
+    config_path: Path, bootstrap: str, log_path: Path, **env: str
+) -> subprocess.Popen[bytes]:
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "run", str(config_path), "--bootstrap", bootstrap],
+            [
+                sys.executable,
+                "-m",
+                "pipeline.cli",
+                "run",
+                str(config_path),
+                "--bootstrap",
+                bootstrap,
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -42,10 +53,8 @@ def start_driver(config_path: Path, bootstrap: str, log_path: Path, **env: str) 
 
 
 def kill_group(process: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait(timeout=30)
 
 
@@ -66,18 +75,29 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, log_p
         if predicate():
             return
         time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}; driver log:\n{log_path.read_text()[-4000:]}")
+    raise AssertionError(
+        f"timed out waiting for {what}; driver log:\n{log_path.read_text()[-4000:]}"
+    )
 
 
 def copies(bootstrap: str, topic: str, schemas: SchemaRepository) -> Counter[tuple[Any, ...]]:
     """The output tuples as a multiset: a duplicate counts twice."""
     codec = StreamCodec("flights", schemas.get("flight"), schemas)
-    return Counter(tuple(sorted(codec.decode(m.value(), logical=False).items())) for m in read_all(bootstrap, topic))
+    return Counter(
+        tuple(sorted(codec.decode(m.value(), logical=False).items()))
+        for m in read_all(bootstrap, topic)
+    )
 
 
-def setup_group(run_id: str, tmp_path: Path, produce: Callable[..., None], records: list[dict[str, Any]]) -> tuple[Any, Path]:
+def setup_group(
+    run_id: str, tmp_path: Path, produce: Callable[..., None], records: list[dict[str, Any]]
+) -> tuple[Any, Path]:
     raw = flights_raw_config(
-        run_id, tmp_path / "checkpoints", max_rows_per_trigger=250, only_passthrough=True, trigger_interval_ms=0
+        run_id,
+        tmp_path / "checkpoints",
+        max_rows_per_trigger=250,
+        only_passthrough=True,
+        trigger_interval_ms=0,
     )
     config_path = tmp_path / "group.toml"
     config_path.write_text(tomli_w.dumps(raw))
@@ -87,7 +107,12 @@ def setup_group(run_id: str, tmp_path: Path, produce: Callable[..., None], recor
 
 
 def drain_and_check(
-    config: Any, config_path: Path, bootstrap: str, schemas: SchemaRepository, records: list[dict[str, Any]], log_path: Path
+    config: Any,
+    config_path: Path,
+    bootstrap: str,
+    schemas: SchemaRepository,
+    records: list[dict[str, Any]],
+    log_path: Path,
 ) -> None:
     topic = config.input_streams["flights"].topic
     group = config.consumer_group("copy")
@@ -110,7 +135,12 @@ def drain_and_check(
 
 
 def test_crash_after_the_output_commit_replays_without_duplicates(
-    bootstrap: str, schemas: SchemaRepository, flights: list[dict[str, Any]], run_id: str, tmp_path: Path, produce: Any
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Path,
+    produce: Any,
 ) -> None:
     records = flights[:2_000]
     config, config_path = setup_group(run_id, tmp_path, produce, records)
@@ -119,7 +149,9 @@ def test_crash_after_the_output_commit_replays_without_duplicates(
     # Killed right after batch 2's transaction commits, before Spark logs the batch as done.
     driver = start_driver(config_path, bootstrap, log_path, **{FAILPOINT_ENV: "after-commit:2"})
     try:
-        assert driver.wait(timeout=DRIVER_TIMEOUT_S) == -signal.SIGKILL, log_path.read_text()[-4000:]
+        assert driver.wait(timeout=DRIVER_TIMEOUT_S) == -signal.SIGKILL, log_path.read_text()[
+            -4000:
+        ]
     finally:
         kill_group(driver)
     written = len(read_all(bootstrap, config.output_streams["flights_copy"].topic))
@@ -129,7 +161,12 @@ def test_crash_after_the_output_commit_replays_without_duplicates(
 
 
 def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing(
-    bootstrap: str, schemas: SchemaRepository, flights: list[dict[str, Any]], run_id: str, tmp_path: Path, produce: Any
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Path,
+    produce: Any,
 ) -> None:
     records = flights[:3_000]
     config, config_path = setup_group(run_id, tmp_path, produce, records)

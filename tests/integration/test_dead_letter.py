@@ -45,7 +45,9 @@ def test_malformed_unknown_fingerprint_and_overflowing_tuples_are_dead_lettered(
             topic,
             key=reason.encode(),
             value=value,
-            on_delivery=lambda err, msg, r=reason: where.__setitem__(r, (msg.partition(), msg.offset())),
+            on_delivery=lambda err, msg, r=reason: where.__setitem__(
+                r, (msg.partition(), msg.offset())
+            ),
         )
     assert producer.flush(30) == 0
     produce(topic, good[500:])
@@ -67,7 +69,10 @@ def test_malformed_unknown_fingerprint_and_overflowing_tuples_are_dead_lettered(
     for reason, (headers, message) in by_reason.items():
         partition, offset = where[reason]
         assert headers["floodgate.topic"] == topic
-        assert (int(headers["floodgate.partition"]), int(headers["floodgate.offset"])) == (partition, offset)
+        assert (int(headers["floodgate.partition"]), int(headers["floodgate.offset"])) == (
+            partition,
+            offset,
+        )
         assert headers["floodgate.stream"] == "flights"
         assert headers["floodgate.query"] == "copy"
         assert message.value() == bad[reason]  # the original bytes, kept for replay

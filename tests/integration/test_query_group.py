@@ -47,7 +47,9 @@ def actual(rows: list[dict[str, Any]], keys: list[str]) -> pd.DataFrame:
     if "hour_start" in df:
         df["hour_start"] = pd.to_datetime(df["hour_start"], utc=True)
         df = df.drop(columns=["hour_end"])
-    return df.set_index(keys).sort_index()[["flights", "departures", "mean_dep_delay", "mean_arr_delay"]]
+    return df.set_index(keys).sort_index()[
+        ["flights", "departures", "mean_dep_delay", "mean_arr_delay"]
+    ]
 
 
 def assert_same_figures(got: pd.DataFrame, want: pd.DataFrame) -> None:
@@ -62,7 +64,9 @@ def assert_same_figures(got: pd.DataFrame, want: pd.DataFrame) -> None:
                 assert g == pytest.approx(w, rel=1e-9, abs=1e-9), (column, key, g, w)
 
 
-def read_outputs(bootstrap: str, config: QueryGroupConfig, schemas: SchemaRepository) -> dict[str, list[dict[str, Any]]]:
+def read_outputs(
+    bootstrap: str, config: QueryGroupConfig, schemas: SchemaRepository
+) -> dict[str, list[dict[str, Any]]]:
     out = {}
     for name, stream in config.output_streams.items():
         out[name] = read_table(
@@ -98,16 +102,27 @@ def test_flights_figures_equal_an_independent_pandas_computation(
         assert s.batches >= math.ceil(len(flights) / 1_000), name
 
     outputs = read_outputs(bootstrap, config, schemas)
-    assert_same_figures(actual(outputs["delays_by_origin_hour"], ["origin", "hour_start"]), expected_by_origin_hour(flights))
-    assert_same_figures(actual(outputs["delays_by_carrier_day"], ["carrier", "day"]), expected_by_carrier_day(flights))
+    assert_same_figures(
+        actual(outputs["delays_by_origin_hour"], ["origin", "hour_start"]),
+        expected_by_origin_hour(flights),
+    )
+    assert_same_figures(
+        actual(outputs["delays_by_carrier_day"], ["carrier", "day"]),
+        expected_by_carrier_day(flights),
+    )
 
     # The queries' consumer groups show no lag to any Kafka tool.
     topic = config.input_streams["flights"].topic
     for query in config.queries:
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": config.consumer_group(query)})
+        consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": config.consumer_group(query)}
+        )
         try:
             committed = consumer.committed([TopicPartition(topic, p) for p in range(4)], timeout=10)
-            highs = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(4)]
+            highs = [
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(4)
+            ]
         finally:
             consumer.close()
         assert [tp.offset for tp in committed] == highs, query
@@ -146,7 +161,10 @@ def test_stop_and_restart_from_the_checkpoint_loses_and_duplicates_nothing(
     assert got == Counter(_identity(r) for r in flights)  # a duplicate would count twice
 
     outputs = read_outputs(bootstrap, config, schemas)
-    assert_same_figures(actual(outputs["delays_by_origin_hour"], ["origin", "hour_start"]), expected_by_origin_hour(flights))
+    assert_same_figures(
+        actual(outputs["delays_by_origin_hour"], ["origin", "hour_start"]),
+        expected_by_origin_hour(flights),
+    )
 
 
 def _identity(record: dict[str, Any]) -> tuple[Any, ...]:
