@@ -212,7 +212,7 @@ class StreamCodec:
         try:
             for name in self._int_fields:
                 value = record.get(name)
-                if value is not None and not _INT_MIN <= value <= _INT_MAX:
+                if type(value) is int and not _INT_MIN <= value <= _INT_MAX:
                     raise ValueError(f"{value} is outside Avro int's 32 bits")
             # strict_allow_default: exactly the schema's fields, but a missing field
             # that has a default takes it (fastavro: it replaces ``strict``).

@@ -544,6 +544,18 @@ class _PartitionReader:
         repository = SchemaRepository.from_json(options.schemas_json)
         self.codec = StreamCodec(options.stream, repository.get(options.schema_name), repository)
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        # Timestamps arrive as epoch milliseconds and dates as epoch days (logical types
+        # stripped for speed): build with those, then cast the few columns concerned.
+        self._raw_schema = pa.schema(
+            [
+                pa.field(f.name, pa.int64(), f.nullable)
+                if pa.types.is_timestamp(f.type)
+                else pa.field(f.name, pa.int32(), f.nullable)
+                if pa.types.is_date32(f.type)
+                else f
+                for f in self.arrow_schema
+            ]
+        )
         self.fields = self.codec.schema.field_names
         # Columns built from epoch-millisecond longs / epoch-day ints (logical types stripped).
         self._time_fields = {
@@ -556,7 +568,16 @@ class _PartitionReader:
     def batches(self) -> Iterator[Any]:
         consumer = Consumer(
             self.options.consumer_config(
-                **{"auto.offset.reset": "error", "enable.partition.eof": True}
+                **{
+                    "auto.offset.reset": "error",
+                    "enable.partition.eof": True,
+                    # librdkafka prefetches up to 100 000 messages by default; with the
+                    # embedded broker that costs it 2.8 s of CPU per 336 776 tuples
+                    # against 0.2 s at 10 000 (bench/README.md), and the batch is read
+                    # to a known end anyway. A user's kafka.queued.min.messages wins.
+                    "queued.min.messages": 10_000,
+                    **self.options.client,
+                }
             )
         )
         topic, p, start, end = (
@@ -685,22 +706,17 @@ class _PartitionReader:
 
     def _to_arrow(self, rows: list[dict[str, Any]]) -> Any:
         pa = self._pa
-        arrays = []
-        for field in self.arrow_schema:
-            values = [r.get(field.name) for r in rows]
+        # from_pylist transposes in C++: ~2.3x faster than a list per column here.
+        raw = pa.RecordBatch.from_pylist(rows, schema=self._raw_schema)
+        columns = []
+        for field, column in zip(self.arrow_schema, raw.columns, strict=True):
             if pa.types.is_timestamp(field.type):
                 # epoch milliseconds -> the microsecond timestamps Spark expects
-                array = (
-                    pa.array(values, type=pa.int64())
-                    .cast(pa.timestamp("ms", tz="UTC"))
-                    .cast(field.type)
-                )
+                column = column.cast(pa.timestamp("ms", tz="UTC")).cast(field.type)
             elif pa.types.is_date32(field.type):
-                array = pa.array(values, type=pa.int32()).cast(field.type)
-            else:
-                array = pa.array(values, type=field.type)
-            arrays.append(array)
-        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
+                column = column.cast(field.type)
+            columns.append(column)
+        return pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
 
     def _send_dead_letters(self) -> None:
         """Send undecodable tuples to the dead-letter topic, then wait for the acks.

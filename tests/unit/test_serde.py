@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
@@ -364,3 +364,17 @@ def test_schema_that_does_not_parse_is_refused() -> None:
         SchemaRepository({"broken": {"type": "record", "name": "B", "fields": [{"name": "x"}]}})
     assert info.value.stream == "broken"
     assert "'broken'" in str(info.value)
+
+
+def test_a_date_logical_type_encodes_and_decodes() -> None:
+    repo = SchemaRepository.load()
+    codec = StreamCodec("delays_by_carrier_day", repo.get("delays_by_carrier_day"), repo)
+    record = {
+        "carrier": "UA",
+        "day": date(2013, 7, 4),
+        "flights": 3,
+        "departures": 2,
+        "mean_dep_delay": 1.5,
+        "mean_arr_delay": None,
+    }
+    assert codec.decode(codec.encode(record)) == record
