@@ -5,4 +5,16 @@ the back-pressure client, the Spark source, the bounded output writer, and
 query groups. ``admission/`` and ``sweeper/`` build on it; it never imports them.
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
+__all__ = ["connect"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so Spark's Python workers importing pipeline.source do not load the client.
+    if name == "connect":
+        from pipeline.client import connect
+
+        return connect
+    raise AttributeError(f"module 'pipeline' has no attribute {name!r}")

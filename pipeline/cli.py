@@ -188,6 +188,10 @@ def _print_results(result: Any, top: int) -> None:
     summary.add_column("value", justify="right")
     summary.add_row("broker", f"{result.broker_kind} at {result.bootstrap_servers}")
     summary.add_row("tuples produced", f"{result.produced:,}")
+    summary.add_row(
+        "  producer blocked by back-pressure",
+        f"{result.blocked_s:.1f} s (queue max {result.max_queue_size:,})",
+    )
     for query, rows in result.processed.items():
         summary.add_row(f"tuples processed by {query}", f"{rows:,}")
         summary.add_row(f"  dead-lettered by {query}", f"{result.dead_lettered.get(query, 0):,}")

@@ -72,10 +72,29 @@ class StreamSettings(_Strict):
     max_rows_per_trigger: Annotated[int, Field(ge=1)] | None = None
     """Most tuples one micro-batch reads from an input stream (Spark ``ReadMaxRows``);
     ``0`` is not allowed -- leave it unset at every level for no limit."""
+    max_queue_size: Annotated[int, Field(ge=1)] | None = None
+    """Most tuples the stream's queue may hold (seed 000: ``stream.maxQueueSize``)."""
+    free_input_queue_size_threshold: Annotated[int, Field(ge=0, le=100)] | None = None
+    """Percent of free space at or below which producers are told the queue is filling
+    (seed 000: ``stream.freeInputQueueSizeThreshold``)."""
+    resume_free_queue_size_threshold: Annotated[int, Field(ge=0, le=100)] | None = None
+    """Percent of free space a blocked ``put`` waits for before it sends (the seed's
+    "Process 2" resume check, built in)."""
+    queue_refresh_interval_ms: Annotated[int, Field(ge=0, le=60_000)] | None = None
+    """Longest a producer goes without reading the queue's state from the broker; in
+    between it counts its own sends. 0 reads before every put."""
 
 
 #: The system defaults: the first of the three levels.
-SYSTEM_DEFAULTS = StreamSettings(partitions=4, replication_factor=1, max_rows_per_trigger=50_000)
+SYSTEM_DEFAULTS = StreamSettings(
+    partitions=4,
+    replication_factor=1,
+    max_rows_per_trigger=50_000,
+    max_queue_size=100_000,
+    free_input_queue_size_threshold=20,
+    resume_free_queue_size_threshold=50,
+    queue_refresh_interval_ms=200,
+)
 
 
 class ResolvedStreamSettings(_Strict):
@@ -84,6 +103,10 @@ class ResolvedStreamSettings(_Strict):
     partitions: int
     replication_factor: int
     max_rows_per_trigger: int | None
+    max_queue_size: int
+    free_input_queue_size_threshold: int
+    resume_free_queue_size_threshold: int
+    queue_refresh_interval_ms: int
 
 
 class KafkaConfig(_Strict):
@@ -138,6 +161,9 @@ class InputStreamConfig(StreamSettings):
     starting_offsets: Literal["committed", "earliest", "latest"] = "committed"
     """Where a query with a new checkpoint starts: the consumer group's committed
     offsets (earliest where none), the log start, or the high watermark."""
+    key: list[str] = Field(default_factory=list)
+    """Fields whose values, joined with ``|``, form the Kafka key the client writes
+    (empty: no key; ``murmur2_random`` then spreads tuples at random)."""
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, populate_by_name=True, coerce_numbers_to_str=True
@@ -184,6 +210,9 @@ class QueryConfig(_Strict):
     output_mode: Literal["append", "update", "complete"] = "append"
     """Spark output mode. ``update`` re-emits a group's row each time it changes; readers
     take the latest per key, as for a compacted topic."""
+    inputs: list[Identifier] | None = None
+    """The input streams the query reads; default: those whose name appears as a word
+    in ``sql``. Input queue lengths are counted from the slowest of these readers."""
 
 
 class QueryGroupConfig(_Strict):
@@ -216,6 +245,16 @@ class QueryGroupConfig(_Strict):
     def consumer_group(self, query: str) -> str:
         """The Kafka consumer group a query commits its input offsets to."""
         return f"{self.query_group.consumer_group_prefix}.{self.name}.{query}"
+
+    def readers(self, stream: str) -> list[str]:
+        """Names of the queries that read an input stream (``inputs``, or a word match
+        of the stream's name in the query's SQL)."""
+        pattern = re.compile(rf"\b{re.escape(stream)}\b", re.IGNORECASE)
+        return [
+            name
+            for name, query in self.queries.items()
+            if (stream in query.inputs if query.inputs is not None else pattern.search(query.sql))
+        ]
 
     def input_settings(self, stream: str) -> ResolvedStreamSettings:
         """Resolve an input stream's settings: system defaults -> query group -> stream."""
@@ -283,6 +322,16 @@ def parse_query_group(
     except ValidationError as exc:
         raise _config_error(exc, source) from None
     for name, query in config.queries.items():
+        for stream in query.inputs or []:
+            if stream not in config.input_streams:
+                allowed = ", ".join(sorted(config.input_streams))
+                raise ConfigError(
+                    f"{source}: invalid query group file:\n  key 'queries.{name}.inputs' names "
+                    f"{stream!r}, which is no input stream; declared: {allowed}",
+                    key=f"queries.{name}.inputs",
+                    value=stream,
+                    allowed=allowed,
+                )
         if query.output not in config.output_streams:
             allowed = ", ".join(sorted(config.output_streams)) or "(no output streams declared)"
             raise ConfigError(

@@ -13,9 +13,10 @@
 5. checks that tuples produced == tuples processed by every query (+ dead-lettered),
    and stops cleanly.
 
-The replayer writes through any object with ``put(list_of_tuples)`` and
-``put_end()``: the data transmission API's shape, so the back-pressure client
-plugs in without changing the replay.
+The replay writes through the back-pressure client
+(:class:`~pipeline.client.StreamInput`, ``put(block=True)``): when the
+``flights`` input stream queue (``max_queue_size`` in ``conf/flights.toml``) is
+full, producing waits until the query group has processed enough.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.broker import Broker, resolve_broker
+from pipeline.client import StreamInput, connect
 from pipeline.config import QueryGroupConfig, apply_env_overrides, parse_query_group
-from pipeline.errors import DeliveryError
-from pipeline.flights import flight_key, flight_records, load_flights
+from pipeline.flights import flight_records, load_flights
 from pipeline.query_group import QueryGroup
 from pipeline.serde import SchemaRepository, StreamCodec
 
@@ -47,122 +48,28 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "flights.toml
 REPLAY_BATCH = 1_000
 
 
-class TupleWriter(Protocol):
-    """What the replay writes through: the data transmission API's shape."""
-
-    def put(self, tuples: list[dict[str, Any]]) -> Any:
-        """Hand over a batch of tuples."""
-
-    def put_end(self) -> None:
-        """Wait until every tuple handed over is acknowledged."""
-
-
-class KafkaTupleWriter:
-    """Writes tuples of one stream to Kafka: Avro single-object values, idempotent producer.
-
-    Args:
-        bootstrap_servers: the cluster.
-        topic: the stream's topic.
-        codec: the stream's codec.
-        key: the Kafka key of a tuple (default: none).
-        client: extra librdkafka properties.
-
-    ``acks=all`` and ``enable.idempotence``; ``partitioner=murmur2_random`` puts keys
-    where the Java client would (DESIGN.md section 8). ``BufferError`` is never
-    swallowed: the writer polls and retries, and delivery failures are raised by
-    :meth:`put_end` as :class:`~pipeline.errors.DeliveryError`.
-    """
-
-    def __init__(
-        self,
-        *,
-        bootstrap_servers: str,
-        topic: str,
-        codec: StreamCodec,
-        key: Callable[[dict[str, Any]], bytes | None] | None = None,
-        client: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.topic = topic
-        self.codec = codec
-        self.key = key
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap_servers,
-                "enable.idempotence": True,
-                "acks": "all",
-                "partitioner": "murmur2_random",
-                "linger.ms": 10,
-                **(client or {}),
-            }
-        )
-        self.sent = 0
-        self._failed: list[tuple[int, str]] = []
-
-    def put(self, tuples: list[dict[str, Any]]) -> int:
-        """Encode and send ``tuples`` (encoding all first: a bad tuple sends nothing).
-
-        Returns:
-            How many were handed to the producer.
-
-        Raises:
-            SchemaError: a tuple does not match the stream's schema.
-        """
-        encoded = [(self.key(t) if self.key else None, self.codec.encode(t)) for t in tuples]
-        base = self.sent
-        for i, (key, value) in enumerate(encoded):
-            index = base + i
-            while True:
-                try:
-                    self.producer.produce(
-                        self.topic, key=key, value=value, on_delivery=self._on_delivery(index)
-                    )
-                    break
-                except BufferError:
-                    self.producer.poll(0.05)
-        self.producer.poll(0)
-        self.sent += len(encoded)
-        return len(encoded)
-
-    def _on_delivery(self, index: int) -> Callable[[Any, Any], None]:
-        def callback(err: Any, _msg: Any) -> None:
-            if err is not None:
-                self._failed.append((index, str(err)))
-
-        return callback
-
-    def put_end(self, timeout_s: float = 60.0) -> None:
-        """Wait for every delivery report.
-
-        Raises:
-            DeliveryError: tuples the broker did not acknowledge, by index.
-        """
-        remaining = self.producer.flush(timeout_s)
-        if remaining:
-            self._failed.append((-1, f"{remaining} tuples still in flight after {timeout_s:.0f} s"))
-        if self._failed:
-            raise DeliveryError(
-                f"{len(self._failed)} tuples to {self.topic!r} were not acknowledged; "
-                f"first: {self._failed[0][1]}",
-                failed=self._failed,
-            )
-
-
 @dataclass
 class FlightReplayer:
-    """Replays flights in event-time order through a :class:`TupleWriter`.
+    """Replays flights in event-time order through the back-pressure client.
+
+    Each batch is ``put(block=True)``: when the input stream queue is full the
+    replay waits until the query group has made room (DESIGN.md section 4.1).
 
     Args:
-        writer: where the tuples go.
+        writer: the flights input stream of the query group.
         records: the flight tuples, in event-time order.
         rate: tuples per second; ``None`` for as fast as it goes.
         batch: tuples per ``put``.
+        put_timeout_s: the longest one ``put`` may wait for room.
     """
 
-    writer: TupleWriter
+    writer: StreamInput
     records: list[dict[str, Any]]
     rate: float | None = None
     batch: int = REPLAY_BATCH
+    put_timeout_s: float = 600.0
     produced: int = 0
+    blocked_s: float = 0.0
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -177,8 +84,9 @@ class FlightReplayer:
                     delay = due - time.monotonic()
                     if delay > 0:
                         time.sleep(delay)
-                self.writer.put(chunk)
-                self.produced += len(chunk)
+                result = self.writer.put(chunk, block=True, timeout_s=self.put_timeout_s)
+                self.produced += result.accepted
+                self.blocked_s += result.blocked_s
             self.writer.put_end()
         except BaseException as exc:
             self.error = exc
@@ -273,6 +181,8 @@ class DemoResult:
         dropped_by_watermark: per query, rows the watermark dropped as late.
         origin_hours / carrier_days: the output tables (latest per key).
         seconds: wall time from the first tuple produced to all processed.
+        blocked_s: seconds the replay waited for room in the input stream queue.
+        max_queue_size: the flights input stream queue's bound.
         bootstrap_servers / broker_kind: where it ran.
     """
 
@@ -285,6 +195,8 @@ class DemoResult:
     seconds: float
     bootstrap_servers: str
     broker_kind: str
+    blocked_s: float = 0.0
+    max_queue_size: int = 0
 
     @property
     def balanced(self) -> bool:
@@ -367,14 +279,10 @@ def run_demo(
         )
         group.start()
         stack.callback(group.stop)
-        stream = config.input_streams["flights"]
-        writer = KafkaTupleWriter(
-            bootstrap_servers=broker.bootstrap_servers,
-            topic=stream.topic,
-            codec=StreamCodec("flights", schemas.get(stream.schema_), schemas),
-            key=flight_key,
-            client=config.kafka.client,
+        connector = stack.enter_context(
+            connect(bootstrap_servers=broker.bootstrap_servers, config=config, schemas=schemas)
         )
+        writer = connector.open_stream_input(config.name, "flights")
         replayer = FlightReplayer(writer, records, rate=rate)
         phase("replaying flights")
         started = time.monotonic()
@@ -434,4 +342,6 @@ def run_demo(
             seconds=seconds,
             bootstrap_servers=broker.bootstrap_servers,
             broker_kind=broker.kind,
+            blocked_s=replayer.blocked_s,
+            max_queue_size=writer.max_queue_size,
         )

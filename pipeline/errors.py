@@ -8,6 +8,7 @@ their data as attributes, not only in the message.
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Sequence
 
 
@@ -177,3 +178,60 @@ class QueryGroupError(FloodgateError, RuntimeError):
         super().__init__(f"{where}: {message}")
         self.query_group = query_group
         self.query = query
+
+
+class QueueFullError(FloodgateError, queue.Full):
+    """A put does not fit in the free space of the stream queue; nothing of it was sent.
+
+    Seed 000_eb6ebce252a05f96.txt: ``SDPClientFreeInputQueueSizeLackException``.
+
+    Attributes:
+        stream: the stream.
+        requested: tuples in the refused put.
+        free: free queue size when it was refused (tuples).
+        max_size: the queue's max queue size (tuples).
+        length: queue length when it was refused (tuples), when known.
+    """
+
+    def __init__(
+        self,
+        *,
+        stream: str,
+        requested: int,
+        free: int,
+        max_size: int,
+        length: int | None = None,
+        waited_s: float = 0.0,
+    ) -> None:
+        used = max_size - free
+        text = (
+            f"stream {stream!r}: queue full: a put of {requested} tuples does not fit in "
+            f"{free} free; {used} of {max_size} tuples in use ({used / max_size:.0%} full)"
+        )
+        if requested > max_size:
+            text += "; the put is larger than the whole queue: split it or raise max_queue_size"
+        if waited_s:
+            text += f"; waited {waited_s:.1f} s"
+        super().__init__(text)
+        self.stream = stream
+        self.requested = requested
+        self.free = free
+        self.max_size = max_size
+        self.length = length
+
+
+class QueueThresholdExceeded(FloodgateError):
+    """The put *was accepted*, and the free space is now at or below the threshold.
+
+    Raised after the tuples were handed to the broker, only with
+    ``raise_on_threshold=True`` (seed 000:
+    ``SDPClientFreeInputQueueSizeThresholdOverException``): the producer should
+    slow down or wait for :meth:`~pipeline.client.StreamInput.free_queue_size`.
+
+    Attributes:
+        result: the :class:`~pipeline.client.PutResult` of the accepted put.
+    """
+
+    def __init__(self, message: str, *, result: object) -> None:
+        super().__init__(message)
+        self.result = result

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from pipeline.broker import Broker, ensure_topics, resolve_broker
+from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.demo import KafkaTupleWriter
-from pipeline.flights import flight_key, flight_records, load_flights
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.flights import flight_records, load_flights
+from pipeline.serde import SchemaRepository
 
 ROOT = Path(__file__).resolve().parents[2]
 FLIGHTS_TOML = ROOT / "conf" / "flights.toml"
@@ -128,18 +128,18 @@ def flights_config(run_id: str, tmp_path: Path) -> Callable[..., QueryGroupConfi
 @pytest.fixture
 def produce(
     bootstrap: str, schemas: SchemaRepository
-) -> Callable[[str, list[dict[str, Any]]], None]:
-    """Produce flight tuples to a topic (4 partitions, created if missing) and wait for acks."""
+) -> Callable[[QueryGroupConfig, list[dict[str, Any]]], None]:
+    """Put flight tuples into a query group's ``flights`` input stream through the
+    back-pressure client (topic created if missing), and wait for every ack."""
 
-    def send(topic: str, records: list[dict[str, Any]]) -> None:
-        ensure_topics(bootstrap, {topic: (4, 1)})
-        writer = KafkaTupleWriter(
-            bootstrap_servers=bootstrap,
-            topic=topic,
-            codec=StreamCodec("flights", schemas.get("flight"), schemas),
-            key=flight_key,
-        )
-        writer.put(records)
-        writer.put_end()
+    def send(config: QueryGroupConfig, records: list[dict[str, Any]]) -> None:
+        stream = config.input_streams["flights"]
+        settings = config.input_settings("flights")
+        ensure_topics(bootstrap, {stream.topic: (settings.partitions, settings.replication_factor)})
+        with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
+            stream_input = connector.open_stream_input(config.name, "flights")
+            for i in range(0, len(records), 1_000):
+                stream_input.put(records[i : i + 1_000])
+            stream_input.put_end()
 
     return send

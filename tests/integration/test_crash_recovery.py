@@ -102,7 +102,7 @@ def setup_group(
     config_path = tmp_path / "group.toml"
     config_path.write_text(tomli_w.dumps(raw))
     config = parse_query_group(raw, env={})
-    produce(config.input_streams["flights"].topic, records)
+    produce(config, records)
     return config, config_path
 
 

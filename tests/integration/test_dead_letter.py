@@ -27,7 +27,7 @@ def test_malformed_unknown_fingerprint_and_overflowing_tuples_are_dead_lettered(
     config = flights_config(only_passthrough=True)
     topic = config.input_streams["flights"].topic
     good = flights[:1_000]
-    produce(topic, good[:500])
+    produce(config, good[:500])
 
     # A producer that bypassed our codec: Avro int fields hold a 40-bit varint.
     overflow = dict(good[0], distance=2**40)
@@ -50,7 +50,7 @@ def test_malformed_unknown_fingerprint_and_overflowing_tuples_are_dead_lettered(
             ),
         )
     assert producer.flush(30) == 0
-    produce(topic, good[500:])
+    produce(config, good[500:])
 
     with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
         group.start()

@@ -87,7 +87,7 @@ def test_flights_figures_equal_an_independent_pandas_computation(
     produce: Callable[..., None],
 ) -> None:
     config = flights_config(max_rows_per_trigger=1_000)
-    produce(config.input_streams["flights"].topic, flights)
+    produce(config, flights)
 
     with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
         group.start()
@@ -137,9 +137,8 @@ def test_stop_and_restart_from_the_checkpoint_loses_and_duplicates_nothing(
     produce: Callable[..., None],
 ) -> None:
     config = flights_config(max_rows_per_trigger=500, passthrough=True)
-    topic = config.input_streams["flights"].topic
     half = len(flights) // 2
-    produce(topic, flights[:half])
+    produce(config, flights[:half])
 
     with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
         group.start()
@@ -147,7 +146,7 @@ def test_stop_and_restart_from_the_checkpoint_loses_and_duplicates_nothing(
         first_run = group.stats()
     assert all(s.input_rows == half for s in first_run.values())
 
-    produce(topic, flights[half:])
+    produce(config, flights[half:])
     with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
         group.start()
         group.process_all_available()
@@ -180,7 +179,7 @@ def test_trigger_available_now_reads_what_was_there_and_stops(
     produce: Callable[..., None],
 ) -> None:
     config = flights_config(max_rows_per_trigger=700, only_passthrough=True)
-    produce(config.input_streams["flights"].topic, flights[:2_000])
+    produce(config, flights[:2_000])
 
     with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
         group.start(available_now=True)

@@ -1,0 +1,527 @@
+"""The back-pressure client: the data transmission API (DESIGN.md section 4.1).
+
+Seed 000_eb6ebce252a05f96.txt, "(2) Preventing the input stream queue from
+overflowing", on Kafka::
+
+    from pipeline import connect
+    from pipeline.errors import QueueFullError, QueueThresholdExceeded
+
+    with connect(bootstrap_servers="kafka:9092", config="conf/flights.toml") as connector:
+        stream_input = connector.open_stream_input("flights", "flights")
+        stream_input.max_queue_size        # tuples (getMaxQueueSize)
+        stream_input.free_queue_size()     # tuples, fresh from the broker (getFreeQueueSize)
+        result = stream_input.put(tuples)  # all or nothing
+        stream_input.put(tuples, block=True, timeout_s=30.0)
+        stream_input.put_end()             # every delivery report, or DeliveryError
+
+Rules:
+
+* ``put`` encodes every tuple first (a tuple that does not match the stream's
+  Avro schema is refused, naming the field, before anything is sent), then
+  checks the free space: a batch that does not fit sends nothing and raises
+  :class:`~pipeline.errors.QueueFullError` (stream, requested, free, max).
+* After an accepted put, free space at or below
+  ``free_input_queue_size_threshold`` percent is signalled: ``result.threshold_exceeded``,
+  the ``on_threshold`` callback, and with ``raise_on_threshold=True``
+  :class:`~pipeline.errors.QueueThresholdExceeded` *after* the tuples were
+  accepted. One warning line ``FG-CLIENT-001`` is logged per crossing.
+* ``put(block=True)`` waits, sleeping between reads of the broker (no busy
+  loop), until the batch fits and the free space is above
+  ``resume_free_queue_size_threshold`` percent (the seed's resume check, built in).
+* Free space comes from the broker (:class:`~pipeline.queues.QueueProbe`), read at
+  most ``queue_refresh_interval_ms`` apart and again before a refusal; in between
+  the client counts its own sends (:class:`~pipeline.queues.QueueBudget`), so
+  one producer never overfills the queue. Several producers can overshoot by at
+  most what the others send within one refresh interval (see ``QueueBudget``).
+* The producer is idempotent with ``acks=all``; ``put_end`` raises
+  :class:`~pipeline.errors.DeliveryError` listing every tuple the broker did not
+  acknowledge, by its index in the order of ``put`` calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer
+from prometheus_client import CollectorRegistry
+
+from pipeline.config import QueryGroupConfig, bootstrap_from, load_query_group
+from pipeline.errors import ConfigError, DeliveryError, QueueFullError, QueueThresholdExceeded
+from pipeline.metrics import ClientMetrics
+from pipeline.queues import QueueBudget, QueueProbe, QueueSnapshot, SweptCounter
+from pipeline.serde import SchemaRepository, StreamCodec
+
+log = logging.getLogger(__name__)
+
+#: Stable message code of the threshold warning (seed 000: KFSP42032-W).
+THRESHOLD_MESSAGE_CODE = "FG-CLIENT-001"
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """What an accepted ``put`` did.
+
+    Attributes:
+        accepted: tuples handed to the broker.
+        free_queue_size: free space after the put, as the client counts it (tuples).
+        max_queue_size: the queue's bound (tuples).
+        threshold_exceeded: free space is at or below ``free_input_queue_size_threshold``.
+        blocked_s: seconds the put waited for space (``block=True``).
+    """
+
+    accepted: int
+    free_queue_size: int
+    max_queue_size: int
+    threshold_exceeded: bool
+    blocked_s: float = 0.0
+
+    @property
+    def free_ratio(self) -> float:
+        """``free_queue_size / max_queue_size`` (0..1)."""
+        return self.free_queue_size / self.max_queue_size
+
+
+class StreamInput:
+    """Writes tuples of one input stream of one query group, within its queue's bound.
+
+    Made by :meth:`Connector.open_stream_input`; see the module docstring.
+
+    Args:
+        config: the query group.
+        stream: the input stream's name.
+        bootstrap_servers: the cluster.
+        schemas: the schema repository.
+        metrics: the client's metric families (one set per registry, shared by streams).
+        swept: the sweep catalog's counts (default: nothing swept).
+        on_threshold: called with the :class:`PutResult` of each put that leaves the
+            free space at or below the threshold.
+        raise_on_threshold: raise :class:`QueueThresholdExceeded` after such a put.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: QueryGroupConfig,
+        stream: str,
+        bootstrap_servers: str,
+        schemas: SchemaRepository,
+        metrics: ClientMetrics,
+        swept: SweptCounter | None = None,
+        on_threshold: Callable[[PutResult], None] | None = None,
+        raise_on_threshold: bool = False,
+    ) -> None:
+        if stream not in config.input_streams:
+            raise ConfigError(
+                f"query group {config.name!r} has no input stream {stream!r}; "
+                f"it has {sorted(config.input_streams)}",
+                key="input_streams",
+                value=stream,
+                allowed=", ".join(sorted(config.input_streams)),
+            )
+        self.query_group = config.name
+        self.stream = stream
+        stream_config = config.input_streams[stream]
+        self.topic = stream_config.topic
+        self.settings = config.input_settings(stream)
+        self.key_fields = list(stream_config.key)
+        self.codec = StreamCodec(stream, schemas.get(stream_config.schema_), schemas)
+        readers = config.readers(stream)
+        self.probe = QueueProbe(
+            bootstrap_servers=bootstrap_servers,
+            stream=stream,
+            topic=self.topic,
+            groups=[config.consumer_group(q) for q in readers],
+            max_queue_size=self.settings.max_queue_size,
+            swept=swept,
+            client=config.kafka.client,
+        )
+        self.on_threshold = on_threshold
+        self.raise_on_threshold = raise_on_threshold
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "enable.idempotence": True,
+                "acks": "all",
+                "partitioner": "murmur2_random",
+                "linger.ms": 5,
+                **config.kafka.client,
+            }
+        )
+        self._budget = QueueBudget(self.settings.max_queue_size)
+        self._snapshot: QueueSnapshot | None = None
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._in_flight_lock = threading.Lock()
+        self._next_index = 0
+        self._failed: list[tuple[int, str]] = []
+        self._below_threshold = False
+        self._wakeup = threading.Event()
+        labels = {"query_group": self.query_group, "stream": stream}
+        self._m_length = metrics.queue_length.labels(**labels)
+        self._m_free_ratio = metrics.queue_free_ratio.labels(**labels)
+        self._m_accepted = metrics.put_tuples.labels(**labels, result="accepted")
+        self._m_rejected = metrics.put_tuples.labels(**labels, result="rejected")
+        self._m_crossings = metrics.threshold_crossings.labels(**labels)
+        self._m_blocked = metrics.blocked_seconds.labels(**labels)
+        metrics.queue_max_size.labels(**labels).set(self.settings.max_queue_size)
+
+    # -- the queue -------------------------------------------------------------
+
+    @property
+    def max_queue_size(self) -> int:
+        """The input stream queue's bound, tuples (seed: ``getMaxQueueSize``)."""
+        return self.settings.max_queue_size
+
+    def free_queue_size(self) -> int:
+        """Free space in the input stream queue now, tuples, read fresh from the broker
+        (seed: ``getFreeQueueSize``). This producer's unacknowledged tuples count as used.
+
+        Raises:
+            BrokerError: the broker did not answer.
+        """
+        with self._lock:
+            self._refresh()
+            return self._budget.available
+
+    def queue_length(self) -> int:
+        """Tuples in the queue at the last read of the broker (read now if never read)."""
+        with self._lock:
+            if self._snapshot is None:
+                self._refresh()
+            assert self._snapshot is not None
+            return self._snapshot.length
+
+    def _refresh(self) -> None:
+        with self._in_flight_lock:
+            in_flight = self._in_flight  # read before the broker, so never undercounted
+        snapshot = self.probe.snapshot()
+        self._snapshot = snapshot
+        self._budget.refresh(snapshot.length, in_flight)
+        self._m_length.set(snapshot.length)
+        self._update_threshold_state()
+
+    def _stale(self) -> bool:
+        if self._snapshot is None:
+            return True
+        age_ms = (time.monotonic() - self._snapshot.taken_at) * 1000
+        return age_ms >= self.settings.queue_refresh_interval_ms
+
+    def _percent_free(self) -> float:
+        return 100.0 * self._budget.available / self.max_queue_size
+
+    def _update_threshold_state(self) -> bool:
+        """Track threshold crossings; True when this call saw a downward crossing."""
+        free = self._budget.available
+        self._m_free_ratio.set(free / self.max_queue_size)
+        below = self._percent_free() <= self.settings.free_input_queue_size_threshold
+        crossed = below and not self._below_threshold
+        self._below_threshold = below
+        if crossed:
+            self._m_crossings.inc()
+            length = self.max_queue_size - free
+            log.warning(
+                "%s free space of stream queue at or below threshold: query_group=%s stream=%s "
+                "length=%d max=%d threshold=%d%%",
+                THRESHOLD_MESSAGE_CODE,
+                self.query_group,
+                self.stream,
+                length,
+                self.max_queue_size,
+                self.settings.free_input_queue_size_threshold,
+            )
+        return crossed
+
+    # -- put -------------------------------------------------------------------
+
+    def _key(self, record: Mapping[str, Any]) -> bytes | None:
+        if not self.key_fields:
+            return None
+        return "|".join(
+            "" if record.get(f) is None else str(record.get(f)) for f in self.key_fields
+        ).encode()
+
+    def put(
+        self,
+        tuples: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        block: bool = False,
+        timeout_s: float | None = None,
+    ) -> PutResult:
+        """Hand tuples to the input stream queue, all or nothing.
+
+        Args:
+            tuples: one tuple (a dict) or a list of them, shaped by the stream's schema.
+            block: wait for free space instead of raising :class:`QueueFullError`.
+            timeout_s: with ``block``, the longest wait (seconds); ``None`` waits forever.
+
+        Returns:
+            The :class:`PutResult`.
+
+        Raises:
+            SchemaError: a tuple does not match the schema (names the field); nothing sent.
+            QueueFullError: the batch does not fit (at once, or at ``timeout_s``); nothing sent.
+            QueueThresholdExceeded: with ``raise_on_threshold``, *after* the tuples were accepted.
+            BrokerError: the queue's state could not be read.
+        """
+        batch = [tuples] if isinstance(tuples, Mapping) else list(tuples)
+        encoded = [(self._key(t), self.codec.encode(t)) for t in batch]
+        count = len(encoded)
+        if count == 0:
+            with self._lock:
+                return PutResult(
+                    0, self._budget.available, self.max_queue_size, self._below_threshold
+                )
+        started = time.monotonic()
+        deadline = None if timeout_s is None else started + timeout_s
+        with self._lock:
+            if count > self.max_queue_size:
+                self._m_rejected.inc(count)
+                raise QueueFullError(
+                    stream=self.stream,
+                    requested=count,
+                    free=self._budget.available,
+                    max_size=self.max_queue_size,
+                )
+            if self._stale():
+                self._refresh()
+            fits = self._budget.try_reserve(count)
+            if not fits:
+                self._refresh()  # never refuse on a stale count
+                fits = self._budget.try_reserve(count)
+            while not fits and block:
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                fits = self._wait_for_space(count, deadline) and self._budget.try_reserve(count)
+            blocked_s = time.monotonic() - started if block else 0.0
+            if blocked_s:
+                self._m_blocked.inc(blocked_s)
+            if not fits:
+                self._m_rejected.inc(count)
+                raise QueueFullError(
+                    stream=self.stream,
+                    requested=count,
+                    free=self._budget.available,
+                    max_size=self.max_queue_size,
+                    length=self._snapshot.length if self._snapshot else None,
+                    waited_s=blocked_s,
+                )
+            self._send(encoded)
+            self._m_accepted.inc(count)
+            crossed = self._update_threshold_state()
+            result = PutResult(
+                count, self._budget.available, self.max_queue_size, self._below_threshold, blocked_s
+            )
+        if result.threshold_exceeded:
+            if self.on_threshold is not None:
+                self.on_threshold(result)
+            if self.raise_on_threshold:
+                raise QueueThresholdExceeded(
+                    f"stream {self.stream!r}: put of {count} tuples accepted; free space "
+                    f"{result.free_queue_size} of {self.max_queue_size} is at or below "
+                    f"{self.settings.free_input_queue_size_threshold}%"
+                    + (" (crossed now)" if crossed else ""),
+                    result=result,
+                )
+        return result
+
+    def _wait_for_space(self, count: int, deadline: float | None) -> bool:
+        """Sleep one refresh interval (or until ``deadline``), then read the broker.
+
+        Returns:
+            Whether to resume: the batch fits *and* the free space is above
+            ``resume_free_queue_size_threshold`` percent (the seed's resume check), so a
+            blocked producer does not nibble at a nearly full queue.
+        """
+        interval = max(self.settings.queue_refresh_interval_ms, 50) / 1000
+        if deadline is not None:
+            interval = max(0.0, min(interval, deadline - time.monotonic()))
+        self._producer.poll(0)
+        self._wakeup.wait(interval)
+        self._refresh()
+        resume = self._percent_free() > self.settings.resume_free_queue_size_threshold
+        return resume and self._budget.available >= count
+
+    def _send(self, encoded: list[tuple[bytes | None, bytes]]) -> None:
+        base = self._next_index
+        self._next_index += len(encoded)
+        with self._in_flight_lock:
+            self._in_flight += len(encoded)
+        for i, (key, value) in enumerate(encoded):
+            callback = self._delivery(base + i)
+            while True:
+                try:
+                    self._producer.produce(self.topic, key=key, value=value, on_delivery=callback)
+                    break
+                except BufferError:
+                    # librdkafka's local queue is full: serve delivery reports, retry.
+                    self._producer.poll(0.05)
+        self._producer.poll(0)
+
+    def _delivery(self, index: int) -> Callable[[Any, Any], None]:
+        def on_delivery(err: Any, _msg: Any) -> None:
+            with self._in_flight_lock:
+                self._in_flight -= 1
+            if err is not None:
+                self._failed.append((index, str(err)))
+
+        return on_delivery
+
+    def put_end(self, timeout_s: float = 60.0) -> None:
+        """Wait for every delivery report.
+
+        Raises:
+            DeliveryError: tuples the broker did not acknowledge, by index (0-based, in
+                the order they were put), with the broker's error; nothing is dropped
+                silently.
+        """
+        remaining = self._producer.flush(timeout_s)
+        failed = list(self._failed)
+        if remaining:
+            with self._in_flight_lock:
+                in_flight = self._in_flight
+            failed.append((-1, f"{in_flight} tuples still unacknowledged after {timeout_s:.0f} s"))
+        if failed:
+            self._failed.clear()
+            raise DeliveryError(
+                f"stream {self.stream!r}: {len(failed)} tuples were not acknowledged "
+                "by the broker; "
+                f"first: tuple {failed[0][0]}: {failed[0][1]}",
+                failed=failed,
+            )
+
+    def close(self) -> None:
+        """Wait briefly for what is in flight; use :meth:`put_end` to be told of failures."""
+        try:
+            self._producer.flush(5)
+        except KafkaException:
+            log.exception("flush on close failed")
+
+
+class Connector:
+    """A connection to Floodgate for data transmission applications.
+
+    Made by :func:`connect`. Holds the query group configs, the schema repository and
+    a metrics registry; opens :class:`StreamInput` objects.
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        configs: Sequence[QueryGroupConfig],
+        schemas: SchemaRepository,
+        registry: CollectorRegistry,
+        stop: Callable[[], None] | None = None,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.configs = {c.name: c for c in configs}
+        self.schemas = schemas
+        self.registry = registry
+        self.metrics = ClientMetrics(registry)
+        self._inputs: list[StreamInput] = []
+        self._stop = stop
+
+    def config(self, query_group: str) -> QueryGroupConfig:
+        """The config of a query group.
+
+        Raises:
+            ConfigError: no such query group; names the known ones.
+        """
+        try:
+            return self.configs[query_group]
+        except KeyError:
+            raise ConfigError(
+                f"no query group {query_group!r}; this connector knows {sorted(self.configs)}",
+                key="query_group.name",
+                value=query_group,
+                allowed=", ".join(sorted(self.configs)),
+            ) from None
+
+    def open_stream_input(
+        self,
+        query_group: str,
+        stream: str,
+        *,
+        on_threshold: Callable[[PutResult], None] | None = None,
+        raise_on_threshold: bool = False,
+        swept: SweptCounter | None = None,
+    ) -> StreamInput:
+        """Open an input stream of a query group for writing (seed: ``openStreamInput``).
+
+        Raises:
+            ConfigError: no such query group or stream.
+        """
+        stream_input = StreamInput(
+            config=self.config(query_group),
+            stream=stream,
+            bootstrap_servers=self.bootstrap_servers,
+            schemas=self.schemas,
+            metrics=self.metrics,
+            swept=swept,
+            on_threshold=on_threshold,
+            raise_on_threshold=raise_on_threshold,
+        )
+        self._inputs.append(stream_input)
+        return stream_input
+
+    def close(self) -> None:
+        """Close every stream opened here."""
+        for stream_input in self._inputs:
+            stream_input.close()
+        self._inputs.clear()
+        if self._stop is not None:
+            stop, self._stop = self._stop, None
+            stop()
+
+    def __enter__(self) -> Connector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(
+    *,
+    config: str | Path | QueryGroupConfig | Sequence[str | Path | QueryGroupConfig],
+    bootstrap_servers: str | None = None,
+    registry: CollectorRegistry | None = None,
+    schemas: SchemaRepository | None = None,
+) -> Connector:
+    """Connect a data transmission application to Floodgate.
+
+    Args:
+        config: one or more query group files (or loaded configs).
+        bootstrap_servers: the cluster; default: ``FLOODGATE_KAFKA_BOOTSTRAP``, then the
+            first config's ``[kafka] bootstrap_servers``.
+        registry: where the client's metrics go (default: a new registry).
+        schemas: the schema repository (default: the first config's ``schema_dir``).
+
+    Raises:
+        ConfigError: a config is refused, or no cluster is named anywhere.
+    """
+    items = [config] if isinstance(config, str | Path | QueryGroupConfig) else list(config)
+    configs = [c if isinstance(c, QueryGroupConfig) else load_query_group(c) for c in items]
+    if not configs:
+        raise ConfigError("connect() needs at least one query group config", key="config")
+    servers = bootstrap_servers or bootstrap_from(configs[0].kafka)
+    if not servers:
+        raise ConfigError(
+            "no Kafka cluster: pass bootstrap_servers=, set FLOODGATE_KAFKA_BOOTSTRAP, "
+            "or set [kafka] bootstrap_servers",
+            key="kafka.bootstrap_servers",
+        )
+    return Connector(
+        bootstrap_servers=servers,
+        configs=configs,
+        schemas=schemas or SchemaRepository.load(configs[0].schema_dir),
+        registry=registry or CollectorRegistry(),
+    )
+
+
+__all__ = ["Connector", "PutResult", "StreamInput", "connect"]

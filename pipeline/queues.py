@@ -1,0 +1,285 @@
+"""Queue accounting: length, max and free space of input and output stream queues.
+
+An *input stream queue* (DESIGN.md section 1) is the tuples of an input stream
+that its query group has not processed yet. On Kafka, per partition:
+
+    length_p = high_watermark_p - position_p - swept_p
+
+where ``position_p`` is the slowest reading query's committed offset (each query
+commits to its own consumer group, ``floodgate.<group>.<query>``; before its first
+commit, a query is at the log start), and ``swept_p`` is what the sweeper moved
+out of the broker into BLOBs (the sweep catalog's count; zero until a sweeper
+registers one). The queue length is the sum over partitions; the free queue size
+is ``max_queue_size - length`` (seed 000_eb6ebce252a05f96.txt, getFreeQueueSize).
+
+:class:`QueueBudget` is the client side of the bound: between two reads of the
+broker, a producer counts what it sends itself, so one producer can never make
+the queue exceed its max, whatever the broker's state lags behind (property-
+tested in ``tests/unit/test_queue_budget.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from pipeline.errors import BrokerError
+
+
+@dataclass(frozen=True)
+class PartitionQueue:
+    """One partition's share of a queue.
+
+    Attributes:
+        high: the high watermark (next offset to be written).
+        log_start: the first offset the broker still holds.
+        committed: the slowest reader's committed offset; ``None`` before any commit.
+        swept: tuples of ``[position, high)`` held in BLOBs instead of the broker.
+    """
+
+    high: int
+    log_start: int = 0
+    committed: int | None = None
+    swept: int = 0
+
+    @property
+    def position(self) -> int:
+        """Where the slowest reader is: its commit, or the log start before it has one."""
+        return self.log_start if self.committed is None else max(self.committed, self.log_start)
+
+    @property
+    def length(self) -> int:
+        """Tuples of this partition still queued in the broker."""
+        return max(0, self.high - self.position - self.swept)
+
+
+@dataclass(frozen=True)
+class QueueSnapshot:
+    """A queue's state as read from the broker at one moment.
+
+    Attributes:
+        stream: the stream's name.
+        max_queue_size: the configured bound, in tuples.
+        partitions: per partition :class:`PartitionQueue`.
+        taken_at: ``time.monotonic()`` when it was read.
+    """
+
+    stream: str
+    max_queue_size: int
+    partitions: Mapping[int, PartitionQueue]
+    taken_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def length(self) -> int:
+        """Queue length in tuples (sum over partitions)."""
+        return sum(p.length for p in self.partitions.values())
+
+    @property
+    def free_queue_size(self) -> int:
+        """``max_queue_size - length``, never below 0 (tuples)."""
+        return max(0, self.max_queue_size - self.length)
+
+    @property
+    def free_ratio(self) -> float:
+        """Free space as a ratio of the max, 0..1."""
+        return self.free_queue_size / self.max_queue_size if self.max_queue_size else 0.0
+
+
+def slowest_commits(
+    commits: Iterable[Mapping[int, int | None]], partitions: Iterable[int]
+) -> dict[int, int | None]:
+    """Per partition, the slowest of several readers' committed offsets.
+
+    A reader with no commit on a partition is at the log start there, which is
+    behind any commit: the result is then ``None`` for that partition.
+    """
+    result: dict[int, int | None] = {}
+    readers = list(commits)
+    for p in partitions:
+        values = [c.get(p) for c in readers]
+        result[p] = (
+            None
+            if not values or any(v is None for v in values)
+            else min(v for v in values if v is not None)
+        )
+    return result
+
+
+class SweptCounter(Protocol):
+    """What the sweep catalog tells queue accounting (DESIGN.md section 4.3)."""
+
+    def swept(self, topic: str, partition: int, position: int) -> int:
+        """Tuples of ``[position, high)`` of a partition that are held in BLOBs."""
+
+
+class NothingSwept:
+    """The :class:`SweptCounter` before a sweeper exists: nothing is swept."""
+
+    def swept(self, topic: str, partition: int, position: int) -> int:
+        return 0
+
+
+class QueueProbe:
+    """Reads a queue's state from the broker.
+
+    Args:
+        bootstrap_servers: the cluster.
+        stream: the stream's name (for snapshots and errors).
+        topic: the stream's topic.
+        groups: the consumer groups that read it (the queries of the query group).
+        max_queue_size: the bound, tuples.
+        swept: the sweep catalog's counts (default: nothing swept).
+        client: extra librdkafka properties.
+        timeout_s: per broker request.
+
+    One :meth:`snapshot` costs two ``ListOffsets`` requests and one
+    ``OffsetFetch`` per group, issued concurrently.
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        stream: str,
+        topic: str,
+        groups: Iterable[str],
+        max_queue_size: int,
+        swept: SweptCounter | None = None,
+        client: Mapping[str, str | int | float | bool] | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.stream = stream
+        self.topic = topic
+        self.groups = list(groups)
+        self.max_queue_size = max_queue_size
+        self.swept = swept or NothingSwept()
+        self.timeout_s = timeout_s
+        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client or {})})
+        self._partitions: list[int] | None = None
+        self._lock = threading.Lock()
+
+    def partitions(self) -> list[int]:
+        """The topic's partitions (cached; call :meth:`forget_partitions` after a resize)."""
+        if self._partitions is None:
+            metadata = self._admin.list_topics(self.topic, timeout=self.timeout_s)
+            topic = metadata.topics.get(self.topic)
+            if topic is None or topic.error is not None or not topic.partitions:
+                raise BrokerError(f"stream {self.stream!r}: topic {self.topic!r} is not available")
+            self._partitions = sorted(topic.partitions)
+        return self._partitions
+
+    def forget_partitions(self) -> None:
+        """Re-read the partition list on the next snapshot."""
+        self._partitions = None
+
+    def snapshot(self) -> QueueSnapshot:
+        """The queue's state now.
+
+        Raises:
+            BrokerError: the broker did not answer within ``timeout_s``.
+        """
+        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+
+        with self._lock:
+            partitions = self.partitions()
+            tps = [TopicPartition(self.topic, p) for p in partitions]
+            try:
+                latest = self._admin.list_offsets(
+                    {tp: OffsetSpec.latest() for tp in tps}, request_timeout=self.timeout_s
+                )
+                earliest = self._admin.list_offsets(
+                    {tp: OffsetSpec.earliest() for tp in tps}, request_timeout=self.timeout_s
+                )
+                group_futures = [
+                    self._admin.list_consumer_group_offsets(
+                        [ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout_s
+                    )[group]
+                    for group in self.groups
+                ]
+                highs = {tp.partition: f.result().offset for tp, f in latest.items()}
+                starts = {tp.partition: f.result().offset for tp, f in earliest.items()}
+                commits = []
+                for future in group_futures:
+                    result = future.result()
+                    commits.append(
+                        {
+                            tp.partition: (
+                                tp.offset if tp.offset is not None and tp.offset >= 0 else None
+                            )
+                            for tp in result.topic_partitions
+                        }
+                    )
+            except KafkaException as exc:
+                raise BrokerError(
+                    f"stream {self.stream!r}: cannot read queue state of {self.topic!r}: {exc}"
+                ) from exc
+        slowest = slowest_commits(commits, partitions) if commits else dict.fromkeys(partitions)
+        queues = {}
+        for p in partitions:
+            base = PartitionQueue(high=highs[p], log_start=starts[p], committed=slowest[p])
+            swept = self.swept.swept(self.topic, p, base.position)
+            queues[p] = PartitionQueue(base.high, base.log_start, base.committed, swept)
+        return QueueSnapshot(self.stream, self.max_queue_size, queues)
+
+
+class QueueBudget:
+    """How many tuples one producer may still send, between reads of the broker.
+
+    After a read (:meth:`refresh`), the free space is the snapshot's, less the
+    tuples this producer had in flight *before* the read began (they were not in
+    the high watermark yet, or were: counting them again only errs on the safe
+    side). Every send is then counted against it until the next read. Since
+    consumption only ever frees space, the estimate never exceeds the truth, and
+    one producer can never make ``length + in flight`` exceed the max.
+
+    Several producers each count only their own sends, and see the others' tuples
+    only once the broker has acknowledged them. Each may fill the free space ``F``
+    it saw, and no more (a later read only ever shows less free space while
+    nothing is consumed), so ``P`` producers together overshoot the max by at most
+    ``(P - 1) * F``. The bound is tight when producers start together: a new
+    producer sends its first batches before its connection is even up, so none
+    sees the others' (measured: three fresh producers, ``F`` = 800, overshoot
+    1 600). Producers already running, reading before every put
+    (``queue_refresh_interval_ms = 0``), overshoot by what the others have in
+    flight: measured 300 for the same three. Where several producers must not
+    overshoot at all, give each its own share of ``max_queue_size``.
+
+    Args:
+        max_queue_size: the bound, tuples.
+    """
+
+    def __init__(self, max_queue_size: int) -> None:
+        self.max_queue_size = max_queue_size
+        self._free_at_refresh = 0
+        self._sent_since_refresh = 0
+        self.refreshed = False
+
+    def refresh(self, length: int, in_flight_before: int) -> None:
+        """Take a fresh queue length read from the broker.
+
+        Args:
+            length: the queue length read (tuples in the broker, not yet processed).
+            in_flight_before: tuples this producer had sent but not seen acknowledged
+                when the read began.
+        """
+        self._free_at_refresh = self.max_queue_size - length - in_flight_before
+        self._sent_since_refresh = 0
+        self.refreshed = True
+
+    @property
+    def available(self) -> int:
+        """Tuples this producer may still send before the next read."""
+        return max(0, self._free_at_refresh - self._sent_since_refresh)
+
+    def try_reserve(self, count: int) -> bool:
+        """Count ``count`` tuples as sent if they fit; all or nothing."""
+        if count <= self.available:
+            self._sent_since_refresh += count
+            return True
+        return False

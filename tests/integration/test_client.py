@@ -1,0 +1,266 @@
+"""The back-pressure client on a real broker (and a real query group where it consumes)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from pipeline.broker import EmbeddedBroker, ensure_topics
+from pipeline.client import THRESHOLD_MESSAGE_CODE, PutResult, StreamInput, connect
+from pipeline.config import QueryGroupConfig, parse_query_group
+from pipeline.demo import read_all
+from pipeline.errors import DeliveryError, QueueFullError, QueueThresholdExceeded, SchemaError
+from pipeline.query_group import QueryGroup
+from pipeline.serde import SchemaRepository
+
+from .conftest import flights_raw_config
+
+
+def topic_total(bootstrap: str, topic: str) -> int:
+    """Tuples ever written to a topic (sum of high watermarks)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        )
+    finally:
+        consumer.close()
+
+
+def commit_half(bootstrap: str, config: QueryGroupConfig) -> None:
+    """Act as the query group's queries: commit half of every partition as processed."""
+    topic = config.input_streams["flights"].topic
+    for query in config.readers("flights"):
+        consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": config.consumer_group(query)}
+        )
+        try:
+            highs = [
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(4)
+            ]
+            consumer.commit(
+                offsets=[TopicPartition(topic, p, h // 2) for p, h in enumerate(highs)],
+                asynchronous=False,
+            )
+        finally:
+            consumer.close()
+
+
+@pytest.fixture
+def small_queue(run_id: str, tmp_path: Any, bootstrap: str) -> Callable[..., QueryGroupConfig]:
+    """The flights group (passthrough only) with a small input queue; topics created."""
+
+    def make(max_queue_size: int, **group: Any) -> QueryGroupConfig:
+        raw = flights_raw_config(
+            run_id, tmp_path / "checkpoints", only_passthrough=True, max_rows_per_trigger=200
+        )
+        raw["query_group"].update(max_queue_size=max_queue_size, **group)
+        config = parse_query_group(raw, env={})
+        ensure_topics(bootstrap, {config.input_streams["flights"].topic: (4, 1)})
+        return config
+
+    return make
+
+
+def open_input(
+    bootstrap: str, config: QueryGroupConfig, schemas: SchemaRepository, **kwargs: Any
+) -> StreamInput:
+    connector = connect(
+        bootstrap_servers=bootstrap,
+        config=config,
+        schemas=schemas,
+        registry=kwargs.pop("registry", None),
+    )
+    return connector.open_stream_input(config.name, "flights", **kwargs)
+
+
+def test_fill_to_exactly_max_then_one_more_is_refused_and_nothing_reaches_the_topic(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    small_queue: Callable[..., QueryGroupConfig],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = small_queue(500, free_input_queue_size_threshold=20)
+    topic = config.input_streams["flights"].topic
+    registry = CollectorRegistry()
+    signalled: list[PutResult] = []
+    stream_input = open_input(
+        bootstrap, config, schemas, registry=registry, on_threshold=signalled.append
+    )
+    assert (stream_input.max_queue_size, stream_input.free_queue_size()) == (500, 500)
+
+    caplog.set_level(logging.WARNING, logger="pipeline.client")
+    results = [stream_input.put(flights[i : i + 100]) for i in range(0, 500, 100)]
+    stream_input.put_end()
+    # Free after each put: 400, 300, 200, 100 (= 20 %, the threshold), 0.
+    assert [r.free_queue_size for r in results] == [400, 300, 200, 100, 0]
+    assert [r.threshold_exceeded for r in results] == [False, False, False, True, True]
+    assert len(signalled) == 2  # the callback hears every put at or below the threshold...
+    crossings = [r for r in caplog.records if r.getMessage().startswith(THRESHOLD_MESSAGE_CODE)]
+    assert len(crossings) == 1  # ...the log only the crossing
+    assert "length=400 max=500 threshold=20%" in crossings[0].getMessage()
+    assert topic_total(bootstrap, topic) == 500
+
+    with pytest.raises(QueueFullError) as info:
+        stream_input.put(flights[500])
+    assert (info.value.stream, info.value.requested, info.value.free, info.value.max_size) == (
+        "flights",
+        1,
+        0,
+        500,
+    )
+    assert "500 of 500 tuples in use (100% full)" in str(info.value)
+    stream_input.put_end()
+    assert topic_total(bootstrap, topic) == 500  # the high watermark did not move
+
+    labels = {"query_group": config.name, "stream": "flights"}
+    sample = registry.get_sample_value
+    assert sample("floodgate_stream_put_tuples_total", {**labels, "result": "accepted"}) == 500
+    assert sample("floodgate_stream_put_tuples_total", {**labels, "result": "rejected"}) == 1
+    assert sample("floodgate_stream_queue_threshold_crossings_total", labels) == 1
+    assert sample("floodgate_stream_queue_max_size", labels) == 500
+
+    # Once the queries have processed half, the queue is above the threshold again;
+    # filling it past the threshold once more is a second crossing.
+    commit_half(bootstrap, config)
+    assert stream_input.free_queue_size() >= 240
+    stream_input.put(flights[500:700])
+    assert sample("floodgate_stream_queue_threshold_crossings_total", labels) == 2
+
+
+def test_raise_on_threshold_raises_after_the_tuples_were_accepted(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    small_queue: Callable[..., QueryGroupConfig],
+) -> None:
+    config = small_queue(100, free_input_queue_size_threshold=50)
+    stream_input = open_input(bootstrap, config, schemas, raise_on_threshold=True)
+    stream_input.put(flights[:40])
+    with pytest.raises(QueueThresholdExceeded) as info:
+        stream_input.put(flights[40:60])
+    assert info.value.result.accepted == 20
+    stream_input.put_end()
+    assert topic_total(bootstrap, config.input_streams["flights"].topic) == 60
+
+
+def test_a_blocked_put_resumes_when_the_query_group_consumes(
+    bootstrap: str,
+    spark: Any,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    small_queue: Callable[..., QueryGroupConfig],
+) -> None:
+    config = small_queue(600, resume_free_queue_size_threshold=50, queue_refresh_interval_ms=100)
+    stream_input = open_input(bootstrap, config, schemas)
+    stream_input.put(flights[:600])
+    stream_input.put_end()
+
+    outcome: list[Any] = []
+    blocked = threading.Thread(
+        target=lambda: outcome.append(
+            stream_input.put(flights[600:700], block=True, timeout_s=240)
+        ),
+        daemon=True,
+    )
+    blocked.start()
+    blocked.join(timeout=2.0)
+    assert blocked.is_alive() and not outcome  # nothing consumes yet: the put waits
+
+    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
+        group.start()
+        blocked.join(timeout=240)
+        assert outcome and outcome[0].accepted == 100
+        assert outcome[0].blocked_s >= 2.0
+        stream_input.put_end()
+        group.process_all_available()
+    assert len(read_all(bootstrap, config.output_streams["flights_copy"].topic)) == 700
+
+
+@pytest.mark.parametrize("refresh_ms", [0, 60_000])
+def test_three_producers_in_parallel_stay_within_the_documented_overshoot(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    small_queue: Callable[..., QueryGroupConfig],
+    refresh_ms: int,
+) -> None:
+    """QueueBudget's bound: P producers overshoot by at most (P - 1) * F, F the free space
+    at their reads; each producer alone never sends more than the F it saw."""
+    config = small_queue(2_000, queue_refresh_interval_ms=refresh_ms)
+    topic = config.input_streams["flights"].topic
+    prefill = open_input(bootstrap, config, schemas)
+    prefill.put(flights[:1_200])
+    prefill.put_end()
+    free = 2_000 - 1_200
+
+    accepted = [0, 0, 0]
+
+    def produce(i: int) -> None:
+        stream_input = open_input(bootstrap, config, schemas)
+        offset = 1_000 * i  # each has more to send (1 000) than the free space (800)
+        try:
+            for start in range(offset, offset + 1_000, 25):
+                accepted[i] += stream_input.put(flights[start : start + 25]).accepted
+        except QueueFullError:
+            pass
+        stream_input.put_end()
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    total = topic_total(bootstrap, topic)
+    assert total == 1_200 + sum(accepted)
+    assert all(a <= free for a in accepted), accepted
+    assert total <= 2_000 + (3 - 1) * free, (total, accepted)
+    assert sum(accepted) >= free  # together they did fill the queue
+
+
+def test_put_end_with_the_broker_stopped_raises_delivery_error_naming_the_tuples(
+    schemas: SchemaRepository, flights: list[dict[str, Any]], run_id: str, tmp_path: Any
+) -> None:
+    broker = EmbeddedBroker().start()
+    try:
+        raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
+        # Hold the tuples in the producer long enough to stop the broker under them.
+        raw["kafka"] = {"client": {"linger.ms": 1_500, "message.timeout.ms": 4_000}}
+        config = parse_query_group(raw, env={})
+        ensure_topics(broker.bootstrap_servers, {config.input_streams["flights"].topic: (4, 1)})
+        stream_input = open_input(broker.bootstrap_servers, config, schemas)
+        stream_input.put(flights[:10])
+        broker.stop()
+        with pytest.raises(DeliveryError) as info:
+            stream_input.put_end(timeout_s=30)
+    finally:
+        broker.stop()
+    assert sorted(index for index, _ in info.value.failed) == list(range(10))
+    assert "not acknowledged" in str(info.value)
+
+
+def test_a_tuple_with_a_wrong_field_type_is_refused_before_sending(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    small_queue: Callable[..., QueryGroupConfig],
+) -> None:
+    config = small_queue(1_000)
+    stream_input = open_input(bootstrap, config, schemas)
+    bad = dict(flights[1], dep_delay="late")
+    with pytest.raises(SchemaError) as info:
+        stream_input.put([flights[0], bad, flights[2]])
+    assert info.value.field == "dep_delay" and "'late'" in str(info.value)
+    stream_input.put_end()
+    assert topic_total(bootstrap, config.input_streams["flights"].topic) == 0
+    assert stream_input.free_queue_size() == 1_000
