@@ -156,10 +156,12 @@ class StreamInput:
         self._budget = QueueBudget(self.settings.max_queue_size)
         self._snapshot: QueueSnapshot | None = None
         self._lock = threading.Lock()
-        self._in_flight = 0
-        self._in_flight_lock = threading.Lock()
-        self._next_index = 0
-        self._failed: list[tuple[int, str]] = []
+        # Delivery reports run in the thread that polls the producer, and every poll
+        # happens under self._lock, so these counters need no lock of their own.
+        self._sent = 0
+        self._delivered = 0
+        self._failed: list[tuple[bytes | None, bytes, str]] = []
+        self._on_delivery_callback = self._on_delivery  # one bound method for every tuple
         self._below_threshold = False
         self._wakeup = threading.Event()
         labels = {"query_group": self.query_group, "stream": stream}
@@ -198,13 +200,23 @@ class StreamInput:
             return self._snapshot.length
 
     def _refresh(self) -> None:
-        with self._in_flight_lock:
-            in_flight = self._in_flight  # read before the broker, so never undercounted
+        in_flight = self._sent - self._delivered  # read before the broker: never undercounted
         snapshot = self.probe.snapshot()
         self._snapshot = snapshot
         self._budget.refresh(snapshot.length, in_flight)
         self._m_length.set(snapshot.length)
         self._update_threshold_state()
+
+    def _settle_and_refresh(self, timeout_s: float = 10.0) -> None:
+        """Wait for this producer's delivery reports, then read the broker.
+
+        A refresh counts tuples in flight when it starts as used, even those that
+        land in the high watermark while it reads (counted twice: safe, but it can
+        refuse a put that fits). With nothing in flight the count is exact, so a
+        refusal always means the queue really is that full.
+        """
+        self._producer.flush(timeout_s)
+        self._refresh()
 
     def _stale(self) -> bool:
         if self._snapshot is None:
@@ -292,7 +304,7 @@ class StreamInput:
                 self._refresh()
             fits = self._budget.try_reserve(count)
             if not fits:
-                self._refresh()  # never refuse on a stale count
+                self._settle_and_refresh()  # never refuse on a stale or doubled count
                 fits = self._budget.try_reserve(count)
             while not fits and block:
                 if deadline is not None and time.monotonic() >= deadline:
@@ -348,57 +360,57 @@ class StreamInput:
         return resume and self._budget.available >= count
 
     def _send(self, encoded: list[tuple[bytes | None, bytes]]) -> None:
-        base = self._next_index
-        self._next_index += len(encoded)
-        with self._in_flight_lock:
-            self._in_flight += len(encoded)
-        for i, (key, value) in enumerate(encoded):
-            callback = self._delivery(base + i)
+        self._sent += len(encoded)
+        produce, topic, callback = self._producer.produce, self.topic, self._on_delivery_callback
+        for key, value in encoded:
             while True:
                 try:
-                    self._producer.produce(self.topic, key=key, value=value, on_delivery=callback)
+                    produce(topic, value, key, on_delivery=callback)
                     break
                 except BufferError:
                     # librdkafka's local queue is full: serve delivery reports, retry.
                     self._producer.poll(0.05)
         self._producer.poll(0)
 
-    def _delivery(self, index: int) -> Callable[[Any, Any], None]:
-        def on_delivery(err: Any, _msg: Any) -> None:
-            with self._in_flight_lock:
-                self._in_flight -= 1
-            if err is not None:
-                self._failed.append((index, str(err)))
-
-        return on_delivery
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        self._delivered += 1
+        if err is not None:
+            self._failed.append((msg.key(), msg.value(), str(err)))
 
     def put_end(self, timeout_s: float = 60.0) -> None:
         """Wait for every delivery report.
 
         Raises:
-            DeliveryError: tuples the broker did not acknowledge, by index (0-based, in
-                the order they were put), with the broker's error; nothing is dropped
-                silently.
+            DeliveryError: the tuples the broker did not acknowledge, each decoded
+                back to its dict (``failed`` holds ``(tuple, error)`` pairs), so they can
+                be put again; nothing is dropped silently.
         """
-        remaining = self._producer.flush(timeout_s)
-        failed = list(self._failed)
+        with self._lock:
+            remaining = self._producer.flush(timeout_s)
+            failed, self._failed = self._failed, []
+            in_flight = self._sent - self._delivered
+        if not failed and not remaining:
+            return
+        undelivered: list[tuple[object, str]] = []
+        for key, value, error in failed:
+            try:
+                undelivered.append((self.codec.decode(value), error))
+            except Exception:
+                undelivered.append(((key, value), error))
+        text = (
+            f"stream {self.stream!r}: {len(undelivered)} tuples were not acknowledged by the broker"
+        )
+        if undelivered:
+            text += f"; first: {undelivered[0][0]!r}: {undelivered[0][1]}"
         if remaining:
-            with self._in_flight_lock:
-                in_flight = self._in_flight
-            failed.append((-1, f"{in_flight} tuples still unacknowledged after {timeout_s:.0f} s"))
-        if failed:
-            self._failed.clear()
-            raise DeliveryError(
-                f"stream {self.stream!r}: {len(failed)} tuples were not acknowledged "
-                "by the broker; "
-                f"first: tuple {failed[0][0]}: {failed[0][1]}",
-                failed=failed,
-            )
+            text += f"; {in_flight} more still unacknowledged after {timeout_s:.0f} s"
+        raise DeliveryError(text, failed=undelivered)
 
     def close(self) -> None:
         """Wait briefly for what is in flight; use :meth:`put_end` to be told of failures."""
         try:
-            self._producer.flush(5)
+            with self._lock:
+                self._producer.flush(5)
         except KafkaException:
             log.exception("flush on close failed")
 

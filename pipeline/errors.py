@@ -157,10 +157,11 @@ class DeliveryError(FloodgateError, RuntimeError):
     """The broker did not acknowledge some produced tuples.
 
     Attributes:
-        failed: ``(tuple_index, error_text)`` pairs of the tuples not acknowledged.
+        failed: ``(tuple, error_text)`` pairs of the tuples not acknowledged: the tuple
+            as a dict, or as its raw ``(key, value)`` bytes when it cannot be decoded.
     """
 
-    def __init__(self, message: str, *, failed: Sequence[tuple[int, str]]) -> None:
+    def __init__(self, message: str, *, failed: Sequence[tuple[object, str]]) -> None:
         super().__init__(message)
         self.failed = list(failed)
 
