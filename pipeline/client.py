@@ -41,6 +41,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -150,18 +151,20 @@ class StreamInput:
                 "acks": "all",
                 "partitioner": "murmur2_random",
                 "linger.ms": 5,
+                # Only failures call back (Python per tuple is the cost centre); what is
+                # in flight is len(producer): tuples not yet acknowledged.
+                "delivery.report.only.error": True,
                 **config.kafka.client,
             }
         )
         self._budget = QueueBudget(self.settings.max_queue_size)
         self._snapshot: QueueSnapshot | None = None
         self._lock = threading.Lock()
-        # Delivery reports run in the thread that polls the producer, and every poll
-        # happens under self._lock, so these counters need no lock of their own.
-        self._sent = 0
-        self._delivered = 0
+        # Failure reports run in the thread that polls the producer, and every poll
+        # happens under self._lock, so the list needs no lock of its own.
         self._failed: list[tuple[bytes | None, bytes, str]] = []
         self._on_delivery_callback = self._on_delivery  # one bound method for every tuple
+        self._key_getter = operator.itemgetter(*self.key_fields) if self.key_fields else None
         self._below_threshold = False
         self._wakeup = threading.Event()
         labels = {"query_group": self.query_group, "stream": stream}
@@ -200,7 +203,7 @@ class StreamInput:
             return self._snapshot.length
 
     def _refresh(self) -> None:
-        in_flight = self._sent - self._delivered  # read before the broker: never undercounted
+        in_flight = len(self._producer)  # read before the broker: never undercounted
         snapshot = self.probe.snapshot()
         self._snapshot = snapshot
         self._budget.refresh(snapshot.length, in_flight)
@@ -252,11 +255,18 @@ class StreamInput:
     # -- put -------------------------------------------------------------------
 
     def _key(self, record: Mapping[str, Any]) -> bytes | None:
-        if not self.key_fields:
+        """The Kafka key: the stream's key fields joined with ``|`` (``""`` for null)."""
+        if self._key_getter is None:
             return None
-        return "|".join(
-            "" if record.get(f) is None else str(record.get(f)) for f in self.key_fields
-        ).encode()
+        try:
+            values = self._key_getter(record)
+        except KeyError:
+            values = tuple(record.get(f) for f in self.key_fields)
+        if len(self.key_fields) == 1:
+            values = (values,)
+        if None in values:
+            values = tuple("" if v is None else v for v in values)
+        return "|".join(map(str, values)).encode()
 
     def put(
         self,
@@ -360,7 +370,6 @@ class StreamInput:
         return resume and self._budget.available >= count
 
     def _send(self, encoded: list[tuple[bytes | None, bytes]]) -> None:
-        self._sent += len(encoded)
         produce, topic, callback = self._producer.produce, self.topic, self._on_delivery_callback
         for key, value in encoded:
             while True:
@@ -373,7 +382,6 @@ class StreamInput:
         self._producer.poll(0)
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
-        self._delivered += 1
         if err is not None:
             self._failed.append((msg.key(), msg.value(), str(err)))
 
@@ -388,7 +396,7 @@ class StreamInput:
         with self._lock:
             remaining = self._producer.flush(timeout_s)
             failed, self._failed = self._failed, []
-            in_flight = self._sent - self._delivered
+            in_flight = len(self._producer)
         if not failed and not remaining:
             return
         undelivered: list[tuple[object, str]] = []
