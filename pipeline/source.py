@@ -639,9 +639,14 @@ class _PartitionReader:
                         messages_of_rows.append(message)
                     next_offset = offset + 1
                     last_progress = time.monotonic()
-                if len(rows) >= ARROW_BATCH_ROWS:
-                    yield self._to_arrow_or_dead_letter(rows, messages_of_rows)
-                    rows, messages_of_rows = [], []
+                while len(rows) >= ARROW_BATCH_ROWS:
+                    yield self._to_arrow_or_dead_letter(
+                        rows[:ARROW_BATCH_ROWS], messages_of_rows[:ARROW_BATCH_ROWS]
+                    )
+                    rows, messages_of_rows = (
+                        rows[ARROW_BATCH_ROWS:],
+                        messages_of_rows[ARROW_BATCH_ROWS:],
+                    )
             if rows:
                 yield self._to_arrow_or_dead_letter(rows, messages_of_rows)
         finally:

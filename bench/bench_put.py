@@ -1,0 +1,200 @@
+"""Benchmark: the back-pressure client's ``StreamInput.put`` against a raw producer.
+
+What is measured (issue 3), all in this one script on the same embedded broker,
+one fresh topic per run, the same 336 776 flights (or ``--limit``) in batches
+of 1 000:
+
+* ``put``: ``StreamInput.put(batch)`` then ``put_end()`` -- encoding, the queue
+  check (a read of the broker at most every ``queue_refresh_interval_ms``), and
+  sending, with an input queue large enough never to refuse.
+* ``raw encode + produce`` (the baseline): the same ``StreamCodec.encode`` and a
+  plain ``confluent_kafka.Producer.produce`` per tuple, same producer settings
+  (idempotent, ``acks=all``, ``murmur2_random``, ``linger.ms=5``), then ``flush``.
+  This is what an application does without Floodgate; the ratio is the cost of
+  the back-pressure.
+* ``raw produce, pre-encoded``: the same Avro bytes encoded beforehand, so the
+  figure shows what Avro encoding itself costs (DESIGN.md section 8: per-tuple
+  Avro in Python is the cost centre).
+
+Target: ``put`` >= 0.90x the baseline. Runs alternate (baseline, put, ...) so
+drift hits both; the median of ``--repeat`` runs is reported.
+
+Run: ``.venv/bin/python bench/bench_put.py [--repeat 5] [--limit N] [--bootstrap H:P]``.
+Results: a table, and JSON in ``bench/out/put.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Producer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from pipeline.broker import EmbeddedBroker, ensure_topics  # noqa: E402
+from pipeline.client import connect  # noqa: E402
+from pipeline.config import parse_query_group  # noqa: E402
+from pipeline.flights import flight_records, load_flights  # noqa: E402
+from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
+
+BATCH = 1_000
+console = Console()
+
+
+def producer_config(bootstrap: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "partitioner": "murmur2_random",
+        "linger.ms": 5,
+    }
+
+
+def key_of(record: dict[str, Any]) -> bytes:
+    """The flights stream's key (carrier|flight|time_hour), as StreamInput builds it."""
+    return f"{record['carrier']}|{record['flight']}|{record['time_hour']}".encode()
+
+
+def group_config(topic: str, n: int) -> Any:
+    import tomllib
+
+    raw = tomllib.loads((ROOT / "conf" / "flights.toml").read_text())
+    raw["query_group"]["name"] = f"bench{uuid.uuid4().hex[:8]}"
+    raw["query_group"]["max_queue_size"] = n + 1  # never refuses: measures the cost, not the waits
+    raw["input_streams"]["flights"]["topic"] = topic
+    return parse_query_group(raw, env={})
+
+
+def run_put(bootstrap: str, records: list[dict[str, Any]], schemas: SchemaRepository) -> float:
+    topic = f"bench.put.{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (4, 1)})
+    config = group_config(topic, len(records))
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
+        stream_input = connector.open_stream_input(config.name, "flights")
+        stream_input.free_queue_size()  # connected, like the baseline's warm producer
+        started = time.perf_counter()
+        for i in range(0, len(records), BATCH):
+            stream_input.put(records[i : i + BATCH])
+        stream_input.put_end()
+        return time.perf_counter() - started
+
+
+def run_raw(
+    bootstrap: str, records: list[dict[str, Any]], codec: StreamCodec, *, pre_encoded: bool
+) -> float:
+    topic = f"bench.raw.{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (4, 1)})
+    producer = Producer(producer_config(bootstrap))
+    producer.list_topics(topic, timeout=10)
+    values = [(key_of(r), codec.encode(r)) for r in records] if pre_encoded else None
+    started = time.perf_counter()
+    for i in range(0, len(records), BATCH):
+        chunk = (
+            values[i : i + BATCH]
+            if values is not None
+            else [(key_of(r), codec.encode(r)) for r in records[i : i + BATCH]]
+        )
+        for key, value in chunk:
+            while True:
+                try:
+                    producer.produce(topic, key=key, value=value)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap", help="an existing cluster (default: an embedded broker)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--limit", type=int, default=None, help="first N flights (default: all)")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "put.json")
+    args = parser.parse_args()
+
+    records = list(flight_records(load_flights(args.limit)))
+    schemas = SchemaRepository.load()
+    codec = StreamCodec("flights", schemas.get("flight"), schemas)
+    broker = None if args.bootstrap else EmbeddedBroker().start()
+    bootstrap = args.bootstrap or broker.bootstrap_servers  # type: ignore[union-attr]
+    variants: dict[str, Callable[[], float]] = {
+        "raw encode + produce (baseline)": lambda: run_raw(
+            bootstrap, records, codec, pre_encoded=False
+        ),
+        "StreamInput.put": lambda: run_put(bootstrap, records, schemas),
+        "raw produce, pre-encoded": lambda: run_raw(bootstrap, records, codec, pre_encoded=True),
+    }
+    runs: dict[str, list[float]] = {name: [] for name in variants}
+    try:
+        run_put(
+            bootstrap, records[:5_000], schemas
+        )  # warm-up (imports, first connections), discarded
+        for r in range(args.repeat):
+            for name, run in variants.items():
+                seconds = run()
+                runs[name].append(len(records) / seconds)
+                console.log(
+                    f"run {r + 1}/{args.repeat} {name}: {len(records) / seconds:,.0f} tuples/s"
+                )
+                time.sleep(2.0)  # let the embedded broker settle (DESIGN.md section 8)
+    finally:
+        if broker is not None:
+            broker.stop()
+
+    medians = {name: statistics.median(v) for name, v in runs.items()}
+    baseline = medians["raw encode + produce (baseline)"]
+    table = Table(title=f"put vs raw produce, {len(records):,} flights in batches of {BATCH:,}")
+    for column in ("variant", "median tuples/s", "runs", "÷ baseline"):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for name, values in runs.items():
+        table.add_row(
+            name,
+            f"{medians[name]:,.0f}",
+            " ".join(f"{v:,.0f}" for v in values),
+            f"{medians[name] / baseline:.2f}x",
+        )
+    console.print(table)
+    ratio = medians["StreamInput.put"] / baseline
+    console.print(
+        f"target put >= 0.90x baseline: {'met' if ratio >= 0.90 else 'NOT met'} ({ratio:.2f}x)"
+    )
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(
+        json.dumps(
+            {
+                "benchmark": "StreamInput.put vs raw produce (issue 3)",
+                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "machine": {
+                    "nproc": os.cpu_count(),
+                    "python": platform.python_version(),
+                    "os": platform.platform(),
+                },
+                "n": len(records),
+                "batch": BATCH,
+                "runs_tuples_per_s": runs,
+                "median_tuples_per_s": medians,
+                "ratio_put_to_baseline": round(ratio, 3),
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

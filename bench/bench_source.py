@@ -1,0 +1,894 @@
+"""Throughput of the ``floodgate_kafka`` Spark source against a plain consumer (issue 2).
+
+What it measures: tuples per second read by Floodgate's Spark streaming source
+(:class:`pipeline.source.KafkaStreamDataSource`, in a ``local[2]`` SparkSession
+from :func:`pipeline.query_group.build_spark_session`) reading every flight of
+a 4-partition topic into Spark's ``noop`` sink with ``Trigger.AvailableNow``.
+The time runs from ``writeStream.start()`` to the end of ``awaitTermination()``
+(query start-up, planning, reading, decoding, Arrow conversion, Spark), and the
+rows are counted from ``query.recentProgress`` (``numInputRows``), which must
+equal the number of flights produced. Two variants: one micro-batch for the
+whole topic (no ``maxRowsPerTrigger``) and ``maxRowsPerTrigger=60000`` (six
+micro-batches for all flights), which shows the cost of micro-batching. The
+headline figure is that wall-clock rate; the Spark table adds the rate within
+triggers (tuples / sum of ``durationMs.triggerExecution``), which leaves out the
+query's start-up and shut-down that a long-running stream pays once.
+
+The baseline, measured in the same script against the same topic: one Python
+process with a confluent-kafka ``Consumer`` assigned to every partition from
+the beginning, looping on ``consume(num_messages=10000)`` (fewer for the last
+call, as the source does: ``consume`` waits out its timeout when fewer than
+``num_messages`` arrive, which would add up to a second) and decoding each
+tuple with :meth:`pipeline.serde.StreamCodec.decode` (``logical=False``), the
+decode the source itself runs, so the ratio is about the pipeline around it.
+The issue's target is a ratio source/baseline >= 1.0 on this 2-core machine.
+
+Diagnostics (not part of the ratio), to show where the time goes:
+
+* ``consume only``: the baseline's loop without decoding;
+* ``baseline tuned``: the baseline with ``queued.min.messages=10000``, the
+  setting the source's readers use (see ``FETCH_TUNING``), so the baseline is
+  not the only one left with librdkafka's default;
+* ``source read() in-process``: the source's own :meth:`KafkaStreamReader.read`
+  (consume, decode, build rows, Arrow record batches) over all partitions, one
+  after the other, in this process and without Spark.
+
+Only the two source variants count for the target, against the plain baseline.
+
+Set-up: an embedded ``noida-db`` broker (stopped at the end) unless ``--bootstrap``
+names a cluster; a new topic ``bench.flights.<id>`` with 4 partitions; all flights
+(``--limit`` for fewer) produced once, in event-time order, by an idempotent
+producer with Floodgate's writer settings (:func:`produce_flights`; the demo's
+own writer now goes through the back-pressure client, which needs a query
+group), keyed by :func:`pipeline.flights.flight_key`. The broker stays busy for 4-6 s
+after a burst (DESIGN.md section 8), so before the first and every timed run the
+script waits until the embedded broker's process uses under 5 % of a core over
+one second; with ``--bootstrap`` it cannot see the broker and sleeps
+``--settle-s`` (default 6 s) after producing instead. The machine, too, must be
+quiet (under 15 % of its cores busy over that second: another engineer's test run
+would take CPU from the run). The wait lasts at most 60 s; a run that starts
+without quiet is flagged ``started_quiet: false`` in the JSON and marked ``*``
+in the table.
+
+Spark warm-up: the first job of a session costs 6-8 s more than later ones
+(DESIGN.md section 8), so one full run of the single-batch variant is made and
+discarded before any timed source run (reported as ``cold_run_discarded`` in
+the JSON and as "cold run s" in the table).
+Every run uses a new checkpoint directory, so every run reads all the flights.
+
+Each timed figure is the median of ``--repeat`` runs (default 3). Benchmarks are
+never timed tests: figures depend on the machine and on what else runs on it, so
+the script reports them (a rich table, and JSON in ``bench/out/source.json``,
+git-ignored) and only fails when a run does not read every tuple.
+
+Run::
+
+    .venv/bin/python bench/bench_source.py            # all 336 776 flights, 3 repeats
+    .venv/bin/python bench/bench_source.py --limit 50000 --repeat 1
+    make bench ARGS="--repeat 5"
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a file from anywhere, without installing
+    sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from pipeline.broker import EmbeddedBroker, ensure_topics  # noqa: E402
+from pipeline.flights import flight_key, flight_records, load_flights  # noqa: E402
+from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
+
+log = logging.getLogger("bench.source")
+# Wide enough for the tables when the output goes to a file.
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+DEFAULT_JSON = ROOT / "bench" / "out" / "source.json"
+#: Partitions of the benchmark topic (the flights input stream's count in conf/flights.toml).
+TOPIC_PARTITIONS = 4
+#: ``consume(num_messages=...)`` of the baseline; the source reads with the same.
+CONSUME_BATCH = 10_000
+#: How long producing may wait for the last acknowledgements.
+PRODUCE_TIMEOUT_S = 300.0
+#: The micro-batched variant's ``maxRowsPerTrigger``.
+DEFAULT_MAX_ROWS_PER_TRIGGER = 60_000
+#: librdkafka's consumer prefetches until ``queued.min.messages`` (default 100 000) are
+#: queued. A range that fits (84 000 flights per partition here) is fetched whole, and
+#: the fetcher then polls the log end; noida-db answers such a fetch at once instead of
+#: holding it for ``fetch.wait.max.ms``, so broker and client spin while Python decodes.
+#: The source's readers set 10 000 (pipeline/source.py); ``baseline tuned`` does too.
+FETCH_TUNING = {"queued.min.messages": "10000"}
+TUNING_LABEL = "queued.min.messages=10000"
+#: The issue's target for source / baseline.
+TARGET_RATIO = 1.0
+#: Before each timed run: the broker uses under this share of one core, and the
+#: machine under this share of all its cores, over one window (see wait_until_quiet).
+QUIET_BROKER_CPU = 0.05
+QUIET_MACHINE_BUSY = 0.15
+QUIET_WINDOW_S = 1.0
+QUIET_TIMEOUT_S = 60.0
+#: A run that has not finished after this long fails the benchmark.
+RUN_TIMEOUT_S = 900.0
+
+
+# --------------------------------------------------------------------------- CPU accounting
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds used by ``pid`` so far (``/proc/<pid>/stat``); ``None`` if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def system_cpu_jiffies() -> tuple[int, int]:
+    """``(busy, total)`` jiffies of all cores since boot (``/proc/stat``)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    total = sum(values[:8])  # user..steal; guest time is already in user
+    return total - idle, total
+
+
+@dataclass
+class Meter:
+    """Wall time, share of the machine's CPU busy, and the broker's CPU over one run."""
+
+    broker_pid: int | None
+    seconds: float = 0.0
+    machine_busy: float = 0.0
+    broker_cpu_s: float | None = None
+
+    @contextmanager
+    def measure(self) -> Iterator[Meter]:
+        busy0, total0 = system_cpu_jiffies()
+        broker0 = process_cpu_s(self.broker_pid) if self.broker_pid else None
+        start = time.perf_counter()
+        yield self
+        self.seconds = time.perf_counter() - start
+        busy1, total1 = system_cpu_jiffies()
+        self.machine_busy = (busy1 - busy0) / max(1, total1 - total0)
+        broker1 = process_cpu_s(self.broker_pid) if self.broker_pid else None
+        if broker0 is not None and broker1 is not None:
+            self.broker_cpu_s = broker1 - broker0
+
+
+@dataclass
+class Quiet:
+    """How a wait for a quiet machine went."""
+
+    waited_s: float
+    quiet: bool
+
+
+def wait_until_quiet(broker_pid: int | None) -> Quiet:
+    """Wait until the broker and the machine are idle, at most ``QUIET_TIMEOUT_S``.
+
+    Idle means, over one ``QUIET_WINDOW_S`` window: the embedded broker (when its
+    PID is known) used less than ``QUIET_BROKER_CPU`` of a core (noida-db rewrites
+    its data file for 4-6 s after a burst, DESIGN.md section 8), and all cores
+    together were less than ``QUIET_MACHINE_BUSY`` busy (another process, e.g. a
+    test run, would take CPU from the run). After the timeout the run goes ahead
+    and the figure says it did not start quiet.
+    """
+    start = time.monotonic()
+    deadline = start + QUIET_TIMEOUT_S
+    while time.monotonic() < deadline:
+        broker0 = process_cpu_s(broker_pid) if broker_pid else None
+        busy0, total0 = system_cpu_jiffies()
+        time.sleep(QUIET_WINDOW_S)
+        broker1 = process_cpu_s(broker_pid) if broker_pid else None
+        busy1, total1 = system_cpu_jiffies()
+        broker_quiet = (
+            broker0 is None
+            or broker1 is None
+            or (broker1 - broker0) < QUIET_BROKER_CPU * QUIET_WINDOW_S
+        )
+        machine_quiet = (busy1 - busy0) / max(1, total1 - total0) < QUIET_MACHINE_BUSY
+        if broker_quiet and machine_quiet:
+            return Quiet(time.monotonic() - start, True)
+    log.warning("machine or broker still busy after %.0f s; measuring anyway", QUIET_TIMEOUT_S)
+    return Quiet(time.monotonic() - start, False)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class Run:
+    """One timed run."""
+
+    tuples: int
+    seconds: float
+    machine_busy: float
+    broker_cpu_s: float | None
+    started_quiet: bool
+    waited_s: float
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tuples_per_s(self) -> float:
+        return self.tuples / self.seconds
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "tuples_per_s": round(self.tuples_per_s, 1)}
+
+
+@dataclass
+class Figure:
+    """The runs of one measured thing and their median."""
+
+    label: str
+    runs: list[Run]
+    cold: Run | None = None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(r.tuples_per_s for r in self.runs)
+
+    @property
+    def median_run(self) -> Run:
+        """The run whose rate is the median (the lower middle one for an even count)."""
+        ordered = sorted(self.runs, key=lambda r: r.tuples_per_s)
+        return ordered[(len(ordered) - 1) // 2]
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "label": self.label,
+            "median_tuples_per_s": round(self.median, 1),
+            "runs": [r.as_json() for r in self.runs],
+        }
+        if self.cold is not None:
+            out["cold_run_discarded"] = self.cold.as_json()
+        return out
+
+
+def say(what: str, run: Run, extra: str = "") -> None:
+    """Print one run's figure as it comes."""
+    flag = "" if run.started_quiet else " [red](machine was not quiet)[/red]"
+    console.print(f"  {what}: {run.tuples_per_s:,.0f} tuples/s ({run.seconds:.2f} s{extra}){flag}")
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def produce_flights(
+    bootstrap: str, topic: str, codec: StreamCodec, limit: int | None
+) -> tuple[int, float]:
+    """Produce the flights once, in event-time order; return ``(count, seconds)``.
+
+    Set-up, not measured against anything: a plain idempotent producer with the
+    settings Floodgate's writers use (``acks=all``, ``partitioner=murmur2_random``
+    so keys land where the Java client puts them, DESIGN.md section 8), values
+    encoded by :meth:`StreamCodec.encode`, keyed by :func:`flight_key`.
+
+    Raises:
+        RuntimeError: the broker did not acknowledge every tuple.
+    """
+    records = list(flight_records(load_flights(limit)))
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "linger.ms": 10,
+        }
+    )
+    failures: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    start = time.perf_counter()
+    for record in records:
+        key, value = flight_key(record), codec.encode(record)
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+                break
+            except BufferError:  # the local queue is full: serve deliveries, retry
+                producer.poll(0.05)
+        producer.poll(0)
+    remaining = producer.flush(PRODUCE_TIMEOUT_S)
+    if remaining or failures:
+        raise RuntimeError(
+            f"producing to {topic}: {remaining} tuples unacknowledged after "
+            f"{PRODUCE_TIMEOUT_S:.0f} s, {len(failures)} failed (first: {failures[:1]})"
+        )
+    return len(records), time.perf_counter() - start
+
+
+def topic_high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
+    """``{partition: high watermark}`` of ``topic``."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"bench-meta-{uuid.uuid4().hex[:8]}"}
+    )
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in partitions
+        }
+    finally:
+        consumer.close()
+
+
+# --------------------------------------------------------------------------- baseline
+
+
+def consume_all(
+    bootstrap: str,
+    topic: str,
+    n: int,
+    *,
+    handle: Callable[[bytes | None], Any] | None,
+    client: dict[str, Any] | None = None,
+) -> int:
+    """Read the ``n`` tuples of ``topic`` with one consumer, calling ``handle`` on each value.
+
+    Args:
+        client: extra librdkafka properties (none for the baseline).
+
+    Returns:
+        Tuples read (always ``n``).
+
+    Raises:
+        RuntimeError: a message error, or not all ``n`` read within ``RUN_TIMEOUT_S``.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-baseline-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",  # as the source reads
+            **(client or {}),
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(partitions)])
+        read = 0
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while read < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"baseline read {read} of {n} tuples in {RUN_TIMEOUT_S:.0f} s")
+            # Never ask for more than are left: consume() waits for the whole timeout
+            # when fewer than num_messages arrive (the source's reader asks the same way).
+            batch = consumer.consume(num_messages=min(CONSUME_BATCH, n - read), timeout=1.0)
+            for message in batch:
+                if message.error() is not None:
+                    raise RuntimeError(f"baseline: {message.error()}")
+                if handle is not None:
+                    handle(message.value())
+                read += 1
+        return read
+    finally:
+        consumer.close()
+
+
+def measure_consumer(
+    label: str,
+    bootstrap: str,
+    topic: str,
+    n: int,
+    codec: StreamCodec,
+    *,
+    decode: bool,
+    repeat: int,
+    broker_pid: int | None,
+    client: dict[str, Any] | None = None,
+) -> Figure:
+    """The baseline (``decode=True``) or a consumer diagnostic, ``repeat`` times."""
+    decoder = codec.decode
+
+    def decode_value(value: bytes | None) -> Any:
+        # as the source's _decode does: a null value is decoded as empty bytes
+        return decoder(value if value is not None else b"", logical=False)
+
+    handle = decode_value if decode else None
+    runs = []
+    for i in range(repeat):
+        quiet = wait_until_quiet(broker_pid)
+        meter = Meter(broker_pid)
+        with meter.measure():
+            read = consume_all(bootstrap, topic, n, handle=handle, client=client)
+        run = Run(
+            read, meter.seconds, meter.machine_busy, meter.broker_cpu_s, quiet.quiet, quiet.waited_s
+        )
+        say(f"{label} run {i + 1}/{repeat}", run)
+        runs.append(run)
+    return Figure(label, runs)
+
+
+# --------------------------------------------------------------------------- source
+
+
+def source_options(
+    bootstrap: str, topic: str, schemas: SchemaRepository, *, max_rows_per_trigger: int | None
+) -> dict[str, str]:
+    """The source's options, as :meth:`QueryGroup._register_inputs` passes them for ``flights``."""
+    options = {
+        "bootstrap.servers": bootstrap,
+        "topic": topic,
+        "stream": "flights",
+        "schema": "flight",
+        "schemas": schemas.as_json(),
+        "group.id": f"bench-source-{uuid.uuid4().hex[:8]}",
+        "startingOffsets": "earliest",
+        "timestampMode": "data_source",
+        "timestampField": "time_hour",
+        "commitOffsets": "false",
+    }
+    if max_rows_per_trigger:
+        options["maxRowsPerTrigger"] = str(max_rows_per_trigger)
+    return options
+
+
+def measure_read_in_process(
+    options: dict[str, str], n: int, *, repeat: int, broker_pid: int | None
+) -> Figure:
+    """The source's ``read()`` over every partition in this process, without Spark."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from pipeline.source import KafkaStreamDataSource
+
+    source = KafkaStreamDataSource(options)
+    runs = []
+    for i in range(repeat):
+        quiet = wait_until_quiet(broker_pid)
+        meter = Meter(broker_pid)
+        with meter.measure():
+            reader = source.streamReader(source.schema())
+            try:
+                start = reader.initialOffset()
+                end = reader.latestOffset(start, ReadAllAvailable())
+                rows = sum(
+                    batch.num_rows
+                    for part in reader.partitions(start, end)
+                    for batch in reader.read(part)
+                )
+            finally:
+                reader.stop()
+        if rows != n:
+            raise RuntimeError(f"source read() in-process read {rows} rows, expected {n}")
+        run = Run(
+            rows, meter.seconds, meter.machine_busy, meter.broker_cpu_s, quiet.quiet, quiet.waited_s
+        )
+        say(f"read() in-process run {i + 1}/{repeat}", run)
+        runs.append(run)
+    return Figure("source read() in-process, no Spark", runs)
+
+
+def run_source_once(
+    spark: Any, options: dict[str, str], n: int, *, checkpoint_root: str, broker_pid: int | None
+) -> Run:
+    """One AvailableNow query from the source into the ``noop`` sink, with a new checkpoint."""
+    from pipeline.source import SOURCE_NAME
+
+    quiet = wait_until_quiet(broker_pid)
+    checkpoint = tempfile.mkdtemp(prefix="run-", dir=checkpoint_root)
+    df = spark.readStream.format(SOURCE_NAME).options(**options).load()
+    writer = (
+        df.writeStream.format("noop")
+        .queryName(f"bench_source_{uuid.uuid4().hex[:8]}")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+    )
+    meter = Meter(broker_pid)
+    with meter.measure():
+        query = writer.start()
+        finished = query.awaitTermination(RUN_TIMEOUT_S)
+    if not finished:
+        query.stop()
+        raise RuntimeError(f"source run did not finish in {RUN_TIMEOUT_S:.0f} s")
+    if query.exception() is not None:
+        raise RuntimeError(f"source run failed: {query.exception()}")
+    progress = query.recentProgress
+    rows = sum(int(p.numInputRows) for p in progress)
+    if rows != n:
+        raise RuntimeError(f"source read {rows} rows, expected {n}")
+    durations: dict[str, int] = {}
+    for p in progress:
+        for key, value in (p.durationMs or {}).items():
+            durations[key] = durations.get(key, 0) + int(value)
+    batches = sum(1 for p in progress if int(p.numInputRows) > 0)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return Run(
+        rows,
+        meter.seconds,
+        meter.machine_busy,
+        meter.broker_cpu_s,
+        quiet.quiet,
+        quiet.waited_s,
+        detail={
+            "batches": batches,
+            "progress_events": len(progress),
+            "duration_ms_sum": durations,
+            # wall time outside every trigger: query start-up and shut-down, paid
+            # once per query by a long-running stream
+            "outside_triggers_s": round(
+                meter.seconds - durations.get("triggerExecution", 0) / 1000, 3
+            ),
+            "tuples_per_s_in_triggers": round(
+                rows / max(1e-3, durations.get("triggerExecution", 0) / 1000), 1
+            ),
+        },
+    )
+
+
+def measure_source(
+    spark: Any,
+    label: str,
+    options: dict[str, str],
+    n: int,
+    *,
+    repeat: int,
+    checkpoint_root: str,
+    broker_pid: int | None,
+    warm_up: bool,
+) -> Figure:
+    """``repeat`` timed source runs, after one discarded warm-up run if ``warm_up``."""
+    cold = None
+    if warm_up:
+        cold = run_source_once(
+            spark, options, n, checkpoint_root=checkpoint_root, broker_pid=broker_pid
+        )
+        say(f"{label} warm-up (discarded)", cold)
+    runs = []
+    for i in range(repeat):
+        run = run_source_once(
+            spark, options, n, checkpoint_root=checkpoint_root, broker_pid=broker_pid
+        )
+        say(f"{label} run {i + 1}/{repeat}", run, f", {run.detail['batches']} batches")
+        runs.append(run)
+    return Figure(label, runs, cold=cold)
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def machine() -> dict[str, Any]:
+    """nproc, CPU model, RAM, load, OS and Python of this machine."""
+    model = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    mem_kib = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kib = int(line.split()[1])
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "ram_gib": round(mem_kib / 1024 / 1024, 1),
+        "loadavg_at_start": list(os.getloadavg()),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def code_version() -> dict[str, Any]:
+    """The commit measured, and whether ``pipeline/`` differs from it (read-only git)."""
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "--short", "HEAD") or "unknown",
+        "pipeline_modified": bool(
+            git("status", "--porcelain", "--untracked-files=no", "--", "pipeline")
+        ),
+    }
+
+
+def versions(spark: Any | None) -> dict[str, str]:
+    """Versions of what the figures depend on."""
+    import confluent_kafka
+
+    out = {}
+    for dist in ("pyspark", "confluent-kafka", "fastavro", "pyarrow", "noida-db"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    out["librdkafka"] = confluent_kafka.libversion()[0]
+    if spark is not None:
+        out["java"] = str(spark.sparkContext._jvm.java.lang.System.getProperty("java.version"))
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+
+def report(result: dict[str, Any], figures: list[tuple[Figure, bool]], baseline: Figure) -> None:
+    """Print the results as rich tables."""
+    table = Table(
+        title=f"floodgate_kafka source vs one consumer + fastavro ({result['n']:,} flights)"
+    )
+    table.add_column("what")
+    table.add_column("median tuples/s", justify="right")
+    table.add_column("runs (tuples/s)", justify="right")
+    table.add_column("÷ baseline", justify="right")
+    table.add_column("machine CPU busy", justify="right")
+    table.add_column("broker CPU s", justify="right")
+    for figure, in_ratio in figures:
+        run = figure.median_run
+        ratio = figure.median / baseline.median
+        table.add_row(
+            figure.label,
+            f"{figure.median:,.0f}",
+            " ".join(f"{r.tuples_per_s:,.0f}{'' if r.started_quiet else '*'}" for r in figure.runs),
+            f"[bold]{ratio:.2f}x[/bold]" if in_ratio else f"({ratio:.2f}x)",
+            f"{run.machine_busy:.0%}",
+            "-" if run.broker_cpu_s is None else f"{run.broker_cpu_s:.1f}",
+        )
+    console.print(table)
+
+    spark_table = Table(title="Spark runs (median run): where the wall time goes")
+    for column in (
+        "variant",
+        "wall s",
+        "batches",
+        "outside triggers s",
+        "tuples/s in triggers",
+        "÷ baseline",
+        "Σ addBatch s",
+        "Σ latestOffset s",
+        "Σ queryPlanning s",
+        "Σ walCommit+commitOffsets s",
+        "cold run s",
+    ):
+        spark_table.add_column(column, justify="right")
+    for figure, _ in figures:
+        run = figure.median_run
+        if "duration_ms_sum" not in run.detail:
+            continue
+        d = run.detail["duration_ms_sum"]
+        spark_table.add_row(
+            figure.label,
+            f"{run.seconds:.2f}",
+            str(run.detail["batches"]),
+            f"{run.detail['outside_triggers_s']:.2f}",
+            f"{run.detail['tuples_per_s_in_triggers']:,.0f}",
+            f"{run.detail['tuples_per_s_in_triggers'] / baseline.median:.2f}x",
+            f"{d.get('addBatch', 0) / 1000:.2f}",
+            f"{d.get('latestOffset', 0) / 1000:.2f}",
+            f"{d.get('queryPlanning', 0) / 1000:.2f}",
+            f"{(d.get('walCommit', 0) + d.get('commitOffsets', 0)) / 1000:.2f}",
+            "-" if figure.cold is None else f"{figure.cold.seconds:.2f}",
+        )
+    console.print(spark_table)
+
+    env = Table(title="machine and versions", show_header=False)
+    m = result["machine"]
+    env.add_row(
+        "machine",
+        f"{m['nproc']} cores, {m['cpu_model']}, {m['ram_gib']} GiB RAM, "
+        f"load at start {m['loadavg_at_start'][0]:.2f}",
+    )
+    env.add_row("python", f"{m['python']} on {m['os']}")
+    code = result["code"]
+    modified = " (pipeline/ modified)" if code["pipeline_modified"] else ""
+    env.add_row("code", f"commit {code['commit']}{modified}")
+    env.add_row("versions", ", ".join(f"{k} {v}" for k, v in result["versions"].items()))
+    env.add_row("broker", f"{result['broker']['kind']} at {result['broker']['bootstrap']}")
+    env.add_row(
+        "tuples",
+        f"{result['n']:,} in {TOPIC_PARTITIONS} partitions "
+        f"{result['partition_sizes']}, produced at {result['produce_tuples_per_s']:,.0f}/s",
+    )
+    met = "met" if result["target_met"] else "NOT met"
+    env.add_row(
+        "target",
+        f"source >= {TARGET_RATIO:.1f}x baseline: {met} (best variant {result['best_ratio']:.2f}x)",
+    )
+    console.print(env)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--bootstrap", help="an existing Kafka cluster (default: start the embedded broker)"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="timed runs per figure; the median is reported"
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="produce only the first N flights (default all)"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})"
+    )
+    parser.add_argument(
+        "--max-rows-per-trigger",
+        type=int,
+        default=DEFAULT_MAX_ROWS_PER_TRIGGER,
+        help="maxRowsPerTrigger of the micro-batched variant",
+    )
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=6.0,
+        help="with --bootstrap: seconds to let the broker settle after producing",
+    )
+    parser.add_argument(
+        "--no-diagnostics",
+        action="store_true",
+        help="skip the diagnostics (consume only, tuned baseline, in-process read())",
+    )
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    started = dt.datetime.now(dt.UTC)
+    result: dict[str, Any] = {
+        "benchmark": "source throughput (issue 2)",
+        "date": started.isoformat(timespec="seconds"),
+    }
+    result["machine"] = machine()
+    result["code"] = code_version()
+    broker = None if args.bootstrap else EmbeddedBroker().start()
+    checkpoint_root = tempfile.mkdtemp(prefix="floodgate-bench-")
+    spark = None
+    try:
+        bootstrap = args.bootstrap or broker.bootstrap_servers  # type: ignore[union-attr]
+        broker_pid = broker.pid if broker is not None else None
+        result["broker"] = {
+            "kind": "embedded noida-db" if broker else "external",
+            "bootstrap": bootstrap,
+        }
+        schemas = SchemaRepository.load()
+        codec = StreamCodec("flights", schemas.get("flight"), schemas)
+        topic = f"bench.flights.{uuid.uuid4().hex[:8]}"
+        ensure_topics(bootstrap, {topic: (TOPIC_PARTITIONS, 1)})
+
+        console.print(f"[bold]producing flights to {topic}[/bold]")
+        n, produce_s = produce_flights(bootstrap, topic, codec, args.limit)
+        sizes = topic_high_watermarks(bootstrap, topic)
+        if sum(sizes.values()) != n:
+            raise RuntimeError(f"topic holds {sum(sizes.values())} tuples, {n} produced")
+        if broker_pid is None:
+            time.sleep(args.settle_s)  # cannot watch an external broker's CPU
+        waited = wait_until_quiet(broker_pid).waited_s
+        console.print(f"  {n:,} tuples in {produce_s:.1f} s; partitions {sizes}")
+        console.print(f"  broker and machine quiet after {waited:.1f} s")
+        result.update(
+            n=n,
+            partition_sizes=sizes,
+            produce_tuples_per_s=round(n / produce_s, 1),
+            settle_after_produce_s=round(waited, 1),
+            repeat=args.repeat,
+        )
+        common = {"repeat": args.repeat, "broker_pid": broker_pid}
+
+        console.print("[bold]baseline: one consumer + StreamCodec.decode[/bold]")
+        baseline = measure_consumer(
+            "baseline: consumer + decode", bootstrap, topic, n, codec, decode=True, **common
+        )
+        figures: list[tuple[Figure, bool]] = [(baseline, False)]
+        single = source_options(bootstrap, topic, schemas, max_rows_per_trigger=None)
+        if not args.no_diagnostics:
+            console.print("[bold]diagnostics[/bold]")
+            for label, decode, client in (
+                ("consume only, no decode", False, None),
+                (f"baseline tuned: {TUNING_LABEL}", True, FETCH_TUNING),
+            ):
+                figure = measure_consumer(
+                    label, bootstrap, topic, n, codec, decode=decode, client=client, **common
+                )
+                figures.append((figure, False))
+            figures.append((measure_read_in_process(single, n, **common), False))
+
+        console.print(
+            "[bold]source: floodgate_kafka -> noop, Trigger.AvailableNow, local[2][/bold]"
+        )
+        from pipeline.query_group import build_spark_session
+        from pipeline.source import KafkaStreamDataSource
+
+        session_start = time.perf_counter()
+        spark = build_spark_session(app_name="floodgate-bench-source")
+        spark.dataSource.register(KafkaStreamDataSource)
+        result["spark_session_start_s"] = round(time.perf_counter() - session_start, 1)
+        result["spark_master"] = spark.sparkContext.master
+        source_common = {**common, "checkpoint_root": checkpoint_root}
+        one_batch = measure_source(
+            spark, "source, one batch", single, n, warm_up=True, **source_common
+        )
+        batched_options = source_options(
+            bootstrap, topic, schemas, max_rows_per_trigger=args.max_rows_per_trigger
+        )
+        batched = measure_source(
+            spark,
+            f"source, maxRowsPerTrigger={args.max_rows_per_trigger}",
+            batched_options,
+            n,
+            warm_up=False,
+            **source_common,
+        )
+        figures += [(one_batch, True), (batched, True)]
+
+        result["versions"] = versions(spark)
+        result["warm_up"] = "one full run of 'source, one batch', discarded (cold_run_discarded)"
+        result["baseline"] = baseline.as_json()
+        result["source"] = {
+            "one_batch": {
+                **one_batch.as_json(),
+                "ratio_to_baseline": round(one_batch.median / baseline.median, 3),
+            },
+            "max_rows_per_trigger": {
+                **batched.as_json(),
+                "max_rows_per_trigger": args.max_rows_per_trigger,
+                "ratio_to_baseline": round(batched.median / baseline.median, 3),
+            },
+        }
+        result["diagnostics"] = {
+            f.label: {**f.as_json(), "ratio_to_baseline": round(f.median / baseline.median, 3)}
+            for f, in_ratio in figures[1:]
+            if not in_ratio
+        }
+        best = max(one_batch.median, batched.median) / baseline.median
+        result.update(
+            target_ratio=TARGET_RATIO, best_ratio=round(best, 3), target_met=best >= TARGET_RATIO
+        )
+        result["machine"]["loadavg_at_end"] = list(os.getloadavg())
+
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        report(result, figures, baseline)
+        console.print(f"results written to {args.json}")
+        return 0
+    finally:
+        if spark is not None:
+            spark.stop()
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(checkpoint_root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
