@@ -129,59 +129,51 @@ def demo(
     console.print("[bold green]OK:[/] every flight produced was processed by every query.")
 
 
-def _print_results(result: Any, top: int) -> None:
-    def fmt(value: Any) -> str:
-        return "-" if value is None else f"{value:.1f}"
+_HEADINGS = {
+    "flights": "flights",
+    "departures": "departures",
+    "mean_dep_delay": "mean dep delay (min)",
+    "mean_arr_delay": "mean arr delay (min)",
+}
 
+
+def _hours_table(title: str, rows: list[dict[str, Any]], figures: tuple[str, ...]) -> Table:
+    """A table of origin-hours: origin, hour, then the named figures."""
+    table = Table(title=title)
+    table.add_column("origin")
+    table.add_column("hour (UTC)")
+    for name in figures:
+        table.add_column(_HEADINGS[name], justify="right")
+    for r in rows:
+        cells = [
+            str(r[n]) if isinstance(r[n], int) else "-" if r[n] is None else f"{r[n]:.1f}"
+            for n in figures
+        ]
+        table.add_row(r["origin"], f"{r['hour_start']:%Y-%m-%d %H:%M}", *cells)
+    return table
+
+
+def _print_results(result: Any, top: int) -> None:
     hours = result.origin_hours
     busiest = sorted(hours, key=lambda r: (-r["flights"], r["hour_start"], r["origin"]))[:top]
-    table = Table(title=f"Busiest origin-hours (top {top})")
-    for column in (
-        "origin",
-        "hour (UTC)",
-        "flights",
-        "departures",
-        "mean dep delay",
-        "mean arr delay",
-    ):
-        table.add_column(
-            column, justify="right" if column not in ("origin", "hour (UTC)") else "left"
+    console.print(
+        _hours_table(
+            f"Busiest origin-hours (top {top})",
+            busiest,
+            ("flights", "departures", "mean_dep_delay", "mean_arr_delay"),
         )
-    for r in busiest:
-        table.add_row(
-            r["origin"],
-            f"{r['hour_start']:%Y-%m-%d %H:%M}",
-            str(r["flights"]),
-            str(r["departures"]),
-            fmt(r["mean_dep_delay"]),
-            fmt(r["mean_arr_delay"]),
-        )
-    console.print(table)
-
+    )
     delayed = sorted(
         (r for r in hours if r["departures"] >= 10 and r["mean_dep_delay"] is not None),
         key=lambda r: (-r["mean_dep_delay"], r["hour_start"], r["origin"]),
     )[:top]
-    table = Table(title=f"Most delayed origin-hours, at least 10 departures (top {top})")
-    for column in (
-        "origin",
-        "hour (UTC)",
-        "departures",
-        "mean dep delay (min)",
-        "mean arr delay (min)",
-    ):
-        table.add_column(
-            column, justify="right" if column not in ("origin", "hour (UTC)") else "left"
+    console.print(
+        _hours_table(
+            f"Most delayed origin-hours, at least 10 departures (top {top})",
+            delayed,
+            ("departures", "mean_dep_delay", "mean_arr_delay"),
         )
-    for r in delayed:
-        table.add_row(
-            r["origin"],
-            f"{r['hour_start']:%Y-%m-%d %H:%M}",
-            str(r["departures"]),
-            fmt(r["mean_dep_delay"]),
-            fmt(r["mean_arr_delay"]),
-        )
-    console.print(table)
+    )
 
     summary = Table(title="Figures", show_header=False)
     summary.add_column("what")

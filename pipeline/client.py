@@ -303,13 +303,7 @@ class StreamInput:
         deadline = None if timeout_s is None else started + timeout_s
         with self._lock:
             if count > self.max_queue_size:
-                self._m_rejected.inc(count)
-                raise QueueFullError(
-                    stream=self.stream,
-                    requested=count,
-                    free=self._budget.available,
-                    max_size=self.max_queue_size,
-                )
+                raise self._refuse(count)
             if self._stale():
                 self._refresh()
             fits = self._budget.try_reserve(count)
@@ -324,15 +318,7 @@ class StreamInput:
             if blocked_s:
                 self._m_blocked.inc(blocked_s)
             if not fits:
-                self._m_rejected.inc(count)
-                raise QueueFullError(
-                    stream=self.stream,
-                    requested=count,
-                    free=self._budget.available,
-                    max_size=self.max_queue_size,
-                    length=self._snapshot.length if self._snapshot else None,
-                    waited_s=blocked_s,
-                )
+                raise self._refuse(count, waited_s=blocked_s)
             self._send(encoded)
             self._m_accepted.inc(count)
             crossed = self._update_threshold_state()
@@ -351,6 +337,18 @@ class StreamInput:
                     result=result,
                 )
         return result
+
+    def _refuse(self, count: int, *, waited_s: float = 0.0) -> QueueFullError:
+        """Count a refused put and say how full the queue is."""
+        self._m_rejected.inc(count)
+        return QueueFullError(
+            stream=self.stream,
+            requested=count,
+            free=self._budget.available,
+            max_size=self.max_queue_size,
+            length=self._snapshot.length if self._snapshot else None,
+            waited_s=waited_s,
+        )
 
     def _wait_for_space(self, count: int, deadline: float | None) -> bool:
         """Sleep one refresh interval (or until ``deadline``), then read the broker.
