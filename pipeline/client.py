@@ -49,11 +49,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig, bootstrap_from, load_query_group
-from pipeline.errors import ConfigError, DeliveryError, QueueFullError, QueueThresholdExceeded
+from pipeline.errors import (
+    ConfigError,
+    DeliveryError,
+    DeserializationError,
+    QueueFullError,
+    QueueThresholdExceeded,
+)
 from pipeline.metrics import ClientMetrics
 from pipeline.queues import QueueBudget, QueueProbe, QueueSnapshot, SweptCounter
 from pipeline.serde import SchemaRepository, StreamCodec
@@ -421,11 +427,149 @@ class StreamInput:
             log.exception("flush on close failed")
 
 
+class StreamOutput:
+    """Reads tuples of one output stream: the data reception API.
+
+    Made by :meth:`Connector.open_stream_output`. Reads through a Kafka consumer
+    group (by default the output stream's first ``reception_groups`` entry),
+    ``read_committed`` so only what the query group's transactions committed is
+    seen, decodes the Avro tuples, and commits what :meth:`get` returned: that is
+    what frees room in the output stream queue.
+
+    Args:
+        config: the query group.
+        stream: the output stream's name.
+        bootstrap_servers: the cluster.
+        schemas: the schema repository.
+        group: the consumer group to read with (default: the stream's first
+            reception group).
+    """
+
+    def __init__(
+        self,
+        *,
+        config: QueryGroupConfig,
+        stream: str,
+        bootstrap_servers: str,
+        schemas: SchemaRepository,
+        group: str | None = None,
+    ) -> None:
+        if stream not in config.output_streams:
+            raise ConfigError(
+                f"query group {config.name!r} has no output stream {stream!r}; "
+                f"it has {sorted(config.output_streams)}",
+                key="output_streams",
+                value=stream,
+                allowed=", ".join(sorted(config.output_streams)),
+            )
+        self.query_group = config.name
+        self.stream = stream
+        stream_config = config.output_streams[stream]
+        self.topic = stream_config.topic
+        self.settings = config.output_settings(stream)
+        groups = config.reception_groups(stream)
+        self.group = group or groups[0]
+        self.codec = StreamCodec(stream, schemas.get(stream_config.schema_), schemas)
+        self.probe = QueueProbe(
+            bootstrap_servers=bootstrap_servers,
+            stream=stream,
+            topic=self.topic,
+            groups=groups if self.group in groups else [*groups, self.group],
+            max_queue_size=self.settings.max_queue_size,
+            client=config.kafka.client,
+        )
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "group.id": self.group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                **config.kafka.client,
+            }
+        )
+        self._consumer.subscribe([self.topic])
+
+    @property
+    def max_queue_size(self) -> int:
+        """The output stream queue's bound, tuples."""
+        return self.settings.max_queue_size
+
+    def queue_length(self) -> int:
+        """Tuples written to the stream that its slowest reception group has not read
+        (high watermarks minus committed offsets), read from the broker now.
+
+        Output is written in Kafka transactions, and each commit puts a marker at an
+        offset of every partition it wrote to: unread markers count too, so the
+        length is over by at most one per partition per unread micro-batch (on the
+        safe side). :meth:`get` commits past the markers it reaches.
+
+        Raises:
+            BrokerError: the broker did not answer.
+        """
+        return self.probe.snapshot().length
+
+    def get(self, max_tuples: int = 500, timeout_s: float = 1.0) -> list[dict[str, Any]]:
+        """Read up to ``max_tuples`` tuples, waiting at most ``timeout_s`` seconds, and
+        commit them as read.
+
+        Returns:
+            The decoded tuples, in partition order (a list of dicts; empty when
+            nothing arrived in time).
+
+        Raises:
+            DeserializationError: a tuple does not decode; names topic, partition and
+                offset. Nothing of this call is committed.
+            KafkaException: the broker failed.
+        """
+        if max_tuples < 1:
+            raise ValueError(f"max_tuples must be >= 1, got {max_tuples}")
+        messages = self._consumer.consume(num_messages=max_tuples, timeout=timeout_s)
+        tuples: list[dict[str, Any]] = []
+        last: dict[tuple[str, int], int] = {}
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(error)
+            topic, partition, offset = (
+                self.topic,
+                int(message.partition() or 0),
+                int(message.offset() or 0),
+            )
+            try:
+                tuples.append(self.codec.decode(message.value() or b""))
+            except DeserializationError as exc:
+                raise exc.at(topic=topic, partition=partition, offset=offset) from exc
+            last[(topic, partition)] = offset
+        if last:
+            # Commit the consumer's position where it is past what was returned: it
+            # steps over transaction markers, which would otherwise stay counted in
+            # the queue after everything was read.
+            wanted = [TopicPartition(t, p) for (t, p) in last]
+            positions = {
+                (tp.topic, tp.partition): tp.offset for tp in self._consumer.position(wanted)
+            }
+            self._consumer.commit(
+                offsets=[
+                    TopicPartition(t, p, max(o + 1, positions.get((t, p)) or 0))
+                    for (t, p), o in last.items()
+                ],
+                asynchronous=False,
+            )
+        return tuples
+
+    def close(self) -> None:
+        """Leave the consumer group."""
+        self._consumer.close()
+
+
 class Connector:
-    """A connection to Floodgate for data transmission applications.
+    """A connection to Floodgate for data transmission and reception applications.
 
     Made by :func:`connect`. Holds the query group configs, the schema repository and
-    a metrics registry; opens :class:`StreamInput` objects.
+    a metrics registry; opens :class:`StreamInput` and :class:`StreamOutput` objects.
     """
 
     def __init__(
@@ -443,6 +587,7 @@ class Connector:
         self.registry = registry
         self.metrics = ClientMetrics(registry)
         self._inputs: list[StreamInput] = []
+        self._outputs: list[StreamOutput] = []
         self._stop = stop
 
     def config(self, query_group: str) -> QueryGroupConfig:
@@ -488,11 +633,32 @@ class Connector:
         self._inputs.append(stream_input)
         return stream_input
 
+    def open_stream_output(
+        self, query_group: str, stream: str, *, group: str | None = None
+    ) -> StreamOutput:
+        """Open an output stream of a query group for reading (data reception API).
+
+        Raises:
+            ConfigError: no such query group or stream.
+        """
+        stream_output = StreamOutput(
+            config=self.config(query_group),
+            stream=stream,
+            bootstrap_servers=self.bootstrap_servers,
+            schemas=self.schemas,
+            group=group,
+        )
+        self._outputs.append(stream_output)
+        return stream_output
+
     def close(self) -> None:
         """Close every stream opened here."""
         for stream_input in self._inputs:
             stream_input.close()
         self._inputs.clear()
+        for stream_output in self._outputs:
+            stream_output.close()
+        self._outputs.clear()
         if self._stop is not None:
             stop, self._stop = self._stop, None
             stop()
@@ -542,4 +708,4 @@ def connect(
     )
 
 
-__all__ = ["Connector", "PutResult", "StreamInput", "connect"]
+__all__ = ["Connector", "PutResult", "StreamInput", "StreamOutput", "connect"]

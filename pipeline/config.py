@@ -195,6 +195,10 @@ class OutputStreamConfig(StreamSettings):
     schema_: Identifier = Field(alias="schema")
     key: list[str] = Field(default_factory=list)
     """Columns whose values, joined with ``|``, form the Kafka key (empty: no key)."""
+    reception_groups: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    """Consumer groups of the data reception applications that read the stream; the
+    output stream queue is what the slowest of them has not read yet. Default:
+    ``<prefix>.<query group>.<stream>.reception``."""
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, populate_by_name=True, coerce_numbers_to_str=True
@@ -245,6 +249,12 @@ class QueryGroupConfig(_Strict):
     def consumer_group(self, query: str) -> str:
         """The Kafka consumer group a query commits its input offsets to."""
         return f"{self.query_group.consumer_group_prefix}.{self.name}.{query}"
+
+    def reception_groups(self, stream: str) -> list[str]:
+        """The consumer groups that read an output stream (``reception_groups`` or the default)."""
+        groups = self.output_streams[stream].reception_groups
+        prefix = self.query_group.consumer_group_prefix
+        return list(groups) or [f"{prefix}.{self.name}.{stream}.reception"]
 
     def readers(self, stream: str) -> list[str]:
         """Names of the queries that read an input stream (``inputs``, or a word match
