@@ -70,6 +70,19 @@ log = logging.getLogger(__name__)
 THRESHOLD_MESSAGE_CODE = "FG-CLIENT-001"
 
 
+def _require_stream(config: QueryGroupConfig, kind: str, stream: str) -> None:
+    """Raise ConfigError naming the known streams when ``stream`` is not declared."""
+    declared = config.input_streams if kind == "input" else config.output_streams
+    if stream not in declared:
+        raise ConfigError(
+            f"query group {config.name!r} has no {kind} stream {stream!r}; "
+            f"it has {sorted(declared)}",
+            key=f"{kind}_streams",
+            value=stream,
+            allowed=", ".join(sorted(declared)),
+        )
+
+
 @dataclass(frozen=True)
 class PutResult:
     """What an accepted ``put`` did.
@@ -123,14 +136,7 @@ class StreamInput:
         on_threshold: Callable[[PutResult], None] | None = None,
         raise_on_threshold: bool = False,
     ) -> None:
-        if stream not in config.input_streams:
-            raise ConfigError(
-                f"query group {config.name!r} has no input stream {stream!r}; "
-                f"it has {sorted(config.input_streams)}",
-                key="input_streams",
-                value=stream,
-                allowed=", ".join(sorted(config.input_streams)),
-            )
+        _require_stream(config, "input", stream)
         self.query_group = config.name
         self.stream = stream
         stream_config = config.input_streams[stream]
@@ -454,14 +460,7 @@ class StreamOutput:
         schemas: SchemaRepository,
         group: str | None = None,
     ) -> None:
-        if stream not in config.output_streams:
-            raise ConfigError(
-                f"query group {config.name!r} has no output stream {stream!r}; "
-                f"it has {sorted(config.output_streams)}",
-                key="output_streams",
-                value=stream,
-                allowed=", ".join(sorted(config.output_streams)),
-            )
+        _require_stream(config, "output", stream)
         self.query_group = config.name
         self.stream = stream
         stream_config = config.output_streams[stream]
