@@ -40,13 +40,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common import flights_config, flights_key  # noqa: E402  (bench/common.py)
 from confluent_kafka import Producer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from pipeline.broker import EmbeddedBroker, ensure_topics  # noqa: E402
 from pipeline.client import connect  # noqa: E402
-from pipeline.config import parse_query_group  # noqa: E402
 from pipeline.flights import flight_records, load_flights  # noqa: E402
 from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
 
@@ -64,25 +64,10 @@ def producer_config(bootstrap: str) -> dict[str, Any]:
     }
 
 
-def key_of(record: dict[str, Any]) -> bytes:
-    """The flights stream's key (carrier|flight|time_hour), as StreamInput builds it."""
-    return f"{record['carrier']}|{record['flight']}|{record['time_hour']}".encode()
-
-
-def group_config(topic: str, n: int) -> Any:
-    import tomllib
-
-    raw = tomllib.loads((ROOT / "conf" / "flights.toml").read_text())
-    raw["query_group"]["name"] = f"bench{uuid.uuid4().hex[:8]}"
-    raw["query_group"]["max_queue_size"] = n + 1  # never refuses: measures the cost, not the waits
-    raw["input_streams"]["flights"]["topic"] = topic
-    return parse_query_group(raw, env={})
-
-
 def run_put(bootstrap: str, records: list[dict[str, Any]], schemas: SchemaRepository) -> float:
     topic = f"bench.put.{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, {topic: (4, 1)})
-    config = group_config(topic, len(records))
+    config = flights_config(topic, len(records) + 1)  # never refuses: cost, not waits
     with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
         stream_input = connector.open_stream_input(config.name, "flights")
         stream_input.free_queue_size()  # connected, like the baseline's warm producer
@@ -100,6 +85,7 @@ def run_raw(
     ensure_topics(bootstrap, {topic: (4, 1)})
     producer = Producer(producer_config(bootstrap))
     producer.list_topics(topic, timeout=10)
+    key_of = flights_key()
     values = [(key_of(r), codec.encode(r)) for r in records] if pre_encoded else None
     started = time.perf_counter()
     for i in range(0, len(records), BATCH):

@@ -37,10 +37,9 @@ Only the two source variants count for the target, against the plain baseline.
 
 Set-up: an embedded ``noida-db`` broker (stopped at the end) unless ``--bootstrap``
 names a cluster; a new topic ``bench.flights.<id>`` with 4 partitions; all flights
-(``--limit`` for fewer) produced once, in event-time order, by an idempotent
-producer with Floodgate's writer settings (:func:`produce_flights`; the demo's
-own writer now goes through the back-pressure client, which needs a query
-group), keyed by :func:`pipeline.flights.flight_key`. The broker stays busy for 4-6 s
+(``--limit`` for fewer) produced once, in event-time order, through the
+back-pressure client with the flights stream's key (:func:`produce_flights`).
+The broker stays busy for 4-6 s
 after a burst (DESIGN.md section 8), so before the first and every timed run the
 script waits until the embedded broker's process uses under 5 % of a core over
 one second; with ``--bootstrap`` it cannot see the broker and sleeps
@@ -94,12 +93,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a file from anywhere, without installing
     sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
+from common import flights_config  # noqa: E402  (bench/common.py)
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from pipeline.broker import EmbeddedBroker, ensure_topics  # noqa: E402
-from pipeline.flights import flight_key, flight_records, load_flights  # noqa: E402
+from pipeline.client import connect  # noqa: E402
+from pipeline.flights import flight_records, load_flights  # noqa: E402
 from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
 
 log = logging.getLogger("bench.source")
@@ -284,46 +285,22 @@ def produce_flights(
 ) -> tuple[int, float]:
     """Produce the flights once, in event-time order; return ``(count, seconds)``.
 
-    Set-up, not measured against anything: a plain idempotent producer with the
-    settings Floodgate's writers use (``acks=all``, ``partitioner=murmur2_random``
-    so keys land where the Java client puts them, DESIGN.md section 8), values
-    encoded by :meth:`StreamCodec.encode`, keyed by :func:`flight_key`.
+    Set-up, not measured against anything: through the back-pressure client, as
+    every producer of Floodgate's writes (``StreamInput.put`` in batches of 1 000,
+    the flights stream's key and codec, its input queue bounded above the data so
+    nothing waits).
 
     Raises:
-        RuntimeError: the broker did not acknowledge every tuple.
+        DeliveryError: the broker did not acknowledge every tuple.
     """
     records = list(flight_records(load_flights(limit)))
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "partitioner": "murmur2_random",
-            "linger.ms": 10,
-        }
-    )
-    failures: list[str] = []
-
-    def on_delivery(err: Any, _msg: Any) -> None:
-        if err is not None:
-            failures.append(str(err))
-
+    config = flights_config(topic, len(records) + 1)
     start = time.perf_counter()
-    for record in records:
-        key, value = flight_key(record), codec.encode(record)
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
-                break
-            except BufferError:  # the local queue is full: serve deliveries, retry
-                producer.poll(0.05)
-        producer.poll(0)
-    remaining = producer.flush(PRODUCE_TIMEOUT_S)
-    if remaining or failures:
-        raise RuntimeError(
-            f"producing to {topic}: {remaining} tuples unacknowledged after "
-            f"{PRODUCE_TIMEOUT_S:.0f} s, {len(failures)} failed (first: {failures[:1]})"
-        )
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=codec.repository) as connector:
+        stream_input = connector.open_stream_input(config.name, "flights")
+        for i in range(0, len(records), 1_000):
+            stream_input.put(records[i : i + 1_000])
+        stream_input.put_end(PRODUCE_TIMEOUT_S)
     return len(records), time.perf_counter() - start
 
 

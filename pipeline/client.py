@@ -41,7 +41,6 @@ Rules:
 from __future__ import annotations
 
 import logging
-import operator
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -62,7 +61,7 @@ from pipeline.errors import (
 )
 from pipeline.metrics import ClientMetrics
 from pipeline.queues import QueueBudget, QueueProbe, QueueSnapshot, SweptCounter
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.serde import SchemaRepository, StreamCodec, TupleKey
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +141,7 @@ class StreamInput:
         stream_config = config.input_streams[stream]
         self.topic = stream_config.topic
         self.settings = config.input_settings(stream)
-        self.key_fields = list(stream_config.key)
+        self.key = TupleKey(stream_config.key)
         self.codec = StreamCodec(stream, schemas.get(stream_config.schema_), schemas)
         readers = config.readers(stream)
         self.probe = QueueProbe(
@@ -176,7 +175,6 @@ class StreamInput:
         # happens under self._lock, so the list needs no lock of its own.
         self._failed: list[tuple[bytes | None, bytes, str]] = []
         self._on_delivery_callback = self._on_delivery  # one bound method for every tuple
-        self._key_getter = operator.itemgetter(*self.key_fields) if self.key_fields else None
         self._below_threshold = False
         self._wakeup = threading.Event()
         labels = {"query_group": self.query_group, "stream": stream}
@@ -266,20 +264,6 @@ class StreamInput:
 
     # -- put -------------------------------------------------------------------
 
-    def _key(self, record: Mapping[str, Any]) -> bytes | None:
-        """The Kafka key: the stream's key fields joined with ``|`` (``""`` for null)."""
-        if self._key_getter is None:
-            return None
-        try:
-            values = self._key_getter(record)
-        except KeyError:
-            values = tuple(record.get(f) for f in self.key_fields)
-        if len(self.key_fields) == 1:
-            values = (values,)
-        if None in values:
-            values = tuple("" if v is None else v for v in values)
-        return "|".join(map(str, values)).encode()
-
     def put(
         self,
         tuples: Mapping[str, Any] | Sequence[Mapping[str, Any]],
@@ -304,7 +288,7 @@ class StreamInput:
             BrokerError: the queue's state could not be read.
         """
         batch = [tuples] if isinstance(tuples, Mapping) else list(tuples)
-        encoded = [(self._key(t), self.codec.encode(t)) for t in batch]
+        encoded = [(self.key(t), self.codec.encode(t)) for t in batch]
         count = len(encoded)
         if count == 0:
             with self._lock:
@@ -578,7 +562,6 @@ class Connector:
         configs: Sequence[QueryGroupConfig],
         schemas: SchemaRepository,
         registry: CollectorRegistry,
-        stop: Callable[[], None] | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.configs = {c.name: c for c in configs}
@@ -587,7 +570,6 @@ class Connector:
         self.metrics = ClientMetrics(registry)
         self._inputs: list[StreamInput] = []
         self._outputs: list[StreamOutput] = []
-        self._stop = stop
 
     def config(self, query_group: str) -> QueryGroupConfig:
         """The config of a query group.
@@ -658,9 +640,6 @@ class Connector:
         for stream_output in self._outputs:
             stream_output.close()
         self._outputs.clear()
-        if self._stop is not None:
-            stop, self._stop = self._stop, None
-            stop()
 
     def __enter__(self) -> Connector:
         return self

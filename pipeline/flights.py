@@ -75,12 +75,3 @@ def flight_records(df: pd.DataFrame) -> Iterator[dict[str, Any]]:
         )
         record["time_hour"] = int(time_hour[i])
         yield record
-
-
-def flight_key(record: dict[str, Any]) -> bytes:
-    """The Kafka key of a flight: carrier, flight number, and scheduled departure.
-
-    Unique per flight, so ``murmur2_random`` spreads flights over every partition
-    (keying by origin would put three origins on at most three partitions).
-    """
-    return f"{record['carrier']}{record['flight']}@{record['time_hour']}".encode()

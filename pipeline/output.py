@@ -33,13 +33,12 @@ import os
 import signal
 import threading
 from collections.abc import Mapping, Sequence
-from datetime import date, datetime
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from pipeline.errors import QueryGroupError
-from pipeline.serde import StreamCodec
+from pipeline.serde import StreamCodec, TupleKey
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +93,6 @@ def read_offset_log(spark: Any, checkpoint_dir: str, batch_id: int) -> list[dict
     return offsets
 
 
-def _key_text(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, date):
-        return value.isoformat()
-    return "" if value is None else str(value)
-
-
 class KafkaTransactionalSink:
     """``foreachBatch`` function: one query's output, written effectively once.
 
@@ -137,6 +128,7 @@ class KafkaTransactionalSink:
         self.codec = codec
         self.topic = topic
         self.key_columns = list(key_columns)
+        self.key = TupleKey(key_columns)
         self.input_topics = list(input_topics)
         self.group_id = group_id
         self.checkpoint_dir = checkpoint_dir
@@ -243,9 +235,7 @@ class KafkaTransactionalSink:
         """
         encoded = [
             (
-                "|".join(_key_text(row.get(c)) for c in self.key_columns).encode()
-                if self.key_columns
-                else None,
+                self.key(row),
                 self.codec.encode({name: row.get(name) for name in self.codec.schema.field_names}),
             )
             for row in rows

@@ -22,9 +22,11 @@ from __future__ import annotations
 import copy
 import io
 import json
+import operator
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
@@ -174,6 +176,48 @@ class SchemaRepository:
     def from_json(cls, text: str) -> SchemaRepository:
         """Inverse of :meth:`as_json`."""
         return cls(json.loads(text))
+
+
+class TupleKey:
+    """The Kafka key of a tuple: its key fields' values joined with ``|``.
+
+    The one rule for every stream, input or output (``key = [...]`` in the query
+    group file): ``None`` is the empty string, dates and datetimes are ISO 8601,
+    anything else is ``str(value)``; no key fields means no key. Both the
+    back-pressure client and the query groups' sinks build keys with it, so a
+    stream's tuples land on the same partitions whoever writes them.
+
+    Args:
+        fields: the key fields, in order.
+    """
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        self.fields = list(fields)
+        self._get = operator.itemgetter(*self.fields) if self.fields else None
+
+    def __call__(self, record: Mapping[str, Any]) -> bytes | None:
+        """The key of ``record``; a missing field counts as ``None``.
+
+        Returns:
+            UTF-8 bytes, or ``None`` when the stream has no key fields.
+        """
+        if self._get is None:
+            return None
+        try:
+            values = self._get(record)
+        except KeyError:
+            values = tuple(record.get(f) for f in self.fields)
+        if len(self.fields) == 1:
+            values = (values,)
+        return "|".join(map(_key_text, values)).encode()
+
+
+def _key_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, date):  # datetime is a date too
+        return value.isoformat()
+    return str(value)
 
 
 class StreamCodec:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import tomllib
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from pipeline.broker import Broker, ensure_topics, resolve_broker
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.flights import flight_records, load_flights
+from pipeline.query_group import QueryGroup, QueryStats
 from pipeline.serde import SchemaRepository
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,6 +125,32 @@ def flights_config(run_id: str, tmp_path: Path) -> Callable[..., QueryGroupConfi
         )
 
     return make
+
+
+@dataclass
+class Drained:
+    """What a query group did in one :func:`drain` run."""
+
+    stats: dict[str, QueryStats]
+    batches_written: dict[str, int]
+
+
+@pytest.fixture
+def drain(
+    bootstrap: str, spark: Any, schemas: SchemaRepository
+) -> Callable[[QueryGroupConfig], Drained]:
+    """Start a query group in the shared session, process all input there now, stop it."""
+
+    def run(config: QueryGroupConfig) -> Drained:
+        with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
+            group.start()
+            group.process_all_available()
+            return Drained(
+                stats=group.stats(),
+                batches_written={q: s.batches_written for q, s in group.sinks().items()},
+            )
+
+    return run
 
 
 @pytest.fixture

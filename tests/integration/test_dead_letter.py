@@ -12,13 +12,14 @@ from confluent_kafka import Producer
 
 from pipeline.config import QueryGroupConfig
 from pipeline.demo import read_all
-from pipeline.query_group import QueryGroup
 from pipeline.serde import MAGIC, SchemaRepository
+
+from .conftest import Drained
 
 
 def test_malformed_unknown_fingerprint_and_overflowing_tuples_are_dead_lettered(
     bootstrap: str,
-    spark: Any,
+    drain: Callable[[QueryGroupConfig], Drained],
     schemas: SchemaRepository,
     flights: list[dict[str, Any]],
     flights_config: Callable[..., QueryGroupConfig],
@@ -52,10 +53,7 @@ def test_malformed_unknown_fingerprint_and_overflowing_tuples_are_dead_lettered(
     assert producer.flush(30) == 0
     produce(config, good[500:])
 
-    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
-        group.start()
-        group.process_all_available()
-        stats = group.stats()["copy"]
+    stats = drain(config).stats["copy"]
 
     assert stats.input_rows == len(good)
     assert len(read_all(bootstrap, config.output_streams["flights_copy"].topic)) == len(good)

@@ -16,6 +16,8 @@ from pipeline.demo import read_all, read_table
 from pipeline.query_group import QueryGroup, QueryGroupState
 from pipeline.serde import SchemaRepository, StreamCodec
 
+from .conftest import Drained
+
 
 def expected_by_origin_hour(records: list[dict[str, Any]]) -> pd.DataFrame:
     """The flights query's first figures, computed independently with pandas."""
@@ -130,7 +132,7 @@ def test_flights_figures_equal_an_independent_pandas_computation(
 
 def test_stop_and_restart_from_the_checkpoint_loses_and_duplicates_nothing(
     bootstrap: str,
-    spark: Any,
+    drain: Callable[[QueryGroupConfig], Drained],
     schemas: SchemaRepository,
     flights: list[dict[str, Any]],
     flights_config: Callable[..., QueryGroupConfig],
@@ -140,17 +142,11 @@ def test_stop_and_restart_from_the_checkpoint_loses_and_duplicates_nothing(
     half = len(flights) // 2
     produce(config, flights[:half])
 
-    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
-        group.start()
-        group.process_all_available()
-        first_run = group.stats()
+    first_run = drain(config).stats
     assert all(s.input_rows == half for s in first_run.values())
 
     produce(config, flights[half:])
-    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
-        group.start()
-        group.process_all_available()
-        second_run = group.stats()
+    second_run = drain(config).stats
     # The restarted group went on from the checkpoint: it read only the second half.
     assert all(s.input_rows == len(flights) - half for s in second_run.values())
 

@@ -12,13 +12,14 @@ import pytest
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import ConfigError
-from pipeline.query_group import QueryGroup
 from pipeline.serde import SchemaRepository
+
+from .conftest import Drained
 
 
 def test_get_reads_every_output_tuple_once_and_frees_the_output_queue(
     bootstrap: str,
-    spark: Any,
+    drain: Callable[[QueryGroupConfig], Drained],
     schemas: SchemaRepository,
     flights: list[dict[str, Any]],
     flights_config: Callable[..., QueryGroupConfig],
@@ -27,10 +28,7 @@ def test_get_reads_every_output_tuple_once_and_frees_the_output_queue(
     config = flights_config(only_passthrough=True)
     records = flights[:1_000]
     produce(config, records)
-    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
-        group.start()
-        group.process_all_available()
-        batches = group.sinks()["copy"].batches_written
+    batches = drain(config).batches_written["copy"]
 
     with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
         with pytest.raises(ConfigError, match="no output stream 'nowhere'"):

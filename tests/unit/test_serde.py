@@ -15,7 +15,7 @@ from fastavro.schema import parse_schema, to_parsing_canonical_form
 
 from pipeline.errors import DeserializationError, SchemaError
 from pipeline.flights import flight_records, load_flights
-from pipeline.serde import HEADER_SIZE, MAGIC, SchemaRepository, StreamCodec, fingerprint
+from pipeline.serde import HEADER_SIZE, MAGIC, SchemaRepository, StreamCodec, TupleKey, fingerprint
 
 # --------------------------------------------------------------------------- CRC-64-AVRO
 
@@ -378,3 +378,21 @@ def test_a_date_logical_type_encodes_and_decodes() -> None:
         "mean_arr_delay": None,
     }
     assert codec.decode(codec.encode(record)) == record
+
+
+def test_the_tuple_key_rule_is_one_for_every_stream() -> None:
+    key = TupleKey(["carrier", "flight", "time_hour"])
+    assert (
+        key({"carrier": "UA", "flight": 1545, "time_hour": 1357034400000})
+        == b"UA|1545|1357034400000"
+    )
+    # Nulls are empty, a missing field counts as null, dates and datetimes are ISO 8601.
+    assert key({"carrier": None, "flight": 7}) == b"|7|"
+    assert (
+        TupleKey(["origin", "hour_start"])(
+            {"origin": "EWR", "hour_start": datetime(2013, 1, 1, 10, tzinfo=UTC)}
+        )
+        == b"EWR|2013-01-01T10:00:00+00:00"
+    )
+    assert TupleKey(["day"])({"day": date(2013, 7, 4)}) == b"2013-07-04"
+    assert TupleKey([])({"carrier": "UA"}) is None
