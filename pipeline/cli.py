@@ -1,13 +1,18 @@
 """The ``floodgate`` command.
 
 * ``floodgate demo`` -- the main job (``make demo``; :mod:`pipeline.demo`).
-* ``floodgate run CONFIG`` -- run a query group until it is stopped (SIGTERM or
-  Ctrl-C stop it cleanly: the micro-batch in flight is not committed and is
-  replayed on the next start).
+* ``floodgate run CONFIG`` -- run a query group until it is stopped (SIGTERM,
+  Ctrl-C or ``floodgate query-group stop`` stop it cleanly: the micro-batch in
+  flight is not committed and is replayed on the next start). It serves its
+  metrics and control endpoint (:mod:`pipeline.control`).
+* ``floodgate query-group status|release|stop NAME`` -- talk to a running query
+  group's endpoint (found through its control file, or ``--url``).
+* ``floodgate broker`` -- run the embedded broker in the foreground.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -29,6 +34,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
+query_group_app = typer.Typer(
+    help="Status, release and stop of a running query group (its HTTP control endpoint).",
+    no_args_is_help=True,
+)
+app.add_typer(query_group_app, name="query-group")
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -218,6 +228,7 @@ def run(
 ) -> None:
     """Run a query group until it is stopped (SIGTERM/Ctrl-C) or, with --available-now, drained."""
     from pipeline.config import bootstrap_from, load_query_group
+    from pipeline.errors import QueryGroupHeld
     from pipeline.query_group import QueryGroup
 
     _setup_logging(verbose)
@@ -232,7 +243,7 @@ def run(
                 )
             )
         group = QueryGroup(cfg, bootstrap_servers=servers)
-        stop = threading.Event()
+        stop = group.stop_requested
 
         def on_signal(signum: int, _frame: Any) -> None:
             console.print(f"signal {signal.Signals(signum).name}: stopping query group {cfg.name}")
@@ -241,13 +252,19 @@ def run(
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         group.start(available_now=available_now)
+        url = group.serve()
         console.print(
-            f"query group {cfg.name} {group.state} ({len(cfg.queries)} queries) on {servers}"
+            f"query group {cfg.name} {group.state} ({len(cfg.queries)} queries) on {servers}; "
+            f"metrics {url}/metrics, control {url}/status"
         )
         try:
             if available_now:
-                while not stop.is_set() and not group.await_termination(0.5):
-                    pass
+                while not stop.is_set():
+                    try:
+                        if group.await_termination(0.5):
+                            break
+                    except QueryGroupHeld:
+                        stop.wait(0.5)  # held: wait for release or stop
             else:
                 while not stop.wait(0.5):
                     group.check()
@@ -256,6 +273,100 @@ def run(
         console.print(f"query group {cfg.name} {group.state}")
     except FloodgateError as exc:
         raise _fail(exc) from exc
+
+
+_URL_OPTION = typer.Option(
+    help="Base URL of the group's endpoint (default: from its control file on this host)."
+)
+_CONTROL_DIR_OPTION = typer.Option(
+    envvar="FLOODGATE_CONTROL_DIR",
+    help="Directory of the control files of running query groups ([query_group] control_dir).",
+)
+
+
+def _query_group_call(name: str, action: str, url: str | None, control_dir: str) -> dict[str, Any]:
+    from pipeline.control import call
+
+    try:
+        return call(name, action, url=url, control_dir=control_dir)
+    except FloodgateError as exc:
+        raise _fail(exc) from exc
+
+
+def _print_status(status: dict[str, Any]) -> None:
+    state = status["state"]
+    colour = {"EXECUTING": "green", "SLEEPING": "yellow", "HELD": "red", "FAILED": "red"}.get(
+        state, "white"
+    )
+    console.print(f"query group [bold]{status['query_group']}[/]: [{colour}]{state}[/]")
+    held = status.get("held")
+    if held:
+        console.print(
+            f"  held on output stream {held['stream']!r}: micro-batch {held['batch_id']} of "
+            f"query {held['query']!r} needs {held['required']:,} tuples of room, "
+            f"{held['free_queue_size']:,} of {held['max_queue_size']:,} free "
+            f"(after {held['sleeps']} sleeps); on_hold_input = {status['on_hold_input']}"
+        )
+    queries = Table(title="queries")
+    for column in ("query", "active", "batches", "input tuples", "tuples written", "tuples/s"):
+        queries.add_column(column, justify="left" if column == "query" else "right")
+    for name, q in status["queries"].items():
+        queries.add_row(
+            name,
+            "yes" if q["active"] else "no",
+            f"{q['batches']:,}",
+            f"{q['input_rows']:,}",
+            f"{q['tuples_written']:,}",
+            f"{q['processed_rows_per_second']:,.0f}",
+        )
+    console.print(queries)
+    outputs = Table(title="output stream queues")
+    for column in ("stream", "length", "max", "full"):
+        outputs.add_column(column, justify="left" if column == "stream" else "right")
+    for name, o in status["output_queues"].items():
+        full = o["length"] / o["max_queue_size"] if o["max_queue_size"] else 0.0
+        outputs.add_row(name, f"{o['length']:,}", f"{o['max_queue_size']:,}", f"{full:.0%}")
+    console.print(outputs)
+    for stream, count in status.get("discarded", {}).items():
+        console.print(f"  discarded on release from {stream}: {count:,} tuples")
+
+
+@query_group_app.command("status")
+def query_group_status(
+    name: Annotated[str, typer.Argument(help="The query group's name.")],
+    url: Annotated[str | None, _URL_OPTION] = None,
+    control_dir: Annotated[str, _CONTROL_DIR_OPTION] = ".floodgate/run",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
+) -> None:
+    """Show a running query group's state, queries and output stream queues."""
+    status = _query_group_call(name, "status", url, control_dir)
+    if as_json:
+        print(json.dumps(status, indent=2))
+    else:
+        _print_status(status)
+
+
+@query_group_app.command("release")
+def query_group_release(
+    name: Annotated[str, typer.Argument(help="The query group's name.")],
+    url: Annotated[str | None, _URL_OPTION] = None,
+    control_dir: Annotated[str, _CONTROL_DIR_OPTION] = ".floodgate/run",
+) -> None:
+    """Release a HELD query group: its queries start again (the held batch is replayed,
+    or the input skipped with on_hold_input = discard)."""
+    status = _query_group_call(name, "release", url, control_dir)
+    console.print(f"query group {name} released: {status['state']}")
+
+
+@query_group_app.command("stop")
+def query_group_stop(
+    name: Annotated[str, typer.Argument(help="The query group's name.")],
+    url: Annotated[str | None, _URL_OPTION] = None,
+    control_dir: Annotated[str, _CONTROL_DIR_OPTION] = ".floodgate/run",
+) -> None:
+    """Stop a running query group (the micro-batch in flight is replayed on the next start)."""
+    _query_group_call(name, "stop", url, control_dir)
+    console.print(f"query group {name} stopping")
 
 
 @app.command()

@@ -471,7 +471,15 @@ class StreamOutput:
                 **config.kafka.client,
             }
         )
-        self._consumer.subscribe([self.topic])
+        self._consumer.subscribe([self.topic], on_assign=self._on_assign)
+        #: Per partition, the offset this reader committed last (-1: none this session).
+        self._committed: dict[int, int] = {}
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # A (re)assigned partition may have been read by another member meanwhile:
+        # forget what this reader committed, so its next commit is checked anew.
+        for tp in partitions:
+            self._committed.pop(tp.partition, None)
 
     @property
     def max_queue_size(self) -> int:
@@ -509,39 +517,45 @@ class StreamOutput:
             raise ValueError(f"max_tuples must be >= 1, got {max_tuples}")
         messages = self._consumer.consume(num_messages=max_tuples, timeout=timeout_s)
         tuples: list[dict[str, Any]] = []
-        last: dict[tuple[str, int], int] = {}
+        read_to: dict[int, int] = {}
         for message in messages:
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     continue
                 raise KafkaException(error)
-            topic, partition, offset = (
-                self.topic,
-                int(message.partition() or 0),
-                int(message.offset() or 0),
-            )
+            partition, offset = int(message.partition() or 0), int(message.offset() or 0)
             try:
                 tuples.append(self.codec.decode(message.value() or b""))
             except DeserializationError as exc:
-                raise exc.at(topic=topic, partition=partition, offset=offset) from exc
-            last[(topic, partition)] = offset
-        if last:
-            # Commit the consumer's position where it is past what was returned: it
-            # steps over transaction markers, which would otherwise stay counted in
-            # the queue after everything was read.
-            wanted = [TopicPartition(t, p) for (t, p) in last]
-            positions = {
-                (tp.topic, tp.partition): tp.offset for tp in self._consumer.position(wanted)
-            }
-            self._consumer.commit(
-                offsets=[
-                    TopicPartition(t, p, max(o + 1, positions.get((t, p)) or 0))
-                    for (t, p), o in last.items()
-                ],
-                asynchronous=False,
-            )
+                raise exc.at(topic=self.topic, partition=partition, offset=offset) from exc
+            read_to[partition] = offset + 1
+        self._commit_read(read_to)
         return tuples
+
+    def _commit_read(self, read_to: Mapping[int, int]) -> None:
+        """Commit, per assigned partition, the furthest of what :meth:`get` returned and
+        the consumer's position, where that is past what this reader committed last.
+
+        The position steps over transaction markers the consumer has passed (one per
+        partition per micro-batch the query group wrote), so committing it also on a
+        read that returned nothing lets the queue length fall to 0 once the reader
+        has caught up; otherwise the marker after the last tuple stayed counted.
+        """
+        assigned = self._consumer.assignment()
+        if not assigned and not read_to:
+            return
+        wanted = {tp.partition for tp in assigned} | set(read_to)
+        positions = self._consumer.position([TopicPartition(self.topic, p) for p in wanted])
+        commits = []
+        for tp in positions:
+            target = max(read_to.get(tp.partition, -1), tp.offset if tp.offset >= 0 else -1)
+            if target > self._committed.get(tp.partition, -1):
+                commits.append(TopicPartition(self.topic, tp.partition, target))
+        if commits:
+            self._consumer.commit(offsets=commits, asynchronous=False)
+            for tp in commits:
+                self._committed[tp.partition] = tp.offset
 
     def close(self) -> None:
         """Leave the consumer group."""

@@ -144,6 +144,33 @@ class QueryGroupSection(StreamSettings):
     consumer_group_prefix: str = "floodgate"
     """Each query commits its input offsets to the consumer group
     ``<prefix>.<query group>.<query>``."""
+    sleep_on_over_store_ms: Annotated[int, Field(ge=0, le=3_600_000)] = 1_000
+    """How long a query sleeps before it re-checks an output stream queue that has no
+    room for its micro-batch's output (seed 000: ``querygroup.sleepOnOverStore``)."""
+    sleep_on_over_store_retry_count: Annotated[int, Field(ge=0, le=1_000_000)] = 10
+    """Sleeps before the query group is held; 0 holds at once (seed 000:
+    ``querygroup.sleepOnOverStoreRetryCount``)."""
+    on_hold_input: Literal["retain", "discard"] = "retain"
+    """What happens to the input of a held query group. ``retain``: it stays in Kafka and
+    is processed after release (producers feel back-pressure through the input queue);
+    ``discard``: the seed's behaviour -- on release, every query starts from the end of
+    its input, and the skipped tuples are counted in a metric and the log."""
+    auto_release: bool = False
+    """Release a held query group by itself once every output stream queue has at least
+    ``resume_free_queue_size_threshold`` percent free (and room for the held batch)."""
+    output_queue_check: bool = True
+    """Compare each micro-batch's output with the output stream queue's free space before
+    writing it. ``false`` leaves output queues unbounded (no sleep, no hold): for
+    benchmarks, and output streams whose readers are known to keep up."""
+    metrics_host: str = "127.0.0.1"
+    """Interface of the query group's metrics and control endpoint (``0.0.0.0`` in a
+    container)."""
+    metrics_port: Annotated[int, Field(ge=0, le=65_535)] = 0
+    """Port of the metrics and control endpoint (``/metrics``, ``/status``, ``/release``,
+    ``/stop``); 0 picks a free one, announced in the log and the control file."""
+    control_dir: str = ".floodgate/run"
+    """Where a running query group writes ``<name>.json`` with its endpoint's URL, for
+    ``floodgate query-group status|release|stop NAME`` on the same host."""
 
 
 class InputStreamConfig(StreamSettings):

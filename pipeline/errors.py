@@ -181,6 +181,106 @@ class QueryGroupError(FloodgateError, RuntimeError):
         self.query = query
 
 
+class QueryGroupHeld(QueryGroupError):
+    """A micro-batch's output did not fit in an output stream queue, after every sleep:
+    the query group is HELD (seed 000_eb6ebce252a05f96.txt, table "output stream queue
+    overflows"; message code ``FG-QG-002``).
+
+    Raised inside the query's ``foreachBatch`` function, so Spark terminates the query
+    without committing the batch: it is replayed from Spark's offset log on release.
+
+    Attributes:
+        stream: the output stream that had no room.
+        batch_id: the micro-batch held back.
+        required: output queue space the batch needs (tuples, transaction markers
+            included).
+        free: free queue size at the last check (tuples).
+        max_size: the output stream queue's max queue size (tuples).
+        sleeps: how many times the query slept before the hold.
+    """
+
+    def __init__(
+        self,
+        *,
+        query_group: str,
+        query: str | None,
+        stream: str,
+        batch_id: int,
+        required: int,
+        free: int,
+        max_size: int,
+        sleeps: int,
+    ) -> None:
+        used = max_size - free
+        super().__init__(
+            f"FG-QG-002 held: micro-batch {batch_id} needs {required} tuples of room in "
+            f"output stream {stream!r}, which has {free} free ({used} of {max_size} in use, "
+            f"{used / max_size:.0%} full) after {sleeps} sleeps; release with "
+            f"`floodgate query-group release {query_group}` once its readers have caught up",
+            query_group=query_group,
+            query=query,
+        )
+        self.stream = stream
+        self.batch_id = batch_id
+        self.required = required
+        self.free = free
+        self.max_size = max_size
+        self.sleeps = sleeps
+
+
+class BatchInterrupted(QueryGroupError):
+    """A micro-batch was abandoned, unwritten and uncommitted, because its query group
+    was held or stopped meanwhile; Spark replays it when the group starts again.
+
+    Attributes:
+        batch_id: the abandoned micro-batch.
+    """
+
+    def __init__(self, *, query_group: str, query: str | None, batch_id: int) -> None:
+        super().__init__(
+            f"micro-batch {batch_id} abandoned unwritten: the query group is held or "
+            "stopping; it is replayed when the group starts again",
+            query_group=query_group,
+            query=query,
+        )
+        self.batch_id = batch_id
+
+
+class OversizedBatchError(QueryGroupError):
+    """A micro-batch's output is larger than the whole output stream queue: it can never
+    fit, so the query fails at once rather than sleeping and holding forever
+    (message code ``FG-QG-005``).
+
+    Attributes:
+        stream: the output stream.
+        required: output queue space the batch needs (tuples, markers included).
+        max_size: the output stream queue's max queue size (tuples).
+    """
+
+    def __init__(
+        self,
+        *,
+        query_group: str,
+        query: str | None,
+        stream: str,
+        batch_id: int,
+        required: int,
+        max_size: int,
+    ) -> None:
+        super().__init__(
+            f"FG-QG-005 micro-batch {batch_id} writes {required} tuples to output stream "
+            f"{stream!r}, more than its whole queue (max_queue_size = {max_size}): raise "
+            f"output_streams.{stream}.max_queue_size, or lower max_rows_per_trigger of the "
+            f"query's input streams so each micro-batch writes less",
+            query_group=query_group,
+            query=query,
+        )
+        self.stream = stream
+        self.batch_id = batch_id
+        self.required = required
+        self.max_size = max_size
+
+
 class QueueFullError(FloodgateError, queue.Full):
     """A put does not fit in the free space of the stream queue; nothing of it was sent.
 

@@ -10,7 +10,7 @@ registers on, so tests read samples from a fresh registry
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 NAMESPACE = "floodgate"
 
@@ -77,3 +77,112 @@ class ClientMetrics:
             namespace=NAMESPACE,
             registry=registry,
         )
+
+
+#: Buckets of ``floodgate_query_batch_duration_seconds``: micro-batches take from tens of
+#: milliseconds (small aggregations) to minutes (a large backlog on two cores).
+BATCH_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class QueryGroupMetrics:
+    """Metrics of a running query group (DESIGN.md sections 4.2 and 6).
+
+    Families:
+
+    * ``floodgate_query_group_state`` (gauge, labels ``query_group``, ``state``): 1 for
+      the group's current state, 0 for the others (one series per state).
+    * ``floodgate_query_group_sleeps_total`` (counter, ``query_group``, ``stream``):
+      sleeps on a full output stream queue (``sleep_on_over_store_ms`` each).
+    * ``floodgate_query_group_holds_total`` (counter, ``query_group``, ``stream``):
+      times the group was held because of that output stream queue.
+    * ``floodgate_query_group_discarded_tuples_total`` (counter, ``query_group``,
+      ``stream``): input tuples skipped on release with ``on_hold_input = "discard"``.
+    * ``floodgate_output_stream_queue_length`` / ``_max_size`` (gauges, tuples,
+      ``query_group``, ``stream``): the output stream queue at the last check.
+    * ``floodgate_query_batch_duration_seconds`` (histogram, ``query_group``,
+      ``query``): micro-batch durations from StreamingQueryListener progress.
+    * ``floodgate_query_input_rows_per_second`` / ``_processed_rows_per_second``
+      (gauges, ``query_group``, ``query``): from the last progress.
+    * ``floodgate_query_input_rows_total`` (counter, ``query_group``, ``query``):
+      tuples read by the query's sources.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        by_stream = ("query_group", "stream")
+        by_query = ("query_group", "query")
+        self.state = Gauge(
+            "query_group_state",
+            "1 for the query group's current state, 0 for the others.",
+            ("query_group", "state"),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.sleeps = Counter(
+            "query_group_sleeps",
+            "Sleeps of the query group on a full output stream queue.",
+            by_stream,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.holds = Counter(
+            "query_group_holds",
+            "Times the query group was held because an output stream queue stayed full.",
+            by_stream,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.discarded = Counter(
+            "query_group_discarded_tuples",
+            "Input tuples skipped on release (on_hold_input = discard).",
+            by_stream,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.output_queue_length = Gauge(
+            "output_stream_queue_length",
+            "Output stream queue length (tuples) at the last check.",
+            by_stream,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.output_queue_max_size = Gauge(
+            "output_stream_queue_max_size",
+            "Max queue size of the output stream queue (tuples).",
+            by_stream,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.batch_duration = Histogram(
+            "query_batch_duration_seconds",
+            "Micro-batch duration (StreamingQueryListener progress).",
+            by_query,
+            namespace=NAMESPACE,
+            registry=registry,
+            buckets=BATCH_DURATION_BUCKETS,
+        )
+        self.input_rows_per_second = Gauge(
+            "query_input_rows_per_second",
+            "Input rate of the query's last micro-batch (tuples/s).",
+            by_query,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.processed_rows_per_second = Gauge(
+            "query_processed_rows_per_second",
+            "Processing rate of the query's last micro-batch (tuples/s).",
+            by_query,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.input_rows = Counter(
+            "query_input_rows",
+            "Tuples read by the query's sources.",
+            by_query,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+
+    def set_state(self, query_group: str, state: str, states: list[str]) -> None:
+        """Set the state gauges: 1 for ``state``, 0 for every other of ``states``."""
+        for s in states:
+            self.state.labels(query_group, s).set(1 if s == state else 0)

@@ -19,25 +19,41 @@ offsets are exactly what has been durably processed, which is what input queue
 lengths and lag tools read. A restarted driver fences the old one's producer
 through the stable ``transactional.id``.
 
+Before step 3 writes anything, the batch's output is checked against the
+output stream queue (:class:`OutputQueueGuard`; DESIGN.md section 4.2, seed
+000_eb6ebce252a05f96.txt "(3) Preventing the output stream queue from
+overflowing"): when it does not fit in the free space, the query sleeps
+``sleep_on_over_store_ms`` and re-checks, up to ``sleep_on_over_store_retry_count``
+times, then raises :class:`~pipeline.errors.QueryGroupHeld`. Spark then
+terminates the query *without* committing the batch, and the query group holds
+its other queries; on release the batch is replayed from the offset log.
+
 Rows are collected on the driver: output of a batch is bounded by the output
-stream queue's free space (issue: bounded output queues), and aggregations make
-it small; a query that passes large volumes through should lower
-``max_rows_per_trigger``.
+stream queue's max (a larger batch is :class:`~pipeline.errors.OversizedBatchError`),
+and aggregations make it small; a query that passes large volumes through should
+lower ``max_rows_per_trigger``.
+
+Stable message codes of the log (and of the errors): ``FG-QG-001`` (warning) a
+query sleeps on a full output stream queue; ``FG-QG-002`` (error) the query group
+is held; ``FG-QG-003`` (info) it is released; ``FG-QG-004`` (warning) input was
+discarded on release; ``FG-QG-005`` (error) a batch larger than its output queue.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import signal
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from pipeline.errors import QueryGroupError
+from pipeline.errors import BatchInterrupted, OversizedBatchError, QueryGroupError, QueryGroupHeld
+from pipeline.queues import QueueSnapshot
 from pipeline.serde import StreamCodec, TupleKey
 
 log = logging.getLogger(__name__)
@@ -93,6 +109,181 @@ def read_offset_log(spark: Any, checkpoint_dir: str, batch_id: int) -> list[dict
     return offsets
 
 
+class QueueReader(Protocol):
+    """Reads an output stream queue's state (a :class:`~pipeline.queues.QueueProbe`)."""
+
+    def snapshot(self) -> QueueSnapshot:
+        """The queue now."""
+
+
+class GuardListener(Protocol):
+    """What an :class:`OutputQueueGuard` tells its query group."""
+
+    def on_output_queue(self, stream: str, snapshot: QueueSnapshot) -> None:
+        """A fresh read of an output stream queue."""
+
+    def on_sleep(self, query: str, stream: str, retry: int, sleep_s: float) -> None:
+        """A query starts sleeping on a full output stream queue (retry is 1-based)."""
+
+    def on_awake(self, query: str, stream: str) -> None:
+        """A query that slept found room and goes on."""
+
+    def on_hold(self, held: QueryGroupHeld) -> None:
+        """A query gives up: the group must be held (called before the error is raised)."""
+
+
+def required_space(tuples: int, partitions: int) -> int:
+    """Output queue space a micro-batch of ``tuples`` output tuples takes, in offsets.
+
+    Each transaction's commit marker takes one offset in every partition it wrote
+    to, and queue length is read from offsets, so a batch takes its tuples plus at
+    most ``min(tuples, partitions)`` markers. An empty batch writes nothing.
+    """
+    return 0 if tuples <= 0 else tuples + min(tuples, partitions)
+
+
+class OutputQueueGuard:
+    """Keeps one output stream queue within its max (DESIGN.md section 4.2).
+
+    Every sink writing to the stream shares the guard, and writes while holding it
+    (:meth:`reserve`), so two queries of the group never both fill the same free
+    space. The reception applications free space as they read; the guard only
+    reads the queue, never waits on them.
+
+    Args:
+        query_group: the query group's name.
+        stream: the output stream's name.
+        reader: reads the queue's state; ``None`` turns the check off
+            (``output_queue_check = false``).
+        max_queue_size: the queue's bound, tuples.
+        partitions: partitions of the output topic (for transaction markers).
+        sleep_ms: ``sleep_on_over_store_ms``.
+        retry_count: ``sleep_on_over_store_retry_count``; 0 holds at once.
+        interrupted: set when the group is held or stopped; wakes a sleeping query,
+            which then gives up without writing.
+        listener: the query group.
+        wait: how to sleep (``Event.wait``-like; for unit tests of the rule).
+    """
+
+    def __init__(
+        self,
+        *,
+        query_group: str,
+        stream: str,
+        reader: QueueReader | None,
+        max_queue_size: int,
+        partitions: int,
+        sleep_ms: int,
+        retry_count: int,
+        interrupted: threading.Event | None = None,
+        listener: GuardListener | None = None,
+        wait: Callable[[float], Any] | None = None,
+    ) -> None:
+        self.query_group = query_group
+        self.stream = stream
+        self.reader = reader
+        self.max_queue_size = max_queue_size
+        self.partitions = partitions
+        self.sleep_s = sleep_ms / 1000.0
+        self.retry_count = retry_count
+        self.interrupted = interrupted or threading.Event()
+        self.listener = listener
+        self._wait = wait or self.interrupted.wait
+        self._lock = threading.Lock()
+        #: Sleeps and holds so far (also in the group's metrics).
+        self.sleeps = 0
+        self.holds = 0
+
+    @contextlib.contextmanager
+    def reserve(self, tuples: int, *, query: str, batch_id: int) -> Iterator[None]:
+        """Wait until ``tuples`` output tuples fit, then keep the queue while the caller
+        writes them.
+
+        Raises:
+            OversizedBatchError: the batch is larger than the whole queue.
+            QueryGroupHeld: it still did not fit after ``retry_count`` sleeps, or the
+                group was held or stopped meanwhile. Nothing may be written.
+        """
+        with self._lock:
+            self._admit(tuples, query=query, batch_id=batch_id)
+            yield
+
+    def _admit(self, tuples: int, *, query: str, batch_id: int) -> None:
+        need = required_space(tuples, self.partitions)
+        if self.reader is None or need == 0:
+            return
+        if need > self.max_queue_size:
+            log.error(
+                "FG-QG-005 query group %s query %s: micro-batch %d needs %d tuples of room "
+                "in output stream %s, more than its max_queue_size %d",
+                self.query_group,
+                query,
+                batch_id,
+                need,
+                self.stream,
+                self.max_queue_size,
+            )
+            raise OversizedBatchError(
+                query_group=self.query_group,
+                query=query,
+                stream=self.stream,
+                batch_id=batch_id,
+                required=need,
+                max_size=self.max_queue_size,
+            )
+        retry = 0
+        while True:
+            if self.interrupted.is_set():
+                raise BatchInterrupted(query_group=self.query_group, query=query, batch_id=batch_id)
+            snapshot = self.reader.snapshot()
+            if self.listener is not None:
+                self.listener.on_output_queue(self.stream, snapshot)
+            if need <= snapshot.free_queue_size:
+                if retry and self.listener is not None:
+                    self.listener.on_awake(query, self.stream)
+                return
+            if retry >= self.retry_count:
+                raise self._held(query, batch_id, need, free=snapshot.free_queue_size, retry=retry)
+            retry += 1
+            self.sleeps += 1
+            log.warning(
+                "FG-QG-001 query group %s query %s: output stream %s has %d free of %d, "
+                "micro-batch %d needs %d: sleeping %.3f s before retry %d of %d",
+                self.query_group,
+                query,
+                self.stream,
+                snapshot.free_queue_size,
+                self.max_queue_size,
+                batch_id,
+                need,
+                self.sleep_s,
+                retry,
+                self.retry_count,
+            )
+            if self.listener is not None:
+                self.listener.on_sleep(query, self.stream, retry, self.sleep_s)
+            self._wait(self.sleep_s)
+
+    def _held(
+        self, query: str, batch_id: int, need: int, *, free: int, retry: int
+    ) -> QueryGroupHeld:
+        held = QueryGroupHeld(
+            query_group=self.query_group,
+            query=query,
+            stream=self.stream,
+            batch_id=batch_id,
+            required=need,
+            free=free,
+            max_size=self.max_queue_size,
+            sleeps=retry,
+        )
+        self.holds += 1
+        log.error("%s", held)
+        if self.listener is not None:
+            self.listener.on_hold(held)
+        return held
+
+
 class KafkaTransactionalSink:
     """``foreachBatch`` function: one query's output, written effectively once.
 
@@ -107,6 +298,7 @@ class KafkaTransactionalSink:
         checkpoint_dir: the query's checkpoint location.
         bootstrap_servers: the Kafka cluster.
         client: extra librdkafka properties.
+        guard: the output stream queue's guard (default: no bound).
     """
 
     def __init__(
@@ -122,6 +314,7 @@ class KafkaTransactionalSink:
         checkpoint_dir: str,
         bootstrap_servers: str,
         client: Mapping[str, Any] | None = None,
+        guard: OutputQueueGuard | None = None,
     ) -> None:
         self.query_group = query_group
         self.query = query
@@ -134,6 +327,15 @@ class KafkaTransactionalSink:
         self.checkpoint_dir = checkpoint_dir
         self.bootstrap_servers = bootstrap_servers
         self.client = dict(client or {})
+        self.guard = guard or OutputQueueGuard(
+            query_group=query_group,
+            stream=topic,
+            reader=None,
+            max_queue_size=0,
+            partitions=1,
+            sleep_ms=0,
+            retry_count=0,
+        )
         self.transactional_id = f"{group_id}.sink"
         self._lock = threading.Lock()
         self._producer: Producer | None = None
@@ -208,8 +410,19 @@ class KafkaTransactionalSink:
         return True
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        """Write micro-batch ``batch_id`` (Spark's ``foreachBatch`` contract)."""
+        """Write micro-batch ``batch_id`` (Spark's ``foreachBatch`` contract).
+
+        Raises:
+            QueryGroupHeld: the output did not fit in the output stream queue after
+                every sleep; the batch is not committed (Spark terminates the query).
+            BatchInterrupted: the group was held or stopped before the batch was written.
+            OversizedBatchError: the output is larger than the whole output queue.
+        """
         with self._lock:
+            if self.guard.interrupted.is_set():
+                raise BatchInterrupted(
+                    query_group=self.query_group, query=self.query, batch_id=batch_id
+                )
             offsets = self.end_offsets(df.sparkSession, batch_id)
             if self.already_written(batch_id, offsets):
                 self.batches_skipped += 1
@@ -226,9 +439,12 @@ class KafkaTransactionalSink:
     def write(
         self, rows: Sequence[Mapping[str, Any]], batch_id: int, offsets: Sequence[TopicPartition]
     ) -> None:
-        """Produce ``rows`` and commit ``offsets`` in one transaction.
+        """Produce ``rows`` and commit ``offsets`` in one transaction, once the output
+        stream queue has room for them (:meth:`OutputQueueGuard.reserve`).
 
         Raises:
+            QueryGroupHeld, BatchInterrupted, OversizedBatchError: see :meth:`__call__`;
+                nothing was written.
             SchemaError: a row does not match the output schema (the query fails).
             QueryGroupError: the transaction failed; it was aborted, so nothing
                 of the batch is visible to ``read_committed`` readers.
@@ -240,6 +456,15 @@ class KafkaTransactionalSink:
             )
             for row in rows
         ]
+        with self.guard.reserve(len(encoded), query=self.query, batch_id=batch_id):
+            self._transaction(encoded, batch_id, offsets)
+        self.batches_written += 1
+        self.tuples_written += len(encoded)
+        _failpoint("after-commit", batch_id)
+
+    def _transaction(
+        self, encoded: Sequence[tuple[Any, bytes]], batch_id: int, offsets: Sequence[TopicPartition]
+    ) -> None:
         producer = self._get_producer()
         marker = self._marker(batch_id)
         try:
@@ -266,9 +491,6 @@ class KafkaTransactionalSink:
                 query_group=self.query_group,
                 query=self.query,
             ) from exc
-        self.batches_written += 1
-        self.tuples_written += len(encoded)
-        _failpoint("after-commit", batch_id)
 
     def _abort(self, producer: Producer, exc: KafkaException) -> None:
         error = exc.args[0] if exc.args else None

@@ -9,12 +9,22 @@ together in one SparkSession (a child session of the one given, so temporary
 views and listeners of two groups sharing a SparkContext never mix).
 
 States (DESIGN.md section 4.2): STARTING, EXECUTING, SLEEPING, HELD, STOPPED,
-FAILED. SLEEPING and HELD belong to the bounded output queues.
+FAILED. SLEEPING and HELD belong to the bounded output stream queues
+(:class:`~pipeline.output.OutputQueueGuard`): a query whose micro-batch output
+does not fit sleeps (SLEEPING), and after ``sleep_on_over_store_retry_count``
+sleeps the group is HELD -- every query stops, the batch uncommitted. :meth:`QueryGroup.release`
+(CLI, HTTP, or ``auto_release``) starts them again from their checkpoints, so
+the held batch is replayed (``on_hold_input = "retain"``) or skipped with the
+rest of the input queue (``"discard"``, the seed's behaviour, counted).
+
+:meth:`QueryGroup.serve` publishes the group's metrics and its control endpoint
+(``/status``, ``/release``, ``/stop``; :mod:`pipeline.control`) on one port.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import math
 import os
@@ -25,15 +35,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from pipeline.broker import ensure_topics
 from pipeline.config import QueryGroupConfig
-from pipeline.errors import ConfigError, QueryGroupError
-from pipeline.output import KafkaTransactionalSink
+from pipeline.errors import ConfigError, QueryGroupError, QueryGroupHeld
+from pipeline.metrics import QueryGroupMetrics
+from pipeline.output import KafkaTransactionalSink, OutputQueueGuard
+from pipeline.queues import QueueProbe, QueueSnapshot
 from pipeline.serde import SchemaRepository, StreamCodec
-from pipeline.source import SOURCE_NAME, KafkaStreamDataSource
+from pipeline.source import SOURCE_NAME, KafkaStreamDataSource, offsets_to_json
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +154,8 @@ class QueryGroup:
         spark: a SparkSession to run in (a child session is made of it); default:
             :func:`build_spark_session` with the ``[spark]`` section.
         schemas: the schema repository; default: ``config.schema_dir`` or ``schemas/``.
+        registry: where the group's metrics go (:class:`~pipeline.metrics.QueryGroupMetrics`);
+            default: a registry of its own, served by :meth:`serve`.
 
     Raises:
         ConfigError: a query's columns do not fit its output stream's schema, or a
@@ -154,20 +169,55 @@ class QueryGroup:
         bootstrap_servers: str,
         spark: SparkSession | None = None,
         schemas: SchemaRepository | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
         self.bootstrap_servers = bootstrap_servers
         self.schemas = schemas or SchemaRepository.load(config.schema_dir)
+        self.registry = registry or CollectorRegistry()
+        self.metrics = QueryGroupMetrics(self.registry)
         self._parent_spark = spark
         self._spark: SparkSession | None = None
         self._queries: dict[str, _RunningQuery] = {}
         self._by_id: dict[str, _RunningQuery] = {}
         self._listener: _ProgressListener | None = None
         self._lock = threading.Lock()
+        self._state_lock = threading.RLock()
+        self._state = QueryGroupState.STOPPED
         self.state = QueryGroupState.STOPPED
         self.failure: BaseException | None = None
+        #: Why the group is held (``None`` unless HELD), and since when (epoch seconds).
+        self.held: QueryGroupHeld | None = None
+        self.held_since: float | None = None
+        #: Input tuples skipped on release, per input stream (``on_hold_input = "discard"``).
+        self.discarded: dict[str, int] = {}
+        #: Set by :meth:`request_stop` (``POST /stop``); whoever runs the group exits.
+        self.stop_requested = threading.Event()
+        self._interrupted = threading.Event()
+        self._stopping = False
+        self._sleeping: set[tuple[str, str]] = set()
+        self._guards: dict[str, OutputQueueGuard] = {}
+        self._probes: dict[str, QueueProbe] = {}
+        self._output_queues: dict[str, QueueSnapshot] = {}
+        self._discard_before: dict[str, dict[int, int]] = {}
+        self._available_now = False
+        self._holder: threading.Thread | None = None
+        self._monitor: threading.Thread | None = None
+        self._monitor_stop = threading.Event()
+        self._server: Any = None
+        self._stop_lock = threading.Lock()
         self._check_schemas()
+
+    @property
+    def state(self) -> QueryGroupState:
+        """The group's state (also the ``floodgate_query_group_state`` gauges)."""
+        return self._state
+
+    @state.setter
+    def state(self, value: QueryGroupState) -> None:
+        self._state = value
+        self.metrics.set_state(self.name, value.value, [s.value for s in QueryGroupState])
 
     # -- config checks -------------------------------------------------------
 
@@ -240,15 +290,17 @@ class QueryGroup:
             QueryGroupError: a query failed to start.
         """
         self.state = QueryGroupState.STARTING
+        self._stopping = False
+        self._interrupted.clear()
+        self._available_now = available_now
         client = dict(self.config.kafka.client)
         ensure_topics(self.bootstrap_servers, self.topics(), client=client)
+        self._make_guards()
         spark = self.spark
         self._listener = _ProgressListener(self)
         spark.streams.addListener(self._listener)
         try:
-            for name in self.config.queries:
-                self._register_inputs(spark, name)
-                self._start_query(spark, name, available_now=available_now)
+            self._start_queries()
         except BaseException as exc:
             self.state = QueryGroupState.FAILED
             self.failure = exc
@@ -257,7 +309,47 @@ class QueryGroup:
             raise
         self.state = QueryGroupState.EXECUTING
         log.info("query group %s executing %d queries", self.name, len(self._queries))
+        self._monitor_stop.clear()
+        self._monitor = threading.Thread(
+            target=self._monitor_loop, name=f"floodgate-{self.name}-monitor", daemon=True
+        )
+        self._monitor.start()
         return self
+
+    def _start_queries(self) -> None:
+        spark = self.spark
+        for name in self.config.queries:
+            self._register_inputs(spark, name)
+            self._start_query(spark, name, available_now=self._available_now)
+
+    def _make_guards(self) -> None:
+        """One :class:`OutputQueueGuard` per output stream, shared by its writers."""
+        group = self.config.query_group
+        for name, stream in self.config.output_streams.items():
+            if name in self._guards:
+                continue
+            settings = self.config.output_settings(name)
+            probe = QueueProbe(
+                bootstrap_servers=self.bootstrap_servers,
+                stream=name,
+                topic=stream.topic,
+                groups=self.config.reception_groups(name),
+                max_queue_size=settings.max_queue_size,
+                client=self.config.kafka.client,
+            )
+            self._guards[name] = OutputQueueGuard(
+                query_group=self.name,
+                stream=name,
+                reader=probe if group.output_queue_check else None,
+                max_queue_size=settings.max_queue_size,
+                partitions=len(probe.partitions()),
+                sleep_ms=group.sleep_on_over_store_ms,
+                retry_count=group.sleep_on_over_store_retry_count,
+                interrupted=self._interrupted,
+                listener=self,
+            )
+            self._probes[name] = probe
+            self.metrics.output_queue_max_size.labels(self.name, name).set(settings.max_queue_size)
 
     def _register_inputs(self, spark: SparkSession, query: str) -> None:
         """(Re)define the input views for ``query``, which is analysed right after.
@@ -290,6 +382,10 @@ class QueryGroup:
                 ),
                 **{f"kafka.{k}": str(v) for k, v in self.config.kafka.client.items()},
             }
+            if name in self._discard_before:
+                options["discardBefore"] = json.dumps(
+                    offsets_to_json(stream.topic, self._discard_before[name])
+                )
             df = spark.readStream.format(SOURCE_NAME).options(**options).load()
             if stream.watermark:
                 df = df.withWatermark("event_time", stream.watermark)
@@ -324,17 +420,24 @@ class QueryGroup:
             )
         checkpoint = f"{self.config.checkpoint_root.rstrip('/')}/{name}"
         input_topics = [s.topic for s in self.config.input_streams.values()]
-        sink = KafkaTransactionalSink(
-            query_group=self.name,
-            query=name,
-            codec=StreamCodec(query_config.output, schema, self.schemas),
-            topic=output.topic,
-            key_columns=output.key,
-            input_topics=input_topics,
-            group_id=self.config.consumer_group(name),
-            checkpoint_dir=checkpoint,
-            bootstrap_servers=self.bootstrap_servers,
-            client=self.config.kafka.client,
+        with self._lock:
+            previous = self._queries.get(name)
+        sink = (
+            previous.sink
+            if previous is not None
+            else KafkaTransactionalSink(
+                query_group=self.name,
+                query=name,
+                codec=StreamCodec(query_config.output, schema, self.schemas),
+                topic=output.topic,
+                key_columns=output.key,
+                input_topics=input_topics,
+                group_id=self.config.consumer_group(name),
+                checkpoint_dir=checkpoint,
+                bootstrap_servers=self.bootstrap_servers,
+                client=self.config.kafka.client,
+                guard=self._guards[query_config.output],
+            )
         )
         writer = (
             df.writeStream.queryName(f"{self.name}.{name}")
@@ -354,7 +457,9 @@ class QueryGroup:
             raise QueryGroupError(
                 f"failed to start: {exc}", query_group=self.name, query=name
             ) from exc
-        running = _RunningQuery(name, query, sink)
+        running = _RunningQuery(
+            name, query, sink, previous.stats if previous is not None else QueryStats()
+        )
         with self._lock:
             self._queries[name] = running
             self._by_id[str(query.id)] = running
@@ -375,9 +480,20 @@ class QueryGroup:
             stats.processed_rows_per_second = float(progress.processedRowsPerSecond or 0.0)
             for op in progress.stateOperators or []:
                 stats.dropped_by_watermark += int(op.numRowsDroppedByWatermark or 0)
+            name = running.name
+        self.metrics.batch_duration.labels(self.name, name).observe(
+            int(progress.batchDuration) / 1000.0
+        )
+        self.metrics.input_rows.labels(self.name, name).inc(int(progress.numInputRows))
+        self.metrics.input_rows_per_second.labels(self.name, name).set(
+            float(progress.inputRowsPerSecond or 0.0)
+        )
+        self.metrics.processed_rows_per_second.labels(self.name, name).set(
+            float(progress.processedRowsPerSecond or 0.0)
+        )
 
     def _on_terminated(self, query_id: str, exception: str | None) -> None:
-        if exception:
+        if exception and not self._expected_termination():
             with self._lock:
                 running = self._by_id.get(query_id)
             where = running.name if running else query_id
@@ -400,30 +516,55 @@ class QueryGroup:
             return {name: r.sink for name, r in self._queries.items()}
 
     def check(self) -> None:
-        """Raise the first failure of any query.
+        """Raise the first failure of any query (a held or stopping group is no failure).
 
         Raises:
             QueryGroupError: a query terminated with an exception.
         """
+        if self._expected_termination():
+            return
         for name, query in self.queries().items():
             exc = query.exception()
-            if exc is not None:
+            if exc is not None and not self._expected_termination():
                 self.state = QueryGroupState.FAILED
                 raise QueryGroupError(str(exc), query_group=self.name, query=name)
+
+    def _expected_termination(self) -> bool:
+        """Queries end with an exception on purpose while the group is held or stopping."""
+        return self._stopping or self.state == QueryGroupState.HELD
 
     def process_all_available(self) -> None:
         """Block until every query has processed all input available now.
 
         Raises:
+            QueryGroupHeld: the group is (or became) held meanwhile.
             QueryGroupError: a query failed meanwhile.
         """
         for name, query in self.queries().items():
             try:
                 query.processAllAvailable()
             except Exception as exc:
+                self._raise_held()
                 self.state = QueryGroupState.FAILED
                 raise QueryGroupError(str(exc), query_group=self.name, query=name) from exc
+        self._raise_held()
         self._await_listener()
+
+    def _raise_held(self) -> None:
+        if self._holder is not None:
+            self._holder.join()
+        held = self.held
+        if self.state == QueryGroupState.HELD and held is not None:
+            raise QueryGroupHeld(
+                query_group=self.name,
+                query=held.query,
+                stream=held.stream,
+                batch_id=held.batch_id,
+                required=held.required,
+                free=held.free,
+                max_size=held.max_size,
+                sleeps=held.sleeps,
+            )
 
     def _await_listener(self, timeout_s: float = 10.0) -> None:
         """Wait until the listener has seen each query's last progress.
@@ -448,6 +589,7 @@ class QueryGroup:
             Whether all terminated within ``timeout_s``.
 
         Raises:
+            QueryGroupHeld: the group is held (its queries were stopped by the hold).
             QueryGroupError: a query failed.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -460,22 +602,290 @@ class QueryGroup:
                     else query.awaitTermination()
                 )
             except Exception as exc:
+                self._raise_held()
                 self.state = QueryGroupState.FAILED
                 raise QueryGroupError(str(exc), query_group=self.name, query=name) from exc
             if done is False:
                 return False
+        self._raise_held()
         self._await_listener()
         return True
 
+    # -- output stream queues: sleep, hold, release ---------------------------
+
+    def on_output_queue(self, stream: str, snapshot: QueueSnapshot) -> None:
+        """:class:`~pipeline.output.GuardListener`: a fresh read of an output queue."""
+        self._output_queues[stream] = snapshot
+        self.metrics.output_queue_length.labels(self.name, stream).set(snapshot.length)
+
+    def on_sleep(self, query: str, stream: str, retry: int, sleep_s: float) -> None:
+        """:class:`~pipeline.output.GuardListener`: a query sleeps on a full output queue."""
+        self.metrics.sleeps.labels(self.name, stream).inc()
+        with self._state_lock:
+            self._sleeping.add((query, stream))
+            if self.state == QueryGroupState.EXECUTING:
+                self.state = QueryGroupState.SLEEPING
+
+    def on_awake(self, query: str, stream: str) -> None:
+        """:class:`~pipeline.output.GuardListener`: a sleeping query found room."""
+        with self._state_lock:
+            self._sleeping.discard((query, stream))
+            if self.state == QueryGroupState.SLEEPING and not self._sleeping:
+                self.state = QueryGroupState.EXECUTING
+
+    def on_hold(self, held: QueryGroupHeld) -> None:
+        """:class:`~pipeline.output.GuardListener`: hold the group.
+
+        Called in the holding query's batch thread just before it raises: the group
+        turns HELD, wakes every sleeping query (they give up unwritten), and a
+        thread of its own stops every query -- a query cannot stop itself.
+        """
+        with self._state_lock:
+            if self.state == QueryGroupState.HELD or self._stopping:
+                return
+            self.held = held
+            self.held_since = time.time()
+            self._sleeping.clear()
+            self.state = QueryGroupState.HELD
+            self._interrupted.set()
+            self.metrics.holds.labels(self.name, held.stream).inc()
+            self._holder = threading.Thread(
+                target=self._stop_queries, name=f"floodgate-{self.name}-hold", daemon=True
+            )
+            self._holder.start()
+
+    def _stop_queries(self) -> None:
+        for running in list(self._queries.values()):
+            try:
+                running.query.stop()
+            except Exception:
+                log.debug("query %s: stop on hold", running.name, exc_info=True)
+
+    def release(self) -> None:
+        """Release a HELD query group: start its queries again from their checkpoints.
+
+        With ``on_hold_input = "retain"`` the held micro-batch is replayed first (its
+        offsets are in Spark's offset log, its output is not in Kafka); with
+        ``"discard"``, every query skips to the end of its input as it is now, and
+        the skipped tuples are counted (``floodgate_query_group_discarded_tuples_total``,
+        log code ``FG-QG-004``).
+
+        Raises:
+            QueryGroupError: the group is not HELD (the message names its state).
+        """
+        self._require_held()
+        # Wait for the hold to finish stopping the queries, outside the state lock:
+        # a stopping query's batch thread may still report to the group.
+        holder = self._holder
+        if holder is not None:
+            holder.join()
+        for running in list(self._queries.values()):
+            while running.query.isActive:
+                time.sleep(0.05)
+        with self._state_lock:
+            self._require_held()
+            if self.config.query_group.on_hold_input == "discard":
+                self._discard_input()
+            held = self.held
+            self.state = QueryGroupState.STARTING
+            self._interrupted.clear()
+            self.held = None
+            self.held_since = None
+            log.info(
+                "FG-QG-003 query group %s released (held on output stream %s, micro-batch %s)",
+                self.name,
+                held.stream if held else "?",
+                held.batch_id if held else "?",
+            )
+            try:
+                self._start_queries()
+            except BaseException as exc:
+                self.state = QueryGroupState.FAILED
+                self.failure = exc
+                raise
+            self.state = QueryGroupState.EXECUTING
+
+    def _require_held(self) -> None:
+        if self.state != QueryGroupState.HELD:
+            raise QueryGroupError(
+                f"cannot release: the query group is {self.state.value}, not HELD",
+                query_group=self.name,
+            )
+
+    def _discard_input(self) -> None:
+        """Skip each input queue to its end now, counting what is skipped (seed 000:
+        "all input tuples in the input stream queue are discarded")."""
+        for name, stream in self.config.input_streams.items():
+            readers = [self.config.consumer_group(q) for q in self.config.readers(name)]
+            if not readers:
+                continue
+            probe = QueueProbe(
+                bootstrap_servers=self.bootstrap_servers,
+                stream=name,
+                topic=stream.topic,
+                groups=readers,
+                max_queue_size=self.config.input_settings(name).max_queue_size,
+                client=self.config.kafka.client,
+            )
+            snapshot = probe.snapshot()
+            skipped = snapshot.length
+            before = self._discard_before.setdefault(name, {})
+            for p, queue in snapshot.partitions.items():
+                before[p] = max(before.get(p, 0), queue.high)
+            self.discarded[name] = self.discarded.get(name, 0) + skipped
+            self.metrics.discarded.labels(self.name, name).inc(skipped)
+            log.warning(
+                "FG-QG-004 query group %s: discarded %d input tuples of stream %s on release "
+                "(on_hold_input = discard); queries go on from offsets %s",
+                self.name,
+                skipped,
+                name,
+                dict(sorted(before.items())),
+            )
+
+    def _resume_ready(self) -> bool:
+        """Whether every output queue has ``resume_free_queue_size_threshold`` percent
+        free, and the held stream room for the held batch (``auto_release``)."""
+        held = self.held
+        for name, probe in self._probes.items():
+            snapshot = probe.snapshot()
+            self.on_output_queue(name, snapshot)
+            threshold = self.config.output_settings(name).resume_free_queue_size_threshold
+            if snapshot.free_queue_size * 100 < threshold * snapshot.max_queue_size:
+                return False
+            if (
+                held is not None
+                and held.stream == name
+                and snapshot.free_queue_size < held.required
+            ):
+                return False
+        return True
+
+    def _monitor_loop(self) -> None:
+        """Refresh output queue gauges; release a held group when ``auto_release``."""
+        group = self.config.query_group
+        interval = min(1.0, max(0.2, group.sleep_on_over_store_ms / 1000.0))
+        while not self._monitor_stop.wait(interval):
+            try:
+                if self.state == QueryGroupState.HELD and group.auto_release:
+                    if self._resume_ready():
+                        log.info("query group %s: output queues drained: auto release", self.name)
+                        self.release()
+                elif self.state not in (QueryGroupState.HELD, QueryGroupState.STARTING):
+                    for name, probe in self._probes.items():
+                        self.on_output_queue(name, probe.snapshot())
+            except Exception:
+                log.warning("query group %s: monitor pass failed", self.name, exc_info=True)
+
+    # -- control ---------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """The group as ``GET /status`` shows it: state, hold, queries, output queues.
+
+        Returns:
+            A JSON-ready dict: ``query_group``, ``state``, ``held`` (``None`` or the
+            stream, micro-batch, required and free space, sleeps, since when),
+            ``queries`` (per query: active, batches, input rows, last batch and its
+            duration in ms, rates in tuples/s, tuples written), ``output_queues``
+            (per stream: length, max and free queue size at the last read),
+            ``discarded`` (per input stream), ``on_hold_input``, ``auto_release``.
+        """
+        held = self.held
+        with self._lock:
+            queries = {
+                name: {
+                    "active": bool(r.query.isActive),
+                    "batches": r.stats.batches,
+                    "input_rows": r.stats.input_rows,
+                    "last_batch_id": r.stats.last_batch_id,
+                    "last_duration_ms": r.stats.last_duration_ms,
+                    "input_rows_per_second": r.stats.input_rows_per_second,
+                    "processed_rows_per_second": r.stats.processed_rows_per_second,
+                    "tuples_written": r.sink.tuples_written,
+                }
+                for name, r in self._queries.items()
+            }
+        return {
+            "query_group": self.name,
+            "state": self.state.value,
+            "held": None
+            if held is None
+            else {
+                "query": held.query,
+                "stream": held.stream,
+                "batch_id": held.batch_id,
+                "required": held.required,
+                "free_queue_size": held.free,
+                "max_queue_size": held.max_size,
+                "sleeps": held.sleeps,
+                "since": self.held_since,
+            },
+            "queries": queries,
+            "output_queues": {
+                name: {
+                    "length": snap.length,
+                    "max_queue_size": snap.max_queue_size,
+                    "free_queue_size": snap.free_queue_size,
+                }
+                for name, snap in sorted(self._output_queues.items())
+            },
+            "discarded": dict(self.discarded),
+            "on_hold_input": self.config.query_group.on_hold_input,
+            "auto_release": self.config.query_group.auto_release,
+        }
+
+    def request_stop(self) -> None:
+        """Stop the group from another thread (``POST /stop``); sets :attr:`stop_requested`."""
+        self.stop_requested.set()
+        threading.Thread(target=self.stop, name=f"floodgate-{self.name}-stop", daemon=True).start()
+
+    def serve(self, *, host: str | None = None, port: int | None = None) -> str:
+        """Serve ``/metrics``, ``/status``, ``/release`` and ``/stop`` (:mod:`pipeline.control`)
+        and write the control file ``<control_dir>/<name>.json``.
+
+        Args:
+            host / port: default ``[query_group] metrics_host`` / ``metrics_port``
+                (port 0: a free one).
+
+        Returns:
+            The endpoint's base URL, ``http://host:port``.
+
+        Raises:
+            OSError: the port cannot be bound.
+        """
+        from pipeline.control import ControlServer
+
+        group = self.config.query_group
+        if self._server is None:
+            self._server = ControlServer(
+                self,
+                host=group.metrics_host if host is None else host,
+                port=group.metrics_port if port is None else port,
+                control_dir=group.control_dir,
+            )
+            self._server.start()
+        return str(self._server.url)
+
     def stop(self) -> None:
         """Stop every query (the current micro-batch is interrupted, not committed) and
-        release the sinks. Safe to call twice."""
+        release the sinks and the endpoint. Safe to call twice, and from two threads."""
+        with self._stop_lock:
+            self._stop()
+
+    def _stop(self) -> None:
+        self._stopping = True
+        self._interrupted.set()
+        self._monitor_stop.set()
+        if self._holder is not None:
+            self._holder.join()
         for running in list(self._queries.values()):
             try:
                 running.query.stop()
             except Exception:
                 log.exception("query group %s: stopping query %s failed", self.name, running.name)
             running.sink.close()
+        if self._monitor is not None and self._monitor is not threading.current_thread():
+            self._monitor.join(timeout=10)
         if self._listener is not None and self._spark is not None:
             try:
                 self._spark.streams.removeListener(self._listener)
@@ -485,6 +895,9 @@ class QueryGroup:
         with self._lock:
             self._queries.clear()
             self._by_id.clear()
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
         if self.state != QueryGroupState.FAILED:
             self.state = QueryGroupState.STOPPED
 

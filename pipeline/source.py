@@ -30,10 +30,12 @@ Trigger.AvailableNow is supported (:class:`SupportsTriggerAvailableNow`).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -271,8 +273,10 @@ class SourceOptions:
     (``committed``|``earliest``|``latest``), ``deadLetterTopic``,
     ``timestampMode`` (``server``|``data_source``), ``timestampField``,
     ``query`` (the reading query's name, for dead-letter headers),
-    ``commitOffsets`` (``true``|``false``), and ``kafka.<property>`` for any
-    librdkafka property.
+    ``commitOffsets`` (``true``|``false``), ``discardBefore`` (offsets JSON in
+    Spark's Kafka shape: tuples before them are skipped, never read -- how a query
+    group released with ``on_hold_input = "discard"`` skips its input queue), and
+    ``kafka.<property>`` for any librdkafka property.
     """
 
     bootstrap_servers: str
@@ -289,6 +293,7 @@ class SourceOptions:
     commit_offsets: bool
     client: dict[str, str]
     query: str | None = None
+    discard_before: dict[int, int] = dataclass_field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -330,6 +335,17 @@ class SourceOptions:
             raise ValueError(
                 f"{SOURCE_NAME}: timestampMode = {mode!r}; allowed: server, data_source"
             )
+        discard_before: dict[int, int] = {}
+        if lower.get("discardbefore"):
+            try:
+                discard_before = offsets_from_json(
+                    required("topic"), json.loads(lower["discardbefore"])
+                )
+            except (ValueError, AttributeError) as exc:
+                raise ValueError(
+                    f"{SOURCE_NAME}: discardBefore = {lower['discardbefore']!r}; allowed: "
+                    'offsets as {"<topic>": {"<partition>": <offset>}}'
+                ) from exc
         return cls(
             bootstrap_servers=required("bootstrap.servers"),
             topic=required("topic"),
@@ -345,6 +361,7 @@ class SourceOptions:
             commit_offsets=commit == "true",
             client={k[len("kafka.") :]: v for k, v in lower.items() if k.startswith("kafka.")},
             query=lower.get("query") or None,
+            discard_before=discard_before,
         )
 
     def consumer_config(self, **extra: Any) -> dict[str, Any]:
@@ -466,7 +483,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Trigger.AvailableNow the end never passes the target recorded by
         :meth:`prepareForTriggerAvailableNow`.
         """
-        begin = offsets_from_json(self.options.topic, start)
+        begin = self._skip_discarded(offsets_from_json(self.options.topic, start))
         latest = self._latest()
         for p in latest:
             begin.setdefault(p, 0)
@@ -478,6 +495,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = plan_batch_end(begin, latest, max_rows)
         return offsets_to_json(self.options.topic, end)
 
+    def _skip_discarded(self, begin: Offsets) -> Offsets:
+        """``begin`` moved past what option ``discardBefore`` skips."""
+        skip = self.options.discard_before
+        if not skip:
+            return begin
+        moved = dict(begin)
+        for p, o in skip.items():
+            moved[p] = max(moved.get(p, 0), o)
+        return moved
+
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The high watermarks, shown as ``latestOffset`` in query progress."""
         return offsets_to_json(self.options.topic, self._latest())
@@ -488,7 +515,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One input partition per Kafka partition with tuples in ``[start, end)``."""
-        begin = offsets_from_json(self.options.topic, start)
+        begin = self._skip_discarded(offsets_from_json(self.options.topic, start))
         finish = offsets_from_json(self.options.topic, end)
         return [
             KafkaInputPartition(self.options.topic, p, begin.get(p, 0), e)

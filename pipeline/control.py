@@ -1,0 +1,207 @@
+"""The query group's HTTP endpoint: Prometheus metrics and control, on one port.
+
+A running query group (:meth:`pipeline.query_group.QueryGroup.serve`) answers:
+
+* ``GET /metrics`` -- its Prometheus metrics (the group's ``CollectorRegistry``);
+* ``GET /status`` -- state, hold, queries and output queues as JSON
+  (:meth:`~pipeline.query_group.QueryGroup.status`);
+* ``POST /release`` -- release a HELD group (409 with the reason otherwise);
+* ``POST /stop`` -- stop the group (202; the process that runs it exits).
+
+The OpenAPI schema is at ``/openapi.json``. On start the server writes
+``<control_dir>/<query group>.json`` (``{"query_group", "url", "pid"}``), so
+``floodgate query-group status|release|stop NAME`` on the same host finds the
+endpoint by name; the file is removed on stop. ``--url`` reaches any other.
+
+FastAPI and uvicorn do the HTTP (DESIGN.md: a well-kept library over our own code);
+the server runs in a daemon thread of the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from fastapi import FastAPI, HTTPException
+from prometheus_client import make_asgi_app
+
+from pipeline.errors import FloodgateError, QueryGroupError
+
+if TYPE_CHECKING:
+    from pipeline.query_group import QueryGroup
+
+log = logging.getLogger(__name__)
+
+
+def build_app(group: QueryGroup) -> FastAPI:
+    """The ASGI app of a query group's endpoint."""
+    app = FastAPI(
+        title=f"floodgate query group {group.name}",
+        description="Metrics and control of one running query group (DESIGN.md section 4.2).",
+    )
+
+    @app.get("/status")
+    def status() -> dict[str, Any]:
+        """State, hold, per-query figures and output queues."""
+        return group.status()
+
+    @app.post("/release")
+    def release() -> dict[str, Any]:
+        """Release a HELD query group; 409 when it is not held."""
+        try:
+            group.release()
+        except QueryGroupError as exc:
+            raise HTTPException(status_code=409, detail=str(exc)) from exc
+        return group.status()
+
+    @app.post("/stop", status_code=202)
+    def stop() -> dict[str, Any]:
+        """Stop the query group (asynchronously; poll /status or wait for the process)."""
+        group.request_stop()
+        return {"query_group": group.name, "stopping": True}
+
+    app.mount("/metrics", make_asgi_app(registry=group.registry))
+    return app
+
+
+class ControlServer:
+    """uvicorn serving :func:`build_app` in a daemon thread.
+
+    Args:
+        group: the query group.
+        host: interface to bind.
+        port: port to bind; 0 picks a free one.
+        control_dir: where the control file goes (``None``: none is written).
+
+    Raises:
+        OSError: (from :meth:`start`) the port cannot be bound.
+    """
+
+    def __init__(self, group: QueryGroup, *, host: str, port: int, control_dir: str | None) -> None:
+        import uvicorn
+
+        self.group = group
+        self.host = host
+        self.port = port
+        self.control_file = (
+            Path(control_dir) / f"{group.name}.json" if control_dir is not None else None
+        )
+        self._config = uvicorn.Config(
+            build_app(group), log_level="warning", access_log=False, lifespan="off"
+        )
+        self._server = uvicorn.Server(self._config)
+        self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the endpoint (loopback when bound to all interfaces)."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        """Bind, serve in a thread, wait until it answers, write the control file."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self.port = sock.getsockname()[1]
+        self._socket = sock
+        self._thread = threading.Thread(
+            target=self._server.run,
+            kwargs={"sockets": [sock]},
+            name=f"floodgate-{self.group.name}-http",
+            daemon=True,
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise FloodgateError(f"query group {self.group.name}: endpoint did not start")
+            time.sleep(0.02)
+        if self.control_file is not None:
+            self.control_file.parent.mkdir(parents=True, exist_ok=True)
+            self.control_file.write_text(
+                json.dumps({"query_group": self.group.name, "url": self.url, "pid": os.getpid()})
+            )
+        log.warning(
+            "query group %s: metrics at %s/metrics, control at %s/status",
+            self.group.name,
+            self.url,
+            self.url,
+        )
+
+    def stop(self) -> None:
+        """Stop serving and remove the control file."""
+        if self.control_file is not None:
+            try:
+                current = json.loads(self.control_file.read_text())
+                if current.get("pid") == os.getpid() and current.get("url") == self.url:
+                    self.control_file.unlink()
+            except (OSError, ValueError):
+                pass
+        self._server.should_exit = True
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        if self._socket is not None:
+            self._socket.close()
+
+
+def endpoint_url(name: str, *, url: str | None = None, control_dir: str = ".floodgate/run") -> str:
+    """The base URL of a running query group: ``url`` if given, else its control file.
+
+    Raises:
+        FloodgateError: no URL was given and no control file names the group (the
+            message says where it looked).
+    """
+    if url:
+        return url.rstrip("/")
+    path = Path(control_dir) / f"{name}.json"
+    try:
+        return str(json.loads(path.read_text())["url"]).rstrip("/")
+    except (OSError, ValueError, KeyError) as exc:
+        raise FloodgateError(
+            f"query group {name!r}: no running endpoint found ({path} is missing or "
+            "unreadable); is it running on this host? Pass --url http://host:port otherwise"
+        ) from exc
+
+
+def call(
+    name: str,
+    action: str,
+    *,
+    url: str | None = None,
+    control_dir: str = ".floodgate/run",
+    timeout_s: float = 120.0,
+) -> dict[str, Any]:
+    """Send ``status`` (GET) or ``release`` / ``stop`` (POST) to a running query group.
+
+    Returns:
+        The endpoint's JSON answer.
+
+    Raises:
+        FloodgateError: the endpoint cannot be found or reached, or refused (the
+            message carries its reason, e.g. "not HELD").
+    """
+    base = endpoint_url(name, url=url, control_dir=control_dir)
+    try:
+        if action == "status":
+            response = httpx.get(f"{base}/status", timeout=timeout_s)
+        else:
+            response = httpx.post(f"{base}/{action}", timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise FloodgateError(f"query group {name!r} at {base}: {exc}") from exc
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        raise FloodgateError(f"query group {name!r} at {base}: {action} refused: {detail}")
+    result: dict[str, Any] = response.json()
+    return result

@@ -1,0 +1,279 @@
+"""Bounded output stream queues: query groups sleep, retry, then hold on overflow.
+
+A passthrough query (``SELECT * FROM flights``) makes output counts exact: every
+input tuple becomes one output tuple. Micro-batches of 250 tuples take up to
+254 offsets of an output queue (one transaction marker per partition), so an
+output queue of 700 holds two batches and the third does not fit until the
+reception consumer reads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from typer.testing import CliRunner
+
+from pipeline.broker import ensure_topics
+from pipeline.cli import app
+from pipeline.client import StreamOutput, connect
+from pipeline.config import QueryGroupConfig, parse_query_group
+from pipeline.control import call
+from pipeline.demo import read_all
+from pipeline.errors import FloodgateError, QueryGroupError
+from pipeline.query_group import QueryGroup, QueryGroupState
+from pipeline.serde import SchemaRepository
+
+from .conftest import flights_raw_config
+
+OUTPUT_MAX = 700
+BATCH = 250
+
+
+def identity(t: dict[str, Any]) -> tuple[Any, ...]:
+    """A flight's identity, the same for a tuple put (``time_hour`` in epoch ms) and one
+    read back (decoded as an aware ``datetime``)."""
+    hour = t["time_hour"]
+    ms = hour if isinstance(hour, int) else int(hour.timestamp() * 1000)
+    return (t["carrier"], t["flight"], t["origin"], ms, t["sched_dep_time"])
+
+
+@pytest.fixture
+def bounded_config(run_id: str, tmp_path: Path) -> Callable[..., QueryGroupConfig]:
+    """The passthrough group with a small output queue and the overflow settings given."""
+
+    def make(*, output_max: int = OUTPUT_MAX, **group: Any) -> QueryGroupConfig:
+        raw = flights_raw_config(
+            run_id, tmp_path / "checkpoints", max_rows_per_trigger=BATCH, only_passthrough=True
+        )
+        raw["query_group"].update(
+            {
+                "sleep_on_over_store_ms": 200,
+                "sleep_on_over_store_retry_count": 3,
+                "control_dir": str(tmp_path / "run"),
+                **group,
+            }
+        )
+        raw["output_streams"]["flights_copy"]["max_queue_size"] = output_max
+        return parse_query_group(raw, env={})
+
+    return make
+
+
+@dataclass
+class QueueWatch:
+    """Polls an output queue's length from the broker until stopped; keeps every reading."""
+
+    output: StreamOutput
+    lengths: list[int] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.wait(0.05):
+            self.lengths.append(self.output.probe.snapshot().length)
+
+
+@pytest.fixture
+def started(
+    bootstrap: str, spark: Any, schemas: SchemaRepository
+) -> Iterator[Callable[[QueryGroupConfig], tuple[QueryGroup, str]]]:
+    groups: list[QueryGroup] = []
+
+    def start(config: QueryGroupConfig) -> tuple[QueryGroup, str]:
+        group = QueryGroup(
+            config,
+            bootstrap_servers=bootstrap,
+            spark=spark,
+            schemas=schemas,
+            registry=CollectorRegistry(),
+        )
+        groups.append(group)
+        group.start()
+        return group, group.serve(port=0)
+
+    yield start
+    for group in groups:
+        group.stop()
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 90.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def metric(group: QueryGroup, name: str, **labels: str) -> float:
+    value = group.registry.get_sample_value(name, {"query_group": group.name, **labels})
+    return 0.0 if value is None else value
+
+
+def test_slow_reader_sleeps_then_holds_and_release_loses_and_duplicates_nothing(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    bounded_config: Callable[..., QueryGroupConfig],
+    produce: Callable[..., None],
+    started: Callable[[QueryGroupConfig], tuple[QueryGroup, str]],
+) -> None:
+    config = bounded_config()
+    records = flights[:2_000]
+    produce(config, records)
+    out = config.output_streams["flights_copy"]
+    ensure_topics(bootstrap, {out.topic: (config.output_settings("flights_copy").partitions, 1)})
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
+        output = connector.open_stream_output(config.name, "flights_copy")
+        watch = QueueWatch(output)
+        watcher = threading.Thread(target=watch.run, daemon=True)
+        watcher.start()
+        group, url = started(config)
+        seen_states: set[str] = set()
+
+        def state() -> str:
+            current = str(call(config.name, "status", url=url)["state"])
+            seen_states.add(current)
+            return current
+
+        # Nobody reads: two batches fit, the third sleeps 3 times, then the group holds.
+        wait_for(lambda: state() == "HELD", what="HELD")
+        status = call(config.name, "status", url=url)
+        assert seen_states >= {"EXECUTING", "SLEEPING", "HELD"}
+        assert status["held"]["stream"] == "flights_copy"
+        assert status["held"]["sleeps"] == 3
+        assert status["held"]["required"] > status["held"]["free_queue_size"]
+        assert not any(q["active"] for q in status["queries"].values())
+        assert metric(group, "floodgate_query_group_sleeps_total", stream="flights_copy") == 3
+        assert metric(group, "floodgate_query_group_holds_total", stream="flights_copy") == 1
+        assert metric(group, "floodgate_query_group_state", state="HELD") == 1
+        assert metric(group, "floodgate_query_group_state", state="EXECUTING") == 0
+        assert (
+            metric(group, "floodgate_output_stream_queue_max_size", stream="flights_copy")
+            == OUTPUT_MAX
+        )
+        written_before_hold = group.sinks()["copy"].tuples_written
+        assert written_before_hold == 2 * BATCH
+
+        # Releasing while held is refused nowhere; releasing when not held is a 409.
+        got: list[dict[str, Any]] = []
+        while output.queue_length() > 0:
+            got.extend(output.get(max_tuples=500, timeout_s=1.0))
+        result = CliRunner().invoke(app, ["query-group", "release", config.name, "--url", url])
+        assert result.exit_code == 0, result.output
+        with pytest.raises(FloodgateError, match="not HELD"):
+            call(config.name, "release", url=url)
+
+        # The reader now keeps up; should the group hold again, release it again.
+        deadline = time.monotonic() + 180
+        while len(got) < len(records) and time.monotonic() < deadline:
+            got.extend(output.get(max_tuples=500, timeout_s=0.5))
+            if group.state == QueryGroupState.HELD:
+                group.release()
+        watch.stop.set()
+        watcher.join()
+
+    assert Counter(identity(t) for t in got) == Counter(identity(r) for r in records)
+    # Exactly once in the topic itself, too: nothing of the held batch was written twice.
+    assert len(read_all(bootstrap, config.output_streams["flights_copy"].topic)) == len(records)
+    assert watch.lengths and max(watch.lengths) <= OUTPUT_MAX
+    assert metric(group, "floodgate_query_input_rows_total", query="copy") >= len(records)
+    assert group.registry.get_sample_value(
+        "floodgate_query_batch_duration_seconds_count", {"query_group": group.name, "query": "copy"}
+    )
+
+
+def test_retry_count_zero_holds_at_once_and_auto_release_resumes(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    bounded_config: Callable[..., QueryGroupConfig],
+    produce: Callable[..., None],
+    started: Callable[[QueryGroupConfig], tuple[QueryGroup, str]],
+) -> None:
+    config = bounded_config(sleep_on_over_store_retry_count=0, auto_release=True)
+    records = flights[:1_000]
+    produce(config, records)
+    group, _url = started(config)
+    wait_for(lambda: group.state == QueryGroupState.HELD, what="HELD")
+    assert metric(group, "floodgate_query_group_sleeps_total", stream="flights_copy") == 0
+    assert metric(group, "floodgate_query_group_holds_total", stream="flights_copy") == 1
+
+    got: list[dict[str, Any]] = []
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
+        output = connector.open_stream_output(config.name, "flights_copy")
+        deadline = time.monotonic() + 180
+        while len(got) < len(records) and time.monotonic() < deadline:
+            got.extend(output.get(max_tuples=500, timeout_s=0.5))
+    # Nobody called release: the group resumed by itself each time the queue drained.
+    assert Counter(identity(t) for t in got) == Counter(identity(r) for r in records)
+    assert metric(group, "floodgate_query_group_holds_total", stream="flights_copy") >= 1
+    wait_for(lambda: group.state == QueryGroupState.EXECUTING, what="EXECUTING")
+
+
+def test_discard_skips_and_counts_exactly_the_input_queued_while_held(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    bounded_config: Callable[..., QueryGroupConfig],
+    produce: Callable[..., None],
+    started: Callable[[QueryGroupConfig], tuple[QueryGroup, str]],
+) -> None:
+    config = bounded_config(sleep_on_over_store_retry_count=0, on_hold_input="discard")
+    first, while_held, after = flights[:1_000], flights[1_000:1_500], flights[1_500:1_700]
+    produce(config, first)
+    group, url = started(config)
+    wait_for(lambda: group.state == QueryGroupState.HELD, what="HELD")
+    written = group.sinks()["copy"].tuples_written
+    assert written == 2 * BATCH
+    produce(config, while_held)
+
+    got: list[dict[str, Any]] = []
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
+        output = connector.open_stream_output(config.name, "flights_copy")
+        while len(got) < written:
+            got.extend(output.get(max_tuples=500, timeout_s=1.0))
+        call(config.name, "release", url=url)
+        skipped = len(first) + len(while_held) - written
+        assert group.discarded == {"flights": skipped}
+        assert metric(group, "floodgate_query_group_discarded_tuples_total", stream="flights") == (
+            skipped
+        )
+        assert call(config.name, "status", url=url)["discarded"] == {"flights": skipped}
+
+        produce(config, after)
+        deadline = time.monotonic() + 120
+        while len(got) < written + len(after) and time.monotonic() < deadline:
+            got.extend(output.get(max_tuples=500, timeout_s=0.5))
+        assert output.get(max_tuples=500, timeout_s=1.0) == []
+    # The output is what was written before the hold, then exactly what came after the
+    # release: nothing of the held batch nor of what arrived while held.
+    before_hold = Counter(identity(t) for t in got[:written])
+    assert len(before_hold) == written
+    assert set(before_hold) <= {identity(r) for r in first}
+    assert Counter(identity(t) for t in got[written:]) == Counter(identity(r) for r in after)
+
+
+def test_a_batch_larger_than_the_output_queue_is_a_clear_error(
+    flights: list[dict[str, Any]],
+    bounded_config: Callable[..., QueryGroupConfig],
+    produce: Callable[..., None],
+    started: Callable[[QueryGroupConfig], tuple[QueryGroup, str]],
+) -> None:
+    config = bounded_config(output_max=100)
+    produce(config, flights[:500])
+    group, _url = started(config)
+    with pytest.raises(QueryGroupError) as caught:
+        group.process_all_available()
+    message = str(caught.value)
+    assert "FG-QG-005" in message
+    assert "max_queue_size = 100" in message
+    assert "max_rows_per_trigger" in message
+    assert group.state == QueryGroupState.FAILED
+    assert group.sinks()["copy"].tuples_written == 0
