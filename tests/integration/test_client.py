@@ -63,7 +63,10 @@ def small_queue(run_id: str, tmp_path: Any, bootstrap: str) -> Callable[..., Que
         raw = flights_raw_config(
             run_id, tmp_path / "checkpoints", only_passthrough=True, max_rows_per_trigger=200
         )
-        raw["query_group"].update(max_queue_size=max_queue_size, **group)
+        # On the input stream itself: at the group level it would bound the output
+        # stream queue too, which nobody reads here.
+        raw["input_streams"]["flights"]["max_queue_size"] = max_queue_size
+        raw["query_group"].update(**group)
         config = parse_query_group(raw, env={})
         ensure_topics(bootstrap, {config.input_streams["flights"].topic: (4, 1)})
         return config
