@@ -166,9 +166,15 @@ class EmbeddedBroker:
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout_s
-        # log_level 3: only errors; connection refusals while it boots are expected.
+        # Wait for the port first: librdkafka logs every refused connection as an error.
+        while self.process.poll() is None and time.monotonic() < deadline:
+            try:
+                socket.create_connection((self.host, self.port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.05)
         admin = AdminClient(
-            {"bootstrap.servers": self.bootstrap_servers, "socket.timeout.ms": 1000, "log_level": 3}
+            {"bootstrap.servers": self.bootstrap_servers, "socket.timeout.ms": 1000}
         )
         while True:
             if self.process.poll() is not None:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -82,36 +83,18 @@ def demo(
     from pipeline.demo import DEFAULT_CONFIG, run_demo
 
     _setup_logging(verbose)
-    progress = Progress(
-        TextColumn("[bold]{task.description:<28}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        console=console,
-    )
-    tasks: dict[str, Any] = {}
+    view = _DemoView()
+    live = Live(view, console=console, refresh_per_second=4, transient=False)
     status = console.status("starting")
 
     def on_phase(text: str) -> None:
         if text == "replaying flights":
             status.stop()
-            progress.start()
-        elif not progress.live.is_started:
+            live.start()
+        elif not live.is_started:
             status.update(text)
         else:
-            progress.console.log(text)
-
-    def on_progress(produced: int, total: int, processed: dict[str, int]) -> None:
-        if "produced" not in tasks:
-            tasks["produced"] = progress.add_task("produced (flights)", total=total, rate="")
-            for query in processed:
-                tasks[query] = progress.add_task(f"processed by {query}"[:28], total=total, rate="")
-        progress.update(tasks["produced"], completed=produced)
-        for query, rows in processed.items():
-            if query not in tasks:
-                tasks[query] = progress.add_task(f"processed by {query}"[:28], total=total, rate="")
-            progress.update(tasks[query], completed=rows)
+            live.console.log(text)
 
     status.start()
     try:
@@ -120,15 +103,16 @@ def demo(
             rate=rate,
             limit=limit,
             config_path=config or DEFAULT_CONFIG,
-            on_progress=on_progress,
+            on_progress=view.update,
             on_phase=on_phase,
+            spark_log_level="WARN" if verbose else "ERROR",
         )
     except FloodgateError as exc:
         raise _fail(exc) from exc
     finally:
         status.stop()
-        if progress.live.is_started:
-            progress.stop()
+        if live.is_started:
+            live.stop()
 
     _print_results(result, top)
     if not result.balanced:
@@ -137,6 +121,52 @@ def demo(
         )
         raise typer.Exit(code=1)
     console.print("[bold green]OK:[/] every flight produced was processed by every query.")
+
+
+class _DemoView:
+    """What ``floodgate demo`` shows while it runs: progress bars for producing and
+    processing, and the reception's live table of the latest hour's figures."""
+
+    def __init__(self) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description:<30}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        self._tasks: dict[str, Any] = {}
+        self._status: Any = None
+
+    def update(self, status: Any) -> None:
+        """``on_progress`` of :func:`pipeline.demo.run_demo` (a ``DemoStatus``)."""
+        self._status = status
+        self._advance("produced (flights)", status.produced, status.total)
+        for query, rows in status.processed.items():
+            self._advance(f"processed by {query}", rows, status.total)
+
+    def _advance(self, label: str, completed: int, total: int) -> None:
+        label = label[:30]
+        if label not in self._tasks:
+            self._tasks[label] = self.progress.add_task(label, total=total)
+        self.progress.update(self._tasks[label], completed=completed)
+
+    def __rich__(self) -> Any:
+        status = self._status
+        if status is None:
+            return self.progress
+        hour = status.latest_hour[0]["hour_start"] if status.latest_hour else None
+        table = _hours_table(
+            f"latest hour received: {hour:%Y-%m-%d %H:%M} UTC" if hour else "latest hour received",
+            status.latest_hour,
+            ("flights", "departures", "mean_dep_delay", "mean_arr_delay"),
+        )
+        queues = ", ".join(
+            f"{stream} {status.received.get(stream, 0):,} read, queue {length:,}/{size:,}"
+            for stream, (length, size) in sorted(status.output_queues.items())
+        )
+        colour = {"EXECUTING": "green", "SLEEPING": "yellow", "HELD": "red"}.get(status.state, "")
+        table.caption = f"query group [{colour}]{status.state}[/]; output streams: {queues}"
+        return Group(self.progress, table)
 
 
 _HEADINGS = {
@@ -200,11 +230,19 @@ def _print_results(result: Any, top: int) -> None:
         summary.add_row(
             f"  dropped as late by {query}", f"{result.dropped_by_watermark.get(query, 0):,}"
         )
+    for stream, received in sorted(result.received.items()):
+        summary.add_row(f"tuples read from {stream}", f"{received:,}")
+        summary.add_row(
+            "  output queue peak / max",
+            f"{result.output_queue_peak.get(stream, 0):,} / "
+            f"{result.output_max_queue_size.get(stream, 0):,}",
+        )
+    summary.add_row("query group sleeps / holds", f"{result.sleeps:,} / {result.holds:,}")
     summary.add_row(
         "origin-hours / carrier-days",
         f"{len(result.origin_hours):,} / {len(result.carrier_days):,}",
     )
-    summary.add_row("seconds, first tuple to all processed", f"{result.seconds:.1f}")
+    summary.add_row("seconds, first tuple to all processed and read", f"{result.seconds:.1f}")
     summary.add_row("tuples/s end to end", f"{result.produced / max(result.seconds, 1e-9):,.0f}")
     console.print(summary)
 

@@ -56,6 +56,7 @@ from pipeline.errors import (
     ConfigError,
     DeliveryError,
     DeserializationError,
+    FloodgateError,
     QueueFullError,
     QueueThresholdExceeded,
 )
@@ -169,6 +170,7 @@ class StreamInput:
             }
         )
         self._budget = QueueBudget(self.settings.max_queue_size)
+        self._closed = False
         self._snapshot: QueueSnapshot | None = None
         self._lock = threading.Lock()
         # Failure reports run in the thread that polls the producer, and every poll
@@ -200,12 +202,20 @@ class StreamInput:
         Raises:
             BrokerError: the broker did not answer.
         """
+        self._require_open()
         with self._lock:
             self._refresh()
             return self._budget.available
 
+    def _require_open(self) -> None:
+        if self._closed:
+            raise FloodgateError(
+                f"stream input {self.stream!r} of query group {self.query_group!r} is closed"
+            )
+
     def queue_length(self) -> int:
         """Tuples in the queue at the last read of the broker (read now if never read)."""
+        self._require_open()
         with self._lock:
             if self._snapshot is None:
                 self._refresh()
@@ -287,6 +297,7 @@ class StreamInput:
             QueueThresholdExceeded: with ``raise_on_threshold``, *after* the tuples were accepted.
             BrokerError: the queue's state could not be read.
         """
+        self._require_open()
         batch = [tuples] if isinstance(tuples, Mapping) else list(tuples)
         encoded = [(self.key(t), self.codec.encode(t)) for t in batch]
         count = len(encoded)
@@ -386,7 +397,9 @@ class StreamInput:
             DeliveryError: the tuples the broker did not acknowledge, each decoded
                 back to its dict (``failed`` holds ``(tuple, error)`` pairs), so they can
                 be put again; nothing is dropped silently.
+            FloodgateError: the stream input is closed.
         """
+        self._require_open()
         with self._lock:
             remaining = self._producer.flush(timeout_s)
             failed, self._failed = self._failed, []
@@ -409,12 +422,19 @@ class StreamInput:
         raise DeliveryError(text, failed=undelivered)
 
     def close(self) -> None:
-        """Wait briefly for what is in flight; use :meth:`put_end` to be told of failures."""
+        """Wait briefly for what is in flight (use :meth:`put_end` to be told of failures),
+        then let go of the producer and the queue probe; later calls raise
+        ``FloodgateError``. Safe to call twice."""
+        if self._closed:
+            return
         try:
             with self._lock:
                 self._producer.flush(5)
         except KafkaException:
             log.exception("flush on close failed")
+        self._closed = True
+        self._producer = None  # type: ignore[assignment]  # destroys the client handle
+        self.probe.close()
 
 
 class StreamOutput:
@@ -557,9 +577,29 @@ class StreamOutput:
             for tp in commits:
                 self._committed[tp.partition] = tp.offset
 
+    def pause(self) -> None:
+        """Stop fetching the stream's assigned partitions until :meth:`resume` (Kafka's
+        ``Consumer.pause``); nothing read is lost, a resumed reader goes on where it was.
+
+        For a reader that waits between reads: librdkafka fetches the partitions it is
+        assigned all the time, and a broker that answers a fetch at the log end at once
+        instead of holding it for ``fetch.wait.max.ms`` (the embedded broker, DESIGN.md
+        section 8) makes an idle reader spin.
+        """
+        assigned = self._consumer.assignment()
+        if assigned:
+            self._consumer.pause(assigned)
+
+    def resume(self) -> None:
+        """Fetch the assigned partitions again after :meth:`pause`."""
+        assigned = self._consumer.assignment()
+        if assigned:
+            self._consumer.resume(assigned)
+
     def close(self) -> None:
-        """Leave the consumer group."""
+        """Leave the consumer group and let go of the queue probe."""
         self._consumer.close()
+        self.probe.close()
 
 
 class Connector:

@@ -8,15 +8,22 @@
 3. replays the flights in event-time order through a :class:`FlightReplayer`
    (``--rate`` tuples/s, default as fast as it goes), with progress bars for
    producing and processing;
-4. waits until every query has processed all input, reads the output streams,
-   and prints the busiest and most delayed origin-hours;
-5. checks that tuples produced == tuples processed by every query (+ dead-lettered),
+4. reads both output streams all along through the data reception API
+   (:class:`Reception`: :meth:`~pipeline.client.StreamOutput.get`, latest tuple
+   per key), which frees their bounded output stream queues, and reports the
+   latest hour's figures as they arrive (a live table in the CLI);
+5. waits until every query has processed all input and the reception has read
+   every output tuple, and prints the busiest and most delayed origin-hours;
+6. checks that tuples produced == tuples processed by every query (+ dead-lettered),
    and stops cleanly.
 
 The replay writes through the back-pressure client
 (:class:`~pipeline.client.StreamInput`, ``put(block=True)``): when the
 ``flights`` input stream queue (``max_queue_size`` in ``conf/flights.toml``) is
-full, producing waits until the query group has processed enough.
+full, producing waits until the query group has processed enough. The output
+stream queues are bounded too: should the reception fall behind, the query group
+sleeps, then holds, and (``auto_release`` in ``conf/flights.toml``) resumes by
+itself once the reception has caught up; the demo waits that out.
 """
 
 from __future__ import annotations
@@ -35,10 +42,11 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.broker import Broker, resolve_broker
-from pipeline.client import StreamInput, connect
+from pipeline.client import StreamInput, StreamOutput, connect
 from pipeline.config import QueryGroupConfig, apply_env_overrides, parse_query_group
+from pipeline.errors import FloodgateError, QueryGroupHeld
 from pipeline.flights import flight_records, load_flights
-from pipeline.query_group import QueryGroup
+from pipeline.query_group import QueryGroup, QueryGroupState
 from pipeline.serde import SchemaRepository, StreamCodec
 
 log = logging.getLogger(__name__)
@@ -46,6 +54,11 @@ log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "flights.toml"
 #: Tuples per ``put`` of the replay.
 REPLAY_BATCH = 1_000
+#: Most tuples one ``StreamOutput.get`` of the reception returns.
+RECEPTION_BATCH = 5_000
+#: The longest the demo waits for a held query group to be released by ``auto_release``,
+#: and for the reception to read the last output tuples.
+SETTLE_TIMEOUT_S = 300.0
 
 
 @dataclass
@@ -92,6 +105,140 @@ class FlightReplayer:
             self.error = exc
         finally:
             self.done.set()
+
+
+@dataclass
+class OutputTable:
+    """The latest tuple per key of one output stream, as a reception application sees it.
+
+    Output streams written in ``update`` mode re-emit a group's row whenever it
+    changes; like a compacted topic, the latest tuple per key is the current value.
+
+    Attributes:
+        stream: the output stream's name.
+        key: the stream's key columns (empty: every tuple is kept).
+        rows: ``{key values: latest tuple}``.
+        received: tuples read, all of them (re-emits included).
+    """
+
+    stream: str
+    key: tuple[str, ...]
+    rows: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    received: int = 0
+
+    def add(self, tuples: list[dict[str, Any]]) -> None:
+        """Take tuples in the order read: a later tuple of a key replaces the earlier."""
+        for t in tuples:
+            self.rows[tuple(t[k] for k in self.key) if self.key else self.received] = t
+            self.received += 1
+
+
+class Reception:
+    """The demo's data reception application: reads output streams as they are written.
+
+    A thread loops over the streams, :meth:`StreamOutput.get` on each (which commits
+    what it returned, freeing output stream queue space), and keeps an
+    :class:`OutputTable` per stream. Read the tables through :meth:`tables` (a copy,
+    taken under the lock) from any thread.
+
+    Args:
+        outputs: ``{stream: StreamOutput}`` opened by the demo's connector.
+        keys: ``{stream: key columns}``.
+        wait_s: how long one ``get`` waits for tuples.
+        idle_s: how long the reader pauses its streams when a round read nothing.
+    """
+
+    def __init__(
+        self,
+        outputs: Mapping[str, StreamOutput],
+        keys: Mapping[str, Iterable[str]],
+        *,
+        wait_s: float = 0.1,
+        idle_s: float = 0.25,
+    ) -> None:
+        self.outputs = dict(outputs)
+        self.idle_s = idle_s
+        self._tables = {s: OutputTable(s, tuple(keys[s])) for s in self.outputs}
+        self.wait_s = wait_s
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-reception", daemon=True)
+
+    def start(self) -> Reception:
+        """Start reading in a thread of its own."""
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                read = 0
+                for stream, output in self.outputs.items():
+                    tuples = output.get(max_tuples=RECEPTION_BATCH, timeout_s=self.wait_s)
+                    if tuples:
+                        read += len(tuples)
+                        with self._lock:
+                            self._tables[stream].add(tuples)
+                if not read:
+                    # Nothing new: stop fetching for a while rather than have librdkafka
+                    # poll the log end all along (StreamOutput.pause).
+                    for output in self.outputs.values():
+                        output.pause()
+                    self._stop.wait(self.idle_s)
+                    for output in self.outputs.values():
+                        output.resume()
+        except BaseException as exc:
+            self.error = exc
+            log.exception("demo reception failed")
+
+    def tables(self) -> dict[str, OutputTable]:
+        """A copy of every stream's table now."""
+        with self._lock:
+            return {
+                s: OutputTable(t.stream, t.key, dict(t.rows), t.received)
+                for s, t in self._tables.items()
+            }
+
+    def queue_lengths(self) -> dict[str, int]:
+        """Each output stream queue's length, read from the broker now (tuples)."""
+        return {s: o.queue_length() for s, o in self.outputs.items()}
+
+    def wait_until_read(self, timeout_s: float) -> None:
+        """Block until every output stream queue is empty (everything written was read).
+
+        Raises:
+            FloodgateError: the reception failed, or did not catch up within ``timeout_s``
+                (the message gives each queue's length).
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.error is not None:
+                raise FloodgateError(f"the demo's reception failed: {self.error}") from self.error
+            lengths = self.queue_lengths()
+            if not any(lengths.values()):
+                return
+            if time.monotonic() > deadline:
+                raise FloodgateError(
+                    f"the reception did not read every output tuple in {timeout_s:.0f} s; "
+                    f"output stream queue lengths: {lengths}"
+                )
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Stop reading (the streams stay open; their connector closes them)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+
+def latest_hour(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The origin-hour tuples of the latest ``hour_start`` among ``rows``, by origin."""
+    rows = list(rows)
+    if not rows:
+        return []
+    last = max(r["hour_start"] for r in rows)
+    return sorted((r for r in rows if r["hour_start"] == last), key=lambda r: r["origin"])
 
 
 def read_table(
@@ -179,11 +326,20 @@ class DemoResult:
         processed: per query, tuples its source read (``numInputRows``, all batches).
         dead_lettered: per query, tuples sent to the dead-letter topic.
         dropped_by_watermark: per query, rows the watermark dropped as late.
-        origin_hours / carrier_days: the output tables (latest per key).
-        seconds: wall time from the first tuple produced to all processed.
+        origin_hours / carrier_days: the output tables as the reception read them
+            (latest tuple per key).
+        seconds: wall time from the first tuple produced to all processed and read.
         blocked_s: seconds the replay waited for room in the input stream queue.
         max_queue_size: the flights input stream queue's bound.
         bootstrap_servers / broker_kind: where it ran.
+        received: per output stream, tuples the reception read (re-emits included).
+        output_max_queue_size: per output stream, its queue's bound (tuples).
+        output_queue_peak: per output stream, the longest queue read from the broker
+            (about once a second, and transaction markers included; tuples).
+        sleeps / holds: times the query group slept on, and was held by, a full
+            output stream queue.
+        metrics_url: where the query group served its metrics and control endpoint.
+        output_topics: per output stream, its topic in this run.
     """
 
     produced: int
@@ -197,6 +353,13 @@ class DemoResult:
     broker_kind: str
     blocked_s: float = 0.0
     max_queue_size: int = 0
+    received: dict[str, int] = field(default_factory=dict)
+    output_max_queue_size: dict[str, int] = field(default_factory=dict)
+    output_queue_peak: dict[str, int] = field(default_factory=dict)
+    sleeps: int = 0
+    holds: int = 0
+    metrics_url: str = ""
+    output_topics: dict[str, str] = field(default_factory=dict)
 
     @property
     def balanced(self) -> bool:
@@ -205,6 +368,29 @@ class DemoResult:
             self.processed[q] + self.dead_lettered.get(q, 0) == self.produced
             for q in self.processed
         )
+
+
+@dataclass(frozen=True)
+class DemoStatus:
+    """Where a demo run is, as reported to ``on_progress`` about 5 times a second.
+
+    Attributes:
+        produced / total: flights handed to Kafka so far / to replay.
+        processed: per query, tuples its source has read.
+        state: the query group's state (``EXECUTING``, ``SLEEPING``, ``HELD`` ...).
+        received: per output stream, tuples the reception has read.
+        output_queues: per output stream, ``(length, max queue size)`` at the query
+            group's last check (tuples).
+        latest_hour: the origin-hour tuples of the latest hour received, by origin.
+    """
+
+    produced: int
+    total: int
+    processed: dict[str, int]
+    state: str
+    received: dict[str, int]
+    output_queues: dict[str, tuple[int, int]]
+    latest_hour: list[dict[str, Any]]
 
 
 def demo_config(path: Path, *, run_id: str | None, checkpoint_dir: str) -> QueryGroupConfig:
@@ -242,8 +428,9 @@ def run_demo(
     limit: int | None = None,
     config_path: Path = DEFAULT_CONFIG,
     spark: Any = None,
-    on_progress: Callable[[int, int, dict[str, int]], None] | None = None,
+    on_progress: Callable[[DemoStatus], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    spark_log_level: str = "ERROR",
 ) -> DemoResult:
     """Run the main job once; see the module docstring.
 
@@ -253,13 +440,18 @@ def run_demo(
         limit: replay only the first ``limit`` flights in event-time order.
         config_path: the query group file.
         spark: a SparkSession to run in (default: a new one from the config).
-        on_progress: called about 5 times a second with ``(produced, total, processed
-            per query)``.
+        on_progress: called about 5 times a second with a :class:`DemoStatus`.
         on_phase: called with a short description when a phase starts.
+        spark_log_level: Spark's log level for the run (``WARN`` shows, among others,
+            every micro-batch that takes longer than the trigger interval).
 
     Raises:
         QueryGroupError: a query failed.
+        QueryGroupHeld: the group was held and not released within ``SETTLE_TIMEOUT_S``
+            (with ``auto_release = false`` at once: release it with
+            ``floodgate query-group release``, or rerun with a larger output queue).
         DeliveryError: the broker did not acknowledge some flights.
+        FloodgateError: the reception did not read every output tuple in time.
     """
     phase = on_phase or (lambda _text: None)
     phase("loading flights")
@@ -277,71 +469,143 @@ def run_demo(
         group = QueryGroup(
             config, bootstrap_servers=broker.bootstrap_servers, spark=spark, schemas=schemas
         )
+        group.spark.sparkContext.setLogLevel(spark_log_level)
         group.start()
         stack.callback(group.stop)
+        metrics_url = group.serve()
+        phase(f"query group metrics at {metrics_url}/metrics, control at {metrics_url}/status")
         connector = stack.enter_context(
             connect(bootstrap_servers=broker.bootstrap_servers, config=config, schemas=schemas)
         )
         writer = connector.open_stream_input(config.name, "flights")
+        outputs = sorted({q.output for q in config.queries.values()})
+        reception = Reception(
+            {s: connector.open_stream_output(config.name, s) for s in outputs},
+            {s: config.output_streams[s].key for s in outputs},
+        ).start()
+        stack.callback(reception.stop)
         replayer = FlightReplayer(writer, records, rate=rate)
         phase("replaying flights")
         started = time.monotonic()
         producer_thread = threading.Thread(target=replayer.run, name="flight-replay", daemon=True)
         producer_thread.start()
         total = len(records)
+        peaks: dict[str, int] = {}
 
-        def report() -> dict[str, int]:
-            processed = {q: s.input_rows for q, s in group.stats().items()}
+        reports = [0]
+
+        def report() -> DemoStatus:
+            status = group.status()
+            queues = {
+                s: (int(q["length"]), int(q["max_queue_size"]))
+                for s, q in status["output_queues"].items()
+            }
+            reports[0] += 1
+            if reports[0] % 5 == 1:  # about once a second: the queue as the reception sees it
+                for s, length in reception.queue_lengths().items():
+                    peaks[s] = max(peaks.get(s, 0), length)
+            tables = reception.tables()
+            origin_hours = tables.get("delays_by_origin_hour")
+            current = DemoStatus(
+                produced=replayer.produced,
+                total=total,
+                processed={q: s.input_rows for q, s in group.stats().items()},
+                state=str(status["state"]),
+                received={s: t.received for s, t in tables.items()},
+                output_queues=queues,
+                latest_hour=latest_hour(origin_hours.rows.values()) if origin_hours else [],
+            )
             if on_progress:
-                on_progress(replayer.produced, total, processed)
-            return processed
+                on_progress(current)
+            return current
 
         while not replayer.done.wait(0.2):
             group.check()
+            if reception.error is not None:
+                raise FloodgateError(f"the demo's reception failed: {reception.error}")
             report()
         if replayer.error is not None:
             raise replayer.error
         phase("processing what is left")
-        drained = threading.Event()
-        failure: list[BaseException] = []
-
-        def drain() -> None:
-            try:
-                group.process_all_available()
-            except BaseException as exc:
-                failure.append(exc)
-            finally:
-                drained.set()
-
-        threading.Thread(target=drain, name="drain", daemon=True).start()
-        while not drained.wait(0.2):
-            report()
-        if failure:
-            raise failure[0]
+        _drain(group, report)
+        phase("reading what is left")
+        reception.wait_until_read(SETTLE_TIMEOUT_S)
         seconds = time.monotonic() - started
         report()
-        phase("reading the results")
+        reception.stop()
+        phase("counting dead letters")
         stats = group.stats()
         dead = count_dead_letters(broker.bootstrap_servers, config.dead_letter_topic)
-        outputs = {}
-        for query, qc in config.queries.items():
-            out = config.output_streams[qc.output]
-            outputs[query] = read_table(
-                broker.bootstrap_servers,
-                out.topic,
-                StreamCodec(qc.output, schemas.get(out.schema_), schemas),
-                key_columns=out.key,
-            )
+        tables = reception.tables()
         return DemoResult(
             produced=replayer.produced,
             processed={q: s.input_rows for q, s in stats.items()},
             dead_lettered=dead,
             dropped_by_watermark={q: s.dropped_by_watermark for q, s in stats.items()},
-            origin_hours=outputs.get("delays_by_origin_hour", []),
-            carrier_days=outputs.get("delays_by_carrier_day", []),
+            origin_hours=list(tables["delays_by_origin_hour"].rows.values())
+            if "delays_by_origin_hour" in tables
+            else [],
+            carrier_days=list(tables["delays_by_carrier_day"].rows.values())
+            if "delays_by_carrier_day" in tables
+            else [],
             seconds=seconds,
             bootstrap_servers=broker.bootstrap_servers,
             broker_kind=broker.kind,
             blocked_s=replayer.blocked_s,
             max_queue_size=writer.max_queue_size,
+            received={s: t.received for s, t in tables.items()},
+            output_max_queue_size={s: config.output_settings(s).max_queue_size for s in outputs},
+            output_queue_peak=peaks,
+            sleeps=_metric_total(group, "floodgate_query_group_sleeps_total", outputs),
+            holds=_metric_total(group, "floodgate_query_group_holds_total", outputs),
+            metrics_url=metrics_url,
+            output_topics={s: config.output_streams[s].topic for s in outputs},
         )
+
+
+def _metric_total(group: QueryGroup, name: str, streams: Iterable[str]) -> int:
+    """A counter of the group's registry, summed over output streams."""
+    return int(
+        sum(
+            group.registry.get_sample_value(name, {"query_group": group.name, "stream": s}) or 0
+            for s in streams
+        )
+    )
+
+
+def _drain(group: QueryGroup, report: Callable[[], Any]) -> None:
+    """Process everything the input holds now, waiting out holds that ``auto_release``
+    ends (the reception keeps reading meanwhile).
+
+    Raises:
+        QueryGroupHeld: held, and not released within ``SETTLE_TIMEOUT_S`` (at once
+            without ``auto_release``).
+        QueryGroupError: a query failed.
+    """
+    while True:
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def process(failure: list[BaseException] = failure, done: threading.Event = done) -> None:
+            try:
+                group.process_all_available()
+            except BaseException as exc:
+                failure.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=process, name="drain", daemon=True).start()
+        while not done.wait(0.2):
+            report()
+        if not failure:
+            return
+        held = failure[0]
+        if not isinstance(held, QueryGroupHeld) or not group.config.query_group.auto_release:
+            raise held
+        log.warning("demo: %s; waiting for auto release", held)
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while group.state in (QueryGroupState.HELD, QueryGroupState.STARTING):
+            if time.monotonic() > deadline:
+                raise held
+            report()
+            time.sleep(0.2)

@@ -895,6 +895,14 @@ class QueryGroup:
         with self._lock:
             self._queries.clear()
             self._by_id.clear()
+        # Drop the output queue probes (their admin clients would keep reconnecting to a
+        # broker that is gone); a later start() makes new ones.
+        for guard in self._guards.values():
+            guard.reader = None
+        for probe in self._probes.values():
+            probe.close()
+        self._guards.clear()
+        self._probes.clear()
         if self._server is not None:
             self._server.stop()
             self._server = None

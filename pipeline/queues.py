@@ -160,19 +160,30 @@ class QueueProbe:
         self.max_queue_size = max_queue_size
         self.swept = swept or NothingSwept()
         self.timeout_s = timeout_s
-        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client or {})})
+        self._admin: AdminClient | None = AdminClient(
+            {"bootstrap.servers": bootstrap_servers, **(client or {})}
+        )
         self._partitions: list[int] | None = None
         self._lock = threading.Lock()
 
     def partitions(self) -> list[int]:
         """The topic's partitions (cached; call :meth:`forget_partitions` after a resize)."""
         if self._partitions is None:
-            metadata = self._admin.list_topics(self.topic, timeout=self.timeout_s)
+            metadata = self._client().list_topics(self.topic, timeout=self.timeout_s)
             topic = metadata.topics.get(self.topic)
             if topic is None or topic.error is not None or not topic.partitions:
                 raise BrokerError(f"stream {self.stream!r}: topic {self.topic!r} is not available")
             self._partitions = sorted(topic.partitions)
         return self._partitions
+
+    def _client(self) -> AdminClient:
+        if self._admin is None:
+            raise BrokerError(f"stream {self.stream!r}: the queue probe is closed")
+        return self._admin
+
+    def close(self) -> None:
+        """Let go of the admin client (a later :meth:`snapshot` raises ``BrokerError``)."""
+        self._admin = None
 
     def forget_partitions(self) -> None:
         """Re-read the partition list on the next snapshot."""
@@ -189,15 +200,16 @@ class QueueProbe:
         with self._lock:
             partitions = self.partitions()
             tps = [TopicPartition(self.topic, p) for p in partitions]
+            admin = self._client()
             try:
-                latest = self._admin.list_offsets(
+                latest = admin.list_offsets(
                     {tp: OffsetSpec.latest() for tp in tps}, request_timeout=self.timeout_s
                 )
-                earliest = self._admin.list_offsets(
+                earliest = admin.list_offsets(
                     {tp: OffsetSpec.earliest() for tp in tps}, request_timeout=self.timeout_s
                 )
                 group_futures = [
-                    self._admin.list_consumer_group_offsets(
+                    admin.list_consumer_group_offsets(
                         [ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout_s
                     )[group]
                     for group in self.groups
