@@ -23,6 +23,7 @@ import typer
 from rich.console import Console, Group
 from rich.live import Live
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -53,7 +54,8 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _fail(exc: BaseException) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {exc}")
+    # One line (soft wrap) so it can be grepped and copied; the message itself is no markup.
+    console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True, highlight=False)
     return typer.Exit(code=2)
 
 

@@ -134,7 +134,7 @@ class _ProgressListener(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event: Any) -> None:
-        self._group._on_terminated(str(event.id), event.exception)
+        self._group._on_terminated(str(event.id), str(event.runId), event.exception)
 
 
 @dataclass
@@ -201,6 +201,9 @@ class QueryGroup:
         self._probes: dict[str, QueueProbe] = {}
         self._output_queues: dict[str, QueueSnapshot] = {}
         self._discard_before: dict[str, dict[int, int]] = {}
+        #: Spark run ids of the query runs a hold ended: their exceptions and
+        #: termination events (which may arrive after the release) are no failure.
+        self._retired_runs: set[str] = set()
         self._available_now = False
         self._holder: threading.Thread | None = None
         self._monitor: threading.Thread | None = None
@@ -492,7 +495,9 @@ class QueryGroup:
             float(progress.processedRowsPerSecond or 0.0)
         )
 
-    def _on_terminated(self, query_id: str, exception: str | None) -> None:
+    def _on_terminated(self, query_id: str, run_id: str, exception: str | None) -> None:
+        if run_id in self._retired_runs:
+            return  # stopped by a hold; its end may be reported after the release
         if exception and not self._expected_termination():
             with self._lock:
                 running = self._by_id.get(query_id)
@@ -524,6 +529,8 @@ class QueryGroup:
         if self._expected_termination():
             return
         for name, query in self.queries().items():
+            if str(query.runId) in self._retired_runs:
+                continue  # ended by a hold, and not restarted yet: no failure
             exc = query.exception()
             if exc is not None and not self._expected_termination():
                 self.state = QueryGroupState.FAILED
@@ -646,6 +653,8 @@ class QueryGroup:
             self.held = held
             self.held_since = time.time()
             self._sleeping.clear()
+            with self._lock:
+                self._retired_runs.update(str(r.query.runId) for r in self._queries.values())
             self.state = QueryGroupState.HELD
             self._interrupted.set()
             self.metrics.holds.labels(self.name, held.stream).inc()

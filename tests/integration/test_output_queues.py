@@ -57,6 +57,7 @@ def bounded_config(run_id: str, tmp_path: Path) -> Callable[..., QueryGroupConfi
             {
                 "sleep_on_over_store_ms": 200,
                 "sleep_on_over_store_retry_count": 3,
+                "auto_release": False,
                 "control_dir": str(tmp_path / "run"),
                 **group,
             }

@@ -1,0 +1,115 @@
+"""``floodgate query-group status|release|stop`` against a ``floodgate run`` driver process.
+
+The driver serves its control endpoint and writes ``<control_dir>/<name>.json``; the
+commands find it by name. Nobody reads the output stream at first, so the group is
+HELD (retry count 0); the test reads, releases through the CLI whenever it holds,
+then stops the driver through the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.client import connect
+from pipeline.config import parse_query_group
+from pipeline.demo import read_all
+from pipeline.serde import SchemaRepository
+
+from .conftest import flights_raw_config
+from .test_crash_recovery import DRIVER_TIMEOUT_S, kill_group, start_driver
+
+runner = CliRunner()
+
+
+def cli(*args: str) -> Any:
+    return runner.invoke(app, ["query-group", *args])
+
+
+def test_status_release_and_stop_reach_a_running_driver_by_name(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    produce: Callable[..., None],
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    raw = flights_raw_config(
+        run_id, tmp_path / "checkpoints", max_rows_per_trigger=250, only_passthrough=True
+    )
+    control_dir = tmp_path / "run"
+    raw["query_group"].update(
+        sleep_on_over_store_retry_count=0, control_dir=str(control_dir), auto_release=False
+    )
+    raw["output_streams"]["flights_copy"]["max_queue_size"] = 700
+    config_path = tmp_path / "group.toml"
+    config_path.write_text(tomli_w.dumps(raw))
+    config = parse_query_group(raw, env={})
+    name = config.name
+    records = flights[:1_000]
+    produce(config, records)
+    log_path = tmp_path / "driver.log"
+    where = ("--control-dir", str(control_dir))
+
+    def state() -> str:
+        result = cli("status", name, *where, "--json")
+        assert result.exit_code == 0, result.output
+        return str(json.loads(result.output)["state"])
+
+    driver = start_driver(config_path, bootstrap, log_path)
+    try:
+        deadline = time.monotonic() + DRIVER_TIMEOUT_S
+        while not (control_dir / f"{name}.json").exists():
+            assert driver.poll() is None, log_path.read_text()[-4000:]
+            assert time.monotonic() < deadline, "the driver never wrote its control file"
+            time.sleep(0.25)
+        while state() != "HELD":
+            assert time.monotonic() < deadline, log_path.read_text()[-4000:]
+            time.sleep(0.25)
+        shown = cli("status", name, *where)
+        assert shown.exit_code == 0
+        assert "HELD" in shown.output and "flights_copy" in shown.output
+
+        refused = cli("stop", "no-such-group", *where)
+        assert refused.exit_code == 2 and "no running endpoint found" in refused.output
+
+        got: list[dict[str, Any]] = []
+        releases = 0
+        with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
+            output = connector.open_stream_output(name, "flights_copy")
+            while len(got) < len(records):
+                assert time.monotonic() < deadline, f"read {len(got)} of {len(records)}"
+                got.extend(output.get(max_tuples=500, timeout_s=0.5))
+                if output.queue_length() == 0 and state() == "HELD":
+                    released = cli("release", name, *where)
+                    assert released.exit_code == 0, (
+                        released.output + log_path.read_text()[-6000:]
+                    )
+                    releases += 1
+        assert releases >= 1
+        not_held = cli("release", name, *where)
+        assert not_held.exit_code == 2 and "not HELD" in not_held.output
+
+        stopped = cli("stop", name, *where)
+        assert stopped.exit_code == 0, stopped.output
+        assert driver.wait(timeout=60) == 0, log_path.read_text()[-4000:]
+        assert not (control_dir / f"{name}.json").exists()
+        gone = cli("status", name, *where)
+        assert gone.exit_code == 2 and "no running endpoint found" in gone.output
+    finally:
+        if driver.poll() is None:
+            kill_group(driver)
+
+    def identity(t: dict[str, Any]) -> tuple[Any, ...]:
+        return (t["carrier"], t["flight"], t["origin"], t["sched_dep_time"], t["day"])
+
+    assert Counter(identity(t) for t in got) == Counter(identity(r) for r in records)
+    assert len(read_all(bootstrap, config.output_streams["flights_copy"].topic)) == len(records)
