@@ -1,16 +1,40 @@
-"""What the benchmark scripts share: the flights stream, set up on a topic of their own."""
+"""What the benchmark scripts share: the flights stream set up on a topic of their own,
+waiting for a quiet machine, CPU accounting, and the description of the machine and
+the code measured."""
 
 from __future__ import annotations
 
+import logging
+import os
+import platform
+import subprocess
+import time
 import tomllib
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
+from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.serde import TupleKey
+from pipeline.flights import flight_records, load_flights
+from pipeline.serde import StreamCodec, TupleKey
+
+log = logging.getLogger("bench")
 
 ROOT = Path(__file__).resolve().parents[1]
 FLIGHTS_TOML = ROOT / "conf" / "flights.toml"
+#: How long producing may wait for the last acknowledgements.
+PRODUCE_TIMEOUT_S = 300.0
+#: Before each timed run: the broker uses under this share of one core, and the
+#: machine under this share of all its cores, over one window (see wait_until_quiet).
+QUIET_BROKER_CPU = 0.05
+QUIET_MACHINE_BUSY = 0.15
+QUIET_WINDOW_S = 1.0
+QUIET_TIMEOUT_S = 60.0
 
 
 def flights_config(topic: str, max_queue_size: int) -> QueryGroupConfig:
@@ -18,7 +42,7 @@ def flights_config(topic: str, max_queue_size: int) -> QueryGroupConfig:
     bounded at ``max_queue_size`` (set it above the data to measure without waits)."""
     raw = tomllib.loads(FLIGHTS_TOML.read_text())
     raw["query_group"]["name"] = f"bench{uuid.uuid4().hex[:8]}"
-    raw["query_group"]["max_queue_size"] = max_queue_size
+    raw["input_streams"]["flights"]["max_queue_size"] = max_queue_size
     raw["input_streams"]["flights"]["topic"] = topic
     return parse_query_group(raw, env={})
 
@@ -27,3 +51,168 @@ def flights_key() -> TupleKey:
     """The flights stream's Kafka key, as the back-pressure client builds it."""
     config = parse_query_group(tomllib.loads(FLIGHTS_TOML.read_text()), env={})
     return TupleKey(config.input_streams["flights"].key)
+
+
+# --------------------------------------------------------------------------- CPU accounting
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds used by ``pid`` so far (``/proc/<pid>/stat``); ``None`` if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def system_cpu_jiffies() -> tuple[int, int]:
+    """``(busy, total)`` jiffies of all cores since boot (``/proc/stat``)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    total = sum(values[:8])  # user..steal; guest time is already in user
+    return total - idle, total
+
+
+@dataclass
+class Meter:
+    """Wall time, share of the machine's CPU busy, and the broker's CPU over one run."""
+
+    broker_pid: int | None
+    seconds: float = 0.0
+    machine_busy: float = 0.0
+    broker_cpu_s: float | None = None
+
+    @contextmanager
+    def measure(self) -> Iterator[Meter]:
+        busy0, total0 = system_cpu_jiffies()
+        broker0 = process_cpu_s(self.broker_pid) if self.broker_pid else None
+        start = time.perf_counter()
+        yield self
+        self.seconds = time.perf_counter() - start
+        busy1, total1 = system_cpu_jiffies()
+        self.machine_busy = (busy1 - busy0) / max(1, total1 - total0)
+        broker1 = process_cpu_s(self.broker_pid) if self.broker_pid else None
+        if broker0 is not None and broker1 is not None:
+            self.broker_cpu_s = broker1 - broker0
+
+
+@dataclass
+class Quiet:
+    """How a wait for a quiet machine went."""
+
+    waited_s: float
+    quiet: bool
+
+
+def wait_until_quiet(broker_pid: int | None) -> Quiet:
+    """Wait until the broker and the machine are idle, at most ``QUIET_TIMEOUT_S``.
+
+    Idle means, over one ``QUIET_WINDOW_S`` window: the embedded broker (when its
+    PID is known) used less than ``QUIET_BROKER_CPU`` of a core (noida-db rewrites
+    its data file for 4-6 s after a burst, DESIGN.md section 8), and all cores
+    together were less than ``QUIET_MACHINE_BUSY`` busy (another process, e.g. a
+    test run, would take CPU from the run). After the timeout the run goes ahead
+    and the figure says it did not start quiet.
+    """
+    start = time.monotonic()
+    deadline = start + QUIET_TIMEOUT_S
+    while time.monotonic() < deadline:
+        broker0 = process_cpu_s(broker_pid) if broker_pid else None
+        busy0, total0 = system_cpu_jiffies()
+        time.sleep(QUIET_WINDOW_S)
+        broker1 = process_cpu_s(broker_pid) if broker_pid else None
+        busy1, total1 = system_cpu_jiffies()
+        broker_quiet = (
+            broker0 is None
+            or broker1 is None
+            or (broker1 - broker0) < QUIET_BROKER_CPU * QUIET_WINDOW_S
+        )
+        machine_quiet = (busy1 - busy0) / max(1, total1 - total0) < QUIET_MACHINE_BUSY
+        if broker_quiet and machine_quiet:
+            return Quiet(time.monotonic() - start, True)
+    log.warning("machine or broker still busy after %.0f s; measuring anyway", QUIET_TIMEOUT_S)
+    return Quiet(time.monotonic() - start, False)
+
+
+def produce_flights(
+    bootstrap: str, topic: str, codec: StreamCodec, limit: int | None
+) -> tuple[int, float]:
+    """Produce the flights once, in event-time order; return ``(count, seconds)``.
+
+    Set-up, not measured against anything: through the back-pressure client, as
+    every producer of Floodgate's writes (``StreamInput.put`` in batches of 1 000,
+    the flights stream's key and codec, its input queue bounded above the data so
+    nothing waits).
+
+    Raises:
+        DeliveryError: the broker did not acknowledge every tuple.
+    """
+    records = list(flight_records(load_flights(limit)))
+    config = flights_config(topic, len(records) + 1)
+    start = time.perf_counter()
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=codec.repository) as connector:
+        stream_input = connector.open_stream_input(config.name, "flights")
+        for i in range(0, len(records), 1_000):
+            stream_input.put(records[i : i + 1_000])
+        stream_input.put_end(PRODUCE_TIMEOUT_S)
+    return len(records), time.perf_counter() - start
+
+
+def machine() -> dict[str, Any]:
+    """nproc, CPU model, RAM, load, OS and Python of this machine."""
+    model = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    mem_kib = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kib = int(line.split()[1])
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "ram_gib": round(mem_kib / 1024 / 1024, 1),
+        "loadavg_at_start": list(os.getloadavg()),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def code_version() -> dict[str, Any]:
+    """The commit measured, and whether ``pipeline/`` differs from it (read-only git)."""
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "--short", "HEAD") or "unknown",
+        "pipeline_modified": bool(
+            git("status", "--porcelain", "--untracked-files=no", "--", "pipeline")
+        ),
+    }
+
+
+def versions(spark: Any | None) -> dict[str, str]:
+    """Versions of what the figures depend on."""
+    import confluent_kafka
+
+    out = {}
+    for dist in ("pyspark", "confluent-kafka", "fastavro", "pyarrow", "noida-db"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    out["librdkafka"] = confluent_kafka.libversion()[0]
+    if spark is not None:
+        out["java"] = str(spark.sparkContext._jvm.java.lang.System.getProperty("java.version"))
+    return out

@@ -1,0 +1,273 @@
+"""Benchmark: the cost of the output stream queue bound (issue 4).
+
+What is measured, in this one script, on one embedded broker and one SparkSession:
+end-to-end throughput of the ``flights`` query group (``conf/flights.toml``: both
+queries, 60 000-row micro-batches, output stream queues of 20 000 tuples) over
+every flight (or ``--limit``), produced once beforehand to a 4-partition topic:
+
+* ``check on``: ``output_queue_check = true`` (the default): before each
+  micro-batch's output is written, the guard reads the output stream queue from
+  the broker (two ``ListOffsets`` and one ``OffsetFetch`` per reception group) and
+  compares its free space with the batch; the query sleeps or holds if it does not
+  fit (``sleeps`` and ``holds`` are reported);
+* ``check off`` (the baseline): ``output_queue_check = false``, the same group
+  writing without looking.
+
+Both variants run the same reception application as the demo
+(:class:`pipeline.demo.Reception`: ``StreamOutput.get`` on both output streams,
+latest tuple per key), so both free their output queues the same way. Each run
+has a new query group name (so new consumer groups), new output topics and a new
+checkpoint; it runs with ``Trigger.AvailableNow`` and is timed from
+``QueryGroup.start`` to the moment both queries have terminated and the reception
+has read every output tuple (output queue lengths 0). Tuples/s = flights / that
+time; each query must have read every flight.
+
+Runs alternate (off, on, off, on ...) after one discarded warm-up run (the first
+job of a SparkSession costs several seconds more, DESIGN.md section 8), and each
+starts once the broker and the machine are quiet (``bench/common.py``). Target:
+check on >= 0.95x check off, medians of ``--repeat`` runs.
+
+Run: ``.venv/bin/python bench/bench_output.py [--repeat 5] [--limit N] [--bootstrap H:P]``.
+Results: a table, and JSON in ``bench/out/output.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+import tomllib
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from common import (  # noqa: E402  (bench/common.py)
+    FLIGHTS_TOML,
+    Meter,
+    code_version,
+    machine,
+    produce_flights,
+    versions,
+    wait_until_quiet,
+)
+from prometheus_client import CollectorRegistry  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from pipeline.broker import EmbeddedBroker, ensure_topics  # noqa: E402
+from pipeline.client import connect  # noqa: E402
+from pipeline.config import QueryGroupConfig, parse_query_group  # noqa: E402
+from pipeline.demo import Reception  # noqa: E402
+from pipeline.query_group import QueryGroup, build_spark_session  # noqa: E402
+from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+TARGET_RATIO = 0.95
+RUN_TIMEOUT_S = 900.0
+VARIANTS = {"check off (baseline)": False, "check on": True}
+
+
+@dataclass
+class Run:
+    """One timed run of the flights query group."""
+
+    check: bool
+    tuples: int
+    seconds: float
+    machine_busy: float
+    started_quiet: bool
+    batches: int
+    sleeps: int
+    holds: int
+    output_tuples: int
+
+    @property
+    def tuples_per_s(self) -> float:
+        return self.tuples / self.seconds
+
+
+def group_config(topic: str, n: int, checkpoints: Path, *, check: bool) -> QueryGroupConfig:
+    """``conf/flights.toml`` reading ``topic``, with fresh names, topics and checkpoint."""
+    raw = tomllib.loads(FLIGHTS_TOML.read_text())
+    run = uuid.uuid4().hex[:8]
+    group = raw["query_group"]
+    group.update(
+        name=f"bench{run}",
+        checkpoint_dir=str(checkpoints / run),
+        control_dir=str(checkpoints / "run"),
+        output_queue_check=check,
+    )
+    raw["input_streams"]["flights"].update(
+        topic=topic, starting_offsets="earliest", max_queue_size=n + 1
+    )
+    for stream in raw["output_streams"].values():
+        stream["topic"] = f"bench.{stream['topic']}.{run}"
+    raw["query_group"]["dead_letter_topic"] = f"bench.dead-letter.{run}"
+    return parse_query_group(raw, env={})
+
+
+def run_once(
+    bootstrap: str,
+    spark: Any,
+    schemas: SchemaRepository,
+    topic: str,
+    n: int,
+    checkpoints: Path,
+    broker_pid: int | None,
+    *,
+    check: bool,
+) -> Run:
+    config = group_config(topic, n, checkpoints, check=check)
+    group = QueryGroup(
+        config,
+        bootstrap_servers=bootstrap,
+        spark=spark,
+        schemas=schemas,
+        registry=CollectorRegistry(),
+    )
+    ensure_topics(bootstrap, group.topics())
+    outputs = sorted({q.output for q in config.queries.values()})
+    quiet = wait_until_quiet(broker_pid)
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
+        reception = Reception(
+            {s: connector.open_stream_output(config.name, s) for s in outputs},
+            {s: config.output_streams[s].key for s in outputs},
+        ).start()
+        meter = Meter(broker_pid)
+        try:
+            with meter.measure():
+                group.start(available_now=True)
+                if not group.await_termination(RUN_TIMEOUT_S):
+                    raise RuntimeError(f"the query group did not finish in {RUN_TIMEOUT_S} s")
+                reception.wait_until_read(RUN_TIMEOUT_S)
+            stats = group.stats()
+            output_tuples = sum(t.received for t in reception.tables().values())
+        finally:
+            reception.stop()
+            group.stop()
+    for query, s in stats.items():
+        if s.input_rows != n:
+            raise RuntimeError(f"query {query} read {s.input_rows} of {n} flights")
+
+    def total(name: str) -> int:
+        return int(
+            sum(
+                group.registry.get_sample_value(name, {"query_group": config.name, "stream": s})
+                or 0
+                for s in outputs
+            )
+        )
+
+    return Run(
+        check=check,
+        tuples=n,
+        seconds=meter.seconds,
+        machine_busy=meter.machine_busy,
+        started_quiet=quiet.quiet,
+        batches=sum(s.batches for s in stats.values()),
+        sleeps=total("floodgate_query_group_sleeps_total"),
+        holds=total("floodgate_query_group_holds_total"),
+        output_tuples=output_tuples,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap", help="an existing cluster (default: an embedded broker)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--limit", type=int, default=None, help="first N flights (default: all)")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "output.json")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    schemas = SchemaRepository.load()
+    codec = StreamCodec("flights", schemas.get("flight"), schemas)
+    broker = None if args.bootstrap else EmbeddedBroker().start()
+    bootstrap = args.bootstrap or broker.bootstrap_servers  # type: ignore[union-attr]
+    broker_pid = broker.pid if broker is not None else None
+    topic = f"bench.flights.{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (4, 1)})
+    n, produce_s = produce_flights(bootstrap, topic, codec, args.limit)
+    console.log(f"produced {n:,} flights to {topic} in {produce_s:.1f} s")
+    spark = build_spark_session(app_name="floodgate-bench-output", master="local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    runs: dict[str, list[Run]] = {name: [] for name in VARIANTS}
+    try:
+        with tempfile.TemporaryDirectory(prefix="floodgate-bench-") as tmp:
+            checkpoints = Path(tmp)
+            cold = run_once(
+                bootstrap, spark, schemas, topic, n, checkpoints, broker_pid, check=True
+            )
+            console.log(f"warm-up run (discarded): {cold.tuples_per_s:,.0f} tuples/s")
+            for r in range(args.repeat):
+                for name, check in VARIANTS.items():
+                    run = run_once(
+                        bootstrap, spark, schemas, topic, n, checkpoints, broker_pid, check=check
+                    )
+                    runs[name].append(run)
+                    flag = "" if run.started_quiet else " (machine was not quiet)"
+                    console.log(
+                        f"run {r + 1}/{args.repeat} {name}: {run.tuples_per_s:,.0f} tuples/s "
+                        f"({run.seconds:.2f} s, {run.batches} batches, {run.sleeps} sleeps, "
+                        f"{run.holds} holds, {run.output_tuples:,} output tuples){flag}"
+                    )
+            java_versions = versions(spark)
+    finally:
+        spark.stop()
+        if broker is not None:
+            broker.stop()
+
+    medians = {name: statistics.median(r.tuples_per_s for r in rs) for name, rs in runs.items()}
+    baseline = medians["check off (baseline)"]
+    ratio = medians["check on"] / baseline
+    table = Table(title=f"flights query group end to end, output check on vs off ({n:,} flights)")
+    for column in ("variant", "median tuples/s", "runs", "÷ baseline", "sleeps", "holds"):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for name, rs in runs.items():
+        table.add_row(
+            name,
+            f"{medians[name]:,.0f}",
+            " ".join(f"{r.tuples_per_s:,.0f}{'' if r.started_quiet else '*'}" for r in rs),
+            f"{medians[name] / baseline:.3f}x",
+            str(sum(r.sleeps for r in rs)),
+            str(sum(r.holds for r in rs)),
+        )
+    console.print(table)
+    console.print(
+        f"target check on >= {TARGET_RATIO:.2f}x check off: "
+        f"{'met' if ratio >= TARGET_RATIO else 'NOT met'} ({ratio:.3f}x)"
+    )
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(
+        json.dumps(
+            {
+                "benchmark": "output stream queue bound: flights query group, check on vs off",
+                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "machine": machine(),
+                "code": code_version(),
+                "versions": java_versions,
+                "n": n,
+                "warm_up_discarded": asdict(cold),
+                "runs": {
+                    name: [asdict(r) | {"tuples_per_s": r.tuples_per_s} for r in rs]
+                    for name, rs in runs.items()
+                },
+                "median_tuples_per_s": medians,
+                "ratio_on_to_off": round(ratio, 4),
+                "target": TARGET_RATIO,
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
