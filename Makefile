@@ -36,6 +36,8 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_source.py $(ARGS)
+	$(BIN)/python bench/bench_put.py $(ARGS)
+	$(BIN)/python bench/bench_output.py $(ARGS)
 
 clean:
 	rm -rf .floodgate .pytest_cache .mypy_cache .ruff_cache

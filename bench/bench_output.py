@@ -88,6 +88,8 @@ class Run:
     sleeps: int
     holds: int
     output_tuples: int
+    checks: int
+    check_s: float
 
     @property
     def tuples_per_s(self) -> float:
@@ -166,6 +168,16 @@ def run_once(
             )
         )
 
+    def histogram(suffix: str) -> float:
+        return sum(
+            group.registry.get_sample_value(
+                f"floodgate_output_stream_queue_check_seconds_{suffix}",
+                {"query_group": config.name, "stream": s},
+            )
+            or 0.0
+            for s in outputs
+        )
+
     return Run(
         check=check,
         tuples=n,
@@ -176,6 +188,8 @@ def run_once(
         sleeps=total("floodgate_query_group_sleeps_total"),
         holds=total("floodgate_query_group_holds_total"),
         output_tuples=output_tuples,
+        checks=int(histogram("count")),
+        check_s=histogram("sum"),
     )
 
 
@@ -217,7 +231,8 @@ def main() -> None:
                     console.log(
                         f"run {r + 1}/{args.repeat} {name}: {run.tuples_per_s:,.0f} tuples/s "
                         f"({run.seconds:.2f} s, {run.batches} batches, {run.sleeps} sleeps, "
-                        f"{run.holds} holds, {run.output_tuples:,} output tuples){flag}"
+                        f"{run.holds} holds, {run.output_tuples:,} output tuples, "
+                        f"{run.checks} checks taking {run.check_s * 1000:.0f} ms){flag}"
                     )
             java_versions = versions(spark)
     finally:
@@ -229,7 +244,8 @@ def main() -> None:
     baseline = medians["check off (baseline)"]
     ratio = medians["check on"] / baseline
     table = Table(title=f"flights query group end to end, output check on vs off ({n:,} flights)")
-    for column in ("variant", "median tuples/s", "runs", "÷ baseline", "sleeps", "holds"):
+    columns = ("variant", "median tuples/s", "runs", "÷ baseline", "sleeps", "holds", "checks")
+    for column in columns:
         table.add_column(column, justify="left" if column == "variant" else "right")
     for name, rs in runs.items():
         table.add_row(
@@ -239,8 +255,16 @@ def main() -> None:
             f"{medians[name] / baseline:.3f}x",
             str(sum(r.sleeps for r in rs)),
             str(sum(r.holds for r in rs)),
+            f"{sum(r.checks for r in rs)} in {sum(r.check_s for r in rs):.2f} s",
         )
     console.print(table)
+    on = runs["check on"]
+    check_share = sum(r.check_s for r in on) / sum(r.seconds for r in on)
+    console.print(
+        f"the checks themselves: {sum(r.checks for r in on) / len(on):.0f} per run, "
+        f"{1000 * sum(r.check_s for r in on) / max(1, sum(r.checks for r in on)):.1f} ms "
+        f"each, {check_share:.2%} of the run time"
+    )
     console.print(
         f"target check on >= {TARGET_RATIO:.2f}x check off: "
         f"{'met' if ratio >= TARGET_RATIO else 'NOT met'} ({ratio:.3f}x)"
@@ -262,6 +286,7 @@ def main() -> None:
                 },
                 "median_tuples_per_s": medians,
                 "ratio_on_to_off": round(ratio, 4),
+                "check_share_of_run_time": round(check_share, 5),
                 "target": TARGET_RATIO,
             },
             indent=2,

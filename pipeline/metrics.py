@@ -84,6 +84,11 @@ class ClientMetrics:
 BATCH_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
+#: Buckets of ``floodgate_output_stream_queue_check_seconds``: one read of a queue is two
+#: ``ListOffsets`` and an ``OffsetFetch`` per reception group, milliseconds on a LAN.
+CHECK_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
 class QueryGroupMetrics:
     """Metrics of a running query group (DESIGN.md sections 4.2 and 6).
 
@@ -99,6 +104,9 @@ class QueryGroupMetrics:
       ``stream``): input tuples skipped on release with ``on_hold_input = "discard"``.
     * ``floodgate_output_stream_queue_length`` / ``_max_size`` (gauges, tuples,
       ``query_group``, ``stream``): the output stream queue at the last check.
+    * ``floodgate_output_stream_queue_check_seconds`` (histogram, ``query_group``,
+      ``stream``): how long each micro-batch's read of its output stream queue took
+      (the cost of the bound; sleeps not included).
     * ``floodgate_query_batch_duration_seconds`` (histogram, ``query_group``,
       ``query``): micro-batch durations from StreamingQueryListener progress.
     * ``floodgate_query_input_rows_per_second`` / ``_processed_rows_per_second``
@@ -151,6 +159,14 @@ class QueryGroupMetrics:
             by_stream,
             namespace=NAMESPACE,
             registry=registry,
+        )
+        self.output_queue_check = Histogram(
+            "output_stream_queue_check_seconds",
+            "Time a micro-batch took to read its output stream queue's free space.",
+            by_stream,
+            namespace=NAMESPACE,
+            registry=registry,
+            buckets=CHECK_DURATION_BUCKETS,
         )
         self.batch_duration = Histogram(
             "query_batch_duration_seconds",

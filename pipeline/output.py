@@ -47,6 +47,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -119,8 +120,11 @@ class QueueReader(Protocol):
 class GuardListener(Protocol):
     """What an :class:`OutputQueueGuard` tells its query group."""
 
-    def on_output_queue(self, stream: str, snapshot: QueueSnapshot) -> None:
-        """A fresh read of an output stream queue."""
+    def on_output_queue(
+        self, stream: str, snapshot: QueueSnapshot, check_s: float | None = None
+    ) -> None:
+        """A fresh read of an output stream queue; ``check_s``: how long the read took,
+        when it was a micro-batch's check (seconds)."""
 
     def on_sleep(self, query: str, stream: str, retry: int, sleep_s: float) -> None:
         """A query starts sleeping on a full output stream queue (retry is 1-based)."""
@@ -235,9 +239,10 @@ class OutputQueueGuard:
         while True:
             if self.interrupted.is_set():
                 raise BatchInterrupted(query_group=self.query_group, query=query, batch_id=batch_id)
+            started = time.perf_counter()
             snapshot = self.reader.snapshot()
             if self.listener is not None:
-                self.listener.on_output_queue(self.stream, snapshot)
+                self.listener.on_output_queue(self.stream, snapshot, time.perf_counter() - started)
             if need <= snapshot.free_queue_size:
                 if retry and self.listener is not None:
                     self.listener.on_awake(query, self.stream)

@@ -620,10 +620,14 @@ class QueryGroup:
 
     # -- output stream queues: sleep, hold, release ---------------------------
 
-    def on_output_queue(self, stream: str, snapshot: QueueSnapshot) -> None:
+    def on_output_queue(
+        self, stream: str, snapshot: QueueSnapshot, check_s: float | None = None
+    ) -> None:
         """:class:`~pipeline.output.GuardListener`: a fresh read of an output queue."""
         self._output_queues[stream] = snapshot
         self.metrics.output_queue_length.labels(self.name, stream).set(snapshot.length)
+        if check_s is not None:
+            self.metrics.output_queue_check.labels(self.name, stream).observe(check_s)
 
     def on_sleep(self, query: str, stream: str, retry: int, sleep_s: float) -> None:
         """:class:`~pipeline.output.GuardListener`: a query sleeps on a full output queue."""

@@ -153,6 +153,13 @@ def test_slow_reader_sleeps_then_holds_and_release_loses_and_duplicates_nothing(
         assert not any(q["active"] for q in status["queries"].values())
         assert metric(group, "floodgate_query_group_sleeps_total", stream="flights_copy") == 3
         assert metric(group, "floodgate_query_group_holds_total", stream="flights_copy") == 1
+        # One read of the queue for each of the two batches written, 1 + 3 for the third.
+        assert (
+            metric(
+                group, "floodgate_output_stream_queue_check_seconds_count", stream="flights_copy"
+            )
+            == 6
+        )
         assert metric(group, "floodgate_query_group_state", state="HELD") == 1
         assert metric(group, "floodgate_query_group_state", state="EXECUTING") == 0
         assert (

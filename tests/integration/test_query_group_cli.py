@@ -90,9 +90,7 @@ def test_status_release_and_stop_reach_a_running_driver_by_name(
                 got.extend(output.get(max_tuples=500, timeout_s=0.5))
                 if output.queue_length() == 0 and state() == "HELD":
                     released = cli("release", name, *where)
-                    assert released.exit_code == 0, (
-                        released.output + log_path.read_text()[-6000:]
-                    )
+                    assert released.exit_code == 0, released.output + log_path.read_text()[-6000:]
                     releases += 1
         assert releases >= 1
         not_held = cli("release", name, *where)

@@ -41,7 +41,10 @@ class Events:
 
     seen: list[tuple[str, object]] = field(default_factory=list)
 
-    def on_output_queue(self, stream: str, snapshot: QueueSnapshot) -> None:
+    def on_output_queue(
+        self, stream: str, snapshot: QueueSnapshot, check_s: float | None = None
+    ) -> None:
+        assert check_s is not None and check_s >= 0  # every read of the guard is a check
         self.seen.append(("queue", snapshot.free_queue_size))
 
     def on_sleep(self, query: str, stream: str, retry: int, sleep_s: float) -> None:
