@@ -27,6 +27,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pipeline.config import DEFAULT_CONTROL_DIR
 from pipeline.errors import FloodgateError
 
 app = typer.Typer(
@@ -375,7 +376,7 @@ def _print_status(status: dict[str, Any]) -> None:
 def query_group_status(
     name: Annotated[str, typer.Argument(help="The query group's name.")],
     url: Annotated[str | None, _URL_OPTION] = None,
-    control_dir: Annotated[str, _CONTROL_DIR_OPTION] = ".floodgate/run",
+    control_dir: Annotated[str, _CONTROL_DIR_OPTION] = DEFAULT_CONTROL_DIR,
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
 ) -> None:
     """Show a running query group's state, queries and output stream queues."""
@@ -390,7 +391,7 @@ def query_group_status(
 def query_group_release(
     name: Annotated[str, typer.Argument(help="The query group's name.")],
     url: Annotated[str | None, _URL_OPTION] = None,
-    control_dir: Annotated[str, _CONTROL_DIR_OPTION] = ".floodgate/run",
+    control_dir: Annotated[str, _CONTROL_DIR_OPTION] = DEFAULT_CONTROL_DIR,
 ) -> None:
     """Release a HELD query group: its queries start again (the held batch is replayed,
     or the input skipped with on_hold_input = discard)."""
@@ -402,7 +403,7 @@ def query_group_release(
 def query_group_stop(
     name: Annotated[str, typer.Argument(help="The query group's name.")],
     url: Annotated[str | None, _URL_OPTION] = None,
-    control_dir: Annotated[str, _CONTROL_DIR_OPTION] = ".floodgate/run",
+    control_dir: Annotated[str, _CONTROL_DIR_OPTION] = DEFAULT_CONTROL_DIR,
 ) -> None:
     """Stop a running query group (the micro-batch in flight is replayed on the next start)."""
     _query_group_call(name, "stop", url, control_dir)

@@ -59,6 +59,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
 
+#: Where running query groups write ``<name>.json`` with their endpoint's URL.
+DEFAULT_CONTROL_DIR = ".floodgate/run"
+
+
 class StreamSettings(_Strict):
     """Settings that resolve system defaults -> query group -> stream.
 
@@ -168,7 +172,7 @@ class QueryGroupSection(StreamSettings):
     metrics_port: Annotated[int, Field(ge=0, le=65_535)] = 0
     """Port of the metrics and control endpoint (``/metrics``, ``/status``, ``/release``,
     ``/stop``); 0 picks a free one, announced in the log and the control file."""
-    control_dir: str = ".floodgate/run"
+    control_dir: str = DEFAULT_CONTROL_DIR
     """Where a running query group writes ``<name>.json`` with its endpoint's URL, for
     ``floodgate query-group status|release|stop NAME`` on the same host."""
 

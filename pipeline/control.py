@@ -32,6 +32,7 @@ import httpx
 from fastapi import FastAPI, HTTPException
 from prometheus_client import make_asgi_app
 
+from pipeline.config import DEFAULT_CONTROL_DIR
 from pipeline.errors import FloodgateError, QueryGroupError
 
 if TYPE_CHECKING:
@@ -153,7 +154,9 @@ class ControlServer:
             self._socket.close()
 
 
-def endpoint_url(name: str, *, url: str | None = None, control_dir: str = ".floodgate/run") -> str:
+def endpoint_url(
+    name: str, *, url: str | None = None, control_dir: str = DEFAULT_CONTROL_DIR
+) -> str:
     """The base URL of a running query group: ``url`` if given, else its control file.
 
     Raises:
@@ -177,7 +180,7 @@ def call(
     action: str,
     *,
     url: str | None = None,
-    control_dir: str = ".floodgate/run",
+    control_dir: str = DEFAULT_CONTROL_DIR,
     timeout_s: float = 120.0,
 ) -> dict[str, Any]:
     """Send ``status`` (GET) or ``release`` / ``stop`` (POST) to a running query group.
