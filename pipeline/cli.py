@@ -44,6 +44,18 @@ query_group_app = typer.Typer(
 app.add_typer(query_group_app, name="query-group")
 
 
+def _add_service_commands() -> None:
+    """Sub-commands of the services (``floodgate admission ...``), found through the
+    ``floodgate.commands`` entry point group, so this package imports none of them."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group="floodgate.commands"):
+        app.add_typer(entry.load(), name=entry.name)
+
+
+_add_service_commands()
+
+
 def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,

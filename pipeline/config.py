@@ -361,7 +361,7 @@ def parse_query_group(
     try:
         config = QueryGroupConfig.model_validate(data)
     except ValidationError as exc:
-        raise _config_error(exc, source) from None
+        raise config_error(exc, source) from None
     for name, query in config.queries.items():
         for stream in query.inputs or []:
             if stream not in config.input_streams:
@@ -429,14 +429,32 @@ def _deep_copy(value: Any) -> Any:
     return value
 
 
-def _config_error(exc: ValidationError, source: str) -> ConfigError:
+def config_error(
+    exc: ValidationError,
+    source: str,
+    *,
+    model: type[BaseModel] | None = None,
+    what: str = "query group file",
+) -> ConfigError:
+    """A :class:`ConfigError` from pydantic's ``exc`` that names, for the first refused
+    key, the dotted key, the value (never a secret) and what is allowed; every refused
+    key is listed in the message.
+
+    Args:
+        exc: the validation error.
+        source: how to name the file.
+        model: the config model validated (for the keys allowed where an unknown one
+            was found); default :class:`QueryGroupConfig`.
+        what: what the file is, for the message.
+    """
+    model = model or QueryGroupConfig
     lines = []
     first: dict[str, Any] | None = None
     for error in exc.errors():
         loc = [str(part) for part in error["loc"]]
         key = ".".join(loc) or "<file>"
         if error["type"] == "extra_forbidden":
-            allowed = ", ".join(_allowed_keys(QueryGroupConfig, loc[:-1]))
+            allowed = ", ".join(_allowed_keys(model, loc[:-1]))
             text = f"unknown key {key!r}; allowed here: {allowed}"
             value, allowed_text = _shown(key, error.get("input")), allowed
         elif error["type"] == "missing":
@@ -452,7 +470,7 @@ def _config_error(exc: ValidationError, source: str) -> ConfigError:
         lines.append(text)
         if first is None:
             first = {"key": key, "value": value, "allowed": allowed_text}
-    message = f"{source}: invalid query group file:\n  " + "\n  ".join(lines)
+    message = f"{source}: invalid {what}:\n  " + "\n  ".join(lines)
     return ConfigError(message, **(first or {}))
 
 

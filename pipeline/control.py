@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from fastapi import FastAPI, HTTPException
-from prometheus_client import make_asgi_app
 
 from pipeline.config import DEFAULT_CONTROL_DIR
 from pipeline.errors import FloodgateError, QueryGroupError
+from pipeline.metrics import add_metrics_route
 
 if TYPE_CHECKING:
     from pipeline.query_group import QueryGroup
@@ -68,7 +68,7 @@ def build_app(group: QueryGroup) -> FastAPI:
         group.request_stop()
         return {"query_group": group.name, "stopping": True}
 
-    app.mount("/metrics", make_asgi_app(registry=group.registry))
+    add_metrics_route(app, group.registry)
     return app
 
 

@@ -10,7 +10,16 @@ registers on, so tests read samples from a fresh registry
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 NAMESPACE = "floodgate"
 
@@ -202,3 +211,17 @@ class QueryGroupMetrics:
         """Set the state gauges: 1 for ``state``, 0 for every other of ``states``."""
         for s in states:
             self.state.labels(query_group, s).set(1 if s == state else 0)
+
+
+def add_metrics_route(app: Any, registry: CollectorRegistry, path: str = "/metrics") -> None:
+    """Serve ``registry`` in Prometheus' text format at ``path`` of a FastAPI ``app``.
+
+    A route rather than ``app.mount(path, make_asgi_app())``: a mount answers ``path``
+    with a redirect to ``path/``, which a scraper or ``curl`` must follow.
+    """
+    from fastapi import Response
+
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_api_route(path, metrics, methods=["GET"], include_in_schema=False)

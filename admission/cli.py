@@ -1,0 +1,250 @@
+"""``floodgate admission ...``: run the admission service, and talk to it.
+
+Registered with the ``floodgate`` command through the ``floodgate.commands`` entry
+point (``pyproject.toml``), so ``pipeline/`` does not import this package.
+
+* ``floodgate admission serve [--config FILE]`` -- run the service (REST API and
+  ``/metrics`` on ``admission.host:port``) until SIGTERM / Ctrl-C;
+* ``floodgate admission submit [--no-queue] [--lane L] [--expected-s S] -- CMD ...``;
+* ``floodgate admission jobs [--state S]``, ``status``, ``stalls``,
+  ``start-now ID``, ``cancel ID``, ``enable-lane NAME``, ``reschedule STALL``.
+
+The client commands reach ``--url`` (``FLOODGATE_ADMISSION_URL``, default
+``http://127.0.0.1:8787``) with the token of ``FLOODGATE__ADMISSION__TOKEN``
+(or ``--token``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from pipeline.errors import FloodgateError
+
+app = typer.Typer(
+    help="The admission service: starts jobs when CPU and memory allow.", no_args_is_help=True
+)
+console = Console()
+
+DEFAULT_URL = "http://127.0.0.1:8787"
+Url = Annotated[str, typer.Option(envvar="FLOODGATE_ADMISSION_URL", help="The service's base URL.")]
+Token = Annotated[
+    str | None,
+    typer.Option(envvar="FLOODGATE__ADMISSION__TOKEN", help="Bearer token.", show_default=False),
+]
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
+    return typer.Exit(code=2)
+
+
+@app.command()
+def serve(
+    config: Annotated[
+        Path | None, typer.Option(exists=True, dir_okay=False, help="Admission config (TOML).")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+) -> None:
+    """Run the admission service until SIGTERM / Ctrl-C."""
+    import uvicorn
+
+    from admission.api import build_app
+    from admission.config import load_admission_config
+    from admission.service import AdmissionService
+
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(message)s"
+    )
+    try:
+        settings = load_admission_config(config)
+        service = AdmissionService(settings)
+    except FloodgateError as exc:
+        raise _fail(str(exc)) from exc
+    service.start()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            build_app(service),
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            access_log=False,
+        )
+    )
+    thread = threading.Thread(target=server.run, name="admission-http", daemon=True)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    thread.start()
+    while not server.started and thread.is_alive():
+        stop.wait(0.05)
+    if not thread.is_alive():
+        service.stop()
+        raise _fail(f"the API could not listen on {settings.host}:{settings.port}")
+    port = server.servers[0].sockets[0].getsockname()[1] if server.servers else settings.port
+    # One line a supervisor (or a test) can read the URL from.
+    print(f"FLOODGATE_ADMISSION_URL=http://{settings.host}:{port}", flush=True)
+    try:
+        stop.wait()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        service.stop()
+
+
+def _call(method: str, url: str, path: str, token: str | None, **kwargs: Any) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.request(
+            method, f"{url.rstrip('/')}{path}", headers=headers, timeout=30, **kwargs
+        )
+    except httpx.HTTPError as exc:
+        raise _fail(f"admission service at {url}: {exc}") from exc
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        raise _fail(f"admission service: {response.status_code}: {detail}")
+    return response.json()
+
+
+def _jobs_table(jobs: list[dict[str, Any]]) -> Table:
+    table = Table()
+    for column in ("id", "state", "lane", "command", "exit", "start"):
+        table.add_column(column, justify="right" if column in ("id", "exit") else "left")
+    for job in jobs:
+        table.add_row(
+            str(job["id"]),
+            job["state"],
+            job["lane"],
+            " ".join(job["argv"])[:60],
+            "" if job["exit_code"] is None else str(job["exit_code"]),
+            job["start_reason"] or "",
+        )
+    return table
+
+
+@app.command()
+def submit(
+    command: Annotated[list[str], typer.Argument(help="The command line (after --).")],
+    no_queue: Annotated[
+        bool, typer.Option("--no-queue", help="Not queueable: start at once, whatever the load.")
+    ] = False,
+    lane: Annotated[str, typer.Option(help="The job's lane.")] = "default",
+    expected_s: Annotated[
+        float | None, typer.Option(help="Expected run time (s); past it: long-running.")
+    ] = None,
+    abnormal_exit: Annotated[
+        bool, typer.Option(help="A non-zero exit is a hard stall, not only an error.")
+    ] = False,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+) -> None:
+    """Submit a job: `floodgate admission submit -- spark-submit app.py`."""
+    job = _call(
+        "POST",
+        url,
+        "/jobs",
+        token,
+        json={
+            "argv": command,
+            "queueable": not no_queue,
+            "lane": lane,
+            "expected_s": expected_s,
+            "abnormal_exit": abnormal_exit,
+        },
+    )
+    console.print(f"job {job['id']}: {job['state']}")
+
+
+@app.command()
+def jobs(
+    state: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+    url: Url = DEFAULT_URL,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
+) -> None:
+    """List jobs, newest first."""
+    found = _call("GET", url, "/jobs", None, params={"state": state} if state else {})
+    if as_json:
+        print(json.dumps(found, indent=2))
+    else:
+        console.print(_jobs_table(found))
+
+
+@app.command()
+def status(url: Url = DEFAULT_URL) -> None:
+    """Load, emergency mode, load step, jobs by state, disabled lanes."""
+    print(json.dumps(_call("GET", url, "/status", None), indent=2))
+
+
+@app.command()
+def stalls(
+    url: Url = DEFAULT_URL,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
+) -> None:
+    """The stall array: hard stalls and long-running jobs."""
+    found = _call("GET", url, "/stalls", None)
+    if as_json:
+        print(json.dumps(found, indent=2))
+        return
+    table = Table(title="stall array")
+    for column in ("id", "job", "kind", "reason"):
+        table.add_column(column)
+    for stall in found:
+        table.add_row(str(stall["id"]), str(stall["job_id"]), stall["kind"], stall["reason"])
+    console.print(table)
+
+
+@app.command("start-now")
+def start_now(
+    job_id: int,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+) -> None:
+    """Start an enqueued job at once, whatever the load."""
+    job = _call("POST", url, f"/jobs/{job_id}/start-now", token)
+    console.print(f"job {job['id']}: {job['state']} (forced)")
+
+
+@app.command()
+def cancel(
+    job_id: int,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+) -> None:
+    """Abort a job."""
+    job = _call("POST", url, f"/jobs/{job_id}/cancel", token)
+    console.print(f"job {job['id']}: {job['state']}")
+
+
+@app.command("enable-lane")
+def enable_lane(name: str, url: Url = DEFAULT_URL, token: Token = None) -> None:
+    """Enable a lane disabled by a hard stall."""
+    _call("POST", url, f"/lanes/{name}/enable", token)
+    console.print(f"lane {name} enabled")
+
+
+@app.command()
+def reschedule(
+    stall_id: int,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+) -> None:
+    """Enqueue a hard-stalled job's command again."""
+    job = _call("POST", url, f"/stalls/{stall_id}/reschedule", token)
+    console.print(f"stall {stall_id} rescheduled as job {job['id']}: {job['state']}")

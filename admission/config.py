@@ -1,0 +1,142 @@
+"""The admission service's config: one ``[admission]`` section of a TOML file, with
+``FLOODGATE__ADMISSION__<KEY>=value`` environment overrides (as query group files).
+
+Refused at start, naming the key, the value and what is allowed: an unknown key, a
+bad value, a missing token (``token``, or ``FLOODGATE__ADMISSION__TOKEN``), an
+allowlist entry that names no executable.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from pipeline.config import apply_env_overrides, config_error
+from pipeline.errors import ConfigError
+
+#: Environment overrides of this config: ``FLOODGATE__ADMISSION__<KEY>=value``.
+ENV_PREFIX = "FLOODGATE__ADMISSION__"
+
+
+class AdmissionSettings(BaseModel):
+    """``[admission]``: where the service listens, what it may run, and the queue's limits
+    (seed 004_0d38fb078d201fa8.txt for the limits' defaults)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = "127.0.0.1"
+    """Interface of the REST API and metrics; loopback unless set (the service runs
+    commands: it must not be reachable by everyone)."""
+    port: Annotated[int, Field(ge=0, le=65_535)] = 8787
+    """Port of the REST API (``/jobs``, ``/stalls``, ``/metrics``); 0 picks a free one."""
+    token: SecretStr | None = None
+    """Bearer token every mutating call must carry (required)."""
+    allowlist: list[str] = Field(default_factory=list)
+    """Executables jobs may run: paths (relative ones from the service's working
+    directory), or names resolved on ``PATH``, at start.
+    A job whose program is not on it is refused (403) and nothing starts."""
+    database_url: str = "sqlite:///.floodgate/admission/jobs.db"
+    """The persistent job queue (SQLAlchemy URL)."""
+    log_dir: str = ".floodgate/admission/logs"
+    """Where each job's output goes (``<job id>.log``)."""
+    system_cpu_limit: Annotated[float, Field(gt=0, le=1)] = 0.85
+    """Low load: system CPU busy ratio at or below this (seed: 85 %)."""
+    memory_usage_limit: Annotated[float, Field(gt=0, le=1)] = 0.90
+    """Emergency mode above this memory usage ratio (seed: 90 % of the heap)."""
+    check_interval_ms: Annotated[int, Field(ge=10, le=60_000)] = 100
+    """How often load is sampled and enqueued jobs considered (seed: 10 times a second)."""
+    initial_load_step: Annotated[int, Field(ge=1)] = 2
+    min_load_step: Annotated[int, Field(ge=1)] = 1
+    max_load_step: Annotated[int, Field(ge=1)] = 16
+    emergency_start_count: Annotated[int, Field(ge=0)] = 1
+    """Most jobs started per check in emergency mode."""
+    max_queue_size: Annotated[int, Field(ge=0)] = 100_000
+    """Most jobs enqueued at once (seed: 100 000); a submit beyond it fails."""
+    monitor_interval_s: Annotated[float, Field(gt=0, le=3_600)] = 5.0
+    """How often the monitor looks for jobs running past their expected time."""
+
+    @model_validator(mode="after")
+    def _check_steps(self) -> AdmissionSettings:
+        if not self.min_load_step <= self.initial_load_step <= self.max_load_step:
+            raise ValueError(
+                "load steps must satisfy min_load_step <= initial_load_step <= max_load_step; "
+                f"got {self.min_load_step}, {self.initial_load_step}, {self.max_load_step}"
+            )
+        return self
+
+    def resolved_allowlist(self) -> dict[str, str]:
+        """``{absolute path: as configured}`` of every allowlist entry.
+
+        Raises:
+            ConfigError: an entry names no executable file.
+        """
+        resolved: dict[str, str] = {}
+        for entry in self.allowlist:
+            path = os.path.abspath(entry) if os.sep in entry else shutil.which(entry)
+            if path is None or not os.access(path, os.X_OK):
+                raise ConfigError(
+                    f"admission.allowlist entry {entry!r} names no executable "
+                    "(an absolute path, or a program on PATH)",
+                    key="admission.allowlist",
+                    value=entry,
+                    allowed="absolute paths or names of programs on PATH",
+                )
+            resolved[os.path.realpath(path)] = entry
+        return resolved
+
+
+class AdmissionConfig(BaseModel):
+    """A config file of the admission service: one ``[admission]`` section."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
+
+
+def load_admission_config(
+    path: str | Path | None = None, *, env: Mapping[str, str] | None = None
+) -> AdmissionSettings:
+    """Load, override from the environment, and validate the admission config.
+
+    Args:
+        path: the TOML file; ``None``: defaults and environment only.
+        env: environment (default ``os.environ``).
+
+    Raises:
+        ConfigError: the file is missing or not TOML, a key is unknown or refused (named
+            with its value and what is allowed), the token is missing, or an allowlist
+            entry names no executable.
+    """
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        try:
+            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise ConfigError(f"{path}: no such admission config file") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    # Only overrides of this section: others (FLOODGATE__QUERY_GROUP__...) are not ours.
+    ours = {k: v for k, v in env.items() if k.upper().startswith(ENV_PREFIX)}
+    data = apply_env_overrides(raw, ours)
+    try:
+        settings = AdmissionConfig.model_validate(data).admission
+    except ValidationError as exc:
+        raise config_error(exc, source, model=AdmissionConfig, what="admission config") from None
+    if settings.token is None or not settings.token.get_secret_value():
+        raise ConfigError(
+            f"{source}: admission.token is required (every mutating call needs it as a "
+            "bearer token); set it in [admission] or FLOODGATE__ADMISSION__TOKEN",
+            key="admission.token",
+            allowed="a non-empty secret",
+        )
+    settings.resolved_allowlist()
+    return settings

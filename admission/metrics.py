@@ -1,0 +1,59 @@
+"""Metrics of the admission service (DESIGN.md section 6), on the registry it is handed."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+NAMESPACE = "floodgate"
+SUBSYSTEM = "admission"
+
+#: Buckets of ``floodgate_admission_queue_wait_seconds``: from one check (0.1 s) to hours.
+WAIT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
+
+
+class AdmissionMetrics:
+    """Families:
+
+    * ``floodgate_admission_jobs{state}`` (gauge): jobs in each state;
+    * ``floodgate_admission_emergency_mode`` (gauge, 0/1);
+    * ``floodgate_admission_cpu_load_ratio`` / ``_memory_usage_ratio`` (gauges, 0..1) and
+      their limits ``_cpu_limit_ratio`` / ``_memory_limit_ratio``;
+    * ``floodgate_admission_load_step`` (gauge): jobs started per check under low load;
+    * ``floodgate_admission_queue_wait_seconds`` (histogram): Submitted to Started of
+      every started job (0 for immediate starts);
+    * ``floodgate_admission_starts_total{how}`` (counter): ``immediate``, ``dequeued``,
+      ``forced``, ``not-queueable``;
+    * ``floodgate_admission_rejections_total{reason}`` (counter): ``queue-full``,
+      ``not-allowed``;
+    * ``floodgate_admission_stall_entries{kind}`` (gauge): ``hard``, ``long-running``.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def gauge(name: str, text: str, labels: tuple[str, ...] = ()) -> Gauge:
+            return Gauge(
+                name, text, labels, namespace=NAMESPACE, subsystem=SUBSYSTEM, registry=registry
+            )
+
+        def counter(name: str, text: str, labels: tuple[str, ...]) -> Counter:
+            return Counter(
+                name, text, labels, namespace=NAMESPACE, subsystem=SUBSYSTEM, registry=registry
+            )
+
+        self.jobs = gauge("jobs", "Jobs in each state.", ("state",))
+        self.emergency = gauge("emergency_mode", "1 in emergency mode (memory above its limit).")
+        self.cpu = gauge("cpu_load_ratio", "System CPU busy ratio (mean of the last second).")
+        self.memory = gauge("memory_usage_ratio", "Memory usage ratio.")
+        self.cpu_limit = gauge("cpu_limit_ratio", "system_cpu_limit.")
+        self.memory_limit = gauge("memory_limit_ratio", "memory_usage_limit.")
+        self.load_step = gauge("load_step", "Enqueued jobs started per check under low load.")
+        self.wait = Histogram(
+            "queue_wait_seconds",
+            "Submitted to Started of each started job.",
+            namespace=NAMESPACE,
+            subsystem=SUBSYSTEM,
+            registry=registry,
+            buckets=WAIT_BUCKETS,
+        )
+        self.starts = counter("starts", "Jobs started, by how.", ("how",))
+        self.rejections = counter("rejections", "Submits refused, by reason.", ("reason",))
+        self.stalls = gauge("stall_entries", "Stall array entries, by kind.", ("kind",))

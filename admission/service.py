@@ -1,0 +1,520 @@
+"""The admission service: starts jobs only when CPU and memory allow (DESIGN.md section 5).
+
+:class:`AdmissionService` ties together the decision logic
+(:class:`~admission.algorithm.Admission`, seed 004), the persistent job queue
+(:class:`~admission.store.JobStore`), the job processes
+(:class:`~admission.runner.ProcessRunner`) and a load sampler:
+
+* :meth:`submit` starts a job at once, enqueues it, or refuses it (queue full; a
+  program off the allowlist);
+* a check thread, every ``check_interval_ms``, samples load, starts the next load
+  step's worth of enqueued jobs in Submitted order, and records jobs that ended;
+* a monitor thread, every ``monitor_interval_s``, flags jobs running past their
+  expected time (seed 002's long-running entries) and clears the flags of jobs
+  that ended;
+* a job killed by a signal, or ending non-zero when it declared that abnormal
+  (``abnormal_exit``), is a **hard stall**: listed in the stall array, its lane
+  disabled (nothing more starts in it) until an operator enables it; the entry can
+  be rescheduled (the same command, enqueued again as a new job).
+
+Stable log codes: ``FG-ADM-001`` emergency mode entered, ``FG-ADM-002`` left,
+``FG-ADM-003`` a start forced by start-now, ``FG-ADM-004`` a submit refused,
+``FG-ADM-005`` a hard stall, ``FG-ADM-006`` a long-running job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry
+
+from admission.algorithm import Admission, Decision, Limits, Load, StartReason
+from admission.config import AdmissionSettings
+from admission.load import HostLoadSampler
+from admission.metrics import AdmissionMetrics
+from admission.runner import ProcessRunner
+from admission.store import FINAL_STATES, Job, JobState, JobStore, Stall, StallKind
+from pipeline.errors import FloodgateError
+
+log = logging.getLogger(__name__)
+
+
+class AdmissionError(FloodgateError):
+    """A request the admission service refuses; ``status`` is the HTTP status to answer."""
+
+    status = 400
+
+
+class CommandNotAllowed(AdmissionError, PermissionError):
+    """The job's program is not on ``allowlist``; nothing was started."""
+
+    status = 403
+
+
+class AdmissionQueueFull(AdmissionError):
+    """The job queue holds ``max_queue_size`` jobs; the submit failed (seed 004)."""
+
+    status = 503
+
+
+class JobNotFound(AdmissionError, LookupError):
+    """No job (or stall entry) with that id."""
+
+    status = 404
+
+
+class JobConflict(AdmissionError):
+    """The job is not in a state that allows the request (e.g. start-now of a running job)."""
+
+    status = 409
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A job command (DESIGN.md section 5).
+
+    Attributes:
+        argv: the command line; ``argv[0]`` must be on the allowlist.
+        cwd: working directory (default: the service's).
+        env: extra environment variables.
+        queueable: ``False`` starts it at once whatever the load (seed 004).
+        expected_s: expected run time; past it the job is flagged long-running.
+        abnormal_exit: a non-zero exit is abnormal (a hard stall), not only an error.
+        lane: jobs of a lane stop starting while it is disabled by a hard stall.
+    """
+
+    argv: Sequence[str]
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    queueable: bool = True
+    expected_s: float | None = None
+    abnormal_exit: bool = False
+    lane: str = "default"
+
+
+class AdmissionService:
+    """The admission service.
+
+    Args:
+        settings: the ``[admission]`` config.
+        registry: where its metrics go.
+        sampler: returns the current :class:`Load` (default: the host's).
+        clock: epoch seconds (tests inject one).
+    """
+
+    def __init__(
+        self,
+        settings: AdmissionSettings,
+        *,
+        registry: CollectorRegistry | None = None,
+        sampler: Callable[[], Load] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.allowlist = settings.resolved_allowlist()
+        self.registry = registry or CollectorRegistry()
+        self.metrics = AdmissionMetrics(self.registry)
+        self.sampler = sampler or HostLoadSampler()
+        self.clock = clock
+        self.admission = Admission(
+            Limits(
+                system_cpu_limit=settings.system_cpu_limit,
+                memory_usage_limit=settings.memory_usage_limit,
+                initial_load_step=settings.initial_load_step,
+                min_load_step=settings.min_load_step,
+                max_load_step=settings.max_load_step,
+                emergency_start_count=settings.emergency_start_count,
+                max_queue_size=settings.max_queue_size,
+            )
+        )
+        self.store = JobStore(settings.database_url)
+        self.runner = ProcessRunner(settings.log_dir)
+        self.suspended = False
+        self.load = Load(cpu=0.0, memory=0.0)
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._enqueued = 0
+        self.metrics.cpu_limit.set(settings.system_cpu_limit)
+        self.metrics.memory_limit.set(settings.memory_usage_limit)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> AdmissionService:
+        """Recover the queue from the store, then run the check and monitor threads.
+
+        A job stored RUNNING whose process is gone becomes UNKNOWN; one whose process
+        is still there is watched again (its exit status cannot be known: it ends
+        UNKNOWN). Enqueued jobs stay enqueued.
+        """
+        now = self.clock()
+        for job in self.store.in_state(JobState.RUNNING):
+            if job.pid is None or not self.runner.adopt(job.id, job.pid):
+                self.store.update(
+                    job.id,
+                    expect=[JobState.RUNNING],
+                    state=JobState.UNKNOWN.value,
+                    finished=now,
+                    note="its process was gone when the service restarted",
+                )
+                log.warning("job %d: was RUNNING, its process is gone: UNKNOWN", job.id)
+        with self._lock:
+            self._enqueued = self.store.count_by_state()[JobState.ENQUEUED]
+        self.load = self.sampler()
+        self._refresh_gauges()
+        self._stop.clear()
+        for target, name in ((self._check_loop, "check"), (self._monitor_loop, "monitor")):
+            thread = threading.Thread(
+                target=target, name=f"floodgate-admission-{name}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        log.info("admission service started: %d jobs enqueued", self._enqueued)
+        return self
+
+    def stop(self) -> None:
+        """Stop the threads; running jobs go on (they are adopted on the next start)."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self._threads.clear()
+
+    # -- requests --------------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> Job:
+        """Start a job at once, enqueue it, or refuse it (seed 004's algorithm).
+
+        Raises:
+            CommandNotAllowed: ``argv[0]`` is not on the allowlist (nothing stored).
+            AdmissionQueueFull: ``max_queue_size`` jobs are enqueued already.
+        """
+        program = self._resolve(spec.argv)
+        argv = [program, *spec.argv[1:]]
+        with self._lock:
+            outcome = self.admission.on_submit(
+                queueable=spec.queueable, enqueued=self._enqueued, load=self.load
+            )
+            if outcome.decision is Decision.REJECT:
+                self.metrics.rejections.labels("queue-full").inc()
+                log.warning("FG-ADM-004 submit refused: %s", outcome.reason)
+                raise AdmissionQueueFull(
+                    f"job queue full: {self._enqueued} jobs enqueued, max_queue_size is "
+                    f"{self.settings.max_queue_size}; raise admission.max_queue_size or "
+                    "submit later"
+                )
+            # A suspended service, or a lane disabled by a hard stall, starts nothing
+            # but jobs that are not queueable.
+            held_back = self.suspended or spec.lane in self.store.disabled_lanes()
+            start = outcome.decision is Decision.START and (
+                not held_back or outcome.start_reason is StartReason.NOT_QUEUEABLE
+            )
+            job = self.store.add(
+                argv=argv,
+                cwd=spec.cwd,
+                env=dict(spec.env),
+                queueable=spec.queueable,
+                expected_s=spec.expected_s,
+                abnormal_exit=spec.abnormal_exit,
+                lane=spec.lane,
+                state=JobState.ENQUEUED.value,
+                submitted=self.clock(),
+            )
+            self._enqueued += 1
+            if start:
+                assert outcome.start_reason is not None
+                job = self._start(job, outcome.start_reason)
+            else:
+                log.info("job %d enqueued: %s", job.id, outcome.reason)
+        self._refresh_gauges()
+        return job
+
+    def start_now(self, job_id: int) -> Job:
+        """Start an enqueued job at once, whatever the load (logged as forced).
+
+        Raises:
+            JobNotFound, JobConflict: no such job; it is not enqueued.
+        """
+        with self._lock:
+            job = self._get(job_id)
+            if job.state is not JobState.ENQUEUED:
+                raise JobConflict(f"job {job_id} is {job.state.value}, not ENQUEUED")
+            log.warning("FG-ADM-003 job %d: start forced (start-now)", job_id)
+            return self._start(job, StartReason.FORCED)
+
+    def cancel(self, job_id: int) -> Job:
+        """Abort a job: an enqueued one is taken out of the queue, a running one stopped.
+
+        Raises:
+            JobNotFound, JobConflict: no such job; it has ended already.
+        """
+        job = self._get(job_id)
+        if job.state in FINAL_STATES:
+            raise JobConflict(f"job {job_id} has ended ({job.state.value})")
+        self._abort(job, "cancelled")
+        return self._get(job_id)
+
+    def suspend(self, *, at_once: bool = False) -> None:
+        """Stop starting jobs (seed 004, "Server suspend"); ``at_once`` also aborts every
+        running and enqueued job."""
+        self.suspended = True
+        log.warning("admission suspended%s", " at once" if at_once else "")
+        if at_once:
+            for state in (JobState.ENQUEUED, JobState.RUNNING):
+                for job in self.store.in_state(state):
+                    self._abort(job, "suspended at once")
+
+    def resume(self) -> None:
+        """Start jobs again after :meth:`suspend`."""
+        self.suspended = False
+        log.warning("admission resumed")
+
+    def enable_lane(self, name: str) -> None:
+        """Let jobs of a lane disabled by a hard stall start again."""
+        self.store.set_lane(name, enabled=True, reason=None, now=self.clock())
+        log.warning("lane %s enabled", name)
+
+    def reschedule(self, stall_id: int) -> Job:
+        """Enqueue a hard-stalled job's command again (a new job) and clear the entry.
+
+        Raises:
+            JobNotFound: no such stall entry, or its job is gone.
+        """
+        stall = self.store.delete_stall(stall_id)
+        if stall is None:
+            raise JobNotFound(f"no stall entry {stall_id}")
+        old = self._get(stall.job_id)
+        job = self.submit(
+            JobSpec(
+                argv=old.argv,
+                cwd=old.cwd,
+                env=old.env,
+                queueable=old.queueable,
+                expected_s=old.expected_s,
+                abnormal_exit=old.abnormal_exit,
+                lane=old.lane,
+            )
+        )
+        log.warning("stall %d: job %d rescheduled as job %d", stall_id, old.id, job.id)
+        self._refresh_gauges()
+        return job
+
+    def stalls(self) -> list[Stall]:
+        """The stall array."""
+        return self.store.stalls()
+
+    def status(self) -> dict[str, object]:
+        """Load, mode, load step, counts, lanes: ``GET /status``."""
+        return {
+            "cpu_load": self.load.cpu,
+            "memory_usage": self.load.memory,
+            "emergency_mode": self.admission.emergency,
+            "load_step": self.admission.load_step,
+            "suspended": self.suspended,
+            "jobs": {s.value: n for s, n in self.store.count_by_state().items()},
+            "disabled_lanes": self.store.disabled_lanes(),
+            "stalls": len(self.store.stalls()),
+        }
+
+    # -- the check -------------------------------------------------------------
+
+    def check(self) -> int:
+        """One check: record ended jobs, sample load, start the next batch.
+
+        Returns:
+            How many enqueued jobs were started.
+        """
+        for ended in self.runner.poll():
+            self._ended(ended.job_id, ended.exit_code)
+        load = self.sampler()
+        with self._lock:
+            self.load = load
+            change = self.admission.observe(load)
+            if change is not None:
+                log.warning(
+                    "FG-ADM-%s emergency mode %s: %s",
+                    "001" if change.entered else "002",
+                    "entered" if change.entered else "left",
+                    change.reason,
+                )
+            if self.suspended:
+                return 0
+            n = self.admission.tick(enqueued=self._enqueued, load=load)
+            started = 0
+            if n:
+                skip = self.store.disabled_lanes()
+                for job in self.store.next_enqueued(n, skip_lanes=skip):
+                    self._start(job, StartReason.DEQUEUED)
+                    started += 1
+        self.metrics.cpu.set(load.cpu)
+        self.metrics.memory.set(load.memory)
+        self.metrics.emergency.set(1 if self.admission.emergency else 0)
+        self.metrics.load_step.set(self.admission.load_step)
+        return started
+
+    def _check_loop(self) -> None:
+        interval = self.settings.check_interval_ms / 1000.0
+        beat = 0
+        while not self._stop.wait(interval):
+            try:
+                self.check()
+                beat += 1
+                if beat % max(1, round(1.0 / interval)) == 0:
+                    self._refresh_gauges()  # about once a second: counts by state
+            except Exception:
+                log.exception("admission check failed")
+
+    def _monitor_loop(self) -> None:
+        while not self._stop.wait(self.settings.monitor_interval_s):
+            try:
+                self.monitor()
+            except Exception:
+                log.exception("admission monitor failed")
+
+    def monitor(self) -> None:
+        """Flag jobs running past their expected time (seed 002: long-running entries,
+        not errors); clear the flags of jobs that ended."""
+        now = self.clock()
+        flagged = {s.job_id for s in self.store.stalls(kind=StallKind.LONG_RUNNING)}
+        running = {j.id: j for j in self.store.in_state(JobState.RUNNING)}
+        for job_id in flagged - set(running):
+            self.store.delete_stalls(job_id=job_id, kind=StallKind.LONG_RUNNING)
+        for job in running.values():
+            if (
+                job.id not in flagged
+                and job.expected_s is not None
+                and job.started is not None
+                and now - job.started > job.expected_s
+            ):
+                reason = f"running {now - job.started:.0f} s, expected {job.expected_s:.0f} s"
+                self.store.add_stall(job.id, StallKind.LONG_RUNNING, reason, now)
+                log.warning("FG-ADM-006 job %d long-running: %s", job.id, reason)
+        self._refresh_gauges()
+
+    # -- internals -------------------------------------------------------------
+
+    def _resolve(self, argv: Sequence[str]) -> str:
+        if not argv:
+            raise AdmissionError("a job needs a command: argv is empty")
+        program = argv[0]
+        path = os.path.abspath(program) if os.sep in program else shutil.which(program)
+        resolved = os.path.realpath(path) if path else None
+        if resolved is None or resolved not in self.allowlist:
+            self.metrics.rejections.labels("not-allowed").inc()
+            log.warning("FG-ADM-004 submit refused: %r is not on admission.allowlist", program)
+            raise CommandNotAllowed(
+                f"program {program!r} is not on admission.allowlist "
+                f"(allowed: {sorted(self.allowlist.values())})"
+            )
+        return resolved
+
+    def _get(self, job_id: int) -> Job:
+        job = self.store.get(job_id)
+        if job is None:
+            raise JobNotFound(f"no job {job_id}")
+        return job
+
+    def _start(self, job: Job, how: StartReason) -> Job:
+        """Start an ENQUEUED job's process (under ``self._lock``)."""
+        now = self.clock()
+        self._enqueued -= 1
+        try:
+            pid, log_path = self.runner.start(job.id, job.argv, cwd=job.cwd, env=job.env)
+        except OSError as exc:
+            self.store.update(
+                job.id,
+                state=JobState.ERROR.value,
+                started=now,
+                finished=now,
+                note=f"could not start: {exc}",
+            )
+            log.error("job %d could not start: %s", job.id, exc)
+            return self._get(job.id)
+        self.store.update(
+            job.id,
+            state=JobState.RUNNING.value,
+            started=now,
+            pid=pid,
+            log_path=log_path,
+            start_reason=how.value,
+        )
+        self.metrics.starts.labels(how.value).inc()
+        self.metrics.wait.observe(max(0.0, now - job.submitted))
+        log.info("job %d started (%s), pid %d", job.id, how.value, pid)
+        return self._get(job.id)
+
+    def _ended(self, job_id: int, exit_code: int | None) -> None:
+        job = self.store.get(job_id)
+        if job is None or job.state is not JobState.RUNNING:
+            return
+        now = self.clock()
+        if exit_code is None:
+            state, note = JobState.UNKNOWN, "adopted process ended; exit status unknown"
+        elif exit_code == 0:
+            state, note = JobState.FINISHED_OK, None
+        else:
+            state, note = JobState.ERROR, f"exit status {exit_code}"
+        self.store.update(
+            job_id,
+            expect=[JobState.RUNNING],
+            state=state.value,
+            finished=now,
+            exit_code=exit_code,
+            note=note,
+        )
+        self.store.delete_stalls(job_id=job_id, kind=StallKind.LONG_RUNNING)
+        abnormal = exit_code is not None and (
+            exit_code < 0 or (exit_code > 0 and job.abnormal_exit)
+        )
+        if abnormal:
+            assert exit_code is not None
+            reason = (
+                f"killed by signal {-exit_code}" if exit_code < 0 else f"exit status {exit_code}"
+            )
+            self.store.add_stall(job_id, StallKind.HARD, reason, now)
+            self.store.set_lane(
+                job.lane, enabled=False, reason=f"job {job_id} hard-stalled: {reason}", now=now
+            )
+            log.error(
+                "FG-ADM-005 job %d hard stall (%s): lane %s disabled until enabled",
+                job_id,
+                reason,
+                job.lane,
+            )
+
+    def _abort(self, job: Job, why: str) -> None:
+        now = self.clock()
+        if job.state is JobState.ENQUEUED:
+            with self._lock:
+                if self.store.update(
+                    job.id,
+                    expect=[JobState.ENQUEUED],
+                    state=JobState.ABORTED.value,
+                    finished=now,
+                    note=why,
+                ):
+                    self._enqueued -= 1
+        elif job.state is JobState.RUNNING:
+            self.store.update(
+                job.id,
+                expect=[JobState.RUNNING],
+                state=JobState.ABORTED.value,
+                finished=now,
+                note=why,
+            )
+            self.runner.stop(job.id)
+        log.warning("job %d aborted: %s", job.id, why)
+
+    def _refresh_gauges(self) -> None:
+        for state, n in self.store.count_by_state().items():
+            self.metrics.jobs.labels(state.value).set(n)
+        counts = {k: 0 for k in StallKind}
+        for stall in self.store.stalls():
+            counts[stall.kind] += 1
+        for kind, n in counts.items():
+            self.metrics.stalls.labels(kind.value).set(n)

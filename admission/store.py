@@ -1,0 +1,317 @@
+"""The persistent job queue: jobs, stall entries and lanes in SQL (SQLAlchemy Core).
+
+Seed 004's job queue lives in memory; this one is a table (seed 003: queueing on an
+SQL table), so a restart keeps enqueued jobs enqueued. SQLite by default (a file),
+any SQLAlchemy URL otherwise. Enqueued jobs are taken in Submitted order through the
+index ``(state, submitted, id)``: taking the next ``n`` costs O(n), not O(queue).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine
+
+
+class JobState(enum.StrEnum):
+    """States of a job (DESIGN.md section 5)."""
+
+    ENQUEUED = "ENQUEUED"
+    RUNNING = "RUNNING"
+    FINISHED_OK = "FINISHED_OK"
+    ERROR = "ERROR"
+    ABORTED = "ABORTED"
+    UNKNOWN = "UNKNOWN"
+
+
+#: States a job does not leave.
+FINAL_STATES = frozenset({JobState.FINISHED_OK, JobState.ERROR, JobState.ABORTED, JobState.UNKNOWN})
+
+
+class StallKind(enum.StrEnum):
+    """Kinds of stall array entries (seed 002_f37a5e9ed1baf63b.txt)."""
+
+    HARD = "hard"
+    LONG_RUNNING = "long-running"
+
+
+metadata = MetaData()
+
+jobs = Table(
+    "floodgate_jobs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("argv", JSON, nullable=False),
+    Column("cwd", String, nullable=True),
+    Column("env", JSON, nullable=False),
+    Column("queueable", Boolean, nullable=False),
+    Column("expected_s", Float, nullable=True),
+    Column("abnormal_exit", Boolean, nullable=False),
+    Column("lane", String, nullable=False),
+    Column("state", String, nullable=False),
+    Column("submitted", Float, nullable=False),
+    Column("started", Float, nullable=True),
+    Column("finished", Float, nullable=True),
+    Column("exit_code", Integer, nullable=True),
+    Column("pid", Integer, nullable=True),
+    Column("start_reason", String, nullable=True),
+    Column("log_path", String, nullable=True),
+    Column("note", String, nullable=True),
+    Index("floodgate_jobs_queue", "state", "submitted", "id"),
+)
+
+stalls = Table(
+    "floodgate_stalls",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, nullable=False, index=True),
+    Column("kind", String, nullable=False),
+    Column("reason", String, nullable=False),
+    Column("created", Float, nullable=False),
+)
+
+lanes = Table(
+    "floodgate_lanes",
+    metadata,
+    Column("name", String, primary_key=True),
+    Column("enabled", Boolean, nullable=False),
+    Column("reason", String, nullable=True),
+    Column("changed", Float, nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job as stored. Times are epoch seconds; ``exit_code`` is negative for a
+    signal (``-9``: killed)."""
+
+    id: int
+    argv: list[str]
+    cwd: str | None
+    env: dict[str, str]
+    queueable: bool
+    expected_s: float | None
+    abnormal_exit: bool
+    lane: str
+    state: JobState
+    submitted: float
+    started: float | None = None
+    finished: float | None = None
+    exit_code: int | None = None
+    pid: int | None = None
+    start_reason: str | None = None
+    log_path: str | None = None
+    note: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The job as the API shows it (the environment's values are not shown)."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["env"] = sorted(self.env)
+        out["state"] = self.state.value
+        return out
+
+
+@dataclass(frozen=True)
+class Stall:
+    """One stall array entry."""
+
+    id: int
+    job_id: int
+    kind: StallKind
+    reason: str
+    created: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "job_id": self.job_id,
+            "kind": self.kind.value,
+            "reason": self.reason,
+            "created": self.created,
+        }
+
+
+def _job(row: Any) -> Job:
+    data = dict(row._mapping)
+    data["state"] = JobState(data["state"])
+    data["argv"] = list(data["argv"])
+    data["env"] = dict(data["env"] or {})
+    return Job(**data)
+
+
+class JobStore:
+    """Jobs, stall entries and lanes in one database.
+
+    Args:
+        url: SQLAlchemy URL; a ``sqlite:///`` file's folder is created.
+
+    Every method is one short transaction; writes from the service's threads are
+    serialised by a lock (SQLite takes one writer at a time anyway).
+    """
+
+    def __init__(self, url: str) -> None:
+        if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        connect_args = {"check_same_thread": False} if url.startswith("sqlite") else {}
+        self.engine: Engine = create_engine(
+            url, connect_args=connect_args, json_serializer=json.dumps
+        )
+        if url.startswith("sqlite"):
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        metadata.create_all(self.engine)
+        self._lock = threading.Lock()
+
+    # -- jobs ------------------------------------------------------------------
+
+    def add(self, **values: Any) -> Job:
+        """Insert a job (``argv``, ``cwd``, ``env``, ``queueable``, ``expected_s``,
+        ``abnormal_exit``, ``lane``, ``state``, ``submitted`` ...) and return it."""
+        with self._lock, self.engine.begin() as conn:
+            result = conn.execute(insert(jobs).values(**values))
+            key = result.inserted_primary_key
+            assert key is not None
+            row = conn.execute(select(jobs).where(jobs.c.id == key[0])).one()
+        return _job(row)
+
+    def get(self, job_id: int) -> Job | None:
+        """The job, or ``None``."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+        return None if row is None else _job(row)
+
+    def recent(self, *, state: JobState | None = None, limit: int = 100) -> list[Job]:
+        """Jobs, newest first."""
+        query = select(jobs).order_by(jobs.c.id.desc()).limit(limit)
+        if state is not None:
+            query = query.where(jobs.c.state == state.value)
+        with self.engine.connect() as conn:
+            return [_job(r) for r in conn.execute(query)]
+
+    def next_enqueued(self, n: int, *, skip_lanes: Iterable[str] = ()) -> list[Job]:
+        """The ``n`` oldest enqueued jobs (Submitted order), outside ``skip_lanes``."""
+        if n <= 0:
+            return []
+        query = (
+            select(jobs)
+            .where(jobs.c.state == JobState.ENQUEUED.value)
+            .order_by(jobs.c.submitted, jobs.c.id)
+            .limit(n)
+        )
+        skip = list(skip_lanes)
+        if skip:
+            query = query.where(jobs.c.lane.not_in(skip))
+        with self.engine.connect() as conn:
+            return [_job(r) for r in conn.execute(query)]
+
+    def in_state(self, state: JobState) -> list[Job]:
+        """Every job in ``state``."""
+        with self.engine.connect() as conn:
+            return [_job(r) for r in conn.execute(select(jobs).where(jobs.c.state == state.value))]
+
+    def count_by_state(self) -> dict[JobState, int]:
+        """How many jobs are in each state (every state listed)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state))
+            counts = {JobState(state): int(n) for state, n in rows}
+        return {s: counts.get(s, 0) for s in JobState}
+
+    def update(self, job_id: int, *, expect: Sequence[JobState] = (), **values: Any) -> bool:
+        """Set ``values`` on a job, only if it is in one of ``expect`` (when given).
+
+        Returns:
+            Whether the job was updated (``False``: it had left those states).
+        """
+        query = update(jobs).where(jobs.c.id == job_id)
+        if expect:
+            query = query.where(jobs.c.state.in_([s.value for s in expect]))
+        with self._lock, self.engine.begin() as conn:
+            return conn.execute(query.values(**values)).rowcount == 1
+
+    # -- stalls ----------------------------------------------------------------
+
+    def add_stall(self, job_id: int, kind: StallKind, reason: str, now: float) -> Stall:
+        """Record a stall array entry."""
+        with self._lock, self.engine.begin() as conn:
+            key = conn.execute(
+                insert(stalls).values(job_id=job_id, kind=kind.value, reason=reason, created=now)
+            ).inserted_primary_key
+            assert key is not None
+        return Stall(int(key[0]), job_id, kind, reason, now)
+
+    def stalls(self, *, kind: StallKind | None = None) -> list[Stall]:
+        """The stall array, oldest first."""
+        query = select(stalls).order_by(stalls.c.id)
+        if kind is not None:
+            query = query.where(stalls.c.kind == kind.value)
+        with self.engine.connect() as conn:
+            return [
+                Stall(r.id, r.job_id, StallKind(r.kind), r.reason, r.created)
+                for r in conn.execute(query)
+            ]
+
+    def delete_stalls(self, *, job_id: int, kind: StallKind) -> int:
+        """Clear a job's entries of one kind; how many were cleared."""
+        with self._lock, self.engine.begin() as conn:
+            return int(
+                conn.execute(
+                    delete(stalls).where(stalls.c.job_id == job_id, stalls.c.kind == kind.value)
+                ).rowcount
+            )
+
+    def delete_stall(self, stall_id: int) -> Stall | None:
+        """Remove one entry; the entry, or ``None`` if there was none."""
+        with self._lock, self.engine.begin() as conn:
+            row = conn.execute(select(stalls).where(stalls.c.id == stall_id)).first()
+            if row is None:
+                return None
+            conn.execute(delete(stalls).where(stalls.c.id == stall_id))
+        return Stall(row.id, row.job_id, StallKind(row.kind), row.reason, row.created)
+
+    # -- lanes -----------------------------------------------------------------
+
+    def set_lane(self, name: str, *, enabled: bool, reason: str | None, now: float) -> None:
+        """Enable or disable a lane."""
+        with self._lock, self.engine.begin() as conn:
+            exists = conn.execute(select(lanes.c.name).where(lanes.c.name == name)).first()
+            values = {"enabled": enabled, "reason": reason, "changed": now}
+            if exists:
+                conn.execute(update(lanes).where(lanes.c.name == name).values(**values))
+            else:
+                conn.execute(insert(lanes).values(name=name, **values))
+
+    def disabled_lanes(self) -> dict[str, str]:
+        """``{lane: why it was disabled}``."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(lanes.c.name, lanes.c.reason).where(~lanes.c.enabled))
+            return {name: reason or "" for name, reason in rows}
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()

@@ -1,0 +1,231 @@
+"""The admission service over HTTP, with real processes: `floodgate admission serve` in a
+process of its own, jobs that are real programs, load from real CPU burners."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import tomli_w
+
+TOKEN = "t0ken-for-tests"
+SLEEP = "/bin/sleep" if os.path.exists("/bin/sleep") else "/usr/bin/sleep"
+
+
+@dataclass
+class Service:
+    """A running `floodgate admission serve`."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def call(self, method: str, path: str, *, token: str | None = TOKEN, **kw: Any) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.request(method, f"{self.url}{path}", headers=headers, timeout=30, **kw)
+
+    def submit(self, argv: list[str], **fields: Any) -> dict[str, Any]:
+        response = self.call("POST", "/jobs", json={"argv": argv, **fields})
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return dict(self.call("GET", f"/jobs/{job_id}").json())
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[..., Service]]:
+    """Start the service with the settings given (over test defaults); stopped after."""
+    started: list[Service] = []
+
+    def start(**settings: Any) -> Service:
+        config = {
+            "port": 0,
+            "allowlist": [SLEEP, "true", "false"],
+            "database_url": f"sqlite:///{tmp_path / 'jobs.db'}",
+            "log_dir": str(tmp_path / "logs"),
+            **settings,
+        }
+        path = tmp_path / "admission.toml"
+        path.write_text(tomli_w.dumps({"admission": config}))
+        log_path = tmp_path / f"service-{len(started)}.log"
+        with open(log_path, "wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "pipeline.cli", "admission", "serve", "--config", str(path)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "FLOODGATE__ADMISSION__TOKEN": TOKEN},
+            )
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None:
+            text = log_path.read_text()
+            for line in text.splitlines():
+                if line.startswith("FLOODGATE_ADMISSION_URL="):
+                    url = line.split("=", 1)[1]
+            assert process.poll() is None, text
+            assert time.monotonic() < deadline, text
+            time.sleep(0.05)
+        service = Service(process, url, log_path)
+        started.append(service)
+        return service
+
+    yield start
+    for service in started:
+        if service.process.poll() is None:
+            service.process.send_signal(signal.SIGTERM)
+            service.process.wait(timeout=30)
+
+
+def stop(service: Service) -> None:
+    service.process.send_signal(signal.SIGTERM)
+    assert service.process.wait(timeout=30) == 0, service.log()
+
+
+def test_mutations_need_the_token_and_programs_must_be_on_the_allowlist(
+    serve: Callable[..., Service], tmp_path: Path
+) -> None:
+    service = serve()
+    body = {"argv": ["true"]}
+    assert service.call("POST", "/jobs", token=None, json=body).status_code == 401
+    assert service.call("POST", "/jobs", token="wrong", json=body).status_code == 401
+    refused = service.call("POST", "/jobs", json={"argv": ["rm", "-rf", str(tmp_path)]})
+    assert refused.status_code == 403
+    assert "not on admission.allowlist" in refused.json()["detail"]
+    bad = service.call("POST", "/jobs", json={"argv": []})
+    assert bad.status_code == 422
+    assert service.call("GET", "/jobs").json() == []  # nothing stored, nothing started
+    assert tmp_path.exists()
+    assert "FG-ADM-004" in service.log()
+    assert service.call("GET", "/openapi.json").status_code == 200
+
+
+def test_jobs_enqueue_under_real_cpu_load_and_drain_when_it_stops(
+    serve: Callable[..., Service],
+) -> None:
+    service = serve()
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 2)
+    ]
+    try:
+        wait_for(lambda: service.call("GET", "/status").json()["cpu_load"] > 0.85, "high CPU load")
+        jobs = [service.submit(["true"]) for _ in range(3)]
+        assert [j["state"] for j in jobs] == ["ENQUEUED"] * 3
+        time.sleep(1.0)
+        assert {service.job(j["id"])["state"] for j in jobs} == {"ENQUEUED"}
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    wait_for(
+        lambda: all(service.job(j["id"])["state"] == "FINISHED_OK" for j in jobs),
+        "the enqueued jobs to run once the load is gone",
+    )
+    started = [service.job(j["id"]) for j in jobs]
+    assert [j["start_reason"] for j in started] == ["dequeued"] * 3
+    # Submitted order kept.
+    assert [j["started"] for j in started] == sorted(j["started"] for j in started)
+    metrics = service.call("GET", "/metrics").text
+    assert 'floodgate_admission_starts_total{how="dequeued"} 3.0' in metrics
+
+
+def test_a_restart_keeps_enqueued_jobs_and_a_vanished_running_job_is_unknown(
+    serve: Callable[..., Service],
+) -> None:
+    first = serve()
+    running = first.submit([SLEEP, "60"], queueable=False)
+    assert running["state"] == "RUNNING"
+    assert first.call("POST", "/suspend").status_code == 200
+    enqueued = [first.submit(["true"]) for _ in range(2)]
+    assert {j["state"] for j in enqueued} == {"ENQUEUED"}
+    stop(first)
+    os.kill(running["pid"], signal.SIGKILL)  # the job's process dies while no service runs
+
+    second = serve()
+    assert second.job(running["id"])["state"] == "UNKNOWN"
+    wait_for(
+        lambda: all(second.job(j["id"])["state"] == "FINISHED_OK" for j in enqueued),
+        "the jobs enqueued before the restart to run",
+    )
+
+
+def test_a_killed_job_is_a_hard_stall_that_disables_its_lane_until_enabled(
+    serve: Callable[..., Service],
+) -> None:
+    service = serve()
+    job = service.submit([SLEEP, "60"], queueable=False, lane="etl")
+    os.kill(job["pid"], signal.SIGKILL)
+    wait_for(lambda: service.job(job["id"])["state"] == "ERROR", "the killed job to end")
+    assert service.job(job["id"])["exit_code"] == -9
+    stalls = service.call("GET", "/stalls").json()
+    assert [(s["job_id"], s["kind"]) for s in stalls] == [(job["id"], "hard")]
+    assert "signal 9" in stalls[0]["reason"]
+    assert "etl" in service.call("GET", "/status").json()["disabled_lanes"]
+
+    held = service.submit(["true"], lane="etl")
+    other = service.submit(["true"], lane="default")
+    wait_for(lambda: service.job(other["id"])["state"] == "FINISHED_OK", "the other lane to run")
+    assert service.job(held["id"])["state"] == "ENQUEUED"  # its lane is disabled
+
+    assert service.call("POST", "/lanes/etl/enable").status_code == 200
+    wait_for(lambda: service.job(held["id"])["state"] == "FINISHED_OK", "the enabled lane to run")
+    again = service.call("POST", f"/stalls/{stalls[0]['id']}/reschedule")
+    assert again.status_code == 201
+    assert again.json()["argv"] == service.job(job["id"])["argv"]
+    assert service.call("GET", "/stalls").json() == []
+    assert "FG-ADM-005" in service.log()
+
+
+def test_a_full_queue_refuses_with_the_setting_and_start_now_forces_a_start(
+    serve: Callable[..., Service],
+) -> None:
+    service = serve(max_queue_size=2)
+    service.call("POST", "/suspend")
+    first, _second = service.submit(["true"]), service.submit(["true"])
+    refused = service.call("POST", "/jobs", json={"argv": ["true"]})
+    assert refused.status_code == 503
+    assert "max_queue_size is 2" in refused.json()["detail"]
+    assert "2 jobs enqueued" in refused.json()["detail"]
+
+    forced = service.call("POST", f"/jobs/{first['id']}/start-now")
+    assert forced.status_code == 200 and forced.json()["start_reason"] == "forced"
+    again = service.call("POST", f"/jobs/{first['id']}/start-now")
+    assert again.status_code == 409
+    assert "FG-ADM-003" in service.log()
+    assert service.call("POST", "/jobs/999/cancel").status_code == 404
+
+
+def test_a_job_past_its_expected_time_is_flagged_long_running_then_cleared(
+    serve: Callable[..., Service],
+) -> None:
+    service = serve(monitor_interval_s=0.2)
+    job = service.submit([SLEEP, "2"], queueable=False, expected_s=0.5)
+    wait_for(
+        lambda: [s["kind"] for s in service.call("GET", "/stalls").json()] == ["long-running"],
+        "the long-running flag",
+    )
+    assert service.job(job["id"])["state"] == "RUNNING"  # a flag, not an error
+    wait_for(lambda: service.call("GET", "/stalls").json() == [], "the flag to clear")
+    assert service.job(job["id"])["state"] == "FINISHED_OK"

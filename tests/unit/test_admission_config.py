@@ -1,0 +1,58 @@
+"""The admission config is refused at start, naming the key, the value and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from admission.config import load_admission_config
+from pipeline.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "conf" / "admission.toml"
+TOKEN = {"FLOODGATE__ADMISSION__TOKEN": "s3cr3t-t0ken"}
+
+
+def test_the_shipped_config_loads_with_a_token_from_the_environment() -> None:
+    settings = load_admission_config(CONFIG, env=TOKEN)
+    assert settings.system_cpu_limit == 0.85 and settings.max_queue_size == 100_000
+    assert settings.token is not None and settings.token.get_secret_value() == "s3cr3t-t0ken"
+    assert "s3cr3t-t0ken" not in str(settings) + repr(settings)  # the secret is not shown
+
+
+def test_a_missing_token_is_refused_naming_the_key_and_the_variable() -> None:
+    with pytest.raises(ConfigError, match=r"admission\.token is required") as caught:
+        load_admission_config(CONFIG, env={})
+    assert "FLOODGATE__ADMISSION__TOKEN" in str(caught.value)
+
+
+def test_an_unknown_key_is_refused_with_the_allowed_ones() -> None:
+    env = {**TOKEN, "FLOODGATE__ADMISSION__SYSTEM_CPU_LIMT": "0.5"}
+    with pytest.raises(ConfigError, match=r"unknown key 'admission\.system_cpu_limt'") as caught:
+        load_admission_config(CONFIG, env=env)
+    assert "system_cpu_limit" in str(caught.value)
+
+
+def test_a_value_out_of_range_is_refused_with_the_value() -> None:
+    env = {**TOKEN, "FLOODGATE__ADMISSION__SYSTEM_CPU_LIMIT": "1.5"}
+    with pytest.raises(ConfigError, match=r"'admission.system_cpu_limit' = 1.5 is refused"):
+        load_admission_config(CONFIG, env=env)
+
+
+def test_load_steps_out_of_order_are_refused() -> None:
+    env = {**TOKEN, "FLOODGATE__ADMISSION__MIN_LOAD_STEP": "5"}
+    with pytest.raises(ConfigError, match="min_load_step <= initial_load_step"):
+        load_admission_config(CONFIG, env=env)
+
+
+def test_an_allowlist_entry_that_is_no_program_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "a.toml"
+    path.write_text('[admission]\nallowlist = ["no-such-program-anywhere"]\n')
+    with pytest.raises(ConfigError, match="'no-such-program-anywhere' names no executable"):
+        load_admission_config(path, env=TOKEN)
+
+
+def test_other_sections_overrides_are_not_ours() -> None:
+    env = {**TOKEN, "FLOODGATE__QUERY_GROUP__TRIGGER_INTERVAL_MS": "250"}
+    assert load_admission_config(CONFIG, env=env).port == 8787
