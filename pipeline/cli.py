@@ -8,6 +8,9 @@
 * ``floodgate query-group status|release|stop NAME`` -- talk to a running query
   group's endpoint (found through its control file, or ``--url``).
 * ``floodgate broker`` -- run the embedded broker in the foreground.
+* ``floodgate admission ...`` (and any other service's commands) -- registered
+  through the ``floodgate.commands`` entry point group; this package imports none
+  of them.
 """
 
 from __future__ import annotations
