@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pipeline.control import error_detail
 from pipeline.errors import FloodgateError
 
 app = typer.Typer(
@@ -115,11 +116,7 @@ def _call(method: str, url: str, path: str, token: str | None, **kwargs: Any) ->
     except httpx.HTTPError as exc:
         raise _fail(f"admission service at {url}: {exc}") from exc
     if response.status_code >= 400:
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        raise _fail(f"admission service: {response.status_code}: {detail}")
+        raise _fail(f"admission service: {response.status_code}: {error_detail(response)}")
     return response.json()
 
 

@@ -122,17 +122,9 @@ class AdmissionService:
         self.metrics = AdmissionMetrics(self.registry)
         self.sampler = sampler or HostLoadSampler()
         self.clock = clock
-        self.admission = Admission(
-            Limits(
-                system_cpu_limit=settings.system_cpu_limit,
-                memory_usage_limit=settings.memory_usage_limit,
-                initial_load_step=settings.initial_load_step,
-                min_load_step=settings.min_load_step,
-                max_load_step=settings.max_load_step,
-                emergency_start_count=settings.emergency_start_count,
-                max_queue_size=settings.max_queue_size,
-            )
-        )
+        # The limits are the settings of the same names.
+        limits = settings.model_dump(include=set(Limits.__dataclass_fields__))
+        self.admission = Admission(Limits(**limits))
         self.store = JobStore(settings.database_url)
         self.runner = ProcessRunner(settings.log_dir)
         self.suspended = False

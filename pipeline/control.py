@@ -154,6 +154,15 @@ class ControlServer:
             self._socket.close()
 
 
+def error_detail(response: httpx.Response) -> str:
+    """The reason an HTTP API of ours gave for refusing (FastAPI's ``detail``), or the
+    response's text."""
+    try:
+        return str(response.json().get("detail", response.text))
+    except (ValueError, AttributeError):
+        return response.text
+
+
 def endpoint_url(
     name: str, *, url: str | None = None, control_dir: str = DEFAULT_CONTROL_DIR
 ) -> str:
@@ -201,10 +210,8 @@ def call(
     except httpx.HTTPError as exc:
         raise FloodgateError(f"query group {name!r} at {base}: {exc}") from exc
     if response.status_code >= 400:
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        raise FloodgateError(f"query group {name!r} at {base}: {action} refused: {detail}")
+        raise FloodgateError(
+            f"query group {name!r} at {base}: {action} refused: {error_detail(response)}"
+        )
     result: dict[str, Any] = response.json()
     return result

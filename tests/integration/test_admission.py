@@ -45,7 +45,7 @@ class Service:
         return self.log_path.read_text(errors="replace")
 
 
-def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 180.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
