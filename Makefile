@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_source.py $(ARGS)
 	$(BIN)/python bench/bench_put.py $(ARGS)
 	$(BIN)/python bench/bench_output.py $(ARGS)
+	$(BIN)/python bench/bench_admission.py
 
 clean:
 	rm -rf .floodgate .pytest_cache .mypy_cache .ruff_cache
