@@ -34,6 +34,16 @@ class JobRequest(BaseModel):
     lane: Annotated[str, Field(min_length=1, max_length=200)] = "default"
 
 
+class RequestBody(BaseModel):
+    """``POST /requests``: a request made of parts, and an optional completion step run
+    once every part has ended OK (seed 002's asynchronous request and output agent)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    parts: Annotated[list[JobRequest], Field(min_length=1)]
+    completion: JobRequest | None = None
+
+
 def build_app(service: AdmissionService) -> FastAPI:
     """The ASGI app of one :class:`AdmissionService`."""
     app = FastAPI(
@@ -68,6 +78,24 @@ def build_app(service: AdmissionService) -> FastAPI:
         """Submit a job: started at once, enqueued, or refused."""
         spec = JobSpec(**request.model_dump())
         return answer(lambda: service.submit(spec).as_json())
+
+    @app.post("/requests", dependencies=auth, status_code=201)
+    def submit_request(body: RequestBody) -> dict[str, Any]:
+        """Schedule a request part by part; a part that fails to schedule backs out the
+        others (409, with what was freed and what is in doubt)."""
+        parts = [JobSpec(**p.model_dump()) for p in body.parts]
+        completion = JobSpec(**body.completion.model_dump()) if body.completion else None
+
+        def schedule() -> dict[str, Any]:
+            request_id, _jobs = service.submit_request(parts, completion)
+            return dict(service.request(request_id))
+
+        return answer(schedule)
+
+    @app.get("/requests/{request_id}")
+    def request(request_id: int) -> dict[str, Any]:
+        """A request: state, reason, completion step, jobs."""
+        return answer(lambda: dict(service.request(request_id)))
 
     @app.get("/jobs")
     def jobs(

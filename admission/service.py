@@ -39,7 +39,15 @@ from admission.config import AdmissionSettings
 from admission.load import HostLoadSampler
 from admission.metrics import AdmissionMetrics
 from admission.runner import ProcessRunner
-from admission.store import FINAL_STATES, Job, JobState, JobStore, Stall, StallKind
+from admission.store import (
+    FINAL_STATES,
+    Job,
+    JobState,
+    JobStore,
+    RequestState,
+    Stall,
+    StallKind,
+)
 from pipeline.errors import FloodgateError
 
 log = logging.getLogger(__name__)
@@ -67,6 +75,20 @@ class JobNotFound(AdmissionError, LookupError):
     """No job (or stall entry) with that id."""
 
     status = 404
+
+
+class LaneDisabled(AdmissionError):
+    """A part of a request, or a completion step, was scheduled into a lane disabled by a
+    hard stall: scheduling fails (seed 002: a disabled Queue Thread)."""
+
+    status = 409
+
+
+class RequestBackedOut(AdmissionError):
+    """A part of a request failed to schedule; the parts scheduled before it were backed
+    out (freed if still enqueued, in-doubt stall entries if they may be running)."""
+
+    status = 409
 
 
 class JobConflict(AdmissionError):
@@ -179,8 +201,14 @@ class AdmissionService:
 
     # -- requests --------------------------------------------------------------
 
-    def submit(self, spec: JobSpec) -> Job:
+    def submit(
+        self, spec: JobSpec, *, request_id: int | None = None, role: str | None = None
+    ) -> Job:
         """Start a job at once, enqueue it, or refuse it (seed 004's algorithm).
+
+        Args:
+            spec: the job command.
+            request_id / role: for the parts and the completion step of a request.
 
         Raises:
             CommandNotAllowed: ``argv[0]`` is not on the allowlist (nothing stored).
@@ -216,6 +244,8 @@ class AdmissionService:
                 lane=spec.lane,
                 state=JobState.ENQUEUED.value,
                 submitted=self.clock(),
+                request_id=request_id,
+                role=role,
             )
             self._enqueued += 1
             if start:
@@ -225,6 +255,134 @@ class AdmissionService:
                 log.info("job %d enqueued: %s", job.id, outcome.reason)
         self._refresh_gauges()
         return job
+
+    def submit_request(
+        self, parts: Sequence[JobSpec], completion: JobSpec | None = None
+    ) -> tuple[int, list[Job]]:
+        """Schedule a request made of parts, part by part (seed 002's asynchronous request).
+
+        Every program is checked against the allowlist first. A part fails to schedule
+        when the queue is full or its lane is disabled; the parts scheduled before it
+        are then backed out: an enqueued one is freed (ABORTED), one that may already
+        be running is recorded as an **in-doubt** stall entry, which the monitor
+        deletes once the part has ended. When every part has ended OK, the
+        ``completion`` step is scheduled; if it cannot be, the request is a **hard
+        stall**, re-schedulable with :meth:`reschedule`.
+
+        Returns:
+            ``(request id, the parts' jobs)``.
+
+        Raises:
+            CommandNotAllowed: a program is not on the allowlist (nothing scheduled).
+            RequestBackedOut: a part failed to schedule (the message says which, why,
+                and what was backed out).
+        """
+        if not parts:
+            raise AdmissionError("a request needs at least one part")
+        for spec in [*parts, *([completion] if completion else [])]:
+            self._resolve(spec.argv)
+        request_id = self.store.add_request(
+            None if completion is None else _spec_json(completion), self.clock()
+        )
+        scheduled: list[Job] = []
+        for i, spec in enumerate(parts, start=1):
+            try:
+                scheduled.append(self._schedule(spec, request_id=request_id, role="part"))
+            except (AdmissionQueueFull, LaneDisabled) as exc:
+                reason = f"part {i} of {len(parts)} could not be scheduled: {exc}"
+                outcome = self._back_out(request_id, scheduled, reason)
+                raise RequestBackedOut(
+                    f"request {request_id} backed out: {reason}; {outcome}"
+                ) from exc
+        log.info("request %d scheduled: %d parts", request_id, len(scheduled))
+        return request_id, [self._get(j.id) for j in scheduled]
+
+    def request(self, request_id: int) -> dict[str, object]:
+        """A request: its state, reason, completion step and jobs (``GET /requests/{id}``).
+
+        Raises:
+            JobNotFound: no such request.
+        """
+        row = self.store.request(request_id)
+        if row is None:
+            raise JobNotFound(f"no request {request_id}")
+        return {**row, "jobs": [j.as_json() for j in self.store.of_request(request_id)]}
+
+    def _schedule(self, spec: JobSpec, *, request_id: int, role: str) -> Job:
+        disabled = self.store.disabled_lanes()
+        if spec.lane in disabled:
+            raise LaneDisabled(f"lane {spec.lane!r} is disabled ({disabled[spec.lane]})")
+        return self.submit(spec, request_id=request_id, role=role)
+
+    def _back_out(self, request_id: int, scheduled: Sequence[Job], reason: str) -> str:
+        freed, in_doubt = [], []
+        now = self.clock()
+        for job in scheduled:
+            with self._lock:
+                if self.store.update(
+                    job.id,
+                    expect=[JobState.ENQUEUED],
+                    state=JobState.ABORTED.value,
+                    finished=now,
+                    note=f"backed out: {reason}",
+                ):
+                    self._enqueued -= 1
+                    freed.append(job.id)
+                    continue
+            current = self._get(job.id)
+            if current.state is JobState.RUNNING:
+                self.store.add_stall(
+                    job.id,
+                    StallKind.IN_DOUBT,
+                    f"request {request_id} backed out while this part may be running: {reason}",
+                    now,
+                    request_id=request_id,
+                )
+                in_doubt.append(job.id)
+        self.store.set_request(request_id, RequestState.BACKED_OUT, reason)
+        log.warning(
+            "request %d backed out (%s): jobs %s freed, jobs %s in doubt",
+            request_id,
+            reason,
+            freed,
+            in_doubt,
+        )
+        self._refresh_gauges()
+        return f"freed jobs {freed}, in doubt: jobs {in_doubt}"
+
+    def _request_progress(self, request_id: int) -> None:
+        """After a part ended: when all have, schedule the completion step (or fail)."""
+        row = self.store.request(request_id)
+        if row is None or row["state"] != RequestState.SCHEDULED.value:
+            return
+        parts = [j for j in self.store.of_request(request_id) if j.role == "part"]
+        if any(j.state not in FINAL_STATES for j in parts):
+            return
+        if any(j.state is not JobState.FINISHED_OK for j in parts):
+            failed = [j.id for j in parts if j.state is not JobState.FINISHED_OK]
+            self.store.set_request(
+                request_id, RequestState.FAILED, f"parts {failed} did not end OK"
+            )
+            return
+        self._complete(request_id, row["completion"], last=parts[-1].id)
+
+    def _complete(
+        self, request_id: int, completion: dict[str, object] | None, *, last: int
+    ) -> bool:
+        if completion is None:
+            self.store.set_request(request_id, RequestState.COMPLETED)
+            return True
+        try:
+            self._schedule(_spec_from(completion), request_id=request_id, role="completion")
+        except AdmissionError as exc:
+            reason = f"completion step of request {request_id} could not be scheduled: {exc}"
+            self.store.set_request(request_id, RequestState.STALLED, reason)
+            self.store.add_stall(last, StallKind.HARD, reason, self.clock(), request_id=request_id)
+            log.error("FG-ADM-005 request %d hard stall: %s", request_id, reason)
+            self._refresh_gauges()
+            return False
+        self.store.set_request(request_id, RequestState.COMPLETED)
+        return True
 
     def start_now(self, job_id: int) -> Job:
         """Start an enqueued job at once, whatever the load (logged as forced).
@@ -277,6 +435,28 @@ class AdmissionService:
         Raises:
             JobNotFound: no such stall entry, or its job is gone.
         """
+        found = self.store.stall(stall_id)
+        if found is None:
+            raise JobNotFound(f"no stall entry {stall_id}")
+        if found.kind is not StallKind.HARD:
+            raise JobConflict(f"stall entry {stall_id} is {found.kind.value}, not a hard stall")
+        if found.request_id is not None:
+            row = self.store.request(found.request_id)
+            if row is not None and row["state"] == RequestState.STALLED.value:
+                if not self.store.set_request(
+                    found.request_id, RequestState.SCHEDULED, expect=[RequestState.STALLED]
+                ):
+                    raise JobConflict(f"request {found.request_id} is being rescheduled")
+                self.store.delete_stall(stall_id)
+                if not self._complete(found.request_id, row["completion"], last=found.job_id):
+                    raise JobConflict(
+                        f"stall {stall_id}: {self.request(found.request_id)['reason']}"
+                    )
+                jobs = self.store.of_request(found.request_id)
+                log.warning(
+                    "stall %d: request %d's completion step rescheduled", stall_id, found.request_id
+                )
+                return jobs[-1]
         stall = self.store.delete_stall(stall_id)
         if stall is None:
             raise JobNotFound(f"no stall entry {stall_id}")
@@ -370,12 +550,19 @@ class AdmissionService:
 
     def monitor(self) -> None:
         """Flag jobs running past their expected time (seed 002: long-running entries,
-        not errors); clear the flags of jobs that ended."""
+        not errors); clear the flags of jobs that ended, and the in-doubt entries of
+        backed-out parts that have ended."""
         now = self.clock()
         flagged = {s.job_id for s in self.store.stalls(kind=StallKind.LONG_RUNNING)}
         running = {j.id: j for j in self.store.in_state(JobState.RUNNING)}
         for job_id in flagged - set(running):
             self.store.delete_stalls(job_id=job_id, kind=StallKind.LONG_RUNNING)
+        for stall in self.store.stalls(kind=StallKind.IN_DOUBT):
+            if stall.job_id not in running:  # the part ended: no doubt is left
+                self.store.delete_stall(stall.id)
+                log.info(
+                    "stall %d: in-doubt part job %d has ended: cleared", stall.id, stall.job_id
+                )
         for job in running.values():
             if (
                 job.id not in flagged
@@ -460,6 +647,8 @@ class AdmissionService:
             note=note,
         )
         self.store.delete_stalls(job_id=job_id, kind=StallKind.LONG_RUNNING)
+        if job.request_id is not None and job.role == "part":
+            self._request_progress(job.request_id)
         abnormal = exit_code is not None and (
             exit_code < 0 or (exit_code > 0 and job.abnormal_exit)
         )
@@ -510,3 +699,19 @@ class AdmissionService:
             counts[stall.kind] += 1
         for kind, n in counts.items():
             self.metrics.stalls.labels(kind.value).set(n)
+
+
+def _spec_json(spec: JobSpec) -> dict[str, object]:
+    return {
+        "argv": list(spec.argv),
+        "cwd": spec.cwd,
+        "env": dict(spec.env),
+        "queueable": spec.queueable,
+        "expected_s": spec.expected_s,
+        "abnormal_exit": spec.abnormal_exit,
+        "lane": spec.lane,
+    }
+
+
+def _spec_from(data: Mapping[str, object]) -> JobSpec:
+    return JobSpec(**data)  # type: ignore[arg-type]

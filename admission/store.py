@@ -53,10 +53,24 @@ FINAL_STATES = frozenset({JobState.FINISHED_OK, JobState.ERROR, JobState.ABORTED
 
 
 class StallKind(enum.StrEnum):
-    """Kinds of stall array entries (seed 002_f37a5e9ed1baf63b.txt)."""
+    """Kinds of stall array entries (seed 002_f37a5e9ed1baf63b.txt): a hard stall (a job
+    died abnormally, or a request's completion step could not be scheduled), a job
+    running past its expected time, a part of a backed-out request that may already
+    have been running (in doubt; cleared by the monitor once it ended)."""
 
     HARD = "hard"
     LONG_RUNNING = "long-running"
+    IN_DOUBT = "in-doubt"
+
+
+class RequestState(enum.StrEnum):
+    """States of a request made of parts."""
+
+    SCHEDULED = "SCHEDULED"  # every part scheduled; waiting for them to end
+    BACKED_OUT = "BACKED_OUT"  # a part failed to schedule; the others were backed out
+    COMPLETED = "COMPLETED"  # every part ended OK and the completion step was scheduled
+    FAILED = "FAILED"  # a part did not end OK: no completion step
+    STALLED = "STALLED"  # the completion step could not be scheduled (a hard stall)
 
 
 metadata = MetaData()
@@ -81,7 +95,19 @@ jobs = Table(
     Column("start_reason", String, nullable=True),
     Column("log_path", String, nullable=True),
     Column("note", String, nullable=True),
+    Column("request_id", Integer, nullable=True, index=True),
+    Column("role", String, nullable=True),
     Index("floodgate_jobs_queue", "state", "submitted", "id"),
+)
+
+requests = Table(
+    "floodgate_requests",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("completion", JSON, nullable=True),
+    Column("state", String, nullable=False),
+    Column("reason", String, nullable=True),
+    Column("created", Float, nullable=False),
 )
 
 stalls = Table(
@@ -89,6 +115,7 @@ stalls = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("job_id", Integer, nullable=False, index=True),
+    Column("request_id", Integer, nullable=True),
     Column("kind", String, nullable=False),
     Column("reason", String, nullable=False),
     Column("created", Float, nullable=False),
@@ -126,6 +153,8 @@ class Job:
     start_reason: str | None = None
     log_path: str | None = None
     note: str | None = None
+    request_id: int | None = None
+    role: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The job as the API shows it (the environment's values are not shown)."""
@@ -144,11 +173,13 @@ class Stall:
     kind: StallKind
     reason: str
     created: float
+    request_id: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "job_id": self.job_id,
+            "request_id": self.request_id,
             "kind": self.kind.value,
             "reason": self.reason,
             "created": self.created,
@@ -251,16 +282,81 @@ class JobStore:
         with self._lock, self.engine.begin() as conn:
             return conn.execute(query.values(**values)).rowcount == 1
 
-    # -- stalls ----------------------------------------------------------------
+    def of_request(self, request_id: int) -> list[Job]:
+        """The jobs of a request, in the order they were scheduled."""
+        with self.engine.connect() as conn:
+            return [
+                _job(r)
+                for r in conn.execute(
+                    select(jobs).where(jobs.c.request_id == request_id).order_by(jobs.c.id)
+                )
+            ]
 
-    def add_stall(self, job_id: int, kind: StallKind, reason: str, now: float) -> Stall:
-        """Record a stall array entry."""
+    # -- requests --------------------------------------------------------------
+
+    def add_request(self, completion: dict[str, Any] | None, now: float) -> int:
+        """A new request (its parts are added as jobs with its id); its id."""
         with self._lock, self.engine.begin() as conn:
             key = conn.execute(
-                insert(stalls).values(job_id=job_id, kind=kind.value, reason=reason, created=now)
+                insert(requests).values(
+                    completion=completion, state=RequestState.SCHEDULED.value, created=now
+                )
             ).inserted_primary_key
             assert key is not None
-        return Stall(int(key[0]), job_id, kind, reason, now)
+        return int(key[0])
+
+    def request(self, request_id: int) -> dict[str, Any] | None:
+        """A request's row (``id``, ``completion``, ``state``, ``reason``, ``created``)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(requests).where(requests.c.id == request_id)).first()
+        return None if row is None else dict(row._mapping)
+
+    def set_request(
+        self,
+        request_id: int,
+        state: RequestState,
+        reason: str | None = None,
+        *,
+        expect: Sequence[RequestState] = (),
+    ) -> bool:
+        """Move a request to ``state`` (only from ``expect``, when given)."""
+        query = update(requests).where(requests.c.id == request_id)
+        if expect:
+            query = query.where(requests.c.state.in_([s.value for s in expect]))
+        with self._lock, self.engine.begin() as conn:
+            return conn.execute(query.values(state=state.value, reason=reason)).rowcount == 1
+
+    # -- stalls ----------------------------------------------------------------
+
+    def add_stall(
+        self,
+        job_id: int,
+        kind: StallKind,
+        reason: str,
+        now: float,
+        *,
+        request_id: int | None = None,
+    ) -> Stall:
+        """Record a stall array entry (``request_id``: the stalled request, for a
+        completion step that could not be scheduled)."""
+        with self._lock, self.engine.begin() as conn:
+            key = conn.execute(
+                insert(stalls).values(
+                    job_id=job_id,
+                    request_id=request_id,
+                    kind=kind.value,
+                    reason=reason,
+                    created=now,
+                )
+            ).inserted_primary_key
+            assert key is not None
+        return Stall(int(key[0]), job_id, kind, reason, now, request_id)
+
+    def stall(self, stall_id: int) -> Stall | None:
+        """One entry, or ``None``."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(stalls).where(stalls.c.id == stall_id)).first()
+        return None if row is None else _stall(row)
 
     def stalls(self, *, kind: StallKind | None = None) -> list[Stall]:
         """The stall array, oldest first."""
@@ -268,10 +364,7 @@ class JobStore:
         if kind is not None:
             query = query.where(stalls.c.kind == kind.value)
         with self.engine.connect() as conn:
-            return [
-                Stall(r.id, r.job_id, StallKind(r.kind), r.reason, r.created)
-                for r in conn.execute(query)
-            ]
+            return [_stall(r) for r in conn.execute(query)]
 
     def delete_stalls(self, *, job_id: int, kind: StallKind) -> int:
         """Clear a job's entries of one kind; how many were cleared."""
@@ -289,7 +382,7 @@ class JobStore:
             if row is None:
                 return None
             conn.execute(delete(stalls).where(stalls.c.id == stall_id))
-        return Stall(row.id, row.job_id, StallKind(row.kind), row.reason, row.created)
+        return _stall(row)
 
     # -- lanes -----------------------------------------------------------------
 
@@ -308,6 +401,10 @@ class JobStore:
         with self.engine.connect() as conn:
             rows = conn.execute(select(lanes.c.name, lanes.c.reason).where(~lanes.c.enabled))
             return {name: reason or "" for name, reason in rows}
+
+
+def _stall(row: Any) -> Stall:
+    return Stall(row.id, row.job_id, StallKind(row.kind), row.reason, row.created, row.request_id)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -229,3 +229,87 @@ def test_a_job_past_its_expected_time_is_flagged_long_running_then_cleared(
     assert service.job(job["id"])["state"] == "RUNNING"  # a flag, not an error
     wait_for(lambda: service.call("GET", "/stalls").json() == [], "the flag to clear")
     assert service.job(job["id"])["state"] == "FINISHED_OK"
+
+
+def test_a_part_that_cannot_be_scheduled_backs_out_an_enqueued_part(
+    serve: Callable[..., Service],
+) -> None:
+    service = serve(max_queue_size=1)
+    service.call("POST", "/suspend")  # the first part stays enqueued
+    refused = service.call(
+        "POST", "/requests", json={"parts": [{"argv": ["true"]}, {"argv": ["true"]}]}
+    )
+    assert refused.status_code == 409
+    detail = refused.json()["detail"]
+    assert "part 2 of 2 could not be scheduled" in detail and "max_queue_size is 1" in detail
+    [first] = service.call("GET", "/jobs").json()
+    assert first["state"] == "ABORTED"  # freed: it had not started
+    assert service.call("GET", "/stalls").json() == []
+    assert service.call("GET", f"/requests/{first['request_id']}").json()["state"] == "BACKED_OUT"
+
+
+def test_a_backed_out_part_that_may_be_running_is_in_doubt_until_it_ends(
+    serve: Callable[..., Service],
+) -> None:
+    service = serve(monitor_interval_s=0.2)
+    # Disable lane "etl" through a hard stall.
+    victim = service.submit([SLEEP, "60"], queueable=False, lane="etl")
+    os.kill(victim["pid"], signal.SIGKILL)
+    wait_for(lambda: service.job(victim["id"])["state"] == "ERROR", "the hard stall")
+    refused = service.call(
+        "POST",
+        "/requests",
+        json={
+            "parts": [
+                {"argv": [SLEEP, "1"], "queueable": False},
+                {"argv": ["true"], "lane": "etl"},
+            ]
+        },
+    )
+    assert refused.status_code == 409
+    assert "lane 'etl' is disabled" in refused.json()["detail"]
+    in_doubt = [s for s in service.call("GET", "/stalls").json() if s["kind"] == "in-doubt"]
+    assert len(in_doubt) == 1
+    part = service.job(in_doubt[0]["job_id"])
+    assert part["role"] == "part" and part["state"] in ("RUNNING", "FINISHED_OK")
+    wait_for(
+        lambda: not [s for s in service.call("GET", "/stalls").json() if s["kind"] == "in-doubt"],
+        "the monitor to clear the in-doubt entry once the part ended",
+    )
+    assert service.job(part["id"])["state"] == "FINISHED_OK"
+
+
+def test_a_completion_step_that_cannot_be_scheduled_is_a_hard_stall_then_rescheduled(
+    serve: Callable[..., Service],
+) -> None:
+    service = serve()
+    victim = service.submit([SLEEP, "60"], queueable=False, lane="agents")
+    os.kill(victim["pid"], signal.SIGKILL)
+    wait_for(lambda: service.job(victim["id"])["state"] == "ERROR", "the hard stall")
+    created = service.call(
+        "POST",
+        "/requests",
+        json={
+            "parts": [{"argv": ["true"]}, {"argv": ["true"]}],
+            "completion": {"argv": ["true"], "lane": "agents"},
+        },
+    )
+    assert created.status_code == 201, created.text
+    request_id = created.json()["id"]
+
+    def state() -> str:
+        return str(service.call("GET", f"/requests/{request_id}").json()["state"])
+
+    wait_for(lambda: state() == "STALLED", "the completion step's hard stall")
+    [stall] = [s for s in service.call("GET", "/stalls").json() if s["request_id"] == request_id]
+    assert stall["kind"] == "hard" and "completion step" in stall["reason"]
+    still = service.call("POST", f"/stalls/{stall['id']}/reschedule")
+    assert still.status_code == 409  # the lane is still disabled
+    [stall] = [s for s in service.call("GET", "/stalls").json() if s["request_id"] == request_id]
+
+    assert service.call("POST", "/lanes/agents/enable").status_code == 200
+    done = service.call("POST", f"/stalls/{stall['id']}/reschedule")
+    assert done.status_code == 201, done.text
+    assert done.json()["role"] == "completion"
+    wait_for(lambda: service.job(done.json()["id"])["state"] == "FINISHED_OK", "the completion")
+    assert state() == "COMPLETED"
