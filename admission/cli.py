@@ -4,7 +4,9 @@ Registered with the ``floodgate`` command through the ``floodgate.commands`` ent
 point (``pyproject.toml``), so ``pipeline/`` does not import this package.
 
 * ``floodgate admission serve [--config FILE]`` -- run the service (REST API and
-  ``/metrics`` on ``admission.host:port``) until SIGTERM / Ctrl-C;
+  ``/metrics`` on ``admission.host:port``; with a Kafka cluster named by
+  ``admission.bootstrap_servers`` or ``FLOODGATE_KAFKA_BOOTSTRAP``, the request and
+  events topics too, :mod:`admission.intake`) until SIGTERM / Ctrl-C;
 * ``floodgate admission submit [--no-queue] [--lane L] [--expected-s S] -- CMD ...``;
 * ``floodgate admission jobs [--state S]``, ``status``, ``stalls``,
   ``start-now ID``, ``cancel ID``, ``enable-lane NAME``, ``reschedule STALL``.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
@@ -73,6 +76,12 @@ def serve(
     except FloodgateError as exc:
         raise _fail(str(exc)) from exc
     service.start()
+    intake = None
+    bootstrap = settings.bootstrap_servers or os.environ.get("FLOODGATE_KAFKA_BOOTSTRAP")
+    if bootstrap:
+        from admission.intake import KafkaIntake
+
+        intake = KafkaIntake(service, bootstrap_servers=bootstrap).start()
     server = uvicorn.Server(
         uvicorn.Config(
             build_app(service),
@@ -104,6 +113,8 @@ def serve(
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        if intake is not None:
+            intake.stop()
         service.stop()
 
 

@@ -60,6 +60,18 @@ class AdmissionSettings(BaseModel):
     """Most jobs enqueued at once (seed: 100 000); a submit beyond it fails."""
     monitor_interval_s: Annotated[float, Field(gt=0, le=3_600)] = 5.0
     """How often the monitor looks for jobs running past their expected time."""
+    bootstrap_servers: str | None = None
+    """Kafka cluster of the request and events topics (default: ``FLOODGATE_KAFKA_BOOTSTRAP``);
+    neither set: no Kafka intake, the REST API only."""
+    request_topic: str = "floodgate.admission.requests"
+    """Job commands as Avro ``job_request`` tuples (``schemas/job_request.avsc``); the
+    message key comes back in the job's events as ``client_key``."""
+    events_topic: str = "floodgate.admission.events"
+    """Every change of a job's state, as Avro ``job_event`` tuples keyed by job id."""
+    dead_letter_topic: str = "floodgate.admission.dead-letter"
+    """Requests that could not be taken (undecodable, refused), with the reason in headers."""
+    consumer_group: str = "floodgate.admission"
+    """The consumer group of the request topic."""
 
     @model_validator(mode="after")
     def _check_steps(self) -> AdmissionSettings:

@@ -155,6 +155,8 @@ class AdmissionService:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._enqueued = 0
+        #: Called with a job after each change of its state (the Kafka events topic).
+        self.listeners: list[Callable[[Job], None]] = []
         self.metrics.cpu_limit.set(settings.system_cpu_limit)
         self.metrics.memory_limit.set(settings.memory_usage_limit)
 
@@ -202,13 +204,19 @@ class AdmissionService:
     # -- requests --------------------------------------------------------------
 
     def submit(
-        self, spec: JobSpec, *, request_id: int | None = None, role: str | None = None
+        self,
+        spec: JobSpec,
+        *,
+        request_id: int | None = None,
+        role: str | None = None,
+        client_key: str | None = None,
     ) -> Job:
         """Start a job at once, enqueue it, or refuse it (seed 004's algorithm).
 
         Args:
             spec: the job command.
             request_id / role: for the parts and the completion step of a request.
+            client_key: the key of the request message it came from (Kafka intake).
 
         Raises:
             CommandNotAllowed: ``argv[0]`` is not on the allowlist (nothing stored).
@@ -246,6 +254,7 @@ class AdmissionService:
                 submitted=self.clock(),
                 request_id=request_id,
                 role=role,
+                client_key=client_key,
             )
             self._enqueued += 1
             if start:
@@ -253,6 +262,7 @@ class AdmissionService:
                 job = self._start(job, outcome.start_reason)
             else:
                 log.info("job %d enqueued: %s", job.id, outcome.reason)
+                self._notify(job.id)
         self._refresh_gauges()
         return job
 
@@ -328,6 +338,7 @@ class AdmissionService:
                 ):
                     self._enqueued -= 1
                     freed.append(job.id)
+                    self._notify(job.id)
                     continue
             current = self._get(job.id)
             if current.state is JobState.RUNNING:
@@ -613,6 +624,7 @@ class AdmissionService:
                 note=f"could not start: {exc}",
             )
             log.error("job %d could not start: %s", job.id, exc)
+            self._notify(job.id)
             return self._get(job.id)
         self.store.update(
             job.id,
@@ -625,6 +637,7 @@ class AdmissionService:
         self.metrics.starts.labels(how.value).inc()
         self.metrics.wait.observe(max(0.0, now - job.submitted))
         log.info("job %d started (%s), pid %d", job.id, how.value, pid)
+        self._notify(job.id)
         return self._get(job.id)
 
     def _ended(self, job_id: int, exit_code: int | None) -> None:
@@ -647,6 +660,7 @@ class AdmissionService:
             note=note,
         )
         self.store.delete_stalls(job_id=job_id, kind=StallKind.LONG_RUNNING)
+        self._notify(job_id)
         if job.request_id is not None and job.role == "part":
             self._request_progress(job.request_id)
         abnormal = exit_code is not None and (
@@ -690,6 +704,20 @@ class AdmissionService:
             )
             self.runner.stop(job.id)
         log.warning("job %d aborted: %s", job.id, why)
+        self._notify(job.id)
+
+    def _notify(self, job_id: int) -> None:
+        """Tell the listeners a job's state changed; a failing listener is logged, not raised."""
+        if not self.listeners:
+            return
+        job = self.store.get(job_id)
+        if job is None:
+            return
+        for listener in self.listeners:
+            try:
+                listener(job)
+            except Exception:
+                log.exception("job %d: a state listener failed", job_id)
 
     def _refresh_gauges(self) -> None:
         for state, n in self.store.count_by_state().items():

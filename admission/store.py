@@ -97,6 +97,7 @@ jobs = Table(
     Column("note", String, nullable=True),
     Column("request_id", Integer, nullable=True, index=True),
     Column("role", String, nullable=True),
+    Column("client_key", String, nullable=True),
     Index("floodgate_jobs_queue", "state", "submitted", "id"),
 )
 
@@ -155,6 +156,7 @@ class Job:
     note: str | None = None
     request_id: int | None = None
     role: str | None = None
+    client_key: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The job as the API shows it (the environment's values are not shown)."""

@@ -75,7 +75,11 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Service]]:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, "FLOODGATE__ADMISSION__TOKEN": TOKEN},
+                # No Kafka intake unless a test names a cluster in its settings.
+                env={
+                    **{k: v for k, v in os.environ.items() if k != "FLOODGATE_KAFKA_BOOTSTRAP"},
+                    "FLOODGATE__ADMISSION__TOKEN": TOKEN,
+                },
             )
         deadline = time.monotonic() + 60
         url = None
@@ -313,3 +317,53 @@ def test_a_completion_step_that_cannot_be_scheduled_is_a_hard_stall_then_resched
     assert done.json()["role"] == "completion"
     wait_for(lambda: service.job(done.json()["id"])["state"] == "FINISHED_OK", "the completion")
     assert state() == "COMPLETED"
+
+
+def test_requests_from_the_request_topic_run_and_refusals_are_dead_lettered(
+    serve: Callable[..., Service], bootstrap: str, run_id: str
+) -> None:
+    from confluent_kafka import Producer
+
+    from pipeline.demo import read_all
+    from pipeline.serde import SchemaRepository, StreamCodec
+
+    topics = {
+        "request_topic": f"admission.requests.{run_id}",
+        "events_topic": f"admission.events.{run_id}",
+        "dead_letter_topic": f"admission.dead-letter.{run_id}",
+    }
+    service = serve(bootstrap_servers=bootstrap, consumer_group=f"admission.{run_id}", **topics)
+    schemas = SchemaRepository.load()
+    codec = StreamCodec("job_request", schemas.get("job_request"), schemas)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topics["request_topic"], key=b"ok-1", value=codec.encode({"argv": ["true"]}))
+    producer.produce(
+        topics["request_topic"], key=b"nope", value=codec.encode({"argv": ["rm", "-rf", "/"]})
+    )
+    producer.produce(topics["request_topic"], key=b"junk", value=b"not avro at all")
+    assert producer.flush(30) == 0
+
+    wait_for(lambda: len(service.call("GET", "/jobs").json()) == 1, "the request to be taken")
+    [job] = service.call("GET", "/jobs").json()
+    assert job["client_key"] == "ok-1" and job["argv"][1:] == []
+    wait_for(lambda: service.job(job["id"])["state"] == "FINISHED_OK", "the job to run")
+
+    def dead() -> dict[bytes, str]:
+        return {
+            m.key(): dict(m.headers())["floodgate.reason"].decode()
+            for m in read_all(bootstrap, topics["dead_letter_topic"], timeout_s=5)
+        }
+
+    wait_for(lambda: len(dead()) == 2, "two dead letters")
+    assert dead() == {b"nope": "not-allowed", b"junk": "bad-request"}
+    events_codec = StreamCodec("job_event", schemas.get("job_event"), schemas)
+
+    def states() -> list[str]:
+        return [
+            events_codec.decode(m.value())["state"]
+            for m in read_all(bootstrap, topics["events_topic"], timeout_s=5)
+            if m.key() == str(job["id"]).encode()
+        ]
+
+    wait_for(lambda: states()[-1:] == ["FINISHED_OK"], "the job's events")
+    assert states()[0] in ("ENQUEUED", "RUNNING")

@@ -334,7 +334,13 @@ def test_get_unknown_name_lists_known_names(repo: SchemaRepository) -> None:
 
 
 def test_load_reads_every_avsc(repo: SchemaRepository) -> None:
-    assert repo.names() == ["delays_by_carrier_day", "delays_by_origin_hour", "flight"]
+    assert repo.names() == [
+        "delays_by_carrier_day",
+        "delays_by_origin_hour",
+        "flight",
+        "job_event",
+        "job_request",
+    ]
     assert repo.get("flight").field_names[:3] == ["year", "month", "day"]
 
 

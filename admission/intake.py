@@ -1,0 +1,202 @@
+"""The admission service's Kafka side: job commands from a request topic, job events out.
+
+* **Requests**: Avro ``job_request`` tuples (``schemas/job_request.avsc``, single-object
+  encoding as every Floodgate stream) on ``request_topic``, read through
+  ``consumer_group``. Each goes through :meth:`AdmissionService.submit`, so the
+  allowlist and the queue's limits hold as for the REST API. The message key, if
+  any, is kept as the job's ``client_key``.
+* **Refused or undecodable requests** go to ``dead_letter_topic`` with the original
+  key and value and headers ``floodgate.reason`` (``bad-request``, ``not-allowed``,
+  ``queue-full``, ``refused``), ``floodgate.error``, ``floodgate.topic``,
+  ``floodgate.partition``, ``floodgate.offset``: nothing is dropped silently.
+* **Events**: every change of a job's state, as Avro ``job_event`` tuples keyed by
+  job id, on ``events_topic``.
+
+Offsets are committed after a batch of requests was handled: a crash in between
+submits those requests again (at least once). A requester that must not run a job
+twice gives each request a key and watches the events for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+
+from admission.config import AdmissionSettings
+from admission.service import (
+    AdmissionError,
+    AdmissionQueueFull,
+    AdmissionService,
+    CommandNotAllowed,
+    JobSpec,
+)
+from admission.store import Job
+from pipeline.broker import ensure_topics
+from pipeline.errors import DeserializationError
+from pipeline.serde import SchemaRepository, StreamCodec
+
+log = logging.getLogger(__name__)
+
+
+class KafkaIntake:
+    """Reads the request topic into the service and publishes its job events.
+
+    Args:
+        service: the admission service.
+        bootstrap_servers: the Kafka cluster.
+        schemas: the schema repository (``job_request``, ``job_event``).
+    """
+
+    def __init__(
+        self,
+        service: AdmissionService,
+        *,
+        bootstrap_servers: str,
+        schemas: SchemaRepository | None = None,
+    ) -> None:
+        self.service = service
+        self.settings: AdmissionSettings = service.settings
+        self.bootstrap_servers = bootstrap_servers
+        schemas = schemas or SchemaRepository.load()
+        self.requests = StreamCodec("job_request", schemas.get("job_request"), schemas)
+        self.events = StreamCodec("job_event", schemas.get("job_event"), schemas)
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "acks": "all"}
+        )
+        self._consumer: Consumer | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: Requests taken and dead-lettered so far (tests and logs).
+        self.taken = 0
+        self.dead_lettered = 0
+
+    def start(self) -> KafkaIntake:
+        """Create the topics if missing, subscribe, publish events, read in a thread."""
+        s = self.settings
+        ensure_topics(
+            self.bootstrap_servers,
+            {t: (1, 1) for t in (s.request_topic, s.events_topic, s.dead_letter_topic)},
+        )
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "group.id": s.consumer_group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+            }
+        )
+        self._consumer.subscribe([s.request_topic])
+        self.service.listeners.append(self.publish)
+        self._thread = threading.Thread(target=self._run, name="admission-intake", daemon=True)
+        self._thread.start()
+        log.info("admission intake reading %s at %s", s.request_topic, self.bootstrap_servers)
+        return self
+
+    def _run(self) -> None:
+        assert self._consumer is not None
+        while not self._stop.is_set():
+            try:
+                messages = self._consumer.consume(num_messages=100, timeout=0.5)
+                handled = False
+                for message in messages:
+                    error = message.error()
+                    if error is not None:
+                        if error.code() != KafkaError._PARTITION_EOF:
+                            log.warning("request topic: %s", error)
+                        continue
+                    self._handle(message)
+                    handled = True
+                if handled:
+                    self._producer.flush(30)  # dead letters and events before the commit
+                    self._consumer.commit(asynchronous=False)
+            except Exception:
+                log.exception("admission intake: a batch failed; retrying")
+                time.sleep(1.0)
+
+    def _handle(self, message: Message) -> None:
+        key = message.key()
+        client_key = key.decode("utf-8", "replace") if key is not None else None
+        try:
+            record = self.requests.decode(message.value() or b"")
+            spec = JobSpec(
+                argv=list(record["argv"]),
+                cwd=record["cwd"],
+                env=dict(record["env"]),
+                queueable=bool(record["queueable"]),
+                expected_s=record["expected_s"],
+                abnormal_exit=bool(record["abnormal_exit"]),
+                lane=str(record["lane"]),
+            )
+            job = self.service.submit(spec, client_key=client_key)
+        except DeserializationError as exc:
+            self._dead_letter(message, "bad-request", str(exc))
+            return
+        except CommandNotAllowed as exc:
+            self._dead_letter(message, "not-allowed", str(exc))
+            return
+        except AdmissionQueueFull as exc:
+            self._dead_letter(message, "queue-full", str(exc))
+            return
+        except AdmissionError as exc:
+            self._dead_letter(message, "refused", str(exc))
+            return
+        self.taken += 1
+        log.info("request %s/%s: job %d", message.partition(), message.offset(), job.id)
+
+    def _dead_letter(self, message: Message, reason: str, error: str) -> None:
+        self.dead_lettered += 1
+        log.warning(
+            "FG-ADM-004 request %s/%d/%d dead-lettered (%s): %s",
+            message.topic(),
+            message.partition() or 0,
+            message.offset() or 0,
+            reason,
+            error,
+        )
+        headers: list[tuple[str, Any]] = [
+            ("floodgate.reason", reason),
+            ("floodgate.error", error[:2000]),
+            ("floodgate.topic", message.topic() or ""),
+            ("floodgate.partition", str(message.partition())),
+            ("floodgate.offset", str(message.offset())),
+        ]
+        self._producer.produce(
+            self.settings.dead_letter_topic,
+            key=message.key(),
+            value=message.value(),
+            headers=headers,
+        )
+
+    def publish(self, job: Job) -> None:
+        """A job's state as a ``job_event`` on the events topic (a service listener)."""
+        self._producer.produce(
+            self.settings.events_topic,
+            key=str(job.id).encode(),
+            value=self.events.encode(
+                {
+                    "job_id": job.id,
+                    "state": job.state.value,
+                    "time": int(time.time() * 1000),
+                    "exit_code": job.exit_code,
+                    "lane": job.lane,
+                    "client_key": job.client_key,
+                }
+            ),
+        )
+        self._producer.poll(0)
+
+    def stop(self) -> None:
+        """Stop reading; flush events and dead letters; leave the consumer group."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self.publish in self.service.listeners:
+            self.service.listeners.remove(self.publish)
+        self._producer.flush(10)
+        if self._consumer is not None:
+            self._consumer.close()
