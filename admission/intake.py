@@ -41,6 +41,12 @@ from pipeline.serde import SchemaRepository, StreamCodec
 
 log = logging.getLogger(__name__)
 
+#: ``floodgate.reason`` of a dead-lettered request, by the refusal (else ``refused``).
+_REASONS: dict[type[AdmissionError], str] = {
+    CommandNotAllowed: "not-allowed",
+    AdmissionQueueFull: "queue-full",
+}
+
 
 class KafkaIntake:
     """Reads the request topic into the service and publishes its job events.
@@ -136,14 +142,8 @@ class KafkaIntake:
         except DeserializationError as exc:
             self._dead_letter(message, "bad-request", str(exc))
             return
-        except CommandNotAllowed as exc:
-            self._dead_letter(message, "not-allowed", str(exc))
-            return
-        except AdmissionQueueFull as exc:
-            self._dead_letter(message, "queue-full", str(exc))
-            return
         except AdmissionError as exc:
-            self._dead_letter(message, "refused", str(exc))
+            self._dead_letter(message, _REASONS.get(type(exc), "refused"), str(exc))
             return
         self.taken += 1
         log.info("request %s/%s: job %d", message.partition(), message.offset(), job.id)
