@@ -90,7 +90,7 @@ class AdmissionSettings(BaseModel):
         """
         resolved: dict[str, str] = {}
         for entry in self.allowlist:
-            path = os.path.abspath(entry) if os.sep in entry else shutil.which(entry)
+            path = resolve_program(entry)
             if path is None or not os.access(path, os.X_OK):
                 raise ConfigError(
                     f"admission.allowlist entry {entry!r} names no executable "
@@ -99,8 +99,16 @@ class AdmissionSettings(BaseModel):
                     value=entry,
                     allowed="absolute paths or names of programs on PATH",
                 )
-            resolved[os.path.realpath(path)] = entry
+            resolved[path] = entry
         return resolved
+
+
+def resolve_program(program: str) -> str | None:
+    """The real absolute path a program name stands for: a path (with a ``/``) from the
+    working directory, a bare name on ``PATH``; ``None`` when a name is on no ``PATH``.
+    The allowlist and every job's ``argv[0]`` are resolved the same way."""
+    path = os.path.abspath(program) if os.sep in program else shutil.which(program)
+    return os.path.realpath(path) if path else None
 
 
 class AdmissionConfig(BaseModel):

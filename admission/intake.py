@@ -129,15 +129,7 @@ class KafkaIntake:
         client_key = key.decode("utf-8", "replace") if key is not None else None
         try:
             record = self.requests.decode(message.value() or b"")
-            spec = JobSpec(
-                argv=list(record["argv"]),
-                cwd=record["cwd"],
-                env=dict(record["env"]),
-                queueable=bool(record["queueable"]),
-                expected_s=record["expected_s"],
-                abnormal_exit=bool(record["abnormal_exit"]),
-                lane=str(record["lane"]),
-            )
+            spec = JobSpec.from_fields(record)
             job = self.service.submit(spec, client_key=client_key)
         except DeserializationError as exc:
             self._dead_letter(message, "bad-request", str(exc))

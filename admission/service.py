@@ -25,17 +25,16 @@ Stable log codes: ``FG-ADM-001`` emergency mode entered, ``FG-ADM-002`` left,
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from admission.algorithm import Admission, Decision, Limits, Load, StartReason
-from admission.config import AdmissionSettings
+from admission.config import AdmissionSettings, resolve_program
 from admission.load import HostLoadSampler
 from admission.metrics import AdmissionMetrics
 from admission.runner import ProcessRunner
@@ -118,6 +117,17 @@ class JobSpec:
     expected_s: float | None = None
     abnormal_exit: bool = False
     lane: str = "default"
+
+    @classmethod
+    def from_fields(cls, values: Mapping[str, Any]) -> JobSpec:
+        """A spec from a mapping that holds its fields -- a stored job
+        (``dataclasses.asdict``), a stored completion step (:meth:`as_fields`), a
+        decoded ``job_request`` tuple; other keys are ignored, missing ones default."""
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+    def as_fields(self) -> dict[str, Any]:
+        """The spec as JSON-ready fields (what :meth:`from_fields` takes back)."""
+        return {**asdict(self), "argv": list(self.argv), "env": dict(self.env)}
 
 
 class AdmissionService:
@@ -292,7 +302,7 @@ class AdmissionService:
         for spec in [*parts, *([completion] if completion else [])]:
             self._resolve(spec.argv)
         request_id = self.store.add_request(
-            None if completion is None else _spec_json(completion), self.clock()
+            None if completion is None else completion.as_fields(), self.clock()
         )
         scheduled: list[Job] = []
         for i, spec in enumerate(parts, start=1):
@@ -384,7 +394,9 @@ class AdmissionService:
             self.store.set_request(request_id, RequestState.COMPLETED)
             return True
         try:
-            self._schedule(_spec_from(completion), request_id=request_id, role="completion")
+            self._schedule(
+                JobSpec.from_fields(completion), request_id=request_id, role="completion"
+            )
         except AdmissionError as exc:
             reason = f"completion step of request {request_id} could not be scheduled: {exc}"
             self.store.set_request(request_id, RequestState.STALLED, reason)
@@ -472,17 +484,7 @@ class AdmissionService:
         if stall is None:
             raise JobNotFound(f"no stall entry {stall_id}")
         old = self._get(stall.job_id)
-        job = self.submit(
-            JobSpec(
-                argv=old.argv,
-                cwd=old.cwd,
-                env=old.env,
-                queueable=old.queueable,
-                expected_s=old.expected_s,
-                abnormal_exit=old.abnormal_exit,
-                lane=old.lane,
-            )
-        )
+        job = self.submit(JobSpec.from_fields(asdict(old)))
         log.warning("stall %d: job %d rescheduled as job %d", stall_id, old.id, job.id)
         self._refresh_gauges()
         return job
@@ -592,8 +594,7 @@ class AdmissionService:
         if not argv:
             raise AdmissionError("a job needs a command: argv is empty")
         program = argv[0]
-        path = os.path.abspath(program) if os.sep in program else shutil.which(program)
-        resolved = os.path.realpath(path) if path else None
+        resolved = resolve_program(program)
         if resolved is None or resolved not in self.allowlist:
             self.metrics.rejections.labels("not-allowed").inc()
             log.warning("FG-ADM-004 submit refused: %r is not on admission.allowlist", program)
@@ -727,19 +728,3 @@ class AdmissionService:
             counts[stall.kind] += 1
         for kind, n in counts.items():
             self.metrics.stalls.labels(kind.value).set(n)
-
-
-def _spec_json(spec: JobSpec) -> dict[str, object]:
-    return {
-        "argv": list(spec.argv),
-        "cwd": spec.cwd,
-        "env": dict(spec.env),
-        "queueable": spec.queueable,
-        "expected_s": spec.expected_s,
-        "abnormal_exit": spec.abnormal_exit,
-        "lane": spec.lane,
-    }
-
-
-def _spec_from(data: Mapping[str, object]) -> JobSpec:
-    return JobSpec(**data)  # type: ignore[arg-type]

@@ -70,6 +70,7 @@ from pipeline.broker import EmbeddedBroker, ensure_topics  # noqa: E402
 from pipeline.client import connect  # noqa: E402
 from pipeline.config import QueryGroupConfig, parse_query_group  # noqa: E402
 from pipeline.demo import Reception  # noqa: E402
+from pipeline.metrics import stream_total  # noqa: E402
 from pipeline.query_group import QueryGroup, build_spark_session  # noqa: E402
 from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
 
@@ -163,24 +164,8 @@ def run_once(
         if s.input_rows != n:
             raise RuntimeError(f"query {query} read {s.input_rows} of {n} flights")
 
-    def total(name: str) -> int:
-        return int(
-            sum(
-                group.registry.get_sample_value(name, {"query_group": config.name, "stream": s})
-                or 0
-                for s in outputs
-            )
-        )
-
-    def histogram(suffix: str) -> float:
-        return sum(
-            group.registry.get_sample_value(
-                f"floodgate_output_stream_queue_check_seconds_{suffix}",
-                {"query_group": config.name, "stream": s},
-            )
-            or 0.0
-            for s in outputs
-        )
+    def total(name: str) -> float:
+        return stream_total(group.registry, name, query_group=config.name, streams=outputs)
 
     return Run(
         check=check,
@@ -189,11 +174,11 @@ def run_once(
         machine_busy=meter.machine_busy,
         started_quiet=quiet.quiet,
         batches=sum(s.batches for s in stats.values()),
-        sleeps=total("floodgate_query_group_sleeps_total"),
-        holds=total("floodgate_query_group_holds_total"),
+        sleeps=int(total("floodgate_query_group_sleeps_total")),
+        holds=int(total("floodgate_query_group_holds_total")),
         output_tuples=output_tuples,
-        checks=int(histogram("count")),
-        check_s=histogram("sum"),
+        checks=int(total("floodgate_output_stream_queue_check_seconds_count")),
+        check_s=total("floodgate_output_stream_queue_check_seconds_sum"),
     )
 
 

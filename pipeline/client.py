@@ -144,15 +144,8 @@ class StreamInput:
         self.settings = config.input_settings(stream)
         self.key = TupleKey(stream_config.key)
         self.codec = StreamCodec(stream, schemas.get(stream_config.schema_), schemas)
-        readers = config.readers(stream)
-        self.probe = QueueProbe(
-            bootstrap_servers=bootstrap_servers,
-            stream=stream,
-            topic=self.topic,
-            groups=[config.consumer_group(q) for q in readers],
-            max_queue_size=self.settings.max_queue_size,
-            swept=swept,
-            client=config.kafka.client,
+        self.probe = QueueProbe.for_input_stream(
+            config, stream, bootstrap_servers=bootstrap_servers, swept=swept
         )
         self.on_threshold = on_threshold
         self.raise_on_threshold = raise_on_threshold
@@ -473,13 +466,8 @@ class StreamOutput:
         groups = config.reception_groups(stream)
         self.group = group or groups[0]
         self.codec = StreamCodec(stream, schemas.get(stream_config.schema_), schemas)
-        self.probe = QueueProbe(
-            bootstrap_servers=bootstrap_servers,
-            stream=stream,
-            topic=self.topic,
-            groups=groups if self.group in groups else [*groups, self.group],
-            max_queue_size=self.settings.max_queue_size,
-            client=config.kafka.client,
+        self.probe = QueueProbe.for_output_stream(
+            config, stream, bootstrap_servers=bootstrap_servers, also=[self.group]
         )
         self._consumer = Consumer(
             {

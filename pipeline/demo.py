@@ -46,6 +46,7 @@ from pipeline.client import StreamInput, StreamOutput, connect
 from pipeline.config import QueryGroupConfig, apply_env_overrides, parse_query_group
 from pipeline.errors import FloodgateError, QueryGroupHeld
 from pipeline.flights import flight_records, load_flights
+from pipeline.metrics import stream_total
 from pipeline.query_group import QueryGroup, QueryGroupState
 from pipeline.serde import SchemaRepository, StreamCodec
 
@@ -59,6 +60,8 @@ RECEPTION_BATCH = 5_000
 #: The longest the demo waits for a held query group to be released by ``auto_release``,
 #: and for the reception to read the last output tuples.
 SETTLE_TIMEOUT_S = 300.0
+SLEEPS = "floodgate_query_group_sleeps_total"
+HOLDS = "floodgate_query_group_holds_total"
 
 
 @dataclass
@@ -537,6 +540,7 @@ def run_demo(
         stats = group.stats()
         dead = count_dead_letters(broker.bootstrap_servers, config.dead_letter_topic)
         tables = reception.tables()
+        registry = group.registry
         return DemoResult(
             produced=replayer.produced,
             processed={q: s.input_rows for q, s in stats.items()},
@@ -556,21 +560,11 @@ def run_demo(
             received={s: t.received for s, t in tables.items()},
             output_max_queue_size={s: config.output_settings(s).max_queue_size for s in outputs},
             output_queue_peak=peaks,
-            sleeps=_metric_total(group, "floodgate_query_group_sleeps_total", outputs),
-            holds=_metric_total(group, "floodgate_query_group_holds_total", outputs),
+            sleeps=int(stream_total(registry, SLEEPS, query_group=group.name, streams=outputs)),
+            holds=int(stream_total(registry, HOLDS, query_group=group.name, streams=outputs)),
             metrics_url=metrics_url,
             output_topics={s: config.output_streams[s].topic for s in outputs},
         )
-
-
-def _metric_total(group: QueryGroup, name: str, streams: Iterable[str]) -> int:
-    """A counter of the group's registry, summed over output streams."""
-    return int(
-        sum(
-            group.registry.get_sample_value(name, {"query_group": group.name, "stream": s}) or 0
-            for s in streams
-        )
-    )
 
 
 def _drain(group: QueryGroup, report: Callable[[], Any]) -> None:

@@ -10,6 +10,7 @@ registers on, so tests read samples from a fresh registry
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import (
@@ -225,3 +226,15 @@ def add_metrics_route(app: Any, registry: CollectorRegistry, path: str = "/metri
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     app.add_api_route(path, metrics, methods=["GET"], include_in_schema=False)
+
+
+def stream_total(
+    registry: CollectorRegistry, name: str, *, query_group: str, streams: Iterable[str]
+) -> float:
+    """A sample of a query group's per-stream family, summed over ``streams`` (0 for a
+    stream with no sample yet): e.g. ``floodgate_query_group_sleeps_total`` or a
+    histogram's ``_sum`` / ``_count``."""
+    return sum(
+        registry.get_sample_value(name, {"query_group": query_group, "stream": s}) or 0.0
+        for s in streams
+    )

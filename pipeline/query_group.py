@@ -328,17 +328,12 @@ class QueryGroup:
     def _make_guards(self) -> None:
         """One :class:`OutputQueueGuard` per output stream, shared by its writers."""
         group = self.config.query_group
-        for name, stream in self.config.output_streams.items():
+        for name in self.config.output_streams:
             if name in self._guards:
                 continue
             settings = self.config.output_settings(name)
-            probe = QueueProbe(
-                bootstrap_servers=self.bootstrap_servers,
-                stream=name,
-                topic=stream.topic,
-                groups=self.config.reception_groups(name),
-                max_queue_size=settings.max_queue_size,
-                client=self.config.kafka.client,
+            probe = QueueProbe.for_output_stream(
+                self.config, name, bootstrap_servers=self.bootstrap_servers
             )
             self._guards[name] = OutputQueueGuard(
                 query_group=self.name,
@@ -728,17 +723,11 @@ class QueryGroup:
     def _discard_input(self) -> None:
         """Skip each input queue to its end now, counting what is skipped (seed 000:
         "all input tuples in the input stream queue are discarded")."""
-        for name, stream in self.config.input_streams.items():
-            readers = [self.config.consumer_group(q) for q in self.config.readers(name)]
-            if not readers:
+        for name in self.config.input_streams:
+            if not self.config.readers(name):
                 continue
-            probe = QueueProbe(
-                bootstrap_servers=self.bootstrap_servers,
-                stream=name,
-                topic=stream.topic,
-                groups=readers,
-                max_queue_size=self.config.input_settings(name).max_queue_size,
-                client=self.config.kafka.client,
+            probe = QueueProbe.for_input_stream(
+                self.config, name, bootstrap_servers=self.bootstrap_servers
             )
             snapshot = probe.snapshot()
             skipped = snapshot.length

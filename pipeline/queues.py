@@ -24,12 +24,15 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pipeline.errors import BrokerError
+
+if TYPE_CHECKING:
+    from pipeline.config import QueryGroupConfig
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,48 @@ class QueueProbe:
         )
         self._partitions: list[int] | None = None
         self._lock = threading.Lock()
+
+    @classmethod
+    def for_input_stream(
+        cls,
+        config: QueryGroupConfig,
+        stream: str,
+        *,
+        bootstrap_servers: str,
+        swept: SweptCounter | None = None,
+    ) -> QueueProbe:
+        """The probe of an input stream queue: read by the consumer groups of the
+        queries that read the stream, bounded by its resolved ``max_queue_size``."""
+        return cls(
+            bootstrap_servers=bootstrap_servers,
+            stream=stream,
+            topic=config.input_streams[stream].topic,
+            groups=[config.consumer_group(q) for q in config.readers(stream)],
+            max_queue_size=config.input_settings(stream).max_queue_size,
+            swept=swept,
+            client=config.kafka.client,
+        )
+
+    @classmethod
+    def for_output_stream(
+        cls,
+        config: QueryGroupConfig,
+        stream: str,
+        *,
+        bootstrap_servers: str,
+        also: Iterable[str] = (),
+    ) -> QueueProbe:
+        """The probe of an output stream queue: read by the stream's reception groups
+        (and the groups in ``also``), bounded by its resolved ``max_queue_size``."""
+        groups = config.reception_groups(stream)
+        return cls(
+            bootstrap_servers=bootstrap_servers,
+            stream=stream,
+            topic=config.output_streams[stream].topic,
+            groups=[*groups, *(g for g in also if g not in groups)],
+            max_queue_size=config.output_settings(stream).max_queue_size,
+            client=config.kafka.client,
+        )
 
     def partitions(self) -> list[int]:
         """The topic's partitions (cached; call :meth:`forget_partitions` after a resize)."""
