@@ -4,7 +4,8 @@ Reads are open (the service binds to loopback unless configured otherwise); ever
 mutating call needs ``Authorization: Bearer <admission.token>``, compared in
 constant time (401 without it or with a wrong one). Errors answer with the
 reason: 403 a program off the allowlist, 404 no such job, 409 a job in the wrong
-state, 503 the queue is full, 422 a malformed request.
+state, 421 a call only the leader can serve (the detail names it), 503 the queue is
+full, 422 a malformed request.
 """
 
 import secrets
@@ -122,14 +123,22 @@ def build_app(service: AdmissionService) -> FastAPI:
     @app.post("/suspend", dependencies=auth)
     def suspend(at_once: bool = False) -> dict[str, object]:
         """Stop starting jobs; ``at_once`` also aborts running and enqueued ones."""
-        service.suspend(at_once=at_once)
-        return service.status()
+
+        def run() -> dict[str, object]:
+            service.suspend(at_once=at_once)
+            return service.status()
+
+        return answer(run)
 
     @app.post("/resume", dependencies=auth)
     def resume() -> dict[str, object]:
         """Start jobs again."""
-        service.resume()
-        return service.status()
+
+        def run() -> dict[str, object]:
+            service.resume()
+            return service.status()
+
+        return answer(run)
 
     @app.get("/status")
     def status() -> dict[str, object]:

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Annotated, Any
@@ -75,7 +76,15 @@ def serve(
         service = AdmissionService(settings)
     except FloodgateError as exc:
         raise _fail(str(exc)) from exc
-    service.start()
+    # Bind first: the address is known (port 0 picks one) before the service takes
+    # the leadership and records where it answers.
+    try:
+        sock = socket.create_server((settings.host, settings.port))
+    except OSError as exc:
+        raise _fail(f"the API could not listen on {settings.host}:{settings.port}: {exc}") from exc
+    port = sock.getsockname()[1]
+    url = f"http://{settings.host}:{port}"
+    service.start(address=url)
     intake = None
     bootstrap = settings.bootstrap_servers or os.environ.get("FLOODGATE_KAFKA_BOOTSTRAP")
     if bootstrap:
@@ -83,15 +92,11 @@ def serve(
 
         intake = KafkaIntake(service, bootstrap_servers=bootstrap).start()
     server = uvicorn.Server(
-        uvicorn.Config(
-            build_app(service),
-            host=settings.host,
-            port=settings.port,
-            log_level="warning",
-            access_log=False,
-        )
+        uvicorn.Config(build_app(service), log_level="warning", access_log=False)
     )
-    thread = threading.Thread(target=server.run, name="admission-http", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="admission-http", daemon=True
+    )
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -104,10 +109,9 @@ def serve(
         stop.wait(0.05)
     if not thread.is_alive():
         service.stop()
-        raise _fail(f"the API could not listen on {settings.host}:{settings.port}")
-    port = server.servers[0].sockets[0].getsockname()[1] if server.servers else settings.port
+        raise _fail(f"the API could not serve on {url}")
     # One line a supervisor (or a test) can read the URL from.
-    print(f"FLOODGATE_ADMISSION_URL=http://{settings.host}:{port}", flush=True)
+    print(f"FLOODGATE_ADMISSION_URL={url}", flush=True)
     try:
         stop.wait()
     finally:

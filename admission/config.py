@@ -60,6 +60,9 @@ class AdmissionSettings(BaseModel):
     """Most jobs enqueued at once (seed: 100 000); a submit beyond it fails."""
     monitor_interval_s: Annotated[float, Field(gt=0, le=3_600)] = 5.0
     """How often the monitor looks for jobs running past their expected time."""
+    leader_check_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+    """How often a follower tries the leader lock and the leader checks it holds it
+    (several instances on one PostgreSQL database; seed 003)."""
     bootstrap_servers: str | None = None
     """Kafka cluster of the request and events topics (default: ``FLOODGATE_KAFKA_BOOTSTRAP``);
     neither set: no Kafka intake, the REST API only."""

@@ -25,7 +25,9 @@ class AdmissionMetrics:
       ``forced``, ``not-queueable``;
     * ``floodgate_admission_rejections_total{reason}`` (counter): ``queue-full``,
       ``not-allowed``;
-    * ``floodgate_admission_stall_entries{kind}`` (gauge): ``hard``, ``long-running``.
+    * ``floodgate_admission_stall_entries{kind}`` (gauge): ``hard``, ``long-running``,
+      ``in-doubt``;
+    * ``floodgate_admission_leader`` (gauge, 0/1): this instance starts jobs.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -57,3 +59,4 @@ class AdmissionMetrics:
         self.starts = counter("starts", "Jobs started, by how.", ("how",))
         self.rejections = counter("rejections", "Submits refused, by reason.", ("reason",))
         self.stalls = gauge("stall_entries", "Stall array entries, by kind.", ("kind",))
+        self.leader = gauge("leader", "1 while this instance leads (starts jobs).")

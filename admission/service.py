@@ -17,9 +17,23 @@
   disabled (nothing more starts in it) until an operator enables it; the entry can
   be rescheduled (the same command, enqueued again as a new job).
 
+Several instances may share one database (PostgreSQL; seed 003's leader-elected
+consumer): a :class:`~pipeline.leader.LeaderElection` grants one of them the
+leadership at run time, and only the leader starts jobs and runs the monitor. A
+follower takes submits into the queue (it never starts them itself: a job that must
+start at once -- not queueable, or start-now -- is marked ``asap`` and the leader
+starts it at its next check, whatever the load), serves reads, cancels enqueued
+jobs, and answers 421 with the leader's address for what only the leader can do
+(stop a running job, suspend, resume). Each start is a compare-and-set
+``ENQUEUED -> RUNNING`` in the database before the process starts, so two instances
+that both believe they lead for an instant never start a job twice. A new leader
+recovers the RUNNING jobs as a restart does (adopted by pid on this host, else
+UNKNOWN).
+
 Stable log codes: ``FG-ADM-001`` emergency mode entered, ``FG-ADM-002`` left,
 ``FG-ADM-003`` a start forced by start-now, ``FG-ADM-004`` a submit refused,
-``FG-ADM-005`` a hard stall, ``FG-ADM-006`` a long-running job.
+``FG-ADM-005`` a hard stall, ``FG-ADM-006`` a long-running job; ``FG-LEAD-001`` /
+``FG-LEAD-002`` leadership granted / revoked (:mod:`pipeline.leader`).
 """
 
 from __future__ import annotations
@@ -48,6 +62,7 @@ from admission.store import (
     StallKind,
 )
 from pipeline.errors import FloodgateError
+from pipeline.leader import LeaderElection, as_dict
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +103,12 @@ class RequestBackedOut(AdmissionError):
     out (freed if still enqueued, in-doubt stall entries if they may be running)."""
 
     status = 409
+
+
+class NotLeader(AdmissionError):
+    """Only the leader can do this (it owns the job processes); the message names it."""
+
+    status = 421
 
 
 class JobConflict(AdmissionError):
@@ -159,6 +180,15 @@ class AdmissionService:
         self.admission = Admission(Limits(**limits))
         self.store = JobStore(settings.database_url)
         self.runner = ProcessRunner(settings.log_dir)
+        #: Several instances on one PostgreSQL database: counts come from it.
+        self.shared = not settings.database_url.startswith("sqlite")
+        self.election = LeaderElection(
+            settings.database_url,
+            "admission",
+            on_granted=self._granted,
+            on_revoked=self._revoked,
+            check_interval_s=settings.leader_check_interval_s,
+        )
         self.suspended = False
         self.load = Load(cpu=0.0, memory=0.0)
         self._lock = threading.RLock()
@@ -172,26 +202,21 @@ class AdmissionService:
 
     # -- lifecycle -------------------------------------------------------------
 
-    def start(self) -> AdmissionService:
-        """Recover the queue from the store, then run the check and monitor threads.
+    @property
+    def is_leader(self) -> bool:
+        """Whether this instance starts jobs (it holds the database lock)."""
+        return self.election.is_leader
 
-        A job stored RUNNING whose process is gone becomes UNKNOWN; one whose process
-        is still there is watched again (its exit status cannot be known: it ends
-        UNKNOWN). Enqueued jobs stay enqueued.
+    def start(self, *, address: str | None = None) -> AdmissionService:
+        """Take the leadership if free, then run the check and monitor threads.
+
+        Args:
+            address: where this instance's API answers (shown to followers).
         """
-        now = self.clock()
-        for job in self.store.in_state(JobState.RUNNING):
-            if job.pid is None or not self.runner.adopt(job.id, job.pid):
-                self.store.update(
-                    job.id,
-                    expect=[JobState.RUNNING],
-                    state=JobState.UNKNOWN.value,
-                    finished=now,
-                    note="its process was gone when the service restarted",
-                )
-                log.warning("job %d: was RUNNING, its process is gone: UNKNOWN", job.id)
         with self._lock:
-            self._enqueued = self.store.count_by_state()[JobState.ENQUEUED]
+            self._enqueued = self.store.count_enqueued()
+        self.election.address = address
+        self.election.start()
         self.load = self.sampler()
         self._refresh_gauges()
         self._stop.clear()
@@ -201,15 +226,55 @@ class AdmissionService:
             )
             thread.start()
             self._threads.append(thread)
-        log.info("admission service started: %d jobs enqueued", self._enqueued)
+        log.info(
+            "admission service started (%s): %d jobs enqueued",
+            "leader" if self.is_leader else "follower",
+            self._enqueued,
+        )
         return self
 
+    def _granted(self) -> None:
+        """Leadership granted: recover the queue as a restart does.
+
+        A job stored RUNNING whose process is gone becomes UNKNOWN; one whose process
+        is still there is watched again (its exit status cannot be known: it ends
+        UNKNOWN). Enqueued jobs stay enqueued.
+        """
+        self.metrics.leader.set(1)
+        with self._lock:
+            self._recover()
+
+    def _recover(self) -> None:
+        now = self.clock()
+        watched = set(self.runner.running())
+        for job in self.store.in_state(JobState.RUNNING):
+            if job.id in watched:
+                continue
+            if job.pid is None or not self.runner.adopt(job.id, job.pid):
+                self.store.update(
+                    job.id,
+                    expect=[JobState.RUNNING],
+                    state=JobState.UNKNOWN.value,
+                    finished=now,
+                    note="its process was gone when this instance took the lead",
+                )
+                log.warning("job %d: was RUNNING, its process is gone: UNKNOWN", job.id)
+        self._enqueued = self.store.count_enqueued()
+
+    def _revoked(self) -> None:
+        """Leadership lost: nothing more starts here. Processes this instance started go
+        on; it still records how they end (the new leader adopts them as well: the
+        first to record an end wins, by compare-and-set)."""
+        self.metrics.leader.set(0)
+
     def stop(self) -> None:
-        """Stop the threads; running jobs go on (they are adopted on the next start)."""
+        """Stop the threads and give the leadership up; running jobs go on (they are
+        adopted by the next leader)."""
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=10)
         self._threads.clear()
+        self.election.stop()
 
     # -- requests --------------------------------------------------------------
 
@@ -234,6 +299,11 @@ class AdmissionService:
         """
         program = self._resolve(spec.argv)
         argv = [program, *spec.argv[1:]]
+        if self.shared and self._enqueued + 1 >= 0.9 * self.settings.max_queue_size:
+            # Other instances enqueue too: near the bound, count in the database.
+            count = self.store.count_enqueued()
+            with self._lock:
+                self._enqueued = count
         with self._lock:
             outcome = self.admission.on_submit(
                 queueable=spec.queueable, enqueued=self._enqueued, load=self.load
@@ -252,6 +322,9 @@ class AdmissionService:
             start = outcome.decision is Decision.START and (
                 not held_back or outcome.start_reason is StartReason.NOT_QUEUEABLE
             )
+            # A follower starts nothing: what must start at once is left to the leader.
+            asap = outcome.start_reason is StartReason.NOT_QUEUEABLE and not self.is_leader
+            start = start and self.is_leader
             job = self.store.add(
                 argv=argv,
                 cwd=spec.cwd,
@@ -265,13 +338,15 @@ class AdmissionService:
                 request_id=request_id,
                 role=role,
                 client_key=client_key,
+                asap=asap,
             )
             self._enqueued += 1
             if start:
                 assert outcome.start_reason is not None
                 job = self._start(job, outcome.start_reason)
             else:
-                log.info("job %d enqueued: %s", job.id, outcome.reason)
+                why = "for the leader to start" if asap else outcome.reason
+                log.info("job %d enqueued: %s", job.id, why)
                 self._notify(job.id)
         self._refresh_gauges()
         return job
@@ -417,6 +492,15 @@ class AdmissionService:
             job = self._get(job_id)
             if job.state is not JobState.ENQUEUED:
                 raise JobConflict(f"job {job_id} is {job.state.value}, not ENQUEUED")
+            if not self.is_leader:
+                if not self.store.update(job_id, expect=[JobState.ENQUEUED], asap=True):
+                    raise JobConflict(f"job {job_id} left ENQUEUED")
+                log.warning(
+                    "FG-ADM-003 job %d: start forced (start-now); the leader %s starts it",
+                    job_id,
+                    self._leader_name(),
+                )
+                return self._get(job_id)
             log.warning("FG-ADM-003 job %d: start forced (start-now)", job_id)
             return self._start(job, StartReason.FORCED)
 
@@ -429,12 +513,19 @@ class AdmissionService:
         job = self._get(job_id)
         if job.state in FINAL_STATES:
             raise JobConflict(f"job {job_id} has ended ({job.state.value})")
+        if job.state is JobState.RUNNING:
+            self._require_leader(f"stop running job {job_id}")
         self._abort(job, "cancelled")
         return self._get(job_id)
 
     def suspend(self, *, at_once: bool = False) -> None:
         """Stop starting jobs (seed 004, "Server suspend"); ``at_once`` also aborts every
-        running and enqueued job."""
+        running and enqueued job.
+
+        Raises:
+            NotLeader: this instance does not lead (suspend the leader).
+        """
+        self._require_leader("suspend")
         self.suspended = True
         log.warning("admission suspended%s", " at once" if at_once else "")
         if at_once:
@@ -443,7 +534,12 @@ class AdmissionService:
                     self._abort(job, "suspended at once")
 
     def resume(self) -> None:
-        """Start jobs again after :meth:`suspend`."""
+        """Start jobs again after :meth:`suspend`.
+
+        Raises:
+            NotLeader: this instance does not lead.
+        """
+        self._require_leader("resume")
         self.suspended = False
         log.warning("admission resumed")
 
@@ -501,6 +597,11 @@ class AdmissionService:
             "emergency_mode": self.admission.emergency,
             "load_step": self.admission.load_step,
             "suspended": self.suspended,
+            "leader": {
+                "is_leader": self.is_leader,
+                "instance": self.election.instance,
+                "holder": as_dict(self.election.holder()),
+            },
             "jobs": {s.value: n for s, n in self.store.count_by_state().items()},
             "disabled_lanes": self.store.disabled_lanes(),
             "stalls": len(self.store.stalls()),
@@ -527,15 +628,19 @@ class AdmissionService:
                     "entered" if change.entered else "left",
                     change.reason,
                 )
-            if self.suspended:
+            if self.suspended or not self.is_leader:
                 return 0
-            n = self.admission.tick(enqueued=self._enqueued, load=load)
             started = 0
+            for job in self.store.next_asap(self.settings.max_load_step):
+                how = StartReason.FORCED if job.queueable else StartReason.NOT_QUEUEABLE
+                if self._start(job, how).state is JobState.RUNNING:
+                    started += 1
+            n = self.admission.tick(enqueued=self._enqueued, load=load)
             if n:
                 skip = self.store.disabled_lanes()
                 for job in self.store.next_enqueued(n, skip_lanes=skip):
-                    self._start(job, StartReason.DEQUEUED)
-                    started += 1
+                    if self._start(job, StartReason.DEQUEUED).state is JobState.RUNNING:
+                        started += 1
         self.metrics.cpu.set(load.cpu)
         self.metrics.memory.set(load.memory)
         self.metrics.emergency.set(1 if self.admission.emergency else 0)
@@ -564,7 +669,9 @@ class AdmissionService:
     def monitor(self) -> None:
         """Flag jobs running past their expected time (seed 002: long-running entries,
         not errors); clear the flags of jobs that ended, and the in-doubt entries of
-        backed-out parts that have ended."""
+        backed-out parts that have ended. The leader's work: a follower does nothing."""
+        if not self.is_leader:
+            return
         now = self.clock()
         flagged = {s.job_id for s in self.store.stalls(kind=StallKind.LONG_RUNNING)}
         running = {j.id: j for j in self.store.in_state(JobState.RUNNING)}
@@ -604,6 +711,19 @@ class AdmissionService:
             )
         return resolved
 
+    def _leader_name(self) -> str:
+        holder = self.election.holder()
+        if holder is None:
+            return "(none yet)"
+        return f"{holder.instance} at {holder.address or 'an unknown address'}"
+
+    def _require_leader(self, what: str) -> None:
+        if not self.is_leader:
+            raise NotLeader(
+                f"this instance ({self.election.instance}) does not lead: {what} at the "
+                f"leader, {self._leader_name()}"
+            )
+
     def _get(self, job_id: int) -> Job:
         job = self.store.get(job_id)
         if job is None:
@@ -611,8 +731,12 @@ class AdmissionService:
         return job
 
     def _start(self, job: Job, how: StartReason) -> Job:
-        """Start an ENQUEUED job's process (under ``self._lock``)."""
+        """Claim an ENQUEUED job (``ENQUEUED -> RUNNING`` in the database), then start
+        its process (under ``self._lock``). A job claimed by another instance, or
+        cancelled meanwhile, is left alone and returned as it now is."""
         now = self.clock()
+        if not self.store.claim(job.id, now=now, how=how.value, instance=self.election.instance):
+            return self._get(job.id)
         self._enqueued -= 1
         try:
             pid, log_path = self.runner.start(job.id, job.argv, cwd=job.cwd, env=job.env)
@@ -620,21 +744,13 @@ class AdmissionService:
             self.store.update(
                 job.id,
                 state=JobState.ERROR.value,
-                started=now,
                 finished=now,
                 note=f"could not start: {exc}",
             )
             log.error("job %d could not start: %s", job.id, exc)
             self._notify(job.id)
             return self._get(job.id)
-        self.store.update(
-            job.id,
-            state=JobState.RUNNING.value,
-            started=now,
-            pid=pid,
-            log_path=log_path,
-            start_reason=how.value,
-        )
+        self.store.update(job.id, pid=pid, log_path=log_path)
         self.metrics.starts.labels(how.value).inc()
         self.metrics.wait.observe(max(0.0, now - job.submitted))
         log.info("job %d started (%s), pid %d", job.id, how.value, pid)
@@ -652,14 +768,15 @@ class AdmissionService:
             state, note = JobState.FINISHED_OK, None
         else:
             state, note = JobState.ERROR, f"exit status {exit_code}"
-        self.store.update(
+        if not self.store.update(
             job_id,
             expect=[JobState.RUNNING],
             state=state.value,
             finished=now,
             exit_code=exit_code,
             note=note,
-        )
+        ):
+            return  # recorded already (another instance watching the same process)
         self.store.delete_stalls(job_id=job_id, kind=StallKind.LONG_RUNNING)
         self._notify(job_id)
         if job.request_id is not None and job.role == "part":
@@ -721,10 +838,14 @@ class AdmissionService:
                 log.exception("job %d: a state listener failed", job_id)
 
     def _refresh_gauges(self) -> None:
-        for state, n in self.store.count_by_state().items():
+        counts = self.store.count_by_state()
+        for state, n in counts.items():
             self.metrics.jobs.labels(state.value).set(n)
-        counts = {k: 0 for k in StallKind}
+        if self.shared:  # other instances enqueue and start too
+            with self._lock:
+                self._enqueued = counts[JobState.ENQUEUED]
+        kinds = {k: 0 for k in StallKind}
         for stall in self.store.stalls():
-            counts[stall.kind] += 1
-        for kind, n in counts.items():
+            kinds[stall.kind] += 1
+        for kind, n in kinds.items():
             self.metrics.stalls.labels(kind.value).set(n)

@@ -32,9 +32,11 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    true,
     update,
 )
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 
 
 class JobState(enum.StrEnum):
@@ -98,7 +100,12 @@ jobs = Table(
     Column("request_id", Integer, nullable=True, index=True),
     Column("role", String, nullable=True),
     Column("client_key", String, nullable=True),
+    # Enqueued by an instance that is not the leader but to be started at once (not
+    # queueable, or start-now): the leader starts these first, whatever the load.
+    Column("asap", Boolean, nullable=False, default=False),
+    Column("started_by", String, nullable=True),
     Index("floodgate_jobs_queue", "state", "submitted", "id"),
+    Index("floodgate_jobs_asap", "asap", "state"),
 )
 
 requests = Table(
@@ -157,6 +164,8 @@ class Job:
     request_id: int | None = None
     role: str | None = None
     client_key: str | None = None
+    asap: bool = False
+    started_by: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The job as the API shows it (the environment's values are not shown)."""
@@ -215,7 +224,10 @@ class JobStore:
         )
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        metadata.create_all(self.engine)
+        try:
+            metadata.create_all(self.engine)
+        except DBAPIError:  # another instance created them at the same moment
+            metadata.create_all(self.engine)
         self._lock = threading.Lock()
 
     # -- jobs ------------------------------------------------------------------
@@ -259,6 +271,41 @@ class JobStore:
             query = query.where(jobs.c.lane.not_in(skip))
         with self.engine.connect() as conn:
             return [_job(r) for r in conn.execute(query)]
+
+    def next_asap(self, n: int) -> list[Job]:
+        """Up to ``n`` enqueued jobs marked to start at once (Submitted order): not
+        queueable, or forced with start-now, on an instance that is not the leader."""
+        query = (
+            select(jobs)
+            .where(jobs.c.asap == true(), jobs.c.state == JobState.ENQUEUED.value)
+            .order_by(jobs.c.submitted, jobs.c.id)
+            .limit(n)
+        )
+        with self.engine.connect() as conn:
+            return [_job(r) for r in conn.execute(query)]
+
+    def claim(self, job_id: int, *, now: float, how: str, instance: str) -> bool:
+        """Move an enqueued job to RUNNING before its process starts: a compare-and-set,
+        so of two instances that both believe they lead, one starts it, never both.
+
+        Returns:
+            Whether this caller claimed it (``False``: it had left ENQUEUED).
+        """
+        return self.update(
+            job_id,
+            expect=[JobState.ENQUEUED],
+            state=JobState.RUNNING.value,
+            started=now,
+            start_reason=how,
+            started_by=instance,
+            asap=False,
+        )
+
+    def count_enqueued(self) -> int:
+        """How many jobs are enqueued (an index range count)."""
+        with self.engine.connect() as conn:
+            query = select(func.count()).where(jobs.c.state == JobState.ENQUEUED.value)
+            return int(conn.execute(query).scalar_one())
 
     def in_state(self, state: JobState) -> list[Job]:
         """Every job in ``state``."""

@@ -3,6 +3,8 @@
 * ``broker``: resolved as DESIGN.md section 3 says -- ``FLOODGATE_KAFKA_BOOTSTRAP``
   when set (the same tests then run unchanged against that cluster), else a
   Docker engine through testcontainers, else the embedded ``noida-db`` broker.
+* ``postgres``: a PostgreSQL server (``FLOODGATE_TEST_POSTGRES_URL``, else a private
+  cluster from the installed server binaries; see ``postgres.py``).
 * ``spark``: one SparkSession for the whole run (``local[2]``, UI off,
   2 shuffle partitions, ``PYSPARK_PYTHON=sys.executable``).
 
@@ -27,6 +29,8 @@ from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.flights import flight_records, load_flights
 from pipeline.query_group import QueryGroup, QueryStats
 from pipeline.serde import SchemaRepository
+
+from .postgres import postgres_server
 
 ROOT = Path(__file__).resolve().parents[2]
 FLIGHTS_TOML = ROOT / "conf" / "flights.toml"
@@ -53,6 +57,13 @@ def broker() -> Iterator[Broker]:
 @pytest.fixture(scope="session")
 def bootstrap(broker: Broker) -> str:
     return broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[str]:
+    """The SQLAlchemy URL of a real PostgreSQL server; tests make their own databases."""
+    with postgres_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

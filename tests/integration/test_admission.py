@@ -16,6 +16,9 @@ from typing import Any
 import httpx
 import pytest
 import tomli_w
+from sqlalchemy import create_engine, text
+
+from .postgres import fresh_database
 
 TOKEN = "t0ken-for-tests"
 SLEEP = "/bin/sleep" if os.path.exists("/bin/sleep") else "/usr/bin/sleep"
@@ -66,7 +69,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Service]]:
             "log_dir": str(tmp_path / "logs"),
             **settings,
         }
-        path = tmp_path / "admission.toml"
+        path = tmp_path / f"admission-{len(started)}.toml"
         path.write_text(tomli_w.dumps({"admission": config}))
         log_path = tmp_path / f"service-{len(started)}.log"
         with open(log_path, "wb") as out:
@@ -367,3 +370,96 @@ def test_requests_from_the_request_topic_run_and_refusals_are_dead_lettered(
 
     wait_for(lambda: states()[-1:] == ["FINISHED_OK"], "the job's events")
     assert states()[0] in ("ENQUEUED", "RUNNING")
+
+
+def test_on_postgresql_one_instance_admits_and_another_takes_over_without_a_double_start(
+    serve: Callable[..., Service], postgres: str, tmp_path: Path
+) -> None:
+    """Two instances on one PostgreSQL database: one leads and starts every job (those
+    submitted to the follower too); the leader's lock is lost at run time (its database
+    session is terminated), then the leader is killed: the other takes over each time,
+    adopts what is running, and no job runs twice."""
+    database = fresh_database(postgres)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    # One start a second on each instance: jobs are still enqueued at each failover.
+    slow = {
+        "database_url": database,
+        "check_interval_ms": 1000,
+        "initial_load_step": 1,
+        "max_load_step": 1,
+        "system_cpu_limit": 1.0,
+        "leader_check_interval_s": 0.2,
+        "allowlist": [sys.executable],
+    }
+    first = serve(**slow)
+    wait_for(lambda: first.call("GET", "/status").json()["leader"]["is_leader"], "a leader")
+    second = serve(**slow)
+    leader = first.call("GET", "/status").json()["leader"]
+    follower = second.call("GET", "/status").json()["leader"]
+    assert not follower["is_leader"]
+    assert follower["holder"] == {**leader["holder"], "instance": leader["instance"]}
+    assert leader["holder"]["address"] == first.url
+
+    mark = (
+        "import os, sys, time; "
+        "open(os.path.join(sys.argv[1], os.environ['MARK']), 'a').write('started\\n'); "
+        "time.sleep(0.3)"
+    )
+    jobs = [
+        second.submit([sys.executable, "-c", mark, str(marks)], env={"MARK": str(i)})
+        for i in range(10)
+    ]
+    assert {j["state"] for j in jobs} == {"ENQUEUED"}  # a follower starts nothing
+    # Only the leader can stop a running job or suspend: the follower names it.
+    refused = second.call("POST", "/suspend")
+    assert refused.status_code == 421
+    assert first.url in refused.json()["detail"]
+
+    def started() -> list[dict[str, Any]]:
+        return [j for j in (second.job(j["id"]) for j in jobs) if j["started_by"]]
+
+    wait_for(lambda: len(started()) >= 2, "the leader to start jobs")
+    assert {j["started_by"] for j in started()} == {leader["instance"]}
+
+    # The lock is lost at run time: the leader's database session ends.
+    engine = create_engine(database)
+    with engine.connect() as conn:
+        conn.execute(
+            text("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
+        )
+    engine.dispose()
+    wait_for(lambda: "FG-LEAD-002" in first.log(), "the leader to see its lock lost")
+    assert "database connection failed" in first.log()
+
+    def current() -> Service | None:
+        for service in (first, second):
+            alive = service.process.poll() is None
+            if alive and service.call("GET", "/status").json()["leader"]["is_leader"]:
+                return service
+        return None
+
+    wait_for(lambda: current() is not None, "a leader after the lock was lost")
+    before = len(started())
+    wait_for(lambda: len(started()) > before, "jobs started after the lock was lost")
+
+    # The leader is killed: the other instance takes over and finishes the queue.
+    killed = current()
+    assert killed is not None
+    killed.process.kill()
+    killed.process.wait(timeout=30)
+    survivor = second if killed is first else first
+    wait_for(
+        lambda: survivor.call("GET", "/status").json()["leader"]["is_leader"],
+        "the survivor to take over",
+    )
+
+    def ended() -> bool:
+        states = {survivor.job(j["id"])["state"] for j in jobs}
+        return states <= {"FINISHED_OK", "UNKNOWN"}
+
+    wait_for(ended, "every job to end")
+    final = [survivor.job(j["id"]) for j in jobs]
+    assert {(marks / str(i)).read_text() for i in range(10)} == {"started\n"}, "a job ran twice"
+    assert len({j["started_by"] for j in final}) >= 2  # started by more than one leader
+    assert survivor.call("GET", "/status").json()["jobs"]["ENQUEUED"] == 0
