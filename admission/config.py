@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
-from pipeline.config import apply_env_overrides, config_error
+from pipeline.config import DEFAULT_CONTROL_DIR, apply_env_overrides, config_error
 from pipeline.errors import ConfigError
 
 #: Environment overrides of this config: ``FLOODGATE__ADMISSION__<KEY>=value``.
@@ -60,6 +60,15 @@ class AdmissionSettings(BaseModel):
     """Most jobs enqueued at once (seed: 100 000); a submit beyond it fails."""
     monitor_interval_s: Annotated[float, Field(gt=0, le=3_600)] = 5.0
     """How often the monitor looks for jobs running past their expected time."""
+    driver_control_dir: str | None = DEFAULT_CONTROL_DIR
+    """Where query groups of this host write their control files (``<name>.json`` with
+    their metrics URL): their driver JVM heaps count in the memory usage (emergency
+    mode). ``None``: none found this way."""
+    driver_metrics_urls: list[str] = Field(default_factory=list)
+    """More Spark driver endpoints (``http://host:port``, serving
+    ``floodgate_query_group_jvm_heap_*``) whose heap counts in the memory usage."""
+    driver_heap_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+    """How often the drivers' heaps are read (in the background; the check never waits)."""
     leader_check_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     """How often a follower tries the leader lock and the leader checks it holds it
     (several instances on one PostgreSQL database; seed 003)."""

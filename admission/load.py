@@ -1,32 +1,176 @@
-"""Load samples for the admission decision: system CPU and memory (seed 004, "Load Metrics")."""
+"""Load samples for the admission decision: system CPU and memory (seed 004, "Load Metrics").
+
+Seed 004 enters emergency mode when *any* heap it watches is nearly full (the core's
+and each worker's: coreLowMem / workerLowMem). Here the memory figure is the highest
+of the host's memory usage and the heap usage of every Spark driver whose metrics
+endpoint is known: a driver near its ``-Xmx`` fails its jobs with OutOfMemoryError
+long before the host runs short, and starting more jobs then only adds to it.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import threading
 from collections import deque
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
+import httpx
 import psutil
+from prometheus_client.parser import text_string_to_metric_families
 
 from admission.algorithm import Load
 
+log = logging.getLogger(__name__)
+
+#: The query group's driver heap gauges (``pipeline.metrics.QueryGroupMetrics``).
+HEAP_USED = "floodgate_query_group_jvm_heap_used_bytes"
+HEAP_MAX = "floodgate_query_group_jvm_heap_max_bytes"
+
+
+def heap_ratios(metrics_text: str) -> dict[str, float]:
+    """``{query group: heap used / heap max}`` from a query group's ``/metrics`` text
+    (groups without both samples, or with a max of 0, are left out)."""
+    used: dict[str, float] = {}
+    most: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name not in (HEAP_USED, HEAP_MAX):
+            continue
+        into = used if family.name == HEAP_USED else most
+        for sample in family.samples:
+            into[sample.labels.get("query_group", "")] = sample.value
+    return {name: used[name] / most[name] for name in used if most.get(name)}
+
+
+def combine(host_memory: float, heaps: Mapping[str, float]) -> tuple[float, str]:
+    """The memory figure and where it came from: the highest of the host's usage
+    (``"host"``) and each driver heap's (``"jvm:<query group>"``); the host on a tie.
+
+    Args:
+        host_memory: host memory usage ratio, 0..1.
+        heaps: ``{query group: heap usage ratio}``.
+    """
+    memory, source = host_memory, "host"
+    for name, ratio in sorted(heaps.items()):
+        if ratio > memory:
+            memory, source = ratio, f"jvm:{name}"
+    return memory, source
+
+
+class DriverHeaps:
+    """The heap usage of Spark drivers, read from their metrics endpoints in the background.
+
+    Endpoints: every query group control file in ``control_dir``
+    (``<name>.json`` with its ``url``: the query groups of this host, found as they
+    start and stop) plus ``urls`` (``http://host:port``, any host). Each is read every
+    ``interval_s`` with a short timeout by a daemon thread, so the check (10 times a
+    second) never waits on HTTP; an endpoint that does not answer drops out until it
+    does.
+
+    Args:
+        control_dir: where query groups write their control files (``None``: none).
+        urls: metrics endpoints named in the config.
+        interval_s: seconds between reads.
+        timeout_s: per request.
+    """
+
+    def __init__(
+        self,
+        *,
+        control_dir: str | Path | None,
+        urls: Iterable[str] = (),
+        interval_s: float = 1.0,
+        timeout_s: float = 0.5,
+    ) -> None:
+        self.control_dir = Path(control_dir) if control_dir is not None else None
+        self.urls = [u.rstrip("/") for u in urls]
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self._ratios: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def endpoints(self) -> list[str]:
+        """The base URLs to read now."""
+        found = list(self.urls)
+        if self.control_dir is not None and self.control_dir.is_dir():
+            for path in sorted(self.control_dir.glob("*.json")):
+                try:
+                    found.append(str(json.loads(path.read_text())["url"]).rstrip("/"))
+                except (OSError, ValueError, KeyError):
+                    continue  # being written or removed: next time
+        return list(dict.fromkeys(found))
+
+    def refresh(self) -> dict[str, float]:
+        """Read every endpoint once; the new ``{query group: heap usage ratio}``."""
+        ratios: dict[str, float] = {}
+        with httpx.Client(timeout=self.timeout_s) as client:
+            for url in self.endpoints():
+                try:
+                    response = client.get(f"{url}/metrics")
+                    response.raise_for_status()
+                except httpx.HTTPError as exc:
+                    log.debug("driver metrics at %s not read: %s", url, exc)
+                    continue
+                ratios.update(heap_ratios(response.text))
+        with self._lock:
+            self._ratios = ratios
+        return ratios
+
+    def ratios(self) -> dict[str, float]:
+        """The last read ``{query group: heap usage ratio}``."""
+        with self._lock:
+            return dict(self._ratios)
+
+    def start(self) -> DriverHeaps:
+        """Read in the background every ``interval_s``."""
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._loop, name="floodgate-driver-heaps", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                self.refresh()
+            except Exception:
+                log.warning("driver heaps not read", exc_info=True)
+            if self._stop.wait(self.interval_s):
+                return
+
 
 class HostLoadSampler:
-    """Samples the host: CPU busy ratio over the last ``window`` samples, memory in use.
+    """Samples the host: CPU busy ratio over the last ``window`` samples, and memory
+    usage: the host's, or a known Spark driver's heap when that is higher.
 
-    Seed 004 uses the system CPU load of the whole machine (every process, ours or not)
-    and the heap usage of its JVMs; here memory is the host's (``psutil``), since the
-    jobs are processes of their own. Called once per check (10 times a second); one
-    100 ms CPU reading is noisy, so the decision uses the mean of the last second.
+    Seed 004 uses the system CPU load of the whole machine (every process, ours or
+    not). Called once per check (10 times a second); one 100 ms CPU reading is noisy,
+    so the decision uses the mean of the last second.
 
     Args:
         window: samples averaged for the CPU figure.
+        heaps: the drivers' heaps (``None``: host memory only).
     """
 
-    def __init__(self, window: int = 10) -> None:
+    def __init__(self, window: int = 10, heaps: DriverHeaps | None = None) -> None:
         self._cpu: deque[float] = deque(maxlen=window)
+        self.heaps = heaps
         psutil.cpu_percent(interval=None)  # the first reading is meaningless: prime it
 
     def __call__(self) -> Load:
         """A :class:`Load` now."""
         self._cpu.append(psutil.cpu_percent(interval=None) / 100.0)
         cpu = sum(self._cpu) / len(self._cpu)
-        return Load(cpu=cpu, memory=psutil.virtual_memory().percent / 100.0, memory_source="host")
+        host = psutil.virtual_memory().percent / 100.0
+        memory, source = combine(host, self.heaps.ratios() if self.heaps is not None else {})
+        return Load(cpu=cpu, memory=memory, memory_source=source)

@@ -27,7 +27,9 @@ class AdmissionMetrics:
       ``not-allowed``;
     * ``floodgate_admission_stall_entries{kind}`` (gauge): ``hard``, ``long-running``,
       ``in-doubt``;
-    * ``floodgate_admission_leader`` (gauge, 0/1): this instance starts jobs.
+    * ``floodgate_admission_leader`` (gauge, 0/1): this instance starts jobs;
+    * ``floodgate_admission_driver_heap_usage_ratio{query_group}`` (gauge, 0..1): each
+      known Spark driver's heap in use over its max (counted in the memory usage).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -60,3 +62,8 @@ class AdmissionMetrics:
         self.rejections = counter("rejections", "Submits refused, by reason.", ("reason",))
         self.stalls = gauge("stall_entries", "Stall array entries, by kind.", ("kind",))
         self.leader = gauge("leader", "1 while this instance leads (starts jobs).")
+        self.driver_heap = gauge(
+            "driver_heap_usage_ratio",
+            "Heap in use over max heap of each known Spark driver.",
+            ("query_group",),
+        )

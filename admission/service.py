@@ -49,7 +49,7 @@ from prometheus_client import CollectorRegistry
 
 from admission.algorithm import Admission, Decision, Limits, Load, StartReason
 from admission.config import AdmissionSettings, resolve_program
-from admission.load import HostLoadSampler
+from admission.load import DriverHeaps, HostLoadSampler
 from admission.metrics import AdmissionMetrics
 from admission.runner import ProcessRunner
 from admission.store import (
@@ -173,7 +173,15 @@ class AdmissionService:
         self.allowlist = settings.resolved_allowlist()
         self.registry = registry or CollectorRegistry()
         self.metrics = AdmissionMetrics(self.registry)
-        self.sampler = sampler or HostLoadSampler()
+        #: The Spark drivers' heaps (with the host's sampler; an injected one has none).
+        self.heaps: DriverHeaps | None = None
+        if sampler is None:
+            self.heaps = DriverHeaps(
+                control_dir=settings.driver_control_dir,
+                urls=settings.driver_metrics_urls,
+                interval_s=settings.driver_heap_interval_s,
+            )
+        self.sampler = sampler or HostLoadSampler(heaps=self.heaps)
         self.clock = clock
         # The limits are the settings of the same names.
         limits = settings.model_dump(include=set(Limits.__dataclass_fields__))
@@ -217,6 +225,8 @@ class AdmissionService:
             self._enqueued = self.store.count_enqueued()
         self.election.address = address
         self.election.start()
+        if self.heaps is not None:
+            self.heaps.start()
         self.load = self.sampler()
         self._refresh_gauges()
         self._stop.clear()
@@ -275,6 +285,8 @@ class AdmissionService:
             thread.join(timeout=10)
         self._threads.clear()
         self.election.stop()
+        if self.heaps is not None:
+            self.heaps.stop()
 
     # -- requests --------------------------------------------------------------
 
@@ -594,6 +606,8 @@ class AdmissionService:
         return {
             "cpu_load": self.load.cpu,
             "memory_usage": self.load.memory,
+            "memory_source": self.load.memory_source,
+            "driver_heaps": self.heaps.ratios() if self.heaps is not None else {},
             "emergency_mode": self.admission.emergency,
             "load_step": self.admission.load_step,
             "suspended": self.suspended,
@@ -844,6 +858,10 @@ class AdmissionService:
         if self.shared:  # other instances enqueue and start too
             with self._lock:
                 self._enqueued = counts[JobState.ENQUEUED]
+        if self.heaps is not None:
+            self.metrics.driver_heap.clear()  # drivers that stopped drop out
+            for name, ratio in self.heaps.ratios().items():
+                self.metrics.driver_heap.labels(name).set(ratio)
         kinds = {k: 0 for k in StallKind}
         for stall in self.store.stalls():
             kinds[stall.kind] += 1

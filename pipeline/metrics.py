@@ -123,6 +123,10 @@ class QueryGroupMetrics:
       (gauges, ``query_group``, ``query``): from the last progress.
     * ``floodgate_query_input_rows_total`` (counter, ``query_group``, ``query``):
       tuples read by the query's sources.
+    * ``floodgate_query_group_jvm_heap_used_bytes`` / ``_max_bytes`` (gauges, bytes,
+      ``query_group``): the driver JVM's heap in use (total - free) and its maximum
+      (``-Xmx``, ``spark.driver.memory``), from ``java.lang.Runtime``; what the
+      admission service's emergency mode reads (DESIGN.md section 5).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -204,6 +208,21 @@ class QueryGroupMetrics:
             "query_input_rows",
             "Tuples read by the query's sources.",
             by_query,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+
+        self.jvm_heap_used = Gauge(
+            "query_group_jvm_heap_used_bytes",
+            "Driver JVM heap in use (total - free), bytes.",
+            ("query_group",),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.jvm_heap_max = Gauge(
+            "query_group_jvm_heap_max_bytes",
+            "Driver JVM maximum heap (-Xmx), bytes.",
+            ("query_group",),
             namespace=NAMESPACE,
             registry=registry,
         )

@@ -764,10 +764,15 @@ class QueryGroup:
         return True
 
     def _monitor_loop(self) -> None:
-        """Refresh output queue gauges; release a held group when ``auto_release``."""
+        """Refresh output queue and driver heap gauges; release a held group when
+        ``auto_release``."""
         group = self.config.query_group
         interval = min(1.0, max(0.2, group.sleep_on_over_store_ms / 1000.0))
         while not self._monitor_stop.wait(interval):
+            try:
+                self._sample_heap()
+            except Exception:
+                log.debug("query group %s: driver heap not read", self.name, exc_info=True)
             try:
                 if self.state == QueryGroupState.HELD and group.auto_release:
                     if self._resume_ready():
@@ -778,6 +783,14 @@ class QueryGroup:
                         self.on_output_queue(name, probe.snapshot())
             except Exception:
                 log.warning("query group %s: monitor pass failed", self.name, exc_info=True)
+
+    def _sample_heap(self) -> None:
+        jvm = self.spark._jvm
+        assert jvm is not None  # a classic (not Connect) session
+        runtime = jvm.java.lang.Runtime.getRuntime()
+        total, free, most = runtime.totalMemory(), runtime.freeMemory(), runtime.maxMemory()
+        self.metrics.jvm_heap_used.labels(self.name).set(total - free)
+        self.metrics.jvm_heap_max.labels(self.name).set(most)
 
     # -- control ---------------------------------------------------------------
 

@@ -18,6 +18,8 @@ import pytest
 import tomli_w
 from sqlalchemy import create_engine, text
 
+from admission.store import JobStore, jobs
+
 from .postgres import fresh_database
 
 TOKEN = "t0ken-for-tests"
@@ -222,6 +224,36 @@ def test_a_full_queue_refuses_with_the_setting_and_start_now_forces_a_start(
     assert again.status_code == 409
     assert "FG-ADM-003" in service.log()
     assert service.call("POST", "/jobs/999/cancel").status_code == 404
+
+
+def test_at_the_default_max_queue_size_the_100_001st_submit_fails_naming_the_setting(
+    serve: Callable[..., Service], tmp_path: Path
+) -> None:
+    # 99 999 jobs already enqueued, in a lane disabled by a hard stall (so nothing
+    # drains while the test submits), written straight into the service's database.
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    store.set_lane("parked", enabled=False, reason="test", now=time.time())
+    row = {
+        "argv": ["true"],
+        "cwd": None,
+        "env": {},
+        "queueable": True,
+        "expected_s": None,
+        "abnormal_exit": False,
+        "lane": "parked",
+        "state": "ENQUEUED",
+    }
+    with store.engine.begin() as conn:
+        conn.execute(jobs.insert(), [{**row, "submitted": float(i)} for i in range(99_999)])
+    store.engine.dispose()
+    service = serve()
+    assert service.call("GET", "/status").json()["jobs"]["ENQUEUED"] == 99_999
+    assert service.submit(["true"], lane="parked")["state"] == "ENQUEUED"  # the 100 000th
+    refused = service.call("POST", "/jobs", json={"argv": ["true"], "lane": "parked"})
+    assert refused.status_code == 503
+    detail = refused.json()["detail"]
+    assert "100000 jobs enqueued" in detail and "max_queue_size is 100000" in detail
+    assert service.call("GET", "/status").json()["jobs"]["ENQUEUED"] == 100_000
 
 
 def test_a_job_past_its_expected_time_is_flagged_long_running_then_cleared(

@@ -3,7 +3,8 @@
 The driver serves its control endpoint and writes ``<control_dir>/<name>.json``; the
 commands find it by name. Nobody reads the output stream at first, so the group is
 HELD (retry count 0); the test reads, releases through the CLI whenever it holds,
-then stops the driver through the CLI.
+then stops the driver through the CLI. The admission service's reader of driver heaps
+finds the same driver by its control file.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import tomli_w
 from typer.testing import CliRunner
 
+from admission.load import DriverHeaps
 from pipeline.cli import app
 from pipeline.client import connect
 from pipeline.config import parse_query_group
@@ -80,6 +82,13 @@ def test_status_release_and_stop_reach_a_running_driver_by_name(
 
         refused = cli("stop", "no-such-group", *where)
         assert refused.exit_code == 2 and "no running endpoint found" in refused.output
+
+        # The admission service finds the driver through its control file and reads
+        # its JVM heap (counted in the memory usage that decides emergency mode).
+        heaps = DriverHeaps(control_dir=control_dir)
+        ratios = heaps.refresh()
+        assert set(ratios) == {name}, ratios
+        assert 0.0 < ratios[name] < 1.0
 
         got: list[dict[str, Any]] = []
         releases = 0
