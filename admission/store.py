@@ -105,7 +105,15 @@ jobs = Table(
     Column("asap", Boolean, nullable=False, default=False),
     Column("started_by", String, nullable=True),
     Index("floodgate_jobs_queue", "state", "submitted", "id"),
-    Index("floodgate_jobs_asap", "asap", "state"),
+)
+# Partial: only the few asap jobs are in it, in the order the leader takes them.
+Index(
+    "floodgate_jobs_asap",
+    jobs.c.state,
+    jobs.c.submitted,
+    jobs.c.id,
+    sqlite_where=jobs.c.asap == true(),
+    postgresql_where=jobs.c.asap == true(),
 )
 
 requests = Table(
@@ -278,8 +286,10 @@ class JobStore:
         query = (
             select(jobs)
             .where(jobs.c.asap == true(), jobs.c.state == JobState.ENQUEUED.value)
-            .order_by(jobs.c.submitted, jobs.c.id)
+            .order_by(jobs.c.state, jobs.c.submitted, jobs.c.id)
             .limit(n)
+            # SQLite (no statistics) would rather walk the whole queue's index.
+            .with_hint(jobs, "INDEXED BY floodgate_jobs_asap", "sqlite")
         )
         with self.engine.connect() as conn:
             return [_job(r) for r in conn.execute(query)]
