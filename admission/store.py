@@ -13,7 +13,6 @@ import json
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -26,9 +25,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
-    create_engine,
     delete,
-    event,
     func,
     insert,
     select,
@@ -36,7 +33,8 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
+
+from pipeline.database import create_database_engine, create_tables
 
 
 class JobState(enum.StrEnum):
@@ -224,18 +222,8 @@ class JobStore:
     """
 
     def __init__(self, url: str) -> None:
-        if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        connect_args = {"check_same_thread": False} if url.startswith("sqlite") else {}
-        self.engine: Engine = create_engine(
-            url, connect_args=connect_args, json_serializer=json.dumps
-        )
-        if url.startswith("sqlite"):
-            event.listen(self.engine, "connect", _sqlite_pragmas)
-        try:
-            metadata.create_all(self.engine)
-        except DBAPIError:  # another instance created them at the same moment
-            metadata.create_all(self.engine)
+        self.engine: Engine = create_database_engine(url, json_serializer=json.dumps)
+        create_tables(metadata, self.engine)
         self._lock = threading.Lock()
 
     # -- jobs ------------------------------------------------------------------
@@ -464,10 +452,3 @@ class JobStore:
 
 def _stall(row: Any) -> Stall:
     return Stall(row.id, row.job_id, StallKind(row.kind), row.reason, row.created, row.request_id)
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()

@@ -42,9 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import Column, Float, MetaData, String, Table, create_engine, delete, insert, select
+from sqlalchemy import Column, Float, MetaData, String, Table, delete, insert, select
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import Connection, Engine, make_url
+
+from pipeline.database import create_database_engine, create_tables
 
 log = logging.getLogger(__name__)
 
@@ -124,12 +126,10 @@ class LeaderElection:
         self.on_granted = on_granted
         self.on_revoked = on_revoked
         self._url = make_url(url)
-        self._engine: Engine = create_engine(
-            url,
-            connect_args=PG_KEEPALIVES if self._postgres else {},
-            pool_pre_ping=True,
+        self._engine: Engine = create_database_engine(
+            url, connect_args=PG_KEEPALIVES if self._postgres else {}, pool_pre_ping=True
         )
-        metadata.create_all(self._engine)
+        create_tables(metadata, self._engine)
         self._leader = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
