@@ -28,8 +28,8 @@ test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check pipeline admission tests bench
-	$(BIN)/ruff format --check pipeline admission tests bench
+	$(BIN)/ruff check pipeline admission sweeper tests bench
+	$(BIN)/ruff format --check pipeline admission sweeper tests bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
