@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
-from pipeline.config import DEFAULT_CONTROL_DIR, apply_env_overrides, config_error
+from pipeline.config import DEFAULT_CONTROL_DIR, apply_env_overrides, config_error, read_toml
 from pipeline.errors import ConfigError
 
 #: Environment overrides of this config: ``FLOODGATE__ADMISSION__<KEY>=value``.
@@ -150,12 +149,7 @@ def load_admission_config(
     source = "<defaults>"
     if path is not None:
         source = str(path)
-        try:
-            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError as exc:
-            raise ConfigError(f"{path}: no such admission config file") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+        raw = read_toml(path, "admission config file")
     # Only overrides of this section: others (FLOODGATE__QUERY_GROUP__...) are not ours.
     ours = {k: v for k, v in env.items() if k.upper().startswith(ENV_PREFIX)}
     data = apply_env_overrides(raw, ours)

@@ -172,6 +172,11 @@ class QueryGroupSection(StreamSettings):
     metrics_port: Annotated[int, Field(ge=0, le=65_535)] = 0
     """Port of the metrics and control endpoint (``/metrics``, ``/status``, ``/release``,
     ``/stop``); 0 picks a free one, announced in the log and the control file."""
+    sweep_catalog_url: str | None = None
+    """The sweep catalog (SQLAlchemy URL) of the sweeper that sweeps this group's
+    queues (DESIGN.md section 4.3): the sources read offsets the broker no longer
+    holds back from their BLOBs, and swept tuples stop counting in queue lengths.
+    ``None``: not swept (an offset the broker lost is a data-loss error)."""
     control_dir: str = DEFAULT_CONTROL_DIR
     """Where a running query group writes ``<name>.json`` with its endpoint's URL, for
     ``floodgate query-group status|release|stop NAME`` on the same host."""
@@ -333,14 +338,22 @@ def load_query_group(path: str | Path, *, env: Mapping[str, str] | None = None) 
             refused. The message names the file, the dotted key, the value and what is
             allowed.
     """
-    path = Path(path)
+    raw = read_toml(path, "query group file")
+    return parse_query_group(raw, source=str(path), env=env)
+
+
+def read_toml(path: str | Path, what: str) -> dict[str, Any]:
+    """A TOML config file, parsed.
+
+    Raises:
+        ConfigError: ``no such <what>``, or not valid TOML (with the parser's position).
+    """
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: no such query group file") from exc
+        raise ConfigError(f"{path}: no such {what}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    return parse_query_group(raw, source=str(path), env=env)
 
 
 def parse_query_group(

@@ -380,6 +380,8 @@ class QueryGroup:
                 ),
                 **{f"kafka.{k}": str(v) for k, v in self.config.kafka.client.items()},
             }
+            if self.config.query_group.sweep_catalog_url:
+                options["sweepCatalog"] = self.config.query_group.sweep_catalog_url
             if name in self._discard_before:
                 options["discardBefore"] = json.dumps(
                     offsets_to_json(stream.topic, self._discard_before[name])

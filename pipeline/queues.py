@@ -179,7 +179,12 @@ class QueueProbe:
         swept: SweptCounter | None = None,
     ) -> QueueProbe:
         """The probe of an input stream queue: read by the consumer groups of the
-        queries that read the stream, bounded by its resolved ``max_queue_size``."""
+        queries that read the stream, bounded by its resolved ``max_queue_size``; swept
+        tuples are counted from ``swept``, else from the group's sweep catalog."""
+        if swept is None and config.query_group.sweep_catalog_url:
+            from pipeline.swept import catalog_for
+
+            swept = catalog_for(config.query_group.sweep_catalog_url)
         return cls(
             bootstrap_servers=bootstrap_servers,
             stream=stream,

@@ -63,6 +63,7 @@ from pyspark.sql.types import (
 
 from pipeline.errors import DataLossError, DeserializationError, SchemaError
 from pipeline.serde import RegisteredSchema, SchemaRepository, StreamCodec
+from pipeline.swept import BlobReader, SweepCatalog
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +276,9 @@ class SourceOptions:
     ``query`` (the reading query's name, for dead-letter headers),
     ``commitOffsets`` (``true``|``false``), ``discardBefore`` (offsets JSON in
     Spark's Kafka shape: tuples before them are skipped, never read -- how a query
-    group released with ``on_hold_input = "discard"`` skips its input queue), and
+    group released with ``on_hold_input = "discard"`` skips its input queue),
+    ``sweepCatalog`` (the sweep catalog's SQLAlchemy URL: offsets the broker no longer
+    holds are read back from their BLOBs, DESIGN.md section 4.3), and
     ``kafka.<property>`` for any librdkafka property.
     """
 
@@ -294,6 +297,7 @@ class SourceOptions:
     client: dict[str, str]
     query: str | None = None
     discard_before: dict[int, int] = dataclass_field(default_factory=dict)
+    sweep_catalog: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -362,6 +366,7 @@ class SourceOptions:
             client={k[len("kafka.") :]: v for k, v in lower.items() if k.startswith("kafka.")},
             query=lower.get("query") or None,
             discard_before=discard_before,
+            sweep_catalog=lower.get("sweepcatalog") or None,
         )
 
     def consumer_config(self, **extra: Any) -> dict[str, Any]:
@@ -591,6 +596,7 @@ class _PartitionReader:
         self._date_fields = {f.name for f in schema.fields if isinstance(f.dataType, DateType)}
         self._pa = pa
         self._dead: list[tuple[Any, DeserializationError]] = []
+        self._blobs: BlobReader | None = None
 
     def batches(self) -> Iterator[Any]:
         consumer = Consumer(
@@ -607,46 +613,74 @@ class _PartitionReader:
                 }
             )
         )
+        try:
+            rows: list[dict[str, Any]] = []
+            messages_of_rows: list[Any] = []
+            for message in self._records(consumer):
+                row = self._decode(message)
+                if row is not None:
+                    rows.append(row)
+                    messages_of_rows.append(message)
+                if len(rows) >= ARROW_BATCH_ROWS:
+                    yield self._to_arrow_or_dead_letter(rows, messages_of_rows)
+                    rows, messages_of_rows = [], []
+            if rows:
+                yield self._to_arrow_or_dead_letter(rows, messages_of_rows)
+        finally:
+            consumer.close()
+        self._send_dead_letters()
+
+    def _records(self, consumer: Consumer) -> Iterator[Any]:
+        """The records of ``[start, end)`` in offset order: from the broker while it
+        holds them, from the BLOB chain where the sweeper moved them (unsweep).
+
+        Raises:
+            DataLossError: an offset neither the broker nor a BLOB holds.
+        """
         topic, p, start, end = (
             self.partition.topic,
             self.partition.partition,
             self.partition.start,
             self.partition.end,
         )
-        try:
-            consumer.assign([TopicPartition(topic, p, start)])
-            rows: list[dict[str, Any]] = []
-            messages_of_rows: list[Any] = []
-            next_offset = start
-            last_progress = time.monotonic()
-            while next_offset < end:
-                messages = consumer.consume(
-                    num_messages=min(10_000, end - next_offset), timeout=1.0
-                )
-                if not messages:
-                    position = consumer.position([TopicPartition(topic, p)])[0].offset
-                    if position >= end:  # the tail was transaction markers
-                        break
-                    if time.monotonic() - last_progress > READ_STALL_TIMEOUT_S:
-                        raise KafkaException(
-                            f"no progress reading {topic}[{p}] at offset {next_offset} "
-                            f"(batch ends at {end}) for {READ_STALL_TIMEOUT_S:.0f} s"
+        blobs = self._blob_reader()
+        next_offset = start
+        if blobs is not None:
+            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if next_offset < low:
+                records, next_offset = self._unsweep(blobs, next_offset, low)
+                yield from records
+        if next_offset >= end:
+            return
+        consumer.assign([TopicPartition(topic, p, next_offset)])
+        last_progress = time.monotonic()
+        while next_offset < end:
+            messages = consumer.consume(num_messages=min(10_000, end - next_offset), timeout=1.0)
+            if not messages:
+                position = consumer.position([TopicPartition(topic, p)])[0].offset
+                if position >= end:  # the tail was transaction markers
+                    return
+                if time.monotonic() - last_progress > READ_STALL_TIMEOUT_S:
+                    raise KafkaException(
+                        f"no progress reading {topic}[{p}] at offset {next_offset} "
+                        f"(batch ends at {end}) for {READ_STALL_TIMEOUT_S:.0f} s"
+                    )
+                continue
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        if (message.offset() or 0) >= end:
+                            return
+                        continue
+                    if error.code() in (
+                        KafkaError.OFFSET_OUT_OF_RANGE,
+                        KafkaError._AUTO_OFFSET_RESET,
+                    ):
+                        low, _ = consumer.get_watermark_offsets(
+                            TopicPartition(topic, p), timeout=10
                         )
-                    continue
-                for message in messages:
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            if (message.offset() or 0) >= end:
-                                next_offset = end
-                            continue
-                        if error.code() in (
-                            KafkaError.OFFSET_OUT_OF_RANGE,
-                            KafkaError._AUTO_OFFSET_RESET,
-                        ):
-                            low, _ = consumer.get_watermark_offsets(
-                                TopicPartition(topic, p), timeout=10
-                            )
+                        if blobs is None or next_offset >= low:
                             raise DataLossError(
                                 f"the broker no longer holds offset {next_offset} ({error.str()})",
                                 topic=topic,
@@ -655,30 +689,44 @@ class _PartitionReader:
                                 end=end,
                                 available_from=low,
                             )
-                        raise KafkaException(error)
-                    offset = int(message.offset() or 0)
-                    if offset >= end:
-                        next_offset = end
+                        # Swept while this batch was reading: the rest is in BLOBs.
+                        records, next_offset = self._unsweep(blobs, next_offset, low)
+                        yield from records
+                        if next_offset >= end:
+                            return
+                        consumer.assign([TopicPartition(topic, p, next_offset)])
                         break
-                    row = self._decode(message)
-                    if row is not None:
-                        rows.append(row)
-                        messages_of_rows.append(message)
-                    next_offset = offset + 1
-                    last_progress = time.monotonic()
-                while len(rows) >= ARROW_BATCH_ROWS:
-                    yield self._to_arrow_or_dead_letter(
-                        rows[:ARROW_BATCH_ROWS], messages_of_rows[:ARROW_BATCH_ROWS]
-                    )
-                    rows, messages_of_rows = (
-                        rows[ARROW_BATCH_ROWS:],
-                        messages_of_rows[ARROW_BATCH_ROWS:],
-                    )
-            if rows:
-                yield self._to_arrow_or_dead_letter(rows, messages_of_rows)
-        finally:
-            consumer.close()
-        self._send_dead_letters()
+                    raise KafkaException(error)
+                offset = int(message.offset() or 0)
+                if offset >= end:
+                    return
+                yield message
+                next_offset = offset + 1
+                last_progress = time.monotonic()
+
+    def _blob_reader(self) -> BlobReader | None:
+        if not self.options.sweep_catalog:
+            return None
+        if self._blobs is None:
+            self._blobs = BlobReader(SweepCatalog(self.options.sweep_catalog))
+        return self._blobs
+
+    def _unsweep(self, blobs: BlobReader, start: int, low: int) -> tuple[Iterator[Any], int]:
+        """Swept records from ``start`` up to the broker's log start ``low`` (or the
+        batch's end), and the offset after them."""
+        topic, p, end = self.partition.topic, self.partition.partition, self.partition.end
+        try:
+            return blobs.read(topic, p, start, min(end, low))
+        except DataLossError as exc:
+            raise DataLossError(
+                f"offset {start} is neither in the broker (log start {low}) nor in any BLOB "
+                f"of the sweep catalog",
+                topic=topic,
+                partition=p,
+                start=start,
+                end=end,
+                available_from=low,
+            ) from exc
 
     def _decode(self, message: Any) -> dict[str, Any] | None:
         value = message.value()

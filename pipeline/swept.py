@@ -19,6 +19,7 @@ renamed into place and verified, so a registered row always names a whole file.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -337,6 +338,12 @@ class SweepCatalog:
         self.engine.dispose()
 
 
+@functools.cache
+def catalog_for(url: str) -> SweepCatalog:
+    """One :class:`SweepCatalog` per URL per process (queue probes share it)."""
+    return SweepCatalog(url)
+
+
 class BlobReader:
     """Reads swept offsets back in Kafka order (unsweep), for the Spark source and
     ``StreamOutput.get``.
@@ -348,31 +355,30 @@ class BlobReader:
     def __init__(self, catalog: SweepCatalog) -> None:
         self.catalog = catalog
 
-    def read(self, topic: str, partition: int, start: int, end: int) -> tuple[list[Any], int]:
+    def read(
+        self, topic: str, partition: int, start: int, end: int
+    ) -> tuple[Iterator[SweptRecord], int]:
         """The records of ``[start, end)`` held in BLOBs, from ``start`` on while the
-        chain is contiguous.
+        chain is contiguous (the files are read lazily, one at a time).
 
         Returns:
-            ``(records in offset order, the next offset not read)``: the caller reads
-            from the broker from there.
+            ``(records in offset order, the next offset not covered)``: the caller
+            reads from the broker from there.
 
         Raises:
             DataLossError: ``start`` is in no BLOB (and, the caller found, not in the
                 broker either), naming topic, partition and offsets.
         """
-        records: list[Any] = []
+        chain: list[Blob] = []
         position = start
         for blob in self.catalog.covering(topic, partition, start, end):
             if blob.start_offset > position:
                 break  # a gap: the broker holds the rest, or nothing does
-            for record in read_blob(blob.path, topic, partition):
-                offset = record.offset()
-                if position <= offset < end:
-                    records.append(record)
+            chain.append(blob)
             position = min(end, blob.end_offset)
             if position >= end:
                 break
-        if position == start:
+        if not chain:
             raise DataLossError(
                 f"offset {start} is neither in the broker nor in any BLOB",
                 topic=topic,
@@ -381,7 +387,14 @@ class BlobReader:
                 end=end,
                 available_from=None,
             )
-        return records, position
+
+        def records() -> Iterator[SweptRecord]:
+            for blob in chain:
+                for record in read_blob(blob.path, topic, partition):
+                    if start <= record.offset() < end:
+                        yield record
+
+        return records(), position
 
 
 def blob_name(topic: str, partition: int, start: int, end: int) -> str:

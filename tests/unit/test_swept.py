@@ -76,9 +76,9 @@ def test_reads_come_back_in_order_then_stop_at_a_gap_and_fail_loudly_outside(
     _sweep(catalog, tmp_path, 40, 50)
     reader = BlobReader(catalog)
     records, next_offset = reader.read("t", 0, 15, 45)
-    assert [r.offset() for r in records] == list(range(15, 30)) and next_offset == 30
+    assert next_offset == 30 and [r.offset() for r in records] == list(range(15, 30))
     records, next_offset = reader.read("t", 0, 42, 44)
-    assert [r.offset() for r in records] == [42, 43] and next_offset == 44
+    assert next_offset == 44 and [r.offset() for r in records] == [42, 43]
     with pytest.raises(DataLossError, match="offset 35 is neither in the broker nor in any BLOB"):
         reader.read("t", 0, 35, 45)
 
