@@ -18,8 +18,9 @@ Per partition, each cycle:
   micro-batch reaches past ``a``, or the broker no longer holds ``a`` (the seed's
   three checks: a message assigned to a batch, gotten, or removed meanwhile).
 * :func:`truncate_to`: once the slowest consumer's committed offset reaches a BLOB's
-  ``a``, the broker may be truncated up to its ``b`` -- never past the position of a
-  protected consumer group (one that does not read BLOBs).
+  ``a``, the broker may be truncated up to its ``b``, and on to the end of the
+  contiguous run of BLOBs chained after it -- never past the position of a protected
+  consumer group (one that does not read BLOBs).
 * :func:`consumed`: a BLOB whose last tuple the slowest consumer has consumed.
 """
 
@@ -152,13 +153,19 @@ def truncate_to(
         log_start: the broker's log start now.
         protected: positions of consumer groups that must keep reading from the broker.
 
-    Only the ends of BLOBs whose start the consumer has reached qualify: everything
-    below such an end is consumed (below ``start``) or swept (``[start, end)``).
+    Once the consumer has reached a BLOB's start, everything from there to the end of
+    the contiguous run of BLOBs it begins is swept, and everything below it consumed:
+    the broker may drop all of it (Kafka truncates a prefix only, so the run's later
+    BLOBs are freed along with the first, not left resident until the consumer reaches
+    each of them).
     """
-    ends = [end for start, end in chain if start <= committed]
-    if not ends:
+    reached = [i for i, (start, _end) in enumerate(chain) if start <= committed]
+    if not reached:
         return None
-    target = max(ends)
+    last = reached[-1]
+    while last + 1 < len(chain) and chain[last + 1][0] == chain[last][1]:
+        last += 1
+    target = chain[last][1]
     for position in protected:
         target = min(target, position)
     return target if target > log_start else None

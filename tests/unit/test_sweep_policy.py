@@ -55,11 +55,13 @@ def test_verify_aborts_on_each_of_the_seeds_three_conditions() -> None:
 
 
 def test_truncation_waits_for_the_consumer_to_reach_a_and_spares_protected_groups() -> None:
-    chain = [(100, 200), (200, 300)]
+    chain = [(100, 200), (200, 300), (350, 400)]
     assert truncate_to(chain, committed=99, log_start=0) is None
-    assert truncate_to(chain, committed=100, log_start=0) == 200
+    # Reaching a BLOB frees the contiguous run it begins, not what lies past a gap.
+    assert truncate_to(chain, committed=100, log_start=0) == 300
     assert truncate_to(chain, committed=250, log_start=0) == 300
     assert truncate_to(chain, committed=250, log_start=300) is None  # done already
+    assert truncate_to(chain, committed=360, log_start=300) == 400
     assert truncate_to(chain, committed=250, log_start=0, protected=[150]) == 150
     assert consumed(chain, committed=250) == [0]
 

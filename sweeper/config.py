@@ -1,0 +1,102 @@
+"""The sweeper service's config: one ``[sweeper]`` section of a TOML file, with
+``FLOODGATE__SWEEPER__<KEY>=value`` environment overrides (as the other services).
+
+Refused at start, naming the key, the value and what is allowed: an unknown key, a
+bad value, a query group file that does not load, or a query group whose
+``query_group.sweep_catalog_url`` is not this sweeper's catalog (its sources could
+not read swept tuples back: sweeping it would lose them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pipeline.config import (
+    QueryGroupConfig,
+    apply_env_overrides,
+    config_error,
+    load_query_group,
+    read_toml,
+)
+from pipeline.errors import ConfigError
+
+#: Environment overrides of this config: ``FLOODGATE__SWEEPER__<KEY>=value``.
+ENV_PREFIX = "FLOODGATE__SWEEPER__"
+
+
+class SweeperSettings(BaseModel):
+    """``[sweeper]``: which queues, where BLOBs go, how often (seed
+    001_ba86cf144862657d.txt for the interval and the front buffer)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    query_groups: list[str] = Field(default_factory=list)
+    """Query group files whose input stream queues are swept (paths)."""
+    catalog_url: str = "sqlite:///.floodgate/sweeper/catalog.db"
+    """The sweep catalog (SQLAlchemy URL); each query group must name the same in
+    ``query_group.sweep_catalog_url``."""
+    blob_dir: str = ".floodgate/sweeper/blobs"
+    """The BLOB store: a local directory (one Avro file per BLOB)."""
+    blob_store_max_bytes: Annotated[int, Field(ge=1)] = 1 << 30
+    """Capacity of the BLOB store; at or above it no new sweep starts (back-pressure
+    takes over), logged when it fills and when it clears."""
+    sweep_interval_s: Annotated[float, Field(gt=0, le=3_600)] = 5.0
+    """Seconds between cycles (the seed: every 5 s); the service rate is per interval."""
+    front_extra: Annotated[int, Field(ge=0)] = 5
+    """Tuples kept in the broker beyond one interval's service (the seed's "+ 5")."""
+    bootstrap_servers: str | None = None
+    """The Kafka cluster (default: ``FLOODGATE_KAFKA_BOOTSTRAP``, then each query
+    group's ``kafka.bootstrap_servers``)."""
+    host: str = "127.0.0.1"
+    """Interface of ``/metrics`` and ``/status``."""
+    port: Annotated[int, Field(ge=0, le=65_535)] = 8788
+    """Port of ``/metrics`` and ``/status``; 0 picks a free one."""
+    leader_check_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+    """Several sweepers on one catalog: one sweeps (:mod:`pipeline.leader`)."""
+
+
+class SweeperConfig(BaseModel):
+    """A config file of the sweeper: one ``[sweeper]`` section."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sweeper: SweeperSettings = Field(default_factory=SweeperSettings)
+
+
+def load_sweeper_config(
+    path: str | Path | None = None, *, env: Mapping[str, str] | None = None
+) -> tuple[SweeperSettings, list[QueryGroupConfig]]:
+    """Load and validate the sweeper's config and the query groups it sweeps.
+
+    Raises:
+        ConfigError: the file or a query group file is missing or refused, or a query
+            group does not read from this sweeper's catalog.
+    """
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        raw = read_toml(path, "sweeper config file")
+    ours = {k: v for k, v in env.items() if k.upper().startswith(ENV_PREFIX)}
+    try:
+        settings = SweeperConfig.model_validate(apply_env_overrides(raw, ours)).sweeper
+    except ValidationError as exc:
+        raise config_error(exc, source, model=SweeperConfig, what="sweeper config") from None
+    groups = [load_query_group(p, env=env) for p in settings.query_groups]
+    for group_path, group in zip(settings.query_groups, groups, strict=True):
+        if group.query_group.sweep_catalog_url != settings.catalog_url:
+            raise ConfigError(
+                f"{group_path}: query_group.sweep_catalog_url is "
+                f"{group.query_group.sweep_catalog_url!r}, not this sweeper's catalog "
+                f"{settings.catalog_url!r}: its sources could not read swept tuples back",
+                key="query_group.sweep_catalog_url",
+                value=group.query_group.sweep_catalog_url,
+                allowed=settings.catalog_url,
+            )
+    return settings, groups

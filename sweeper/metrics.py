@@ -1,0 +1,71 @@
+"""Metrics of the sweeper service (DESIGN.md section 6), on the registry it is handed."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+NAMESPACE = "floodgate"
+SUBSYSTEM = "sweeper"
+
+
+class SweeperMetrics:
+    """Families (``topic`` is the queue's topic):
+
+    * ``floodgate_sweeper_swept_tuples_total{topic}`` / ``_swept_bytes_total{topic}``
+      (counters): tuples and BLOB bytes registered by sweeps;
+    * ``floodgate_sweeper_unswept_tuples_total{topic}`` (counter): tuples of BLOBs the
+      consumer read back and the sweeper then deleted;
+    * ``floodgate_sweeper_blobs{topic}`` / ``_blob_bytes{topic}`` (gauges): held now;
+    * ``floodgate_sweeper_sweeps_total{topic}`` (counter): BLOBs registered;
+    * ``floodgate_sweeper_aborts_total{topic,reason}`` (counter): BLOBs written then
+      deleted (``consumer-reached``, ``batch-planned``, ``broker-truncated``,
+      ``write-failed``);
+    * ``floodgate_sweeper_skips_total{topic,reason}`` (counter): partition cycles not
+      swept (``not-serviced``, ``not-growing``, ``nothing-to-sweep``, ``store-full``);
+    * ``floodgate_sweeper_service_rate_tuples_per_second{topic,partition}`` (gauge): x
+      over the interval;
+    * ``floodgate_sweeper_swept_state{topic,partition}`` (gauge, 0/1): the partition
+      has BLOBs (the seed's swept state);
+    * ``floodgate_sweeper_blob_store_used_ratio`` (gauge, 0..): used / max bytes;
+    * ``floodgate_sweeper_broker_freed_bytes_total{topic}`` (counter): BLOB bytes of the
+      swept ranges truncated from the broker (the broker's own size of them is not
+      reported over Kafka's protocol; a BLOB holds the same records);
+    * ``floodgate_sweeper_leader`` (gauge, 0/1): this instance sweeps.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def gauge(name: str, text: str, labels: tuple[str, ...] = ()) -> Gauge:
+            return Gauge(
+                name, text, labels, namespace=NAMESPACE, subsystem=SUBSYSTEM, registry=registry
+            )
+
+        def counter(name: str, text: str, labels: tuple[str, ...]) -> Counter:
+            return Counter(
+                name, text, labels, namespace=NAMESPACE, subsystem=SUBSYSTEM, registry=registry
+            )
+
+        self.swept_tuples = counter("swept_tuples", "Tuples swept into BLOBs.", ("topic",))
+        self.swept_bytes = counter("swept_bytes", "BLOB bytes written by sweeps.", ("topic",))
+        self.unswept_tuples = counter(
+            "unswept_tuples", "Tuples of BLOBs read back and deleted.", ("topic",)
+        )
+        self.blobs = gauge("blobs", "BLOBs held.", ("topic",))
+        self.blob_bytes = gauge("blob_bytes", "Bytes of the BLOBs held.", ("topic",))
+        self.sweeps = counter("sweeps", "BLOBs registered.", ("topic",))
+        self.aborts = counter("aborts", "Sweeps aborted, by reason.", ("topic", "reason"))
+        self.skips = counter("skips", "Partition cycles not swept, by reason.", ("topic", "reason"))
+        self.service_rate = gauge(
+            "service_rate_tuples_per_second",
+            "Tuples the consumer group committed per second over the last interval.",
+            ("topic", "partition"),
+        )
+        self.swept_state = gauge(
+            "swept_state", "1 while the partition has BLOBs.", ("topic", "partition")
+        )
+        self.store_used = gauge("blob_store_used_ratio", "BLOB store bytes used / max.")
+        self.freed = counter(
+            "broker_freed_bytes",
+            "BLOB bytes of swept ranges truncated from the broker.",
+            ("topic",),
+        )
+        self.leader = gauge("leader", "1 while this instance sweeps.")

@@ -1,0 +1,559 @@
+"""The sweep cycle (DESIGN.md section 4.3; seed 001_ba86cf144862657d.txt).
+
+Every ``sweep_interval_s``, per partition of each registered queue (the input stream
+queues of the configured query groups), :meth:`Sweeper.cycle`:
+
+1. reads the partition from the broker (high watermark, log start, the slowest
+   consumer group's committed offset), the latest micro-batch Spark planned for it
+   (the queries' checkpoint offset logs) and its BLOB chain (the catalog);
+2. deletes the BLOBs whose last tuple the consumer has consumed (``unswept``), and
+   truncates the broker up to the end of the last BLOB whose start the consumer has
+   reached (``delete_records``: the swept range is then read from the BLOB);
+3. asks :func:`sweeper.policy.plan` whether to sweep and which range ``[a, b)``; the
+   BLOB store's capacity is checked first (full: no sweep, back-pressure holds);
+4. sweeps: reads ``[a, b)`` from the broker into ``<blob_dir>/.tmp-<name>``, fsyncs,
+   renames it into place, verifies (:func:`sweeper.policy.verify`) and registers it in
+   the catalog -- or deletes it and counts the abort by reason.
+
+A ``kill -9`` at any point leaves the catalog naming only whole, verified BLOBs: an
+unregistered file (a temporary one, or one renamed but not registered) is removed by
+:meth:`Sweeper.recover` at the next start. With several sweepers on one catalog, only
+the leader (:mod:`pipeline.leader`) runs cycles.
+
+Stable log codes: ``FG-SWP-001`` a BLOB registered, ``FG-SWP-002`` a sweep aborted,
+``FG-SWP-003`` the BLOB store is full (no more sweeps), ``FG-SWP-004`` it has room
+again, ``FG-SWP-005`` the broker truncated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from prometheus_client import CollectorRegistry
+
+from pipeline.config import QueryGroupConfig
+from pipeline.leader import LeaderElection
+from pipeline.queues import QueueProbe
+from pipeline.source import offsets_from_json
+from pipeline.swept import Blob, SweepCatalog, blob_name, write_blob
+from sweeper.config import SweeperSettings
+from sweeper.metrics import SweeperMetrics
+from sweeper.policy import (
+    Abort,
+    PartitionView,
+    Skip,
+    SweepRange,
+    consumed,
+    plan,
+    truncate_to,
+    verify,
+)
+
+log = logging.getLogger(__name__)
+
+#: Give up a sweep whose reads from the broker make no progress for this long.
+READ_STALL_TIMEOUT_S = 30.0
+
+
+class SweepAborted(Exception):
+    """A sweep that must not be registered (the BLOB is deleted)."""
+
+    def __init__(self, reason: Abort, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass
+class SweptQueue:
+    """One registered queue: an input stream of a query group.
+
+    Attributes:
+        query_group / stream / topic: what it is.
+        checkpoints: the checkpoint directories of the queries that read it (their
+            offset logs name the micro-batches Spark planned).
+        probe: reads its state from the broker (slowest of the queries' groups).
+    """
+
+    query_group: str
+    stream: str
+    topic: str
+    checkpoints: list[Path]
+    probe: QueueProbe
+
+
+@dataclass
+class PartitionOutcome:
+    """What one cycle did to one partition (for tests, logs and ``/status``)."""
+
+    topic: str
+    partition: int
+    service_rate: int
+    unswept: int
+    decision: str
+    blob: Blob | None = None
+    truncated_to: int | None = None
+    deleted: list[int] = field(default_factory=list)
+
+
+def planned_ends(checkpoints: list[Path], topic: str) -> dict[int, int]:
+    """Per partition, the furthest end offset of the latest micro-batch any of the
+    queries planned for ``topic`` (Spark's offset log: ``<checkpoint>/offsets/<batch>``,
+    line 3 on one JSON object per source)."""
+    ends: dict[int, int] = {}
+    for checkpoint in checkpoints:
+        folder = checkpoint / "offsets"
+        if not folder.is_dir():
+            continue
+        batches = [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
+        if not batches:
+            continue
+        try:
+            lines = (folder / str(max(batches))).read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+        for line in lines[2:]:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                offsets = offsets_from_json(topic, json.loads(line))
+            except (ValueError, AttributeError):
+                continue
+            for p, o in offsets.items():
+                ends[p] = max(ends.get(p, 0), o)
+    return ends
+
+
+class Sweeper:
+    """The sweeper of the queues of ``groups``.
+
+    Args:
+        settings: the ``[sweeper]`` config.
+        groups: the query groups whose input stream queues are swept.
+        bootstrap_servers: the cluster.
+        registry: where the metrics go.
+        clock: ``time.monotonic`` (tests inject one).
+        on_written: called with ``(topic, partition, range)`` after a BLOB is written
+            and before it is verified (the window in which the seed's checks can fail;
+            tests use it to force an abort).
+    """
+
+    def __init__(
+        self,
+        settings: SweeperSettings,
+        groups: list[QueryGroupConfig],
+        *,
+        bootstrap_servers: str,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_written: Callable[[str, int, SweepRange], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.bootstrap_servers = bootstrap_servers
+        self.registry = registry or CollectorRegistry()
+        self.metrics = SweeperMetrics(self.registry)
+        self.clock = clock
+        self.on_written = on_written
+        self.catalog = SweepCatalog(settings.catalog_url)
+        self.blob_dir = Path(settings.blob_dir)
+        self.blob_dir.mkdir(parents=True, exist_ok=True)
+        self.queues = [
+            SweptQueue(
+                config.name,
+                stream,
+                config.input_streams[stream].topic,
+                [Path(config.checkpoint_root) / q for q in config.readers(stream)],
+                QueueProbe.for_input_stream(
+                    config, stream, bootstrap_servers=bootstrap_servers, swept=self.catalog
+                ),
+            )
+            for config in groups
+            for stream in config.input_streams
+            if config.readers(stream)
+        ]
+        self._client = dict(groups[0].kafka.client) if groups else {}
+        self.admin = AdminClient({"bootstrap.servers": bootstrap_servers, **self._client})
+        self._previous: dict[tuple[str, int], tuple[int, float]] = {}
+        self.full = False
+        self.election = LeaderElection(
+            settings.catalog_url,
+            "sweeper",
+            on_granted=lambda: self.metrics.leader.set(1),
+            on_revoked=lambda: self.metrics.leader.set(0),
+            check_interval_s=settings.leader_check_interval_s,
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_cycle: list[PartitionOutcome] = []
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def recover(self) -> list[Path]:
+        """Remove BLOB files the catalog does not name (a sweep killed before it
+        registered its BLOB); report registered BLOBs whose file is missing.
+
+        Returns:
+            The files removed.
+        """
+        registered = {Path(b.path).resolve() for b in self.catalog.all()}
+        removed = []
+        for path in self.blob_dir.iterdir():
+            if path.is_file() and path.resolve() not in registered:
+                path.unlink()
+                removed.append(path)
+        for blob in self.catalog.all():
+            if not Path(blob.path).exists():
+                log.error(
+                    "BLOB %d of %s[%d] [%d, %d) is registered but its file %s is missing",
+                    blob.id,
+                    blob.topic,
+                    blob.partition,
+                    blob.start_offset,
+                    blob.end_offset,
+                    blob.path,
+                )
+        if removed:
+            log.warning("removed %d unregistered BLOB files: %s", len(removed), removed)
+        self._refresh_gauges()
+        return removed
+
+    def start(self) -> Sweeper:
+        """Recover, take the leadership if free, and run a cycle every interval."""
+        self.recover()
+        self.election.start()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="floodgate-sweeper", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop cycling (a sweep in progress finishes first) and give the lead up."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+            self._thread = None
+        self.election.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.settings.sweep_interval_s):
+            if not self.election.is_leader:
+                continue
+            try:
+                self.cycle()
+            except Exception:
+                log.exception("sweep cycle failed")
+
+    # -- the cycle -------------------------------------------------------------
+
+    def cycle(self) -> list[PartitionOutcome]:
+        """One pass over every partition of every registered queue."""
+        outcomes = []
+        for queue in self.queues:
+            snapshot = queue.probe.snapshot()
+            planned = planned_ends(queue.checkpoints, queue.topic)
+            for p, part in sorted(snapshot.partitions.items()):
+                committed = part.committed if part.committed is not None else part.log_start
+                outcomes.append(
+                    self._partition(
+                        queue,
+                        p,
+                        committed=committed,
+                        high=part.high,
+                        log_start=part.log_start,
+                        planned_end=planned.get(p),
+                    )
+                )
+        self._refresh_gauges()
+        self.last_cycle = outcomes
+        return outcomes
+
+    def _service_rate(self, topic: str, p: int, committed: int) -> int:
+        """x: tuples committed during the last interval (scaled to one interval)."""
+        now = self.clock()
+        previous = self._previous.get((topic, p))
+        self._previous[(topic, p)] = (committed, now)
+        if previous is None:
+            return 0
+        done, at = previous
+        elapsed = max(now - at, 1e-9)
+        rate = max(0, committed - done) / elapsed
+        self.metrics.service_rate.labels(topic, str(p)).set(rate)
+        return round(rate * self.settings.sweep_interval_s)
+
+    def _partition(
+        self,
+        queue: SweptQueue,
+        p: int,
+        *,
+        committed: int,
+        high: int,
+        log_start: int,
+        planned_end: int | None,
+    ) -> PartitionOutcome:
+        topic = queue.topic
+        x = self._service_rate(topic, p, committed)
+        chain = self.catalog.chain(topic, p)
+        ranges = [(b.start_offset, b.end_offset) for b in chain]
+        outcome = PartitionOutcome(topic, p, x, 0, "")
+        # Free what the consumer is past: the broker below a reached BLOB, used BLOBs.
+        target = truncate_to(ranges, committed=committed, log_start=log_start)
+        if target is not None:
+            self._truncate(topic, p, target, chain)
+            outcome.truncated_to = target
+            log_start = target
+        for i in consumed(ranges, committed=committed):
+            self._delete(chain[i], unswept=True)
+            outcome.deleted.append(chain[i].id)
+        chain = [b for b in chain if b.id not in outcome.deleted]
+        view = PartitionView(
+            committed=committed,
+            high_watermark=high,
+            log_start=log_start,
+            service_rate=x,
+            chain_end=chain[-1].end_offset if chain else None,
+            planned_end=planned_end,
+        )
+        outcome.unswept = view.unswept
+        decision = plan(view, front_extra=self.settings.front_extra)
+        if isinstance(decision, Skip):
+            self.metrics.skips.labels(topic, decision.value).inc()
+            outcome.decision = decision.value
+            return outcome
+        if not self._has_room():
+            self.metrics.skips.labels(topic, "store-full").inc()
+            outcome.decision = "store-full"
+            return outcome
+        try:
+            outcome.blob = self._sweep(queue, p, decision)
+            outcome.decision = "swept"
+        except SweepAborted as exc:
+            self.metrics.aborts.labels(topic, exc.reason.value).inc()
+            log.warning(
+                "FG-SWP-002 sweep of %s[%d] [%d, %d) aborted (%s): %s",
+                topic,
+                p,
+                decision.start,
+                decision.end,
+                exc.reason.value,
+                exc,
+            )
+            outcome.decision = f"aborted:{exc.reason.value}"
+        return outcome
+
+    def _has_room(self) -> bool:
+        used = self.catalog.used_bytes()
+        full = used >= self.settings.blob_store_max_bytes
+        if full != self.full:
+            self.full = full
+            if full:
+                log.warning(
+                    "FG-SWP-003 BLOB store full: %d of %d bytes (blob_store_max_bytes); no more "
+                    "sweeps, back-pressure holds the producers",
+                    used,
+                    self.settings.blob_store_max_bytes,
+                )
+            else:
+                log.warning(
+                    "FG-SWP-004 BLOB store has room again: %d of %d bytes",
+                    used,
+                    self.settings.blob_store_max_bytes,
+                )
+        return not full
+
+    def _sweep(self, queue: SweptQueue, p: int, sweep: SweepRange) -> Blob:
+        topic = queue.topic
+        name = blob_name(topic, p, sweep.start, sweep.end)
+        final = self.blob_dir / name
+        temporary = self.blob_dir / f".tmp-{name}"
+        try:
+            tuples = write_blob(temporary, self._read(topic, p, sweep))
+        except SweepAborted:
+            temporary.unlink(missing_ok=True)
+            raise
+        except (OSError, KafkaException) as exc:
+            temporary.unlink(missing_ok=True)
+            raise SweepAborted(Abort.WRITE_FAILED, f"{exc.__class__.__name__}: {exc}") from exc
+        os.replace(temporary, final)
+        _fsync_dir(self.blob_dir)
+        try:
+            if self.on_written is not None:
+                self.on_written(topic, p, sweep)
+            snapshot = queue.probe.snapshot().partitions[p]
+            committed = snapshot.committed if snapshot.committed is not None else snapshot.log_start
+            planned = planned_ends(queue.checkpoints, topic).get(p)
+            reason = verify(
+                sweep, committed=committed, planned_end=planned, log_start=snapshot.log_start
+            )
+            if reason is not None:
+                raise SweepAborted(
+                    reason,
+                    f"committed {committed}, planned batch end {planned}, "
+                    f"log start {snapshot.log_start}",
+                )
+            size = final.stat().st_size
+            blob = self.catalog.register(
+                topic,
+                p,
+                sweep.start,
+                sweep.end,
+                path=str(final),
+                size=size,
+                tuples=tuples,
+                now=time.time(),
+            )
+        except BaseException:
+            final.unlink(missing_ok=True)
+            raise
+        self.metrics.sweeps.labels(topic).inc()
+        self.metrics.swept_tuples.labels(topic).inc(tuples)
+        self.metrics.swept_bytes.labels(topic).inc(size)
+        log.info(
+            "FG-SWP-001 swept %s[%d] [%d, %d): %d tuples, %d bytes into %s",
+            topic,
+            p,
+            sweep.start,
+            sweep.end,
+            tuples,
+            size,
+            final.name,
+        )
+        return blob
+
+    def _read(self, topic: str, p: int, sweep: SweepRange) -> Iterator[Any]:
+        """The records of ``[start, end)`` from the broker, in offset order."""
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "group.id": "floodgate.sweeper",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "error",
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "queued.min.messages": 10_000,
+                **self._client,
+            }
+        )
+        try:
+            consumer.assign([TopicPartition(topic, p, sweep.start)])
+            next_offset = sweep.start
+            last_progress = time.monotonic()
+            while next_offset < sweep.end:
+                messages = consumer.consume(
+                    num_messages=min(10_000, sweep.end - next_offset), timeout=1.0
+                )
+                if not messages:
+                    position = consumer.position([TopicPartition(topic, p)])[0].offset
+                    if position >= sweep.end:
+                        return
+                    if time.monotonic() - last_progress > READ_STALL_TIMEOUT_S:
+                        raise SweepAborted(
+                            Abort.WRITE_FAILED, f"no progress at offset {next_offset}"
+                        )
+                    continue
+                for message in messages:
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            if (message.offset() or 0) >= sweep.end:
+                                return
+                            continue
+                        if error.code() in (
+                            KafkaError.OFFSET_OUT_OF_RANGE,
+                            KafkaError._AUTO_OFFSET_RESET,
+                        ):
+                            raise SweepAborted(
+                                Abort.BROKER_TRUNCATED,
+                                f"the broker no longer holds offset {next_offset}",
+                            )
+                        raise KafkaException(error)
+                    offset = int(message.offset() or 0)
+                    if offset >= sweep.end:
+                        return
+                    yield message
+                    next_offset = offset + 1
+                    last_progress = time.monotonic()
+        finally:
+            consumer.close()
+
+    def _truncate(self, topic: str, p: int, target: int, chain: list[Blob]) -> None:
+        futures = self.admin.delete_records([TopicPartition(topic, p, target)])
+        for future in futures.values():
+            future.result()
+        freed = sum(b.bytes for b in chain if b.end_offset <= target)
+        self.metrics.freed.labels(topic).inc(freed)
+        log.info("FG-SWP-005 truncated %s[%d] to offset %d", topic, p, target)
+
+    def _delete(self, blob: Blob, *, unswept: bool) -> None:
+        """Forget a BLOB, then remove its file (a crash between leaves an orphan file,
+        which :meth:`recover` removes, never a registered BLOB without its file)."""
+        self.catalog.delete(blob.id)
+        with contextlib.suppress(FileNotFoundError):
+            Path(blob.path).unlink()
+        if unswept:
+            self.metrics.unswept_tuples.labels(blob.topic).inc(blob.tuples)
+
+    def _refresh_gauges(self) -> None:
+        blobs = self.catalog.all()
+        by_topic: dict[str, list[Blob]] = {q.topic: [] for q in self.queues}
+        for blob in blobs:
+            by_topic.setdefault(blob.topic, []).append(blob)
+        for topic, held in by_topic.items():
+            self.metrics.blobs.labels(topic).set(len(held))
+            self.metrics.blob_bytes.labels(topic).set(sum(b.bytes for b in held))
+        swept = {(b.topic, b.partition) for b in blobs}
+        for topic, p in self._previous:
+            self.metrics.swept_state.labels(topic, str(p)).set(1 if (topic, p) in swept else 0)
+        used = sum(b.bytes for b in blobs)
+        self.metrics.store_used.set(used / self.settings.blob_store_max_bytes)
+
+    def status(self) -> dict[str, Any]:
+        """``GET /status``: leader, store, BLOB chains, the last cycle."""
+        return {
+            "leader": self.election.is_leader,
+            "blob_store": {
+                "used_bytes": self.catalog.used_bytes(),
+                "max_bytes": self.settings.blob_store_max_bytes,
+                "full": self.full,
+            },
+            "blobs": [
+                {
+                    "topic": b.topic,
+                    "partition": b.partition,
+                    "start": b.start_offset,
+                    "end": b.end_offset,
+                    "tuples": b.tuples,
+                    "bytes": b.bytes,
+                }
+                for b in self.catalog.all()
+            ],
+            "last_cycle": [
+                {
+                    "topic": o.topic,
+                    "partition": o.partition,
+                    "service_rate": o.service_rate,
+                    "unswept": o.unswept,
+                    "decision": o.decision,
+                }
+                for o in self.last_cycle
+            ],
+        }
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
