@@ -21,9 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import socket
-import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,6 +32,7 @@ from rich.table import Table
 
 from pipeline.control import error_detail
 from pipeline.errors import FloodgateError
+from pipeline.serving import AppServer, wait_for_signal
 
 app = typer.Typer(
     help="The admission service: starts jobs when CPU and memory allow.", no_args_is_help=True
@@ -62,8 +60,6 @@ def serve(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
 ) -> None:
     """Run the admission service until SIGTERM / Ctrl-C."""
-    import uvicorn
-
     from admission.api import build_app
     from admission.config import load_admission_config
     from admission.service import AdmissionService
@@ -76,47 +72,31 @@ def serve(
         service = AdmissionService(settings)
     except FloodgateError as exc:
         raise _fail(str(exc)) from exc
-    # Bind first: the address is known (port 0 picks one) before the service takes
-    # the leadership and records where it answers.
     try:
-        sock = socket.create_server((settings.host, settings.port))
+        server = AppServer(
+            build_app(service), host=settings.host, port=settings.port, name="admission"
+        )
     except OSError as exc:
         raise _fail(f"the API could not listen on {settings.host}:{settings.port}: {exc}") from exc
-    port = sock.getsockname()[1]
-    url = f"http://{settings.host}:{port}"
-    service.start(address=url)
+    # Bound before the service takes the leadership and records where it answers.
+    service.start(address=server.url)
     intake = None
     bootstrap = settings.bootstrap_servers or os.environ.get("FLOODGATE_KAFKA_BOOTSTRAP")
     if bootstrap:
         from admission.intake import KafkaIntake
 
         intake = KafkaIntake(service, bootstrap_servers=bootstrap).start()
-    server = uvicorn.Server(
-        uvicorn.Config(build_app(service), log_level="warning", access_log=False)
-    )
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name="admission-http", daemon=True
-    )
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    thread.start()
-    while not server.started and thread.is_alive():
-        stop.wait(0.05)
-    if not thread.is_alive():
-        service.stop()
-        raise _fail(f"the API could not serve on {url}")
-    # One line a supervisor (or a test) can read the URL from.
-    print(f"FLOODGATE_ADMISSION_URL={url}", flush=True)
     try:
-        stop.wait()
+        server.start()
+    except FloodgateError as exc:
+        service.stop()
+        raise _fail(str(exc)) from exc
+    # One line a supervisor (or a test) can read the URL from.
+    print(f"FLOODGATE_ADMISSION_URL={server.url}", flush=True)
+    try:
+        wait_for_signal()
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+        server.stop()
         if intake is not None:
             intake.stop()
         service.stop()

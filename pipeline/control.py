@@ -22,9 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
-import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +31,7 @@ from fastapi import FastAPI, HTTPException
 from pipeline.config import DEFAULT_CONTROL_DIR
 from pipeline.errors import FloodgateError, QueryGroupError
 from pipeline.metrics import add_metrics_route
+from pipeline.serving import AppServer
 
 if TYPE_CHECKING:
     from pipeline.query_group import QueryGroup
@@ -73,7 +71,8 @@ def build_app(group: QueryGroup) -> FastAPI:
 
 
 class ControlServer:
-    """uvicorn serving :func:`build_app` in a daemon thread.
+    """The query group's endpoint (:func:`build_app`), served by an
+    :class:`~pipeline.serving.AppServer`, plus its control file.
 
     Args:
         group: the query group.
@@ -86,20 +85,13 @@ class ControlServer:
     """
 
     def __init__(self, group: QueryGroup, *, host: str, port: int, control_dir: str | None) -> None:
-        import uvicorn
-
         self.group = group
         self.host = host
         self.port = port
         self.control_file = (
             Path(control_dir) / f"{group.name}.json" if control_dir is not None else None
         )
-        self._config = uvicorn.Config(
-            build_app(group), log_level="warning", access_log=False, lifespan="off"
-        )
-        self._server = uvicorn.Server(self._config)
-        self._thread: threading.Thread | None = None
-        self._socket: socket.socket | None = None
+        self._server: AppServer | None = None
 
     @property
     def url(self) -> str:
@@ -109,23 +101,11 @@ class ControlServer:
 
     def start(self, timeout_s: float = 10.0) -> None:
         """Bind, serve in a thread, wait until it answers, write the control file."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        self._socket = sock
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [sock]},
-            name=f"floodgate-{self.group.name}-http",
-            daemon=True,
+        self._server = AppServer(
+            build_app(self.group), host=self.host, port=self.port, name=self.group.name
         )
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise FloodgateError(f"query group {self.group.name}: endpoint did not start")
-            time.sleep(0.02)
+        self.port = self._server.port
+        self._server.start(timeout_s)
         if self.control_file is not None:
             self.control_file.parent.mkdir(parents=True, exist_ok=True)
             self.control_file.write_text(
@@ -147,11 +127,8 @@ class ControlServer:
                     self.control_file.unlink()
             except (OSError, ValueError):
                 pass
-        self._server.should_exit = True
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
-        if self._socket is not None:
-            self._socket.close()
+        if self._server is not None:
+            self._server.stop()
 
 
 def error_detail(response: httpx.Response) -> str:

@@ -1,0 +1,127 @@
+"""``floodgate sweeper ...``: run the sweeper service, and look at its BLOBs.
+
+Registered with the ``floodgate`` command through the ``floodgate.commands`` entry
+point (``pyproject.toml``), so ``pipeline/`` does not import this package.
+
+* ``floodgate sweeper serve [--config FILE] [--bootstrap H:P]`` -- sweep the input
+  queues of the configured query groups every ``sweep_interval_s`` (the leader of
+  the instances on one catalog), serving ``/metrics`` and ``/status`` on
+  ``sweeper.host:port``, until SIGTERM / Ctrl-C;
+* ``floodgate sweeper blobs [--config FILE]`` -- the BLOB chains of the catalog.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from pipeline.errors import FloodgateError
+
+app = typer.Typer(
+    help="The sweeper service: moves the backlog of slow queues into BLOBs.",
+    no_args_is_help=True,
+)
+console = Console()
+
+Config = Annotated[
+    Path | None, typer.Option(exists=True, dir_okay=False, help="Sweeper config (TOML).")
+]
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
+    return typer.Exit(code=2)
+
+
+@app.command()
+def serve(
+    config: Config = None,
+    bootstrap: Annotated[
+        str | None, typer.Option(help="Kafka bootstrap servers (else the config, the env).")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+) -> None:
+    """Run the sweeper until SIGTERM / Ctrl-C."""
+    from fastapi import FastAPI
+
+    from pipeline.config import bootstrap_from
+    from pipeline.metrics import add_metrics_route
+    from pipeline.serving import AppServer, wait_for_signal
+    from sweeper.config import load_sweeper_config
+    from sweeper.service import Sweeper
+
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(message)s"
+    )
+    try:
+        settings, groups = load_sweeper_config(config)
+    except FloodgateError as exc:
+        raise _fail(str(exc)) from exc
+    servers = (
+        bootstrap
+        or settings.bootstrap_servers
+        or os.environ.get("FLOODGATE_KAFKA_BOOTSTRAP")
+        or next((b for b in (bootstrap_from(g.kafka) for g in groups) if b), None)
+    )
+    if not servers:
+        raise _fail(
+            "no Kafka cluster: pass --bootstrap, set sweeper.bootstrap_servers or "
+            "FLOODGATE_KAFKA_BOOTSTRAP"
+        )
+    sweeper = Sweeper(settings, groups, bootstrap_servers=servers)
+    api = FastAPI(title="floodgate sweeper", description="DESIGN.md section 4.3")
+
+    @api.get("/status")
+    def status() -> dict[str, Any]:
+        """Leader, BLOB store, BLOB chains, the last cycle."""
+        return sweeper.status()
+
+    add_metrics_route(api, sweeper.registry)
+    try:
+        server = AppServer(api, host=settings.host, port=settings.port, name="sweeper")
+    except OSError as exc:
+        raise _fail(f"could not listen on {settings.host}:{settings.port}: {exc}") from exc
+    sweeper.election.address = server.url
+    sweeper.start()
+    server.start()
+    print(f"FLOODGATE_SWEEPER_URL={server.url}", flush=True)
+    try:
+        wait_for_signal()
+    finally:
+        server.stop()
+        sweeper.stop()
+
+
+@app.command()
+def blobs(config: Config = None) -> None:
+    """The BLOB chains of the sweep catalog."""
+    from pipeline.swept import SweepCatalog
+    from sweeper.config import load_sweeper_config
+
+    try:
+        settings, _groups = load_sweeper_config(config)
+    except FloodgateError as exc:
+        raise _fail(str(exc)) from exc
+    catalog = SweepCatalog(settings.catalog_url)
+    table = Table(title=f"BLOBs of {settings.catalog_url}")
+    for column in ("topic", "partition", "offsets", "tuples", "bytes", "file"):
+        table.add_column(column)
+    held = catalog.all()
+    for blob in held:
+        table.add_row(
+            blob.topic,
+            str(blob.partition),
+            f"[{blob.start_offset}, {blob.end_offset})",
+            f"{blob.tuples:,}",
+            f"{blob.bytes:,}",
+            Path(blob.path).name,
+        )
+    console.print(table)
+    console.print(f"{len(held)} BLOBs, {sum(b.bytes for b in held):,} bytes")
