@@ -274,6 +274,7 @@ class Sweeper:
                         planned_end=planned.get(p),
                     )
                 )
+        self._has_room()  # logs the store filling up or clearing, swept or not
         self._refresh_gauges()
         self.last_cycle = outcomes
         return outcomes

@@ -7,6 +7,9 @@ in the producer's order."""
 from __future__ import annotations
 
 import itertools
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,14 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from pipeline.broker import ensure_topics
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo import read_all
+from pipeline.errors import QueueFullError
 from pipeline.query_group import QueryGroup
 from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.swept import read_blob
 from sweeper.config import SweeperSettings
+from sweeper.policy import SweepRange
 from sweeper.service import PartitionOutcome, Sweeper
 
 from .conftest import flights_raw_config
@@ -58,7 +67,13 @@ def sweeper_for(
 ) -> Iterator[Callable[..., tuple[Sweeper, QueryGroupConfig]]]:
     made: list[Sweeper] = []
 
-    def make(config: QueryGroupConfig, **settings: Any) -> tuple[Sweeper, QueryGroupConfig]:
+    def make(
+        config: QueryGroupConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_written: Callable[[str, int, SweepRange], None] | None = None,
+        **settings: Any,
+    ) -> tuple[Sweeper, QueryGroupConfig]:
         stream = config.input_streams["flights"]
         ensure_topics(bootstrap, {stream.topic: (1, 1)})
         sweeper = Sweeper(
@@ -69,7 +84,8 @@ def sweeper_for(
             ),
             [config],
             bootstrap_servers=bootstrap,
-            on_written=settings.pop("on_written", None),
+            clock=clock,
+            on_written=on_written,
         )
         made.append(sweeper)
         return sweeper, config
@@ -153,3 +169,232 @@ def test_a_producer_at_three_times_the_service_rate_is_swept_and_nothing_is_lost
     output = read_all(bootstrap, config.output_streams["flights_copy"].topic)
     out = [codec.decode(m.value())["flight"] for m in output]
     assert out == list(range(len(records))), "not every tuple exactly once in order"
+
+
+class Clock:
+    """``time.monotonic`` for the sweeper, moved by the test: one interval per cycle."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fill(bootstrap: str, schemas: SchemaRepository, config: QueryGroupConfig, n: int) -> None:
+    """Put ``n`` sequenced flights into the group's input stream queue."""
+    flights = sequenced([{"flight": 0, **FLIGHT}], n)
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as conn:
+        stream_input = conn.open_stream_input(config.name, "flights")
+        for i in range(0, n, 1_000):
+            stream_input.put(flights[i : i + 1_000])
+        stream_input.put_end()
+
+
+def commit(bootstrap: str, config: QueryGroupConfig, offset: int) -> None:
+    """Commit ``offset`` for the query group's consumer (the queue's service)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": config.consumer_group("copy")})
+    try:
+        topic = config.input_streams["flights"].topic
+        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def cycle(sweeper: Sweeper, clock: Clock) -> PartitionOutcome:
+    clock.now += sweeper.settings.sweep_interval_s
+    (outcome,) = sweeper.cycle()
+    return outcome
+
+
+@pytest.fixture
+def queue(
+    bootstrap: str, run_id: str, tmp_path: Path, flights: list[dict[str, Any]]
+) -> QueryGroupConfig:
+    FLIGHT.update(flights[0])
+    return swept_group(run_id, tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}")
+
+
+FLIGHT: dict[str, Any] = {}
+
+
+def test_a_stalled_queue_and_one_within_twice_its_service_rate_are_never_swept(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    queue: QueryGroupConfig,
+    sweeper_for: Callable[..., tuple[Sweeper, QueryGroupConfig]],
+) -> None:
+    clock = Clock()
+    sweeper, _ = sweeper_for(queue, clock=clock)
+    fill(bootstrap, schemas, queue, 3_000)
+    # Nobody consumes: back-pressure's business, never the sweeper's.
+    assert [cycle(sweeper, clock).decision for _ in range(3)] == ["not-serviced"] * 3
+    # Serviced at 1 000 an interval with 2 000 left: y = 2x, not growing past it.
+    commit(bootstrap, queue, 1_000)
+    outcome = cycle(sweeper, clock)
+    assert (outcome.service_rate, outcome.unswept, outcome.decision) == (
+        1_000,
+        2_000,
+        "not-growing",
+    )
+    commit(bootstrap, queue, 1_000)  # stalled again
+    assert cycle(sweeper, clock).decision == "not-serviced"
+    assert sweeper.catalog.all() == [] and list(sweeper.blob_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("reason", ["consumer-reached", "broker-truncated"])
+def test_a_sweep_whose_range_is_reached_meanwhile_is_aborted_and_its_blob_deleted(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    queue: QueryGroupConfig,
+    sweeper_for: Callable[..., tuple[Sweeper, QueryGroupConfig]],
+    reason: str,
+) -> None:
+    def interfere(topic: str, partition: int, sweep: SweepRange) -> None:
+        if reason == "consumer-reached":  # the consumer jumps into the range
+            commit(bootstrap, queue, sweep.start + 1)
+        else:  # the broker dropped the range's start first
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            for future in admin.delete_records(
+                [TopicPartition(topic, partition, sweep.start + 1)]
+            ).values():
+                future.result()
+
+    clock = Clock()
+    sweeper, _ = sweeper_for(queue, clock=clock, on_written=interfere)
+    fill(bootstrap, schemas, queue, 3_000)
+    commit(bootstrap, queue, 0)
+    cycle(sweeper, clock)
+    commit(bootstrap, queue, 100)  # x = 100, y = 2 900 > 2x: sweep [205, 3000)
+    outcome = cycle(sweeper, clock)
+    assert outcome.decision == f"aborted:{reason}"
+    assert sweeper.catalog.all() == [] and list(sweeper.blob_dir.iterdir()) == []
+    aborts = sweeper.registry.get_sample_value(
+        "floodgate_sweeper_aborts_total",
+        {"topic": queue.input_streams["flights"].topic, "reason": reason},
+    )
+    assert aborts == 1
+
+
+def test_a_full_blob_store_stops_sweeping_and_back_pressure_takes_over(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    run_id: str,
+    tmp_path: Path,
+    flights: list[dict[str, Any]],
+    sweeper_for: Callable[..., tuple[Sweeper, QueryGroupConfig]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    FLIGHT.update(flights[0])
+    config = swept_group(run_id, tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}")
+    raw_max = 3_000
+    config = config.model_copy(
+        update={
+            "input_streams": {
+                "flights": config.input_streams["flights"].model_copy(
+                    update={"max_queue_size": raw_max}
+                )
+            }
+        }
+    )
+    clock = Clock()
+    sweeper, _ = sweeper_for(config, clock=clock, blob_store_max_bytes=1)
+    fill(bootstrap, schemas, config, 3_000)
+    commit(bootstrap, config, 0)
+    cycle(sweeper, clock)
+    commit(bootstrap, config, 100)
+    first = cycle(sweeper, clock)
+    assert first.decision == "swept" and first.blob is not None
+    swept = first.blob.end_offset - first.blob.start_offset
+    # Swept tuples stop counting: producers may put that many more.
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as conn:
+        stream_input = conn.open_stream_input(config.name, "flights")
+        assert stream_input.free_queue_size() == 100 + swept
+        stream_input.put(sequenced([FLIGHT], 100 + swept))
+        stream_input.put_end()
+        commit(bootstrap, config, 200)
+        with caplog.at_level("WARNING", logger="sweeper.service"):
+            full = cycle(sweeper, clock)
+        assert full.decision == "store-full"
+        assert "FG-SWP-003" in caplog.text
+        # Not swept: the producer is back-pressured with a clean rejection.
+        with pytest.raises(QueueFullError):
+            stream_input.put(sequenced([FLIGHT], 300))
+    # The consumer reads the BLOB's range: deleted once consumed, the store clears.
+    commit(bootstrap, config, first.blob.end_offset)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sweeper.service"):
+        cleared = cycle(sweeper, clock)
+    assert cleared.deleted == [first.blob.id]
+    assert "FG-SWP-004" in caplog.text
+    assert cleared.decision in ("swept", "not-growing", "nothing-to-sweep")
+
+
+KILLED_SWEEPER = """
+import os, signal, sys, time
+from confluent_kafka import Consumer, TopicPartition
+from pipeline.config import load_query_group
+from sweeper.config import SweeperSettings
+from sweeper.service import Sweeper
+
+config = load_query_group(sys.argv[1], env={})
+bootstrap, blob_dir = sys.argv[2], sys.argv[3]
+now = [0.0]
+
+def die(topic, partition, sweep):
+    print("written", sweep.start, sweep.end, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # between the rename and the registration
+
+settings = SweeperSettings(catalog_url=config.query_group.sweep_catalog_url, blob_dir=blob_dir)
+sweeper = Sweeper(settings, [config], bootstrap_servers=bootstrap, clock=lambda: now[0],
+                  on_written=die)
+sweeper.cycle()
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": config.consumer_group("copy")})
+topic = config.input_streams["flights"].topic
+consumer.commit(offsets=[TopicPartition(topic, 0, 100)], asynchronous=False)
+consumer.close()
+now[0] += settings.sweep_interval_s
+sweeper.cycle()
+print("not killed", flush=True)
+"""
+
+
+def test_a_sweeper_killed_during_a_write_leaves_a_consistent_catalog_and_loses_nothing(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    queue: QueryGroupConfig,
+    tmp_path: Path,
+    sweeper_for: Callable[..., tuple[Sweeper, QueryGroupConfig]],
+) -> None:
+    ensure_topics(bootstrap, {queue.input_streams["flights"].topic: (1, 1)})
+    fill(bootstrap, schemas, queue, 3_000)
+    commit(bootstrap, queue, 0)
+    path = tmp_path / "group.toml"
+    path.write_text(tomli_w.dumps(queue.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    blob_dir = tmp_path / "blobs"
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_SWEEPER, str(path), bootstrap, str(blob_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert "written 205 3000" in killed.stdout
+    orphans = list(blob_dir.iterdir())
+    assert len(orphans) == 1  # a whole file, renamed into place, never registered
+
+    clock = Clock()
+    sweeper, _ = sweeper_for(queue, clock=clock)
+    assert sweeper.catalog.all() == []
+    assert sweeper.recover() == orphans
+    assert list(blob_dir.iterdir()) == []
+    # Sweeping goes on, and every offset is held by the broker or a whole BLOB.
+    cycle(sweeper, clock)
+    commit(bootstrap, queue, 200)
+    outcome = cycle(sweeper, clock)
+    assert outcome.decision == "swept" and outcome.blob is not None
+    (blob,) = sweeper.catalog.all()
+    offsets = [r.offset() for r in read_blob(blob.path, blob.topic, blob.partition)]
+    assert offsets == list(range(blob.start_offset, blob.end_offset)) == list(range(305, 3_000))
+    snapshot = sweeper.queues[0].probe.snapshot().partitions[0]
+    assert (snapshot.log_start, snapshot.high) == (0, 3_000)
