@@ -378,7 +378,9 @@ class Sweeper:
         final = self.blob_dir / name
         temporary = self.blob_dir / f".tmp-{name}"
         try:
-            tuples = write_blob(temporary, self._read(topic, p, sweep))
+            tuples = write_blob(
+                temporary, read_range(self.bootstrap_servers, topic, p, sweep, self._client)
+            )
         except SweepAborted:
             temporary.unlink(missing_ok=True)
             raise
@@ -430,63 +432,6 @@ class Sweeper:
             final.name,
         )
         return blob
-
-    def _read(self, topic: str, p: int, sweep: SweepRange) -> Iterator[Any]:
-        """The records of ``[start, end)`` from the broker, in offset order."""
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "group.id": "floodgate.sweeper",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": "error",
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-                "queued.min.messages": 10_000,
-                **self._client,
-            }
-        )
-        try:
-            consumer.assign([TopicPartition(topic, p, sweep.start)])
-            next_offset = sweep.start
-            last_progress = time.monotonic()
-            while next_offset < sweep.end:
-                messages = consumer.consume(
-                    num_messages=min(10_000, sweep.end - next_offset), timeout=1.0
-                )
-                if not messages:
-                    position = consumer.position([TopicPartition(topic, p)])[0].offset
-                    if position >= sweep.end:
-                        return
-                    if time.monotonic() - last_progress > READ_STALL_TIMEOUT_S:
-                        raise SweepAborted(
-                            Abort.WRITE_FAILED, f"no progress at offset {next_offset}"
-                        )
-                    continue
-                for message in messages:
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            if (message.offset() or 0) >= sweep.end:
-                                return
-                            continue
-                        if error.code() in (
-                            KafkaError.OFFSET_OUT_OF_RANGE,
-                            KafkaError._AUTO_OFFSET_RESET,
-                        ):
-                            raise SweepAborted(
-                                Abort.BROKER_TRUNCATED,
-                                f"the broker no longer holds offset {next_offset}",
-                            )
-                        raise KafkaException(error)
-                    offset = int(message.offset() or 0)
-                    if offset >= sweep.end:
-                        return
-                    yield message
-                    next_offset = offset + 1
-                    last_progress = time.monotonic()
-        finally:
-            consumer.close()
 
     def _truncate(self, topic: str, p: int, target: int, chain: list[Blob]) -> None:
         futures = self.admin.delete_records([TopicPartition(topic, p, target)])
@@ -550,6 +495,76 @@ class Sweeper:
                 for o in self.last_cycle
             ],
         }
+
+
+def read_range(
+    bootstrap_servers: str,
+    topic: str,
+    p: int,
+    sweep: SweepRange,
+    client: dict[str, Any] | None = None,
+) -> Iterator[Any]:
+    """The committed records of ``[start, end)`` of a partition from the broker, in
+    offset order (transaction markers and aborted records take offsets and are not
+    records).
+
+    Raises:
+        SweepAborted: the broker no longer holds an offset of the range
+            (``broker-truncated``), or reads made no progress (``write-failed``).
+        KafkaException: another broker error.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": "floodgate.sweeper",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "queued.min.messages": 10_000,
+            **(client or {}),
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, sweep.start)])
+        next_offset = sweep.start
+        last_progress = time.monotonic()
+        while next_offset < sweep.end:
+            messages = consumer.consume(
+                num_messages=min(10_000, sweep.end - next_offset), timeout=1.0
+            )
+            if not messages:
+                position = consumer.position([TopicPartition(topic, p)])[0].offset
+                if position >= sweep.end:
+                    return
+                if time.monotonic() - last_progress > READ_STALL_TIMEOUT_S:
+                    raise SweepAborted(Abort.WRITE_FAILED, f"no progress at offset {next_offset}")
+                continue
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        if (message.offset() or 0) >= sweep.end:
+                            return
+                        continue
+                    if error.code() in (
+                        KafkaError.OFFSET_OUT_OF_RANGE,
+                        KafkaError._AUTO_OFFSET_RESET,
+                    ):
+                        raise SweepAborted(
+                            Abort.BROKER_TRUNCATED,
+                            f"the broker no longer holds offset {next_offset}",
+                        )
+                    raise KafkaException(error)
+                offset = int(message.offset() or 0)
+                if offset >= sweep.end:
+                    return
+                yield message
+                next_offset = offset + 1
+                last_progress = time.monotonic()
+    finally:
+        consumer.close()
 
 
 def _fsync_dir(path: Path) -> None:

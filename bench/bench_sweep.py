@@ -1,0 +1,158 @@
+"""Sweep and unsweep throughput against reading the same range from the broker (issue 6).
+
+What it measures, on the embedded broker, for every partition of a topic holding
+the flights (produced once, through the back-pressure client):
+
+* **sweep**: tuples per second moved into the local BLOB store -- the sweeper's own
+  read of ``[0, high)`` (:func:`sweeper.service.read_range`: a read_committed
+  consumer) written by :func:`pipeline.swept.write_blob` (Avro container, fsynced)
+  and renamed into place, as :meth:`sweeper.service.Sweeper._sweep` does;
+  baseline: a plain consume of the same range (the same consumer settings, the
+  records only counted). Target: sweep / consume >= 0.7.
+* **unsweep**: tuples per second read back from the BLOBs
+  (:class:`pipeline.swept.BlobReader`, what the Spark source and the data path use
+  for offsets the broker no longer holds), against reading the same range from the
+  broker (the baseline's plain consume, timed again). Target: >= 1.0.
+
+Each run times the four in one process, alternating, ``--repeat`` times; the
+figures are medians with min-max. Command: ``.venv/bin/python bench/bench_sweep.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import machine, produce_flights
+from pipeline.broker import ensure_topics, resolve_broker
+from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.swept import BlobReader, SweepCatalog, blob_name, write_blob
+from sweeper.policy import SweepRange
+from sweeper.service import read_range
+
+console = Console()
+PARTITIONS = 4
+
+
+def consume(bootstrap: str, topic: str, ranges: dict[int, int]) -> int:
+    """Count the records of ``[0, high)`` of every partition (the baseline)."""
+    return sum(
+        sum(1 for _ in read_range(bootstrap, topic, p, SweepRange(0, hw)))
+        for p, hw in ranges.items()
+    )
+
+
+def sweep(
+    bootstrap: str, topic: str, ranges: dict[int, int], folder: Path, catalog: SweepCatalog
+) -> int:
+    """Sweep ``[0, high)`` of every partition into BLOBs, registered in ``catalog``."""
+    total = 0
+    for p, hw in ranges.items():
+        name = blob_name(topic, p, 0, hw)
+        temporary, final = folder / f".tmp-{name}", folder / name
+        n = write_blob(temporary, read_range(bootstrap, topic, p, SweepRange(0, hw)))
+        os.replace(temporary, final)
+        catalog.register(
+            topic, p, 0, hw, path=str(final), size=final.stat().st_size, tuples=n, now=time.time()
+        )
+        total += n
+    return total
+
+
+def unsweep(topic: str, ranges: dict[int, int], catalog: SweepCatalog) -> int:
+    """Read every BLOB back in Kafka order."""
+    reader = BlobReader(catalog)
+    total = 0
+    for p, hw in ranges.items():
+        records, _end = reader.read(topic, p, 0, hw)
+        total += sum(1 for _ in records)
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--limit", type=int, default=None, help="flights to produce (all)")
+    args = parser.parse_args()
+    broker = resolve_broker()
+    try:
+        bootstrap = broker.bootstrap_servers
+        topic = f"bench.sweep.{uuid.uuid4().hex[:8]}"
+        ensure_topics(bootstrap, {topic: (PARTITIONS, 1)})
+        codec = StreamCodec(
+            "flights", SchemaRepository.load().get("flight"), SchemaRepository.load()
+        )
+        produced, _ = produce_flights(bootstrap, topic, codec, args.limit)
+        from confluent_kafka import Consumer, TopicPartition
+
+        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench"})
+        ranges = {
+            p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(PARTITIONS)
+        }
+        probe.close()
+        rows: dict[str, list[float]] = {
+            "consume": [],
+            "sweep": [],
+            "consume again": [],
+            "unsweep": [],
+        }
+        for run in range(args.repeat):
+            with tempfile.TemporaryDirectory(prefix="floodgate-bench-sweep-") as tmp:
+                catalog = SweepCatalog(f"sqlite:///{tmp}/catalog.db")
+                folder = Path(tmp) / "blobs"
+                folder.mkdir()
+                for name in rows:
+                    t0 = time.perf_counter()
+                    if name == "sweep":
+                        n = sweep(bootstrap, topic, ranges, folder, catalog)
+                    elif name == "unsweep":
+                        n = unsweep(topic, ranges, catalog)
+                    else:
+                        n = consume(bootstrap, topic, ranges)
+                    elapsed = time.perf_counter() - t0
+                    if n != produced:
+                        raise RuntimeError(f"{name}: {n} tuples, {produced} produced")
+                    rows[name].append(n / elapsed)
+                    console.log(f"run {run + 1}/{args.repeat} {name}: {n / elapsed:,.0f} tuples/s")
+                catalog.close()
+        table = Table(title=f"sweep and unsweep, {produced:,} flights on {PARTITIONS} partitions")
+        for column in ("what", "tuples/s (median)", "min-max"):
+            table.add_column(column)
+        for name, rates in rows.items():
+            table.add_row(
+                name, f"{statistics.median(rates):,.0f}", f"{min(rates):,.0f}-{max(rates):,.0f}"
+            )
+        console.print(table)
+        ratio_sweep = statistics.median(
+            s / c for s, c in zip(rows["sweep"], rows["consume"], strict=True)
+        )
+        ratio_unsweep = statistics.median(
+            u / c for u, c in zip(rows["unsweep"], rows["consume again"], strict=True)
+        )
+        met = {True: "met", False: "NOT met"}
+        console.print(
+            f"sweep / consume: {ratio_sweep:.2f} (target >= 0.7: {met[ratio_sweep >= 0.7]}); "
+            f"unsweep / broker read: {ratio_unsweep:.2f} "
+            f"(target >= 1.0: {met[ratio_unsweep >= 1.0]})"
+        )
+        info: dict[str, Any] = machine()
+        console.print(f"machine: {info}")
+    finally:
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()
