@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Histogram
+
+from pipeline.metrics import Families
 
 NAMESPACE = "floodgate"
 SUBSYSTEM = "admission"
@@ -33,15 +35,8 @@ class AdmissionMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        def gauge(name: str, text: str, labels: tuple[str, ...] = ()) -> Gauge:
-            return Gauge(
-                name, text, labels, namespace=NAMESPACE, subsystem=SUBSYSTEM, registry=registry
-            )
-
-        def counter(name: str, text: str, labels: tuple[str, ...]) -> Counter:
-            return Counter(
-                name, text, labels, namespace=NAMESPACE, subsystem=SUBSYSTEM, registry=registry
-            )
+        families = Families(registry, SUBSYSTEM)
+        gauge, counter = families.gauge, families.counter
 
         self.jobs = gauge("jobs", "Jobs in each state.", ("state",))
         self.emergency = gauge("emergency_mode", "1 in emergency mode (memory above its limit).")

@@ -233,6 +233,37 @@ class QueryGroupMetrics:
             self.state.labels(query_group, s).set(1 if s == state else 0)
 
 
+class Families:
+    """Makes the metric families of one service: ``floodgate_<subsystem>_<name>`` on
+    ``registry`` (the admission service, the sweeper)."""
+
+    def __init__(self, registry: CollectorRegistry, subsystem: str) -> None:
+        self.registry = registry
+        self.subsystem = subsystem
+
+    def gauge(self, name: str, text: str, labels: tuple[str, ...] = ()) -> Gauge:
+        """A gauge family."""
+        return Gauge(
+            name,
+            text,
+            labels,
+            namespace=NAMESPACE,
+            subsystem=self.subsystem,
+            registry=self.registry,
+        )
+
+    def counter(self, name: str, text: str, labels: tuple[str, ...] = ()) -> Counter:
+        """A counter family (``_total`` is added to ``name``)."""
+        return Counter(
+            name,
+            text,
+            labels,
+            namespace=NAMESPACE,
+            subsystem=self.subsystem,
+            registry=self.registry,
+        )
+
+
 def add_metrics_route(app: Any, registry: CollectorRegistry, path: str = "/metrics") -> None:
     """Serve ``registry`` in Prometheus' text format at ``path`` of a FastAPI ``app``.
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
+
+from pipeline.metrics import Families
 
 NAMESPACE = "floodgate"
 SUBSYSTEM = "sweeper"
@@ -34,15 +36,8 @@ class SweeperMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        def gauge(name: str, text: str, labels: tuple[str, ...] = ()) -> Gauge:
-            return Gauge(
-                name, text, labels, namespace=NAMESPACE, subsystem=SUBSYSTEM, registry=registry
-            )
-
-        def counter(name: str, text: str, labels: tuple[str, ...]) -> Counter:
-            return Counter(
-                name, text, labels, namespace=NAMESPACE, subsystem=SUBSYSTEM, registry=registry
-            )
+        families = Families(registry, SUBSYSTEM)
+        gauge, counter = families.gauge, families.counter
 
         self.swept_tuples = counter("swept_tuples", "Tuples swept into BLOBs.", ("topic",))
         self.swept_bytes = counter("swept_bytes", "BLOB bytes written by sweeps.", ("topic",))
