@@ -62,7 +62,7 @@ from admission.store import (
     StallKind,
 )
 from pipeline.errors import FloodgateError
-from pipeline.leader import LeaderElection, as_dict
+from pipeline.leader import LeaderElection
 
 log = logging.getLogger(__name__)
 
@@ -425,18 +425,10 @@ class AdmissionService:
         freed, in_doubt = [], []
         now = self.clock()
         for job in scheduled:
-            with self._lock:
-                if self.store.update(
-                    job.id,
-                    expect=[JobState.ENQUEUED],
-                    state=JobState.ABORTED.value,
-                    finished=now,
-                    note=f"backed out: {reason}",
-                ):
-                    self._enqueued -= 1
-                    freed.append(job.id)
-                    self._notify(job.id)
-                    continue
+            if self._free(job.id, f"backed out: {reason}", now):
+                freed.append(job.id)
+                self._notify(job.id)
+                continue
             current = self._get(job.id)
             if current.state is JobState.RUNNING:
                 self.store.add_stall(
@@ -603,6 +595,7 @@ class AdmissionService:
 
     def status(self) -> dict[str, object]:
         """Load, mode, load step, counts, lanes: ``GET /status``."""
+        holder = self.election.holder()
         return {
             "cpu_load": self.load.cpu,
             "memory_usage": self.load.memory,
@@ -614,7 +607,7 @@ class AdmissionService:
             "leader": {
                 "is_leader": self.is_leader,
                 "instance": self.election.instance,
-                "holder": as_dict(self.election.holder()),
+                "holder": holder.as_json() if holder is not None else None,
             },
             "jobs": {s.value: n for s, n in self.store.count_by_state().items()},
             "disabled_lanes": self.store.disabled_lanes(),
@@ -814,18 +807,24 @@ class AdmissionService:
                 job.lane,
             )
 
+    def _free(self, job_id: int, why: str, now: float) -> bool:
+        """Take a job out of the queue (ABORTED) if it is still ENQUEUED; whether it was."""
+        with self._lock:
+            if self.store.update(
+                job_id,
+                expect=[JobState.ENQUEUED],
+                state=JobState.ABORTED.value,
+                finished=now,
+                note=why,
+            ):
+                self._enqueued -= 1
+                return True
+        return False
+
     def _abort(self, job: Job, why: str) -> None:
         now = self.clock()
         if job.state is JobState.ENQUEUED:
-            with self._lock:
-                if self.store.update(
-                    job.id,
-                    expect=[JobState.ENQUEUED],
-                    state=JobState.ABORTED.value,
-                    finished=now,
-                    note=why,
-                ):
-                    self._enqueued -= 1
+            self._free(job.id, why, now)
         elif job.state is JobState.RUNNING:
             self.store.update(
                 job.id,

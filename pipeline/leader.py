@@ -79,6 +79,10 @@ class Holder:
     address: str | None
     since: float
 
+    def as_json(self) -> dict[str, Any]:
+        """As ``GET /status`` shows it."""
+        return {"instance": self.instance, "address": self.address, "since": self.since}
+
 
 def lock_key(service: str) -> int:
     """The signed 64-bit advisory lock key of a service name (stable across processes
@@ -298,10 +302,3 @@ class LeaderElection:
                 fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
             self._file.close()
             self._file = None
-
-
-def as_dict(holder: Holder | None) -> dict[str, Any] | None:
-    """A holder as JSON (``GET /status``)."""
-    if holder is None:
-        return None
-    return {"instance": holder.instance, "address": holder.address, "since": holder.since}

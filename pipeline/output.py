@@ -101,9 +101,15 @@ def read_offset_log(spark: Any, checkpoint_dir: str, batch_id: int) -> list[dict
         text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
     finally:
         stream.close()
+    return parse_offset_log(str(text))
+
+
+def parse_offset_log(text: str) -> list[dict[str, Any]]:
+    """The source offsets of one entry of Spark's offset log (its text): line 1 is the
+    log version, line 2 the batch metadata, then one line per source (``-`` for a
+    source with no offset, left out)."""
     offsets = []
-    # Line 1 is the log version, line 2 the batch metadata, then one line per source.
-    for line in str(text).splitlines()[2:]:
+    for line in text.splitlines()[2:]:
         line = line.strip()
         if line.startswith("{"):
             offsets.append(json.loads(line))

@@ -63,7 +63,7 @@ from pyspark.sql.types import (
 
 from pipeline.errors import DataLossError, DeserializationError, SchemaError
 from pipeline.serde import RegisteredSchema, SchemaRepository, StreamCodec
-from pipeline.swept import BlobReader, SweepCatalog
+from pipeline.swept import BlobReader, catalog_for
 
 log = logging.getLogger(__name__)
 
@@ -708,7 +708,7 @@ class _PartitionReader:
         if not self.options.sweep_catalog:
             return None
         if self._blobs is None:
-            self._blobs = BlobReader(SweepCatalog(self.options.sweep_catalog))
+            self._blobs = BlobReader(catalog_for(self.options.sweep_catalog))
         return self._blobs
 
     def _unsweep(self, blobs: BlobReader, start: int, low: int) -> tuple[Iterator[Any], int]:

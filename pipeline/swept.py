@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -403,11 +403,6 @@ def blob_name(topic: str, partition: int, start: int, end: int) -> str:
     return f"{safe}-{partition}-{start:020d}-{end:020d}.avro"
 
 
-def describe(chain: Sequence[Blob]) -> str:
-    """A chain as ``[a, b) [c, d)`` for logs."""
-    return " ".join(f"[{b.start_offset}, {b.end_offset})" for b in chain) or "(empty)"
-
-
 __all__ = [
     "BLOB_SCHEMA",
     "Blob",
@@ -415,6 +410,7 @@ __all__ = [
     "SweepCatalog",
     "SweptRecord",
     "blob_name",
+    "catalog_for",
     "read_blob",
     "write_blob",
 ]

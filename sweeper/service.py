@@ -28,7 +28,6 @@ again, ``FG-SWP-005`` the broker truncated.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -44,6 +43,7 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig
 from pipeline.leader import LeaderElection
+from pipeline.output import parse_offset_log
 from pipeline.queues import QueueProbe
 from pipeline.source import offsets_from_json
 from pipeline.swept import Blob, SweepCatalog, blob_name, write_blob
@@ -108,8 +108,8 @@ class PartitionOutcome:
 
 def planned_ends(checkpoints: list[Path], topic: str) -> dict[int, int]:
     """Per partition, the furthest end offset of the latest micro-batch any of the
-    queries planned for ``topic`` (Spark's offset log: ``<checkpoint>/offsets/<batch>``,
-    line 3 on one JSON object per source)."""
+    queries planned for ``topic`` (Spark's offset log, ``<checkpoint>/offsets/<batch>``,
+    read as a local file)."""
     ends: dict[int, int] = {}
     for checkpoint in checkpoints:
         folder = checkpoint / "offsets"
@@ -119,17 +119,14 @@ def planned_ends(checkpoints: list[Path], topic: str) -> dict[int, int]:
         if not batches:
             continue
         try:
-            lines = (folder / str(max(batches))).read_text(encoding="utf-8").splitlines()
-        except OSError:
-            continue
-        for line in lines[2:]:
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
+            logged = parse_offset_log((folder / str(max(batches))).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # being written: next cycle
+        for source in logged:
             try:
-                offsets = offsets_from_json(topic, json.loads(line))
-            except (ValueError, AttributeError):
-                continue
+                offsets = offsets_from_json(topic, source)
+            except ValueError:
+                continue  # another source's shape
             for p, o in offsets.items():
                 ends[p] = max(ends.get(p, 0), o)
     return ends

@@ -107,6 +107,14 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Service]]:
             service.process.wait(timeout=30)
 
 
+def hard_stall(service: Service, *, lane: str) -> dict[str, Any]:
+    """Start a job in ``lane`` and ``kill -9`` it: a hard stall; the job, ended."""
+    job = service.submit([SLEEP, "60"], queueable=False, lane=lane)
+    os.kill(job["pid"], signal.SIGKILL)
+    wait_for(lambda: service.job(job["id"])["state"] == "ERROR", "the killed job to end")
+    return service.job(job["id"])
+
+
 def stop(service: Service) -> None:
     service.process.send_signal(signal.SIGTERM)
     assert service.process.wait(timeout=30) == 0, service.log()
@@ -184,9 +192,7 @@ def test_a_killed_job_is_a_hard_stall_that_disables_its_lane_until_enabled(
     serve: Callable[..., Service],
 ) -> None:
     service = serve()
-    job = service.submit([SLEEP, "60"], queueable=False, lane="etl")
-    os.kill(job["pid"], signal.SIGKILL)
-    wait_for(lambda: service.job(job["id"])["state"] == "ERROR", "the killed job to end")
+    job = hard_stall(service, lane="etl")
     assert service.job(job["id"])["exit_code"] == -9
     stalls = service.call("GET", "/stalls").json()
     assert [(s["job_id"], s["kind"]) for s in stalls] == [(job["id"], "hard")]
@@ -322,9 +328,7 @@ def test_a_completion_step_that_cannot_be_scheduled_is_a_hard_stall_then_resched
     serve: Callable[..., Service],
 ) -> None:
     service = serve()
-    victim = service.submit([SLEEP, "60"], queueable=False, lane="agents")
-    os.kill(victim["pid"], signal.SIGKILL)
-    wait_for(lambda: service.job(victim["id"])["state"] == "ERROR", "the hard stall")
+    hard_stall(service, lane="agents")
     created = service.call(
         "POST",
         "/requests",

@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,27 +43,22 @@ def sequenced(flights: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     return [{**flights[i % len(flights)], "flight": i} for i in range(n)]
 
 
-def swept_group(run_id: str, tmp_path: Path, catalog_url: str, **group: Any) -> QueryGroupConfig:
+def swept_group(
+    run_id: str, tmp_path: Path, *, max_queue_size: int = 1_000_000, **group: Any
+) -> QueryGroupConfig:
     """The passthrough query group on one input and one output partition (so output
-    order is input order), its input swept through ``catalog_url``."""
+    order is input order), its input swept through a catalog in ``tmp_path``."""
     raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
-    raw["query_group"].update(sweep_catalog_url=catalog_url, output_queue_check=False, **group)
-    raw["input_streams"]["flights"].update(partitions=1, max_queue_size=1_000_000)
+    raw["query_group"].update(
+        sweep_catalog_url=f"sqlite:///{tmp_path / 'catalog.db'}", output_queue_check=False, **group
+    )
+    raw["input_streams"]["flights"].update(partitions=1, max_queue_size=max_queue_size)
     raw["output_streams"]["flights_copy"]["partitions"] = 1
     return parse_query_group(raw, env={})
 
 
-@dataclass
-class Run:
-    sweeper: Sweeper
-    outcomes: list[PartitionOutcome]
-    config: QueryGroupConfig
-
-
 @pytest.fixture
-def sweeper_for(
-    bootstrap: str, tmp_path: Path
-) -> Iterator[Callable[..., tuple[Sweeper, QueryGroupConfig]]]:
+def sweeper_for(bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Sweeper]]:
     made: list[Sweeper] = []
 
     def make(
@@ -73,7 +67,7 @@ def sweeper_for(
         clock: Callable[[], float] = time.monotonic,
         on_written: Callable[[str, int, SweepRange], None] | None = None,
         **settings: Any,
-    ) -> tuple[Sweeper, QueryGroupConfig]:
+    ) -> Sweeper:
         stream = config.input_streams["flights"]
         ensure_topics(bootstrap, {stream.topic: (1, 1)})
         sweeper = Sweeper(
@@ -88,7 +82,7 @@ def sweeper_for(
             on_written=on_written,
         )
         made.append(sweeper)
-        return sweeper, config
+        return sweeper
 
     yield make
     for sweeper in made:
@@ -110,13 +104,10 @@ def test_a_producer_at_three_times_the_service_rate_is_swept_and_nothing_is_lost
     flights: list[dict[str, Any]],
     run_id: str,
     tmp_path: Path,
-    sweeper_for: Callable[..., tuple[Sweeper, QueryGroupConfig]],
+    sweeper_for: Callable[..., Sweeper],
 ) -> None:
-    catalog_url = f"sqlite:///{tmp_path / 'catalog.db'}"
-    config = swept_group(
-        run_id, tmp_path, catalog_url, max_rows_per_trigger=200, trigger_interval_ms=500
-    )
-    sweeper, _ = sweeper_for(config, sweep_interval_s=1.0)
+    config = swept_group(run_id, tmp_path, max_rows_per_trigger=200, trigger_interval_ms=500)
+    sweeper = sweeper_for(config, sweep_interval_s=1.0)
     records = sequenced(flights, 8_000)
     samples: list[tuple[int, int]] = []
     outcomes: list[PartitionOutcome] = []
@@ -181,13 +172,14 @@ class Clock:
         return self.now
 
 
-def fill(bootstrap: str, schemas: SchemaRepository, config: QueryGroupConfig, n: int) -> None:
-    """Put ``n`` sequenced flights into the group's input stream queue."""
-    flights = sequenced([{"flight": 0, **FLIGHT}], n)
+def fill(
+    bootstrap: str, schemas: SchemaRepository, config: QueryGroupConfig, records: list[Any]
+) -> None:
+    """Put ``records`` into the group's input stream queue."""
     with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as conn:
         stream_input = conn.open_stream_input(config.name, "flights")
-        for i in range(0, n, 1_000):
-            stream_input.put(flights[i : i + 1_000])
+        for i in range(0, len(records), 1_000):
+            stream_input.put(records[i : i + 1_000])
         stream_input.put_end()
 
 
@@ -208,25 +200,26 @@ def cycle(sweeper: Sweeper, clock: Clock) -> PartitionOutcome:
 
 
 @pytest.fixture
-def queue(
-    bootstrap: str, run_id: str, tmp_path: Path, flights: list[dict[str, Any]]
-) -> QueryGroupConfig:
-    FLIGHT.update(flights[0])
-    return swept_group(run_id, tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}")
+def queue(run_id: str, tmp_path: Path) -> QueryGroupConfig:
+    return swept_group(run_id, tmp_path)
 
 
-FLIGHT: dict[str, Any] = {}
+@pytest.fixture
+def backlog(flights: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """3 000 sequenced flights to fill a queue with."""
+    return sequenced(flights, 3_000)
 
 
 def test_a_stalled_queue_and_one_within_twice_its_service_rate_are_never_swept(
     bootstrap: str,
     schemas: SchemaRepository,
     queue: QueryGroupConfig,
-    sweeper_for: Callable[..., tuple[Sweeper, QueryGroupConfig]],
+    backlog: list[dict[str, Any]],
+    sweeper_for: Callable[..., Sweeper],
 ) -> None:
     clock = Clock()
-    sweeper, _ = sweeper_for(queue, clock=clock)
-    fill(bootstrap, schemas, queue, 3_000)
+    sweeper = sweeper_for(queue, clock=clock)
+    fill(bootstrap, schemas, queue, backlog)
     # Nobody consumes: back-pressure's business, never the sweeper's.
     assert [cycle(sweeper, clock).decision for _ in range(3)] == ["not-serviced"] * 3
     # Serviced at 1 000 an interval with 2 000 left: y = 2x, not growing past it.
@@ -247,7 +240,8 @@ def test_a_sweep_whose_range_is_reached_meanwhile_is_aborted_and_its_blob_delete
     bootstrap: str,
     schemas: SchemaRepository,
     queue: QueryGroupConfig,
-    sweeper_for: Callable[..., tuple[Sweeper, QueryGroupConfig]],
+    backlog: list[dict[str, Any]],
+    sweeper_for: Callable[..., Sweeper],
     reason: str,
 ) -> None:
     def interfere(topic: str, partition: int, sweep: SweepRange) -> None:
@@ -261,8 +255,8 @@ def test_a_sweep_whose_range_is_reached_meanwhile_is_aborted_and_its_blob_delete
                 future.result()
 
     clock = Clock()
-    sweeper, _ = sweeper_for(queue, clock=clock, on_written=interfere)
-    fill(bootstrap, schemas, queue, 3_000)
+    sweeper = sweeper_for(queue, clock=clock, on_written=interfere)
+    fill(bootstrap, schemas, queue, backlog)
     commit(bootstrap, queue, 0)
     cycle(sweeper, clock)
     commit(bootstrap, queue, 100)  # x = 100, y = 2 900 > 2x: sweep [205, 3000)
@@ -282,24 +276,13 @@ def test_a_full_blob_store_stops_sweeping_and_back_pressure_takes_over(
     run_id: str,
     tmp_path: Path,
     flights: list[dict[str, Any]],
-    sweeper_for: Callable[..., tuple[Sweeper, QueryGroupConfig]],
+    sweeper_for: Callable[..., Sweeper],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    FLIGHT.update(flights[0])
-    config = swept_group(run_id, tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}")
-    raw_max = 3_000
-    config = config.model_copy(
-        update={
-            "input_streams": {
-                "flights": config.input_streams["flights"].model_copy(
-                    update={"max_queue_size": raw_max}
-                )
-            }
-        }
-    )
+    config = swept_group(run_id, tmp_path, max_queue_size=3_000)
     clock = Clock()
-    sweeper, _ = sweeper_for(config, clock=clock, blob_store_max_bytes=1)
-    fill(bootstrap, schemas, config, 3_000)
+    sweeper = sweeper_for(config, clock=clock, blob_store_max_bytes=1)
+    fill(bootstrap, schemas, config, sequenced(flights, 3_000))
     commit(bootstrap, config, 0)
     cycle(sweeper, clock)
     commit(bootstrap, config, 100)
@@ -310,7 +293,7 @@ def test_a_full_blob_store_stops_sweeping_and_back_pressure_takes_over(
     with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as conn:
         stream_input = conn.open_stream_input(config.name, "flights")
         assert stream_input.free_queue_size() == 100 + swept
-        stream_input.put(sequenced([FLIGHT], 100 + swept))
+        stream_input.put(sequenced(flights, 100 + swept))
         stream_input.put_end()
         commit(bootstrap, config, 200)
         with caplog.at_level("WARNING", logger="sweeper.service"):
@@ -319,7 +302,7 @@ def test_a_full_blob_store_stops_sweeping_and_back_pressure_takes_over(
         assert "FG-SWP-003" in caplog.text
         # Not swept: the producer is back-pressured with a clean rejection.
         with pytest.raises(QueueFullError):
-            stream_input.put(sequenced([FLIGHT], 300))
+            stream_input.put(sequenced(flights, 300))
     # The consumer reads the BLOB's range: deleted once consumed, the store clears.
     commit(bootstrap, config, first.blob.end_offset)
     caplog.clear()
@@ -363,11 +346,12 @@ def test_a_sweeper_killed_during_a_write_leaves_a_consistent_catalog_and_loses_n
     bootstrap: str,
     schemas: SchemaRepository,
     queue: QueryGroupConfig,
+    backlog: list[dict[str, Any]],
     tmp_path: Path,
-    sweeper_for: Callable[..., tuple[Sweeper, QueryGroupConfig]],
+    sweeper_for: Callable[..., Sweeper],
 ) -> None:
     ensure_topics(bootstrap, {queue.input_streams["flights"].topic: (1, 1)})
-    fill(bootstrap, schemas, queue, 3_000)
+    fill(bootstrap, schemas, queue, backlog)
     commit(bootstrap, queue, 0)
     path = tmp_path / "group.toml"
     path.write_text(tomli_w.dumps(queue.model_dump(mode="json", by_alias=True, exclude_none=True)))
@@ -384,7 +368,7 @@ def test_a_sweeper_killed_during_a_write_leaves_a_consistent_catalog_and_loses_n
     assert len(orphans) == 1  # a whole file, renamed into place, never registered
 
     clock = Clock()
-    sweeper, _ = sweeper_for(queue, clock=clock)
+    sweeper = sweeper_for(queue, clock=clock)
     assert sweeper.catalog.all() == []
     assert sweeper.recover() == orphans
     assert list(blob_dir.iterdir()) == []
