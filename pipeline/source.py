@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -61,9 +60,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pipeline.errors import DataLossError, DeserializationError, SchemaError
+from pipeline.errors import DeserializationError, SchemaError
 from pipeline.serde import RegisteredSchema, SchemaRepository, StreamCodec
-from pipeline.swept import BlobReader, catalog_for
+from pipeline.swept import BlobReader, catalog_for, read_partition
 
 log = logging.getLogger(__name__)
 
@@ -616,117 +615,41 @@ class _PartitionReader:
         try:
             rows: list[dict[str, Any]] = []
             messages_of_rows: list[Any] = []
-            for message in self._records(consumer):
-                row = self._decode(message)
-                if row is not None:
-                    rows.append(row)
-                    messages_of_rows.append(message)
-                if len(rows) >= ARROW_BATCH_ROWS:
-                    yield self._to_arrow_or_dead_letter(rows, messages_of_rows)
-                    rows, messages_of_rows = [], []
+            for fetched in self._records(consumer):
+                for message in fetched:
+                    row = self._decode(message)
+                    if row is not None:
+                        rows.append(row)
+                        messages_of_rows.append(message)
+                    if len(rows) >= ARROW_BATCH_ROWS:
+                        yield self._to_arrow_or_dead_letter(rows, messages_of_rows)
+                        rows, messages_of_rows = [], []
             if rows:
                 yield self._to_arrow_or_dead_letter(rows, messages_of_rows)
         finally:
             consumer.close()
         self._send_dead_letters()
 
-    def _records(self, consumer: Consumer) -> Iterator[Any]:
-        """The records of ``[start, end)`` in offset order: from the broker while it
-        holds them, from the BLOB chain where the sweeper moved them (unsweep).
+    def _records(self, consumer: Consumer) -> Iterator[list[Any]]:
+        """The records of ``[start, end)`` in offset order, batch by batch: from the
+        broker while it holds them, from the BLOB chain where the sweeper moved them
+        (unsweep; :func:`pipeline.swept.read_partition`).
 
         Raises:
             DataLossError: an offset neither the broker nor a BLOB holds.
         """
-        topic, p, start, end = (
-            self.partition.topic,
-            self.partition.partition,
-            self.partition.start,
-            self.partition.end,
-        )
-        blobs = self._blob_reader()
-        next_offset = start
-        if blobs is not None:
-            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if next_offset < low:
-                records, next_offset = self._unsweep(blobs, next_offset, low)
-                yield from records
-        if next_offset >= end:
-            return
-        consumer.assign([TopicPartition(topic, p, next_offset)])
-        last_progress = time.monotonic()
-        while next_offset < end:
-            messages = consumer.consume(num_messages=min(10_000, end - next_offset), timeout=1.0)
-            if not messages:
-                position = consumer.position([TopicPartition(topic, p)])[0].offset
-                if position >= end:  # the tail was transaction markers
-                    return
-                if time.monotonic() - last_progress > READ_STALL_TIMEOUT_S:
-                    raise KafkaException(
-                        f"no progress reading {topic}[{p}] at offset {next_offset} "
-                        f"(batch ends at {end}) for {READ_STALL_TIMEOUT_S:.0f} s"
-                    )
-                continue
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        if (message.offset() or 0) >= end:
-                            return
-                        continue
-                    if error.code() in (
-                        KafkaError.OFFSET_OUT_OF_RANGE,
-                        KafkaError._AUTO_OFFSET_RESET,
-                    ):
-                        low, _ = consumer.get_watermark_offsets(
-                            TopicPartition(topic, p), timeout=10
-                        )
-                        if blobs is None or next_offset >= low:
-                            raise DataLossError(
-                                f"the broker no longer holds offset {next_offset} ({error.str()})",
-                                topic=topic,
-                                partition=p,
-                                start=next_offset,
-                                end=end,
-                                available_from=low,
-                            )
-                        # Swept while this batch was reading: the rest is in BLOBs.
-                        records, next_offset = self._unsweep(blobs, next_offset, low)
-                        yield from records
-                        if next_offset >= end:
-                            return
-                        consumer.assign([TopicPartition(topic, p, next_offset)])
-                        break
-                    raise KafkaException(error)
-                offset = int(message.offset() or 0)
-                if offset >= end:
-                    return
-                yield message
-                next_offset = offset + 1
-                last_progress = time.monotonic()
-
-    def _blob_reader(self) -> BlobReader | None:
-        if not self.options.sweep_catalog:
-            return None
-        if self._blobs is None:
+        part = self.partition
+        if self.options.sweep_catalog and self._blobs is None:
             self._blobs = BlobReader(catalog_for(self.options.sweep_catalog))
-        return self._blobs
-
-    def _unsweep(self, blobs: BlobReader, start: int, low: int) -> tuple[Iterator[Any], int]:
-        """Swept records from ``start`` up to the broker's log start ``low`` (or the
-        batch's end), and the offset after them."""
-        topic, p, end = self.partition.topic, self.partition.partition, self.partition.end
-        try:
-            return blobs.read(topic, p, start, min(end, low))
-        except DataLossError as exc:
-            raise DataLossError(
-                f"offset {start} is neither in the broker (log start {low}) nor in any BLOB "
-                f"of the sweep catalog",
-                topic=topic,
-                partition=p,
-                start=start,
-                end=end,
-                available_from=low,
-            ) from exc
+        return read_partition(
+            consumer,
+            part.topic,
+            part.partition,
+            part.start,
+            part.end,
+            blobs=self._blobs,
+            stall_timeout_s=READ_STALL_TIMEOUT_S,
+        )
 
     def _decode(self, message: Any) -> dict[str, Any] | None:
         value = message.value()

@@ -42,11 +42,12 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig
+from pipeline.errors import DataLossError
 from pipeline.leader import LeaderElection
 from pipeline.output import parse_offset_log
 from pipeline.queues import QueueProbe
 from pipeline.source import offsets_from_json
-from pipeline.swept import Blob, SweepCatalog, blob_name, write_blob
+from pipeline.swept import Blob, SweepCatalog, blob_name, read_partition, write_blob
 from sweeper.config import SweeperSettings
 from sweeper.metrics import SweeperMetrics
 from sweeper.policy import (
@@ -494,15 +495,29 @@ class Sweeper:
         }
 
 
+#: The sweeper's consumer settings for reading a range (committed records only, an
+#: offset the broker no longer holds is an error, never a reset).
+SWEEPER_CONSUMER: dict[str, Any] = {
+    "group.id": "floodgate.sweeper",
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "auto.offset.reset": "error",
+    "enable.partition.eof": True,
+    "isolation.level": "read_committed",
+    "queued.min.messages": 10_000,
+}
+
+
 def read_range(
     bootstrap_servers: str,
     topic: str,
     p: int,
     sweep: SweepRange,
     client: dict[str, Any] | None = None,
-) -> Iterator[Any]:
+) -> Iterator[list[Any]]:
     """The committed records of ``[start, end)`` of a partition from the broker, in
-    offset order (transaction markers and aborted records take offsets and are not
+    offset order, batch by batch as fetched (:func:`pipeline.swept.read_partition`,
+    the broker only; transaction markers and aborted records take offsets and are not
     records).
 
     Raises:
@@ -511,55 +526,20 @@ def read_range(
         KafkaException: another broker error.
     """
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": "floodgate.sweeper",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "error",
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "queued.min.messages": 10_000,
-            **(client or {}),
-        }
+        {**SWEEPER_CONSUMER, "bootstrap.servers": bootstrap_servers, **(client or {})}
     )
     try:
-        consumer.assign([TopicPartition(topic, p, sweep.start)])
-        next_offset = sweep.start
-        last_progress = time.monotonic()
-        while next_offset < sweep.end:
-            messages = consumer.consume(
-                num_messages=min(10_000, sweep.end - next_offset), timeout=1.0
-            )
-            if not messages:
-                position = consumer.position([TopicPartition(topic, p)])[0].offset
-                if position >= sweep.end:
-                    return
-                if time.monotonic() - last_progress > READ_STALL_TIMEOUT_S:
-                    raise SweepAborted(Abort.WRITE_FAILED, f"no progress at offset {next_offset}")
-                continue
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        if (message.offset() or 0) >= sweep.end:
-                            return
-                        continue
-                    if error.code() in (
-                        KafkaError.OFFSET_OUT_OF_RANGE,
-                        KafkaError._AUTO_OFFSET_RESET,
-                    ):
-                        raise SweepAborted(
-                            Abort.BROKER_TRUNCATED,
-                            f"the broker no longer holds offset {next_offset}",
-                        )
-                    raise KafkaException(error)
-                offset = int(message.offset() or 0)
-                if offset >= sweep.end:
-                    return
-                yield message
-                next_offset = offset + 1
-                last_progress = time.monotonic()
+        yield from read_partition(
+            consumer, topic, p, sweep.start, sweep.end, stall_timeout_s=READ_STALL_TIMEOUT_S
+        )
+    except DataLossError as exc:
+        raise SweepAborted(
+            Abort.BROKER_TRUNCATED, f"the broker no longer holds offset {exc.start}"
+        ) from exc
+    except KafkaException as exc:
+        if exc.args and exc.args[0].code() == KafkaError._TIMED_OUT:
+            raise SweepAborted(Abort.WRITE_FAILED, str(exc.args[0].str())) from exc
+        raise
     finally:
         consumer.close()
 

@@ -3,14 +3,24 @@ chains, the swept count queue accounting subtracts, and reads back in Kafka orde
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.errors import DataLossError
-from pipeline.swept import BlobReader, SweepCatalog, SweptRecord, read_blob, write_blob
+from pipeline.swept import (
+    BlobReader,
+    SweepCatalog,
+    SweptRecord,
+    batched,
+    read_blob,
+    read_blob_batches,
+    write_blob,
+)
 
 
 def _record(offset: int, *, key: bytes | None = b"k", headers: bool = True) -> SweptRecord:
@@ -18,7 +28,8 @@ def _record(offset: int, *, key: bytes | None = b"k", headers: bool = True) -> S
         "t",
         0,
         offset,
-        (1, 1_700_000_000_000 + offset),
+        1,
+        1_700_000_000_000 + offset,
         key,
         bytes([offset % 256]) * 3 + b"\x00\xff",
         [("floodgate.reason", b"x"), ("empty", None)] if headers else None,
@@ -28,7 +39,7 @@ def _record(offset: int, *, key: bytes | None = b"k", headers: bool = True) -> S
 def test_a_blob_holds_each_record_byte_for_byte(tmp_path: Path) -> None:
     records = [_record(10), _record(11, key=None, headers=False), _record(13)]
     path = tmp_path / "b.avro"
-    assert write_blob(path, records) == 3
+    assert write_blob(path, [records]) == 3
     back = list(read_blob(path, "t", 0))
     assert [
         (r.offset(), r.timestamp(), r.key(), r.value(), r.headers(), r.topic(), r.partition())
@@ -39,9 +50,55 @@ def test_a_blob_holds_each_record_byte_for_byte(tmp_path: Path) -> None:
     ]
 
 
+_bytes = st.none() | st.binary(max_size=40)
+_kafka_record = st.tuples(
+    st.integers(0, 2),  # timestamp type: none, create time, log append time
+    st.integers(-1, 2**62),
+    _bytes,
+    _bytes,
+    st.none() | st.lists(st.tuples(st.text(max_size=8), _bytes), min_size=1, max_size=3),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    records=st.lists(_kafka_record, max_size=60),
+    gaps=st.lists(st.integers(1, 3), min_size=60, max_size=60),
+    size=st.integers(1, 25),
+)
+def test_any_records_come_back_byte_for_byte_in_batches_of_any_size(
+    tmp_path_factory: pytest.TempPathFactory,
+    records: list[tuple[int, int, bytes | None, bytes | None, Any]],
+    gaps: list[int],
+    size: int,
+) -> None:
+    offsets = list(itertools.accumulate(gaps[: len(records)], initial=7))  # markers: gaps
+    written = [
+        SweptRecord("t", 3, offset, kind, ts, key, value, headers)
+        for offset, (kind, ts, key, value, headers) in zip(offsets, records, strict=False)
+    ]
+    path = tmp_path_factory.mktemp("blob") / "b.avro"
+    assert write_blob(path, batched(written, size)) == len(written)
+    batches = list(read_blob_batches(path, "t", 3))
+    assert [len(b) for b in batches] == [len(b) for b in batched(written, size)]
+
+    def fields(r: SweptRecord) -> tuple[Any, ...]:
+        return (
+            r.topic(),
+            r.partition(),
+            r.offset(),
+            r.timestamp(),
+            r.key(),
+            r.value(),
+            r.headers(),
+        )
+
+    assert [fields(r) for b in batches for r in b] == [fields(r) for r in written]
+
+
 def test_a_truncated_blob_is_a_data_loss_error_naming_the_file(tmp_path: Path) -> None:
     path = tmp_path / "b.avro"
-    write_blob(path, [_record(i) for i in range(200)])
+    write_blob(path, batched(_record(i) for i in range(200)))
     path.write_bytes(path.read_bytes()[:-40])
     with pytest.raises(DataLossError, match=r"b\.avro cannot be read"):
         list(read_blob(path, "t", 0))
@@ -53,7 +110,7 @@ def _catalog(tmp_path: Path) -> SweepCatalog:
 
 def _sweep(catalog: SweepCatalog, tmp_path: Path, start: int, end: int) -> None:
     path = tmp_path / f"{start}-{end}.avro"
-    n = write_blob(path, [_record(i) for i in range(start, end)])
+    n = write_blob(path, batched((_record(i) for i in range(start, end)), size=4))
     catalog.register("t", 0, start, end, path=str(path), size=path.stat().st_size, tuples=n, now=0)
 
 
@@ -75,10 +132,10 @@ def test_reads_come_back_in_order_then_stop_at_a_gap_and_fail_loudly_outside(
     _sweep(catalog, tmp_path, 20, 30)
     _sweep(catalog, tmp_path, 40, 50)
     reader = BlobReader(catalog)
-    records, next_offset = reader.read("t", 0, 15, 45)
-    assert next_offset == 30 and [r.offset() for r in records] == list(range(15, 30))
-    records, next_offset = reader.read("t", 0, 42, 44)
-    assert next_offset == 44 and [r.offset() for r in records] == [42, 43]
+    batches, next_offset = reader.read("t", 0, 15, 45)
+    assert next_offset == 30 and [r.offset() for b in batches for r in b] == list(range(15, 30))
+    batches, next_offset = reader.read("t", 0, 42, 44)
+    assert next_offset == 44 and [r.offset() for b in batches for r in b] == [42, 43]
     with pytest.raises(DataLossError, match="offset 35 is neither in the broker nor in any BLOB"):
         reader.read("t", 0, 35, 45)
 
@@ -103,3 +160,14 @@ def test_swept_counts_the_offsets_held_in_blobs_from_the_position_on(
     assert catalog.swept("t", 0, position) == expected
     assert catalog.used_bytes() == sum(end - start for start, end in ranges)
     catalog.close()
+
+
+def test_an_avro_file_of_other_records_is_not_read_as_a_blob(tmp_path: Path) -> None:
+    import fastavro
+
+    path = tmp_path / "other.avro"
+    schema = {"type": "record", "name": "Other", "fields": [{"name": "x", "type": "long"}]}
+    with open(path, "wb") as out:
+        fastavro.writer(out, fastavro.parse_schema(schema), [{"x": 1}])
+    with pytest.raises(DataLossError, match=r"other\.avro cannot be read: .*'Other' records"):
+        list(read_blob(path, "t", 0))
