@@ -40,15 +40,23 @@ Rules:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig, bootstrap_from, load_query_group
@@ -63,6 +71,9 @@ from pipeline.errors import (
 from pipeline.metrics import ClientMetrics
 from pipeline.queues import QueueBudget, QueueProbe, QueueSnapshot, SweptCounter
 from pipeline.serde import SchemaRepository, StreamCodec, TupleKey
+
+if TYPE_CHECKING:
+    from pipeline.swept import BlobReader, SweptRecord
 
 log = logging.getLogger(__name__)
 
@@ -430,6 +441,15 @@ class StreamInput:
         self.probe.close()
 
 
+@dataclass
+class _Unsweep:
+    """A partition of an output stream being read from its BLOB chain."""
+
+    records: Iterator[SweptRecord]
+    covered_to: int
+    """The offset after the BLOB range: where the broker (or the next BLOB) takes over."""
+
+
 class StreamOutput:
     """Reads tuples of one output stream: the data reception API.
 
@@ -437,7 +457,9 @@ class StreamOutput:
     group (by default the output stream's first ``reception_groups`` entry),
     ``read_committed`` so only what the query group's transactions committed is
     seen, decodes the Avro tuples, and commits what :meth:`get` returned: that is
-    what frees room in the output stream queue.
+    what frees room in the output stream queue. A ``swept`` output stream's tuples
+    that the sweeper moved out of the broker are read back from their BLOBs, in
+    offset order (unsweep, DESIGN.md section 4.3).
 
     Args:
         config: the query group.
@@ -469,25 +491,58 @@ class StreamOutput:
         self.probe = QueueProbe.for_output_stream(
             config, stream, bootstrap_servers=bootstrap_servers, also=[self.group]
         )
+        #: Reads swept tuples back (a ``swept`` output stream); ``None``: not swept.
+        self._blobs: BlobReader | None = None
+        if stream_config.swept and config.query_group.sweep_catalog_url:
+            from pipeline.swept import BlobReader, catalog_for  # SQLAlchemy: when swept
+
+            self._blobs = BlobReader(catalog_for(config.query_group.sweep_catalog_url))
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap_servers,
                 "group.id": self.group,
                 "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
+                # Swept: an offset the broker no longer holds is read from the BLOBs,
+                # never skipped by a reset (get() handles the error).
+                "auto.offset.reset": "error" if self._blobs is not None else "earliest",
                 "isolation.level": "read_committed",
                 **config.kafka.client,
             }
         )
-        self._consumer.subscribe([self.topic], on_assign=self._on_assign)
+        self._consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         #: Per partition, the offset this reader committed last (-1: none this session).
         self._committed: dict[int, int] = {}
+        #: Per assigned partition, the next offset get() returns (set on assignment
+        #: for a swept stream, then after each tuple returned).
+        self._next: dict[int, int] = {}
+        #: Partitions read from BLOBs now: the broker no longer holds their next offset.
+        self._unsweeping: dict[int, _Unsweep] = {}
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # A (re)assigned partition may have been read by another member meanwhile:
         # forget what this reader committed, so its next commit is checked anew.
         for tp in partitions:
             self._committed.pop(tp.partition, None)
+            self._next.pop(tp.partition, None)
+            self._unsweeping.pop(tp.partition, None)
+        if self._blobs is None or not partitions:
+            return  # librdkafka starts at the committed offsets, else at the earliest
+        # Swept: choose each partition's start here, so no reset policy ever applies
+        # (auto.offset.reset is "error"): the committed offset, else the earliest
+        # tuple held by the broker or a BLOB; one below the log start is unswept.
+        committed = consumer.committed(partitions, timeout=10)
+        for tp in committed:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            start = tp.offset if 0 <= tp.offset <= high else self._earliest(tp.partition, low)
+            self._next[tp.partition] = start
+            if start < low:
+                self._unsweep(tp.partition, start, low=low, high=high)
+        self._assign_all([tp.partition for tp in partitions])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._next.pop(tp.partition, None)
+            self._unsweeping.pop(tp.partition, None)
 
     @property
     def max_queue_size(self) -> int:
@@ -519,27 +574,145 @@ class StreamOutput:
         Raises:
             DeserializationError: a tuple does not decode; names topic, partition and
                 offset. Nothing of this call is committed.
+            DataLossError: (a ``swept`` stream) the next offset of a partition is held
+                neither by the broker nor by a BLOB; names topic, partition, offsets
+                and the broker's log start. Never a silent skip.
             KafkaException: the broker failed.
         """
         if max_tuples < 1:
             raise ValueError(f"max_tuples must be >= 1, got {max_tuples}")
-        messages = self._consumer.consume(num_messages=max_tuples, timeout=timeout_s)
         tuples: list[dict[str, Any]] = []
         read_to: dict[int, int] = {}
+        if self._unsweeping:
+            self._read_swept(max_tuples, tuples, read_to)
+            if tuples:
+                self._commit_read(read_to)
+                return tuples
+        messages = self._consumer.consume(num_messages=max_tuples, timeout=timeout_s)
         for message in messages:
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     continue
+                if self._blobs is not None and error.code() in (
+                    KafkaError.OFFSET_OUT_OF_RANGE,
+                    KafkaError._AUTO_OFFSET_RESET,
+                ):
+                    self._out_of_range(int(message.partition() or 0))
+                    continue
                 raise KafkaException(error)
             partition, offset = int(message.partition() or 0), int(message.offset() or 0)
-            try:
-                tuples.append(self.codec.decode(message.value() or b""))
-            except DeserializationError as exc:
-                raise exc.at(topic=self.topic, partition=partition, offset=offset) from exc
+            if offset < self._next.get(partition, -1):
+                continue  # fetched before a re-assignment and returned already
+            self._append(tuples, message, partition, offset)
             read_to[partition] = offset + 1
         self._commit_read(read_to)
         return tuples
+
+    def _append(
+        self, tuples: list[dict[str, Any]], message: Any, partition: int, offset: int
+    ) -> None:
+        try:
+            tuples.append(self.codec.decode(message.value() or b""))
+        except DeserializationError as exc:
+            raise exc.at(topic=self.topic, partition=partition, offset=offset) from exc
+        self._next[partition] = offset + 1
+
+    # -- unsweep: offsets the sweeper moved into BLOBs (DESIGN.md section 4.3) ----------
+
+    def _earliest(self, partition: int, low: int) -> int:
+        """The earliest offset of a partition held by the broker or a BLOB."""
+        assert self._blobs is not None
+        chain = self._blobs.catalog.chain(self.topic, partition)
+        return min(chain[0].start_offset, low) if chain else low
+
+    def _unsweep(self, partition: int, start: int, *, low: int, high: int) -> None:
+        """Read ``partition`` from its BLOB chain from ``start`` (below the log start
+        ``low``) on.
+
+        Raises:
+            DataLossError: no BLOB holds ``start`` either; names topic, partition,
+                offsets and the log start.
+        """
+        from pipeline.swept import read_swept
+
+        assert self._blobs is not None
+        batches, covered_to = read_swept(self._blobs, self.topic, partition, start, high, low)
+        self._unsweeping[partition] = _Unsweep(itertools.chain.from_iterable(batches), covered_to)
+        log.info(
+            "%s[%d]: offset %d is swept (log start %d): reading BLOBs up to %d",
+            self.topic,
+            partition,
+            start,
+            low,
+            covered_to,
+        )
+
+    def _out_of_range(self, partition: int) -> None:
+        """The broker no longer holds the next offset of ``partition`` (the sweeper
+        truncated it after a sweep): read on from the BLOB chain; or, when the broker
+        holds it after all (an error fetched before a re-assignment), fetch on.
+
+        Raises:
+            DataLossError: neither the broker nor a BLOB holds the next offset.
+        """
+        low, high = self._consumer.get_watermark_offsets(
+            TopicPartition(self.topic, partition), timeout=10
+        )
+        start = self._next.get(partition)
+        if start is None:
+            start = self._earliest(partition, low)
+            self._next[partition] = start
+        if start < low:
+            self._unsweep(partition, start, low=low, high=high)
+        self._assign_all()
+
+    def _read_swept(
+        self, max_tuples: int, tuples: list[dict[str, Any]], read_to: dict[int, int]
+    ) -> None:
+        """Up to ``max_tuples`` tuples of the partitions being unswept, in offset order;
+        a partition whose BLOBs are read goes back to the broker (or to more BLOBs, if
+        the sweeper truncated further meanwhile)."""
+        for partition in sorted(self._unsweeping):
+            state = self._unsweeping[partition]
+            for record in itertools.islice(state.records, max_tuples - len(tuples)):
+                offset = record.offset()
+                self._append(tuples, record, partition, offset)
+                read_to[partition] = offset + 1
+            if len(tuples) >= max_tuples:
+                return
+            # This partition's BLOB range is read: on from where it ends. The offsets
+            # up to there are all read (markers and aborted records are in the range
+            # and not records): commit them, or the queue would count them forever.
+            del self._unsweeping[partition]
+            self._next[partition] = max(self._next.get(partition, 0), state.covered_to)
+            read_to[partition] = max(read_to.get(partition, 0), state.covered_to)
+            self._out_of_range(partition)
+
+    def _assign_all(self, partitions: list[int] | None = None) -> None:
+        """Fetch every assigned partition (or ``partitions``, in the rebalance callback)
+        from its next offset; pause those being read from BLOBs.
+
+        librdkafka stops fetching a partition on an offset-out-of-range error and
+        refuses ``seek()`` on it (``_STATE``; librdkafka issue 2961), and an eager
+        consumer group allows no incremental assignment: the whole assignment is set
+        anew. What was fetched and not returned yet is fetched again, and skipped by
+        :meth:`get` if it comes twice.
+        """
+        offsets = []
+        if partitions is None:
+            partitions = [tp.partition for tp in self._consumer.assignment()]
+        for p in partitions:
+            state = self._unsweeping.get(p)
+            at = state.covered_to if state is not None else self._next.get(p, OFFSET_INVALID)
+            offsets.append(TopicPartition(self.topic, p, at))
+        self._consumer.assign(offsets)
+        fetching = [tp for tp in offsets if tp.partition not in self._unsweeping]
+        held = [tp for tp in offsets if tp.partition in self._unsweeping]
+        if fetching:
+            self._consumer.resume(fetching)
+        if held:
+            self._consumer.pause(held)
 
     def _commit_read(self, read_to: Mapping[int, int]) -> None:
         """Commit, per assigned partition, the furthest of what :meth:`get` returned and
@@ -557,7 +730,9 @@ class StreamOutput:
         positions = self._consumer.position([TopicPartition(self.topic, p) for p in wanted])
         commits = []
         for tp in positions:
-            target = max(read_to.get(tp.partition, -1), tp.offset if tp.offset >= 0 else -1)
+            # A partition read from BLOBs: its consumer position is not where it is.
+            position = -1 if tp.partition in self._unsweeping else tp.offset
+            target = max(read_to.get(tp.partition, -1), position if position >= 0 else -1)
             if target > self._committed.get(tp.partition, -1):
                 commits.append(TopicPartition(self.topic, tp.partition, target))
         if commits:

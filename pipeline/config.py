@@ -235,6 +235,12 @@ class OutputStreamConfig(StreamSettings):
     """Consumer groups of the data reception applications that read the stream; the
     output stream queue is what the slowest of them has not read yet. Default:
     ``<prefix>.<query group>.<stream>.reception``."""
+    swept: bool = False
+    """Let the sweeper sweep this output stream queue into BLOBs (DESIGN.md section
+    4.3: an output queue with a registered reader); needs the query group's
+    ``sweep_catalog_url``. Every reception group must then read through
+    :class:`pipeline.client.StreamOutput`, which reads swept tuples back: a plain
+    Kafka consumer would find them gone from the broker."""
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, populate_by_name=True, coerce_numbers_to_str=True
@@ -395,6 +401,18 @@ def parse_query_group(
                 value=query.output,
                 allowed=allowed,
             )
+    if not config.query_group.sweep_catalog_url:
+        for output_name, output in config.output_streams.items():
+            if output.swept:
+                raise ConfigError(
+                    f"{source}: invalid query group file:\n  key "
+                    f"'output_streams.{output_name}.swept' "
+                    "= true needs query_group.sweep_catalog_url (the sweep catalog its "
+                    "readers read swept tuples back from); allowed: false, or set the catalog",
+                    key=f"output_streams.{output_name}.swept",
+                    value=True,
+                    allowed="false, or set query_group.sweep_catalog_url",
+                )
     return config
 
 

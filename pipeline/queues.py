@@ -35,6 +35,14 @@ if TYPE_CHECKING:
     from pipeline.config import QueryGroupConfig
 
 
+def _catalog(config: QueryGroupConfig) -> SweptCounter:
+    """The query group's sweep catalog (one per URL per process)."""
+    from pipeline.swept import catalog_for  # SQLAlchemy, only for swept groups
+
+    assert config.query_group.sweep_catalog_url
+    return catalog_for(config.query_group.sweep_catalog_url)
+
+
 @dataclass(frozen=True)
 class PartitionQueue:
     """One partition's share of a queue.
@@ -182,9 +190,7 @@ class QueueProbe:
         queries that read the stream, bounded by its resolved ``max_queue_size``; swept
         tuples are counted from ``swept``, else from the group's sweep catalog."""
         if swept is None and config.query_group.sweep_catalog_url:
-            from pipeline.swept import catalog_for
-
-            swept = catalog_for(config.query_group.sweep_catalog_url)
+            swept = _catalog(config)
         return cls(
             bootstrap_servers=bootstrap_servers,
             stream=stream,
@@ -203,9 +209,14 @@ class QueueProbe:
         *,
         bootstrap_servers: str,
         also: Iterable[str] = (),
+        swept: SweptCounter | None = None,
     ) -> QueueProbe:
         """The probe of an output stream queue: read by the stream's reception groups
-        (and the groups in ``also``), bounded by its resolved ``max_queue_size``."""
+        (and the groups in ``also``), bounded by its resolved ``max_queue_size``; for a
+        ``swept`` output stream, swept tuples are counted from ``swept``, else from the
+        group's sweep catalog."""
+        if swept is None and config.output_streams[stream].swept:
+            swept = _catalog(config)
         groups = config.reception_groups(stream)
         return cls(
             bootstrap_servers=bootstrap_servers,
@@ -213,6 +224,7 @@ class QueueProbe:
             topic=config.output_streams[stream].topic,
             groups=[*groups, *(g for g in also if g not in groups)],
             max_queue_size=config.output_settings(stream).max_queue_size,
+            swept=swept,
             client=config.kafka.client,
         )
 

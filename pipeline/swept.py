@@ -628,7 +628,7 @@ def read_partition(
     if blobs is not None:
         low, _ = consumer.get_watermark_offsets(tp, timeout=10)
         if next_offset < low:
-            swept, next_offset = _unsweep(blobs, topic, partition, next_offset, end, low)
+            swept, next_offset = read_swept(blobs, topic, partition, next_offset, end, low)
             yield from swept
     if next_offset >= end:
         return
@@ -693,7 +693,7 @@ def read_partition(
                         available_from=low,
                     )
                 # Swept while this range was reading: BLOBs hold the rest up to low.
-                swept, next_offset = _unsweep(blobs, topic, partition, next_offset, end, low)
+                swept, next_offset = read_swept(blobs, topic, partition, next_offset, end, low)
                 yield from swept
                 if next_offset >= end:
                     return
@@ -716,11 +716,16 @@ def _before(messages: list[Any], end: int) -> list[Any]:
     return [m for m in messages if m.offset() < end]
 
 
-def _unsweep(
+def read_swept(
     blobs: BlobReader, topic: str, partition: int, start: int, end: int, low: int
 ) -> tuple[Iterator[list[SweptRecord]], int]:
     """Swept records from ``start`` up to the broker's log start ``low`` (or ``end``),
-    and the offset after them."""
+    batch by batch, and the offset after them (where the broker takes over).
+
+    Raises:
+        DataLossError: ``start`` is held neither by the broker (it is below ``low``)
+            nor by a BLOB; names topic, partition, offsets and the log start.
+    """
     try:
         return blobs.read(topic, partition, start, min(end, low))
     except DataLossError as exc:
@@ -752,5 +757,7 @@ __all__ = [
     "catalog_for",
     "read_blob",
     "read_blob_batches",
+    "read_partition",
+    "read_swept",
     "write_blob",
 ]

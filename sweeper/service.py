@@ -77,13 +77,15 @@ class SweepAborted(Exception):
 
 @dataclass
 class SweptQueue:
-    """One registered queue: an input stream of a query group.
+    """One registered queue: an input stream of a query group, or an output stream
+    marked ``swept`` (read by its reception groups through ``StreamOutput``).
 
     Attributes:
         query_group / stream / topic: what it is.
         checkpoints: the checkpoint directories of the queries that read it (their
-            offset logs name the micro-batches Spark planned).
-        probe: reads its state from the broker (slowest of the queries' groups).
+            offset logs name the micro-batches Spark planned); none for an output
+            stream.
+        probe: reads its state from the broker (slowest of the readers' groups).
     """
 
     query_group: str
@@ -138,7 +140,8 @@ class Sweeper:
 
     Args:
         settings: the ``[sweeper]`` config.
-        groups: the query groups whose input stream queues are swept.
+        groups: the query groups whose input stream queues (and ``swept`` output
+            stream queues) are swept.
         bootstrap_servers: the cluster.
         registry: where the metrics go.
         clock: ``time.monotonic`` (tests inject one).
@@ -167,18 +170,34 @@ class Sweeper:
         self.blob_dir = Path(settings.blob_dir)
         self.blob_dir.mkdir(parents=True, exist_ok=True)
         self.queues = [
-            SweptQueue(
-                config.name,
-                stream,
-                config.input_streams[stream].topic,
-                [Path(config.checkpoint_root) / q for q in config.readers(stream)],
-                QueueProbe.for_input_stream(
-                    config, stream, bootstrap_servers=bootstrap_servers, swept=self.catalog
-                ),
-            )
-            for config in groups
-            for stream in config.input_streams
-            if config.readers(stream)
+            *(
+                SweptQueue(
+                    config.name,
+                    stream,
+                    config.input_streams[stream].topic,
+                    [Path(config.checkpoint_root) / q for q in config.readers(stream)],
+                    QueueProbe.for_input_stream(
+                        config, stream, bootstrap_servers=bootstrap_servers, swept=self.catalog
+                    ),
+                )
+                for config in groups
+                for stream in config.input_streams
+                if config.readers(stream)
+            ),
+            *(
+                SweptQueue(
+                    config.name,
+                    stream,
+                    output.topic,
+                    [],  # read by reception groups, not by Spark: no planned batches
+                    QueueProbe.for_output_stream(
+                        config, stream, bootstrap_servers=bootstrap_servers, swept=self.catalog
+                    ),
+                )
+                for config in groups
+                for stream, output in config.output_streams.items()
+                if output.swept
+            ),
         ]
         self._client = dict(groups[0].kafka.client) if groups else {}
         self.admin = AdminClient({"bootstrap.servers": bootstrap_servers, **self._client})

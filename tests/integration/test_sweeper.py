@@ -6,6 +6,7 @@ in the producer's order."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import signal
 import subprocess
@@ -18,15 +19,16 @@ from typing import Any
 
 import pytest
 import tomli_w
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pipeline.broker import ensure_topics
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo import read_all
-from pipeline.errors import QueueFullError
+from pipeline.errors import DataLossError, QueueFullError
 from pipeline.query_group import QueryGroup
+from pipeline.queues import NothingSwept, QueueProbe
 from pipeline.serde import SchemaRepository, StreamCodec
 from pipeline.swept import read_blob
 from sweeper.config import SweeperSettings
@@ -44,16 +46,22 @@ def sequenced(flights: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
 
 
 def swept_group(
-    run_id: str, tmp_path: Path, *, max_queue_size: int = 1_000_000, **group: Any
+    run_id: str,
+    tmp_path: Path,
+    *,
+    max_queue_size: int = 1_000_000,
+    output: dict[str, Any] | None = None,
+    **group: Any,
 ) -> QueryGroupConfig:
     """The passthrough query group on one input and one output partition (so output
-    order is input order), its input swept through a catalog in ``tmp_path``."""
+    order is input order), its input swept through a catalog in ``tmp_path``;
+    ``output`` updates the output stream's section."""
     raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
     raw["query_group"].update(
         sweep_catalog_url=f"sqlite:///{tmp_path / 'catalog.db'}", output_queue_check=False, **group
     )
     raw["input_streams"]["flights"].update(partitions=1, max_queue_size=max_queue_size)
-    raw["output_streams"]["flights_copy"]["partitions"] = 1
+    raw["output_streams"]["flights_copy"].update({"partitions": 1, **(output or {})})
     return parse_query_group(raw, env={})
 
 
@@ -315,7 +323,7 @@ def test_a_full_blob_store_stops_sweeping_and_back_pressure_takes_over(
 
 KILLED_SWEEPER = """
 import os, signal, sys, time
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from pipeline.config import load_query_group
 from sweeper.config import SweeperSettings
 from sweeper.service import Sweeper
@@ -382,3 +390,137 @@ def test_a_sweeper_killed_during_a_write_leaves_a_consistent_catalog_and_loses_n
     assert offsets == list(range(blob.start_offset, blob.end_offset)) == list(range(305, 3_000))
     snapshot = sweeper.queues[0].probe.snapshot().partitions[0]
     assert (snapshot.log_start, snapshot.high) == (0, 3_000)
+
+
+def test_a_swept_output_queue_is_read_back_through_the_reception_api_in_order(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    run_id: str,
+    tmp_path: Path,
+    flights: list[dict[str, Any]],
+    sweeper_for: Callable[..., Sweeper],
+) -> None:
+    """An output stream queue with a registered reception group is swept like an input
+    queue; StreamOutput.get reads the swept tuples back from BLOBs (the broker no
+    longer holds them) and then the rear range from the broker, every tuple once, in
+    each partition's order, through transactional output (markers take offsets)."""
+    config = swept_group(
+        run_id, tmp_path, output={"swept": True, "partitions": 2, "reception_groups": [run_id]}
+    )
+    topic = config.output_streams["flights_copy"].topic
+    ensure_topics(bootstrap, {topic: (2, 1)})
+    codec = StreamCodec("flights_copy", schemas.get("flight"), schemas)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{run_id}.tx"})
+    producer.init_transactions(30)
+    sent = 0
+
+    def write(n: int) -> None:
+        """``n`` sequenced tuples in transactions of 100, as a query group writes."""
+        nonlocal sent
+        for start in range(sent, sent + n, 100):
+            producer.begin_transaction()
+            for i, record in enumerate(sequenced(flights, start + 100)[start:], start):
+                producer.produce(topic, codec.encode(record), partition=i % 2)
+            producer.commit_transaction(30)
+        sent += n
+
+    clock = Clock()
+    sweeper = sweeper_for(config, clock=clock)
+
+    def sweep() -> list[PartitionOutcome]:
+        clock.now += sweeper.settings.sweep_interval_s
+        return [o for o in sweeper.cycle() if o.topic == topic]
+
+    received: list[int] = []
+    outcomes: list[PartitionOutcome] = []
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as conn:
+        reception = conn.open_stream_output(config.name, "flights_copy")
+
+        def read(n: int) -> None:
+            nonlocal reception
+            deadline = time.monotonic() + DEADLINE_S
+            goal = len(received) + n
+            while len(received) < goal:
+                assert time.monotonic() < deadline, f"received {len(received)} of {goal}"
+                got = reception.get(max_tuples=min(50, goal - len(received)), timeout_s=0.5)
+                received.extend(t["flight"] for t in got)
+
+        unswept_probe = QueueProbe.for_output_stream(
+            config, "flights_copy", bootstrap_servers=bootstrap, swept=NothingSwept()
+        )
+        write(3_000)
+        read(50)
+        outcomes += sweep()  # first look: no service rate yet
+        behind_log_start = 0  # truncations that left the reception in the BLOBs
+        while len(received) < sent:
+            read(min(50, sent - len(received)))
+            cycle_outcomes = sweep()
+            outcomes += cycle_outcomes
+            if any(o.blob for o in cycle_outcomes) and sent == 3_000:
+                # Swept tuples stop counting in the output queue's length.
+                held = sum(b.end_offset - b.start_offset for b in sweeper.catalog.all())
+                assert unswept_probe.snapshot().length - reception.queue_length() == held
+                write(600)  # a rear range, after the swept one
+            for outcome in cycle_outcomes:
+                if outcome.truncated_to is not None:
+                    part = sweeper.queues[-1].probe.snapshot().partitions[outcome.partition]
+                    assert part.log_start == outcome.truncated_to
+                    if (part.committed or 0) < part.log_start:
+                        behind_log_start += 1
+                        # The reception restarts (a live one has prefetched what it
+                        # reads next): its next offsets are only in BLOBs now.
+                        reception.close()
+                        reception = conn.open_stream_output(config.name, "flights_copy")
+        assert behind_log_start, [o.decision for o in outcomes]
+        extra = [t["flight"] for t in reception.get(max_tuples=10, timeout_s=1.0)]
+        reception.close()
+    received += extra  # more than was sent only if some came twice
+    for p in (0, 1):
+        mine = [i for i in received if i % 2 == p]
+        twice = sorted(i for i, n in collections.Counter(mine).items() if n > 1)
+        assert mine == sorted(set(mine)), f"partition {p}: out of order, or twice: {twice[:20]}"
+    assert sorted(received) == list(range(sent)), "not every tuple exactly once"
+    sweep()  # the reception is past every BLOB: they are deleted, counted as unswept
+    assert sweeper.catalog.chain(topic, 0) == sweeper.catalog.chain(topic, 1) == []
+    unswept = sweeper.registry.get_sample_value(
+        "floodgate_sweeper_unswept_tuples_total", {"topic": topic}
+    )
+    assert unswept == sum(o.blob.tuples for o in outcomes if o.blob is not None)
+
+
+def test_a_reception_whose_next_offset_neither_broker_nor_blob_holds_fails_loudly(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    run_id: str,
+    tmp_path: Path,
+    flights: list[dict[str, Any]],
+) -> None:
+    config = swept_group(run_id, tmp_path, output={"swept": True, "reception_groups": [run_id]})
+    topic = config.output_streams["flights_copy"].topic
+    ensure_topics(bootstrap, {topic: (1, 1)})
+    codec = StreamCodec("flights_copy", schemas.get("flight"), schemas)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for record in sequenced(flights, 300):
+        producer.produce(topic, codec.encode(record), partition=0)
+    producer.flush(10)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": run_id})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 50)], asynchronous=False)
+    consumer.close()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 100)]).values():
+        future.result()  # [50, 100) gone, and no BLOB holds it
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as conn:
+        reception = conn.open_stream_output(config.name, "flights_copy")
+        with pytest.raises(DataLossError) as caught:
+            deadline = time.monotonic() + DEADLINE_S
+            while time.monotonic() < deadline:
+                assert reception.get(max_tuples=10, timeout_s=0.5) == []
+        reception.close()
+    error = caught.value
+    assert (error.topic, error.partition, error.start, error.available_from) == (
+        topic,
+        0,
+        50,
+        100,
+    )
+    assert "offset 50 is neither in the broker (log start 100) nor in any BLOB" in str(error)

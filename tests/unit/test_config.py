@@ -281,3 +281,12 @@ def test_bootstrap_env_wins_over_config() -> None:
     assert bootstrap_from(kafka, env={"FLOODGATE_KAFKA_BOOTSTRAP": "b:2"}) == "b:2"
     assert bootstrap_from(kafka, env={}) == "a:1"
     assert bootstrap_from(KafkaConfig(), env={}) is None
+
+
+def test_a_swept_output_stream_needs_the_sweep_catalog(raw: dict[str, Any]) -> None:
+    raw["output_streams"]["out"]["swept"] = True
+    error = refused(raw)
+    assert error.key == "output_streams.out.swept"
+    assert "needs query_group.sweep_catalog_url" in str(error)
+    raw["query_group"]["sweep_catalog_url"] = "sqlite:///catalog.db"
+    assert parse_query_group(raw, env={}).output_streams["out"].swept
