@@ -29,6 +29,7 @@ import array
 import contextlib
 import functools
 import gc
+import hashlib
 import itertools
 import os
 import sys
@@ -42,6 +43,7 @@ from typing import Any
 import fastavro
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from sqlalchemy import (
+    BigInteger,
     Column,
     Float,
     Index,
@@ -53,6 +55,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
 )
 from sqlalchemy.engine import Engine
 
@@ -381,11 +384,12 @@ blobs = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("topic", String, nullable=False),
     Column("partition", Integer, nullable=False),
-    Column("start_offset", Integer, nullable=False),
-    Column("end_offset", Integer, nullable=False),
+    # Kafka offsets are 64-bit; PostgreSQL's INTEGER is not.
+    Column("start_offset", BigInteger, nullable=False),
+    Column("end_offset", BigInteger, nullable=False),
     Column("path", String, nullable=False),
-    Column("bytes", Integer, nullable=False),
-    Column("tuples", Integer, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("tuples", BigInteger, nullable=False),
     Column("created", Float, nullable=False),
     Index("floodgate_blobs_chain", "topic", "partition", "start_offset", unique=True),
 )
@@ -438,9 +442,16 @@ class SweepCatalog:
 
         Raises:
             ValueError: it overlaps a registered BLOB (the chain stays ordered and
-                disjoint).
+                disjoint, also when two sweepers register at once: on PostgreSQL the
+                check and the insert hold a transaction-scoped advisory lock of the
+                partition; SQLite lets one writer at a time).
         """
         with self._lock, self.engine.begin() as conn:
+            if self.engine.dialect.name == "postgresql":
+                conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"),
+                    {"key": _chain_key(topic, partition)},
+                )
             overlap = conn.execute(
                 select(blobs.c.id).where(
                     blobs.c.topic == topic,
@@ -521,6 +532,12 @@ class SweepCatalog:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _chain_key(topic: str, partition: int) -> int:
+    """A stable signed 64-bit key of a partition's BLOB chain (advisory locks)."""
+    digest = hashlib.blake2b(f"floodgate_blobs:{topic}:{partition}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big", signed=True)
 
 
 @functools.cache

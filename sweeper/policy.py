@@ -52,6 +52,11 @@ class Abort(enum.StrEnum):
     BATCH_PLANNED = "batch-planned"
     BROKER_TRUNCATED = "broker-truncated"
     WRITE_FAILED = "write-failed"
+    NOT_LEADER = "not-leader"
+    """The sweeper lost the lead while it wrote (another sweeper sweeps now)."""
+    OVERLAP = "overlap"
+    """Another sweeper registered a BLOB overlapping the range first (the moment two
+    sweepers both believe they lead, before the deposed one sees its lock gone)."""
 
 
 @dataclass(frozen=True)

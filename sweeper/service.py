@@ -421,17 +421,22 @@ class Sweeper:
                     f"committed {committed}, planned batch end {planned}, "
                     f"log start {snapshot.log_start}",
                 )
+            if self._thread is not None and not self.election.is_leader:
+                raise SweepAborted(Abort.NOT_LEADER, "the lead was lost during the sweep")
             size = final.stat().st_size
-            blob = self.catalog.register(
-                topic,
-                p,
-                sweep.start,
-                sweep.end,
-                path=str(final),
-                size=size,
-                tuples=tuples,
-                now=time.time(),
-            )
+            try:
+                blob = self.catalog.register(
+                    topic,
+                    p,
+                    sweep.start,
+                    sweep.end,
+                    path=str(final),
+                    size=size,
+                    tuples=tuples,
+                    now=time.time(),
+                )
+            except ValueError as exc:  # the catalog keeps each chain disjoint
+                raise SweepAborted(Abort.OVERLAP, str(exc)) from exc
         except BaseException:
             final.unlink(missing_ok=True)
             raise

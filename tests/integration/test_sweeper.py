@@ -21,6 +21,7 @@ import pytest
 import tomli_w
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from sqlalchemy import create_engine, text
 
 from pipeline.broker import ensure_topics
 from pipeline.client import connect
@@ -36,6 +37,7 @@ from sweeper.policy import SweepRange
 from sweeper.service import PartitionOutcome, Sweeper
 
 from .conftest import flights_raw_config
+from .postgres import fresh_database
 
 DEADLINE_S = 240.0
 
@@ -58,7 +60,11 @@ def swept_group(
     ``output`` updates the output stream's section."""
     raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
     raw["query_group"].update(
-        sweep_catalog_url=f"sqlite:///{tmp_path / 'catalog.db'}", output_queue_check=False, **group
+        {
+            "sweep_catalog_url": f"sqlite:///{tmp_path / 'catalog.db'}",
+            "output_queue_check": False,
+            **group,
+        }
     )
     raw["input_streams"]["flights"].update(partitions=1, max_queue_size=max_queue_size)
     raw["output_streams"]["flights_copy"].update({"partitions": 1, **(output or {})})
@@ -524,3 +530,90 @@ def test_a_reception_whose_next_offset_neither_broker_nor_blob_holds_fails_loudl
         100,
     )
     assert "offset 50 is neither in the broker (log start 100) nor in any BLOB" in str(error)
+
+
+def test_on_postgresql_one_of_two_sweepers_sweeps_and_the_other_takes_over(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    run_id: str,
+    tmp_path: Path,
+    flights: list[dict[str, Any]],
+    postgres: str,
+    sweeper_for: Callable[..., Sweeper],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two sweepers on one PostgreSQL catalog: one leads and sweeps, the other only
+    waits; when the leader's lock session dies, it stops sweeping and the other takes
+    over. The catalog stays one ordered chain of whole BLOBs."""
+    database = fresh_database(postgres)
+    config = swept_group(run_id, tmp_path, sweep_catalog_url=database)
+    settings = {"sweep_interval_s": 0.3, "leader_check_interval_s": 0.2}
+    sweepers = [sweeper_for(config, **settings), sweeper_for(config, **settings)]
+    committed = 0
+    stop = threading.Event()
+
+    def serve() -> None:  # the queue's consumer: 10 tuples every 0.3 s
+        nonlocal committed
+        while not stop.wait(0.3):
+            committed += 10
+            commit(bootstrap, config, committed)
+
+    def sweeps(sweeper: Sweeper) -> float:
+        topic = config.input_streams["flights"].topic
+        value = sweeper.registry.get_sample_value(
+            "floodgate_sweeper_sweeps_total", {"topic": topic}
+        )
+        return value or 0.0
+
+    def leaders() -> list[Sweeper]:
+        return [s for s in sweepers if s.election.is_leader]
+
+    def wait_for(condition: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while not condition():
+            assert time.monotonic() < deadline, f"waited for {what}"
+            time.sleep(0.1)
+
+    fill(bootstrap, schemas, config, sequenced(flights, 3_000))
+    commit(bootstrap, config, 0)
+    server = threading.Thread(target=serve, daemon=True)
+    with caplog.at_level("WARNING", logger="pipeline.leader"):
+        for sweeper in sweepers:
+            sweeper.start()
+        server.start()
+        try:
+            wait_for(lambda: len(leaders()) == 1, "one leader")
+            (first,) = leaders()
+            (second,) = [s for s in sweepers if s is not first]
+            wait_for(lambda: sweeps(first) >= 1, "the leader to sweep")
+            assert sweeps(second) == 0 and not second.election.is_leader
+            # The leader's lock session dies: it revokes itself, the other takes over.
+            engine = create_engine(database)
+            with engine.connect() as conn:
+                conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = "
+                        "'advisory' AND database = (SELECT oid FROM pg_database "
+                        "WHERE datname = current_database())"
+                    )
+                )
+            engine.dispose()
+            wait_for(lambda: second.election.is_leader, "the other sweeper to take over")
+            wait_for(lambda: not first.election.is_leader, "the old leader to stand down")
+            swept_by_first = sweeps(first)
+            fill(bootstrap, schemas, config, sequenced(flights, 3_000))  # a new backlog
+            wait_for(lambda: sweeps(second) >= 1, "the new leader to sweep")
+            assert sweeps(first) == swept_by_first, "the old leader swept after standing down"
+        finally:
+            stop.set()
+            server.join(timeout=30)
+            for sweeper in sweepers:
+                sweeper.stop()
+    assert "FG-LEAD-002" in caplog.text
+    topic = config.input_streams["flights"].topic
+    chain = first.catalog.chain(topic, 0)
+    assert len(chain) >= 2
+    assert all(b.start_offset >= a.end_offset for a, b in itertools.pairwise(chain))
+    for blob in chain:  # whole files, every offset of the range (no markers here)
+        offsets = [r.offset() for r in read_blob(blob.path, topic, 0)]
+        assert offsets == list(range(blob.start_offset, blob.end_offset))
