@@ -30,8 +30,9 @@ class SweeperMetrics:
       has BLOBs (the seed's swept state);
     * ``floodgate_sweeper_blob_store_used_ratio`` (gauge, 0..): used / max bytes;
     * ``floodgate_sweeper_broker_freed_bytes_total{topic}`` (counter): BLOB bytes of the
-      swept ranges truncated from the broker (the broker's own size of them is not
-      reported over Kafka's protocol; a BLOB holds the same records);
+      swept ranges truncated from the broker, each counted once. An estimate: a BLOB
+      holds the same records, and the broker's own size of them (Kafka's
+      DescribeLogDirs) is not available through librdkafka;
     * ``floodgate_sweeper_leader`` (gauge, 0/1): this instance sweeps.
     """
 

@@ -327,7 +327,7 @@ class Sweeper:
         # Free what the consumer is past: the broker below a reached BLOB, used BLOBs.
         target = truncate_to(ranges, committed=committed, log_start=log_start)
         if target is not None:
-            self._truncate(topic, p, target, chain)
+            self._truncate(topic, p, target, chain, log_start=log_start)
             outcome.truncated_to = target
             log_start = target
         for i in consumed(ranges, committed=committed):
@@ -455,11 +455,14 @@ class Sweeper:
         )
         return blob
 
-    def _truncate(self, topic: str, p: int, target: int, chain: list[Blob]) -> None:
+    def _truncate(
+        self, topic: str, p: int, target: int, chain: list[Blob], *, log_start: int
+    ) -> None:
         futures = self.admin.delete_records([TopicPartition(topic, p, target)])
         for future in futures.values():
             future.result()
-        freed = sum(b.bytes for b in chain if b.end_offset <= target)
+        # The BLOBs of the newly truncated range (those truncated before are counted).
+        freed = sum(b.bytes for b in chain if log_start < b.end_offset <= target)
         self.metrics.freed.labels(topic).inc(freed)
         log.info("FG-SWP-005 truncated %s[%d] to offset %d", topic, p, target)
 

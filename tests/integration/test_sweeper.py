@@ -492,6 +492,11 @@ def test_a_swept_output_queue_is_read_back_through_the_reception_api_in_order(
         "floodgate_sweeper_unswept_tuples_total", {"topic": topic}
     )
     assert unswept == sum(o.blob.tuples for o in outcomes if o.blob is not None)
+    # Every BLOB's range was truncated from the broker before its BLOB was deleted.
+    freed = sweeper.registry.get_sample_value(
+        "floodgate_sweeper_broker_freed_bytes_total", {"topic": topic}
+    )
+    assert freed == sum(o.blob.bytes for o in outcomes if o.blob is not None)
 
 
 def test_a_reception_whose_next_offset_neither_broker_nor_blob_holds_fails_loudly(
