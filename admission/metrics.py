@@ -42,8 +42,14 @@ class AdmissionMetrics:
         self.emergency = gauge("emergency_mode", "1 in emergency mode (memory above its limit).")
         self.cpu = gauge("cpu_load_ratio", "System CPU busy ratio (mean of the last second).")
         self.memory = gauge("memory_usage_ratio", "Memory usage ratio.")
-        self.cpu_limit = gauge("cpu_limit_ratio", "system_cpu_limit.")
-        self.memory_limit = gauge("memory_limit_ratio", "memory_usage_limit.")
+        self.cpu_limit = gauge(
+            "cpu_limit_ratio",
+            "system_cpu_limit: low load (enqueued jobs start) is CPU at or below it.",
+        )
+        self.memory_limit = gauge(
+            "memory_limit_ratio",
+            "memory_usage_limit: the memory ratio above which emergency mode begins.",
+        )
         self.load_step = gauge("load_step", "Enqueued jobs started per check under low load.")
         self.wait = Histogram(
             "queue_wait_seconds",

@@ -8,6 +8,7 @@
 * ``floodgate query-group status|release|stop NAME`` -- talk to a running query
   group's endpoint (found through its control file, or ``--url``).
 * ``floodgate broker`` -- run the embedded broker in the foreground.
+* ``floodgate metrics-doc`` -- the metrics reference (``docs/metrics.md``).
 * ``floodgate admission ...`` (and any other service's commands) -- registered
   through the ``floodgate.commands`` entry point group; this package imports none
   of them.
@@ -423,6 +424,35 @@ def query_group_stop(
     """Stop a running query group (the micro-batch in flight is replayed on the next start)."""
     _query_group_call(name, "stop", url, control_dir)
     console.print(f"query group {name} stopping")
+
+
+@app.command("metrics-doc")
+def metrics_doc(
+    output: Annotated[
+        Path | None, typer.Option(help="Write here (default: print to stdout).")
+    ] = None,
+    check: Annotated[
+        bool, typer.Option(help="Exit 1 when OUTPUT differs from what the code exports.")
+    ] = False,
+) -> None:
+    """The metrics reference (docs/metrics.md), generated from every component's
+    registry: name, type, labels, unit and meaning of each metric."""
+    from pipeline.metrics import metrics_markdown
+
+    text = metrics_markdown()
+    if output is None:
+        typer.echo(text, nl=False)
+    elif check:
+        current = output.read_text(encoding="utf-8") if output.exists() else ""
+        if current != text:
+            console.print(
+                f"[bold red]error:[/] {output} is out of date: "
+                f"run floodgate metrics-doc --output {output}"
+            )
+            raise typer.Exit(code=1)
+    else:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
 
 
 @app.command()
