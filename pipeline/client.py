@@ -191,6 +191,9 @@ class StreamInput:
         self._m_crossings = metrics.threshold_crossings.labels(**labels)
         self._m_blocked = metrics.blocked_seconds.labels(**labels)
         metrics.queue_max_size.labels(**labels).set(self.settings.max_queue_size)
+        metrics.free_threshold_ratio.labels(**labels).set(
+            self.settings.free_input_queue_size_threshold / 100
+        )
 
     # -- the queue -------------------------------------------------------------
 

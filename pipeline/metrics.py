@@ -38,6 +38,8 @@ class ClientMetrics:
       client counts it (its own sends included).
     * ``floodgate_stream_put_tuples_total`` (counter, + ``result`` =
       ``accepted`` | ``rejected``): tuples handed to ``put``.
+    * ``floodgate_stream_queue_free_threshold_ratio`` (gauge, 0..1): the configured
+      ``free_input_queue_size_threshold`` (what the near-full alert compares with).
     * ``floodgate_stream_queue_threshold_crossings_total`` (counter): times the
       free space fell to or below ``free_input_queue_size_threshold``.
     * ``floodgate_stream_put_blocked_seconds_total`` (counter, seconds): time
@@ -71,6 +73,14 @@ class ClientMetrics:
             "stream_put_tuples",
             "Tuples handed to put, by result (accepted or rejected).",
             (*labels, "result"),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.free_threshold_ratio = Gauge(
+            "stream_queue_free_threshold_ratio",
+            "free_input_queue_size_threshold as a ratio (0..1): producers are told the "
+            "queue is filling at or below it.",
+            labels,
             namespace=NAMESPACE,
             registry=registry,
         )

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import tomli_w
 from typer.testing import CliRunner
 
@@ -27,6 +28,7 @@ from pipeline.demo import read_all
 from pipeline.serde import SchemaRepository
 
 from .conftest import flights_raw_config
+from .promtool import check_metrics
 from .test_crash_recovery import DRIVER_TIMEOUT_S, kill_group, start_driver
 
 runner = CliRunner()
@@ -78,6 +80,8 @@ def test_status_release_and_stop_reach_a_running_driver_by_name(
             time.sleep(0.25)
         shown = cli("status", name, *where)
         assert shown.exit_code == 0
+        url = json.loads((control_dir / f"{name}.json").read_text())["url"].rstrip("/")
+        check_metrics(httpx.get(f"{url}/metrics", timeout=10).text)  # Prometheus' own lint
         assert "HELD" in shown.output and "flights_copy" in shown.output
 
         refused = cli("stop", "no-such-group", *where)

@@ -21,6 +21,7 @@ import pytest
 import tomli_w
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from prometheus_client import generate_latest
 from sqlalchemy import create_engine, text
 
 from pipeline.broker import ensure_topics
@@ -38,6 +39,7 @@ from sweeper.service import PartitionOutcome, Sweeper
 
 from .conftest import flights_raw_config
 from .postgres import fresh_database
+from .promtool import check_metrics
 
 DEADLINE_S = 240.0
 
@@ -497,6 +499,7 @@ def test_a_swept_output_queue_is_read_back_through_the_reception_api_in_order(
         "floodgate_sweeper_broker_freed_bytes_total", {"topic": topic}
     )
     assert freed == sum(o.blob.bytes for o in outcomes if o.blob is not None)
+    check_metrics(generate_latest(sweeper.registry).decode())  # what /metrics serves
 
 
 def test_a_reception_whose_next_offset_neither_broker_nor_blob_holds_fails_loudly(
