@@ -12,15 +12,12 @@ import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from pipeline.config import DEFAULT_CONTROL_DIR, apply_env_overrides, config_error, read_toml
+from pipeline.config import DEFAULT_CONTROL_DIR, load_service_config
 from pipeline.errors import ConfigError
-
-#: Environment overrides of this config: ``FLOODGATE__ADMISSION__<KEY>=value``.
-ENV_PREFIX = "FLOODGATE__ADMISSION__"
 
 
 class AdmissionSettings(BaseModel):
@@ -144,19 +141,8 @@ def load_admission_config(
             with its value and what is allowed), the token is missing, or an allowlist
             entry names no executable.
     """
-    env = os.environ if env is None else env
-    raw: dict[str, Any] = {}
-    source = "<defaults>"
-    if path is not None:
-        source = str(path)
-        raw = read_toml(path, "admission config file")
-    # Only overrides of this section: others (FLOODGATE__QUERY_GROUP__...) are not ours.
-    ours = {k: v for k, v in env.items() if k.upper().startswith(ENV_PREFIX)}
-    data = apply_env_overrides(raw, ours)
-    try:
-        settings = AdmissionConfig.model_validate(data).admission
-    except ValidationError as exc:
-        raise config_error(exc, source, model=AdmissionConfig, what="admission config") from None
+    loaded, source = load_service_config(path, AdmissionConfig, section="admission", env=env)
+    settings = loaded.admission
     if settings.token is None or not settings.token.get_secret_value():
         raise ConfigError(
             f"{source}: admission.token is required (every mutating call needs it as a "

@@ -32,7 +32,7 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -360,6 +360,47 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: no such {what}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+
+
+ServiceConfig = TypeVar("ServiceConfig", bound=BaseModel)
+
+
+def load_service_config(
+    path: str | Path | None,
+    model: type[ServiceConfig],
+    *,
+    section: str,
+    env: Mapping[str, str] | None = None,
+) -> tuple[ServiceConfig, str]:
+    """A service's config file (one ``[<section>]``: the admission service, the
+    sweeper): read, overridden by ``FLOODGATE__<SECTION>__KEY`` variables only (other
+    sections' overrides are not the service's), and validated by ``model``.
+
+    Args:
+        path: the TOML file; ``None``: defaults and environment only.
+        model: the file's pydantic model.
+        section: the section's name.
+        env: environment (default ``os.environ``).
+
+    Returns:
+        ``(the validated file, how to name it in errors)``.
+
+    Raises:
+        ConfigError: the file is missing or not TOML, or a key is unknown or refused
+            (named with its value and what is allowed).
+    """
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        raw = read_toml(path, f"{section} config file")
+    prefix = f"{OVERRIDE_ENV_PREFIX}{section.upper()}__"
+    ours = {k: v for k, v in env.items() if k.upper().startswith(prefix)}
+    try:
+        return model.model_validate(apply_env_overrides(raw, ours)), source
+    except ValidationError as exc:
+        raise config_error(exc, source, model=model, what=f"{section} config") from None
 
 
 def parse_query_group(

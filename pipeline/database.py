@@ -8,6 +8,7 @@ writer), any SQLAlchemy URL otherwise (PostgreSQL through psycopg 3:
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,13 @@ def create_tables(metadata: MetaData, engine: Engine) -> None:
         metadata.create_all(engine)
     except DBAPIError:
         metadata.create_all(engine)
+
+
+def advisory_lock_key(name: str) -> int:
+    """The signed 64-bit PostgreSQL advisory lock key of ``name`` (stable across
+    processes and Python versions, unlike ``hash``)."""
+    digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

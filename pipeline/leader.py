@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import logging
 import os
 import socket
@@ -46,7 +45,7 @@ from sqlalchemy import Column, Float, MetaData, String, Table, delete, insert, s
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import Connection, Engine, make_url
 
-from pipeline.database import create_database_engine, create_tables
+from pipeline.database import advisory_lock_key, create_database_engine, create_tables
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +84,8 @@ class Holder:
 
 
 def lock_key(service: str) -> int:
-    """The signed 64-bit advisory lock key of a service name (stable across processes
-    and Python versions, unlike ``hash``)."""
-    digest = hashlib.blake2b(f"floodgate.leader.{service}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
+    """The advisory lock key of a service's leadership."""
+    return advisory_lock_key(f"floodgate.leader.{service}")
 
 
 def default_instance() -> str:

@@ -62,7 +62,7 @@ from pyspark.sql.types import (
 
 from pipeline.errors import DeserializationError, SchemaError
 from pipeline.serde import RegisteredSchema, SchemaRepository, StreamCodec
-from pipeline.swept import BlobReader, catalog_for, read_partition
+from pipeline.swept import RANGE_CONSUMER, BlobReader, catalog_for, read_partition
 
 log = logging.getLogger(__name__)
 
@@ -599,18 +599,8 @@ class _PartitionReader:
 
     def batches(self) -> Iterator[Any]:
         consumer = Consumer(
-            self.options.consumer_config(
-                **{
-                    "auto.offset.reset": "error",
-                    "enable.partition.eof": True,
-                    # librdkafka prefetches up to 100 000 messages by default; with the
-                    # embedded broker that costs it 2.8 s of CPU per 336 776 tuples
-                    # against 0.2 s at 10 000 (bench/README.md), and the batch is read
-                    # to a known end anyway. A user's kafka.queued.min.messages wins.
-                    "queued.min.messages": 10_000,
-                    **self.options.client,
-                }
-            )
+            # A user's kafka.* properties win over the range reader's.
+            self.options.consumer_config(**{**RANGE_CONSUMER, **self.options.client})
         )
         try:
             rows: list[dict[str, Any]] = []

@@ -29,7 +29,6 @@ import array
 import contextlib
 import functools
 import gc
-import hashlib
 import itertools
 import os
 import sys
@@ -59,7 +58,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-from pipeline.database import create_database_engine, create_tables
+from pipeline.database import advisory_lock_key, create_database_engine, create_tables
 from pipeline.errors import DataLossError
 
 #: Records per BLOB batch when the records come one by one (:func:`write_blob` of an
@@ -450,7 +449,7 @@ class SweepCatalog:
             if self.engine.dialect.name == "postgresql":
                 conn.execute(
                     text("SELECT pg_advisory_xact_lock(:key)"),
-                    {"key": _chain_key(topic, partition)},
+                    {"key": advisory_lock_key(f"floodgate_blobs:{topic}:{partition}")},
                 )
             overlap = conn.execute(
                 select(blobs.c.id).where(
@@ -534,12 +533,6 @@ class SweepCatalog:
         self.engine.dispose()
 
 
-def _chain_key(topic: str, partition: int) -> int:
-    """A stable signed 64-bit key of a partition's BLOB chain (advisory locks)."""
-    digest = hashlib.blake2b(f"floodgate_blobs:{topic}:{partition}".encode(), digest_size=8)
-    return int.from_bytes(digest.digest(), "big", signed=True)
-
-
 @functools.cache
 def catalog_for(url: str) -> SweepCatalog:
     """One :class:`SweepCatalog` per URL per process (queue probes share it)."""
@@ -605,6 +598,18 @@ class BlobReader:
         return batches(), position
 
 
+#: What a consumer reading ranges through :func:`read_partition` needs: an offset the
+#: broker no longer holds is an error (read from BLOBs, or a ``DataLossError``), never
+#: a reset; partition ends are reported. And librdkafka prefetches up to 100 000
+#: messages by default: with the embedded broker that costs it 2.8 s of CPU per 336 776
+#: tuples against 0.2 s at 10 000 (bench/README.md), and a range is read to a known end.
+RANGE_CONSUMER: dict[str, Any] = {
+    "auto.offset.reset": "error",
+    "enable.partition.eof": True,
+    "queued.min.messages": 10_000,
+}
+
+
 def read_partition(
     consumer: Consumer,
     topic: str,
@@ -622,8 +627,8 @@ def read_partition(
     source, the reception API and the sweeper all read a range through this.
 
     Args:
-        consumer: a consumer with ``auto.offset.reset=error`` (never a silent skip),
-            assigned by this function; ``isolation.level`` is the caller's.
+        consumer: a consumer with :data:`RANGE_CONSUMER`'s settings, assigned by
+            this function; ``isolation.level`` is the caller's.
         topic, partition, start, end: the range.
         blobs: the BLOB reader; ``None`` for a reader of the broker only (the sweeper).
         batch_records: most records a broker fetch returns at once.
@@ -670,60 +675,56 @@ def read_partition(
                 )
             continue
         last_progress = time.monotonic()
+        truncated: KafkaError | None = None
+        at_end = False
         if any(m.error() is not None for m in messages):
-            good: list[Any] = []
-            truncated: KafkaError | None = None
-            at_end = False
-            for message in messages:
-                error = message.error()
-                if error is None:
-                    good.append(message)
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    if (message.offset() or 0) >= end:
-                        at_end = True
-                        break
-                elif error.code() in (
-                    KafkaError.OFFSET_OUT_OF_RANGE,
-                    KafkaError._AUTO_OFFSET_RESET,
-                ):
-                    truncated = error
-                    break
-                else:
-                    raise KafkaException(error)
-            messages = good
-            if at_end or truncated is not None:
-                kept = _before(messages, end)
-                if kept:
-                    yield kept
-                    next_offset = kept[-1].offset() + 1
-                if at_end or len(kept) < len(messages):
-                    return
-                low, _ = consumer.get_watermark_offsets(tp, timeout=10)
-                if blobs is None or next_offset >= low:
-                    raise DataLossError(
-                        f"the broker no longer holds offset {next_offset} "
-                        f"({truncated.str() if truncated else ''})",
-                        topic=topic,
-                        partition=partition,
-                        start=next_offset,
-                        end=end,
-                        available_from=low,
-                    )
-                # Swept while this range was reading: BLOBs hold the rest up to low.
-                swept, next_offset = read_swept(blobs, topic, partition, next_offset, end, low)
-                yield from swept
-                if next_offset >= end:
-                    return
-                consumer.assign([TopicPartition(topic, partition, next_offset)])
-                continue
-            if not messages:
-                continue
+            messages, truncated, at_end = _sift(messages, end)
         kept = _before(messages, end)
         if kept:
             yield kept
             next_offset = kept[-1].offset() + 1
-        if len(kept) < len(messages):
+        if at_end or len(kept) < len(messages):
             return
+        if truncated is None:
+            continue
+        low, _ = consumer.get_watermark_offsets(tp, timeout=10)
+        if blobs is None or next_offset >= low:
+            raise DataLossError(
+                f"the broker no longer holds offset {next_offset} ({truncated.str()})",
+                topic=topic,
+                partition=partition,
+                start=next_offset,
+                end=end,
+                available_from=low,
+            )
+        # Swept while this range was reading: BLOBs hold the rest up to low.
+        swept, next_offset = read_swept(blobs, topic, partition, next_offset, end, low)
+        yield from swept
+        if next_offset >= end:
+            return
+        consumer.assign([TopicPartition(topic, partition, next_offset)])
+
+
+def _sift(messages: list[Any], end: int) -> tuple[list[Any], KafkaError | None, bool]:
+    """A fetched batch with errors in it: ``(the records before the first stop, the
+    out-of-range error that stopped it, whether the partition's end past ``end`` did)``.
+
+    Raises:
+        KafkaException: any other error.
+    """
+    records: list[Any] = []
+    for message in messages:
+        error = message.error()
+        if error is None:
+            records.append(message)
+        elif error.code() == KafkaError._PARTITION_EOF:
+            if (message.offset() or 0) >= end:
+                return records, None, True
+        elif error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
+            return records, error, False
+        else:
+            raise KafkaException(error)
+    return records, None, False
 
 
 def _before(messages: list[Any], end: int) -> list[Any]:
@@ -765,6 +766,7 @@ def blob_name(topic: str, partition: int, start: int, end: int) -> str:
 
 __all__ = [
     "BLOB_SCHEMA",
+    "RANGE_CONSUMER",
     "Blob",
     "BlobReader",
     "SweepCatalog",

@@ -51,7 +51,7 @@ def serve(
     """Run the sweeper until SIGTERM / Ctrl-C."""
     from fastapi import FastAPI
 
-    from pipeline.config import bootstrap_from
+    from pipeline.config import BOOTSTRAP_ENV, bootstrap_from
     from pipeline.metrics import add_metrics_route
     from pipeline.serving import AppServer, wait_for_signal
     from sweeper.config import load_sweeper_config
@@ -67,7 +67,7 @@ def serve(
     servers = (
         bootstrap
         or settings.bootstrap_servers
-        or os.environ.get("FLOODGATE_KAFKA_BOOTSTRAP")
+        or os.environ.get(BOOTSTRAP_ENV)
         or next((b for b in (bootstrap_from(g.kafka) for g in groups) if b), None)
     )
     if not servers:

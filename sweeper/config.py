@@ -9,24 +9,14 @@ not read swept tuples back: sweeping it would lose them).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.config import (
-    QueryGroupConfig,
-    apply_env_overrides,
-    config_error,
-    load_query_group,
-    read_toml,
-)
+from pipeline.config import QueryGroupConfig, load_query_group, load_service_config
 from pipeline.errors import ConfigError
-
-#: Environment overrides of this config: ``FLOODGATE__SWEEPER__<KEY>=value``.
-ENV_PREFIX = "FLOODGATE__SWEEPER__"
 
 
 class SweeperSettings(BaseModel):
@@ -77,17 +67,8 @@ def load_sweeper_config(
         ConfigError: the file or a query group file is missing or refused, or a query
             group does not read from this sweeper's catalog.
     """
-    env = os.environ if env is None else env
-    raw: dict[str, Any] = {}
-    source = "<defaults>"
-    if path is not None:
-        source = str(path)
-        raw = read_toml(path, "sweeper config file")
-    ours = {k: v for k, v in env.items() if k.upper().startswith(ENV_PREFIX)}
-    try:
-        settings = SweeperConfig.model_validate(apply_env_overrides(raw, ours)).sweeper
-    except ValidationError as exc:
-        raise config_error(exc, source, model=SweeperConfig, what="sweeper config") from None
+    loaded, _source = load_service_config(path, SweeperConfig, section="sweeper", env=env)
+    settings = loaded.sweeper
     groups = [load_query_group(p, env=env) for p in settings.query_groups]
     for group_path, group in zip(settings.query_groups, groups, strict=True):
         if group.query_group.sweep_catalog_url != settings.catalog_url:

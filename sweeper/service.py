@@ -47,7 +47,14 @@ from pipeline.leader import LeaderElection
 from pipeline.output import parse_offset_log
 from pipeline.queues import QueueProbe
 from pipeline.source import offsets_from_json
-from pipeline.swept import Blob, SweepCatalog, blob_name, read_partition, write_blob
+from pipeline.swept import (
+    RANGE_CONSUMER,
+    Blob,
+    SweepCatalog,
+    blob_name,
+    read_partition,
+    write_blob,
+)
 from sweeper.config import SweeperSettings
 from sweeper.metrics import SweeperMetrics
 from sweeper.policy import (
@@ -522,16 +529,14 @@ class Sweeper:
         }
 
 
-#: The sweeper's consumer settings for reading a range (committed records only, an
-#: offset the broker no longer holds is an error, never a reset).
+#: The sweeper's consumer settings for reading a range: a range reader's, committed
+#: records only, nothing committed.
 SWEEPER_CONSUMER: dict[str, Any] = {
+    **RANGE_CONSUMER,
     "group.id": "floodgate.sweeper",
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
-    "auto.offset.reset": "error",
-    "enable.partition.eof": True,
     "isolation.level": "read_committed",
-    "queued.min.messages": 10_000,
 }
 
 
