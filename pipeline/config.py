@@ -166,6 +166,10 @@ class QueryGroupSection(StreamSettings):
     """Compare each micro-batch's output with the output stream queue's free space before
     writing it. ``false`` leaves output queues unbounded (no sleep, no hold): for
     benchmarks, and output streams whose readers are known to keep up."""
+    queue_metrics_interval_ms: Annotated[int, Field(ge=100, le=3_600_000)] = 5_000
+    """How often the query group reads its input and output stream queues for the
+    ``..._queue_length`` and ``..._queue_lag_seconds`` gauges (one ``ListOffsets`` pair,
+    one ``OffsetFetch`` per consumer group and one record per non-empty partition)."""
     metrics_host: str = "127.0.0.1"
     """Interface of the query group's metrics and control endpoint (``0.0.0.0`` in a
     container)."""

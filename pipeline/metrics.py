@@ -125,6 +125,14 @@ class QueryGroupMetrics:
       ``stream``): input tuples skipped on release with ``on_hold_input = "discard"``.
     * ``floodgate_output_stream_queue_length`` / ``_max_size`` (gauges, tuples,
       ``query_group``, ``stream``): the output stream queue at the last check.
+    * ``floodgate_input_stream_queue_length`` / ``_max_size`` (gauges, tuples,
+      ``query_group``, ``stream``): each input stream queue as the query group sees it
+      (every ``queue_metrics_interval_ms``), also while no producer runs.
+    * ``floodgate_input_stream_queue_lag_seconds`` /
+      ``floodgate_output_stream_queue_lag_seconds`` (gauges, seconds, ``query_group``,
+      ``stream``): the age of the queue's oldest unconsumed tuple, from its Kafka record
+      timestamp (or its BLOB's, when swept); 0 for an empty queue
+      (:class:`~pipeline.queues.QueueAge`).
     * ``floodgate_output_stream_queue_check_seconds`` (histogram, ``query_group``,
       ``stream``): how long each micro-batch's read of its output stream queue took
       (the cost of the bound; sleeps not included).
@@ -181,6 +189,34 @@ class QueryGroupMetrics:
         self.output_queue_max_size = Gauge(
             "output_stream_queue_max_size",
             "Max queue size of the output stream queue (tuples).",
+            by_stream,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.input_queue_length = Gauge(
+            "input_stream_queue_length",
+            "Input stream queue length (tuples) as the query group last read it.",
+            by_stream,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.input_queue_max_size = Gauge(
+            "input_stream_queue_max_size",
+            "Max queue size of the input stream queue (tuples).",
+            by_stream,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.input_queue_lag = Gauge(
+            "input_stream_queue_lag_seconds",
+            "Age of the input stream queue's oldest unprocessed tuple (0 when empty).",
+            by_stream,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.output_queue_lag = Gauge(
+            "output_stream_queue_lag_seconds",
+            "Age of the output stream queue's oldest unread tuple (0 when empty).",
             by_stream,
             namespace=NAMESPACE,
             registry=registry,

@@ -44,7 +44,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.errors import ConfigError, QueryGroupError, QueryGroupHeld
 from pipeline.metrics import QueryGroupMetrics
 from pipeline.output import KafkaTransactionalSink, OutputQueueGuard
-from pipeline.queues import QueueProbe, QueueSnapshot
+from pipeline.queues import QueueAge, QueueProbe, QueueSnapshot
 from pipeline.serde import SchemaRepository, StreamCodec
 from pipeline.source import SOURCE_NAME, KafkaStreamDataSource, offsets_to_json
 
@@ -199,6 +199,9 @@ class QueryGroup:
         self._sleeping: set[tuple[str, str]] = set()
         self._guards: dict[str, OutputQueueGuard] = {}
         self._probes: dict[str, QueueProbe] = {}
+        self._input_probes: dict[str, QueueProbe] = {}
+        #: ``(direction, stream)`` -> the reader of its oldest tuple's age.
+        self._ages: dict[tuple[str, str], QueueAge] = {}
         self._output_queues: dict[str, QueueSnapshot] = {}
         self._discard_before: dict[str, dict[int, int]] = {}
         #: Spark run ids of the query runs a hold ended: their exceptions and
@@ -299,6 +302,7 @@ class QueryGroup:
         client = dict(self.config.kafka.client)
         ensure_topics(self.bootstrap_servers, self.topics(), client=client)
         self._make_guards()
+        self._make_input_probes()
         spark = self.spark
         self._listener = _ProgressListener(self)
         spark.streams.addListener(self._listener)
@@ -348,6 +352,62 @@ class QueryGroup:
             )
             self._probes[name] = probe
             self.metrics.output_queue_max_size.labels(self.name, name).set(settings.max_queue_size)
+
+    def _make_input_probes(self) -> None:
+        """One :class:`QueueProbe` per input stream, for the input queue gauges."""
+        for name in self.config.input_streams:
+            if name in self._input_probes or not self.config.readers(name):
+                continue
+            self._input_probes[name] = QueueProbe.for_input_stream(
+                self.config, name, bootstrap_servers=self.bootstrap_servers
+            )
+            self.metrics.input_queue_max_size.labels(self.name, name).set(
+                self.config.input_settings(name).max_queue_size
+            )
+
+    def _age(self, direction: str, stream: str) -> QueueAge:
+        """The :class:`QueueAge` of an input or output stream queue (made on first use;
+        a swept queue's reads its BLOBs too)."""
+        age = self._ages.get((direction, stream))
+        if age is None:
+            if direction == "input":
+                topic = self.config.input_streams[stream].topic
+                swept = self.config.query_group.sweep_catalog_url is not None
+            else:
+                topic = self.config.output_streams[stream].topic
+                swept = self.config.output_streams[stream].swept
+            blobs = None
+            if swept:
+                from pipeline.swept import BlobReader, catalog_for
+
+                assert self.config.query_group.sweep_catalog_url
+                blobs = BlobReader(catalog_for(self.config.query_group.sweep_catalog_url))
+            age = QueueAge(
+                bootstrap_servers=self.bootstrap_servers,
+                topic=topic,
+                blobs=blobs,
+                client=self.config.kafka.client,
+            )
+            self._ages[(direction, stream)] = age
+        return age
+
+    def sample_queues(self) -> None:
+        """Read every input and output stream queue once: length and lag gauges. The
+        monitor thread calls it every ``queue_metrics_interval_ms``.
+
+        Raises:
+            BrokerError: the broker did not answer.
+        """
+        for name, probe in list(self._input_probes.items()):
+            snapshot = probe.snapshot()
+            self.metrics.input_queue_length.labels(self.name, name).set(snapshot.length)
+            lag = self._age("input", name).lag_seconds(snapshot)
+            self.metrics.input_queue_lag.labels(self.name, name).set(lag)
+        for name, probe in list(self._probes.items()):
+            snapshot = probe.snapshot()
+            self.on_output_queue(name, snapshot)
+            lag = self._age("output", name).lag_seconds(snapshot)
+            self.metrics.output_queue_lag.labels(self.name, name).set(lag)
 
     def _register_inputs(self, spark: SparkSession, query: str) -> None:
         """(Re)define the input views for ``query``, which is analysed right after.
@@ -770,11 +830,19 @@ class QueryGroup:
         ``auto_release``."""
         group = self.config.query_group
         interval = min(1.0, max(0.2, group.sleep_on_over_store_ms / 1000.0))
+        queues_every = group.queue_metrics_interval_ms / 1000.0
+        queues_due = 0.0
         while not self._monitor_stop.wait(interval):
             try:
                 self._sample_heap()
             except Exception:
                 log.debug("query group %s: driver heap not read", self.name, exc_info=True)
+            if time.monotonic() >= queues_due:
+                queues_due = time.monotonic() + queues_every
+                try:
+                    self.sample_queues()
+                except Exception:
+                    log.warning("query group %s: queues not read", self.name, exc_info=True)
             try:
                 if self.state == QueryGroupState.HELD and group.auto_release:
                     if self._resume_ready():
@@ -916,10 +984,14 @@ class QueryGroup:
         # broker that is gone); a later start() makes new ones.
         for guard in self._guards.values():
             guard.reader = None
-        for probe in self._probes.values():
+        for probe in [*self._probes.values(), *self._input_probes.values()]:
             probe.close()
+        for age in self._ages.values():
+            age.close()
         self._guards.clear()
         self._probes.clear()
+        self._input_probes.clear()
+        self._ages.clear()
         if self._server is not None:
             self._server.stop()
             self._server = None

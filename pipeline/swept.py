@@ -34,7 +34,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -620,7 +620,7 @@ def read_partition(
     blobs: BlobReader | None = None,
     batch_records: int = BLOB_BATCH_RECORDS,
     stall_timeout_s: float = 60.0,
-) -> Iterator[list[Any]]:
+) -> Generator[list[Any], None, None]:
     """The records of ``[start, end)`` of a partition in offset order, in batches as
     the broker fetches them: from the broker while it holds them, and from the BLOB
     chain where the sweeper moved them (unsweep, when ``blobs`` is given). The Spark

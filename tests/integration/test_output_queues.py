@@ -168,6 +168,13 @@ def test_slow_reader_sleeps_then_holds_and_release_loses_and_duplicates_nothing(
         )
         written_before_hold = group.sinks()["copy"].tuples_written
         assert written_before_hold == 2 * BATCH
+        # Lag in time: both queues hold tuples put or written before now.
+        group.sample_queues()
+        assert metric(group, "floodgate_input_stream_queue_length", stream="flights") > 0
+        assert metric(group, "floodgate_input_stream_queue_lag_seconds", stream="flights") > 0
+        # (offsets: the transaction markers of the two batches count too)
+        assert metric(group, "floodgate_output_stream_queue_length", stream="flights_copy") > 0
+        assert metric(group, "floodgate_output_stream_queue_lag_seconds", stream="flights_copy") > 0
 
         # Releasing while held is refused nowhere; releasing when not held is a 409.
         got: list[dict[str, Any]] = []
@@ -188,6 +195,17 @@ def test_slow_reader_sleeps_then_holds_and_release_loses_and_duplicates_nothing(
         watcher.join()
 
     assert Counter(identity(t) for t in got) == Counter(identity(r) for r in records)
+    # Everything processed and read: both queues are empty, and so is their lag.
+    wait_for(
+        lambda: (
+            group.sample_queues()
+            or metric(group, "floodgate_input_stream_queue_length", stream="flights") == 0
+        ),
+        what="input queue empty",
+    )
+    for name, stream in (("input", "flights"), ("output", "flights_copy")):
+        assert metric(group, f"floodgate_{name}_stream_queue_length", stream=stream) == 0
+        assert metric(group, f"floodgate_{name}_stream_queue_lag_seconds", stream=stream) == 0
     # Exactly once in the topic itself, too: nothing of the held batch was written twice.
     assert len(read_all(bootstrap, config.output_streams["flights_copy"].topic)) == len(records)
     assert watch.lengths and max(watch.lengths) <= OUTPUT_MAX
