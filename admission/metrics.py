@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Histogram
 
+from admission.algorithm import StartReason
+from admission.store import JobState, StallKind
 from pipeline.metrics import Families
 
 NAMESPACE = "floodgate"
 SUBSYSTEM = "admission"
+
+#: The ``reason`` label values of ``floodgate_admission_rejections_total``.
+REJECTION_REASONS = ("queue-full", "not-allowed")
 
 #: Buckets of ``floodgate_admission_queue_wait_seconds``: from one check (0.1 s) to hours.
 WAIT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
@@ -68,3 +73,13 @@ class AdmissionMetrics:
             "Heap in use over max heap of each known Spark driver.",
             ("query_group",),
         )
+        # Every label value exists from the start, at 0 (Prometheus' advice on missing
+        # series): a dashboard panel and a rate() see "none yet", not "no data".
+        for how in StartReason:
+            self.starts.labels(how.value)
+        for reason in REJECTION_REASONS:
+            self.rejections.labels(reason)
+        for kind in StallKind:
+            self.stalls.labels(kind.value).set(0)
+        for state in JobState:
+            self.jobs.labels(state.value).set(0)

@@ -352,6 +352,13 @@ class QueryGroup:
             )
             self._probes[name] = probe
             self.metrics.output_queue_max_size.labels(self.name, name).set(settings.max_queue_size)
+            # Series exist at 0 before the first sleep or hold (no "no data" panels).
+            for family in (
+                self.metrics.sleeps,
+                self.metrics.holds,
+                self.metrics.output_queue_check,
+            ):
+                family.labels(self.name, name)
 
     def _make_input_probes(self) -> None:
         """One :class:`QueueProbe` per input stream, for the input queue gauges."""
@@ -364,6 +371,15 @@ class QueryGroup:
             self.metrics.input_queue_max_size.labels(self.name, name).set(
                 self.config.input_settings(name).max_queue_size
             )
+            self.metrics.discarded.labels(self.name, name)
+        for query in self.config.queries:
+            for family in (
+                self.metrics.batch_duration,
+                self.metrics.input_rows,
+                self.metrics.input_rows_per_second,
+                self.metrics.processed_rows_per_second,
+            ):
+                family.labels(self.name, query)
 
     def _age(self, direction: str, stream: str) -> QueueAge:
         """The :class:`QueueAge` of an input or output stream queue (made on first use;

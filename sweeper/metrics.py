@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry
 
 from pipeline.metrics import Families
+from sweeper.policy import Abort, Skip
 
 NAMESPACE = "floodgate"
 SUBSYSTEM = "sweeper"
@@ -65,3 +68,25 @@ class SweeperMetrics:
             ("topic",),
         )
         self.leader = gauge("leader", "1 while this instance sweeps.")
+
+    def add_queue(self, topic: str, partitions: Iterable[int] = ()) -> None:
+        """Make every series of a registered queue's topic exist, at 0, before its
+        first sweep (Prometheus' advice on missing series: a dashboard shows "none
+        yet" and ``increase()`` sees the first abort)."""
+        for family in (
+            self.swept_tuples,
+            self.swept_bytes,
+            self.unswept_tuples,
+            self.sweeps,
+            self.freed,
+        ):
+            family.labels(topic)
+        self.blobs.labels(topic).set(0)
+        self.blob_bytes.labels(topic).set(0)
+        for abort in Abort:
+            self.aborts.labels(topic, abort.value)
+        for skip in [*Skip, "store-full"]:
+            self.skips.labels(topic, str(skip))
+        for p in partitions:
+            self.swept_state.labels(topic, str(p)).set(0)
+            self.service_rate.labels(topic, str(p)).set(0)

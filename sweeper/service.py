@@ -206,6 +206,8 @@ class Sweeper:
                 if output.swept
             ),
         ]
+        for queue in self.queues:
+            self.metrics.add_queue(queue.topic)  # partitions: at the first cycle
         self._client = dict(groups[0].kafka.client) if groups else {}
         self.admin = AdminClient({"bootstrap.servers": bootstrap_servers, **self._client})
         self._previous: dict[tuple[str, int], tuple[int, float]] = {}
