@@ -20,7 +20,9 @@ Environment overrides:
   ``FLOODGATE__QUERY_GROUP__TRIGGER_INTERVAL_MS=500`` or
   ``FLOODGATE__INPUT_STREAMS__FLIGHTS__TOPIC=flights-test``. Values are parsed
   as TOML scalars when they parse (``500``, ``true``, ``"x"``), else taken as
-  strings, then validated like the file.
+  strings, then validated like the file. Only the file's own sections are
+  overridden: ``FLOODGATE__ADMISSION__*`` and ``FLOODGATE__SWEEPER__*`` are the
+  services' (one environment may serve them all, as in docker-compose.yml).
 """
 
 from __future__ import annotations
@@ -312,6 +314,20 @@ class QueryGroupConfig(_Strict):
             if (stream in query.inputs if query.inputs is not None else pattern.search(query.sql))
         ]
 
+    def topics(self) -> dict[str, tuple[int, int]]:
+        """Every topic the group reads or writes, with ``(partitions, replication)``:
+        its input and output streams' and its dead-letter topic."""
+        topics: dict[str, tuple[int, int]] = {}
+        for name, stream in self.input_streams.items():
+            s = self.input_settings(name)
+            topics[stream.topic] = (s.partitions, s.replication_factor)
+        for name, out in self.output_streams.items():
+            s = self.output_settings(name)
+            topics[out.topic] = (s.partitions, s.replication_factor)
+        group = self.query_group
+        topics[self.dead_letter_topic] = (group.partitions or 1, group.replication_factor or 1)
+        return topics
+
     def input_settings(self, stream: str) -> ResolvedStreamSettings:
         """Resolve an input stream's settings: system defaults -> query group -> stream."""
         return _resolve(self.query_group, self.input_streams[stream])
@@ -421,7 +437,14 @@ def parse_query_group(
         ConfigError: as :func:`load_query_group`.
     """
     env = os.environ if env is None else env
-    data = apply_env_overrides(raw, env)
+    sections = {name.upper() for name in QueryGroupConfig.model_fields}
+    ours = {
+        k: v
+        for k, v in env.items()
+        if k.upper().startswith(OVERRIDE_ENV_PREFIX)
+        and k[len(OVERRIDE_ENV_PREFIX) :].upper().split("__")[0] in sections
+    }
+    data = apply_env_overrides(raw, ours)
     try:
         config = QueryGroupConfig.model_validate(data)
     except ValidationError as exc:

@@ -269,6 +269,24 @@ def test_env_override_is_validated_like_the_file(raw: dict[str, Any]) -> None:
     assert info.value.value == "soon"
 
 
+def test_the_services_overrides_are_theirs_and_a_top_level_key_is_overridden(
+    raw: dict[str, Any],
+) -> None:
+    """One environment serves every component (docker-compose.yml): a query group takes
+    its own sections' overrides and leaves the admission service's and the sweeper's."""
+    config = parse_query_group(
+        raw,
+        env={
+            "FLOODGATE__ADMISSION__HOST": "0.0.0.0",
+            "FLOODGATE__SWEEPER__QUERY_GROUPS": '["conf/flights.toml"]',
+            "FLOODGATE__SCHEMA_DIR": "/elsewhere",
+            "FLOODGATE__QUERY_GROUP__METRICS_PORT": "8790",
+        },
+    )
+    assert config.schema_dir == "/elsewhere"
+    assert config.query_group.metrics_port == 8790
+
+
 def test_env_override_through_a_scalar_is_refused(raw: dict[str, Any]) -> None:
     with pytest.raises(ConfigError) as info:
         parse_query_group(raw, env={"FLOODGATE__QUERY_GROUP__NAME__X": "1"})
