@@ -332,6 +332,120 @@ def run(
         raise _fail(exc) from exc
 
 
+@app.command()
+def produce(
+    config: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, help="Query group file (TOML).")
+    ] = Path("conf/flights.toml"),
+    bootstrap: Annotated[
+        str | None,
+        typer.Option(
+            help="Kafka bootstrap servers (default: FLOODGATE_KAFKA_BOOTSTRAP, "
+            "then [kafka] bootstrap_servers)."
+        ),
+    ] = None,
+    stream: Annotated[str, typer.Option(help="Input stream to replay into.")] = "flights",
+    rate: Annotated[
+        float | None,
+        typer.Option(min=1, help="Replay rate in tuples/s (default: as fast as it goes)."),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Replay only the first N flights in event-time order.")
+    ] = None,
+    rounds: Annotated[
+        int, typer.Option(min=0, help="Replay the flights this many times; 0: until stopped.")
+    ] = 1,
+    read_outputs: Annotated[
+        bool,
+        typer.Option(help="Read the group's output streams too, as a reception application."),
+    ] = True,
+    metrics_host: Annotated[
+        str, typer.Option(help="Interface of /metrics (0.0.0.0 in a container).")
+    ] = "127.0.0.1",
+    metrics_port: Annotated[
+        int, typer.Option(min=0, max=65_535, help="Port of /metrics; 0 picks a free one.")
+    ] = 8791,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+) -> None:
+    """Replay the flights into a running query group through the back-pressure client
+    (the docker-compose stack's demo producer), serving the client's metrics."""
+    from fastapi import FastAPI
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.config import bootstrap_from, load_query_group
+    from pipeline.demo import ProducerStatus, run_producer
+    from pipeline.metrics import add_metrics_route
+    from pipeline.serving import AppServer
+
+    _setup_logging(verbose)
+    try:
+        cfg = load_query_group(config)
+        servers = bootstrap or bootstrap_from(cfg.kafka)
+        if not servers:
+            raise FloodgateError(
+                "no Kafka cluster: pass --bootstrap, set FLOODGATE_KAFKA_BOOTSTRAP, "
+                "or set [kafka] bootstrap_servers in the file"
+            )
+        registry = CollectorRegistry()
+        api = FastAPI(title="floodgate producer")
+        add_metrics_route(api, registry)
+        try:
+            server = AppServer(api, host=metrics_host, port=metrics_port, name="producer")
+        except OSError as exc:
+            raise FloodgateError(
+                f"could not listen on {metrics_host}:{metrics_port}: {exc}"
+            ) from exc
+        server.start()
+        console.print(f"FLOODGATE_PRODUCER_URL={server.url}", soft_wrap=True)
+        stop = threading.Event()
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            console.print(f"signal {signal.Signals(signum).name}: stopping the replay")
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[queue]}"),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        task = progress.add_task(f"{stream} round 1", total=None, queue="")
+
+        def on_progress(status: ProducerStatus) -> None:
+            done = status.produced - (status.round - 1) * status.total
+            progress.update(
+                task,
+                description=f"{stream} round {status.round}",
+                completed=max(0, done),
+                total=status.total,
+                queue=f"queue {status.queue_length:,}/{status.max_queue_size:,}",
+            )
+
+        try:
+            with progress:
+                produced = run_producer(
+                    bootstrap_servers=servers,
+                    config=cfg,
+                    stream=stream,
+                    rate=rate,
+                    limit=limit,
+                    rounds=rounds or None,
+                    read_outputs=read_outputs,
+                    registry=registry,
+                    stop=stop,
+                    on_progress=on_progress,
+                )
+        finally:
+            server.stop()
+        console.print(f"{produced:,} flights produced into {cfg.name}.{stream}")
+    except FloodgateError as exc:
+        raise _fail(exc) from exc
+
+
 _URL_OPTION = typer.Option(
     help="Base URL of the group's endpoint (default: from its control file on this host)."
 )

@@ -77,6 +77,7 @@ class FlightReplayer:
         rate: tuples per second; ``None`` for as fast as it goes.
         batch: tuples per ``put``.
         put_timeout_s: the longest one ``put`` may wait for room.
+        stop: when set, the replay ends after the ``put`` in progress (then ``put_end``).
     """
 
     writer: StreamInput
@@ -88,18 +89,21 @@ class FlightReplayer:
     blocked_s: float = 0.0
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
         """Replay everything, then ``put_end``; errors are kept in :attr:`error`."""
         start = time.monotonic()
         try:
             for i in range(0, len(self.records), self.batch):
+                if self.stop.is_set():
+                    break
                 chunk = self.records[i : i + self.batch]
                 if self.rate:
                     due = start + (i + len(chunk)) / self.rate
                     delay = due - time.monotonic()
-                    if delay > 0:
-                        time.sleep(delay)
+                    if delay > 0 and self.stop.wait(delay):
+                        break
                 result = self.writer.put(chunk, block=True, timeout_s=self.put_timeout_s)
                 self.produced += result.accepted
                 self.blocked_s += result.blocked_s
@@ -603,3 +607,143 @@ def _drain(group: QueryGroup, report: Callable[[], Any]) -> None:
                 raise held
             report()
             time.sleep(0.2)
+
+
+@dataclass
+class ProducerStatus:
+    """Where :func:`run_producer` is, as reported to ``on_progress`` about once a second.
+
+    Attributes:
+        round: the replay round (1-based).
+        produced: tuples accepted so far, all rounds.
+        total: tuples per round.
+        received: output tuples the reception read so far, per output stream.
+        queue_length: the input stream queue's length at the client's last read.
+        max_queue_size: its bound.
+    """
+
+    round: int
+    produced: int
+    total: int
+    received: dict[str, int]
+    queue_length: int
+    max_queue_size: int
+
+
+def run_producer(
+    *,
+    bootstrap_servers: str,
+    config: QueryGroupConfig,
+    stream: str = "flights",
+    rate: float | None = None,
+    limit: int | None = None,
+    rounds: int | None = 1,
+    read_outputs: bool = True,
+    registry: Any = None,
+    stop: threading.Event | None = None,
+    on_progress: Callable[[ProducerStatus], None] | None = None,
+) -> int:
+    """The demo producer of the docker-compose stack: replay the flights into a query
+    group run elsewhere (``floodgate run``), through the back-pressure client, and
+    read its output streams as a reception application does.
+
+    Unlike :func:`run_demo` it starts no query group and no broker; the client's
+    metrics (``floodgate_stream_*``, docs/metrics.md) go to ``registry``, which
+    ``floodgate produce`` serves on ``/metrics``.
+
+    Args:
+        bootstrap_servers: the cluster the query group runs on.
+        config: the query group's file (the same one ``floodgate run`` was given).
+        stream: the input stream to replay into; its schema must be ``flight``.
+        rate: tuples per second; ``None`` as fast as back-pressure lets it.
+        limit: replay only the first ``limit`` flights of each round.
+        rounds: replay the flights this many times; ``None`` until ``stop`` is set.
+        read_outputs: read every output stream of the group (frees their bounded
+            output stream queues); ``False`` leaves them to other readers.
+        registry: where the client's metrics go (default: a registry of its own).
+        stop: set it to end after the ``put`` in progress.
+        on_progress: called about once a second with a :class:`ProducerStatus`.
+
+    Returns:
+        Tuples accepted by the input stream queue, all rounds together.
+
+    Raises:
+        ConfigError: ``stream`` is not an input stream of the group.
+        DeliveryError: the broker did not acknowledge some flights.
+        QueueFullError: a ``put`` found no room for ``put_timeout_s`` (10 minutes).
+    """
+    from pipeline.broker import ensure_topics
+    from pipeline.errors import ConfigError
+
+    if stream not in config.input_streams:
+        raise ConfigError(
+            f"{stream!r} is not an input stream of query group {config.name!r}: "
+            f"it has {sorted(config.input_streams)}",
+            key="input_streams",
+            value=stream,
+        )
+    stop = stop or threading.Event()
+    records = list(flight_records(load_flights(limit)))
+    schemas = SchemaRepository.load(config.schema_dir)
+    ensure_topics(bootstrap_servers, config.topics(), client=dict(config.kafka.client))
+    produced = 0
+    with contextlib.ExitStack() as stack:
+        connector = stack.enter_context(
+            connect(
+                bootstrap_servers=bootstrap_servers,
+                config=config,
+                schemas=schemas,
+                registry=registry,
+            )
+        )
+        writer = connector.open_stream_input(config.name, stream)
+        reception: Reception | None = None
+        if read_outputs and config.output_streams:
+            reception = Reception(
+                {s: connector.open_stream_output(config.name, s) for s in config.output_streams},
+                {s: o.key for s, o in config.output_streams.items()},
+            ).start()
+            stack.callback(reception.stop)
+        round_ = 0
+        while not stop.is_set() and (rounds is None or round_ < rounds):
+            round_ += 1
+            replayer = FlightReplayer(writer, records, rate=rate, stop=stop)
+            thread = threading.Thread(target=replayer.run, name="flight-replay", daemon=True)
+            thread.start()
+            while not replayer.done.wait(1.0):
+                if reception is not None and reception.error is not None:
+                    stop.set()
+                    raise FloodgateError(f"the reception failed: {reception.error}")
+                if on_progress:
+                    on_progress(
+                        _producer_status(
+                            round_, produced + replayer.produced, records, reception, writer
+                        )
+                    )
+            produced += replayer.produced
+            if replayer.error is not None:
+                raise replayer.error
+            log.info(
+                "round %d: %d flights replayed (%d in all)", round_, replayer.produced, produced
+            )
+        if on_progress:
+            on_progress(_producer_status(round_, produced, records, reception, writer))
+    return produced
+
+
+def _producer_status(
+    round_: int,
+    produced: int,
+    records: list[dict[str, Any]],
+    reception: Reception | None,
+    writer: StreamInput,
+) -> ProducerStatus:
+    tables = reception.tables() if reception is not None else {}
+    return ProducerStatus(
+        round=round_,
+        produced=produced,
+        total=len(records),
+        received={s: t.received for s, t in tables.items()},
+        queue_length=writer.queue_length(),
+        max_queue_size=writer.max_queue_size,
+    )

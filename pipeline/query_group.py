@@ -268,20 +268,8 @@ class QueryGroup:
         return self._spark
 
     def topics(self) -> dict[str, tuple[int, int]]:
-        """Every topic the group reads or writes, with ``(partitions, replication)``."""
-        topics: dict[str, tuple[int, int]] = {}
-        for name, stream in self.config.input_streams.items():
-            s = self.config.input_settings(name)
-            topics[stream.topic] = (s.partitions, s.replication_factor)
-        for name, out in self.config.output_streams.items():
-            s = self.config.output_settings(name)
-            topics[out.topic] = (s.partitions, s.replication_factor)
-        group = self.config.query_group
-        topics[self.config.dead_letter_topic] = (
-            group.partitions or 1,
-            group.replication_factor or 1,
-        )
-        return topics
+        """Every topic the group reads or writes (:meth:`QueryGroupConfig.topics`)."""
+        return self.config.topics()
 
     def start(self, *, available_now: bool = False) -> QueryGroup:
         """Create missing topics, then start every query of the group.
