@@ -5,7 +5,8 @@ on the session's broker: a query group (``floodgate run``, swept), the demo prod
 (``floodgate produce``), the admission service and the sweeper. A real Prometheus
 (Debian's ``prometheus``, installed by ``.ci/run``) scrapes them with
 ``prometheus/prometheus.yml``'s jobs (targets moved to this host's ports) and
-evaluates ``prometheus/rules/``. Then every query of every panel of
+evaluates ``prometheus/rules/``; every live ``/metrics`` passes ``promtool check
+metrics``. Then every query of every panel of
 ``grafana/dashboards/`` is evaluated through Prometheus' HTTP API, with the
 dashboard variables at "All"; the test lists every query that returns no series.
 """
@@ -33,7 +34,7 @@ import tomli_w
 import yaml
 
 from .conftest import flights_raw_config
-from .promtool import ROOT
+from .promtool import ROOT, check_metrics
 
 DASHBOARDS = ROOT / "grafana" / "dashboards"
 #: How long the stack may take to come up (a cold SparkSession in the driver).
@@ -307,6 +308,10 @@ def test_every_panel_query_returns_series_from_a_real_prometheus_scraping_the_st
                 assert process.popen.poll() is None, f"{process.name} exited\n{logs()}"
             assert time.monotonic() < deadline, f"no tuples flowing: {flowing}\n{logs()}"
             time.sleep(1)
+
+        # Every live /metrics passes Prometheus' own lint (promtool check metrics).
+        for job in targets["data"]["activeTargets"]:
+            check_metrics(httpx.get(job["scrapeUrl"], timeout=10).text)
 
         # Then every panel query of every dashboard returns at least one series.
         boards = dashboards()
