@@ -5,7 +5,8 @@
 FROM python:3.11-slim-bookworm
 
 # default-jre-headless is OpenJDK 17 on bookworm; /usr/lib/jvm/default-java on any arch.
-RUN apt-get update \
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
     && apt-get install -y --no-install-recommends default-jre-headless procps tini \
     && rm -rf /var/lib/apt/lists/*
 ENV JAVA_HOME=/usr/lib/jvm/default-java \

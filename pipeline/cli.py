@@ -20,6 +20,7 @@ import json
 import logging
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -415,8 +416,19 @@ def produce(
         )
         task = progress.add_task(f"{stream} round 1", total=None, queue="")
 
+        last_line = [0.0]
+
         def on_progress(status: ProducerStatus) -> None:
             done = status.produced - (status.round - 1) * status.total
+            if not console.is_terminal and time.monotonic() - last_line[0] >= 10:
+                # No live bar in a container's log: a line every 10 s instead.
+                last_line[0] = time.monotonic()
+                received = ", ".join(f"{s} {n:,}" for s, n in sorted(status.received.items()))
+                console.print(
+                    f"round {status.round}: {max(0, done):,}/{status.total:,} {stream}, "
+                    f"{status.produced:,} in all; queue {status.queue_length:,}/"
+                    f"{status.max_queue_size:,}; received {received or '-'}"
+                )
             progress.update(
                 task,
                 description=f"{stream} round {status.round}",
