@@ -427,7 +427,8 @@ def produce(
                 console.print(
                     f"round {status.round}: {max(0, done):,}/{status.total:,} {stream}, "
                     f"{status.produced:,} in all; queue {status.queue_length:,}/"
-                    f"{status.max_queue_size:,}; received {received or '-'}"
+                    f"{status.max_queue_size:,}; received {received or '-'}",
+                    soft_wrap=True,
                 )
             progress.update(
                 task,
