@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from pipeline.metrics import Families
 from sweeper.policy import Abort, Skip
@@ -37,6 +37,9 @@ class SweeperMetrics:
       holds the same records, and the broker's own size of them (Kafka's
       DescribeLogDirs) is not available through librdkafka;
     * ``floodgate_sweeper_leader`` (gauge, 0/1): this instance sweeps.
+    * ``floodgate_ledger_unaccounted_tuples{query_group,stream,partition}`` (gauge): the
+      tuple ledger's unaccounted tuples of each input stream partition of the swept
+      query groups, reconciled every cycle (:mod:`pipeline.ledger`); 0 when all is well.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -68,6 +71,14 @@ class SweeperMetrics:
             ("topic",),
         )
         self.leader = gauge("leader", "1 while this instance sweeps.")
+        self.unaccounted = Gauge(
+            "ledger_unaccounted_tuples",
+            "Tuples of an input stream partition neither processed, dead-lettered, swept "
+            "nor queued (0 when all is well).",
+            ("query_group", "stream", "partition"),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
 
     def add_queue(self, topic: str, partitions: Iterable[int] = ()) -> None:
         """Make every series of a registered queue's topic exist, at 0, before its

@@ -22,7 +22,8 @@ the leader (:mod:`pipeline.leader`) runs cycles.
 
 Stable log codes: ``FG-SWP-001`` a BLOB registered, ``FG-SWP-002`` a sweep aborted,
 ``FG-SWP-003`` the BLOB store is full (no more sweeps), ``FG-SWP-004`` it has room
-again, ``FG-SWP-005`` the broker truncated.
+again, ``FG-SWP-005`` the broker truncated, ``FG-SWP-006`` tuples unaccounted for
+(the tuple ledger, :mod:`pipeline.ledger`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from prometheus_client import CollectorRegistry
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import DataLossError
 from pipeline.leader import LeaderElection
+from pipeline.ledger import DeadLetters, LedgerRow, reconcile
 from pipeline.output import parse_offset_log
 from pipeline.queues import QueueProbe
 from pipeline.source import offsets_from_json
@@ -176,6 +178,10 @@ class Sweeper:
         self.catalog = SweepCatalog(settings.catalog_url)
         self.blob_dir = Path(settings.blob_dir)
         self.blob_dir.mkdir(parents=True, exist_ok=True)
+        self.groups = list(groups)
+        self._dead_letters: dict[str, DeadLetters] = {}
+        #: The rows of the last reconciliation (:meth:`reconcile`).
+        self.last_ledger: list[LedgerRow] = []
         self.queues = [
             *(
                 SweptQueue(
@@ -270,6 +276,9 @@ class Sweeper:
             self._thread.join(timeout=60)
             self._thread = None
         self.election.stop()
+        for dead in self._dead_letters.values():
+            dead.close()
+        self._dead_letters.clear()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.settings.sweep_interval_s):
@@ -303,7 +312,52 @@ class Sweeper:
         self._has_room()  # logs the store filling up or clearing, swept or not
         self._refresh_gauges()
         self.last_cycle = outcomes
+        try:
+            self.reconcile()
+        except Exception:
+            log.warning("the tuple ledger was not reconciled this cycle", exc_info=True)
         return outcomes
+
+    def reconcile(self) -> list[LedgerRow]:
+        """The tuple ledger of every input stream queue swept (:mod:`pipeline.ledger`),
+        exported as ``floodgate_ledger_unaccounted_tuples``; rows that do not balance
+        are logged (``FG-SWP-006``).
+
+        Raises:
+            BrokerError: the broker did not answer.
+        """
+        rows: list[LedgerRow] = []
+        for config in self.groups:
+            dead = self._dead_letters.get(config.name)
+            if dead is None:
+                dead = DeadLetters(
+                    self.bootstrap_servers, config.dead_letter_topic, config.kafka.client
+                )
+                self._dead_letters[config.name] = dead
+            probes = {q.stream: q.probe for q in self.queues if q.query_group == config.name}
+            for row in reconcile(
+                config,
+                bootstrap_servers=self.bootstrap_servers,
+                dead_letters=dead,
+                catalog=self.catalog,
+                probes=probes,
+            ):
+                rows.append(row)
+                self.metrics.unaccounted.labels(
+                    row.query_group, row.stream, str(row.partition)
+                ).set(row.unaccounted)
+                if not row.balanced:
+                    log.error(
+                        "FG-SWP-006 %d tuples of %s[%d] in [%d, %d) are unaccounted for: "
+                        "not processed, gone from the broker, in no BLOB",
+                        row.unaccounted,
+                        row.topic,
+                        row.partition,
+                        row.committed or 0,
+                        row.log_start,
+                    )
+        self.last_ledger = rows
+        return rows
 
     def _service_rate(self, topic: str, p: int, committed: int) -> int:
         """x: tuples committed during the last interval (scaled to one interval)."""

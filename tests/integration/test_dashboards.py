@@ -287,10 +287,12 @@ def test_every_panel_query_returns_series_from_a_real_prometheus_scraping_the_st
 
         # Every target up: the stack runs, and prometheus.yml's jobs reach it.
         deadline = time.monotonic() + START_TIMEOUT_S
+        health: dict[str, str] = {}
         while True:
             for process in started:
                 assert process.popen.poll() is None, f"{process.name} exited\n{logs()}"
-            with contextlib.suppress(httpx.HTTPError):
+            # Until Prometheus is ready it answers 503 with a text body, not JSON.
+            with contextlib.suppress(httpx.HTTPError, ValueError):
                 targets = httpx.get(f"{prometheus}/api/v1/targets", timeout=5).json()
                 health = {t["labels"]["job"]: t["health"] for t in targets["data"]["activeTargets"]}
                 if len(health) == 4 and set(health.values()) == {"up"}:
