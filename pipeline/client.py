@@ -67,6 +67,7 @@ from pipeline.errors import (
     FloodgateError,
     QueueFullError,
     QueueThresholdExceeded,
+    TupleTooLargeError,
 )
 from pipeline.metrics import ClientMetrics
 from pipeline.queues import QueueBudget, QueueProbe, QueueSnapshot, SweptCounter
@@ -79,6 +80,9 @@ log = logging.getLogger(__name__)
 
 #: Stable message code of the threshold warning (seed 000: KFSP42032-W).
 THRESHOLD_MESSAGE_CODE = "FG-CLIENT-001"
+#: librdkafka's default ``message.max.bytes`` (its local limit on one record's key,
+#: value and headers; set ``[kafka.client] "message.max.bytes"`` to change it).
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
 
 
 def _require_stream(config: QueryGroupConfig, kind: str, stream: str) -> None:
@@ -172,6 +176,10 @@ class StreamInput:
                 "delivery.report.only.error": True,
                 **config.kafka.client,
             }
+        )
+        #: librdkafka's ``message.max.bytes``: a larger tuple is refused before sending.
+        self.max_message_bytes = int(
+            config.kafka.client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
         )
         self._budget = QueueBudget(self.settings.max_queue_size)
         self._closed = False
@@ -300,6 +308,8 @@ class StreamInput:
 
         Raises:
             SchemaError: a tuple does not match the schema (names the field); nothing sent.
+            TupleTooLargeError: a tuple's encoded key and value exceed
+                ``message.max.bytes`` (names its index, size and the limit); nothing sent.
             QueueFullError: the batch does not fit (at once, or at ``timeout_s``); nothing sent.
             QueueThresholdExceeded: with ``raise_on_threshold``, *after* the tuples were accepted.
             BrokerError: the queue's state could not be read.
@@ -307,6 +317,18 @@ class StreamInput:
         self._require_open()
         batch = [tuples] if isinstance(tuples, Mapping) else list(tuples)
         encoded = [(self.key(t), self.codec.encode(t)) for t in batch]
+        for i, (key, value) in enumerate(encoded):
+            size = len(value) + (len(key) if key else 0)
+            if size > self.max_message_bytes:
+                raise TupleTooLargeError(
+                    f"stream {self.stream!r}: tuple {i} of the batch is {size:,} bytes "
+                    f"encoded (key + value), over message.max.bytes = "
+                    f"{self.max_message_bytes:,}; nothing of the batch was sent",
+                    stream=self.stream,
+                    index=i,
+                    size=size,
+                    limit=self.max_message_bytes,
+                )
         count = len(encoded)
         if count == 0:
             with self._lock:

@@ -75,6 +75,24 @@ class SchemaError(FloodgateError, ValueError):
         self.field = field
 
 
+class TupleTooLargeError(SchemaError):
+    """A tuple whose encoded key and value exceed the producer's ``message.max.bytes``
+    (librdkafka refuses it locally; the broker's own limit is the topic's
+    ``max.message.bytes``). Raised by ``put`` before anything of the batch is sent.
+
+    Attributes:
+        index: the tuple's position in the batch.
+        size: its encoded key + value, bytes.
+        limit: ``message.max.bytes``.
+    """
+
+    def __init__(self, message: str, *, stream: str, index: int, size: int, limit: int) -> None:
+        super().__init__(message, stream=stream)
+        self.index = index
+        self.size = size
+        self.limit = limit
+
+
 class DeserializationError(FloodgateError, ValueError):
     """Bytes read from Kafka cannot be decoded as a tuple of their stream.
 

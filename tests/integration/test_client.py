@@ -15,7 +15,13 @@ from pipeline.broker import EmbeddedBroker, ensure_topics
 from pipeline.client import THRESHOLD_MESSAGE_CODE, Connector, PutResult, StreamInput, connect
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo import read_all
-from pipeline.errors import DeliveryError, QueueFullError, QueueThresholdExceeded, SchemaError
+from pipeline.errors import (
+    DeliveryError,
+    QueueFullError,
+    QueueThresholdExceeded,
+    SchemaError,
+    TupleTooLargeError,
+)
 from pipeline.query_group import QueryGroup
 from pipeline.serde import SchemaRepository
 
@@ -291,3 +297,24 @@ def test_a_tuple_with_a_wrong_field_type_is_refused_before_sending(
     stream_input.put_end()
     assert topic_total(bootstrap, config.input_streams["flights"].topic) == 0
     assert stream_input.free_queue_size() == 1_000
+
+
+def test_an_oversized_tuple_is_refused_before_anything_of_its_batch_is_sent(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    small_queue: Callable[..., QueryGroupConfig],
+    open_input: Callable[..., StreamInput],
+) -> None:
+    config = small_queue(1_000)
+    stream_input = open_input(bootstrap, config, schemas)
+    huge = dict(flights[1], tailnum="N" * (stream_input.max_message_bytes + 1))
+    with pytest.raises(TupleTooLargeError) as info:
+        stream_input.put([flights[0], huge, flights[2]])
+    assert info.value.index == 1 and info.value.size > info.value.limit == 1_000_000
+    assert "message.max.bytes" in str(info.value)
+    # The rest goes on: the refused batch took no room, the next one is sent.
+    assert stream_input.put([flights[0], flights[2]]).accepted == 2
+    stream_input.put_end()
+    assert topic_total(bootstrap, config.input_streams["flights"].topic) == 2
+    assert stream_input.free_queue_size() == 998
