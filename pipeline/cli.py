@@ -77,6 +77,32 @@ def _fail(exc: BaseException) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+_BootstrapOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Kafka bootstrap servers (default: FLOODGATE_KAFKA_BOOTSTRAP, "
+        "then [kafka] bootstrap_servers)."
+    ),
+]
+
+
+def _bootstrap_servers(bootstrap: str | None, config: Any) -> str:
+    """``--bootstrap``, else the environment, else the query group file's ``[kafka]``.
+
+    Raises:
+        FloodgateError: none of them names a cluster.
+    """
+    from pipeline.config import bootstrap_from
+
+    servers = bootstrap or bootstrap_from(config.kafka)
+    if not servers:
+        raise FloodgateError(
+            "no Kafka cluster: pass --bootstrap, set FLOODGATE_KAFKA_BOOTSTRAP, "
+            "or set [kafka] bootstrap_servers in the file"
+        )
+    return servers
+
+
 @app.command()
 def demo(
     bootstrap: Annotated[
@@ -272,34 +298,21 @@ def run(
     config: Annotated[
         Path, typer.Argument(exists=True, dir_okay=False, help="Query group file (TOML).")
     ],
-    bootstrap: Annotated[
-        str | None,
-        typer.Option(
-            help="Kafka bootstrap servers (default: FLOODGATE_KAFKA_BOOTSTRAP, "
-            "then [kafka] bootstrap_servers)."
-        ),
-    ] = None,
+    bootstrap: _BootstrapOption = None,
     available_now: Annotated[
         bool, typer.Option(help="Process what is available now, then stop (Trigger.AvailableNow).")
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
 ) -> None:
     """Run a query group until it is stopped (SIGTERM/Ctrl-C) or, with --available-now, drained."""
-    from pipeline.config import bootstrap_from, load_query_group
+    from pipeline.config import load_query_group
     from pipeline.errors import QueryGroupHeld
     from pipeline.query_group import QueryGroup
 
     _setup_logging(verbose)
     try:
         cfg = load_query_group(config)
-        servers = bootstrap or bootstrap_from(cfg.kafka)
-        if not servers:
-            raise _fail(
-                FloodgateError(
-                    "no Kafka cluster: pass --bootstrap, set FLOODGATE_KAFKA_BOOTSTRAP, "
-                    "or set [kafka] bootstrap_servers in the file"
-                )
-            )
+        servers = _bootstrap_servers(bootstrap, cfg)
         group = QueryGroup(cfg, bootstrap_servers=servers)
         stop = group.stop_requested
 
@@ -338,13 +351,7 @@ def produce(
     config: Annotated[
         Path, typer.Argument(exists=True, dir_okay=False, help="Query group file (TOML).")
     ] = Path("conf/flights.toml"),
-    bootstrap: Annotated[
-        str | None,
-        typer.Option(
-            help="Kafka bootstrap servers (default: FLOODGATE_KAFKA_BOOTSTRAP, "
-            "then [kafka] bootstrap_servers)."
-        ),
-    ] = None,
+    bootstrap: _BootstrapOption = None,
     stream: Annotated[str, typer.Option(help="Input stream to replay into.")] = "flights",
     rate: Annotated[
         float | None,
@@ -373,7 +380,7 @@ def produce(
     from fastapi import FastAPI
     from prometheus_client import CollectorRegistry
 
-    from pipeline.config import bootstrap_from, load_query_group
+    from pipeline.config import load_query_group
     from pipeline.demo import ProducerStatus, run_producer
     from pipeline.metrics import add_metrics_route
     from pipeline.serving import AppServer
@@ -381,12 +388,7 @@ def produce(
     _setup_logging(verbose)
     try:
         cfg = load_query_group(config)
-        servers = bootstrap or bootstrap_from(cfg.kafka)
-        if not servers:
-            raise FloodgateError(
-                "no Kafka cluster: pass --bootstrap, set FLOODGATE_KAFKA_BOOTSTRAP, "
-                "or set [kafka] bootstrap_servers in the file"
-            )
+        servers = _bootstrap_servers(bootstrap, cfg)
         registry = CollectorRegistry()
         api = FastAPI(title="floodgate producer")
         add_metrics_route(api, registry)
@@ -470,20 +472,14 @@ def audit(
     query_group: Annotated[
         str | None, typer.Option("--query-group", help="Audit only this query group.")
     ] = None,
-    bootstrap: Annotated[
-        str | None,
-        typer.Option(
-            help="Kafka bootstrap servers (default: FLOODGATE_KAFKA_BOOTSTRAP, "
-            "then [kafka] bootstrap_servers)."
-        ),
-    ] = None,
+    bootstrap: _BootstrapOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:
     """The tuple ledger: per input stream partition, tuples written = processed +
     dead-lettered + swept + queued. Exit status 0 only when every row balances."""
     import dataclasses
 
-    from pipeline.config import bootstrap_from, load_query_group
+    from pipeline.config import load_query_group
     from pipeline.ledger import reconcile
 
     try:
@@ -496,13 +492,7 @@ def audit(
                 )
         rows = []
         for group in groups:
-            servers = bootstrap or bootstrap_from(group.kafka)
-            if not servers:
-                raise FloodgateError(
-                    "no Kafka cluster: pass --bootstrap, set FLOODGATE_KAFKA_BOOTSTRAP, "
-                    "or set [kafka] bootstrap_servers in the file"
-                )
-            rows.extend(reconcile(group, bootstrap_servers=servers))
+            rows.extend(reconcile(group, bootstrap_servers=_bootstrap_servers(bootstrap, group)))
     except FloodgateError as exc:
         raise _fail(exc) from exc
     balanced = all(r.balanced for r in rows)
