@@ -31,6 +31,7 @@ number is ``floodgate_query_group_discarded_tuples_total``.
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -167,8 +168,6 @@ class DeadLetters:
         Raises:
             BrokerError: the topic cannot be read, or not to its end in ``timeout_s``.
         """
-        import time
-
         with self._lock:
             metadata = self._consumer.list_topics(self.topic, timeout=timeout_s)
             found = metadata.topics.get(self.topic)

@@ -200,8 +200,8 @@ class QueryGroup:
         self._guards: dict[str, OutputQueueGuard] = {}
         self._probes: dict[str, QueueProbe] = {}
         self._input_probes: dict[str, QueueProbe] = {}
-        #: ``(direction, stream)`` -> the reader of its oldest tuple's age.
-        self._ages: dict[tuple[str, str], QueueAge] = {}
+        #: ``(output?, stream)`` -> the reader of its oldest tuple's age.
+        self._ages: dict[tuple[bool, str], QueueAge] = {}
         self._output_queues: dict[str, QueueSnapshot] = {}
         self._discard_before: dict[str, dict[int, int]] = {}
         #: Spark run ids of the query runs a hold ended: their exceptions and
@@ -291,6 +291,7 @@ class QueryGroup:
         ensure_topics(self.bootstrap_servers, self.topics(), client=client)
         self._make_guards()
         self._make_input_probes()
+        self._zero_query_series()
         spark = self.spark
         self._listener = _ProgressListener(self)
         spark.streams.addListener(self._listener)
@@ -360,6 +361,9 @@ class QueryGroup:
                 self.config.input_settings(name).max_queue_size
             )
             self.metrics.discarded.labels(self.name, name)
+
+    def _zero_query_series(self) -> None:
+        """Every query's series exist at 0 before its first micro-batch."""
         for query in self.config.queries:
             for family in (
                 self.metrics.batch_duration,
@@ -369,30 +373,14 @@ class QueryGroup:
             ):
                 family.labels(self.name, query)
 
-    def _age(self, direction: str, stream: str) -> QueueAge:
-        """The :class:`QueueAge` of an input or output stream queue (made on first use;
-        a swept queue's reads its BLOBs too)."""
-        age = self._ages.get((direction, stream))
+    def _age(self, stream: str, *, output: bool) -> QueueAge:
+        """The :class:`QueueAge` of an input or output stream queue (made on first use)."""
+        age = self._ages.get((output, stream))
         if age is None:
-            if direction == "input":
-                topic = self.config.input_streams[stream].topic
-                swept = self.config.query_group.sweep_catalog_url is not None
-            else:
-                topic = self.config.output_streams[stream].topic
-                swept = self.config.output_streams[stream].swept
-            blobs = None
-            if swept:
-                from pipeline.swept import BlobReader, catalog_for
-
-                assert self.config.query_group.sweep_catalog_url
-                blobs = BlobReader(catalog_for(self.config.query_group.sweep_catalog_url))
-            age = QueueAge(
-                bootstrap_servers=self.bootstrap_servers,
-                topic=topic,
-                blobs=blobs,
-                client=self.config.kafka.client,
+            age = QueueAge.for_stream(
+                self.config, stream, output=output, bootstrap_servers=self.bootstrap_servers
             )
-            self._ages[(direction, stream)] = age
+            self._ages[(output, stream)] = age
         return age
 
     def sample_queues(self) -> None:
@@ -405,12 +393,12 @@ class QueryGroup:
         for name, probe in list(self._input_probes.items()):
             snapshot = probe.snapshot()
             self.metrics.input_queue_length.labels(self.name, name).set(snapshot.length)
-            lag = self._age("input", name).lag_seconds(snapshot)
+            lag = self._age(name, output=False).lag_seconds(snapshot)
             self.metrics.input_queue_lag.labels(self.name, name).set(lag)
         for name, probe in list(self._probes.items()):
             snapshot = probe.snapshot()
             self.on_output_queue(name, snapshot)
-            lag = self._age("output", name).lag_seconds(snapshot)
+            lag = self._age(name, output=True).lag_seconds(snapshot)
             self.metrics.output_queue_lag.labels(self.name, name).set(lag)
 
     def _register_inputs(self, spark: SparkSession, query: str) -> None:
@@ -841,10 +829,11 @@ class QueryGroup:
                 self._sample_heap()
             except Exception:
                 log.debug("query group %s: driver heap not read", self.name, exc_info=True)
-            if time.monotonic() >= queues_due:
+            sampled = time.monotonic() >= queues_due
+            if sampled:
                 queues_due = time.monotonic() + queues_every
                 try:
-                    self.sample_queues()
+                    self.sample_queues()  # output queues included
                 except Exception:
                     log.warning("query group %s: queues not read", self.name, exc_info=True)
             try:
@@ -852,7 +841,10 @@ class QueryGroup:
                     if self._resume_ready():
                         log.info("query group %s: output queues drained: auto release", self.name)
                         self.release()
-                elif self.state not in (QueryGroupState.HELD, QueryGroupState.STARTING):
+                elif not sampled and self.state not in (
+                    QueryGroupState.HELD,
+                    QueryGroupState.STARTING,
+                ):
                     for name, probe in self._probes.items():
                         self.on_output_queue(name, probe.snapshot())
             except Exception:

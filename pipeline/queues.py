@@ -33,10 +33,10 @@ from pipeline.errors import BrokerError
 
 if TYPE_CHECKING:
     from pipeline.config import QueryGroupConfig
-    from pipeline.swept import BlobReader
+    from pipeline.swept import BlobReader, SweepCatalog
 
 
-def _catalog(config: QueryGroupConfig) -> SweptCounter:
+def _catalog(config: QueryGroupConfig) -> SweepCatalog:
     """The query group's sweep catalog (one per URL per process)."""
     from pipeline.swept import catalog_for  # SQLAlchemy, only for swept groups
 
@@ -434,6 +434,31 @@ class QueueAge:
                 "queued.min.messages": 1,
                 "isolation.level": "read_uncommitted",
             }
+        )
+
+    @classmethod
+    def for_stream(
+        cls, config: QueryGroupConfig, stream: str, *, output: bool, bootstrap_servers: str
+    ) -> QueueAge:
+        """The reader of an input (or, with ``output``, an output) stream queue of a
+        query group; it reads BLOBs too where :class:`QueueProbe` counts them: every
+        input stream of a swept group, and output streams marked ``swept``."""
+        if output:
+            topic = config.output_streams[stream].topic
+            swept = config.output_streams[stream].swept
+        else:
+            topic = config.input_streams[stream].topic
+            swept = bool(config.query_group.sweep_catalog_url)
+        blobs = None
+        if swept:
+            from pipeline.swept import BlobReader
+
+            blobs = BlobReader(_catalog(config))
+        return cls(
+            bootstrap_servers=bootstrap_servers,
+            topic=topic,
+            blobs=blobs,
+            client=config.kafka.client,
         )
 
     def timestamps(self, snapshot: QueueSnapshot) -> dict[int, int]:
