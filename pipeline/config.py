@@ -205,7 +205,15 @@ class InputStreamConfig(StreamSettings):
     offsets (earliest where none), the log start, or the high watermark."""
     key: list[str] = Field(default_factory=list)
     """Fields whose values, joined with ``|``, form the Kafka key the client writes
-    (empty: no key; ``murmur2_random`` then spreads tuples at random)."""
+    (empty: no key; ``murmur2_random`` then spreads tuples at random). A keyed stream
+    requires every key field: the client refuses a tuple without one
+    (``NullKeyError``), and the queries dead-letter a record without a key
+    (reason ``null-key``)."""
+    max_event_time_ahead_ms: Annotated[int, Field(ge=0)] = 3_600_000
+    """With ``timestamp_mode = "data_source"``: how far an event time may be ahead of now
+    (the client refuses the tuple: ``EventTimeError``) or of its record's Kafka
+    timestamp (the queries dead-letter it, reason ``future-event-time``), ms. Default:
+    one hour, the default of Kafka 4.0's ``log.message.timestamp.after.max.ms``."""
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, populate_by_name=True, coerce_numbers_to_str=True

@@ -93,6 +93,50 @@ class TupleTooLargeError(SchemaError):
         self.limit = limit
 
 
+class NullKeyError(SchemaError):
+    """A tuple of a keyed input stream (``key = [...]`` in the query group file) with no
+    value for a key field: its Kafka key would not identify it, and its partition, so
+    its order among the tuples of its key, would be lost. Raised by ``put`` before
+    anything of the batch is sent.
+
+    Attributes:
+        index: the tuple's position in the batch.
+    """
+
+    def __init__(self, message: str, *, stream: str, index: int, field: str) -> None:
+        super().__init__(message, stream=stream, field=field)
+        self.index = index
+
+
+class EventTimeError(SchemaError):
+    """A tuple whose event time (``timestamp_field``) is more than the stream's
+    ``max_event_time_ahead_ms`` ahead of now: one such tuple would move the watermark
+    so far on that every tuple after it would be late. Raised by ``put`` before anything
+    of the batch is sent (the rule of Kafka 4.0's ``log.message.timestamp.after.max.ms``,
+    KIP-937, applied to the event time).
+
+    Attributes:
+        index: the tuple's position in the batch.
+        event_time_ms: its event time, epoch milliseconds.
+        limit_ms: ``max_event_time_ahead_ms``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stream: str,
+        index: int,
+        field: str,
+        event_time_ms: int,
+        limit_ms: int,
+    ) -> None:
+        super().__init__(message, stream=stream, field=field)
+        self.index = index
+        self.event_time_ms = event_time_ms
+        self.limit_ms = limit_ms
+
+
 class DeserializationError(FloodgateError, ValueError):
     """Bytes read from Kafka cannot be decoded as a tuple of their stream.
 
@@ -137,6 +181,21 @@ class DeserializationError(FloodgateError, ValueError):
         )
         located.__cause__ = self.__cause__
         return located
+
+
+class RefusedTupleError(DeserializationError):
+    """A tuple that decodes but that a query's source must not pass on; it goes to the
+    dead-letter topic with its reason, like an undecodable one:
+
+    * ``null-key``: a record without a key on a keyed input stream (written by a
+      producer other than the back-pressure client, which refuses it: ``NullKeyError``);
+    * ``future-event-time``: an event time more than ``max_event_time_ahead_ms`` after
+      the record's Kafka timestamp (it would move the watermark on and make the tuples
+      after it late);
+    * ``late``: an event time before the watermark of the micro-batch that reads it:
+      Spark would drop it from every event-time aggregation without a trace
+      (``numRowsDroppedByWatermark``).
+    """
 
 
 class DataLossError(FloodgateError, RuntimeError):

@@ -434,6 +434,14 @@ class QueryGroup:
             }
             if self.config.query_group.sweep_catalog_url:
                 options["sweepCatalog"] = self.config.query_group.sweep_catalog_url
+            if stream.key:
+                options["keyRequired"] = "true"
+            if stream.timestamp_mode == "data_source":
+                options["maxEventTimeAheadMs"] = str(stream.max_event_time_ahead_ms)
+            checkpoint = self._local_checkpoint(query)
+            if stream.watermark and checkpoint is not None:
+                # Late tuples go to the dead-letter topic instead of Spark's silent drop.
+                options["watermarkCheckpoint"] = checkpoint
             if name in self._discard_before:
                 options["discardBefore"] = json.dumps(
                     offsets_to_json(stream.topic, self._discard_before[name])
@@ -442,6 +450,23 @@ class QueryGroup:
             if stream.watermark:
                 df = df.withWatermark("event_time", stream.watermark)
             df.createOrReplaceTempView(name)
+
+    def _local_checkpoint(self, query: str) -> str | None:
+        """The query's checkpoint directory as a local path; ``None`` (with a warning)
+        when it is on another file system: the source reads the watermark from its
+        offset log with plain file reads (:func:`pipeline.source.batch_watermark`)."""
+        root = self.config.checkpoint_root.rstrip("/")
+        if root.startswith("file:"):
+            root = "/" + root[len("file:") :].lstrip("/")
+        elif "://" in root:
+            log.warning(
+                "query group %s: checkpoint_dir %s is not local: late tuples are dropped by "
+                "Spark, not dead-lettered",
+                self.name,
+                root,
+            )
+            return None
+        return os.path.abspath(f"{root}/{query}")
 
     def _start_query(self, spark: SparkSession, name: str, *, available_now: bool) -> None:
         query_config = self.config.queries[name]

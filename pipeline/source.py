@@ -30,11 +30,14 @@ Trigger.AvailableNow is supported (:class:`SupportsTriggerAvailableNow`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
+from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -60,7 +63,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pipeline.errors import DeserializationError, SchemaError
+from pipeline.errors import DeserializationError, RefusedTupleError, SchemaError
 from pipeline.serde import RegisteredSchema, SchemaRepository, StreamCodec
 from pipeline.swept import RANGE_CONSUMER, BlobReader, catalog_for, read_partition
 
@@ -87,6 +90,11 @@ ARROW_BATCH_ROWS = 8192
 READ_STALL_TIMEOUT_S = 60.0
 
 Offsets = dict[int, int]
+
+
+def _iso(epoch_ms: int) -> str:
+    """Epoch milliseconds as ISO 8601 UTC, for messages."""
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
 def dead_letter_key(query: str | None, message: Any) -> bytes:
@@ -277,7 +285,13 @@ class SourceOptions:
     Spark's Kafka shape: tuples before them are skipped, never read -- how a query
     group released with ``on_hold_input = "discard"`` skips its input queue),
     ``sweepCatalog`` (the sweep catalog's SQLAlchemy URL: offsets the broker no longer
-    holds are read back from their BLOBs, DESIGN.md section 4.3), and
+    holds are read back from their BLOBs, DESIGN.md section 4.3), ``keyRequired``
+    (``true``: a record without a key is dead-lettered, reason ``null-key``),
+    ``maxEventTimeAheadMs`` (with ``data_source`` timestamps: an event time further
+    than this after the record's Kafka timestamp is dead-lettered, reason
+    ``future-event-time``), ``watermarkCheckpoint`` (the reading query's checkpoint
+    directory, a local path: a tuple whose event time is before the watermark Spark
+    logged for the micro-batch is dead-lettered, reason ``late``), and
     ``kafka.<property>`` for any librdkafka property.
     """
 
@@ -297,6 +311,9 @@ class SourceOptions:
     query: str | None = None
     discard_before: dict[int, int] = dataclass_field(default_factory=dict)
     sweep_catalog: str | None = None
+    key_required: bool = False
+    max_event_time_ahead_ms: int | None = None
+    watermark_checkpoint: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -349,6 +366,18 @@ class SourceOptions:
                     f"{SOURCE_NAME}: discardBefore = {lower['discardbefore']!r}; allowed: "
                     'offsets as {"<topic>": {"<partition>": <offset>}}'
                 ) from exc
+        key_required = lower.get("keyrequired", "false").lower()
+        if key_required not in ("true", "false"):
+            raise ValueError(f"{SOURCE_NAME}: keyRequired = {key_required!r}; allowed: true, false")
+        ahead_text = lower.get("maxeventtimeaheadms")
+        ahead = None
+        if ahead_text:
+            if not ahead_text.isdigit():
+                raise ValueError(
+                    f"{SOURCE_NAME}: maxEventTimeAheadMs = {ahead_text!r}; "
+                    "allowed: a whole number of milliseconds >= 0"
+                )
+            ahead = int(ahead_text)
         return cls(
             bootstrap_servers=required("bootstrap.servers"),
             topic=required("topic"),
@@ -366,6 +395,9 @@ class SourceOptions:
             query=lower.get("query") or None,
             discard_before=discard_before,
             sweep_catalog=lower.get("sweepcatalog") or None,
+            key_required=key_required == "true",
+            max_event_time_ahead_ms=ahead,
+            watermark_checkpoint=lower.get("watermarkcheckpoint") or None,
         )
 
     def consumer_config(self, **extra: Any) -> dict[str, Any]:
@@ -414,6 +446,45 @@ class KafkaInputPartition(InputPartition):
     partition: int
     start: int
     end: int
+    late_before_ms: int | None = None
+    """The micro-batch's watermark (epoch ms; ``None``: no lateness check)."""
+    batch_id: int | None = None
+
+
+def batch_watermark(
+    checkpoint: str, topic: str, end: Mapping[int, int], *, look_back: int = 8
+) -> tuple[int, int] | None:
+    """The watermark Spark logged for the micro-batch that ends at ``end``.
+
+    Spark writes ``<checkpoint>/offsets/<batch>`` before it plans a micro-batch: a
+    version line, the batch's metadata (``batchWatermarkMs``: the event-time watermark
+    its stateful operators use to evict state), then one offsets line per source. The
+    batch is the newest of the last ``look_back`` whose line for ``topic`` equals
+    ``end``.
+
+    Returns:
+        ``(batch id, watermark ms)``, or ``None`` when no logged batch matches (the
+        checkpoint is not a local directory, or the batch is not logged yet).
+    """
+    directory = os.path.join(checkpoint, "offsets")
+    try:
+        batches = sorted((int(n) for n in os.listdir(directory) if n.isdigit()), reverse=True)
+    except OSError:
+        return None
+    wanted = {int(p): int(o) for p, o in end.items()}
+    for batch in batches[:look_back]:
+        try:
+            with open(os.path.join(directory, str(batch)), encoding="utf-8") as log_file:
+                lines = log_file.read().splitlines()
+        except OSError:
+            continue
+        if len(lines) < 3:
+            continue
+        for line in lines[2:]:
+            with contextlib.suppress(ValueError, AttributeError):
+                if offsets_from_json(topic, json.loads(line)) == wanted:
+                    return batch, int(json.loads(lines[1]).get("batchWatermarkMs", 0))
+    return None
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -521,8 +592,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """One input partition per Kafka partition with tuples in ``[start, end)``."""
         begin = self._skip_discarded(offsets_from_json(self.options.topic, start))
         finish = offsets_from_json(self.options.topic, end)
+        late_before = batch = None
+        if self.options.watermark_checkpoint:
+            logged = batch_watermark(self.options.watermark_checkpoint, self.options.topic, finish)
+            if logged is None:
+                log.warning(
+                    "FG-SOURCE-002 source %s: no offset log entry for %s under %s: late "
+                    "tuples of this micro-batch are not dead-lettered (Spark drops them)",
+                    self.options.stream,
+                    finish,
+                    self.options.watermark_checkpoint,
+                )
+            else:
+                batch, late_before = logged
         return [
-            KafkaInputPartition(self.options.topic, p, begin.get(p, 0), e)
+            KafkaInputPartition(self.options.topic, p, begin.get(p, 0), e, late_before, batch)
             for p, e in sorted(finish.items())
             if e > begin.get(p, 0)
         ]
@@ -658,14 +742,55 @@ class _PartitionReader:
             )
             return None
         ts_type, ts = message.timestamp()
-        row["_key"] = message.key()
+        key = message.key()
+        row["_key"] = key
         row["_partition"] = message.partition()
         row["_offset"] = message.offset()
-        row["_timestamp"] = ts if ts_type != 0 and ts >= 0 else None
+        timestamp = row["_timestamp"] = ts if ts_type != 0 and ts >= 0 else None
         if self.options.timestamp_mode == "data_source":
-            row["event_time"] = row.get(self.options.timestamp_field or "")
+            event_time = row["event_time"] = row.get(self.options.timestamp_field or "")
         else:
-            row["event_time"] = row["_timestamp"]
+            event_time = row["event_time"] = timestamp
+        refusal = None
+        if key is None and self.options.key_required:
+            refusal = ("null-key", "the record has no key; the stream is keyed")
+        elif event_time is not None:
+            ahead = self.options.max_event_time_ahead_ms
+            late_before = self.partition.late_before_ms
+            if (
+                ahead is not None
+                and timestamp is not None
+                and self.options.timestamp_mode == "data_source"
+                and event_time > timestamp + ahead
+            ):
+                refusal = (
+                    "future-event-time",
+                    f"event time {_iso(event_time)} is {(event_time - timestamp) / 1000:,.0f} s "
+                    f"after the record's timestamp {_iso(timestamp)}; at most "
+                    f"{ahead / 1000:,.0f} s is accepted (max_event_time_ahead_ms)",
+                )
+            elif late_before is not None and event_time < late_before:
+                refusal = (
+                    "late",
+                    f"event time {_iso(event_time)} is before the watermark "
+                    f"{_iso(late_before)} of micro-batch {self.partition.batch_id}",
+                )
+        if refusal is not None:
+            reason, text = refusal
+            self._dead.append(
+                (
+                    message,
+                    RefusedTupleError(
+                        text,
+                        reason=reason,
+                        stream=self.options.stream,
+                        topic=message.topic(),
+                        partition=message.partition(),
+                        offset=message.offset(),
+                    ),
+                )
+            )
+            return None
         return row
 
     def _to_arrow_or_dead_letter(self, rows: list[dict[str, Any]], messages: list[Any]) -> Any:

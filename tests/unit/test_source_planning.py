@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from pipeline.serde import SchemaRepository
 from pipeline.source import (
     METADATA_COLUMNS,
     SourceOptions,
+    batch_watermark,
     offsets_from_json,
     offsets_to_json,
     plan_batch_end,
@@ -352,3 +354,24 @@ def test_option_keys_are_case_insensitive() -> None:
     assert parsed.commit_offsets is False
     assert parsed.dead_letter_topic == "flights.dead-letter"
     assert parsed.client == {"security.protocol": "SSL"}
+
+
+def write_offset_log(directory: Path, batch: int, watermark_ms: int, *sources: str) -> None:
+    """One entry of Spark's offset log: version, metadata, one line per source."""
+    (directory / "offsets").mkdir(parents=True, exist_ok=True)
+    metadata = json.dumps({"batchWatermarkMs": watermark_ms, "batchTimestampMs": 1})
+    (directory / "offsets" / str(batch)).write_text("\n".join(["v1", metadata, *sources]))
+
+
+def test_batch_watermark_is_read_from_the_entry_whose_offsets_end_the_batch(
+    tmp_path: Path,
+) -> None:
+    write_offset_log(tmp_path, 0, 0, '{"flights":{"0":10,"1":12}}')
+    write_offset_log(tmp_path, 1, 5_000, '{"other":{"0":3}}', '{"flights":{"0":20,"1":12}}')
+    write_offset_log(tmp_path, 2, 9_000, '{"flights":{"0":30,"1":31}}')
+    assert batch_watermark(str(tmp_path), "flights", {0: 20, 1: 12}) == (1, 5_000)
+    assert batch_watermark(str(tmp_path), "flights", {0: 10, 1: 12}) == (0, 0)
+    assert batch_watermark(str(tmp_path), "flights", {0: 30, 1: 31}) == (2, 9_000)
+    # Not logged (yet), or no checkpoint at all: no lateness check, never a guess.
+    assert batch_watermark(str(tmp_path), "flights", {0: 40, 1: 31}) is None
+    assert batch_watermark(str(tmp_path / "missing"), "flights", {0: 10}) is None
