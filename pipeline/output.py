@@ -61,6 +61,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds a transaction step may take before it is abandoned and the batch fails.
 TRANSACTION_TIMEOUT_S = 60.0
+#: Seconds a micro-batch's output queue check keeps reading through a broker outage (a
+#: restart) before the batch fails; the query would otherwise fail on the first refusal.
+BROKER_WAIT_S = 60.0
 
 #: Fault injection for crash tests: ``FLOODGATE_FAILPOINT=after-commit:<batch>`` kills the
 #: driver's whole process group with SIGKILL right after the output transaction of that
@@ -119,8 +122,9 @@ def parse_offset_log(text: str) -> list[dict[str, Any]]:
 class QueueReader(Protocol):
     """Reads an output stream queue's state (a :class:`~pipeline.queues.QueueProbe`)."""
 
-    def snapshot(self) -> QueueSnapshot:
-        """The queue now."""
+    def snapshot(self, *, wait_s: float = 0.0) -> QueueSnapshot:
+        """The queue now, trying for up to ``wait_s`` seconds while the broker does not
+        answer."""
 
 
 class GuardListener(Protocol):
@@ -246,7 +250,7 @@ class OutputQueueGuard:
             if self.interrupted.is_set():
                 raise BatchInterrupted(query_group=self.query_group, query=query, batch_id=batch_id)
             started = time.perf_counter()
-            snapshot = self.reader.snapshot()
+            snapshot = self.reader.snapshot(wait_s=BROKER_WAIT_S)
             if self.listener is not None:
                 self.listener.on_output_queue(self.stream, snapshot, time.perf_counter() - started)
             if need <= snapshot.free_queue_size:

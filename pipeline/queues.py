@@ -20,16 +20,20 @@ tested in ``tests/unit/test_queue_budget.py``).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+import tenacity
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pipeline.errors import BrokerError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pipeline.config import QueryGroupConfig
@@ -252,12 +256,44 @@ class QueueProbe:
         """Re-read the partition list on the next snapshot."""
         self._partitions = None
 
-    def snapshot(self) -> QueueSnapshot:
+    def snapshot(self, *, wait_s: float = 0.0) -> QueueSnapshot:
         """The queue's state now.
 
+        Args:
+            wait_s: how long to keep trying while the broker does not answer (a
+                restart, a leader election: librdkafka's ``_TRANSPORT``,
+                ``_TIMED_OUT``, "no leaders found"), seconds, with exponential
+                backoff from 0.1 s to 2 s; 0: one try.
+
         Raises:
-            BrokerError: the broker did not answer within ``timeout_s``.
+            BrokerError: the broker did not answer within ``timeout_s`` (and
+                ``wait_s``); the message says for how long it was tried.
         """
+        if wait_s <= 0:
+            return self._snapshot()
+        started = time.monotonic()
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(BrokerError),
+            stop=tenacity.stop_after_delay(wait_s),
+            wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
+            before_sleep=lambda state: log.warning(
+                "FG-QUEUE-001 stream %s: broker not answering, retrying the queue read "
+                "(attempt %d, %.1f s so far): %s",
+                self.stream,
+                state.attempt_number,
+                time.monotonic() - started,
+                state.outcome.exception() if state.outcome else None,
+            ),
+            reraise=True,
+        )
+        try:
+            return retrying(self._snapshot)
+        except BrokerError as exc:
+            raise BrokerError(
+                f"{exc} (tried for {time.monotonic() - started:.1f} s, wait_s = {wait_s:g})"
+            ) from exc
+
+    def _snapshot(self) -> QueueSnapshot:
         from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
 
         with self._lock:

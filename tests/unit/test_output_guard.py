@@ -28,7 +28,7 @@ class ScriptedQueue:
     free: list[int]
     reads: int = 0
 
-    def snapshot(self) -> QueueSnapshot:
+    def snapshot(self, *, wait_s: float = 0.0) -> QueueSnapshot:
         free = self.free[min(self.reads, len(self.free) - 1)]
         self.reads += 1
         length = self.max_queue_size - free
