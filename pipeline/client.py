@@ -40,12 +40,14 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,10 +63,13 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig, bootstrap_from, load_query_group
 from pipeline.errors import (
+    BrokerError,
     ConfigError,
     DeliveryError,
     DeserializationError,
+    EventTimeError,
     FloodgateError,
+    NullKeyError,
     QueueFullError,
     QueueThresholdExceeded,
     TupleTooLargeError,
@@ -158,6 +163,10 @@ class StreamInput:
         self.topic = stream_config.topic
         self.settings = config.input_settings(stream)
         self.key = TupleKey(stream_config.key)
+        self._event_field = (
+            stream_config.timestamp_field if stream_config.timestamp_mode == "data_source" else None
+        )
+        self._max_ahead_ms = stream_config.max_event_time_ahead_ms
         self.codec = StreamCodec(stream, schemas.get(stream_config.schema_), schemas)
         self.probe = QueueProbe.for_input_stream(
             config, stream, bootstrap_servers=bootstrap_servers, swept=swept
@@ -190,6 +199,7 @@ class StreamInput:
         self._failed: list[tuple[bytes | None, bytes, str]] = []
         self._on_delivery_callback = self._on_delivery  # one bound method for every tuple
         self._below_threshold = False
+        self._broker_lost = False
         self._wakeup = threading.Event()
         labels = {"query_group": self.query_group, "stream": stream}
         self._m_length = metrics.queue_length.labels(**labels)
@@ -238,8 +248,39 @@ class StreamInput:
             return self._snapshot.length
 
     def _refresh(self) -> None:
+        """Read the queue from the broker; while the broker does not answer (a restart),
+        go on counting this producer's sends against the last reading.
+
+        That is safe: since the last reading only this producer's sends (counted) and
+        other producers' (the known overshoot) can have added to the queue, and
+        readers only take from it. A put that does not fit is then refused with
+        :class:`QueueFullError`, as at any other time; one warning ``FG-CLIENT-002``
+        is logged per outage.
+
+        Raises:
+            BrokerError: the broker did not answer and there is no earlier reading.
+        """
         in_flight = len(self._producer)  # read before the broker: never undercounted
-        snapshot = self.probe.snapshot()
+        try:
+            snapshot = self.probe.snapshot()
+        except BrokerError as exc:
+            if self._snapshot is None:
+                raise
+            if not self._broker_lost:
+                log.warning(
+                    "FG-CLIENT-002 stream %s: queue state not read (%s); counting this "
+                    "producer's sends against the last reading (length %d) until it is",
+                    self.stream,
+                    exc,
+                    self._snapshot.length,
+                )
+            self._broker_lost = True
+            # Try again one refresh interval from now, not on every put.
+            self._snapshot = dataclasses.replace(self._snapshot, taken_at=time.monotonic())
+            return
+        if self._broker_lost:
+            log.warning("FG-CLIENT-002 stream %s: queue state read again", self.stream)
+            self._broker_lost = False
         self._snapshot = snapshot
         self._budget.refresh(snapshot.length, in_flight)
         self._m_length.set(snapshot.length)
@@ -316,6 +357,7 @@ class StreamInput:
         """
         self._require_open()
         batch = [tuples] if isinstance(tuples, Mapping) else list(tuples)
+        self._check_keys_and_event_times(batch)
         encoded = [(self.key(t), self.codec.encode(t)) for t in batch]
         for i, (key, value) in enumerate(encoded):
             size = len(value) + (len(key) if key else 0)
@@ -373,6 +415,57 @@ class StreamInput:
                     result=result,
                 )
         return result
+
+    def _check_keys_and_event_times(self, batch: Sequence[Any]) -> None:
+        """Refuse a tuple with no value for a key field of a keyed stream, or with an
+        event time more than ``max_event_time_ahead_ms`` ahead of now (``data_source``
+        timestamps).
+
+        Raises:
+            NullKeyError: names the tuple's index and the key field.
+            EventTimeError: names the tuple's index, its event time and the limit.
+        """
+        fields, event = self.key.fields, self._event_field
+        if not fields and event is None:
+            return
+        limit_ms = time.time() * 1000 + self._max_ahead_ms
+        for i, t in enumerate(batch):
+            if not isinstance(t, Mapping):
+                continue  # the codec names the wrong shape
+            for name in fields:
+                if t.get(name) is None:
+                    raise NullKeyError(
+                        f"stream {self.stream!r}: tuple {i} of the batch has no value for key "
+                        f"field {name!r} (the stream is keyed by {fields}); nothing of the "
+                        "batch was sent",
+                        stream=self.stream,
+                        index=i,
+                        field=name,
+                    )
+            if event is not None:
+                value = t.get(event)
+                ms = (
+                    value.timestamp() * 1000
+                    if isinstance(value, datetime)
+                    else value
+                    if isinstance(value, int)
+                    else None
+                )
+                if ms is not None and ms > limit_ms:
+                    ahead_s = (ms - time.time() * 1000) / 1000
+                    raise EventTimeError(
+                        f"stream {self.stream!r}: tuple {i} of the batch has event time "
+                        f"{event} = {datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()}, "
+                        f"{ahead_s:,.0f} s ahead of now; at most "
+                        f"{self._max_ahead_ms / 1000:,.0f} s is accepted "
+                        "(input_streams.<stream>.max_event_time_ahead_ms); nothing of the "
+                        "batch was sent",
+                        stream=self.stream,
+                        index=i,
+                        field=event,
+                        event_time_ms=int(ms),
+                        limit_ms=self._max_ahead_ms,
+                    )
 
     def _refuse(self, count: int, *, waited_s: float = 0.0) -> QueueFullError:
         """Count a refused put and say how full the queue is."""

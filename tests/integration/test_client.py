@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +18,8 @@ from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo import read_all
 from pipeline.errors import (
     DeliveryError,
+    EventTimeError,
+    NullKeyError,
     QueueFullError,
     QueueThresholdExceeded,
     SchemaError,
@@ -318,3 +321,47 @@ def test_an_oversized_tuple_is_refused_before_anything_of_its_batch_is_sent(
     stream_input.put_end()
     assert topic_total(bootstrap, config.input_streams["flights"].topic) == 2
     assert stream_input.free_queue_size() == 998
+
+
+def test_a_tuple_without_a_key_field_is_refused_naming_the_field(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    small_queue: Callable[..., QueryGroupConfig],
+    open_input: Callable[..., StreamInput],
+) -> None:
+    config = small_queue(1_000)
+    assert config.input_streams["flights"].key == ["carrier", "flight", "time_hour"]
+    stream_input = open_input(bootstrap, config, schemas)
+    keyless = {k: v for k, v in flights[1].items() if k != "flight"}
+    with pytest.raises(NullKeyError) as info:
+        stream_input.put([flights[0], dict(flights[2], carrier=None), keyless])
+    assert (info.value.index, info.value.field) == (1, "carrier")
+    assert "key field 'carrier'" in str(info.value)
+    with pytest.raises(NullKeyError) as info:
+        stream_input.put([flights[0], keyless])
+    assert (info.value.index, info.value.field) == (1, "flight")
+    stream_input.put_end()
+    assert topic_total(bootstrap, config.input_streams["flights"].topic) == 0
+    assert stream_input.free_queue_size() == 1_000
+
+
+def test_an_event_time_far_ahead_of_now_is_refused_before_it_can_move_the_watermark(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    small_queue: Callable[..., QueryGroupConfig],
+    open_input: Callable[..., StreamInput],
+) -> None:
+    config = small_queue(1_000)
+    stream_input = open_input(bootstrap, config, schemas)
+    now_ms = int(time.time() * 1000)
+    future = dict(flights[1], time_hour=now_ms + 10 * 365 * 86_400_000)
+    with pytest.raises(EventTimeError) as info:
+        stream_input.put([flights[0], future])
+    assert info.value.index == 1 and info.value.field == "time_hour"
+    assert info.value.limit_ms == 3_600_000 and "max_event_time_ahead_ms" in str(info.value)
+    # Within the hour allowed ahead (a producer's clock a little fast) it is accepted.
+    assert stream_input.put(dict(flights[1], time_hour=now_ms + 600_000)).accepted == 1
+    stream_input.put_end()
+    assert topic_total(bootstrap, config.input_streams["flights"].topic) == 1
