@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration lint typecheck bench clean
+.PHONY: demo test test-unit test-integration lint typecheck bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,11 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+# The benchmarks' extra (matplotlib for the soak's plot), on top of the test extra.
+$(VENV)/.bench: pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $@
 
 demo: $(STAMP)
 	$(BIN)/floodgate demo $(ARGS)
@@ -39,6 +44,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_put.py $(ARGS)
 	$(BIN)/python bench/bench_output.py $(ARGS)
 	$(BIN)/python bench/bench_admission.py
+
+# The fault-injection soak, long mode (bench/README.md); ARGS="--short" for the test's.
+soak: $(VENV)/.bench
+	$(BIN)/python bench/soak.py $(ARGS)
 
 clean:
 	rm -rf .floodgate .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1223 @@
+"""The soak: the whole stack at twice its service rate, under a chaos loop (issue 8).
+
+What runs, each its own process, as in production:
+
+* the embedded broker (``noida-db``) on a data directory of the run;
+* the admission service (``floodgate admission serve``), which starts the query
+  group's driver as a job (``floodgate run``, not queueable: a restart of the
+  pipeline's own driver does not wait for the load to fall);
+* the ``flights`` query group (``conf/flights.toml``) with its input stream queue
+  swept, plus one pass-through query ``seen`` (``SELECT producer, seq FROM flights``)
+  whose output proves, tuple by tuple, what was processed;
+* the sweeper (``floodgate sweeper serve``), cycling every second;
+* one producer process: two threads sharing one back-pressure client
+  (:class:`pipeline.client.StreamInput`, so the queue's bound holds across them:
+  ``QueueBudget``), pushing sequence-numbered flights -- each round of the data
+  shifted a year on, so event time only moves forward -- at twice the service rate
+  measured in a warm-up, retrying a refused batch (``QueueFullError``) with the same
+  sequence numbers; and a handful of malformed tuples at the start;
+* this script's reception thread, reading every output stream as a data reception
+  application does (:class:`pipeline.client.StreamOutput`).
+
+The chaos loop, at random intervals (``--fault-interval``, exponential; the short
+mode runs each kind once, in a shuffled order):
+
+* ``kill-driver``: ``kill -9`` of the driver's process group (Python driver, JVM,
+  workers), then a new job through the admission service;
+* ``kill-sweeper``: ``kill -9`` of the sweeper while it works (its CPU time moves),
+  then a restart;
+* ``restart-broker``: SIGTERM, a pause, a restart on the same data directory and port;
+* ``restart-admission``: 20 jobs submitted with the service suspended (so they are
+  enqueued), the service stopped and started again; every one of them must end;
+* ``stall-reception``: the reception stops reading for a while (the output stream
+  queues fill, the group sleeps and holds), then resumes.
+
+At the end, producers stopped, the pipeline drained:
+
+* every sequence number the producer had accepted is in ``flights.seen`` exactly
+  once (read from the start, ``read_committed``), and every malformed one is in the
+  dead-letter topic with a reason; nothing else is there;
+* the producer saw only ``QueueFullError`` refusals;
+* ``floodgate audit`` exits 0 (the tuple ledger balances);
+* the input queue's broker-resident backlog, sampled every second, never
+  exceeded its max queue size;
+* every process's RSS, sampled every second, stayed within its bound
+  (:data:`RSS_BOUNDS_MIB`);
+* every job submitted to the admission service reached a final state.
+
+The report is printed and written as JSON (``<out>/soak.json``); the long mode
+plots RSS and backlog over time to ``<out>/soak.png``. Exit status 1 when a check
+fails. Commands::
+
+    .venv/bin/python bench/soak.py --short              # tests/integration/test_soak.py
+    .venv/bin/python bench/soak.py --duration 1800      # the long mode (bench/README.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import logging
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import tomli_w
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.broker import EmbeddedBroker, ensure_topics, free_port
+from pipeline.config import QueryGroupConfig, load_query_group
+from pipeline.source import DLQ_QUERY, DLQ_REASON
+
+log = logging.getLogger("soak")
+console = Console(stderr=True)
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The ``floodgate`` command of this environment: the admission service's allowlist.
+FLOODGATE = str(Path(sys.executable).with_name("floodgate"))
+FAULTS = ("kill-driver", "kill-sweeper", "restart-broker", "restart-admission", "stall-reception")
+#: Tuples per ``put``.
+BATCH = 500
+#: Malformed tuples the producer writes at the start (raw bytes, bypassing the client).
+MALFORMED = 10
+#: The admission lane of the query group's driver: its hard stalls disable only it.
+DRIVER_LANE = "drivers"
+#: Jobs submitted around an admission restart.
+FILLER_JOBS = 20
+#: The bound each process's RSS must stay within, MiB (peaks measured on the 2-core
+#: development machine, bench/README.md, plus about a half for headroom).
+RSS_BOUNDS_MIB = {
+    "broker": 1024,
+    "admission": 300,
+    "sweeper": 400,
+    "driver": 500,
+    "driver-jvm": 2048,
+    "python-workers": 1536,
+    "producer": 900,
+    "soak": 1200,
+}
+#: How long the stack may take to process its first micro-batch (a cold SparkSession).
+START_TIMEOUT_S = 300.0
+YEAR_MS = 365 * 86_400_000
+#: An output partition whose last stable offset stays this long below its log end
+#: holds a hanging transaction (a micro-batch's transaction takes under 60 s).
+HANGING_AFTER_S = 90.0
+
+
+# --------------------------------------------------------------------------- the stack
+
+
+@dataclass
+class Layout:
+    """Files and ports of one run."""
+
+    out: Path
+    bootstrap: str
+    group: Path
+    admission: Path
+    sweeper: Path
+    ports: dict[str, int]
+    token: str = "soak-token"
+
+    @property
+    def logs(self) -> Path:
+        return self.out / "logs"
+
+
+def soak_schemas(target: Path) -> None:
+    """The project's schemas plus the soak's: ``soak_flight`` (a flight with the
+    producer's ``producer`` and ``seq``) and ``soak_seen`` (what ``seen`` writes)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in (ROOT / "schemas").glob("*.avsc"):
+        shutil.copy(path, target / path.name)
+    flight = json.loads((ROOT / "schemas" / "flight.avsc").read_text())
+    seq_fields = [
+        {"name": "producer", "type": "int", "doc": "the producer thread"},
+        {"name": "seq", "type": "long", "doc": "unique over the soak, in put order"},
+    ]
+    soak_flight = {
+        **flight,
+        "name": "SoakFlight",
+        "doc": "A flight with the soak producer's sequence number.",
+        "fields": [*flight["fields"], *seq_fields],
+    }
+    seen = {
+        "type": "record",
+        "name": "SoakSeen",
+        "namespace": "floodgate.soak",
+        "doc": "One input tuple the query group processed.",
+        "fields": seq_fields,
+    }
+    (target / "soak_flight.avsc").write_text(json.dumps(soak_flight, indent=1))
+    (target / "soak_seen.avsc").write_text(json.dumps(seen, indent=1))
+
+
+def write_layout(out: Path, bootstrap: str, *, max_queue_size: int) -> Layout:
+    """The query group, admission and sweeper files of a run under ``out``."""
+    ports = {name: free_port() for name in ("group", "admission", "sweeper")}
+    soak_schemas(out / "schemas")
+    catalog = f"sqlite:///{out / 'sweeper' / 'catalog.db'}"
+    raw = tomllib.loads((ROOT / "conf" / "flights.toml").read_text())
+    raw["schema_dir"] = str(out / "schemas")
+    raw["query_group"].update(
+        checkpoint_dir=str(out / "checkpoints" / "{name}"),
+        control_dir=str(out / "run"),
+        metrics_port=ports["group"],
+        sweep_catalog_url=catalog,
+        max_queue_size=max_queue_size,
+        # The pass-through query writes every tuple: micro-batches within its output queue.
+        max_rows_per_trigger=5_000,
+        queue_metrics_interval_ms=1_000,
+        sleep_on_over_store_ms=250,
+        sleep_on_over_store_retry_count=8,
+        auto_release=True,
+    )
+    raw["input_streams"]["flights"]["schema"] = "soak_flight"
+    raw["output_streams"]["seen"] = {
+        "topic": "flights.seen",
+        "schema": "soak_seen",
+        "partitions": 2,
+        "max_queue_size": 40_000,
+    }
+    raw["queries"]["seen"] = {"output": "seen", "sql": "SELECT producer, seq FROM flights"}
+    group = out / "flights.toml"
+    group.write_text(tomli_w.dumps(raw))
+    admission = out / "admission.toml"
+    admission.write_text(
+        tomli_w.dumps(
+            {
+                "admission": {
+                    "port": ports["admission"],
+                    "allowlist": [FLOODGATE],
+                    "database_url": f"sqlite:///{out / 'admission' / 'jobs.db'}",
+                    "log_dir": str(out / "admission" / "logs"),
+                    "driver_control_dir": str(out / "run"),
+                }
+            }
+        )
+    )
+    sweeper = out / "sweeper.toml"
+    sweeper.write_text(
+        tomli_w.dumps(
+            {
+                "sweeper": {
+                    "port": ports["sweeper"],
+                    "query_groups": [str(group)],
+                    "catalog_url": catalog,
+                    "blob_dir": str(out / "sweeper" / "blobs"),
+                    "sweep_interval_s": 1.0,
+                    "bootstrap_servers": bootstrap,
+                }
+            }
+        )
+    )
+    (out / "admission").mkdir(exist_ok=True)
+    (out / "sweeper").mkdir(exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+    return Layout(out, bootstrap, group, admission, sweeper, ports)
+
+
+def spawn(layout: Layout, name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
+    """A service in a process group of its own, its output appended to ``logs/<name>.log``."""
+    with open(layout.logs / f"{name}.log", "ab") as out:
+        return subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=ROOT,
+            env={**os.environ, **env},
+        )
+
+
+def kill_group(process: subprocess.Popen[bytes] | int, sig: int = signal.SIGKILL) -> None:
+    pid = process if isinstance(process, int) else process.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+    if not isinstance(process, int):
+        process.wait(timeout=60)
+
+
+class Stack:
+    """The broker, the admission service, the driver job and the sweeper of one run."""
+
+    def __init__(self, layout: Layout, broker: EmbeddedBroker) -> None:
+        self.layout = layout
+        self.broker = broker
+        self.admission: subprocess.Popen[bytes] | None = None
+        self.sweeper: subprocess.Popen[bytes] | None = None
+        self.driver_job: int | None = None
+        self.jobs: list[int] = []  # every job submitted
+        self.filler_jobs: list[int] = []
+        self.driver_restarts_unplanned = 0
+        self._http = httpx.Client(
+            base_url=f"http://127.0.0.1:{layout.ports['admission']}",
+            headers={"Authorization": f"Bearer {layout.token}"},
+            timeout=10,
+        )
+        self.lock = threading.Lock()  # faults and the driver watchdog, one at a time
+
+    # -- admission --------------------------------------------------------------
+
+    def start_admission(self) -> None:
+        self.admission = spawn(
+            self.layout,
+            "admission",
+            [FLOODGATE, "admission", "serve", "--config", str(self.layout.admission)],
+            FLOODGATE__ADMISSION__TOKEN=self.layout.token,
+        )
+        self._until(lambda: self._get("/status") is not None, 60, "the admission service answers")
+
+    def stop_admission(self) -> None:
+        assert self.admission is not None
+        self.admission.send_signal(signal.SIGTERM)
+        self.admission.wait(timeout=60)
+
+    def _get(self, path: str) -> Any:
+        try:
+            answer = self._http.get(path)
+        except httpx.HTTPError:
+            return None
+        return answer.json() if answer.status_code == 200 else None
+
+    def _post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        answer = self._http.post(path, json=body)
+        answer.raise_for_status()
+        return answer.json()
+
+    def submit(self, argv: list[str], *, queueable: bool, lane: str = "default") -> int:
+        job = self._post("/jobs", {"argv": argv, "queueable": queueable, "lane": lane})
+        self.jobs.append(int(job["id"]))
+        return int(job["id"])
+
+    def job(self, job_id: int) -> dict[str, Any] | None:
+        answer = self._get(f"/jobs/{job_id}")
+        return answer if isinstance(answer, dict) else None
+
+    # -- the driver ---------------------------------------------------------------
+
+    def start_driver(self) -> None:
+        argv = [FLOODGATE, "run", str(self.layout.group), "--bootstrap", self.layout.bootstrap]
+        self.driver_job = self.submit(argv, queueable=False, lane=DRIVER_LANE)
+        self._until(lambda: self.driver_pid() is not None, 60, "the driver job runs")
+
+    def driver_pid(self) -> int | None:
+        job = self.job(self.driver_job) if self.driver_job is not None else None
+        if job is None or job["state"] != "RUNNING" or not job.get("pid"):
+            return None
+        return int(job["pid"])
+
+    def driver_ended(self) -> bool:
+        job = self.job(self.driver_job) if self.driver_job is not None else None
+        return job is not None and job["state"] not in ("RUNNING", "ENQUEUED")
+
+    def kill_driver(self) -> None:
+        pid = self.driver_pid()
+        assert pid is not None, "no driver runs"
+        kill_group(pid)
+        self._until(self.driver_ended, 60, "the admission service sees the driver end")
+        self.restart_driver()
+
+    def restart_driver(self) -> None:
+        """The operator's part after a driver's abnormal end: acknowledge the hard stall
+        (it disabled the driver's lane, seed 004), start the driver again."""
+        self._post(f"/lanes/{DRIVER_LANE}/enable")
+        self.start_driver()
+
+    # -- the sweeper ----------------------------------------------------------------
+
+    def start_sweeper(self) -> None:
+        self.sweeper = spawn(
+            self.layout,
+            "sweeper",
+            [FLOODGATE, "sweeper", "serve", "--config", str(self.layout.sweeper)],
+        )
+
+    def kill_sweeper(self) -> bool:
+        """``kill -9`` the sweeper while it works (within 10 s); whether it was busy."""
+        assert self.sweeper is not None
+        process = psutil.Process(self.sweeper.pid)
+        busy = False
+        deadline = time.monotonic() + 10
+        last = sum(process.cpu_times()[:2])
+        while time.monotonic() < deadline:
+            time.sleep(0.02)
+            now = sum(process.cpu_times()[:2])
+            if now - last >= 0.01:
+                busy = True
+                break
+            last = now
+        kill_group(self.sweeper)
+        self.start_sweeper()
+        return busy
+
+    # -- the broker -------------------------------------------------------------------
+
+    def restart_broker(self, down_s: float) -> None:
+        self.broker.stop(remove_data=False)
+        time.sleep(down_s)
+        self.broker.start()
+
+    # -- admission restart with jobs enqueued -----------------------------------------------
+
+    def restart_admission(self) -> int:
+        """Suspend, enqueue :data:`FILLER_JOBS`, stop, start, resume; jobs enqueued at the stop."""
+        self._post("/suspend")
+        for _ in range(FILLER_JOBS):
+            self.filler_jobs.append(self.submit([FLOODGATE, "--help"], queueable=True))
+        enqueued = sum(
+            1 for j in self.filler_jobs if (self.job(j) or {}).get("state") == "ENQUEUED"
+        )
+        self.stop_admission()
+        self.start_admission()
+        self._post("/resume")
+        return enqueued
+
+    def stop(self) -> None:
+        for process in (self.sweeper, self.admission):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=30)
+                kill_group(process)
+        pid = self.driver_pid() if self.admission and self.admission.poll() is None else None
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).wait(timeout=60)
+            kill_group(pid)
+        self._http.close()
+
+    @staticmethod
+    def _until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not check():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting until {what}")
+            time.sleep(0.2)
+
+
+# --------------------------------------------------------------------------- the producer
+
+
+def produce(
+    group: str,
+    bootstrap: str,
+    rate: Any,
+    stop: Any,
+    summary_path: str,
+    threads: int = 2,
+) -> None:
+    """The producer process: ``threads`` threads share one :class:`StreamInput` and one
+    sequence of batches; the offered rate is ``rate.value`` tuples/s (0: unthrottled).
+    Writes what it did to ``summary_path`` (JSON) when ``stop`` is set."""
+    from pipeline.client import connect
+    from pipeline.errors import QueueFullError
+    from pipeline.flights import flight_records, load_flights
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s producer %(message)s")
+    config = load_query_group(group, env={})
+    flights = list(flight_records(load_flights()))
+    connector = connect(bootstrap_servers=bootstrap, config=config)
+    writer = connector.open_stream_input(config.name, "flights")
+    lock = threading.Lock()
+    seqs = itertools.count()
+    accepted: list[tuple[int, int]] = []
+    counts: Counter[str] = Counter()
+    unclean: list[str] = []
+    malformed: list[int] = []
+
+    raw = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    for _ in range(MALFORMED):
+        seq = next(seqs)
+        raw.produce(config.input_streams["flights"].topic, b"soak-bad:%d" % seq, b"bad|%d" % seq)
+        malformed.append(seq)
+    raw.flush(60)
+
+    def batch() -> tuple[int, list[dict[str, Any]]]:
+        with lock:
+            first = next(seqs)
+            for _ in range(BATCH - 1):
+                next(seqs)
+        tuples = []
+        for seq in range(first, first + BATCH):
+            i = seq - MALFORMED
+            round_, row = divmod(i, len(flights))
+            flight = dict(flights[row])
+            flight["year"] += round_
+            flight["time_hour"] += round_ * YEAR_MS
+            flight["producer"] = threading.get_ident() % 2**31
+            flight["seq"] = seq
+            tuples.append(flight)
+        return first, tuples
+
+    started = time.monotonic()
+
+    def pace() -> None:
+        """Wait for the offered rate: the tuples offered so far, at ``rate`` per second."""
+        while rate.value > 0 and not stop.is_set():
+            with lock:
+                offered = counts["offered"]
+                ahead = offered / rate.value - (time.monotonic() - started)
+            if ahead <= 0:
+                return
+            time.sleep(min(ahead, 0.05))
+
+    turn = threading.Condition(lock)
+    next_put = [MALFORMED]  # batches are put in sequence order, whichever thread made them
+
+    def run() -> None:
+        while not stop.is_set():
+            first, tuples = batch()
+            with turn:
+                # One batch spans half a day of flights: put out of order, a whole batch
+                # would be late for the 2-hour watermark.
+                while next_put[0] != first and not stop.is_set():
+                    turn.wait(0.1)
+            if stop.is_set():
+                return
+            while True:
+                pace()
+                with lock:
+                    counts["offered"] += len(tuples)
+                try:
+                    writer.put(tuples)
+                except QueueFullError:
+                    with lock:
+                        counts["rejected"] += len(tuples)
+                        counts["rejected_puts"] += 1
+                    if stop.is_set():
+                        with lock:
+                            counts["refused_at_stop"] += len(tuples)
+                        return
+                    time.sleep(0.05)
+                    continue
+                except Exception as exc:  # counted: the soak fails on any
+                    with lock:
+                        counts["unclean"] += 1
+                        if len(unclean) < 20:
+                            unclean.append(f"{type(exc).__name__}: {exc}")
+                    if stop.is_set():
+                        return
+                    time.sleep(1.0)
+                    continue
+                with turn:
+                    accepted.append((first, first + len(tuples)))
+                    counts["accepted"] += len(tuples)
+                    next_put[0] = first + len(tuples)
+                    turn.notify_all()
+                break
+
+    workers = [threading.Thread(target=run, name=f"producer-{i}") for i in range(threads)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    undelivered: list[str] = []
+    try:
+        writer.put_end(timeout_s=300)
+    except Exception as exc:
+        undelivered.append(f"{type(exc).__name__}: {exc}")
+    connector.close()
+    Path(summary_path).write_text(
+        json.dumps(
+            {
+                "accepted": merge_ranges(accepted),
+                "counts": dict(counts),
+                "unclean": unclean,
+                "undelivered": undelivered,
+                "malformed": malformed,
+                "seconds": time.monotonic() - started,
+            }
+        )
+    )
+
+
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[list[int]]:
+    """``[start, end)`` ranges sorted and joined where they touch."""
+    merged: list[list[int]] = []
+    for start, end in sorted(ranges):
+        if merged and merged[-1][1] == start:
+            merged[-1][1] = end
+        else:
+            merged.append([start, end])
+    return merged
+
+
+# --------------------------------------------------------------------------- reception
+
+
+class Reception:
+    """Reads every output stream of the group in a thread, as a data reception
+    application does; ``stalled`` set: reads nothing."""
+
+    def __init__(self, config: QueryGroupConfig, bootstrap: str) -> None:
+        from pipeline.client import connect
+
+        self.connector = connect(bootstrap_servers=bootstrap, config=config)
+        self.outputs = {
+            s: self.connector.open_stream_output(config.name, s) for s in config.output_streams
+        }
+        self.stalled = threading.Event()
+        self.stop = threading.Event()
+        self.received: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.thread = threading.Thread(target=self._run, name="reception", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            if self.stalled.is_set():
+                time.sleep(0.1)
+                continue
+            for name, output in self.outputs.items():
+                try:
+                    self.received[name] += len(output.get(max_tuples=5_000, timeout_s=0.1))
+                except Exception as exc:
+                    self.errors[type(exc).__name__] += 1
+                    time.sleep(0.5)
+
+    def queue_lengths(self) -> dict[str, int]:
+        return {name: output.queue_length() for name, output in self.outputs.items()}
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+        self.connector.close()
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+@dataclass
+class Sample:
+    t: float
+    rss_mib: dict[str, float]
+    backlog: int | None
+    outputs: dict[str, int] = field(default_factory=dict)
+
+
+def memory(process: psutil.Process) -> float:
+    """A process's proportional set size (PSS), MiB: its RSS with each page shared by
+    ``n`` processes counted ``1/n``. Spark's Python workers are forks of one daemon and
+    share most of their pages, so summing their RSS would count those pages once per
+    worker; summing PSS counts them once."""
+    return float(process.memory_full_info().pss) / 2**20
+
+
+def rss_by_role(stack: Stack, producer_pid: int | None) -> dict[str, float]:
+    """Resident memory (PSS, :func:`memory`) of each process of the stack, MiB; the
+    driver split into its Python process, its JVM and the JVM's Python workers and
+    streaming source runners (summed)."""
+    roles: dict[str, float] = Counter()
+
+    def rss(pid: int | None) -> float:
+        if pid is None:
+            return 0.0
+        with contextlib.suppress(psutil.Error):
+            return memory(psutil.Process(pid))
+        return 0.0
+
+    roles["broker"] = rss(stack.broker.pid)
+    roles["admission"] = rss(stack.admission.pid if stack.admission else None)
+    roles["sweeper"] = rss(stack.sweeper.pid if stack.sweeper else None)
+    roles["producer"] = rss(producer_pid)
+    roles["soak"] = rss(os.getpid())
+    driver = stack.driver_pid()
+    if driver is not None:
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(driver)
+            roles["driver"] = memory(process)
+            for child in process.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    name = "driver-jvm" if "java" in child.name() else "python-workers"
+                    roles[name] += memory(child)
+    return dict(roles)
+
+
+class Sampler:
+    """Every second: RSS per role, the input queue's broker-resident backlog (its
+    length: high watermark - slowest commit - swept), the output queues."""
+
+    def __init__(self, stack: Stack, config: QueryGroupConfig, reception: Reception) -> None:
+        from pipeline.queues import QueueProbe
+
+        self.stack = stack
+        self.probe = QueueProbe.for_input_stream(
+            config, "flights", bootstrap_servers=stack.layout.bootstrap
+        )
+        self.reception = reception
+        self.producer_pid: int | None = None
+        self.samples: list[Sample] = []
+        self.missed = 0
+        self.stop = threading.Event()
+        self.started = time.monotonic()
+        self.thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(1.0):
+            backlog: int | None = None
+            outputs: dict[str, int] = {}
+            try:
+                backlog = self.probe.snapshot().length
+                outputs = self.reception.queue_lengths()
+            except Exception:
+                self.missed += 1  # the broker is restarting
+            self.samples.append(
+                Sample(
+                    time.monotonic() - self.started,
+                    rss_by_role(self.stack, self.producer_pid),
+                    backlog,
+                    outputs,
+                )
+            )
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def read_topic(bootstrap: str, topic: str) -> Iterator[Any]:
+    """Every record of ``topic`` from the start to its high watermarks, read_committed."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"soak-check-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=30).topics[topic]
+        ends = {}
+        for p in metadata.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            if high > low:
+                ends[p] = high
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        while ends:
+            for message in consumer.consume(10_000, timeout=1.0):
+                if message.error():
+                    if message.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise RuntimeError(f"{topic}: {message.error()}")
+                yield message
+                if message.offset() + 1 >= ends.get(message.partition(), 0):
+                    ends.pop(message.partition(), None)
+            # A transaction marker ends a partition: the consumer's position passes it.
+            for tp in consumer.position([TopicPartition(topic, p) for p in list(ends)]):
+                if tp.offset >= ends[tp.partition]:
+                    ends.pop(tp.partition)
+    finally:
+        consumer.close()
+
+
+def check_exactly_once(
+    layout: Layout, config: QueryGroupConfig, produced: dict[str, Any]
+) -> dict[str, Any]:
+    """Each accepted sequence number in ``seen`` once; each malformed one dead-lettered
+    once (for the query ``seen``) with a reason."""
+    from pipeline.serde import SchemaRepository, StreamCodec
+
+    schemas = SchemaRepository.load(config.schema_dir)
+    codec = StreamCodec("seen", schemas.get("soak_seen"), schemas)
+    seen: Counter[int] = Counter()
+    for message in read_topic(layout.bootstrap, config.output_streams["seen"].topic):
+        seen[codec.decode(message.value())["seq"]] += 1
+    accepted = {s for start, end in produced["accepted"] for s in range(start, end)}
+    malformed = set(produced["malformed"])
+    flight = StreamCodec("flights", schemas.get("soak_flight"), schemas)
+    # The query seen's dead letters, once per tuple (a retried task may repeat one:
+    # the record key names the tuple), by sequence number.
+    dead: dict[bytes, tuple[int, str]] = {}
+    for message in read_topic(layout.bootstrap, config.dead_letter_topic):
+        headers = dict(message.headers() or [])
+        if headers.get(DLQ_QUERY) != b"seen":
+            continue
+        value = message.value()
+        if value.startswith(b"soak-bad:"):
+            seq = int(value.split(b":")[1])
+        else:
+            seq = flight.decode(value)["seq"]
+        dead[message.key()] = (seq, (headers.get(DLQ_REASON) or b"").decode())
+    dead_seqs = Counter(seq for seq, _ in dead.values())
+    reasons = Counter(reason for _, reason in dead.values())
+    handed = accepted | malformed
+    everywhere = seen + dead_seqs
+    return {
+        "accepted": len(accepted),
+        "seen": sum(seen.values()),
+        "lost": len(handed - set(everywhere)),
+        "duplicates": sum(c - 1 for c in everywhere.values() if c > 1),
+        "unexpected": len(set(everywhere) - handed),
+        "malformed": len(malformed),
+        "dead_lettered": len(dead),
+        "malformed_missing_from_dead_letters": len(malformed - set(dead_seqs)),
+        "malformed_in_output": len(malformed & set(seen)),
+        "dead_letter_reasons": dict(reasons),
+    }
+
+
+def run_audit(layout: Layout) -> dict[str, Any]:
+    result = subprocess.run(
+        [FLOODGATE, "audit", str(layout.group), "--bootstrap", layout.bootstrap, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    try:
+        rows = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        rows = result.stdout[-2000:]
+    return {"exit_status": result.returncode, "rows": rows, "stderr": result.stderr[-2000:]}
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Plan:
+    duration_s: float
+    fault_interval_s: float
+    stall_s: tuple[float, float]
+    broker_down_s: float
+    warmup_s: float
+    max_queue_size: int
+    short: bool
+    seed: int
+
+
+def chaos(
+    plan: Plan, stack: Stack, reception: Reception, stop: threading.Event
+) -> list[dict[str, Any]]:
+    """Inject faults until ``stop``; the short mode injects each kind once."""
+    rng = random.Random(plan.seed)
+    injected: list[dict[str, Any]] = []
+    kinds = list(FAULTS)
+    rng.shuffle(kinds)
+    started = time.monotonic()
+    while not stop.is_set():
+        if plan.short and not kinds:
+            break
+        if stop.wait(max(3.0, rng.expovariate(1 / plan.fault_interval_s))):
+            break
+        kind = kinds.pop() if plan.short else rng.choice(FAULTS)
+        record: dict[str, Any] = {"kind": kind, "at_s": round(time.monotonic() - started, 1)}
+        t0 = time.monotonic()
+        with stack.lock:
+            if kind == "kill-driver":
+                stack.kill_driver()
+            elif kind == "kill-sweeper":
+                record["busy"] = stack.kill_sweeper()
+            elif kind == "restart-broker":
+                stack.restart_broker(plan.broker_down_s)
+            elif kind == "restart-admission":
+                record["enqueued_at_stop"] = stack.restart_admission()
+            else:
+                stall = rng.uniform(*plan.stall_s)
+                record["stall_s"] = round(stall, 1)
+                reception.stalled.set()
+                stop.wait(stall)
+                reception.stalled.clear()
+        record["took_s"] = round(time.monotonic() - t0, 1)
+        log.warning("fault: %s", record)
+        injected.append(record)
+    return injected
+
+
+def last_stable_offsets(
+    admin: AdminClient, topics: list[str]
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """``(last stable offset, high watermark)`` of every partition of ``topics``: what a
+    read_committed reader can read up to, and the log end."""
+    metadata = admin.list_topics(timeout=10)
+    tps = [TopicPartition(t, p) for t in topics for p in metadata.topics[t].partitions]
+    stable = admin.list_offsets(
+        {tp: OffsetSpec.latest() for tp in tps},
+        isolation_level=IsolationLevel.READ_COMMITTED,
+        request_timeout=10,
+    )
+    high = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, request_timeout=10)
+    return {
+        (tp.topic, tp.partition): (stable[tp].result().offset, high[tp].result().offset)
+        for tp in tps
+    }
+
+
+class HangingTransactions:
+    """Finds output partitions whose last stable offset has not moved for
+    :data:`HANGING_AFTER_S` while the log end is beyond it: a transaction no producer
+    will end, which blocks every read_committed reader (Kafka's "hanging transaction",
+    KIP-664 / KIP-890). noida-db 0.2.3 leaves one when it restarts during a
+    transaction: it aborts the open transaction at start, but then accepts the
+    producer's retried in-flight records into a transaction its coordinator does not
+    know. Its only abort is a start (it aborts every open transaction it finds), so
+    the soak, as the operator (``kafka-transactions.sh abort`` on Kafka), restarts it."""
+
+    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+        # One client for the whole run: librdkafka aborts the process when an admin
+        # client is destroyed with requests still pending (a broker restart).
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.topics = topics
+        self._since: dict[tuple[str, int], tuple[int, float]] = {}
+        self.found: list[dict[str, Any]] = []
+
+    def check(self) -> list[tuple[str, int]]:
+        """The partitions hanging now."""
+        now = time.monotonic()
+        hanging = []
+        for key, (stable, high) in last_stable_offsets(self.admin, self.topics).items():
+            if stable >= high:
+                self._since.pop(key, None)
+                continue
+            first = self._since.get(key)
+            if first is None or first[0] != stable:
+                self._since[key] = (stable, now)
+            elif now - first[1] > HANGING_AFTER_S:
+                hanging.append(key)
+                self.found.append(
+                    {"topic": key[0], "partition": key[1], "stable": stable, "high": high}
+                )
+        return hanging
+
+
+def watchdog(stack: Stack, stop: threading.Event, hanging: HangingTransactions) -> None:
+    """Restart the driver through the admission service if it ended by itself; end a
+    hanging transaction (:class:`HangingTransactions`) by restarting the broker."""
+    while not stop.wait(2.0):
+        with stack.lock:
+            if stack.driver_ended():
+                log.error("the driver ended without a fault: restarting it")
+                stack.driver_restarts_unplanned += 1
+                stack.restart_driver()
+            try:
+                stuck = hanging.check()
+            except Exception:
+                continue  # the broker is restarting
+            if stuck:
+                log.error("hanging transactions on %s: restarting the broker to abort them", stuck)
+                stack.restart_broker(1.0)
+                hanging._since.clear()
+
+
+def committed_total(config: QueryGroupConfig, bootstrap: str) -> int:
+    """Tuples the slowest query has committed, over the input topic's partitions."""
+    from pipeline.queues import QueueProbe
+
+    snapshot = QueueProbe.for_input_stream(
+        config, "flights", bootstrap_servers=bootstrap
+    ).snapshot()
+    return sum(p.committed or 0 for p in snapshot.partitions.values())
+
+
+def soak(plan: Plan, out: Path) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+    broker = EmbeddedBroker(data_dir=out / "broker").start()
+    layout = write_layout(out, broker.bootstrap_servers, max_queue_size=plan.max_queue_size)
+    config = load_query_group(layout.group, env={})
+    ensure_topics(layout.bootstrap, config.topics())
+    stack = Stack(layout, broker)
+    report: dict[str, Any] = {"plan": asdict(plan), "out": str(out)}
+    ctx = multiprocessing.get_context("spawn")
+    rate = ctx.Value("d", 0.0)
+    producer_stop = ctx.Event()
+    summary_path = out / "producer.json"
+    producer = ctx.Process(
+        target=produce,
+        args=(str(layout.group), layout.bootstrap, rate, producer_stop, str(summary_path)),
+        name="producer",
+    )
+    reception: Reception | None = None
+    hanging = HangingTransactions(
+        layout.bootstrap, [o.topic for o in config.output_streams.values()]
+    )
+    stop = threading.Event()
+    watch_stop = threading.Event()  # the watchdog goes on through the drain
+    threads: list[threading.Thread] = []
+    try:
+        stack.start_admission()
+        stack.start_sweeper()
+        stack.start_driver()
+        reception = Reception(config, layout.bootstrap)
+        reception.thread.start()
+        sampler = Sampler(stack, config, reception)
+        sampler.thread.start()
+        producer.start()
+        sampler.producer_pid = producer.pid
+        # Warm-up, unthrottled: the backlog builds, and the commit rate is the service rate.
+        console.print("[bold]soak[/]: waiting for the first micro-batch")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while committed_total(config, layout.bootstrap) == 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError("no micro-batch committed: see " + str(layout.logs))
+            time.sleep(1.0)
+        # From the end of a micro-batch (the commit moves) for warmup_s.
+        first = committed_total(config, layout.bootstrap)
+        while (start := committed_total(config, layout.bootstrap)) == first:
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        time.sleep(plan.warmup_s)
+        service_rate = (committed_total(config, layout.bootstrap) - start) / (time.monotonic() - t0)
+        rate.value = max(2 * service_rate, 100.0)
+        report["service_rate"] = round(service_rate)
+        report["offered_rate"] = round(rate.value)
+        console.print(
+            f"[bold]soak[/]: service rate {service_rate:,.0f} tuples/s; offering {rate.value:,.0f}"
+        )
+        threads = [
+            threading.Thread(
+                target=lambda: report.__setitem__("faults", chaos(plan, stack, reception, stop)),
+                name="chaos",
+            ),
+            threading.Thread(
+                target=watchdog,
+                args=(stack, watch_stop, hanging),
+                name="watchdog",
+                daemon=True,
+            ),
+        ]
+        for thread in threads:
+            thread.start()
+        soak_started = time.monotonic()
+        with progress(plan.duration_s) as advance:
+            while time.monotonic() - soak_started < plan.duration_s:
+                if plan.short and not threads[0].is_alive():
+                    break
+                time.sleep(1.0)
+                advance(time.monotonic() - soak_started)
+        stop.set()
+        threads[0].join()
+        report["soak_s"] = round(time.monotonic() - soak_started, 1)
+        producer_stop.set()
+        producer.join(timeout=600)
+        produced = json.loads(summary_path.read_text())
+        report["producer"] = {k: v for k, v in produced.items() if k != "accepted"}
+        # Drain: every accepted tuple processed, every output read.
+        console.print("[bold]soak[/]: draining")
+        drain_started = time.monotonic()
+        reception.stalled.clear()
+        last_said = 0.0
+        while True:
+            with contextlib.suppress(Exception):
+                committed = committed_total(config, layout.bootstrap)
+                high = high_total(config, layout.bootstrap)
+                outputs = reception.queue_lengths()
+                if committed >= high and all(v <= 4 for v in outputs.values()):
+                    break
+                if time.monotonic() - last_said > 10:
+                    last_said = time.monotonic()
+                    log.warning(
+                        "draining: %d of %d committed; outputs %s", committed, high, outputs
+                    )
+            if time.monotonic() - drain_started > 900:
+                raise RuntimeError("the pipeline did not drain in 15 minutes")
+            time.sleep(1.0)
+        report["drain_s"] = round(time.monotonic() - drain_started, 1)
+        watch_stop.set()
+        report["reception"] = {
+            "received": dict(reception.received),
+            "errors": dict(reception.errors),
+        }
+        report["exactly_once"] = check_exactly_once(layout, config, produced)
+        report["audit"] = run_audit(layout)
+        deadline = time.monotonic() + 300
+        while True:
+            states = Counter(str((stack.job(j) or {}).get("state")) for j in stack.filler_jobs)
+            if not states.keys() & {"ENQUEUED", "RUNNING", "None"} or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        report["filler_jobs"] = dict(states)
+        report["driver_restarts_unplanned"] = stack.driver_restarts_unplanned
+        report["hanging_transactions"] = hanging.found
+        sampler.stop.set()
+        sampler.thread.join()
+        report["samples"] = len(sampler.samples)
+        report["samples_missed"] = sampler.missed
+        report["peak_backlog"] = max((s.backlog or 0) for s in sampler.samples)
+        report["max_queue_size"] = plan.max_queue_size
+        peaks: dict[str, float] = {}
+        for sample in sampler.samples:
+            for role, mib in sample.rss_mib.items():
+                peaks[role] = max(peaks.get(role, 0.0), mib)
+        report["peak_rss_mib"] = {k: round(v) for k, v in sorted(peaks.items())}
+        report["rss_bounds_mib"] = RSS_BOUNDS_MIB
+        (out / "samples.json").write_text(json.dumps([asdict(s) for s in sampler.samples]))
+        if not plan.short:
+            plot(sampler.samples, plan, out / "soak.png")
+    finally:
+        stop.set()
+        watch_stop.set()
+        producer_stop.set()
+        if producer.is_alive():
+            producer.join(timeout=60)
+            producer.kill()
+        if reception is not None:
+            reception.close()
+        stack.stop()
+        broker.stop(remove_data=False)
+    report["checks"] = checks(report)
+    return report
+
+
+def high_total(config: QueryGroupConfig, bootstrap: str) -> int:
+    from pipeline.queues import QueueProbe
+
+    snapshot = QueueProbe.for_input_stream(
+        config, "flights", bootstrap_servers=bootstrap
+    ).snapshot()
+    return sum(p.high for p in snapshot.partitions.values())
+
+
+def checks(report: dict[str, Any]) -> dict[str, bool]:
+    exactly = report["exactly_once"]
+    counts = report["producer"]["counts"]
+    faults = Counter(f["kind"] for f in report.get("faults", []))
+    return {
+        "every fault kind injected": all(faults[k] > 0 for k in FAULTS),
+        "no tuple lost": exactly["lost"] == 0,
+        "no tuple duplicated": exactly["duplicates"] == 0 and exactly["unexpected"] == 0,
+        "every malformed tuple dead-lettered": exactly["malformed_missing_from_dead_letters"] == 0
+        and exactly["malformed_in_output"] == 0,
+        "the producer saw only QueueFullError": counts.get("unclean", 0) == 0
+        and not report["producer"]["undelivered"],
+        "floodgate audit balances": report["audit"]["exit_status"] == 0,
+        "backlog within its max": report["peak_backlog"] <= report["max_queue_size"],
+        "RSS within bounds": all(
+            mib <= RSS_BOUNDS_MIB.get(role, 0) for role, mib in report["peak_rss_mib"].items()
+        ),
+        "every job reached a final state": not set(report["filler_jobs"])
+        & {"ENQUEUED", "RUNNING", "None"},
+    }
+
+
+@contextlib.contextmanager
+def progress(total_s: float) -> Iterator[Callable[[float], None]]:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]soak[/]"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("soak", total=total_s)
+        yield lambda done: bar.update(task, completed=done)
+
+
+def plot(samples: list[Sample], plan: Plan, path: Path) -> None:
+    """RSS per process and the input queue's backlog over the soak."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), sharex=True)
+    t = [s.t for s in samples]
+    roles = sorted({r for s in samples for r in s.rss_mib})
+    for role in roles:
+        top.plot(t, [s.rss_mib.get(role, 0.0) for s in samples], label=role, linewidth=1)
+    top.set_ylabel("RSS, MiB")
+    top.legend(loc="upper left", ncol=4, fontsize=8)
+    top.set_title("Floodgate soak: RSS per process, sampled every second")
+    bottom.plot(
+        t,
+        [s.backlog if s.backlog is not None else float("nan") for s in samples],
+        label="input queue backlog",
+    )
+    bottom.axhline(plan.max_queue_size, color="red", linestyle="--", label="max queue size")
+    bottom.set_ylabel("tuples")
+    bottom.set_xlabel("seconds")
+    bottom.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def show(report: dict[str, Any]) -> None:
+    table = Table(title="soak")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    exactly = report["exactly_once"]
+    faults = Counter(f["kind"] for f in report.get("faults", []))
+    rows = [
+        ("soak duration", f"{report['soak_s']} s (+ {report['drain_s']} s drain)"),
+        (
+            "service rate / offered",
+            f"{report['service_rate']:,} / {report['offered_rate']:,} tuples/s",
+        ),
+        ("tuples accepted", f"{exactly['accepted']:,}"),
+        ("tuples refused (QueueFullError)", f"{report['producer']['counts'].get('rejected', 0):,}"),
+        ("faults", ", ".join(f"{k} {faults[k]}" for k in FAULTS)),
+        ("unplanned driver restarts", str(report["driver_restarts_unplanned"])),
+        ("lost / duplicates", f"{exactly['lost']} / {exactly['duplicates']}"),
+        ("dead-lettered, by reason", str(exactly["dead_letter_reasons"])),
+        ("peak backlog / max", f"{report['peak_backlog']:,} / {report['max_queue_size']:,}"),
+        ("peak RSS, MiB", ", ".join(f"{k} {v}" for k, v in report["peak_rss_mib"].items())),
+        ("audit exit status", str(report["audit"]["exit_status"])),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    for name, ok in report["checks"].items():
+        table.add_row(name, "[green]ok[/]" if ok else "[red]FAILED[/]")
+    console.print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--short", action="store_true", help="each fault once, about 2 minutes")
+    parser.add_argument(
+        "--duration", type=float, default=1800.0, help="seconds of chaos (long mode)"
+    )
+    parser.add_argument(
+        "--fault-interval", type=float, default=30.0, help="mean seconds between faults"
+    )
+    parser.add_argument("--max-queue-size", type=int, default=60_000)
+    parser.add_argument("--seed", type=int, default=8)
+    parser.add_argument(
+        "--out", type=Path, default=None, help="run directory (default bench/out/soak-<time>)"
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    plan = Plan(
+        duration_s=600.0 if args.short else args.duration,
+        fault_interval_s=8.0 if args.short else args.fault_interval,
+        stall_s=(8.0, 8.0) if args.short else (10.0, 60.0),
+        broker_down_s=2.0,
+        warmup_s=10.0 if args.short else 30.0,
+        max_queue_size=20_000 if args.short else args.max_queue_size,
+        short=args.short,
+        seed=args.seed,
+    )
+    out = args.out or ROOT / "bench" / "out" / time.strftime("soak-%Y%m%d-%H%M%S")
+    report = soak(plan, out)
+    (out / "soak.json").write_text(json.dumps(report, indent=1))
+    show(report)
+    console.print(f"report: {out / 'soak.json'}")
+    sys.exit(0 if all(report["checks"].values()) else 1)
+
+
+if __name__ == "__main__":
+    main()
