@@ -86,7 +86,7 @@ from typing import Any
 import httpx
 import psutil
 import tomli_w
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
+from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from rich.console import Console
 from rich.table import Table
@@ -95,6 +95,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.broker import EmbeddedBroker, ensure_topics, free_port
 from pipeline.config import QueryGroupConfig, load_query_group
+from pipeline.demo import read_all
 from pipeline.source import DLQ_QUERY, DLQ_REASON
 
 log = logging.getLogger("soak")
@@ -705,41 +706,6 @@ class Sampler:
 # --------------------------------------------------------------------------- checks
 
 
-def read_topic(bootstrap: str, topic: str) -> Iterator[Any]:
-    """Every record of ``topic`` from the start to its high watermarks, read_committed."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"soak-check-{time.time_ns()}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
-    try:
-        metadata = consumer.list_topics(topic, timeout=30).topics[topic]
-        ends = {}
-        for p in metadata.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            if high > low:
-                ends[p] = high
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        while ends:
-            for message in consumer.consume(10_000, timeout=1.0):
-                if message.error():
-                    if message.error().code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise RuntimeError(f"{topic}: {message.error()}")
-                yield message
-                if message.offset() + 1 >= ends.get(message.partition(), 0):
-                    ends.pop(message.partition(), None)
-            # A transaction marker ends a partition: the consumer's position passes it.
-            for tp in consumer.position([TopicPartition(topic, p) for p in list(ends)]):
-                if tp.offset >= ends[tp.partition]:
-                    ends.pop(tp.partition)
-    finally:
-        consumer.close()
-
-
 def check_exactly_once(
     layout: Layout, config: QueryGroupConfig, produced: dict[str, Any]
 ) -> dict[str, Any]:
@@ -750,7 +716,7 @@ def check_exactly_once(
     schemas = SchemaRepository.load(config.schema_dir)
     codec = StreamCodec("seen", schemas.get("soak_seen"), schemas)
     seen: Counter[int] = Counter()
-    for message in read_topic(layout.bootstrap, config.output_streams["seen"].topic):
+    for message in read_all(layout.bootstrap, config.output_streams["seen"].topic, timeout_s=600):
         seen[codec.decode(message.value())["seq"]] += 1
     accepted = {s for start, end in produced["accepted"] for s in range(start, end)}
     malformed = set(produced["malformed"])
@@ -758,7 +724,7 @@ def check_exactly_once(
     # The query seen's dead letters, once per tuple (a retried task may repeat one:
     # the record key names the tuple), by sequence number.
     dead: dict[bytes, tuple[int, str]] = {}
-    for message in read_topic(layout.bootstrap, config.dead_letter_topic):
+    for message in read_all(layout.bootstrap, config.dead_letter_topic, timeout_s=600):
         headers = dict(message.headers() or [])
         if headers.get(DLQ_QUERY) != b"seen":
             continue
@@ -929,14 +895,12 @@ def watchdog(stack: Stack, stop: threading.Event, hanging: HangingTransactions) 
                 hanging._since.clear()
 
 
-def committed_total(config: QueryGroupConfig, bootstrap: str) -> int:
-    """Tuples the slowest query has committed, over the input topic's partitions."""
-    from pipeline.queues import QueueProbe
-
-    snapshot = QueueProbe.for_input_stream(
-        config, "flights", bootstrap_servers=bootstrap
-    ).snapshot()
-    return sum(p.committed or 0 for p in snapshot.partitions.values())
+def input_progress(probe: Any) -> tuple[int, int]:
+    """``(committed, written)``: tuples the slowest query has committed and the high
+    watermarks, summed over the input topic's partitions, in one reading of ``probe``
+    (the sampler's: one admin client for the run, see :class:`HangingTransactions`)."""
+    partitions = probe.snapshot().partitions.values()
+    return sum(p.committed or 0 for p in partitions), sum(p.high for p in partitions)
 
 
 def soak(plan: Plan, out: Path) -> dict[str, Any]:
@@ -977,17 +941,17 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         # Warm-up, unthrottled: the backlog builds, and the commit rate is the service rate.
         console.print("[bold]soak[/]: waiting for the first micro-batch")
         deadline = time.monotonic() + START_TIMEOUT_S
-        while committed_total(config, layout.bootstrap) == 0:
+        while input_progress(sampler.probe)[0] == 0:
             if time.monotonic() > deadline:
                 raise RuntimeError("no micro-batch committed: see " + str(layout.logs))
             time.sleep(1.0)
         # From the end of a micro-batch (the commit moves) for warmup_s.
-        first = committed_total(config, layout.bootstrap)
-        while (start := committed_total(config, layout.bootstrap)) == first:
+        first = input_progress(sampler.probe)[0]
+        while (start := input_progress(sampler.probe)[0]) == first:
             time.sleep(0.2)
         t0 = time.monotonic()
         time.sleep(plan.warmup_s)
-        service_rate = (committed_total(config, layout.bootstrap) - start) / (time.monotonic() - t0)
+        service_rate = (input_progress(sampler.probe)[0] - start) / (time.monotonic() - t0)
         rate.value = max(2 * service_rate, 100.0)
         report["service_rate"] = round(service_rate)
         report["offered_rate"] = round(rate.value)
@@ -1029,8 +993,7 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         last_said = 0.0
         while True:
             with contextlib.suppress(Exception):
-                committed = committed_total(config, layout.bootstrap)
-                high = high_total(config, layout.bootstrap)
+                committed, high = input_progress(sampler.probe)
                 outputs = reception.queue_lengths()
                 if committed >= high and all(v <= 4 for v in outputs.values()):
                     break
@@ -1087,15 +1050,6 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         broker.stop(remove_data=False)
     report["checks"] = checks(report)
     return report
-
-
-def high_total(config: QueryGroupConfig, bootstrap: str) -> int:
-    from pipeline.queues import QueueProbe
-
-    snapshot = QueueProbe.for_input_stream(
-        config, "flights", bootstrap_servers=bootstrap
-    ).snapshot()
-    return sum(p.high for p in snapshot.partitions.values())
 
 
 def checks(report: dict[str, Any]) -> dict[str, bool]:

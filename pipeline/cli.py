@@ -293,6 +293,18 @@ def _print_results(result: Any, top: int) -> None:
     console.print(summary)
 
 
+def _stop_on_signals(stop: threading.Event, what: str) -> None:
+    """Set ``stop`` on SIGTERM (``docker stop``, the admission service) or Ctrl-C, saying
+    ``what`` happens next."""
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        console.print(f"signal {signal.Signals(signum).name}: {what}")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+
 @app.command()
 def run(
     config: Annotated[
@@ -315,13 +327,7 @@ def run(
         servers = _bootstrap_servers(bootstrap, cfg)
         group = QueryGroup(cfg, bootstrap_servers=servers)
         stop = group.stop_requested
-
-        def on_signal(signum: int, _frame: Any) -> None:
-            console.print(f"signal {signal.Signals(signum).name}: stopping query group {cfg.name}")
-            stop.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        _stop_on_signals(stop, f"stopping query group {cfg.name}")
         group.start(available_now=available_now)
         url = group.serve()
         console.print(
@@ -401,13 +407,7 @@ def produce(
         server.start()
         console.print(f"FLOODGATE_PRODUCER_URL={server.url}", soft_wrap=True)
         stop = threading.Event()
-
-        def on_signal(signum: int, _frame: Any) -> None:
-            console.print(f"signal {signal.Signals(signum).name}: stopping the replay")
-            stop.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        _stop_on_signals(stop, "stopping the replay")
         progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),

@@ -127,6 +127,14 @@ class PutResult:
         return self.free_queue_size / self.max_queue_size
 
 
+def _epoch_ms(value: Any) -> float | None:
+    """A ``timestamp-millis`` field as given to ``put`` (a datetime or epoch ms), as
+    epoch ms; ``None`` for anything else (the codec names the wrong type)."""
+    if isinstance(value, datetime):
+        return value.timestamp() * 1000
+    return value if isinstance(value, int) else None
+
+
 class StreamInput:
     """Writes tuples of one input stream of one query group, within its queue's bound.
 
@@ -443,14 +451,7 @@ class StreamInput:
                         field=name,
                     )
             if event is not None:
-                value = t.get(event)
-                ms = (
-                    value.timestamp() * 1000
-                    if isinstance(value, datetime)
-                    else value
-                    if isinstance(value, int)
-                    else None
-                )
+                ms = _epoch_ms(t.get(event))
                 if ms is not None and ms > limit_ms:
                     ahead_s = (ms - time.time() * 1000) / 1000
                     raise EventTimeError(

@@ -438,8 +438,8 @@ class QueryGroup:
                 options["keyRequired"] = "true"
             if stream.timestamp_mode == "data_source":
                 options["maxEventTimeAheadMs"] = str(stream.max_event_time_ahead_ms)
-            # Late tuples to the dead-letter topic (option watermarkCheckpoint, from
-            # self._local_checkpoint(query)) are not switched on yet: with small
+            # Late tuples to the dead-letter topic (source option watermarkCheckpoint,
+            # the query's local checkpoint) are not switched on yet: with small
             # micro-batches the partitions' skew makes a stateless query's tuples
             # "late" that Spark would pass (issue 8 note).
             if name in self._discard_before:
@@ -450,23 +450,6 @@ class QueryGroup:
             if stream.watermark:
                 df = df.withWatermark("event_time", stream.watermark)
             df.createOrReplaceTempView(name)
-
-    def _local_checkpoint(self, query: str) -> str | None:
-        """The query's checkpoint directory as a local path; ``None`` (with a warning)
-        when it is on another file system: the source reads the watermark from its
-        offset log with plain file reads (:func:`pipeline.source.batch_watermark`)."""
-        root = self.config.checkpoint_root.rstrip("/")
-        if root.startswith("file:"):
-            root = "/" + root[len("file:") :].lstrip("/")
-        elif "://" in root:
-            log.warning(
-                "query group %s: checkpoint_dir %s is not local: late tuples are dropped by "
-                "Spark, not dead-lettered",
-                self.name,
-                root,
-            )
-            return None
-        return os.path.abspath(f"{root}/{query}")
 
     def _start_query(self, spark: SparkSession, name: str, *, available_now: bool) -> None:
         query_config = self.config.queries[name]

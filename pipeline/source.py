@@ -64,6 +64,7 @@ from pyspark.sql.types import (
 )
 
 from pipeline.errors import DeserializationError, RefusedTupleError, SchemaError
+from pipeline.output import parse_offset_log
 from pipeline.serde import RegisteredSchema, SchemaRepository, StreamCodec
 from pipeline.swept import RANGE_CONSUMER, BlobReader, catalog_for, read_partition
 
@@ -475,14 +476,15 @@ def batch_watermark(
     for batch in batches[:look_back]:
         try:
             with open(os.path.join(directory, str(batch)), encoding="utf-8") as log_file:
-                lines = log_file.read().splitlines()
+                text = log_file.read()
         except OSError:
             continue
+        lines = text.splitlines()
         if len(lines) < 3:
             continue
-        for line in lines[2:]:
+        for logged in parse_offset_log(text):
             with contextlib.suppress(ValueError, AttributeError):
-                if offsets_from_json(topic, json.loads(line)) == wanted:
+                if offsets_from_json(topic, logged) == wanted:
                     return batch, int(json.loads(lines[1]).get("batchWatermarkMs", 0))
     return None
 
