@@ -286,6 +286,11 @@ class Stack:
             timeout=10,
         )
         self.lock = threading.Lock()  # faults and the driver watchdog, one at a time
+        #: Held by every admin request of this process and by a broker restart: no request
+        #: of ours is pending while the broker is down. librdkafka (2.16.1) aborts the
+        #: process (``rd_kafka_enq_once_del_source_return: Assertion eonce->refcnt > 0``)
+        #: when admin requests time out across a broker restart.
+        self.admin_lock = threading.Lock()
 
     # -- admission --------------------------------------------------------------
 
@@ -384,9 +389,10 @@ class Stack:
     # -- the broker -------------------------------------------------------------------
 
     def restart_broker(self, down_s: float) -> None:
-        self.broker.stop(remove_data=False)
-        time.sleep(down_s)
-        self.broker.start()
+        with self.admin_lock:
+            self.broker.stop(remove_data=False)
+            time.sleep(down_s)
+            self.broker.start()
 
     # -- admission restart with jobs enqueued -----------------------------------------------
 
@@ -689,8 +695,9 @@ class Sampler:
             backlog: int | None = None
             outputs: dict[str, int] = {}
             try:
-                backlog = self.probe.snapshot().length
-                outputs = self.reception.queue_lengths()
+                with self.stack.admin_lock:
+                    backlog = self.probe.snapshot().length
+                    outputs = self.reception.queue_lengths()
             except Exception:
                 self.missed += 1  # the broker is restarting
             self.samples.append(
@@ -886,7 +893,8 @@ def watchdog(stack: Stack, stop: threading.Event, hanging: HangingTransactions) 
                 stack.driver_restarts_unplanned += 1
                 stack.restart_driver()
             try:
-                stuck = hanging.check()
+                with stack.admin_lock:
+                    stuck = hanging.check()
             except Exception:
                 continue  # the broker is restarting
             if stuck:
@@ -895,11 +903,13 @@ def watchdog(stack: Stack, stop: threading.Event, hanging: HangingTransactions) 
                 hanging._since.clear()
 
 
-def input_progress(probe: Any) -> tuple[int, int]:
+def input_progress(sampler: Sampler) -> tuple[int, int]:
     """``(committed, written)``: tuples the slowest query has committed and the high
-    watermarks, summed over the input topic's partitions, in one reading of ``probe``
-    (the sampler's: one admin client for the run, see :class:`HangingTransactions`)."""
-    partitions = probe.snapshot().partitions.values()
+    watermarks, summed over the input topic's partitions, in one reading of the
+    sampler's probe (one admin client for the run, see :class:`HangingTransactions`),
+    never while the broker restarts (:attr:`Stack.admin_lock`)."""
+    with sampler.stack.admin_lock:
+        partitions = sampler.probe.snapshot().partitions.values()
     return sum(p.committed or 0 for p in partitions), sum(p.high for p in partitions)
 
 
@@ -941,17 +951,17 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         # Warm-up, unthrottled: the backlog builds, and the commit rate is the service rate.
         console.print("[bold]soak[/]: waiting for the first micro-batch")
         deadline = time.monotonic() + START_TIMEOUT_S
-        while input_progress(sampler.probe)[0] == 0:
+        while input_progress(sampler)[0] == 0:
             if time.monotonic() > deadline:
                 raise RuntimeError("no micro-batch committed: see " + str(layout.logs))
             time.sleep(1.0)
         # From the end of a micro-batch (the commit moves) for warmup_s.
-        first = input_progress(sampler.probe)[0]
-        while (start := input_progress(sampler.probe)[0]) == first:
+        first = input_progress(sampler)[0]
+        while (start := input_progress(sampler)[0]) == first:
             time.sleep(0.2)
         t0 = time.monotonic()
         time.sleep(plan.warmup_s)
-        service_rate = (input_progress(sampler.probe)[0] - start) / (time.monotonic() - t0)
+        service_rate = (input_progress(sampler)[0] - start) / (time.monotonic() - t0)
         rate.value = max(2 * service_rate, 100.0)
         report["service_rate"] = round(service_rate)
         report["offered_rate"] = round(rate.value)
@@ -993,7 +1003,7 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         last_said = 0.0
         while True:
             with contextlib.suppress(Exception):
-                committed, high = input_progress(sampler.probe)
+                committed, high = input_progress(sampler)
                 outputs = reception.queue_lengths()
                 if committed >= high and all(v <= 4 for v in outputs.values()):
                     break

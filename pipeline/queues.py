@@ -20,15 +20,16 @@ tested in ``tests/unit/test_queue_budget.py``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import tenacity
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pipeline.errors import BrokerError
@@ -154,8 +155,13 @@ class QueueProbe:
         client: extra librdkafka properties.
         timeout_s: per broker request.
 
-    One :meth:`snapshot` costs two ``ListOffsets`` requests and one
-    ``OffsetFetch`` per group, issued concurrently.
+    One :meth:`snapshot` costs two ``ListOffsets`` requests (admin client) and one
+    ``OffsetFetch`` per group, issued while they are in flight. The commits are read
+    through a consumer per group that never subscribes (``Consumer.committed``), not
+    the admin client's ``list_consumer_group_offsets``: librdkafka 2.16.1 aborts the
+    whole process (``rd_kafka_enq_once_del_source_return: Assertion eonce->refcnt >
+    0`` in ``rd_kafka_admin_coord_request``) when a coordinator admin request is
+    resent across a broker restart (found by the soak, issue 8).
     """
 
     def __init__(
@@ -176,9 +182,9 @@ class QueueProbe:
         self.max_queue_size = max_queue_size
         self.swept = swept or NothingSwept()
         self.timeout_s = timeout_s
-        self._admin: AdminClient | None = AdminClient(
-            {"bootstrap.servers": bootstrap_servers, **(client or {})}
-        )
+        self._client_config = {"bootstrap.servers": bootstrap_servers, **(client or {})}
+        self._admin: AdminClient | None = AdminClient(self._client_config)
+        self._group_readers: dict[str, Consumer] = {}
         self._partitions: list[int] | None = None
         self._lock = threading.Lock()
 
@@ -248,9 +254,22 @@ class QueueProbe:
             raise BrokerError(f"stream {self.stream!r}: the queue probe is closed")
         return self._admin
 
+    def _group_reader(self, group: str) -> Consumer:
+        """The consumer that reads ``group``'s commits (created once, never subscribes)."""
+        reader = self._group_readers.get(group)
+        if reader is None:
+            reader = self._group_readers[group] = Consumer(
+                {**self._client_config, "group.id": group, "enable.auto.commit": False}
+            )
+        return reader
+
     def close(self) -> None:
-        """Let go of the admin client (a later :meth:`snapshot` raises ``BrokerError``)."""
-        self._admin = None
+        """Let go of the clients (a later :meth:`snapshot` raises ``BrokerError``)."""
+        with self._lock:
+            self._admin = None
+            readers, self._group_readers = self._group_readers, {}
+        for reader in readers.values():
+            reader.close()
 
     def forget_partitions(self) -> None:
         """Re-read the partition list on the next snapshot."""
@@ -294,12 +313,14 @@ class QueueProbe:
             ) from exc
 
     def _snapshot(self) -> QueueSnapshot:
-        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+        from confluent_kafka import KafkaException
 
         with self._lock:
             partitions = self.partitions()
             tps = [TopicPartition(self.topic, p) for p in partitions]
             admin = self._client()
+            latest: dict[TopicPartition, Any] = {}
+            earliest: dict[TopicPartition, Any] = {}
             try:
                 latest = admin.list_offsets(
                     {tp: OffsetSpec.latest() for tp in tps}, request_timeout=self.timeout_s
@@ -307,25 +328,30 @@ class QueueProbe:
                 earliest = admin.list_offsets(
                     {tp: OffsetSpec.earliest() for tp in tps}, request_timeout=self.timeout_s
                 )
-                group_futures = [
-                    admin.list_consumer_group_offsets(
-                        [ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout_s
-                    )[group]
-                    for group in self.groups
-                ]
-                highs = {tp.partition: f.result().offset for tp, f in latest.items()}
-                starts = {tp.partition: f.result().offset for tp, f in earliest.items()}
                 commits = []
-                for future in group_futures:
-                    result = future.result()
+                for group in self.groups:
+                    committed = self._group_reader(group).committed(tps, timeout=self.timeout_s)
+                    failed = [tp for tp in committed if tp.error is not None]
+                    if failed:
+                        raise KafkaException(failed[0].error)
                     commits.append(
                         {
                             tp.partition: (
                                 tp.offset if tp.offset is not None and tp.offset >= 0 else None
                             )
-                            for tp in result.topic_partitions
+                            for tp in committed
                         }
                     )
+            except KafkaException as exc:
+                for future in (*latest.values(), *earliest.values()):
+                    with contextlib.suppress(Exception):
+                        future.result()  # nothing of ours left pending in librdkafka
+                raise BrokerError(
+                    f"stream {self.stream!r}: cannot read queue state of {self.topic!r}: {exc}"
+                ) from exc
+            try:
+                highs = {tp.partition: f.result().offset for tp, f in latest.items()}
+                starts = {tp.partition: f.result().offset for tp, f in earliest.items()}
             except KafkaException as exc:
                 raise BrokerError(
                     f"stream {self.stream!r}: cannot read queue state of {self.topic!r}: {exc}"
