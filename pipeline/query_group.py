@@ -23,6 +23,7 @@ rest of the input queue (``"discard"``, the seed's behaviour, counted).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import logging
@@ -46,7 +47,12 @@ from pipeline.metrics import QueryGroupMetrics
 from pipeline.output import KafkaTransactionalSink, OutputQueueGuard
 from pipeline.queues import QueueAge, QueueProbe, QueueSnapshot
 from pipeline.serde import SchemaRepository, StreamCodec
-from pipeline.source import SOURCE_NAME, KafkaStreamDataSource, offsets_to_json
+from pipeline.source import (
+    SOURCE_NAME,
+    EventTimeWindow,
+    KafkaStreamDataSource,
+    offsets_to_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +99,152 @@ def build_spark_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+# --------------------------------------------------------------------------- late tuples
+
+_INTERVAL_UNITS_MS = {
+    "microsecond": 0.001,
+    "millisecond": 1,
+    "second": 1_000,
+    "minute": 60_000,
+    "hour": 3_600_000,
+    "day": 86_400_000,
+    "week": 604_800_000,
+}
+
+
+def interval_ms(text: str) -> int | None:
+    """A Spark interval string (``"1 hour"``, ``"interval 1 hour 30 minutes"``) in ms;
+    ``None`` when it is not a sum of whole ``<n> <unit>`` terms of fixed length (months
+    and years are not, nor are fractions of a ms)."""
+    words = text.lower().split()
+    if words[:1] == ["interval"]:
+        words = words[1:]
+    if not words or len(words) % 2:
+        return None
+    total = 0.0
+    for number, unit in zip(words[::2], words[1::2], strict=True):
+        scale = _INTERVAL_UNITS_MS.get(unit.removesuffix("s"))
+        if scale is None or not number.lstrip("-").isdigit():
+            return None
+        total += int(number) * scale
+    return int(total) if total == int(total) else None
+
+
+def _expression_trees(preorder: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[Any]]]:
+    """Spark's JSON of one expression (a pre-order list of nodes, each with
+    ``num-children``) as ``(node, children)`` trees."""
+    nodes = iter(preorder)
+
+    def take() -> tuple[dict[str, Any], list[Any]]:
+        node = next(nodes)
+        return node, [take() for _ in range(int(node.get("num-children", 0)))]
+
+    trees = []
+    with contextlib.suppress(StopIteration):
+        while True:
+            trees.append(take())
+    return trees
+
+
+def _walk_json(value: Any) -> Any:
+    """Every JSON object in ``value``, however deep (plans nest plans: CTEs, subqueries)."""
+    if isinstance(value, dict):
+        yield value
+        for item in value.values():
+            yield from _walk_json(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _walk_json(item)
+
+
+def _name_parts(node: dict[str, Any]) -> list[str]:
+    return [p.strip() for p in str(node.get("nameParts", "")).strip("[]").split(",") if p.strip()]
+
+
+@dataclass(frozen=True)
+class LatePlan:
+    """What a query's parsed plan says of late tuples (:func:`late_plan`)."""
+
+    relations: frozenset[str]
+    """The tables and views the query reads (lower case)."""
+    window: EventTimeWindow | None
+    """The event-time window of its streaming aggregation, if there is exactly one."""
+    why_not: str | None = None
+    """Why a ``window(event_time, ...)`` aggregation has no usable :attr:`window`."""
+
+
+def late_plan(parsed_plan_json: str) -> LatePlan:
+    """Read, from a query's *parsed* (unresolved) logical plan as Spark's JSON
+    (``sessionState.sqlParser.parsePlan(sql).toJSON``), the relations it reads and the
+    event-time window of its aggregation: the ``window(event_time, <duration>[,
+    <slide>[, <start>]])`` calls among the grouping or aggregate expressions of its
+    ``Aggregate`` nodes, with string or day-time interval literals.
+
+    Spark drops a late tuple only in a stateful operator (an aggregation over the
+    watermarked ``event_time``, ``window.end <= watermark``); a stateless query passes
+    it on, so it gets no lateness rule (issue 8). Grouping on ``event_time`` itself,
+    ``dropDuplicates`` and stream-stream joins are not read: their late tuples are
+    still dropped by Spark and only counted (``numRowsDroppedByWatermark``).
+    """
+    plan = json.loads(parsed_plan_json)
+    relations: set[str] = set()
+    windows: set[EventTimeWindow] = set()
+    unreadable: list[str] = []
+    for node in _walk_json(plan):
+        cls = str(node.get("class", ""))
+        if cls.endswith(".UnresolvedRelation"):
+            parts = [
+                p.strip() for p in str(node.get("multipartIdentifier", "")).strip("[]").split(",")
+            ]
+            relations.add(parts[-1].lower())
+        if not cls.endswith(".Aggregate"):
+            continue
+        expressions = [*node.get("groupingExpressions", []), *node.get("aggregateExpressions", [])]
+        for preorder in expressions:
+            stack = _expression_trees(preorder)
+            while stack:
+                expression, children = stack.pop()
+                stack.extend(children)
+                if not (
+                    str(expression.get("class", "")).endswith(".UnresolvedFunction")
+                    and [p.lower() for p in _name_parts(expression)] == ["window"]
+                    and children
+                ):
+                    continue
+                column, *arguments = children
+                if [p.lower() for p in _name_parts(column[0])][-1:] != ["event_time"]:
+                    continue
+                spans: list[int | None] = []
+                for argument, _ in arguments:
+                    kind = str(argument.get("dataType", ""))
+                    value = argument.get("value")
+                    if not str(argument.get("class", "")).endswith(".Literal") or value is None:
+                        spans.append(None)
+                    elif kind == "string":
+                        spans.append(interval_ms(str(value)))
+                    elif kind.startswith("interval") and "year" not in kind and "month" not in kind:
+                        micros = int(value)
+                        spans.append(micros // 1000 if micros % 1000 == 0 else None)
+                    else:
+                        spans.append(None)
+                if not spans or None in spans or len(spans) > 3:
+                    unreadable.append(f"window arguments {[a.get('value') for a, _ in arguments]}")
+                    continue
+                duration = spans[0] or 0
+                slide = spans[1] if len(spans) > 1 else duration
+                start = spans[2] if len(spans) > 2 else 0
+                try:
+                    windows.add(EventTimeWindow(duration, slide or 0, start or 0))
+                except ValueError as exc:
+                    unreadable.append(str(exc))
+    frozen = frozenset(relations)
+    if unreadable:
+        return LatePlan(frozen, None, "; ".join(unreadable))
+    if len(windows) > 1:
+        return LatePlan(frozen, None, f"{len(windows)} different event-time windows")
+    return LatePlan(frozen, next(iter(windows), None))
 
 
 @dataclass
@@ -438,10 +590,11 @@ class QueryGroup:
                 options["keyRequired"] = "true"
             if stream.timestamp_mode == "data_source":
                 options["maxEventTimeAheadMs"] = str(stream.max_event_time_ahead_ms)
-            # Late tuples to the dead-letter topic (source option watermarkCheckpoint,
-            # the query's local checkpoint) are not switched on yet: with small
-            # micro-batches the partitions' skew makes a stateless query's tuples
-            # "late" that Spark would pass (issue 8 note).
+            late = self._late_window(spark, query, name)
+            if late is not None:
+                # Tuples Spark's aggregation would drop as late go to the dead-letter
+                # topic instead (reason "late"): same predicate, same watermark.
+                options["watermarkCheckpoint"], options["lateWindow"] = late
             if name in self._discard_before:
                 options["discardBefore"] = json.dumps(
                     offsets_to_json(stream.topic, self._discard_before[name])
@@ -450,6 +603,44 @@ class QueryGroup:
             if stream.watermark:
                 df = df.withWatermark("event_time", stream.watermark)
             df.createOrReplaceTempView(name)
+
+    def _late_window(self, spark: SparkSession, query: str, stream: str) -> tuple[str, str] | None:
+        """``(watermarkCheckpoint, lateWindow)`` source options for ``stream`` read by
+        ``query`` when the query aggregates it over an event-time window (the only
+        operator that drops late tuples the source can foresee: :func:`late_plan`)
+        and the stream has a watermark; else ``None``. Logged, ``FG-QG-006``, when the
+        query has a window the source cannot follow or a checkpoint that is not local:
+        late tuples of that query are then dropped by Spark and only counted."""
+        query_config = self.config.queries[query]
+        if (
+            not self.config.input_streams[stream].watermark
+            or query_config.output_mode == "complete"
+        ):
+            return None  # nothing is dropped: no watermark, or complete mode keeps all state
+        parser = spark._jsparkSession.sessionState().sqlParser()
+        plan = late_plan(parser.parsePlan(query_config.sql).toJSON())
+        streams_read = plan.relations & {s.lower() for s in self.config.input_streams}
+        if streams_read != {stream.lower()}:
+            return None
+        root = self.config.checkpoint_root.rstrip("/")
+        if root.startswith("file:"):
+            root = "/" + root[len("file:") :].lstrip("/")
+        why_not = plan.why_not
+        if why_not is None and plan.window is not None and "://" in root:
+            why_not = f"checkpoint_dir {root} is not local (the source reads its offset log)"
+        if why_not is not None:
+            log.warning(
+                "FG-QG-006 query group %s, query %s: late tuples of stream %s are dropped by "
+                "Spark, not dead-lettered: %s",
+                self.name,
+                query,
+                stream,
+                why_not,
+            )
+            return None
+        if plan.window is None:
+            return None
+        return os.path.abspath(f"{root}/{query}"), plan.window.option()
 
     def _start_query(self, spark: SparkSession, name: str, *, available_now: bool) -> None:
         query_config = self.config.queries[name]

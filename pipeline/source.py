@@ -269,6 +269,64 @@ def spark_schema(stream: str, schema: RegisteredSchema) -> StructType:
     )
 
 
+# --------------------------------------------------------------------------- lateness
+
+
+@dataclass(frozen=True)
+class EventTimeWindow:
+    """The event-time window of a query's streaming aggregation,
+    ``window(event_time, duration, slide, start)``, in ms (tumbling: ``slide ==
+    duration``).
+
+    Spark's stateful aggregation drops a row as late when the end of its window is at
+    or before the watermark for late events (``WatermarkSupport.watermarkExpression``:
+    ``window.end <= watermark`` for a window key); a tuple of a sliding window is in
+    several windows, and only lost once the latest of them is. Raises
+    :class:`ValueError` for a duration or slide under 1 ms, or a slide over the
+    duration.
+    """
+
+    duration_ms: int
+    slide_ms: int
+    start_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.duration_ms < 1 or not 1 <= self.slide_ms <= self.duration_ms:
+            raise ValueError(
+                f"window duration {self.duration_ms} ms and slide {self.slide_ms} ms: "
+                "allowed: both >= 1 ms, the slide at most the duration (as Spark's window)"
+            )
+
+    def last_end(self, event_time_ms: int) -> int:
+        """End (epoch ms, exclusive) of the latest window that holds ``event_time_ms``."""
+        last_start = event_time_ms - (event_time_ms - self.start_ms) % self.slide_ms
+        return last_start + self.duration_ms
+
+    def is_late(self, event_time_ms: int, watermark_ms: int) -> bool:
+        """Whether Spark would drop the tuple from every window (watermark 0: none)."""
+        return watermark_ms > 0 and self.last_end(event_time_ms) <= watermark_ms
+
+    def option(self) -> str:
+        """The source option ``lateWindow``: ``<duration>,<slide>,<start>``."""
+        return f"{self.duration_ms},{self.slide_ms},{self.start_ms}"
+
+    @classmethod
+    def parse_option(cls, text: str) -> EventTimeWindow:
+        """Inverse of :meth:`option`.
+
+        Raises:
+            ValueError: not three whole numbers of ms, duration and slide >= 1.
+        """
+        try:
+            duration, slide, start = (int(part) for part in text.split(","))
+            return cls(duration, slide, start)
+        except ValueError as exc:
+            raise ValueError(
+                f"{SOURCE_NAME}: lateWindow = {text!r}; allowed: '<duration ms>,<slide ms>,"
+                f"<start ms>' with duration and slide >= 1 ({exc})"
+            ) from exc
+
+
 # --------------------------------------------------------------------------- options
 
 
@@ -290,9 +348,11 @@ class SourceOptions:
     (``true``: a record without a key is dead-lettered, reason ``null-key``),
     ``maxEventTimeAheadMs`` (with ``data_source`` timestamps: an event time further
     than this after the record's Kafka timestamp is dead-lettered, reason
-    ``future-event-time``), ``watermarkCheckpoint`` (the reading query's checkpoint
-    directory, a local path: a tuple whose event time is before the watermark Spark
-    logged for the micro-batch is dead-lettered, reason ``late``), and
+    ``future-event-time``), ``watermarkCheckpoint`` and ``lateWindow`` (together:
+    the reading query's checkpoint directory, a local path, and its aggregation's
+    event-time window as ``<duration ms>,<slide ms>,<start ms>``; a tuple whose
+    latest window ended at or before the watermark Spark applies to late tuples of
+    the micro-batch is dead-lettered, reason ``late``: :class:`EventTimeWindow`), and
     ``kafka.<property>`` for any librdkafka property.
     """
 
@@ -315,6 +375,7 @@ class SourceOptions:
     key_required: bool = False
     max_event_time_ahead_ms: int | None = None
     watermark_checkpoint: str | None = None
+    late_window: EventTimeWindow | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -370,6 +431,11 @@ class SourceOptions:
         key_required = lower.get("keyrequired", "false").lower()
         if key_required not in ("true", "false"):
             raise ValueError(f"{SOURCE_NAME}: keyRequired = {key_required!r}; allowed: true, false")
+        if bool(lower.get("watermarkcheckpoint")) != bool(lower.get("latewindow")):
+            given = [k for k in ("watermarkCheckpoint", "lateWindow") if lower.get(k.lower())]
+            raise ValueError(
+                f"{SOURCE_NAME}: watermarkCheckpoint and lateWindow go together; given: {given}"
+            )
         ahead_text = lower.get("maxeventtimeaheadms")
         ahead = None
         if ahead_text:
@@ -399,6 +465,9 @@ class SourceOptions:
             key_required=key_required == "true",
             max_event_time_ahead_ms=ahead,
             watermark_checkpoint=lower.get("watermarkcheckpoint") or None,
+            late_window=EventTimeWindow.parse_option(lower["latewindow"])
+            if lower.get("latewindow")
+            else None,
         )
 
     def consumer_config(self, **extra: Any) -> dict[str, Any]:
@@ -447,21 +516,24 @@ class KafkaInputPartition(InputPartition):
     partition: int
     start: int
     end: int
-    late_before_ms: int | None = None
-    """The micro-batch's watermark (epoch ms; ``None``: no lateness check)."""
+    watermark_ms: int | None = None
+    """The watermark for the micro-batch's late tuples (epoch ms; ``None``: no
+    lateness check, :func:`batch_watermark`)."""
     batch_id: int | None = None
 
 
 def batch_watermark(
     checkpoint: str, topic: str, end: Mapping[int, int], *, look_back: int = 8
 ) -> tuple[int, int] | None:
-    """The watermark Spark logged for the micro-batch that ends at ``end``.
+    """The watermark Spark applies to late tuples of the micro-batch that ends at ``end``.
 
     Spark writes ``<checkpoint>/offsets/<batch>`` before it plans a micro-batch: a
-    version line, the batch's metadata (``batchWatermarkMs``: the event-time watermark
-    its stateful operators use to evict state), then one offsets line per source. The
+    version line, the batch's metadata (``batchWatermarkMs``, the event-time watermark
+    its stateful operators evict state by), then one offsets line per source. The
     batch is the newest of the last ``look_back`` whose line for ``topic`` equals
-    ``end``.
+    ``end``. Late tuples are judged by the *previous* batch's watermark (Spark >= 3.4,
+    ``PropagateWatermarkSimulator.getInputWatermarkForLateEvents``, the default with
+    ``spark.sql.streaming.statefulOperator.allowMultiple``): 0 for the first batch.
 
     Returns:
         ``(batch id, watermark ms)``, or ``None`` when no logged batch matches (the
@@ -474,19 +546,27 @@ def batch_watermark(
         return None
     wanted = {int(p): int(o) for p, o in end.items()}
     for batch in batches[:look_back]:
-        try:
-            with open(os.path.join(directory, str(batch)), encoding="utf-8") as log_file:
-                text = log_file.read()
-        except OSError:
+        lines = _offset_log(directory, batch)
+        if lines is None:
             continue
-        lines = text.splitlines()
-        if len(lines) < 3:
-            continue
-        for logged in parse_offset_log(text):
+        for logged in parse_offset_log("\n".join(lines)):
             with contextlib.suppress(ValueError, AttributeError):
                 if offsets_from_json(topic, logged) == wanted:
-                    return batch, int(json.loads(lines[1]).get("batchWatermarkMs", 0))
+                    previous = _offset_log(directory, batch - 1) if batch > 0 else None
+                    if previous is None:
+                        return batch, 0
+                    return batch, int(json.loads(previous[1]).get("batchWatermarkMs", 0))
     return None
+
+
+def _offset_log(directory: str, batch: int) -> list[str] | None:
+    """The lines of ``offsets/<batch>``; ``None`` when absent or not yet complete."""
+    try:
+        with open(os.path.join(directory, str(batch)), encoding="utf-8") as log_file:
+            lines = log_file.read().splitlines()
+    except OSError:
+        return None
+    return lines if len(lines) >= 3 else None
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -594,7 +674,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """One input partition per Kafka partition with tuples in ``[start, end)``."""
         begin = self._skip_discarded(offsets_from_json(self.options.topic, start))
         finish = offsets_from_json(self.options.topic, end)
-        late_before = batch = None
+        watermark = batch = None
         if self.options.watermark_checkpoint:
             logged = batch_watermark(self.options.watermark_checkpoint, self.options.topic, finish)
             if logged is None:
@@ -606,9 +686,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self.options.watermark_checkpoint,
                 )
             else:
-                batch, late_before = logged
+                batch, watermark = logged
         return [
-            KafkaInputPartition(self.options.topic, p, begin.get(p, 0), e, late_before, batch)
+            KafkaInputPartition(self.options.topic, p, begin.get(p, 0), e, watermark, batch)
             for p, e in sorted(finish.items())
             if e > begin.get(p, 0)
         ]
@@ -758,7 +838,8 @@ class _PartitionReader:
             refusal = ("null-key", "the record has no key; the stream is keyed")
         elif event_time is not None:
             ahead = self.options.max_event_time_ahead_ms
-            late_before = self.partition.late_before_ms
+            watermark = self.partition.watermark_ms
+            window = self.options.late_window
             if (
                 ahead is not None
                 and timestamp is not None
@@ -771,11 +852,17 @@ class _PartitionReader:
                     f"after the record's timestamp {_iso(timestamp)}; at most "
                     f"{ahead / 1000:,.0f} s is accepted (max_event_time_ahead_ms)",
                 )
-            elif late_before is not None and event_time < late_before:
+            elif (
+                window is not None
+                and watermark is not None
+                and window.is_late(event_time, watermark)
+            ):
                 refusal = (
                     "late",
-                    f"event time {_iso(event_time)} is before the watermark "
-                    f"{_iso(late_before)} of micro-batch {self.partition.batch_id}",
+                    f"event time {_iso(event_time)}: its latest window ended "
+                    f"{_iso(window.last_end(event_time))}, at or before the watermark "
+                    f"{_iso(watermark)} for micro-batch {self.partition.batch_id}; Spark "
+                    "would drop it from the aggregation",
                 )
         if refusal is not None:
             reason, text = refusal

@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, TimestampType
 
 from pipeline.errors import SchemaError
+from pipeline.query_group import interval_ms
 from pipeline.serde import SchemaRepository
 from pipeline.source import (
     METADATA_COLUMNS,
+    EventTimeWindow,
     SourceOptions,
     batch_watermark,
     offsets_from_json,
@@ -363,15 +365,78 @@ def write_offset_log(directory: Path, batch: int, watermark_ms: int, *sources: s
     (directory / "offsets" / str(batch)).write_text("\n".join(["v1", metadata, *sources]))
 
 
-def test_batch_watermark_is_read_from_the_entry_whose_offsets_end_the_batch(
+def test_batch_watermark_is_the_previous_entrys_for_the_entry_whose_offsets_end_the_batch(
     tmp_path: Path,
 ) -> None:
     write_offset_log(tmp_path, 0, 0, '{"flights":{"0":10,"1":12}}')
     write_offset_log(tmp_path, 1, 5_000, '{"other":{"0":3}}', '{"flights":{"0":20,"1":12}}')
     write_offset_log(tmp_path, 2, 9_000, '{"flights":{"0":30,"1":31}}')
-    assert batch_watermark(str(tmp_path), "flights", {0: 20, 1: 12}) == (1, 5_000)
+    # Spark judges a batch's late tuples by the watermark of the batch before it.
+    assert batch_watermark(str(tmp_path), "flights", {0: 20, 1: 12}) == (1, 0)
     assert batch_watermark(str(tmp_path), "flights", {0: 10, 1: 12}) == (0, 0)
-    assert batch_watermark(str(tmp_path), "flights", {0: 30, 1: 31}) == (2, 9_000)
+    assert batch_watermark(str(tmp_path), "flights", {0: 30, 1: 31}) == (2, 5_000)
     # Not logged (yet), or no checkpoint at all: no lateness check, never a guess.
     assert batch_watermark(str(tmp_path), "flights", {0: 40, 1: 31}) is None
     assert batch_watermark(str(tmp_path / "missing"), "flights", {0: 10}) is None
+
+
+HOUR = 3_600_000
+
+
+def test_a_tuple_is_late_once_its_latest_window_has_ended_by_the_watermark() -> None:
+    hourly = EventTimeWindow(HOUR, HOUR)
+    assert hourly.last_end(10 * HOUR + 1) == 11 * HOUR
+    assert hourly.last_end(10 * HOUR) == 11 * HOUR  # a window holds its start
+    # Spark drops window.end <= watermark: the end itself is already late.
+    assert hourly.is_late(10 * HOUR + 5, 11 * HOUR)
+    assert not hourly.is_late(10 * HOUR + 5, 11 * HOUR - 1)
+    assert not hourly.is_late(0, 0)  # watermark 0: the first batches drop nothing
+    # Sliding: 1 hour every 15 minutes, offset 5 minutes; the latest window holding
+    # 10:20 starts at 10:20 and ends 11:20.
+    sliding = EventTimeWindow(HOUR, HOUR // 4, 5 * 60_000)
+    assert sliding.last_end(10 * HOUR + 20 * 60_000) == 11 * HOUR + 20 * 60_000
+    assert sliding.last_end(10 * HOUR + 19 * 60_000) == 11 * HOUR + 5 * 60_000
+    assert EventTimeWindow.parse_option(sliding.option()) == sliding
+    with pytest.raises(ValueError, match="lateWindow"):
+        EventTimeWindow.parse_option("1h,1h,0")
+    with pytest.raises(ValueError, match=">= 1"):
+        EventTimeWindow.parse_option("0,1,0")
+
+
+@PROPERTY
+@given(
+    duration=st.integers(1, 10 * HOUR),
+    slide_part=st.integers(1, 10),
+    start=st.integers(0, HOUR),
+    event_time=st.integers(-(10**13), 10**13),
+)
+def test_the_latest_window_holds_the_tuple_and_is_the_last_that_does(
+    duration: int, slide_part: int, start: int, event_time: int
+) -> None:
+    window = EventTimeWindow(duration, max(1, duration // slide_part), start)
+    end = window.last_end(event_time)
+    assert end - duration <= event_time < end
+    # The next window on starts after the tuple.
+    assert end - duration + window.slide_ms > event_time
+    assert (end - duration - start) % window.slide_ms == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("1 hour", HOUR),
+        ("2 hours", 2 * HOUR),
+        ("interval 1 hour 30 minutes", HOUR + 30 * 60_000),
+        ("  10 SECONDS ", 10_000),
+        ("1 week", 7 * 24 * HOUR),
+        ("500 milliseconds", 500),
+        ("2000 microseconds", 2),
+        ("1 month", None),  # not of fixed length: Spark refuses it in a window too
+        ("1.5 hours", None),
+        ("1 microsecond", None),  # under a millisecond
+        ("hour", None),
+        ("", None),
+    ],
+)
+def test_interval_strings_are_read_as_spark_reads_them(text: str, ms: int | None) -> None:
+    assert interval_ms(text) == ms
