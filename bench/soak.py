@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import itertools
 import json
 import logging
@@ -131,6 +132,8 @@ RSS_BOUNDS_MIB = {
 #: How long the stack may take to process its first micro-batch (a cold SparkSession).
 START_TIMEOUT_S = 300.0
 YEAR_MS = 365 * 86_400_000
+#: prctl(2): the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 #: An output partition whose last stable offset stays this long below its log end
 #: holds a hanging transaction: a micro-batch's transaction takes seconds (the group
 #: sleeps on a full output queue before it begins one, never inside it).
@@ -472,6 +475,8 @@ def produce(
     from pipeline.flights import flight_records, load_flights
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s producer %(message)s")
+    with contextlib.suppress(OSError, AttributeError):  # Linux: die with the soak
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     config = load_query_group(group, env={})
     flights = list(flight_records(load_flights()))
     connector = connect(bootstrap_servers=bootstrap, config=config)

@@ -133,6 +133,12 @@ class QueryGroupMetrics:
       ``stream``): the age of the queue's oldest unconsumed tuple, from its Kafka record
       timestamp (or its BLOB's, when swept); 0 for an empty queue
       (:class:`~pipeline.queues.QueueAge`).
+    * ``floodgate_output_stream_unstable_seconds`` (gauge, seconds, ``query_group``,
+      ``stream``): the longest time one of the output stream's partitions has kept its
+      last stable offset unmoved below its high watermark; past twice the transaction
+      timeout, a hanging transaction blocks every ``read_committed`` reader
+      (:class:`~pipeline.queues.StableOffsetWatch`; alert
+      ``FloodgateHangingTransaction``).
     * ``floodgate_output_stream_queue_check_seconds`` (histogram, ``query_group``,
       ``stream``): how long each micro-batch's read of its output stream queue took
       (the cost of the bound; sleeps not included).
@@ -217,6 +223,15 @@ class QueryGroupMetrics:
         self.output_queue_lag = Gauge(
             "output_stream_queue_lag_seconds",
             "Age of the output stream queue's oldest unread tuple (0 when empty).",
+            by_stream,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.output_unstable = Gauge(
+            "output_stream_unstable_seconds",
+            "Longest time an output stream partition's last stable offset has stayed "
+            "unmoved below its high watermark (a hanging transaction past 2x the "
+            "transaction timeout).",
             by_stream,
             namespace=NAMESPACE,
             registry=registry,

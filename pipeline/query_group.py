@@ -44,8 +44,8 @@ from pipeline.broker import ensure_topics
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import ConfigError, QueryGroupError, QueryGroupHeld
 from pipeline.metrics import QueryGroupMetrics
-from pipeline.output import KafkaTransactionalSink, OutputQueueGuard
-from pipeline.queues import QueueAge, QueueProbe, QueueSnapshot
+from pipeline.output import TRANSACTION_TIMEOUT_S, KafkaTransactionalSink, OutputQueueGuard
+from pipeline.queues import QueueAge, QueueProbe, QueueSnapshot, StableOffsetWatch
 from pipeline.serde import SchemaRepository, StreamCodec
 from pipeline.source import (
     SOURCE_NAME,
@@ -354,6 +354,8 @@ class QueryGroup:
         self._input_probes: dict[str, QueueProbe] = {}
         #: ``(output?, stream)`` -> the reader of its oldest tuple's age.
         self._ages: dict[tuple[bool, str], QueueAge] = {}
+        self._stable_watches: dict[str, StableOffsetWatch] = {}
+        self._hanging_reported: set[str] = set()
         self._output_queues: dict[str, QueueSnapshot] = {}
         self._discard_before: dict[str, dict[int, int]] = {}
         #: Spark run ids of the query runs a hold ended: their exceptions and
@@ -552,6 +554,24 @@ class QueryGroup:
             self.on_output_queue(name, snapshot)
             lag = self._age(name, output=True).lag_seconds(snapshot)
             self.metrics.output_queue_lag.labels(self.name, name).set(lag)
+            stable = probe.last_stable_offsets()
+            highs = {p: q.high for p, q in snapshot.partitions.items()}
+            watch = self._stable_watches.setdefault(name, StableOffsetWatch())
+            unstable = watch.observe(stable, highs, time.monotonic())
+            self.metrics.output_unstable.labels(self.name, name).set(unstable)
+            if unstable <= 2 * TRANSACTION_TIMEOUT_S:
+                self._hanging_reported.discard(name)
+            elif name not in self._hanging_reported:
+                self._hanging_reported.add(name)  # once per hang
+                log.error(
+                    "FG-QG-007 query group %s: output stream %s has a hanging transaction: "
+                    "its last stable offset has not moved for %.0f s (transaction timeout "
+                    "%.0f s); read_committed readers are blocked until it is aborted",
+                    self.name,
+                    name,
+                    unstable,
+                    TRANSACTION_TIMEOUT_S,
+                )
 
     def _register_inputs(self, spark: SparkSession, query: str) -> None:
         """(Re)define the input views for ``query``, which is analysed right after.

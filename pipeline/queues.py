@@ -364,6 +364,71 @@ class QueueProbe:
             queues[p] = PartitionQueue(base.high, base.log_start, base.committed, swept)
         return QueueSnapshot(self.stream, self.max_queue_size, queues)
 
+    def last_stable_offsets(self) -> dict[int, int]:
+        """Per partition, the last stable offset: the end of what ``read_committed``
+        readers can read (below it, every transaction has ended). An open transaction
+        keeps it below the high watermark until it commits or aborts.
+
+        Raises:
+            BrokerError: the broker did not answer within ``timeout_s``.
+        """
+        from confluent_kafka import IsolationLevel, KafkaException
+
+        with self._lock:
+            tps = [TopicPartition(self.topic, p) for p in self.partitions()]
+            futures = self._client().list_offsets(
+                {tp: OffsetSpec.latest() for tp in tps},
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=self.timeout_s,
+            )
+            try:
+                return {tp.partition: f.result().offset for tp, f in futures.items()}
+            except KafkaException as exc:
+                for future in futures.values():
+                    with contextlib.suppress(Exception):
+                        future.result()
+                raise BrokerError(
+                    f"stream {self.stream!r}: cannot read last stable offsets of "
+                    f"{self.topic!r}: {exc}"
+                ) from exc
+
+
+class StableOffsetWatch:
+    """How long an output stream's transactions have kept ``read_committed`` readers
+    waiting: per partition, the time its last stable offset (LSO) has stayed at one
+    offset below the high watermark.
+
+    A transaction open for a micro-batch holds the LSO for seconds; the transaction
+    coordinator aborts one left open past ``transaction.timeout.ms`` (60 s here,
+    :data:`pipeline.output.TRANSACTION_TIMEOUT_S`). An LSO unmoved for longer belongs
+    to a *hanging transaction* (Kafka's KIP-664, fixed for good by KIP-890): records
+    in a transaction the coordinator does not know, which no producer will end.
+    noida-db 0.2.3 leaves one when it restarts during a transaction (found by the
+    soak, issue 8). Every reader of the stream is blocked at it until an operator
+    aborts it (``kafka-transactions.sh abort``; noida-db: a restart).
+    """
+
+    def __init__(self) -> None:
+        self._since: dict[int, tuple[int, float]] = {}
+
+    def observe(self, stable: Mapping[int, int], high: Mapping[int, int], now: float) -> float:
+        """Take one reading (``now``: monotonic seconds); return the longest time, s, a
+        partition's LSO has stayed unmoved below its high watermark (0: none)."""
+        longest = 0.0
+        for partition, end in high.items():
+            lso = stable.get(partition, end)
+            if lso >= end:
+                self._since.pop(partition, None)
+                continue
+            seen = self._since.get(partition)
+            if seen is None or seen[0] != lso:
+                self._since[partition] = (lso, now)
+                continue
+            longest = max(longest, now - seen[1])
+        for partition in set(self._since) - set(high):
+            del self._since[partition]
+        return longest
+
 
 class QueueBudget:
     """How many tuples one producer may still send, between reads of the broker.

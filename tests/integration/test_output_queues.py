@@ -303,3 +303,37 @@ def test_a_batch_larger_than_the_output_queue_is_a_clear_error(
     assert "max_rows_per_trigger" in message
     assert group.state == QueryGroupState.FAILED
     assert group.sinks()["copy"].tuples_written == 0
+
+
+def test_an_open_transaction_holds_the_last_stable_offset_and_the_watch_times_it(
+    bootstrap: str, run_id: str
+) -> None:
+    """What ``floodgate_output_stream_unstable_seconds`` is made of, on the real broker:
+    records of an open transaction are past the last stable offset until it commits."""
+    from confluent_kafka import Producer
+
+    from pipeline.queues import QueueProbe, StableOffsetWatch
+
+    topic = f"unstable.{run_id}"
+    ensure_topics(bootstrap, {topic: (1, 1)})
+    probe = QueueProbe(
+        bootstrap_servers=bootstrap, stream="out", topic=topic, groups=[], max_queue_size=100
+    )
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"t.{run_id}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=b"%d" % i)
+    assert producer.flush(30) == 0
+    watch = StableOffsetWatch()
+    high = {p: q.high for p, q in probe.snapshot().partitions.items()}
+    assert high == {0: 5}
+    assert probe.last_stable_offsets() == {0: 0}  # read_committed readers wait at 0
+    assert watch.observe(probe.last_stable_offsets(), high, now=0.0) == 0.0
+    assert watch.observe(probe.last_stable_offsets(), high, now=90.0) == 90.0
+    producer.commit_transaction(30)
+    high = {p: q.high for p, q in probe.snapshot().partitions.items()}
+    assert high == {0: 6}  # the commit marker
+    assert probe.last_stable_offsets() == {0: 6}
+    assert watch.observe(probe.last_stable_offsets(), high, now=91.0) == 0.0
+    probe.close()
