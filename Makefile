@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration lint typecheck bench soak clean
+.PHONY: demo test test-unit test-integration test-soak lint typecheck bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ test-unit: $(STAMP)
 
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration $(ARGS)
+
+# The soak's short mode as a test (about 4 minutes; not in `make test` yet, see bench/README.md).
+test-soak: $(STAMP)
+	$(BIN)/python -m pytest tests/soak $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline admission sweeper tests bench

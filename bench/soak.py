@@ -52,7 +52,7 @@ fails. Commands::
     .venv/bin/python bench/soak.py --short              # each fault once
     .venv/bin/python bench/soak.py --duration 1800      # the long mode (make soak)
 
-The short mode is ``tests/soak/test_soak.py`` in ``make test``; figures in
+The short mode is ``tests/soak/test_soak.py`` (``make test-soak``); figures in
 bench/README.md, "The soak". Two defects outside Floodgate shape it: noida-db 0.2.3
 leaves a hanging transaction when it restarts during one (:class:`HangingTransactions`
 detects it and restarts the broker, its only abort), and librdkafka (confluent-kafka
@@ -465,10 +465,12 @@ def produce(
     rate: Any,
     stop: Any,
     summary_path: str,
+    startup_budget: int,
     threads: int = 2,
 ) -> None:
     """The producer process: ``threads`` threads share one :class:`StreamInput` and one
-    sequence of batches; the offered rate is ``rate.value`` tuples/s (0: unthrottled).
+    sequence of batches; the offered rate is ``rate.value`` tuples/s (0: not measured
+    yet, see ``pace``).
     Writes what it did to ``summary_path`` (JSON) when ``stop`` is set."""
     from pipeline.client import connect
     from pipeline.errors import QueueFullError
@@ -514,14 +516,26 @@ def produce(
 
     started = time.monotonic()
 
+    paced = {"rate": 0.0, "since": started, "offered": 0.0}
+
     def pace() -> None:
-        """Wait for the offered rate: the tuples offered so far, at ``rate`` per second."""
-        while rate.value > 0 and not stop.is_set():
+        """Wait for the offered rate: the tuples offered (refused ones included) since
+        ``rate`` last changed, at ``rate`` per second. Before the soak has measured the
+        service rate (``rate`` 0), offer freely until ``startup_budget`` tuples are
+        accepted, then wait for it."""
+        while not stop.is_set():
             with lock:
-                offered = counts["offered"]
-                ahead = offered / rate.value - (time.monotonic() - started)
-            if ahead <= 0:
-                return
+                if rate.value != paced["rate"]:
+                    paced.update(rate=rate.value, since=time.monotonic(), offered=counts["offered"])
+                if paced["rate"] <= 0:
+                    if counts["accepted"] < startup_budget:
+                        return
+                    ahead = 0.05
+                else:
+                    offered = counts["offered"] - paced["offered"]
+                    ahead = offered / paced["rate"] - (time.monotonic() - paced["since"])
+                    if ahead <= 0:
+                        return
             time.sleep(min(ahead, 0.05))
 
     turn = threading.Condition(lock)
@@ -724,13 +738,14 @@ class Sampler:
                     outputs = self.reception.queue_lengths()
             except Exception:
                 self.missed += 1  # the broker is restarting
+            try:
+                memory_mib = rss_by_role(self.stack, self.producer_pid)
+            except Exception:  # a process of the stack between stop and start
+                log.warning("sampler: memory not read", exc_info=True)
+                self.missed += 1
+                continue
             self.samples.append(
-                Sample(
-                    time.monotonic() - self.started,
-                    rss_by_role(self.stack, self.producer_pid),
-                    backlog,
-                    outputs,
-                )
+                Sample(time.monotonic() - self.started, memory_mib, backlog, outputs)
             )
 
 
@@ -947,14 +962,21 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
     stack = Stack(layout, broker)
     report: dict[str, Any] = {"plan": asdict(plan), "out": str(out)}
     ctx = multiprocessing.get_context("spawn")
-    # Until the warm-up has measured the service rate: about one queue's worth over
-    # the stack's start (a minute), so the start does not pile up work to drain.
-    rate = ctx.Value("d", plan.max_queue_size / 60.0)
+    rate = ctx.Value("d", 0.0)
     producer_stop = ctx.Event()
     summary_path = out / "producer.json"
     producer = ctx.Process(
         target=produce,
-        args=(str(layout.group), layout.bootstrap, rate, producer_stop, str(summary_path)),
+        # Until the warm-up has measured the service rate, two queues' worth: a backlog
+        # to measure it on, and no pile of work from the stack's start to drain.
+        args=(
+            str(layout.group),
+            layout.bootstrap,
+            rate,
+            producer_stop,
+            str(summary_path),
+            2 * plan.max_queue_size,
+        ),
         name="producer",
     )
     reception: Reception | None = None
@@ -992,9 +1014,14 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         first = input_progress(sampler)[0]
         while (start := input_progress(sampler)[0]) == first:
             time.sleep(0.2)
+        # ... to the end of the first micro-batch after warmup_s (commits move per
+        # micro-batch: measured between two moves, the rate is exact).
         t0 = time.monotonic()
         time.sleep(plan.warmup_s)
-        service_rate = (input_progress(sampler)[0] - start) / (time.monotonic() - t0)
+        seen = input_progress(sampler)[0]
+        while (end := input_progress(sampler)[0]) == seen and time.monotonic() - t0 < 120:
+            time.sleep(0.2)
+        service_rate = (end - start) / (time.monotonic() - t0)
         rate.value = max(2 * service_rate, 100.0)
         report["service_rate"] = round(service_rate)
         report["offered_rate"] = round(rate.value)
@@ -1202,11 +1229,11 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     plan = Plan(
         duration_s=600.0 if args.short else args.duration,
-        fault_interval_s=8.0 if args.short else args.fault_interval,
+        fault_interval_s=5.0 if args.short else args.fault_interval,
         stall_s=(5.0, 5.0) if args.short else (10.0, 60.0),
         broker_down_s=2.0,
-        warmup_s=10.0 if args.short else 30.0,
-        max_queue_size=20_000 if args.short else args.max_queue_size,
+        warmup_s=8.0 if args.short else 30.0,
+        max_queue_size=10_000 if args.short else args.max_queue_size,
         short=args.short,
         seed=args.seed,
     )

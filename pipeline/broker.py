@@ -111,8 +111,10 @@ class EmbeddedBroker:
 
     @property
     def pid(self) -> int | None:
-        """The broker's PID while it runs."""
-        return self.process.pid if self.process and self.process.poll() is None else None
+        """The broker's PID while it runs (safe to read from another thread while it
+        stops or starts)."""
+        process = self.process
+        return process.pid if process is not None and process.poll() is None else None
 
     @staticmethod
     def binary() -> Path:
