@@ -99,6 +99,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline.broker import EmbeddedBroker, ensure_topics, free_port
 from pipeline.config import QueryGroupConfig, load_query_group
 from pipeline.demo import read_all
+from pipeline.queues import StableOffsetWatch
 from pipeline.source import DLQ_QUERY, DLQ_REASON
 
 log = logging.getLogger("soak")
@@ -900,26 +901,34 @@ class HangingTransactions:
         # client is destroyed with requests still pending (a broker restart).
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
         self.topics = topics
-        self._since: dict[tuple[str, int], tuple[int, float]] = {}
+        self.watches = {topic: StableOffsetWatch() for topic in topics}
         self.found: list[dict[str, Any]] = []
 
     def check(self) -> list[tuple[str, int]]:
         """The partitions hanging now."""
         now = time.monotonic()
+        readings = last_stable_offsets(self.admin, self.topics)
         hanging = []
-        for key, (stable, high) in last_stable_offsets(self.admin, self.topics).items():
-            if stable >= high:
-                self._since.pop(key, None)
-                continue
-            first = self._since.get(key)
-            if first is None or first[0] != stable:
-                self._since[key] = (stable, now)
-            elif now - first[1] > HANGING_AFTER_S:
-                hanging.append(key)
-                self.found.append(
-                    {"topic": key[0], "partition": key[1], "stable": stable, "high": high}
-                )
+        for topic, watch in self.watches.items():
+            stable = {p: lso for (t, p), (lso, _) in readings.items() if t == topic}
+            high = {p: end for (t, p), (_, end) in readings.items() if t == topic}
+            watch.observe(stable, high, now)
+            for partition, stuck in watch.stuck_s.items():
+                if stuck > HANGING_AFTER_S:
+                    hanging.append((topic, partition))
+                    self.found.append(
+                        {
+                            "topic": topic,
+                            "partition": partition,
+                            "stable": stable[partition],
+                            "high": high[partition],
+                        }
+                    )
         return hanging
+
+    def forget(self) -> None:
+        """Start watching anew (after the broker restart that aborted them)."""
+        self.watches = {topic: StableOffsetWatch() for topic in self.topics}
 
 
 def watchdog(stack: Stack, stop: threading.Event, hanging: HangingTransactions) -> None:
@@ -939,7 +948,7 @@ def watchdog(stack: Stack, stop: threading.Event, hanging: HangingTransactions) 
             if stuck:
                 log.error("hanging transactions on %s: restarting the broker to abort them", stuck)
                 stack.restart_broker(1.0)
-                hanging._since.clear()
+                hanging.forget()
 
 
 def input_progress(sampler: Sampler) -> tuple[int, int]:

@@ -410,11 +410,14 @@ class StableOffsetWatch:
 
     def __init__(self) -> None:
         self._since: dict[int, tuple[int, float]] = {}
+        #: Per partition, seconds its LSO has stayed unmoved below its high watermark,
+        #: as of the last :meth:`observe` (partitions with none left out).
+        self.stuck_s: dict[int, float] = {}
 
     def observe(self, stable: Mapping[int, int], high: Mapping[int, int], now: float) -> float:
         """Take one reading (``now``: monotonic seconds); return the longest time, s, a
         partition's LSO has stayed unmoved below its high watermark (0: none)."""
-        longest = 0.0
+        self.stuck_s = {}
         for partition, end in high.items():
             lso = stable.get(partition, end)
             if lso >= end:
@@ -424,10 +427,10 @@ class StableOffsetWatch:
             if seen is None or seen[0] != lso:
                 self._since[partition] = (lso, now)
                 continue
-            longest = max(longest, now - seen[1])
+            self.stuck_s[partition] = now - seen[1]
         for partition in set(self._since) - set(high):
             del self._since[partition]
-        return longest
+        return max(self.stuck_s.values(), default=0.0)
 
 
 class QueueBudget:

@@ -25,6 +25,7 @@ def test_the_longest_stuck_partition_is_reported_and_a_vanished_one_forgotten() 
     watch.observe({0: 5, 1: 7}, {0: 10, 1: 10}, now=0.0)
     watch.observe({0: 5, 1: 8}, {0: 10, 1: 10}, now=100.0)
     assert watch.observe({0: 5, 1: 8}, {0: 10, 1: 10}, now=130.0) == 130.0
+    assert watch.stuck_s == {0: 130.0, 1: 30.0}  # each partition, for the soak's watchdog
     assert watch.observe({1: 8}, {1: 10}, now=140.0) == 40.0  # partition 0 gone
     # A missing LSO reading counts as caught up, never as stuck.
     assert watch.observe({}, {1: 10}, now=150.0) == 0.0
