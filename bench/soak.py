@@ -474,7 +474,7 @@ def produce(
     yet, see ``pace``).
     Writes what it did to ``summary_path`` (JSON) when ``stop`` is set."""
     from pipeline.client import connect
-    from pipeline.errors import QueueFullError
+    from pipeline.errors import DeliveryError, QueueFullError
     from pipeline.flights import flight_records, load_flights
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s producer %(message)s")
@@ -590,10 +590,16 @@ def produce(
     for thread in workers:
         thread.join()
     undelivered: list[str] = []
+    reported: list[int] = []  # tuples the broker did not acknowledge, reported back
     try:
         writer.put_end(timeout_s=300)
+    except DeliveryError as exc:  # the client's contract: reported back, not lost
+        reported = [t["seq"] for t, _ in exc.failed if isinstance(t, dict) and "seq" in t]
+        if len(reported) != len(exc.failed):
+            undelivered.append(f"DeliveryError with undecodable tuples: {exc}"[:2000])
     except Exception as exc:
         undelivered.append(f"{type(exc).__name__}: {exc}")
+    counts["producer_replacements"] = writer.producer_replacements
     connector.close()
     Path(summary_path).write_text(
         json.dumps(
@@ -602,6 +608,7 @@ def produce(
                 "counts": dict(counts),
                 "unclean": unclean,
                 "undelivered": undelivered,
+                "reported": reported,
                 "malformed": malformed,
                 "seconds": time.monotonic() - started,
             }
@@ -785,10 +792,14 @@ def check_exactly_once(
     reasons = Counter(reason for _, reason in dead.values())
     handed = accepted | malformed
     everywhere = seen + dead_seqs
+    # Reported back to the producer (DeliveryError at put_end): accounted for, not lost.
+    reported = set(produced.get("reported", []))
     return {
         "accepted": len(accepted),
         "seen": sum(seen.values()),
-        "lost": len(handed - set(everywhere)),
+        "lost": len(handed - set(everywhere) - reported),
+        "reported_back": len(reported),
+        "reported_but_delivered": len(reported & set(everywhere)),
         "duplicates": sum(c - 1 for c in everywhere.values() if c > 1),
         "unexpected": len(set(everywhere) - handed),
         "malformed": len(malformed),
@@ -1208,6 +1219,11 @@ def show(report: dict[str, Any]) -> None:
         ("faults", ", ".join(f"{k} {faults[k]}" for k in FAULTS)),
         ("unplanned driver restarts", str(report["driver_restarts_unplanned"])),
         ("lost / duplicates", f"{exactly['lost']} / {exactly['duplicates']}"),
+        (
+            "reported back (DeliveryError) / producers replaced",
+            f"{exactly.get('reported_back', 0)} / "
+            f"{report['producer']['counts'].get('producer_replacements', 0)}",
+        ),
         ("dead-lettered, by reason", str(exactly["dead_letter_reasons"])),
         ("peak backlog / max", f"{report['peak_backlog']:,} / {report['max_queue_size']:,}"),
         ("peak RSS, MiB", ", ".join(f"{k} {v}" for k, v in report["peak_rss_mib"].items())),

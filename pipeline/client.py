@@ -40,6 +40,7 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -181,19 +182,20 @@ class StreamInput:
         )
         self.on_threshold = on_threshold
         self.raise_on_threshold = raise_on_threshold
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap_servers,
-                "enable.idempotence": True,
-                "acks": "all",
-                "partitioner": "murmur2_random",
-                "linger.ms": 5,
-                # Only failures call back (Python per tuple is the cost centre); what is
-                # in flight is len(producer): tuples not yet acknowledged.
-                "delivery.report.only.error": True,
-                **config.kafka.client,
-            }
-        )
+        self._producer_config = {
+            "bootstrap.servers": bootstrap_servers,
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            # Only failures call back (Python per tuple is the cost centre); what is
+            # in flight is len(producer): tuples not yet acknowledged.
+            "delivery.report.only.error": True,
+            **config.kafka.client,
+        }
+        self._producer = Producer(self._producer_config)
+        #: Producers replaced after a fatal error (:meth:`_replace_if_fatal`).
+        self.producer_replacements = 0
         #: librdkafka's ``message.max.bytes``: a larger tuple is refused before sending.
         self.max_message_bytes = int(
             config.kafka.client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
@@ -302,8 +304,71 @@ class StreamInput:
         refuse a put that fits). With nothing in flight the count is exact, so a
         refusal always means the queue really is that full.
         """
-        self._producer.flush(timeout_s)
+        self._flush(timeout_s)
         self._refresh()
+
+    # -- the producer ------------------------------------------------------------
+
+    def _replace_if_fatal(self, exc: KafkaException | SystemError) -> bool:
+        """After a fatal error, fail what the producer holds and go on with a new one.
+
+        librdkafka's idempotent producer is unusable after a fatal error: every later
+        ``produce`` raises ``_FATAL``. The soak met one: a broker that lost its
+        producer state answered ``OUT_OF_ORDER_SEQUENCE_NUMBER`` (so does a topic
+        deleted and created again under a running producer). The tuples the producer
+        still held are purged and their failures kept for :meth:`put_end`'s
+        :class:`DeliveryError` (reported back, never dropped), and a new producer,
+        with a new producer id, takes its place. Logs ``FG-CLIENT-003``. Call with
+        ``self._lock`` held.
+
+        confluent-kafka 2.16 runs delivery callbacks while a fatal error is pending, so
+        ``flush`` or ``poll`` can end in a ``SystemError`` instead of the fatal
+        ``KafkaException`` (:meth:`_on_delivery` still records each tuple): that counts
+        as fatal too.
+
+        Returns:
+            Whether ``exc`` was fatal (and the producer replaced).
+        """
+        error = exc.args[0] if exc.args else None
+        fatal = isinstance(exc, SystemError) or (
+            isinstance(error, KafkaError) and (error.fatal() or error.code() == KafkaError._FATAL)
+        )
+        if not fatal:
+            return False
+        old = self._producer
+        held = len(old)
+        with contextlib.suppress(KafkaException, RuntimeError, SystemError):
+            old.purge(in_queue=True, in_flight=True)
+        deadline = time.monotonic() + 10.0
+        while len(old) and time.monotonic() < deadline:
+            with contextlib.suppress(KafkaException, SystemError):
+                old.poll(0.1)  # the purged tuples' failure reports, into self._failed
+        self._producer = Producer(self._producer_config)
+        self.producer_replacements += 1
+        log.warning(
+            "FG-CLIENT-003 stream %s: the producer hit a fatal error (%s); the %d tuples it "
+            "held are reported back by put_end (DeliveryError); a new producer goes on",
+            self.stream,
+            error,
+            held,
+        )
+        return True
+
+    def _poll(self, timeout_s: float) -> None:
+        try:
+            self._producer.poll(timeout_s)
+        except (KafkaException, SystemError) as exc:
+            if not self._replace_if_fatal(exc):
+                raise
+
+    def _flush(self, timeout_s: float) -> int:
+        """``flush``; a fatal error replaces the producer (what it held is failed)."""
+        try:
+            return int(self._producer.flush(timeout_s))
+        except (KafkaException, SystemError) as exc:
+            if not self._replace_if_fatal(exc):
+                raise
+            return int(self._producer.flush(timeout_s))
 
     def _stale(self) -> bool:
         if self._snapshot is None:
@@ -491,7 +556,7 @@ class StreamInput:
         interval = max(self.settings.queue_refresh_interval_ms, 50) / 1000
         if deadline is not None:
             interval = max(0.0, min(interval, deadline - time.monotonic()))
-        self._producer.poll(0)
+        self._poll(0)
         self._wakeup.wait(interval)
         self._refresh()
         resume = self._percent_free() > self.settings.resume_free_queue_size_threshold
@@ -506,12 +571,25 @@ class StreamInput:
                     break
                 except BufferError:
                     # librdkafka's local queue is full: serve delivery reports, retry.
-                    self._producer.poll(0.05)
-        self._producer.poll(0)
+                    self._poll(0.05)
+                    produce = self._producer.produce
+                except (KafkaException, SystemError) as exc:
+                    # A fatal error: this tuple goes to the new producer; those of the
+                    # batch the old one held are reported back by put_end.
+                    if not self._replace_if_fatal(exc):
+                        raise
+                    produce = self._producer.produce
+        self._poll(0)
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:
-            self._failed.append((msg.key(), msg.value(), str(err)))
+            try:
+                key, value = msg.key(), msg.value()
+            except SystemError:
+                # confluent-kafka 2.16 calls back with a fatal error still set: the
+                # first call into the message raises it; the tuple must still come back.
+                key, value = msg.key(), msg.value()
+            self._failed.append((key, value, str(err)))
 
     def put_end(self, timeout_s: float = 60.0) -> None:
         """Wait for every delivery report.
@@ -524,7 +602,7 @@ class StreamInput:
         """
         self._require_open()
         with self._lock:
-            remaining = self._producer.flush(timeout_s)
+            remaining = self._flush(timeout_s)
             failed, self._failed = self._failed, []
             in_flight = len(self._producer)
         if not failed and not remaining:

@@ -284,6 +284,41 @@ def test_put_end_with_the_broker_stopped_raises_delivery_error_naming_the_tuples
     assert "10 tuples were not acknowledged" in str(info.value)
 
 
+def test_after_a_fatal_producer_error_the_held_tuples_come_back_and_puts_go_on(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    small_queue: Callable[..., QueryGroupConfig],
+    open_input: Callable[..., StreamInput],
+) -> None:
+    """A topic deleted and created again under a running idempotent producer answers it
+    OUT_OF_ORDER_SEQUENCE_NUMBER: fatal in librdkafka, as after a broker that lost its
+    producer state (the soak, issue 8). The client reports what it held and goes on."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    config = small_queue(10_000)
+    topic = config.input_streams["flights"].topic
+    stream_input = open_input(bootstrap, config, schemas)
+    stream_input.put(flights[:100])
+    stream_input.put_end()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    time.sleep(1.0)
+    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(30)
+    time.sleep(1.0)
+    stream_input.put(flights[100:150])
+    with pytest.raises(DeliveryError) as info:
+        stream_input.put_end(timeout_s=30)
+    identity = ("carrier", "flight", "origin", "sched_dep_time", "dep_delay")
+    returned = sorted(tuple(t[k] for k in identity) for t, _ in info.value.failed)
+    assert returned == sorted(tuple(t[k] for k in identity) for t in flights[100:150])
+    assert stream_input.producer_replacements == 1
+    # A new producer goes on: the next tuples are delivered, no KafkaException(_FATAL).
+    stream_input.put(flights[150:170])
+    stream_input.put_end(timeout_s=30)
+    assert len(read_all(bootstrap, topic)) == 20
+
+
 def test_a_tuple_with_a_wrong_field_type_is_refused_before_sending(
     bootstrap: str,
     schemas: SchemaRepository,
