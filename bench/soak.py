@@ -273,9 +273,11 @@ def reap(out: Path) -> int:
     when the soak itself dies, the services it started in sessions of their own
     would run on. Returns how many were killed."""
     killed = 0
+    this = psutil.Process()
+    spared = {this.pid, *(p.pid for p in this.parents())}  # `make soak ARGS="--out ..."`
     for process in psutil.process_iter(["pid", "cmdline"]):
         with contextlib.suppress(psutil.Error):
-            if process.pid != os.getpid() and any(
+            if process.pid not in spared and any(
                 str(out) in arg for arg in process.info["cmdline"] or ()
             ):
                 process.kill()
