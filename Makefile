@@ -34,7 +34,7 @@ test-integration: $(STAMP)
 
 # The soak's short mode as a test (about 4 minutes; not in `make test` yet, see bench/README.md).
 test-soak: $(STAMP)
-	$(BIN)/python -m pytest tests/soak $(ARGS)
+	$(BIN)/python -m pytest tests/integration/test_soak.py -m soak $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline admission sweeper tests bench

@@ -52,7 +52,7 @@ fails. Commands::
     .venv/bin/python bench/soak.py --short              # each fault once
     .venv/bin/python bench/soak.py --duration 1800      # the long mode (make soak)
 
-The short mode is ``tests/soak/test_soak.py`` (``make test-soak``); figures in
+The short mode is ``tests/integration/test_soak.py`` (``make test-soak``); figures in
 bench/README.md, "The soak". Two defects outside Floodgate shape it: noida-db 0.2.3
 leaves a hanging transaction when it restarts during one (:class:`HangingTransactions`
 detects it and restarts the broker, its only abort), and librdkafka (confluent-kafka

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from soak import reap  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
 
 @pytest.mark.timeout(1800)
