@@ -89,8 +89,7 @@ from typing import Any
 import httpx
 import psutil
 import tomli_w
-from confluent_kafka import IsolationLevel, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
@@ -880,25 +879,6 @@ def chaos(
     return injected
 
 
-def last_stable_offsets(
-    admin: AdminClient, topics: list[str]
-) -> dict[tuple[str, int], tuple[int, int]]:
-    """``(last stable offset, high watermark)`` of every partition of ``topics``: what a
-    read_committed reader can read up to, and the log end."""
-    metadata = admin.list_topics(timeout=10)
-    tps = [TopicPartition(t, p) for t in topics for p in metadata.topics[t].partitions]
-    stable = admin.list_offsets(
-        {tp: OffsetSpec.latest() for tp in tps},
-        isolation_level=IsolationLevel.READ_COMMITTED,
-        request_timeout=10,
-    )
-    high = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, request_timeout=10)
-    return {
-        (tp.topic, tp.partition): (stable[tp].result().offset, high[tp].result().offset)
-        for tp in tps
-    }
-
-
 class HangingTransactions:
     """Finds output partitions whose last stable offset has not moved for
     :data:`HANGING_AFTER_S` while the log end is beyond it: a transaction no producer
@@ -909,29 +889,32 @@ class HangingTransactions:
     know. Its only abort is a start (it aborts every open transaction it finds), so
     the soak, as the operator (``kafka-transactions.sh abort`` on Kafka), restarts it."""
 
-    def __init__(self, bootstrap: str, topics: list[str]) -> None:
-        # One client for the whole run: librdkafka aborts the process when an admin
-        # client is destroyed with requests still pending (a broker restart).
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
-        self.topics = topics
-        self.watches = {topic: StableOffsetWatch() for topic in topics}
+    def __init__(self, config: QueryGroupConfig, bootstrap: str) -> None:
+        from pipeline.queues import QueueProbe
+
+        # One probe per output stream for the whole run, as the query group reads them
+        # (its floodgate_output_stream_unstable_seconds): the soak only acts on it.
+        self.probes = {
+            stream: QueueProbe.for_output_stream(config, stream, bootstrap_servers=bootstrap)
+            for stream in config.output_streams
+        }
+        self.watches = {stream: StableOffsetWatch() for stream in self.probes}
         self.found: list[dict[str, Any]] = []
 
     def check(self) -> list[tuple[str, int]]:
-        """The partitions hanging now."""
-        now = time.monotonic()
-        readings = last_stable_offsets(self.admin, self.topics)
+        """The partitions hanging now, as ``(topic, partition)``."""
         hanging = []
-        for topic, watch in self.watches.items():
-            stable = {p: lso for (t, p), (lso, _) in readings.items() if t == topic}
-            high = {p: end for (t, p), (_, end) in readings.items() if t == topic}
-            watch.observe(stable, high, now)
+        for stream, probe in self.probes.items():
+            high = {p: q.high for p, q in probe.snapshot().partitions.items()}
+            stable = probe.last_stable_offsets()
+            watch = self.watches[stream]
+            watch.observe(stable, high, time.monotonic())
             for partition, stuck in watch.stuck_s.items():
                 if stuck > HANGING_AFTER_S:
-                    hanging.append((topic, partition))
+                    hanging.append((probe.topic, partition))
                     self.found.append(
                         {
-                            "topic": topic,
+                            "topic": probe.topic,
                             "partition": partition,
                             "stable": stable[partition],
                             "high": high[partition],
@@ -941,7 +924,7 @@ class HangingTransactions:
 
     def forget(self) -> None:
         """Start watching anew (after the broker restart that aborted them)."""
-        self.watches = {topic: StableOffsetWatch() for topic in self.topics}
+        self.watches = {stream: StableOffsetWatch() for stream in self.probes}
 
 
 def watchdog(stack: Stack, stop: threading.Event, hanging: HangingTransactions) -> None:
@@ -1002,9 +985,7 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         name="producer",
     )
     reception: Reception | None = None
-    hanging = HangingTransactions(
-        layout.bootstrap, [o.topic for o in config.output_streams.values()]
-    )
+    hanging = HangingTransactions(config, layout.bootstrap)
     stop = threading.Event()
     watch_stop = threading.Event()  # the watchdog goes on through the drain
     threads: list[threading.Thread] = []

@@ -159,8 +159,24 @@ def _walk_json(value: Any) -> Any:
             yield from _walk_json(item)
 
 
-def _name_parts(node: dict[str, Any]) -> list[str]:
-    return [p.strip() for p in str(node.get("nameParts", "")).strip("[]").split(",") if p.strip()]
+def _name_parts(node: dict[str, Any], key: str = "nameParts") -> list[str]:
+    """A name Spark's JSON writes as ``"[a, b]"`` (``nameParts``, ``multipartIdentifier``),
+    lower case."""
+    return [p.strip().lower() for p in str(node.get(key, "")).strip("[]").split(",") if p.strip()]
+
+
+def _literal_ms(argument: dict[str, Any]) -> int | None:
+    """A window argument in ms: a string literal (``'1 hour'``) or a day-time interval
+    literal (``INTERVAL 1 HOUR``, its value in µs); ``None`` for anything else."""
+    kind, value = str(argument.get("dataType", "")), argument.get("value")
+    if not str(argument.get("class", "")).endswith(".Literal") or value is None:
+        return None
+    if kind == "string":
+        return interval_ms(str(value))
+    if kind.startswith("interval") and "year" not in kind and "month" not in kind:
+        micros = int(value)
+        return micros // 1000 if micros % 1000 == 0 else None
+    return None
 
 
 @dataclass(frozen=True)
@@ -195,10 +211,7 @@ def late_plan(parsed_plan_json: str) -> LatePlan:
     for node in _walk_json(plan):
         cls = str(node.get("class", ""))
         if cls.endswith(".UnresolvedRelation"):
-            parts = [
-                p.strip() for p in str(node.get("multipartIdentifier", "")).strip("[]").split(",")
-            ]
-            relations.add(parts[-1].lower())
+            relations.update(_name_parts(node, "multipartIdentifier")[-1:])
         if not cls.endswith(".Aggregate"):
             continue
         expressions = [*node.get("groupingExpressions", []), *node.get("aggregateExpressions", [])]
@@ -209,26 +222,14 @@ def late_plan(parsed_plan_json: str) -> LatePlan:
                 stack.extend(children)
                 if not (
                     str(expression.get("class", "")).endswith(".UnresolvedFunction")
-                    and [p.lower() for p in _name_parts(expression)] == ["window"]
+                    and _name_parts(expression) == ["window"]
                     and children
                 ):
                     continue
                 column, *arguments = children
-                if [p.lower() for p in _name_parts(column[0])][-1:] != ["event_time"]:
+                if _name_parts(column[0])[-1:] != ["event_time"]:
                     continue
-                spans: list[int | None] = []
-                for argument, _ in arguments:
-                    kind = str(argument.get("dataType", ""))
-                    value = argument.get("value")
-                    if not str(argument.get("class", "")).endswith(".Literal") or value is None:
-                        spans.append(None)
-                    elif kind == "string":
-                        spans.append(interval_ms(str(value)))
-                    elif kind.startswith("interval") and "year" not in kind and "month" not in kind:
-                        micros = int(value)
-                        spans.append(micros // 1000 if micros % 1000 == 0 else None)
-                    else:
-                        spans.append(None)
+                spans = [_literal_ms(argument) for argument, _ in arguments]
                 if not spans or None in spans or len(spans) > 3:
                     unreadable.append(f"window arguments {[a.get('value') for a, _ in arguments]}")
                     continue
@@ -581,6 +582,7 @@ class QueryGroup:
         dead-letter records and reads with a group of its own.
         """
         schemas_json = self.schemas.as_json()
+        late = self._late_window(spark, query)
         for name, stream in self.config.input_streams.items():
             settings = self.config.input_settings(name)
             options = {
@@ -610,11 +612,10 @@ class QueryGroup:
                 options["keyRequired"] = "true"
             if stream.timestamp_mode == "data_source":
                 options["maxEventTimeAheadMs"] = str(stream.max_event_time_ahead_ms)
-            late = self._late_window(spark, query, name)
-            if late is not None:
+            if late is not None and late[0] == name:
                 # Tuples Spark's aggregation would drop as late go to the dead-letter
                 # topic instead (reason "late"): same predicate, same watermark.
-                options["watermarkCheckpoint"], options["lateWindow"] = late
+                options["watermarkCheckpoint"], options["lateWindow"] = late[1:]
             if name in self._discard_before:
                 options["discardBefore"] = json.dumps(
                     offsets_to_json(stream.topic, self._discard_before[name])
@@ -624,24 +625,23 @@ class QueryGroup:
                 df = df.withWatermark("event_time", stream.watermark)
             df.createOrReplaceTempView(name)
 
-    def _late_window(self, spark: SparkSession, query: str, stream: str) -> tuple[str, str] | None:
-        """``(watermarkCheckpoint, lateWindow)`` source options for ``stream`` read by
-        ``query`` when the query aggregates it over an event-time window (the only
-        operator that drops late tuples the source can foresee: :func:`late_plan`)
-        and the stream has a watermark; else ``None``. Logged, ``FG-QG-006``, when the
-        query has a window the source cannot follow or a checkpoint that is not local:
-        late tuples of that query are then dropped by Spark and only counted."""
+    def _late_window(self, spark: SparkSession, query: str) -> tuple[str, str, str] | None:
+        """``(stream, watermarkCheckpoint, lateWindow)``: the source options for the one
+        input stream ``query`` reads when the query aggregates it over an event-time
+        window (the only operator that drops late tuples the source can foresee:
+        :func:`late_plan`) and the stream has a watermark; else ``None``. Logged,
+        ``FG-QG-006``, when the query has a window the source cannot follow or a
+        checkpoint that is not local: late tuples of that query are then dropped by
+        Spark and only counted."""
         query_config = self.config.queries[query]
-        if (
-            not self.config.input_streams[stream].watermark
-            or query_config.output_mode == "complete"
-        ):
-            return None  # nothing is dropped: no watermark, or complete mode keeps all state
+        if query_config.output_mode == "complete":
+            return None  # nothing is dropped: complete mode keeps all state
         parser = spark._jsparkSession.sessionState().sqlParser()
         plan = late_plan(parser.parsePlan(query_config.sql).toJSON())
-        streams_read = plan.relations & {s.lower() for s in self.config.input_streams}
-        if streams_read != {stream.lower()}:
-            return None
+        streams_read = [s for s in self.config.input_streams if s.lower() in plan.relations]
+        if len(streams_read) != 1 or not self.config.input_streams[streams_read[0]].watermark:
+            return None  # no stream, several, or no watermark: nothing to foresee
+        stream = streams_read[0]
         root = self.config.checkpoint_root.rstrip("/")
         if root.startswith("file:"):
             root = "/" + root[len("file:") :].lstrip("/")
@@ -660,7 +660,7 @@ class QueryGroup:
             return None
         if plan.window is None:
             return None
-        return os.path.abspath(f"{root}/{query}"), plan.window.option()
+        return stream, os.path.abspath(f"{root}/{query}"), plan.window.option()
 
     def _start_query(self, spark: SparkSession, name: str, *, available_now: bool) -> None:
         query_config = self.config.queries[name]

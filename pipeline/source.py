@@ -546,27 +546,27 @@ def batch_watermark(
         return None
     wanted = {int(p): int(o) for p, o in end.items()}
     for batch in batches[:look_back]:
-        lines = _offset_log(directory, batch)
-        if lines is None:
-            continue
-        for logged in parse_offset_log("\n".join(lines)):
+        text = _offset_log(directory, batch)
+        for logged in parse_offset_log(text or ""):
             with contextlib.suppress(ValueError, AttributeError):
                 if offsets_from_json(topic, logged) == wanted:
                     previous = _offset_log(directory, batch - 1) if batch > 0 else None
                     if previous is None:
                         return batch, 0
-                    return batch, int(json.loads(previous[1]).get("batchWatermarkMs", 0))
+                    metadata = json.loads(previous.splitlines()[1])
+                    return batch, int(metadata.get("batchWatermarkMs", 0))
     return None
 
 
-def _offset_log(directory: str, batch: int) -> list[str] | None:
-    """The lines of ``offsets/<batch>``; ``None`` when absent or not yet complete."""
+def _offset_log(directory: str, batch: int) -> str | None:
+    """The text of ``offsets/<batch>``; ``None`` when absent or not yet complete
+    (version, metadata and at least one source line)."""
     try:
         with open(os.path.join(directory, str(batch)), encoding="utf-8") as log_file:
-            lines = log_file.read().splitlines()
+            text = log_file.read()
     except OSError:
         return None
-    return lines if len(lines) >= 3 else None
+    return text if len(text.splitlines()) >= 3 else None
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
