@@ -8,7 +8,8 @@ Resolution order (DESIGN.md section 3), by :func:`resolve_broker`:
 3. otherwise the embedded broker: the ``noida-db`` binary from PyPI (pinned in
    ``pyproject.toml``), started with only its Kafka service on a free loopback
    port and a temporary data directory, waited on until it answers a metadata
-   request, and stopped by its PID.
+   request, and stopped by its PID (after asking it to save and stop its Kafka
+   service when the data directory is kept: :meth:`EmbeddedBroker.stop`).
 
 Nothing else in Floodgate may depend on which of the three it got.
 """
@@ -213,11 +214,24 @@ class EmbeddedBroker:
     def stop(self, *, timeout_s: float = 10.0, remove_data: bool | None = None) -> None:
         """Stop the broker by its PID (SIGTERM, then SIGKILL after ``timeout_s``).
 
+        When the data directory is kept, the broker is first asked to stop its Kafka
+        service (``noida-db stop kafka``), which saves the log and closes the
+        listener, and only then signalled: noida-db 0.2.3 answers a SIGTERM by saving
+        its topics while it goes on acknowledging writes, so a restart on the same
+        directory would lose the last acknowledged records (measured: 300-500 of a
+        producer's acknowledged records at about 18 000 records/s) and fail the
+        producers' idempotent sequences (``OUT_OF_ORDER_SEQUENCE_NUMBER``). This is
+        the embedded broker's controlled shutdown; a Kafka broker does the same on
+        SIGTERM by itself.
+
         Args:
             remove_data: remove the data directory; default: only if it was a
                 temporary one made by this object.
         """
+        remove = remove_data if remove_data is not None else self._own_dir
         process, self.process = self.process, None
+        if process is not None and process.poll() is None and not remove:
+            self._stop_service(timeout_s)
         if process is not None and process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGTERM)
@@ -227,8 +241,27 @@ class EmbeddedBroker:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(process.pid, signal.SIGKILL)
                 process.wait(timeout=timeout_s)
-        if remove_data if remove_data is not None else self._own_dir:
+        if remove:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def _stop_service(self, timeout_s: float) -> None:
+        """Ask the running broker to save and stop its Kafka service; log, do not
+        raise, if it cannot (the SIGTERM that follows still stops it)."""
+        command = [str(self.binary()), "stop", "kafka", "--data-dir", str(self.data_dir)]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=timeout_s, check=False
+            )
+        except subprocess.TimeoutExpired:
+            log.warning("embedded broker: %s did not return in %.0f s", command, timeout_s)
+            return
+        if done.returncode != 0:
+            log.warning(
+                "embedded broker: %s exited with %d: %s",
+                command,
+                done.returncode,
+                (done.stderr or done.stdout).strip()[-300:],
+            )
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

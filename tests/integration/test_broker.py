@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+import time
 import uuid
+from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pipeline.broker import EmbeddedBroker, ensure_topics, resolve_broker
@@ -24,6 +28,82 @@ def test_embedded_broker_answers_then_stops_by_pid_and_removes_its_data() -> Non
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert not data_dir.exists()
+
+
+def test_a_restart_on_the_same_data_directory_keeps_every_acknowledged_record(
+    tmp_path: Path,
+) -> None:
+    """An idempotent producer writes without pause across a stop and a restart:
+    every record the broker acknowledged is read back once, and the producer never
+    meets a fatal error (noida-db's plain SIGTERM lost the last acknowledged records
+    and broke the producer's sequence numbers)."""
+    broker = EmbeddedBroker(data_dir=tmp_path / "broker").start()
+    try:
+        ensure_topics(broker.bootstrap_servers, {"durable": (1, 1)})
+        producer = Producer(
+            {
+                "bootstrap.servers": broker.bootstrap_servers,
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 120_000,
+            }
+        )
+        acknowledged: list[int] = []
+        errors: list[KafkaError] = []
+
+        def on_delivery(err: KafkaError | None, msg: object) -> None:
+            if err is None:
+                acknowledged.append(int(msg.value()))  # type: ignore[attr-defined]
+            else:
+                errors.append(err)
+
+        stop = threading.Event()
+
+        def produce() -> None:
+            sequence = 0
+            while not stop.is_set():
+                try:
+                    producer.produce("durable", str(sequence).encode(), on_delivery=on_delivery)
+                    sequence += 1
+                except BufferError:
+                    producer.poll(0.05)
+                if sequence % 200 == 0:
+                    producer.poll(0)
+                    time.sleep(0.005)
+            producer.flush(60)
+
+        writer = threading.Thread(target=produce)
+        writer.start()
+        time.sleep(2.0)
+        broker.stop(remove_data=False)
+        acknowledged_at_stop = len(acknowledged)
+        broker.start()
+        time.sleep(2.0)
+        stop.set()
+        writer.join(timeout=90)
+
+        assert not errors, errors[:3]
+        assert acknowledged_at_stop > 0
+        consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap_servers,
+                "group.id": "durable-check",
+                "enable.auto.commit": False,
+            }
+        )
+        _, high = consumer.get_watermark_offsets(TopicPartition("durable", 0), timeout=10)
+        consumer.assign([TopicPartition("durable", 0, 0)])
+        read: list[int] = []
+        while len(read) < high:
+            msg = consumer.poll(5.0)
+            assert msg is not None, f"read {len(read)} of {high} records"
+            if msg.error() is None:
+                read.append(int(msg.value()))  # type: ignore[arg-type]
+        consumer.close()
+        assert len(read) == len(set(read)) == high
+        assert sorted(acknowledged) == sorted(read)
+    finally:
+        broker.stop()
 
 
 def test_a_broker_that_cannot_start_names_the_command_and_its_output() -> None:
