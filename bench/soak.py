@@ -98,6 +98,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline.broker import EmbeddedBroker, ensure_topics, free_port
 from pipeline.config import QueryGroupConfig, load_query_group
 from pipeline.demo import read_all
+from pipeline.output import TRANSACTION_TIMEOUT_S
 from pipeline.queues import StableOffsetWatch
 from pipeline.source import DLQ_QUERY, DLQ_REASON
 
@@ -135,9 +136,13 @@ YEAR_MS = 365 * 86_400_000
 #: prctl(2): the signal a process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
 #: An output partition whose last stable offset stays this long below its log end
-#: holds a hanging transaction: a micro-batch's transaction takes seconds (the group
-#: sleeps on a full output queue before it begins one, never inside it).
-HANGING_AFTER_S = 30.0
+#: holds a hanging transaction: the query group's own rule (FG-QG-007 and the
+#: FloodgateHangingTransaction alert), twice the transaction timeout. A micro-batch's
+#: transaction takes seconds, but one left open by a ``kill -9``'d driver stays open
+#: until the restarted driver's ``init_transactions`` fences and aborts it (the same
+#: ``transactional.id``), which takes a driver restart: 40-90 s on 2 busy cores. A
+#: 30 s threshold took those for hangs and restarted the broker for nothing.
+HANGING_AFTER_S = 2 * TRANSACTION_TIMEOUT_S
 
 
 # --------------------------------------------------------------------------- the stack
