@@ -7,7 +7,9 @@ of a query group. For micro-batch ``N`` it:
    offset log (``<checkpoint>/offsets/N``, written before the batch runs);
 2. looks at the query's consumer group: if its committed offsets carry the
    metadata ``{"checkpoint": <this checkpoint>, "batch": M}`` with ``M >= N``,
-   batch ``N`` was already written before a crash, and it is skipped;
+   batch ``N`` was already written before a crash, and its output is skipped
+   (the batch still runs, into Spark's ``noop`` sink, so a stateful query's
+   state stores commit it);
 3. otherwise collects the batch's rows on the driver, encodes them as Avro,
    and in **one Kafka transaction** produces them to the output topic and
    commits the input end offsets (with that metadata) to the consumer group
@@ -440,9 +442,17 @@ class KafkaTransactionalSink:
                 )
             offsets = self.end_offsets(df.sparkSession, batch_id)
             if self.already_written(batch_id, offsets):
+                # The batch still runs, to a sink that writes nothing: a stateful
+                # query's state stores must commit this version, or the state would
+                # miss the batch's tuples and Spark (>= 4.1) fails the query with
+                # STATE_STORE_COMMIT_VALIDATION_FAILED ("foreachBatch ... returning from
+                # the function early"). Replayed from the same offsets, the batch
+                # rebuilds the same state.
+                df.write.format("noop").mode("append").save()
                 self.batches_skipped += 1
                 log.info(
-                    "query group %s query %s: batch %d already committed, skipped",
+                    "query group %s query %s: batch %d already committed, its output "
+                    "skipped (its state stores committed)",
                     self.query_group,
                     self.query,
                     batch_id,

@@ -14,6 +14,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +189,68 @@ def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing(
     assert 0 < committed < end, "the kill must land mid-stream for this test to mean anything"
 
     drain_and_check(config, config_path, bootstrap, schemas, records, log_path)
+
+
+def test_crash_after_the_output_commit_of_an_aggregation_keeps_its_state(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Path,
+    produce: Any,
+) -> None:
+    """The replayed batch's output is skipped, but its tuples still reach the state
+    store: the last row per carrier and day counts every flight, once."""
+    records = flights[:2_000]
+    raw = flights_raw_config(
+        run_id, tmp_path / "checkpoints", max_rows_per_trigger=250, trigger_interval_ms=0
+    )
+    raw["queries"] = {"delays_by_carrier_day": raw["queries"]["delays_by_carrier_day"]}
+    raw["output_streams"] = {
+        "delays_by_carrier_day": raw["output_streams"]["delays_by_carrier_day"]
+    }
+    config_path = tmp_path / "group.toml"
+    config_path.write_text(tomli_w.dumps(raw))
+    config = parse_query_group(raw, env={})
+    produce(config, records)
+    topic = config.input_streams["flights"].topic
+    output = config.output_streams["delays_by_carrier_day"].topic
+    group = config.consumer_group("delays_by_carrier_day")
+    log_path = tmp_path / "driver.log"
+
+    driver = start_driver(config_path, bootstrap, log_path, **{FAILPOINT_ENV: "after-commit:2"})
+    try:
+        assert driver.wait(timeout=DRIVER_TIMEOUT_S) == -signal.SIGKILL, log_path.read_text()[
+            -4000:
+        ]
+    finally:
+        kill_group(driver)
+    committed, end = committed_and_end(bootstrap, group, topic)
+    assert committed == 3 * 250 < end  # batch 2 is committed: its replay will be skipped
+
+    driver = start_driver(config_path, bootstrap, log_path)
+    try:
+        wait_until(
+            lambda: (lambda c, e: c == e)(*committed_and_end(bootstrap, group, topic)),
+            DRIVER_TIMEOUT_S,
+            "the restarted driver to process every tuple",
+            log_path,
+        )
+        assert driver.poll() is None, log_path.read_text()[-4000:]
+    finally:
+        driver.send_signal(signal.SIGTERM)
+        try:
+            driver.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            kill_group(driver)
+
+    codec = StreamCodec("delays_by_carrier_day", schemas.get("delays_by_carrier_day"), schemas)
+    latest: dict[tuple[Any, Any], int] = {}
+    for message in read_all(bootstrap, output):  # in order per key: the last row wins
+        row = codec.decode(message.value(), logical=False)
+        latest[(row["carrier"], row["day"])] = row["flights"]
+    want = Counter(
+        (r["carrier"], (date(r["year"], r["month"], r["day"]) - date(1970, 1, 1)).days)
+        for r in records
+    )
+    assert latest == dict(want)
