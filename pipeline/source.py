@@ -34,12 +34,14 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
+import tenacity
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -64,11 +66,13 @@ from pyspark.sql.types import (
 )
 
 from pipeline.errors import DeserializationError, RefusedTupleError, SchemaError
-from pipeline.output import parse_offset_log
+from pipeline.output import BROKER_WAIT_S, parse_offset_log
 from pipeline.serde import RegisteredSchema, SchemaRepository, StreamCodec
 from pipeline.swept import RANGE_CONSUMER, BlobReader, catalog_for, read_partition
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: Short name to use with ``spark.readStream.format(...)``.
 SOURCE_NAME = "floodgate_kafka"
@@ -599,12 +603,46 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise KafkaException(f"topic {self.options.topic!r} is not available: {error}")
         return sorted(topic.partitions)
 
+    def _broker_read(self, read: Callable[[], _T], what: str) -> _T:
+        """``read()``, tried again with exponential backoff (0.1 s to 2 s) for up to
+        :data:`~pipeline.output.BROKER_WAIT_S` while it raises ``KafkaException``.
+
+        A broker restart or a leader election makes librdkafka answer ``_TRANSPORT``,
+        ``_UNKNOWN_PARTITION`` or "no leaders found" for a few seconds; raised from
+        ``latestOffset`` it would fail the query (and the driver) for nothing. Logs
+        ``FG-SOURCE-003`` before each new try.
+
+        Raises:
+            KafkaException: the last error, when the broker did not answer in time.
+        """
+        started = time.monotonic()
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(KafkaException),
+            stop=tenacity.stop_after_delay(BROKER_WAIT_S),
+            wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
+            before_sleep=lambda state: log.warning(
+                "FG-SOURCE-003 source %s: broker not answering, retrying %s "
+                "(attempt %d, %.1f s so far): %s",
+                self.options.stream,
+                what,
+                state.attempt_number,
+                time.monotonic() - started,
+                state.outcome.exception() if state.outcome else None,
+            ),
+            reraise=True,
+        )
+        return retrying(read)
+
     def _watermarks(self) -> dict[int, tuple[int, int]]:
         topic = self.options.topic
-        return {
-            p: tuple(self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30))  # type: ignore[misc]
-            for p in self._partitions()
-        }
+
+        def read() -> dict[int, tuple[int, int]]:
+            return {
+                p: tuple(self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30))  # type: ignore[misc]
+                for p in self._partitions()
+            }
+
+        return self._broker_read(read, f"the watermarks of {topic!r}")
 
     def _latest(self) -> Offsets:
         return {p: high for p, (_, high) in self._watermarks().items()}
@@ -617,8 +655,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         elif self.options.starting_offsets == "earliest":
             start = {p: low for p, (low, _) in watermarks.items()}
         else:
-            committed = self.consumer.committed(
-                [TopicPartition(self.options.topic, p) for p in watermarks], timeout=30
+            committed = self._broker_read(
+                lambda: self.consumer.committed(
+                    [TopicPartition(self.options.topic, p) for p in watermarks], timeout=30
+                ),
+                "the consumer group's commits",
             )
             start = {}
             for tp in committed:

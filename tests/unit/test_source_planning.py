@@ -440,3 +440,37 @@ def test_the_latest_window_holds_the_tuple_and_is_the_last_that_does(
 )
 def test_interval_strings_are_read_as_spark_reads_them(text: str, ms: int | None) -> None:
     assert interval_ms(text) == ms
+
+
+def test_a_driver_side_broker_read_is_tried_again_until_it_answers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What librdkafka answers for a moment after a broker restart
+    (``_UNKNOWN_PARTITION``, seen failing ``latestOffset`` in the soak) is waited out."""
+    from confluent_kafka import KafkaError, KafkaException
+    from pyspark.sql.types import StructType
+
+    from pipeline.source import KafkaStreamReader, SourceOptions
+
+    options = SourceOptions.parse(
+        {
+            "bootstrap.servers": "127.0.0.1:9",
+            "topic": "t",
+            "schema": "flight",
+            "schemas": "{}",
+            "group.id": "g",
+        }
+    )
+    reader = KafkaStreamReader(options, StructType())
+    answers = iter([KafkaError(KafkaError._UNKNOWN_PARTITION), KafkaError(KafkaError._TRANSPORT)])
+
+    def read() -> dict[int, int]:
+        error = next(answers, None)
+        if error is not None:
+            raise KafkaException(error)
+        return {0: 5}
+
+    with caplog.at_level("WARNING", logger="pipeline.source"):
+        assert reader._broker_read(read, "the watermarks of 't'") == {0: 5}
+    retries = [r.getMessage() for r in caplog.records if "FG-SOURCE-003" in r.getMessage()]
+    assert len(retries) == 2 and "the watermarks of 't'" in retries[0]
