@@ -38,7 +38,9 @@ lower ``max_rows_per_trigger``.
 Stable message codes of the log (and of the errors): ``FG-QG-001`` (warning) a
 query sleeps on a full output stream queue; ``FG-QG-002`` (error) the query group
 is held; ``FG-QG-003`` (info) it is released; ``FG-QG-004`` (warning) input was
-discarded on release; ``FG-QG-005`` (error) a batch larger than its output queue.
+discarded on release; ``FG-QG-005`` (error) a batch larger than its output queue;
+``FG-QG-008`` (warning) the broker went away during a batch's transaction, which is
+written again by a new producer.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from pipeline.errors import BatchInterrupted, OversizedBatchError, QueryGroupError, QueryGroupHeld
 from pipeline.queues import QueueSnapshot
@@ -66,6 +68,15 @@ TRANSACTION_TIMEOUT_S = 60.0
 #: Seconds a micro-batch's output queue check keeps reading through a broker outage (a
 #: restart) before the batch fails; the query would otherwise fail on the first refusal.
 BROKER_WAIT_S = 60.0
+#: How many times a micro-batch's transaction is written when the broker goes away
+#: during it (:meth:`KafkaTransactionalSink._transaction`).
+TRANSACTION_ATTEMPTS = 5
+#: librdkafka errors (``error_cb``) that mean the broker went away: a transaction
+#: open across them is written again.
+BROKER_GONE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT})
+#: How long a committed transaction's records are read back for when the broker went
+#: away during its commit, seconds.
+VISIBLE_WAIT_S = 30.0
 
 #: Fault injection for crash tests: ``FLOODGATE_FAILPOINT=after-commit:<batch>`` kills the
 #: driver's whole process group with SIGKILL right after the output transaction of that
@@ -357,6 +368,9 @@ class KafkaTransactionalSink:
         self._lock = threading.Lock()
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
+        self._broker_gone: list[KafkaError] = []
+        #: Transactions written again because the broker went away during them.
+        self.transactions_renewed = 0
         #: Batches written and skipped as already written (for tests and metrics).
         self.batches_written = 0
         self.batches_skipped = 0
@@ -373,6 +387,7 @@ class KafkaTransactionalSink:
                     "enable.idempotence": True,
                     "acks": "all",
                     "linger.ms": 5,
+                    "error_cb": self._on_error,
                     **self.client,
                 }
             )
@@ -487,35 +502,144 @@ class KafkaTransactionalSink:
         self.tuples_written += len(encoded)
         _failpoint("after-commit", batch_id)
 
+    def _on_error(self, error: KafkaError) -> None:
+        """librdkafka's ``error_cb`` (served on the calling thread by ``poll``/``flush``)."""
+        if error.code() in BROKER_GONE:
+            self._broker_gone.append(error)
+
     def _transaction(
         self, encoded: Sequence[tuple[Any, bytes]], batch_id: int, offsets: Sequence[TopicPartition]
     ) -> None:
-        producer = self._get_producer()
-        marker = self._marker(batch_id)
+        """The batch's one transaction, written again with a new producer when the
+        broker went away while it was open (at most :data:`TRANSACTION_ATTEMPTS` times).
+
+        Why: a broker that restarts in the middle of a transaction must either abort
+        it or, with its records, commit it. noida-db 0.2.3 does neither: at start it
+        aborts the records it had, then takes the producer's retried in-flight records
+        into a transaction its coordinator does not know, and the producer's
+        ``send_offsets_to_transaction`` + ``commit_transaction`` then succeed with the
+        *offsets only* -- the input is committed, its output lost (15 000 tuples in
+        long soak run 3). So when ``error_cb`` reported the broker gone
+        (:data:`BROKER_GONE`) before the commit, nothing is committed: the producer
+        is dropped, and a new one's ``init_transactions`` bumps the epoch (fencing
+        the old one: Kafka aborts its transaction; noida-db leaves its stray records
+        open until its next start, which aborts them) and writes the batch again. Not
+        an abort and a retry on the same producer: noida-db's commit marker would
+        then also commit the stray records (measured: 2 499 duplicates of 5 000).
+        When the broker went away during the commit itself, the records are read back
+        (``read_committed``); if they are not visible, the batch is written again.
+
+        Raises:
+            QueryGroupError: the transaction failed (it was aborted), or the broker
+                went away during every attempt.
+        """
+        for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+            producer = self._get_producer()
+            producer.poll(0)  # what happened before this transaction is not its concern
+            self._broker_gone.clear()
+            delivered: dict[int, set[int]] = {}
+
+            def on_delivery(
+                err: KafkaError | None, msg: Any, delivered: dict[int, set[int]] = delivered
+            ) -> None:
+                if err is None:
+                    delivered.setdefault(msg.partition(), set()).add(msg.offset())
+
+            try:
+                producer.begin_transaction()
+                for i, (key, value) in enumerate(encoded):
+                    producer.produce(self.topic, key=key, value=value, on_delivery=on_delivery)
+                    if i % 10_000 == 0:
+                        producer.poll(0)
+                _failpoint("mid-transaction", batch_id)
+                undelivered = producer.flush(TRANSACTION_TIMEOUT_S)
+                if undelivered or self._broker_gone:
+                    self._renew_producer(batch_id, attempt, "while its records were sent")
+                    continue
+                if offsets:
+                    producer.send_offsets_to_transaction(
+                        [
+                            TopicPartition(
+                                tp.topic, tp.partition, tp.offset, metadata=self._marker(batch_id)
+                            )
+                            for tp in offsets
+                        ],
+                        self._get_consumer().consumer_group_metadata(),
+                        TRANSACTION_TIMEOUT_S,
+                    )
+                producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+                producer.poll(0)
+            except KafkaException as exc:
+                self._abort(producer, exc)
+                raise QueryGroupError(
+                    f"batch {batch_id}: output transaction to {self.topic!r} failed "
+                    f"and was aborted: {exc}",
+                    query_group=self.query_group,
+                    query=self.query,
+                ) from exc
+            if self._broker_gone and not self._visible(delivered):
+                self._renew_producer(batch_id, attempt, "during its commit")
+                continue
+            return
+        raise QueryGroupError(
+            f"batch {batch_id}: the broker went away during each of {TRANSACTION_ATTEMPTS} "
+            f"output transactions to {self.topic!r}; nothing of the batch is visible",
+            query_group=self.query_group,
+            query=self.query,
+        )
+
+    def _renew_producer(self, batch_id: int, attempt: int, when: str) -> None:
+        log.warning(
+            "FG-QG-008 query group %s query %s: the broker went away %s (%s); "
+            "batch %d is written again by a new producer (attempt %d of %d)",
+            self.query_group,
+            self.query,
+            when,
+            self._broker_gone[0] if self._broker_gone else "undelivered records",
+            batch_id,
+            attempt + 1,
+            TRANSACTION_ATTEMPTS,
+        )
+        self._producer = None  # the next init_transactions fences this one
+        self.transactions_renewed += 1
+
+    def _visible(self, delivered: Mapping[int, set[int]]) -> bool:
+        """Whether every record at ``delivered`` (partition -> offsets) is visible to a
+        ``read_committed`` reader, read back for up to :data:`VISIBLE_WAIT_S`."""
+        if not delivered:
+            return True
+        missing = {p: set(offsets) for p, offsets in delivered.items()}
+        last = {p: max(offsets) for p, offsets in delivered.items()}
+        reader = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "group.id": f"{self.group_id}.verify",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                **self.client,
+            }
+        )
         try:
-            producer.begin_transaction()
-            for i, (key, value) in enumerate(encoded):
-                producer.produce(self.topic, key=key, value=value)
-                if i % 10_000 == 0:
-                    producer.poll(0)
-            if offsets:
-                producer.send_offsets_to_transaction(
-                    [
-                        TopicPartition(tp.topic, tp.partition, tp.offset, metadata=marker)
-                        for tp in offsets
-                    ],
-                    self._get_consumer().consumer_group_metadata(),
-                    TRANSACTION_TIMEOUT_S,
-                )
-            producer.commit_transaction(TRANSACTION_TIMEOUT_S)
-        except KafkaException as exc:
-            self._abort(producer, exc)
-            raise QueryGroupError(
-                f"batch {batch_id}: output transaction to {self.topic!r} failed "
-                f"and was aborted: {exc}",
-                query_group=self.query_group,
-                query=self.query,
-            ) from exc
+            reader.assign([TopicPartition(self.topic, p, min(o)) for p, o in missing.items()])
+            pending = set(missing)
+            deadline = time.monotonic() + VISIBLE_WAIT_S
+            while pending and time.monotonic() < deadline:
+                msg = reader.poll(0.5)
+                if msg is None:
+                    continue
+                partition, offset, error = msg.partition(), msg.offset(), msg.error()
+                if partition not in last or offset is None:
+                    continue
+                if error is None:
+                    missing[partition].discard(offset)
+                    if offset >= last[partition]:
+                        pending.discard(partition)
+                elif error.code() == KafkaError._PARTITION_EOF and offset > last[partition]:
+                    pending.discard(partition)  # read past them: aborted ones were skipped
+        finally:
+            reader.close()
+        return not any(missing.values())
 
     def _abort(self, producer: Producer, exc: KafkaException) -> None:
         error = exc.args[0] if exc.args else None
