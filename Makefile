@@ -32,7 +32,7 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration $(ARGS)
 
-# The soak's short mode as a test (about 4 minutes; not in `make test` yet, see bench/README.md).
+# The soak's short mode alone (about 3 minutes; `make test` runs it too).
 test-soak: $(STAMP)
 	$(BIN)/python -m pytest tests/integration/test_soak.py -m soak $(ARGS)
 

@@ -27,7 +27,7 @@ from soak import reap  # noqa: E402
 pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
 
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(1200)
 def test_nothing_is_lost_or_duplicated_under_overload_and_every_fault(tmp_path: Path) -> None:
     out = tmp_path / "soak"
     try:
@@ -36,7 +36,7 @@ def test_nothing_is_lost_or_duplicated_under_overload_and_every_fault(tmp_path: 
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=1700,
+            timeout=1100,
         )
     finally:
         reap(out)  # whatever the soak left running if it died
