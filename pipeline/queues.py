@@ -24,7 +24,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -140,6 +140,26 @@ class NothingSwept:
 
     def swept(self, topic: str, partition: int, position: int) -> int:
         return 0
+
+
+def broker_retrying(
+    error: type[BaseException],
+    wait_s: float,
+    before_retry: Callable[[int, BaseException | None], None],
+) -> tenacity.Retrying:
+    """Tenacity's ``Retrying`` for a read of a broker that may be restarting: tried
+    again while it raises ``error``, with exponential backoff from 0.1 s to 2 s, for up
+    to ``wait_s`` seconds; then the last error is raised. ``before_retry(attempt,
+    error)`` runs before each new try (to log it)."""
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(error),
+        stop=tenacity.stop_after_delay(wait_s),
+        wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
+        before_sleep=lambda state: before_retry(
+            state.attempt_number, state.outcome.exception() if state.outcome else None
+        ),
+        reraise=True,
+    )
 
 
 class QueueProbe:
@@ -291,19 +311,17 @@ class QueueProbe:
         if wait_s <= 0:
             return self._snapshot()
         started = time.monotonic()
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(BrokerError),
-            stop=tenacity.stop_after_delay(wait_s),
-            wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
-            before_sleep=lambda state: log.warning(
+        retrying = broker_retrying(
+            BrokerError,
+            wait_s,
+            lambda attempt, error: log.warning(
                 "FG-QUEUE-001 stream %s: broker not answering, retrying the queue read "
                 "(attempt %d, %.1f s so far): %s",
                 self.stream,
-                state.attempt_number,
+                attempt,
                 time.monotonic() - started,
-                state.outcome.exception() if state.outcome else None,
+                error,
             ),
-            reraise=True,
         )
         try:
             return retrying(self._snapshot)

@@ -41,7 +41,6 @@ from dataclasses import field as dataclass_field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import tenacity
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -67,6 +66,7 @@ from pyspark.sql.types import (
 
 from pipeline.errors import DeserializationError, RefusedTupleError, SchemaError
 from pipeline.output import BROKER_WAIT_S, parse_offset_log
+from pipeline.queues import broker_retrying
 from pipeline.serde import RegisteredSchema, SchemaRepository, StreamCodec
 from pipeline.swept import RANGE_CONSUMER, BlobReader, catalog_for, read_partition
 
@@ -616,20 +616,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             KafkaException: the last error, when the broker did not answer in time.
         """
         started = time.monotonic()
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(KafkaException),
-            stop=tenacity.stop_after_delay(BROKER_WAIT_S),
-            wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
-            before_sleep=lambda state: log.warning(
+        retrying = broker_retrying(
+            KafkaException,
+            BROKER_WAIT_S,
+            lambda attempt, error: log.warning(
                 "FG-SOURCE-003 source %s: broker not answering, retrying %s "
                 "(attempt %d, %.1f s so far): %s",
                 self.options.stream,
                 what,
-                state.attempt_number,
+                attempt,
                 time.monotonic() - started,
-                state.outcome.exception() if state.outcome else None,
+                error,
             ),
-            reraise=True,
         )
         return retrying(read)
 

@@ -107,6 +107,41 @@ def setup_group(
     return config, config_path
 
 
+def crash_after_commit(config_path: Path, bootstrap: str, log_path: Path, batch: int) -> None:
+    """Run a driver that kills itself right after batch ``batch``'s transaction
+    commits, before Spark logs the batch as done."""
+    driver = start_driver(
+        config_path, bootstrap, log_path, **{FAILPOINT_ENV: f"after-commit:{batch}"}
+    )
+    try:
+        assert driver.wait(timeout=DRIVER_TIMEOUT_S) == -signal.SIGKILL, log_path.read_text()[
+            -4000:
+        ]
+    finally:
+        kill_group(driver)
+
+
+def run_until_processed(
+    config_path: Path, bootstrap: str, log_path: Path, group: str, topic: str
+) -> None:
+    """Run a driver until ``group`` has committed all of ``topic``, then stop it."""
+    driver = start_driver(config_path, bootstrap, log_path)
+    try:
+        wait_until(
+            lambda: (lambda c, e: c == e)(*committed_and_end(bootstrap, group, topic)),
+            DRIVER_TIMEOUT_S,
+            "the restarted driver to process every tuple",
+            log_path,
+        )
+        assert driver.poll() is None, log_path.read_text()[-4000:]
+    finally:
+        driver.send_signal(signal.SIGTERM)
+        try:
+            driver.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            kill_group(driver)
+
+
 def drain_and_check(
     config: Any,
     config_path: Path,
@@ -116,21 +151,7 @@ def drain_and_check(
     log_path: Path,
 ) -> None:
     topic = config.input_streams["flights"].topic
-    group = config.consumer_group("copy")
-    driver = start_driver(config_path, bootstrap, log_path)
-    try:
-        wait_until(
-            lambda: (lambda c, e: c == e)(*committed_and_end(bootstrap, group, topic)),
-            DRIVER_TIMEOUT_S,
-            "the restarted driver to process every tuple",
-            log_path,
-        )
-    finally:
-        driver.send_signal(signal.SIGTERM)
-        try:
-            driver.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            kill_group(driver)
+    run_until_processed(config_path, bootstrap, log_path, config.consumer_group("copy"), topic)
     want = Counter(tuple(sorted(r.items())) for r in records)
     assert copies(bootstrap, config.output_streams["flights_copy"].topic, schemas) == want
 
@@ -147,14 +168,7 @@ def test_crash_after_the_output_commit_replays_without_duplicates(
     config, config_path = setup_group(run_id, tmp_path, produce, records)
     log_path = tmp_path / "driver.log"
 
-    # Killed right after batch 2's transaction commits, before Spark logs the batch as done.
-    driver = start_driver(config_path, bootstrap, log_path, **{FAILPOINT_ENV: "after-commit:2"})
-    try:
-        assert driver.wait(timeout=DRIVER_TIMEOUT_S) == -signal.SIGKILL, log_path.read_text()[
-            -4000:
-        ]
-    finally:
-        kill_group(driver)
+    crash_after_commit(config_path, bootstrap, log_path, 2)
     written = len(read_all(bootstrap, config.output_streams["flights_copy"].topic))
     assert written == 3 * 250  # batches 0, 1 and 2 are in the output, nothing more
 
@@ -218,31 +232,10 @@ def test_crash_after_the_output_commit_of_an_aggregation_keeps_its_state(
     group = config.consumer_group("delays_by_carrier_day")
     log_path = tmp_path / "driver.log"
 
-    driver = start_driver(config_path, bootstrap, log_path, **{FAILPOINT_ENV: "after-commit:2"})
-    try:
-        assert driver.wait(timeout=DRIVER_TIMEOUT_S) == -signal.SIGKILL, log_path.read_text()[
-            -4000:
-        ]
-    finally:
-        kill_group(driver)
+    crash_after_commit(config_path, bootstrap, log_path, 2)
     committed, end = committed_and_end(bootstrap, group, topic)
     assert committed == 3 * 250 < end  # batch 2 is committed: its replay will be skipped
-
-    driver = start_driver(config_path, bootstrap, log_path)
-    try:
-        wait_until(
-            lambda: (lambda c, e: c == e)(*committed_and_end(bootstrap, group, topic)),
-            DRIVER_TIMEOUT_S,
-            "the restarted driver to process every tuple",
-            log_path,
-        )
-        assert driver.poll() is None, log_path.read_text()[-4000:]
-    finally:
-        driver.send_signal(signal.SIGTERM)
-        try:
-            driver.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            kill_group(driver)
+    run_until_processed(config_path, bootstrap, log_path, group, topic)
 
     codec = StreamCodec("delays_by_carrier_day", schemas.get("delays_by_carrier_day"), schemas)
     latest: dict[tuple[Any, Any], int] = {}
