@@ -533,6 +533,7 @@ class KafkaTransactionalSink:
             QueryGroupError: the transaction failed (it was aborted), or the broker
                 went away during every attempt.
         """
+        marker = self._marker(batch_id)
         for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
             producer = self._get_producer()
             producer.poll(0)  # what happened before this transaction is not its concern
@@ -559,9 +560,7 @@ class KafkaTransactionalSink:
                 if offsets:
                     producer.send_offsets_to_transaction(
                         [
-                            TopicPartition(
-                                tp.topic, tp.partition, tp.offset, metadata=self._marker(batch_id)
-                            )
+                            TopicPartition(tp.topic, tp.partition, tp.offset, metadata=marker)
                             for tp in offsets
                         ],
                         self._get_consumer().consumer_group_metadata(),
@@ -591,13 +590,13 @@ class KafkaTransactionalSink:
     def _renew_producer(self, batch_id: int, attempt: int, when: str) -> None:
         log.warning(
             "FG-QG-008 query group %s query %s: the broker went away %s (%s); "
-            "batch %d is written again by a new producer (attempt %d of %d)",
+            "batch %d is written again by a new producer (attempt %d of %d failed)",
             self.query_group,
             self.query,
             when,
             self._broker_gone[0] if self._broker_gone else "undelivered records",
             batch_id,
-            attempt + 1,
+            attempt,
             TRANSACTION_ATTEMPTS,
         )
         self._producer = None  # the next init_transactions fences this one

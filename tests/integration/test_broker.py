@@ -83,7 +83,8 @@ def test_a_restart_on_the_same_data_directory_keeps_every_acknowledged_record(
         writer.join(timeout=90)
 
         assert not errors, errors[:3]
-        assert acknowledged_at_stop > 0
+        # The producer was writing on both sides of the restart.
+        assert 0 < acknowledged_at_stop < len(acknowledged)
         consumer = Consumer(
             {
                 "bootstrap.servers": broker.bootstrap_servers,
