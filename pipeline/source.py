@@ -41,6 +41,7 @@ from dataclasses import field as dataclass_field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import numpy as np
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -67,7 +68,7 @@ from pyspark.sql.types import (
 from pipeline.errors import DeserializationError, RefusedTupleError, SchemaError
 from pipeline.output import BROKER_WAIT_S, parse_offset_log
 from pipeline.queues import broker_retrying
-from pipeline.serde import RegisteredSchema, SchemaRepository, StreamCodec
+from pipeline.serde import BlockDecoder, RegisteredSchema, SchemaRepository, StreamCodec
 from pipeline.swept import RANGE_CONSUMER, BlobReader, catalog_for, read_partition
 
 log = logging.getLogger(__name__)
@@ -799,6 +800,7 @@ class _PartitionReader:
         } - {"event_time", "_timestamp"}
         self._date_fields = {f.name for f in schema.fields if isinstance(f.dataType, DateType)}
         self._pa = pa
+        self._decoder = BlockDecoder(self.codec)
         self._dead: list[tuple[Any, DeserializationError]] = []
         self._blobs: BlobReader | None = None
 
@@ -808,22 +810,110 @@ class _PartitionReader:
             self.options.consumer_config(**{**RANGE_CONSUMER, **self.options.client})
         )
         try:
-            rows: list[dict[str, Any]] = []
-            messages_of_rows: list[Any] = []
+            pending: list[Any] = []
             for fetched in self._records(consumer):
-                for message in fetched:
-                    row = self._decode(message)
-                    if row is not None:
-                        rows.append(row)
-                        messages_of_rows.append(message)
-                    if len(rows) >= ARROW_BATCH_ROWS:
-                        yield self._to_arrow_or_dead_letter(rows, messages_of_rows)
-                        rows, messages_of_rows = [], []
-            if rows:
-                yield self._to_arrow_or_dead_letter(rows, messages_of_rows)
+                pending.extend(fetched)
+                while len(pending) >= ARROW_BATCH_ROWS:
+                    chunk, pending = pending[:ARROW_BATCH_ROWS], pending[ARROW_BATCH_ROWS:]
+                    yield from self._convert(chunk)
+            if pending:
+                yield from self._convert(pending)
         finally:
             consumer.close()
         self._send_dead_letters()
+
+    def _convert(self, messages: list[Any]) -> Iterator[Any]:
+        """One Arrow record batch of ``messages`` (none if every one was refused).
+
+        The block decoder decodes them all at once; when it cannot vouch for the
+        block (a malformed tuple, an older writer schema), they are decoded one by
+        one, which dead-letters exactly the bad ones.
+        """
+        table = self._decoder.decode([m.value() for m in messages])
+        if table is not None:
+            batch = self._columns(table, messages)
+            if batch.num_rows:
+                yield batch
+            return
+        dead_before = len(self._dead)
+        rows: list[dict[str, Any]] = []
+        kept: list[Any] = []
+        for message in messages:
+            row = self._decode(message)
+            if row is not None:
+                rows.append(row)
+                kept.append(message)
+        if len(self._dead) == dead_before and self._decoder.enabled:
+            # Every tuple decoded alone, so the block reader is what failed: a type it
+            # reads differently. Leave it off for the rest of this range.
+            log.info(
+                "stream %r: block decoding is off for %s[%d]; decoding tuple by tuple",
+                self.options.stream,
+                self.partition.topic,
+                self.partition.partition,
+            )
+            self._decoder.enabled = False
+        if rows:
+            yield self._to_arrow_or_dead_letter(rows, kept)
+
+    def _columns(self, table: Any, messages: list[Any]) -> Any:
+        """The source's record batch from a block-decoded ``table`` of ``messages``:
+        the stream's columns, then the metadata columns; tuples the source refuses
+        (:meth:`_refusal`) are dead-lettered and left out."""
+        pa = self._pa
+        import pyarrow.compute as pc
+
+        keys = [m.key() for m in messages]
+        timestamps = [
+            ts if kind != 0 and ts >= 0 else None for kind, ts in (m.timestamp() for m in messages)
+        ]
+        timestamp_col = pa.array(timestamps, pa.int64())
+        options = self.options
+        if options.timestamp_mode == "data_source":
+            field = options.timestamp_field or ""
+            event_col = (
+                pc.cast(table.column(field).combine_chunks(), pa.int64())
+                if field in table.column_names
+                else pa.nulls(len(messages), pa.int64())
+            )
+        else:
+            event_col = timestamp_col
+        # Rows that may be refused, found by column; each is then judged on its own.
+        suspects = None
+        if options.key_required:
+            suspects = pc.is_null(pa.array(keys, pa.binary()))
+        ahead = options.max_event_time_ahead_ms
+        if ahead is not None and options.timestamp_mode == "data_source":
+            future = pc.greater(event_col, pc.add(timestamp_col, ahead))
+            suspects = future if suspects is None else pc.or_kleene(suspects, future)
+        watermark = self.partition.watermark_ms
+        if options.late_window is not None and watermark is not None:
+            early = pc.less(event_col, watermark)
+            suspects = early if suspects is None else pc.or_kleene(suspects, early)
+        refused: list[int] = []
+        if suspects is not None:
+            for index in pc.indices_nonzero(pc.fill_null(suspects, False)).to_pylist():
+                message = messages[index]
+                error = self._refusal(
+                    message, keys[index], timestamps[index], event_col[index].as_py()
+                )
+                if error is not None:
+                    self._dead.append((message, error))
+                    refused.append(index)
+        columns = [table.column(name).combine_chunks() for name in self.fields]
+        columns += [
+            event_col,
+            pa.array(keys, pa.binary()),
+            pa.array(np.full(len(messages), self.partition.partition, dtype=np.int32)),
+            pa.array([m.offset() for m in messages], pa.int64()),
+            timestamp_col,
+        ]
+        batch = self._cast([c.cast(f.type) for c, f in zip(columns, self._raw_schema, strict=True)])
+        if refused:
+            keep = np.ones(len(messages), dtype=bool)
+            keep[refused] = False
+            batch = batch.filter(pa.array(keep))
+        return batch
 
     def _records(self, consumer: Consumer) -> Iterator[list[Any]]:
         """The records of ``[start, end)`` in offset order, batch by batch: from the
@@ -872,6 +962,17 @@ class _PartitionReader:
             event_time = row["event_time"] = row.get(self.options.timestamp_field or "")
         else:
             event_time = row["event_time"] = timestamp
+        error = self._refusal(message, key, timestamp, event_time)
+        if error is not None:
+            self._dead.append((message, error))
+            return None
+        return row
+
+    def _refusal(
+        self, message: Any, key: bytes | None, timestamp: int | None, event_time: int | None
+    ) -> RefusedTupleError | None:
+        """Why the source refuses a decoded tuple (``null-key``, ``future-event-time``,
+        ``late``), or ``None`` to keep it. Times are epoch ms."""
         refusal = None
         if key is None and self.options.key_required:
             refusal = ("null-key", "the record has no key; the stream is keyed")
@@ -903,23 +1004,17 @@ class _PartitionReader:
                     f"{_iso(watermark)} for micro-batch {self.partition.batch_id}; Spark "
                     "would drop it from the aggregation",
                 )
-        if refusal is not None:
-            reason, text = refusal
-            self._dead.append(
-                (
-                    message,
-                    RefusedTupleError(
-                        text,
-                        reason=reason,
-                        stream=self.options.stream,
-                        topic=message.topic(),
-                        partition=message.partition(),
-                        offset=message.offset(),
-                    ),
-                )
-            )
+        if refusal is None:
             return None
-        return row
+        reason, text = refusal
+        return RefusedTupleError(
+            text,
+            reason=reason,
+            stream=self.options.stream,
+            topic=message.topic(),
+            partition=message.partition(),
+            offset=message.offset(),
+        )
 
     def _to_arrow_or_dead_letter(self, rows: list[dict[str, Any]], messages: list[Any]) -> Any:
         """Arrow batch of ``rows``; a row whose values Arrow cannot hold (an Avro ``int``
@@ -951,11 +1046,15 @@ class _PartitionReader:
             return self._to_arrow(kept)
 
     def _to_arrow(self, rows: list[dict[str, Any]]) -> Any:
-        pa = self._pa
         # from_pylist transposes in C++: ~2.3x faster than a list per column here.
-        raw = pa.RecordBatch.from_pylist(rows, schema=self._raw_schema)
+        return self._cast(self._pa.RecordBatch.from_pylist(rows, schema=self._raw_schema).columns)
+
+    def _cast(self, raw_columns: Sequence[Any]) -> Any:
+        """The record batch of :func:`spark_schema` from columns of the raw schema
+        (timestamps as epoch-ms longs, dates as epoch-day ints)."""
+        pa = self._pa
         columns = []
-        for field, column in zip(self.arrow_schema, raw.columns, strict=True):
+        for field, column in zip(self.arrow_schema, raw_columns, strict=True):
             if pa.types.is_timestamp(field.type):
                 # epoch milliseconds -> the microsecond timestamps Spark expects
                 column = column.cast(pa.timestamp("ms", tz="UTC")).cast(field.type)
