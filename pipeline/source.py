@@ -357,8 +357,10 @@ class SourceOptions:
     the reading query's checkpoint directory, a local path, and its aggregation's
     event-time window as ``<duration ms>,<slide ms>,<start ms>``; a tuple whose
     latest window ended at or before the watermark Spark applies to late tuples of
-    the micro-batch is dead-lettered, reason ``late``: :class:`EventTimeWindow`), and
-    ``kafka.<property>`` for any librdkafka property.
+    the micro-batch is dead-lettered, reason ``late``: :class:`EventTimeWindow`),
+    ``maxTasks`` (most Spark tasks a micro-batch is read with; Kafka partitions are
+    dealt out to them, :func:`group_ranges`; default one task per Kafka partition,
+    as Spark's Kafka source), and ``kafka.<property>`` for any librdkafka property.
     """
 
     bootstrap_servers: str
@@ -381,6 +383,7 @@ class SourceOptions:
     max_event_time_ahead_ms: int | None = None
     watermark_checkpoint: str | None = None
     late_window: EventTimeWindow | None = None
+    max_tasks: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -450,6 +453,13 @@ class SourceOptions:
                     "allowed: a whole number of milliseconds >= 0"
                 )
             ahead = int(ahead_text)
+        max_tasks = None
+        if lower.get("maxtasks"):
+            if not lower["maxtasks"].isdigit() or int(lower["maxtasks"]) < 1:
+                raise ValueError(
+                    f"{SOURCE_NAME}: maxTasks = {lower['maxtasks']!r}; allowed: a whole number >= 1"
+                )
+            max_tasks = int(lower["maxtasks"])
         return cls(
             bootstrap_servers=required("bootstrap.servers"),
             topic=required("topic"),
@@ -473,6 +483,7 @@ class SourceOptions:
             late_window=EventTimeWindow.parse_option(lower["latewindow"])
             if lower.get("latewindow")
             else None,
+            max_tasks=max_tasks,
         )
 
     def consumer_config(self, **extra: Any) -> dict[str, Any]:
@@ -525,6 +536,46 @@ class KafkaInputPartition(InputPartition):
     """The watermark for the micro-batch's late tuples (epoch ms; ``None``: no
     lateness check, :func:`batch_watermark`)."""
     batch_id: int | None = None
+
+
+@dataclass(frozen=True)
+class KafkaTaskPartition(InputPartition):
+    """One Spark task of a micro-batch: Kafka partition ranges read one after the other.
+
+    Spark pays for every task of a Python data source (a worker round trip, the
+    reader shipped and set up: ~0.1-0.2 s a task on the 2-core development machine,
+    more than decoding 15 000 flights), so a micro-batch is read with at most
+    ``maxTasks`` tasks, not one per Kafka partition (``bench/README.md``, issue 9).
+    """
+
+    ranges: tuple[KafkaInputPartition, ...]
+
+    @property
+    def tuples(self) -> int:
+        """Offsets spanned by the ranges (an upper bound of the tuples)."""
+        return sum(r.end - r.start for r in self.ranges)
+
+
+def group_ranges(
+    ranges: Sequence[KafkaInputPartition], max_tasks: int | None
+) -> list[KafkaTaskPartition]:
+    """Deal ``ranges`` out to at most ``max_tasks`` tasks (``None``: one range a task),
+    largest range first to the task with the fewest offsets so far (LPT scheduling);
+    a task reads its ranges in partition order.
+
+    Returns:
+        The tasks, in the order of their first partition; none empty.
+    """
+    if max_tasks is None or max_tasks >= len(ranges):
+        return [KafkaTaskPartition((r,)) for r in ranges]
+    tasks: list[list[KafkaInputPartition]] = [[] for _ in range(max_tasks)]
+    sizes = [0] * max_tasks
+    for r in sorted(ranges, key=lambda r: (-(r.end - r.start), r.partition)):
+        least = sizes.index(min(sizes))
+        tasks[least].append(r)
+        sizes[least] += r.end - r.start
+    grouped = [KafkaTaskPartition(tuple(sorted(t, key=lambda r: r.partition))) for t in tasks if t]
+    return sorted(grouped, key=lambda t: t.ranges[0].partition)
 
 
 def batch_watermark(
@@ -711,7 +762,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now_target = self._latest()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """One input partition per Kafka partition with tuples in ``[start, end)``."""
+        """The tasks of a micro-batch: each Kafka partition with tuples in ``[start,
+        end)`` is a range, the ranges dealt out to at most ``maxTasks`` tasks
+        (:func:`group_ranges`)."""
         begin = self._skip_discarded(offsets_from_json(self.options.topic, start))
         finish = offsets_from_json(self.options.topic, end)
         watermark = batch = None
@@ -727,11 +780,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             else:
                 batch, watermark = logged
-        return [
+        ranges = [
             KafkaInputPartition(self.options.topic, p, begin.get(p, 0), e, watermark, batch)
             for p, e in sorted(finish.items())
             if e > begin.get(p, 0)
         ]
+        return group_ranges(ranges, self.options.max_tasks)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Commit ``end`` to the consumer group (if ``commitOffsets``)."""
@@ -753,7 +807,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side -----------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """Read and decode ``[start, end)`` of one Kafka partition.
+        """Read and decode the ranges of one task, ``[start, end)`` of a Kafka
+        partition each, one after the other.
 
         Yields:
             Arrow record batches of at most :data:`ARROW_BATCH_ROWS` rows in the
@@ -763,21 +818,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             DataLossError: the broker no longer holds offsets of the range.
             KafkaException: the broker failed in another way (the task is retried).
         """
-        assert isinstance(partition, KafkaInputPartition)
-        yield from _PartitionReader(self.options, self.schema, partition).batches()
+        assert isinstance(partition, KafkaTaskPartition)
+        yield from _PartitionReader(self.options, self.schema).batches(partition.ranges)
 
 
 class _PartitionReader:
-    """Reads one :class:`KafkaInputPartition` in a Python worker."""
+    """Reads the :class:`KafkaInputPartition` ranges of one task in a Python worker."""
 
-    def __init__(
-        self, options: SourceOptions, schema: StructType, partition: KafkaInputPartition
-    ) -> None:
+    #: The range being read (set by :meth:`batches`).
+    partition: KafkaInputPartition
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.options = options
-        self.partition = partition
         repository = SchemaRepository.from_json(options.schemas_json)
         self.codec = StreamCodec(options.stream, repository.get(options.schema_name), repository)
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
@@ -804,20 +859,24 @@ class _PartitionReader:
         self._dead: list[tuple[Any, DeserializationError]] = []
         self._blobs: BlobReader | None = None
 
-    def batches(self) -> Iterator[Any]:
+    def batches(self, ranges: Sequence[KafkaInputPartition]) -> Iterator[Any]:
+        """Arrow record batches of ``ranges``, in order, through one consumer; the
+        dead letters of all of them are sent at the end."""
         consumer = Consumer(
             # A user's kafka.* properties win over the range reader's.
             self.options.consumer_config(**{**RANGE_CONSUMER, **self.options.client})
         )
         try:
-            pending: list[Any] = []
-            for fetched in self._records(consumer):
-                pending.extend(fetched)
-                while len(pending) >= ARROW_BATCH_ROWS:
-                    chunk, pending = pending[:ARROW_BATCH_ROWS], pending[ARROW_BATCH_ROWS:]
-                    yield from self._convert(chunk)
-            if pending:
-                yield from self._convert(pending)
+            for part in ranges:
+                self.partition = part
+                pending: list[Any] = []
+                for fetched in self._records(consumer):
+                    pending.extend(fetched)
+                    while len(pending) >= ARROW_BATCH_ROWS:
+                        chunk, pending = pending[:ARROW_BATCH_ROWS], pending[ARROW_BATCH_ROWS:]
+                        yield from self._convert(chunk)
+                if pending:
+                    yield from self._convert(pending)
         finally:
             consumer.close()
         self._send_dead_letters()

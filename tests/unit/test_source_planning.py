@@ -22,8 +22,10 @@ from pipeline.serde import SchemaRepository
 from pipeline.source import (
     METADATA_COLUMNS,
     EventTimeWindow,
+    KafkaInputPartition,
     SourceOptions,
     batch_watermark,
+    group_ranges,
     offsets_from_json,
     offsets_to_json,
     plan_batch_end,
@@ -474,3 +476,50 @@ def test_a_driver_side_broker_read_is_tried_again_until_it_answers(
         assert reader._broker_read(read, "the watermarks of 't'") == {0: 5}
     retries = [r.getMessage() for r in caplog.records if "FG-SOURCE-003" in r.getMessage()]
     assert len(retries) == 2 and "the watermarks of 't'" in retries[0]
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=1, max_value=10_000), min_size=1, max_size=12),
+    max_tasks=st.one_of(st.none(), st.integers(min_value=1, max_value=16)),
+)
+def test_ranges_are_dealt_to_at_most_max_tasks_each_once(
+    sizes: list[int], max_tasks: int | None
+) -> None:
+    """Every range goes to exactly one task, no task is empty, there are at most
+    ``max_tasks`` of them, and each task reads its ranges in partition order."""
+    ranges = [KafkaInputPartition("t", p, 100, 100 + n) for p, n in enumerate(sizes)]
+    tasks = group_ranges(ranges, max_tasks)
+    dealt = [r for t in tasks for r in t.ranges]
+    assert sorted(dealt, key=lambda r: r.partition) == ranges
+    assert all(t.ranges for t in tasks)
+    assert len(tasks) == (len(ranges) if max_tasks is None else min(max_tasks, len(ranges)))
+    for t in tasks:
+        assert [r.partition for r in t.ranges] == sorted(r.partition for r in t.ranges)
+    if max_tasks is not None and tasks:
+        # LPT: the largest task is within one range of the most even deal.
+        assert max(t.tuples for t in tasks) <= sum(sizes) / len(tasks) + max(sizes)
+
+
+def test_four_equal_partitions_on_two_tasks_are_two_and_two() -> None:
+    ranges = [KafkaInputPartition("t", p, 0, 1_000) for p in range(4)]
+    tasks = group_ranges(ranges, 2)
+    assert [[r.partition for r in t.ranges] for t in tasks] == [[0, 2], [1, 3]]
+
+
+def test_max_tasks_must_be_a_whole_number_of_at_least_one() -> None:
+    base = {
+        "bootstrap.servers": "b:9092",
+        "topic": "t",
+        "schema": "flight",
+        "schemas": "{}",
+        "group.id": "g",
+    }
+    assert SourceOptions.parse({**base, "maxTasks": "2"}).max_tasks == 2
+    assert SourceOptions.parse(base).max_tasks is None
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(ValueError, match=f"maxTasks = '{bad}'; allowed: a whole number >= 1"):
+            SourceOptions.parse({**base, "maxTasks": bad})
