@@ -6,8 +6,8 @@
    embedded one) and creates the topics;
 2. starts the ``flights`` query group (``conf/flights.toml``);
 3. replays the flights in event-time order through a :class:`FlightReplayer`
-   (``--rate`` tuples/s, default as fast as it goes), with progress bars for
-   producing and processing;
+   in a process of its own (:class:`ReplayProcess`; ``--rate`` tuples/s, default
+   as fast as it goes), with progress bars for producing and processing;
 4. reads both output streams all along through the data reception API
    (:class:`Reception`: :meth:`~pipeline.client.StreamOutput.get`, latest tuple
    per key), which frees their bounded output stream queues, and reports the
@@ -30,6 +30,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import pickle
+import queue
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -112,6 +117,178 @@ class FlightReplayer:
             self.error = exc
         finally:
             self.done.set()
+
+
+#: The longest the replay process may take to load the flights and connect.
+REPLAY_START_TIMEOUT_S = 120.0
+
+
+class ReplayProcess:
+    """The replay of a :class:`FlightReplayer` in a process of its own.
+
+    A producer is a process of its own in any real deployment, and it must be here
+    too: in the query group driver's process, the replay's Avro encoding (~10 µs a
+    flight, all of it under the GIL) stalled every ``foreachBatch`` call, py4j round
+    trip and Arrow collect of the micro-batches (measured on the 2-core machine:
+    Spark's executors idle for most of each 1.3 s micro-batch while its Python
+    function waited for the GIL; ``bench/README.md``, issue 9).
+
+    The process (``python -c``, so a caller's script is not imported again as
+    ``multiprocessing``'s spawn would) loads the flights and connects to the
+    cluster, then waits for :meth:`go`, so neither is timed. It reports on its
+    standard output, one line at a time: ``ready <n>``, ``progress <produced>
+    <blocked s>`` about 10 times a second, then ``done`` or ``error <text>``.
+
+    Args:
+        bootstrap_servers: the cluster.
+        config: the query group (the process opens its ``flights`` input stream).
+        limit: replay only the first ``limit`` flights.
+        rate: tuples per second; ``None`` as fast as back-pressure lets it.
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        config: QueryGroupConfig,
+        limit: int | None,
+        rate: float | None,
+    ) -> None:
+        self._arguments = (bootstrap_servers, config, limit, rate)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._lines: queue.Queue[str] = queue.Queue()
+        self.total = 0
+        self.produced = 0
+        self.blocked_s = 0.0
+        self.error: BaseException | None = None
+        self._finished = False
+
+    def start(self) -> int:
+        """Start the process and wait until it is ready to replay.
+
+        Returns:
+            The number of flights it will replay.
+
+        Raises:
+            FloodgateError: it failed or was not ready within ``REPLAY_START_TIMEOUT_S``.
+        """
+        with tempfile.NamedTemporaryFile(prefix="floodgate-replay-", delete=False) as f:
+            pickle.dump(self._arguments, f)
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"from pipeline.demo import _replay_main; _replay_main({f.name!r})",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        threading.Thread(target=self._read, name="replay-reader", daemon=True).start()
+        line = self._next_line(REPLAY_START_TIMEOUT_S)
+        if not line.startswith("ready "):
+            self.stop()
+            raise FloodgateError(f"the replay process did not start: {line}")
+        self.total = int(line.split()[1])
+        return self.total
+
+    def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        for raw in self._process.stdout:
+            self._lines.put(raw.decode(errors="replace").rstrip("\n"))
+        self._lines.put(f"error the replay process ended (exit code {self._process.wait()})")
+
+    def _next_line(self, timeout_s: float) -> str:
+        try:
+            return self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            return f"error no word from the replay process in {timeout_s:.0f} s"
+
+    def _send(self, command: str) -> None:
+        assert self._process is not None and self._process.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ValueError):
+            self._process.stdin.write(command.encode() + b"\n")
+            self._process.stdin.flush()
+
+    def go(self) -> None:
+        """Start replaying."""
+        self._send("go")
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the replay to end (``put_end`` included);
+        ``True`` once it has. A failure is then in :attr:`error`; :attr:`produced`
+        and :attr:`blocked_s` follow the replay meanwhile."""
+        deadline = time.monotonic() + timeout_s
+        while not self._finished:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return False
+            kind, _, rest = line.partition(" ")
+            if kind == "progress":
+                produced, blocked = rest.split()
+                self.produced, self.blocked_s = int(produced), float(blocked)
+            elif kind == "done":
+                self._finished = True
+            elif kind == "error":
+                self.error = FloodgateError(f"the replay process failed: {rest}")
+                self._finished = True
+        return True
+
+    def stop(self) -> None:
+        """End the replay after the ``put`` in progress and wait for the process."""
+        if self._process is None:
+            return
+        self._send("stop")
+        try:
+            self._process.wait(30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(10)
+
+
+def _replay_main(arguments_path: str) -> None:
+    """The body of a :class:`ReplayProcess` (its standard output is the protocol)."""
+    out = sys.stdout
+
+    def say(line: str) -> None:
+        out.write(line + "\n")
+        out.flush()
+
+    try:
+        with open(arguments_path, "rb") as f:
+            bootstrap_servers, config, limit, rate = pickle.load(f)
+        os.unlink(arguments_path)
+        records = list(flight_records(load_flights(limit)))
+        schemas = SchemaRepository.load(config.schema_dir)
+        with connect(
+            bootstrap_servers=bootstrap_servers, config=config, schemas=schemas
+        ) as connector:
+            writer = connector.open_stream_input(config.name, "flights")
+            say(f"ready {len(records)}")
+            replayer = FlightReplayer(writer, records, rate=rate)
+
+            def listen() -> None:
+                for raw in sys.stdin:
+                    if raw.strip() == "go":
+                        go.set()
+                    elif raw.strip() == "stop":
+                        break
+                replayer.stop.set()  # "stop", or the parent went away
+                go.set()
+
+            go = threading.Event()
+            threading.Thread(target=listen, name="replay-commands", daemon=True).start()
+            go.wait()
+            thread = threading.Thread(target=replayer.run, name="flight-replay", daemon=True)
+            thread.start()
+            while not replayer.done.wait(0.1):
+                say(f"progress {replayer.produced} {replayer.blocked_s:.3f}")
+            say(f"progress {replayer.produced} {replayer.blocked_s:.3f}")
+            if replayer.error is not None:
+                raise replayer.error
+        say("done")
+    except BaseException as exc:  # reported to the parent, which raises it
+        say(f"error {type(exc).__name__}: {exc}")
 
 
 @dataclass
@@ -347,6 +524,7 @@ class DemoResult:
             output stream queue.
         metrics_url: where the query group served its metrics and control endpoint.
         output_topics: per output stream, its topic in this run.
+        input_topic: the flights input stream's topic in this run.
     """
 
     produced: int
@@ -367,6 +545,7 @@ class DemoResult:
     holds: int = 0
     metrics_url: str = ""
     output_topics: dict[str, str] = field(default_factory=dict)
+    input_topic: str = ""
 
     @property
     def balanced(self) -> bool:
@@ -461,9 +640,6 @@ def run_demo(
         FloodgateError: the reception did not read every output tuple in time.
     """
     phase = on_phase or (lambda _text: None)
-    phase("loading flights")
-    flights = load_flights(limit)
-    records = list(flight_records(flights))
     phase("resolving the broker")
     broker: Broker = resolve_broker(bootstrap_servers)
     with contextlib.ExitStack() as stack:
@@ -484,19 +660,21 @@ def run_demo(
         connector = stack.enter_context(
             connect(bootstrap_servers=broker.bootstrap_servers, config=config, schemas=schemas)
         )
-        writer = connector.open_stream_input(config.name, "flights")
         outputs = sorted({q.output for q in config.queries.values()})
         reception = Reception(
             {s: connector.open_stream_output(config.name, s) for s in outputs},
             {s: config.output_streams[s].key for s in outputs},
         ).start()
         stack.callback(reception.stop)
-        replayer = FlightReplayer(writer, records, rate=rate)
+        phase("loading flights (replay process)")
+        replayer = ReplayProcess(
+            bootstrap_servers=broker.bootstrap_servers, config=config, limit=limit, rate=rate
+        )
+        total = replayer.start()
+        stack.callback(replayer.stop)
         phase("replaying flights")
         started = time.monotonic()
-        producer_thread = threading.Thread(target=replayer.run, name="flight-replay", daemon=True)
-        producer_thread.start()
-        total = len(records)
+        replayer.go()
         peaks: dict[str, int] = {}
 
         reports = [0]
@@ -526,7 +704,7 @@ def run_demo(
                 on_progress(current)
             return current
 
-        while not replayer.done.wait(0.2):
+        while not replayer.wait(0.2):
             group.check()
             if reception.error is not None:
                 raise FloodgateError(f"the demo's reception failed: {reception.error}")
@@ -560,7 +738,7 @@ def run_demo(
             bootstrap_servers=broker.bootstrap_servers,
             broker_kind=broker.kind,
             blocked_s=replayer.blocked_s,
-            max_queue_size=writer.max_queue_size,
+            max_queue_size=config.input_settings("flights").max_queue_size,
             received={s: t.received for s, t in tables.items()},
             output_max_queue_size={s: config.output_settings(s).max_queue_size for s in outputs},
             output_queue_peak=peaks,
@@ -568,6 +746,7 @@ def run_demo(
             holds=int(stream_total(registry, HOLDS, query_group=group.name, streams=outputs)),
             metrics_url=metrics_url,
             output_topics={s: config.output_streams[s].topic for s in outputs},
+            input_topic=config.input_streams["flights"].topic,
         )
 
 
