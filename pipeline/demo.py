@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ from pipeline.broker import Broker, resolve_broker
 from pipeline.client import StreamInput, StreamOutput, connect
 from pipeline.config import QueryGroupConfig, apply_env_overrides, parse_query_group
 from pipeline.errors import FloodgateError, QueryGroupHeld
-from pipeline.flights import flight_records, load_flights
+from pipeline.flights import FlightTuples, flight_records, load_flights
 from pipeline.metrics import stream_total
 from pipeline.query_group import QueryGroup, QueryGroupState
 from pipeline.serde import SchemaRepository, StreamCodec
@@ -86,7 +86,7 @@ class FlightReplayer:
     """
 
     writer: StreamInput
-    records: list[dict[str, Any]]
+    records: Sequence[dict[str, Any]]
     rate: float | None = None
     batch: int = REPLAY_BATCH
     put_timeout_s: float = 600.0
@@ -258,7 +258,7 @@ def _replay_main(arguments_path: str) -> None:
         with open(arguments_path, "rb") as f:
             bootstrap_servers, config, limit, rate = pickle.load(f)
         os.unlink(arguments_path)
-        records = list(flight_records(load_flights(limit)))
+        records = FlightTuples(load_flights(limit))
         schemas = SchemaRepository.load(config.schema_dir)
         with connect(
             bootstrap_servers=bootstrap_servers, config=config, schemas=schemas
@@ -330,6 +330,8 @@ class Reception:
         keys: ``{stream: key columns}``.
         wait_s: how long one ``get`` waits for tuples.
         idle_s: how long the reader pauses its streams when a round read nothing.
+        on_received: called from the reading thread with ``(stream, tuples)`` as soon
+            as a ``get`` returned them (the latency benchmark times them).
     """
 
     def __init__(
@@ -339,8 +341,10 @@ class Reception:
         *,
         wait_s: float = 0.1,
         idle_s: float = 0.25,
+        on_received: Callable[[str, list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.outputs = dict(outputs)
+        self.on_received = on_received
         self.idle_s = idle_s
         self._tables = {s: OutputTable(s, tuple(keys[s])) for s in self.outputs}
         self.wait_s = wait_s
@@ -362,6 +366,8 @@ class Reception:
                     tuples = output.get(max_tuples=RECEPTION_BATCH, timeout_s=self.wait_s)
                     if tuples:
                         read += len(tuples)
+                        if self.on_received is not None:
+                            self.on_received(stream, tuples)
                         with self._lock:
                             self._tables[stream].add(tuples)
                 if not read:
@@ -617,6 +623,7 @@ def run_demo(
     on_progress: Callable[[DemoStatus], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
     spark_log_level: str = "ERROR",
+    on_received: Callable[[str, list[dict[str, Any]]], None] | None = None,
 ) -> DemoResult:
     """Run the main job once; see the module docstring.
 
@@ -630,6 +637,8 @@ def run_demo(
         on_phase: called with a short description when a phase starts.
         spark_log_level: Spark's log level for the run (``WARN`` shows, among others,
             every micro-batch that takes longer than the trigger interval).
+        on_received: passed to the reception (:class:`Reception`): called with each
+            output stream's tuples as soon as they are read.
 
     Raises:
         QueryGroupError: a query failed.
@@ -664,8 +673,11 @@ def run_demo(
         reception = Reception(
             {s: connector.open_stream_output(config.name, s) for s in outputs},
             {s: config.output_streams[s].key for s in outputs},
+            on_received=on_received,
         ).start()
         stack.callback(reception.stop)
+        phase("waiting for every query's first trigger")
+        _await_first_trigger(group)
         phase("loading flights (replay process)")
         replayer = ReplayProcess(
             bootstrap_servers=broker.bootstrap_servers, config=config, limit=limit, rate=rate
@@ -748,6 +760,26 @@ def run_demo(
             output_topics={s: config.output_streams[s].topic for s in outputs},
             input_topic=config.input_streams["flights"].topic,
         )
+
+
+def _await_first_trigger(group: QueryGroup, timeout_s: float = 120.0) -> None:
+    """Wait until every query of ``group`` has run its first trigger (its Python source
+    process started, the topic's offsets read), so that the replay, and the time the
+    demo measures, starts against a running pipeline as a producer would.
+
+    Raises:
+        QueryGroupError: a query failed meanwhile (:meth:`QueryGroup.check`).
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        group.check()
+        if all(
+            q.lastProgress is not None or q.status.get("message") == "Waiting for data to arrive"
+            for q in group.queries().values()
+        ):
+            return
+        time.sleep(0.1)
+    log.warning("the queries did not finish their first trigger in %.0f s; replaying", timeout_s)
 
 
 def _drain(group: QueryGroup, report: Callable[[], Any]) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 import pandas as pd
 
@@ -75,3 +75,30 @@ def flight_records(df: pd.DataFrame) -> Iterator[dict[str, Any]]:
         )
         record["time_hour"] = int(time_hour[i])
         yield record
+
+
+class FlightTuples(Sequence[dict[str, Any]]):
+    """The rows of :func:`load_flights` as ``flight`` tuples, built a slice at a time.
+
+    A replay takes a batch at a time; building all 336 776 dicts up front held
+    ~300 MiB in the producer process for the whole replay (``bench/bench_memory.py``,
+    issue 9). Indexing gives the same dicts as :func:`flight_records`.
+    """
+
+    def __init__(self, df: pd.DataFrame) -> None:
+        self.df = df
+
+    def __len__(self) -> int:
+        return len(self.df)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return list(flight_records(self.df.iloc[index]))
+        row = self.df.iloc[[index]]
+        return next(flight_records(row))
