@@ -216,3 +216,58 @@ def versions(spark: Any | None) -> dict[str, str]:
     if spark is not None:
         out["java"] = str(spark.sparkContext._jvm.java.lang.System.getProperty("java.version"))
     return out
+
+
+# --------------------------------------------------------------------------- the figures, by pandas
+
+FIGURE_COLUMNS = ("flights", "departures", "mean_dep_delay", "mean_arr_delay")
+
+
+def expected_origin_hours(limit: int | None) -> dict[tuple[str, int], tuple[Any, ...]]:
+    """The per-origin-per-hour figures of the first ``limit`` flights, by pandas.
+
+    Returns:
+        ``{(origin, hour start as epoch ms): (flights, departures, mean_dep_delay,
+        mean_arr_delay)}``, a mean ``None`` where no flight of the hour has the delay.
+    """
+    df = load_flights(limit)
+    out = df.groupby(["origin", "time_hour_ms"]).agg(
+        flights=("flight", "size"),
+        departures=("dep_time", "count"),
+        mean_dep_delay=("dep_delay", "mean"),
+        mean_arr_delay=("arr_delay", "mean"),
+    )
+    return {
+        (str(origin), int(hour)): tuple(None if isinstance(v, float) and v != v else v for v in row)
+        for (origin, hour), row in zip(out.index, out.itertuples(index=False), strict=True)
+    }
+
+
+def origin_hour_key(row: dict[str, Any]) -> tuple[str, int]:
+    """``(origin, hour start in epoch ms)`` of an output row (``hour_start`` as a
+    ``datetime`` or as epoch ms)."""
+    start = row["hour_start"]
+    ms = int(start.timestamp() * 1000) if hasattr(start, "timestamp") else int(start)
+    return str(row["origin"]), ms
+
+
+def check_origin_hours(
+    who: str, rows: list[dict[str, Any]], expected: dict[tuple[str, int], tuple[Any, ...]]
+) -> None:
+    """Raise ``AssertionError`` unless ``rows`` (latest row per origin-hour) hold
+    exactly the pandas figures: counts equal, means within 1e-9 relative."""
+    got = {origin_hour_key(r): tuple(r[c] for c in FIGURE_COLUMNS) for r in rows}
+    if got.keys() != expected.keys():
+        missing, extra = expected.keys() - got.keys(), got.keys() - expected.keys()
+        raise AssertionError(
+            f"{who}: {len(missing)} origin-hours missing (e.g. {sorted(missing)[:3]}), "
+            f"{len(extra)} unexpected (e.g. {sorted(extra)[:3]})"
+        )
+    for key, want in expected.items():
+        have = got[key]
+        for column, g, w in zip(FIGURE_COLUMNS, have, want, strict=True):
+            same = (
+                g is None if w is None else g is not None and abs(g - w) <= 1e-9 * max(1.0, abs(w))
+            )
+            if not same:
+                raise AssertionError(f"{who}: {key} {column} = {g}, pandas says {w}")

@@ -1,0 +1,289 @@
+"""Benchmark: the whole flights pipeline against Quix Streams (issue 9, comparison 1).
+
+What is measured, per run, on one embedded broker, with the same data:
+
+* **Floodgate**: the main job as ``make demo`` runs it (:func:`pipeline.demo.run_demo`):
+  every flight (or ``--limit``) replayed through the back-pressure client
+  (``StreamInput.put(block=True)``, 1 000 a put) into a fresh 4-partition input
+  topic while the ``flights`` query group of ``conf/flights.toml`` runs (both of its
+  queries: per origin per hour *and* per carrier per day), its output stream queues
+  read all along by the demo's reception application. Timed from the first tuple
+  produced to every tuple processed by both queries and every output tuple read.
+* **Quix Streams** (``bench/quix_flights.py``, in its own virtualenv
+  ``bench/.venv-quix``, because quixstreams 3.28.1 needs confluent-kafka < 2.13): the
+  per-origin-per-hour figures of the *same topic* Floodgate's replay just wrote,
+  computed the way a Quix user would (``group_by("origin")``, a 1-hour tumbling
+  window on ``time_hour`` with ``Count``/``Mean`` aggregations, every update to an
+  output topic). Timed from its first tuple to its last. The flights are already in
+  the topic, so Quix pays neither for producing nor for waiting on a producer.
+
+Each run has a broker of its own (see :func:`run_once`). Before a run's times
+count, both outputs (the latest row per origin-hour) are checked equal to a pandas
+computation of the same figures (counts exact, means to 1e-9 relative); a run that
+differs fails the script.
+
+Tuples/s = flights / time. The headline is the median over runs of Floodgate ÷
+Quix (the two of a run share the machine's state); medians and min-max of both are
+printed too. Target: >= 5x. One warm-up run of Floodgate over the first 20 000
+flights is discarded (the first jobs of a SparkSession cost seconds more).
+
+Run: ``.venv/bin/python bench/bench_flights.py [--repeat 3] [--limit N]``.
+Results: a table, and JSON in ``bench/out/flights.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from common import (  # noqa: E402  (bench/common.py)
+    check_origin_hours,
+    code_version,
+    expected_origin_hours,
+    machine,
+    versions,
+    wait_until_quiet,
+)
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from pipeline.broker import EmbeddedBroker  # noqa: E402
+from pipeline.demo import run_demo  # noqa: E402
+from pipeline.query_group import build_spark_session  # noqa: E402
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+TARGET_RATIO = 5.0
+QUIX_VENV = ROOT / "bench" / ".venv-quix"
+QUIX_PYTHON = QUIX_VENV / "bin" / "python"
+QUIX_SCRIPT = ROOT / "bench" / "quix_flights.py"
+QUIX_REQUIREMENTS = ROOT / "bench" / "requirements-quix.txt"
+QUIX_TIMEOUT_S = 1800.0
+
+
+def ensure_quix_venv() -> None:
+    """Create ``bench/.venv-quix`` from ``bench/requirements-quix.txt`` if it is missing."""
+    if QUIX_PYTHON.exists():
+        return
+    console.log(f"creating {QUIX_VENV} (quixstreams and its pins)")
+    subprocess.run([sys.executable, "-m", "venv", str(QUIX_VENV)], check=True)
+    subprocess.run(
+        [str(QUIX_PYTHON), "-m", "pip", "install", "-q", "-r", str(QUIX_REQUIREMENTS)],
+        check=True,
+    )
+
+
+@dataclass
+class Run:
+    """One run: Floodgate over the flights, then Quix Streams over the same topic."""
+
+    n: int
+    floodgate_s: float
+    floodgate_blocked_s: float
+    quix_s: float
+    quix_wall_s: float
+    started_quiet: bool
+
+    @property
+    def floodgate_tuples_per_s(self) -> float:
+        return self.n / self.floodgate_s
+
+    @property
+    def quix_tuples_per_s(self) -> float:
+        return self.n / self.quix_s
+
+    @property
+    def ratio(self) -> float:
+        return self.floodgate_tuples_per_s / self.quix_tuples_per_s
+
+
+def run_quix(bootstrap: str, topic: str, n: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Run ``bench/quix_flights.py`` over ``topic``; return its figures and its output
+    (the latest row per origin-hour)."""
+    run = uuid.uuid4().hex[:8]
+    output = f"bench.quix.delays_by_origin_hour.{run}"
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    done = subprocess.run(
+        [
+            str(QUIX_PYTHON),
+            str(QUIX_SCRIPT),
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--output-topic",
+            output,
+            "--n",
+            str(n),
+            "--group",
+            f"bench-quix-{run}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=QUIX_TIMEOUT_S,
+        env=env,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"quix_flights.py failed ({done.returncode}): {done.stderr[-2000:]}")
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = subprocess.run(
+        [
+            str(QUIX_PYTHON),
+            str(QUIX_SCRIPT),
+            "--bootstrap",
+            bootstrap,
+            "--output-topic",
+            output,
+            "--read-output",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=True,
+    )
+    return figures, json.loads(rows.stdout)
+
+
+def run_once(spark: Any, limit: int | None, expected: dict[Any, Any]) -> Run:
+    """Floodgate, then Quix Streams over the topic Floodgate's replay wrote, on a broker
+    of their own: noida-db rewrites its data file after every burst, at a cost that
+    grows with all it holds, so a broker shared by the runs slowed each run more
+    than the one before (21 459, 13 147, 15 101 tuples/s in a first version)."""
+    broker = EmbeddedBroker().start()
+    try:
+        return _run_on(broker, spark, limit, expected)
+    finally:
+        broker.stop()
+
+
+def _run_on(broker: EmbeddedBroker, spark: Any, limit: int | None, expected: dict[Any, Any]) -> Run:
+    bootstrap = broker.bootstrap_servers
+    quiet = wait_until_quiet(broker.pid)
+    result = run_demo(bootstrap_servers=bootstrap, limit=limit, spark=spark)
+    if not result.balanced:
+        raise RuntimeError(f"Floodgate: not every flight was processed: {result.processed}")
+    check_origin_hours("Floodgate", result.origin_hours, expected)
+    wait_until_quiet(broker.pid)
+    quix, rows = run_quix(bootstrap, result.input_topic, result.produced)
+    if quix["n"] != result.produced:
+        raise RuntimeError(f"Quix Streams processed {quix['n']} of {result.produced} flights")
+    check_origin_hours("Quix Streams", rows, expected)
+    return Run(
+        n=result.produced,
+        floodgate_s=result.seconds,
+        floodgate_blocked_s=result.blocked_s,
+        quix_s=quix["seconds"],
+        quix_wall_s=quix["wall_s"],
+        started_quiet=quiet.quiet,
+    )
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):,.0f}-{max(values):,.0f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--limit", type=int, default=None, help="first N flights (default: all)")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "flights.json")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    ensure_quix_venv()
+    expected = expected_origin_hours(args.limit)
+    spark = build_spark_session(app_name="floodgate-bench-flights", master="local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    runs: list[Run] = []
+    try:
+        broker = EmbeddedBroker().start()
+        try:
+            warm = run_demo(bootstrap_servers=broker.bootstrap_servers, limit=20_000, spark=spark)
+        finally:
+            broker.stop()
+        console.log(f"warm-up (discarded): {warm.produced / warm.seconds:,.0f} tuples/s")
+        for r in range(args.repeat):
+            run = run_once(spark, args.limit, expected)
+            runs.append(run)
+            console.log(
+                f"run {r + 1}/{args.repeat}: Floodgate {run.floodgate_tuples_per_s:,.0f} "
+                f"tuples/s ({run.floodgate_s:.1f} s, producer blocked "
+                f"{run.floodgate_blocked_s:.1f} s), Quix Streams {run.quix_tuples_per_s:,.0f} "
+                f"tuples/s ({run.quix_s:.1f} s): {run.ratio:.2f}x; both equal to pandas"
+            )
+        java_versions = versions(spark)
+    finally:
+        spark.stop()
+
+    fg = [r.floodgate_tuples_per_s for r in runs]
+    qx = [r.quix_tuples_per_s for r in runs]
+    ratio = statistics.median(r.ratio for r in runs)
+    n = runs[0].n
+    table = Table(title=f"flights end to end: Floodgate vs Quix Streams ({n:,} flights)")
+    for column in ("pipeline", "median tuples/s", "min-max", "runs"):
+        table.add_column(column, justify="left" if column == "pipeline" else "right")
+    table.add_row(
+        "Floodgate (replay + both queries + reception)",
+        f"{statistics.median(fg):,.0f}",
+        spread(fg),
+        " ".join(f"{v:,.0f}" for v in fg),
+    )
+    table.add_row(
+        "Quix Streams (per origin-hour, pre-produced)",
+        f"{statistics.median(qx):,.0f}",
+        spread(qx),
+        " ".join(f"{v:,.0f}" for v in qx),
+    )
+    console.print(table)
+    console.print(
+        "Floodgate / Quix per run: "
+        + " ".join(f"{r.ratio:.2f}" for r in runs)
+        + f"; median {ratio:.2f}x, ratio of the medians "
+        f"{statistics.median(fg) / statistics.median(qx):.2f}x"
+    )
+    console.print(
+        f"target Floodgate >= {TARGET_RATIO:.0f}x Quix Streams: "
+        f"{'met' if ratio >= TARGET_RATIO else 'NOT met'} ({ratio:.2f}x)"
+    )
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(
+        json.dumps(
+            {
+                "benchmark": "flights end to end: Floodgate vs Quix Streams",
+                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "machine": machine(),
+                "code": code_version(),
+                "versions": java_versions,
+                "n": n,
+                "runs": [
+                    asdict(r)
+                    | {
+                        "floodgate_tuples_per_s": r.floodgate_tuples_per_s,
+                        "quix_tuples_per_s": r.quix_tuples_per_s,
+                        "ratio": r.ratio,
+                    }
+                    for r in runs
+                ],
+                "median_ratio": round(ratio, 3),
+                "target": TARGET_RATIO,
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

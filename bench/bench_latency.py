@@ -1,0 +1,284 @@
+"""Benchmark: end-to-end latency of the flights pipeline (issue 9, comparison 3).
+
+What is measured, on one embedded broker and one SparkSession:
+
+1. Floodgate's maximum rate: the main job (:func:`pipeline.demo.run_demo`) over the
+   first ``--limit`` flights as fast as back-pressure lets the replay go, with
+   ``conf/flights.toml`` as it is; flights / seconds, the median of ``--repeat``
+   runs.
+2. Then, for each trigger interval of 0 (as fast as possible), 250 ms and 1 s
+   (``trigger_interval_ms``, everything else as in ``conf/flights.toml``), the same
+   job with the replay paced at **half that maximum rate**, ``--repeat`` runs each.
+
+The latency of a flight is the time from its *produce timestamp* (the Kafka record
+timestamp librdkafka sets when the back-pressure client hands it over, read back
+from the input topic after the run) to the moment the demo's reception application
+(:class:`pipeline.demo.Reception`, ``StreamOutput.get`` with ``read_committed``)
+received the first ``delays_by_origin_hour`` tuple that counts it. The output is an
+aggregate, so a flight is attributed by count: the i-th flight of an origin-hour (in
+produce order) is visible once a tuple of that origin-hour with ``flights >= i`` has
+been received. Every flight must be attributed, or the run fails.
+
+Reported per trigger interval: p50 and p99 (median over runs, min-max), and a
+histogram of all flights' latencies, one curve per interval, as
+``bench/results/latency.png``. Target: p99 <= 1 s at the fastest setting (trigger 0).
+
+Run: ``.venv/bin/python bench/bench_latency.py [--repeat 3] [--limit 150000]``
+(needs the ``bench`` extra for matplotlib: ``make bench-deps``).
+Results: a table, the PNG, and JSON in ``bench/out/latency.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from common import (  # noqa: E402  (bench/common.py)
+    FLIGHTS_TOML,
+    code_version,
+    machine,
+    origin_hour_key,
+    versions,
+    wait_until_quiet,
+)
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from pipeline.broker import EmbeddedBroker  # noqa: E402
+from pipeline.demo import read_all, run_demo  # noqa: E402
+from pipeline.query_group import build_spark_session  # noqa: E402
+from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+TRIGGERS_MS = (0, 250, 1_000)
+TARGET_P99_S = 1.0
+STREAM = "delays_by_origin_hour"
+
+
+def config_with_trigger(trigger_ms: int | None, directory: Path) -> Path:
+    """``conf/flights.toml`` with ``trigger_interval_ms`` replaced (``None``: as it is)."""
+    text = FLIGHTS_TOML.read_text()
+    if trigger_ms is None:
+        return FLIGHTS_TOML
+    raw = tomllib.loads(text)
+    old = raw["query_group"]["trigger_interval_ms"]
+    text = text.replace(f"trigger_interval_ms = {old}", f"trigger_interval_ms = {trigger_ms}", 1)
+    if tomllib.loads(text)["query_group"]["trigger_interval_ms"] != trigger_ms:
+        raise RuntimeError("could not set trigger_interval_ms in conf/flights.toml")
+    path = directory / f"flights-trigger-{trigger_ms}.toml"
+    path.write_text(text)
+    return path
+
+
+class Arrivals:
+    """Receive times of the origin-hour tuples, as the reception reads them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.versions: dict[tuple[str, int], list[tuple[float, int]]] = defaultdict(list)
+
+    def __call__(self, stream: str, tuples: list[dict[str, Any]]) -> None:
+        now = time.time()
+        if stream != STREAM:
+            return
+        with self._lock:
+            for t in tuples:
+                self.versions[origin_hour_key(t)].append((now, int(t["flights"])))
+
+
+def produce_times(bootstrap: str, topic: str) -> dict[tuple[str, int], list[float]]:
+    """Produce timestamps (epoch s) of the input topic's flights, by origin-hour, sorted."""
+    schemas = SchemaRepository.load()
+    codec = StreamCodec("flights", schemas.get("flight"), schemas)
+    by_key: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for message in read_all(bootstrap, topic):
+        flight = codec.decode(message.value(), logical=False)
+        by_key[(str(flight["origin"]), int(flight["time_hour"]))].append(
+            message.timestamp()[1] / 1000
+        )
+    for times in by_key.values():
+        times.sort()
+    return by_key
+
+
+def latencies(produced: dict[tuple[str, int], list[float]], arrivals: Arrivals) -> list[float]:
+    """Every flight's latency in seconds (see the module docstring).
+
+    Raises:
+        RuntimeError: a flight no received tuple counts.
+    """
+    out: list[float] = []
+    for key, times in produced.items():
+        versions = sorted(arrivals.versions.get(key, []))
+        counts = []
+        best = 0
+        for _, count in versions:
+            best = max(best, count)
+            counts.append(best)  # a later tuple never counts fewer
+        for i, t in enumerate(times, start=1):
+            v = bisect.bisect_left(counts, i)
+            if v == len(counts):
+                raise RuntimeError(f"flight {i} of {key} is in no received tuple ({counts[-1:]})")
+            out.append(versions[v][0] - t)
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def plot(samples: dict[int, list[float]], path: Path, rate: float, n: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    top = max(max(v) for v in samples.values())
+    bins = np.linspace(0, top, 120)
+    for trigger, values in samples.items():
+        p50, p99 = percentile(values, 0.5), percentile(values, 0.99)
+        ax.hist(
+            values,
+            bins=bins,
+            histtype="step",
+            linewidth=1.6,
+            density=True,
+            label=f"trigger {trigger} ms: p50 {p50:.2f} s, p99 {p99:.2f} s",
+        )
+    ax.axvline(TARGET_P99_S, color="grey", linestyle="--", linewidth=1)
+    ax.text(TARGET_P99_S, ax.get_ylim()[1] * 0.95, " p99 target (trigger 0)", color="grey")
+    ax.set_xlabel("produce timestamp -> output tuple received by the reception (s)")
+    ax.set_ylabel("share of flights (density)")
+    ax.set_title(
+        f"Floodgate flights pipeline: end-to-end latency at {rate:,.0f} tuples/s "
+        f"(half the maximum), {n:,} flights a run"
+    )
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--limit", type=int, default=150_000, help="flights a run")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "latency.json")
+    parser.add_argument("--png", type=Path, default=ROOT / "bench" / "results" / "latency.png")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    broker = EmbeddedBroker().start()
+    bootstrap = broker.bootstrap_servers
+    spark = build_spark_session(app_name="floodgate-bench-latency", master="local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    samples: dict[int, list[float]] = {}
+    per_run: dict[int, list[tuple[float, float]]] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="floodgate-latency-") as tmp:
+            warm = run_demo(bootstrap_servers=bootstrap, limit=20_000, spark=spark)
+            console.log(f"warm-up (discarded): {warm.produced / warm.seconds:,.0f} tuples/s")
+            rates = []
+            for r in range(args.repeat):
+                wait_until_quiet(broker.pid)
+                result = run_demo(bootstrap_servers=bootstrap, limit=args.limit, spark=spark)
+                rates.append(result.produced / result.seconds)
+                console.log(f"maximum rate run {r + 1}: {rates[-1]:,.0f} tuples/s")
+            max_rate = statistics.median(rates)
+            rate = max_rate / 2
+            console.log(f"maximum {max_rate:,.0f} tuples/s; measuring latency at {rate:,.0f}")
+            for trigger in TRIGGERS_MS:
+                path = config_with_trigger(trigger, Path(tmp))
+                samples[trigger], per_run[trigger] = [], []
+                for r in range(args.repeat):
+                    wait_until_quiet(broker.pid)
+                    arrivals = Arrivals()
+                    result = run_demo(
+                        bootstrap_servers=bootstrap,
+                        limit=args.limit,
+                        spark=spark,
+                        rate=rate,
+                        config_path=path,
+                        on_received=arrivals,
+                    )
+                    if not result.balanced:
+                        raise RuntimeError(f"not every flight was processed: {result.processed}")
+                    values = latencies(produce_times(bootstrap, result.input_topic), arrivals)
+                    if len(values) != result.produced:
+                        raise RuntimeError(f"{len(values)} latencies for {result.produced} flights")
+                    p50, p99 = percentile(values, 0.5), percentile(values, 0.99)
+                    samples[trigger] += values
+                    per_run[trigger].append((p50, p99))
+                    console.log(
+                        f"trigger {trigger} ms run {r + 1}: p50 {p50:.3f} s, p99 {p99:.3f} s, "
+                        f"max {max(values):.3f} s ({result.produced / result.seconds:,.0f} "
+                        "tuples/s)"
+                    )
+        java_versions = versions(spark)
+    finally:
+        spark.stop()
+        broker.stop()
+
+    table = Table(
+        title=f"end-to-end latency at {rate:,.0f} tuples/s ({args.limit:,} flights a run)"
+    )
+    for column in ("trigger", "p50 median", "p50 min-max", "p99 median", "p99 min-max"):
+        table.add_column(column, justify="right")
+    for trigger, runs in per_run.items():
+        p50s, p99s = [p for p, _ in runs], [p for _, p in runs]
+        table.add_row(
+            f"{trigger} ms",
+            f"{statistics.median(p50s):.3f} s",
+            f"{min(p50s):.3f}-{max(p50s):.3f}",
+            f"{statistics.median(p99s):.3f} s",
+            f"{min(p99s):.3f}-{max(p99s):.3f}",
+        )
+    console.print(table)
+    fastest = statistics.median(p for _, p in per_run[0])
+    console.print(
+        f"target p99 <= {TARGET_P99_S:.1f} s at trigger 0: "
+        f"{'met' if fastest <= TARGET_P99_S else 'NOT met'} ({fastest:.3f} s)"
+    )
+    plot(samples, args.png, rate, args.limit)
+    console.print(f"histogram: {args.png}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(
+        json.dumps(
+            {
+                "benchmark": "end-to-end latency of the flights pipeline",
+                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "machine": machine(),
+                "code": code_version(),
+                "versions": java_versions,
+                "flights_per_run": args.limit,
+                "max_rates": rates,
+                "rate": rate,
+                "runs": {
+                    str(t): [{"p50_s": p50, "p99_s": p99} for p50, p99 in runs]
+                    for t, runs in per_run.items()
+                },
+                "target_p99_s": TARGET_P99_S,
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
