@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration test-soak lint typecheck bench soak clean
+.PHONY: demo test test-unit test-integration test-soak lint typecheck bench bench-peers soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,14 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_put.py $(ARGS)
 	$(BIN)/python bench/bench_output.py $(ARGS)
 	$(BIN)/python bench/bench_admission.py
+
+# Issue 9: against Quix Streams, the raw limit, latency, memory (about 35 minutes;
+# bench/README.md). The Quix side makes its own virtualenv, bench/.venv-quix.
+bench-peers: $(VENV)/.bench
+	$(BIN)/python bench/bench_flights.py $(ARGS)
+	$(BIN)/python bench/bench_limit.py $(ARGS)
+	$(BIN)/python bench/bench_latency.py $(ARGS)
+	$(BIN)/python bench/bench_memory.py $(ARGS)
 
 # The fault-injection soak, long mode (bench/README.md); ARGS="--short" for the test's.
 soak: $(VENV)/.bench

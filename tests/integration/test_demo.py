@@ -22,6 +22,7 @@ def test_the_demo_reads_every_output_tuple_through_its_reception_and_balances(
     raw = tomllib.loads(DEFAULT_CONFIG.read_text())
     # Small micro-batches and output queues, so the bound is checked many times.
     raw["query_group"]["max_rows_per_trigger"] = 500
+    raw["query_group"]["trigger_interval_ms"] = 100
     raw["query_group"]["control_dir"] = str(tmp_path / "run")
     for stream in raw["output_streams"].values():
         stream["max_queue_size"] = 2_000

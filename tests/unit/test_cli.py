@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_run_refuses_an_unknown_key_naming_it_and_what_is_allowed(tmp_path: Path) -> None:
     text = (ROOT / "conf" / "flights.toml").read_text()
     bad = tmp_path / "bad.toml"
-    bad.write_text(text.replace("trigger_interval_ms = 500", "trigger_intervall_ms = 500"))
+    bad.write_text(text.replace("trigger_interval_ms = ", "trigger_intervall_ms = ", 1))
 
     result = runner.invoke(app, ["run", str(bad), "--bootstrap", "127.0.0.1:1"])
 
