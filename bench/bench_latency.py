@@ -2,13 +2,16 @@
 
 What is measured, on one embedded broker and one SparkSession:
 
-1. Floodgate's maximum rate: the main job (:func:`pipeline.demo.run_demo`) over the
-   first ``--limit`` flights as fast as back-pressure lets the replay go, with
-   ``conf/flights.toml`` as it is; flights / seconds, the median of ``--repeat``
-   runs.
+1. Floodgate's maximum rate: the main job (:func:`pipeline.demo.run_demo`) over
+   every flight as fast as back-pressure lets the replay go, with
+   ``conf/flights.toml`` as it is (what ``bench_flights.py`` measures); flights /
+   seconds, the median of ``--repeat`` runs (or ``--max-rate``, given).
 2. Then, for each trigger interval of 0 (as fast as possible), 250 ms and 1 s
    (``trigger_interval_ms``, everything else as in ``conf/flights.toml``), the same
-   job with the replay paced at **half that maximum rate**, ``--repeat`` runs each.
+   job over the first ``--limit`` flights with the replay paced at **half that
+   maximum rate**, ``--repeat`` runs each.
+
+Every run has a broker of its own (``bench_flights.run_once`` says why).
 
 The latency of a flight is the time from its *produce timestamp* (the Kafka record
 timestamp librdkafka sets when the back-pressure client hands it over, read back
@@ -47,6 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_limit import fresh_broker  # noqa: E402  (bench/bench_limit.py)
 from common import (  # noqa: E402  (bench/common.py)
     FLIGHTS_TOML,
     code_version,
@@ -58,7 +62,6 @@ from common import (  # noqa: E402  (bench/common.py)
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from pipeline.broker import EmbeddedBroker  # noqa: E402
 from pipeline.demo import read_all, run_demo  # noqa: E402
 from pipeline.query_group import build_spark_session  # noqa: E402
 from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
@@ -179,25 +182,26 @@ def plot(samples: dict[int, list[float]], path: Path, rate: float, n: int) -> No
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--limit", type=int, default=150_000, help="flights a run")
+    parser.add_argument("--limit", type=int, default=100_000, help="flights a latency run")
+    parser.add_argument("--max-rate", type=float, help="tuples/s (default: measured)")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "latency.json")
     parser.add_argument("--png", type=Path, default=ROOT / "bench" / "results" / "latency.png")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    broker = EmbeddedBroker().start()
-    bootstrap = broker.bootstrap_servers
     spark = build_spark_session(app_name="floodgate-bench-latency", master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
     samples: dict[int, list[float]] = {}
     per_run: dict[int, list[tuple[float, float]]] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="floodgate-latency-") as tmp:
-            warm = run_demo(bootstrap_servers=bootstrap, limit=20_000, spark=spark)
+            with fresh_broker() as bootstrap:
+                warm = run_demo(bootstrap_servers=bootstrap, limit=20_000, spark=spark)
             console.log(f"warm-up (discarded): {warm.produced / warm.seconds:,.0f} tuples/s")
-            rates = []
-            for r in range(args.repeat):
-                wait_until_quiet(broker.pid)
-                result = run_demo(bootstrap_servers=bootstrap, limit=args.limit, spark=spark)
+            rates = [args.max_rate] if args.max_rate else []
+            for r in range(0 if args.max_rate else args.repeat):
+                with fresh_broker() as bootstrap:
+                    wait_until_quiet(None)
+                    result = run_demo(bootstrap_servers=bootstrap, spark=spark)
                 rates.append(result.produced / result.seconds)
                 console.log(f"maximum rate run {r + 1}: {rates[-1]:,.0f} tuples/s")
             max_rate = statistics.median(rates)
@@ -207,19 +211,21 @@ def main() -> None:
                 path = config_with_trigger(trigger, Path(tmp))
                 samples[trigger], per_run[trigger] = [], []
                 for r in range(args.repeat):
-                    wait_until_quiet(broker.pid)
                     arrivals = Arrivals()
-                    result = run_demo(
-                        bootstrap_servers=bootstrap,
-                        limit=args.limit,
-                        spark=spark,
-                        rate=rate,
-                        config_path=path,
-                        on_received=arrivals,
-                    )
+                    with fresh_broker() as bootstrap:
+                        wait_until_quiet(None)
+                        result = run_demo(
+                            bootstrap_servers=bootstrap,
+                            limit=args.limit,
+                            spark=spark,
+                            rate=rate,
+                            config_path=path,
+                            on_received=arrivals,
+                        )
+                        produced = produce_times(bootstrap, result.input_topic)
                     if not result.balanced:
                         raise RuntimeError(f"not every flight was processed: {result.processed}")
-                    values = latencies(produce_times(bootstrap, result.input_topic), arrivals)
+                    values = latencies(produced, arrivals)
                     if len(values) != result.produced:
                         raise RuntimeError(f"{len(values)} latencies for {result.produced} flights")
                     p50, p99 = percentile(values, 0.5), percentile(values, 0.99)
@@ -233,7 +239,6 @@ def main() -> None:
         java_versions = versions(spark)
     finally:
         spark.stop()
-        broker.stop()
 
     table = Table(
         title=f"end-to-end latency at {rate:,.0f} tuples/s ({args.limit:,} flights a run)"
