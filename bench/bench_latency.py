@@ -170,8 +170,9 @@ def plot(samples: dict[int, list[float]], path: Path, rate: float, n: int) -> No
     ax.set_xlabel("produce timestamp -> output tuple received by the reception (s)")
     ax.set_ylabel("share of flights (density)")
     ax.set_title(
-        f"Floodgate flights pipeline: end-to-end latency at {rate:,.0f} tuples/s "
-        f"(half the maximum), {n:,} flights a run"
+        f"Floodgate flights pipeline: end-to-end latency\nat {rate:,.0f} tuples/s "
+        f"(half the maximum), {n:,} flights a run, all runs",
+        fontsize=11,
     )
     ax.legend()
     fig.tight_layout()
