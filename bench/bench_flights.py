@@ -53,14 +53,14 @@ from common import (  # noqa: E402  (bench/common.py)
     check_origin_hours,
     code_version,
     expected_origin_hours,
+    fresh_broker,
     machine,
+    rates_table,
     versions,
     wait_until_quiet,
 )
 from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
-from pipeline.broker import EmbeddedBroker  # noqa: E402
 from pipeline.demo import run_demo  # noqa: E402
 from pipeline.query_group import build_spark_session  # noqa: E402
 
@@ -160,25 +160,15 @@ def run_quix(bootstrap: str, topic: str, n: int) -> tuple[dict[str, Any], list[d
 
 def run_once(spark: Any, limit: int | None, expected: dict[Any, Any]) -> Run:
     """Floodgate, then Quix Streams over the topic Floodgate's replay wrote, on a broker
-    of their own: noida-db rewrites its data file after every burst, at a cost that
-    grows with all it holds, so a broker shared by the runs slowed each run more
-    than the one before (21 459, 13 147, 15 101 tuples/s in a first version)."""
-    broker = EmbeddedBroker().start()
-    try:
-        return _run_on(broker, spark, limit, expected)
-    finally:
-        broker.stop()
-
-
-def _run_on(broker: EmbeddedBroker, spark: Any, limit: int | None, expected: dict[Any, Any]) -> Run:
-    bootstrap = broker.bootstrap_servers
-    quiet = wait_until_quiet(broker.pid)
-    result = run_demo(bootstrap_servers=bootstrap, limit=limit, spark=spark)
-    if not result.balanced:
-        raise RuntimeError(f"Floodgate: not every flight was processed: {result.processed}")
-    check_origin_hours("Floodgate", result.origin_hours, expected)
-    wait_until_quiet(broker.pid)
-    quix, rows = run_quix(bootstrap, result.input_topic, result.produced)
+    of their own (:func:`common.fresh_broker` says why)."""
+    with fresh_broker() as bootstrap:
+        quiet = wait_until_quiet(None)
+        result = run_demo(bootstrap_servers=bootstrap, limit=limit, spark=spark)
+        if not result.balanced:
+            raise RuntimeError(f"Floodgate: not every flight was processed: {result.processed}")
+        check_origin_hours("Floodgate", result.origin_hours, expected)
+        wait_until_quiet(None)
+        quix, rows = run_quix(bootstrap, result.input_topic, result.produced)
     if quix["n"] != result.produced:
         raise RuntimeError(f"Quix Streams processed {quix['n']} of {result.produced} flights")
     check_origin_hours("Quix Streams", rows, expected)
@@ -190,10 +180,6 @@ def _run_on(broker: EmbeddedBroker, spark: Any, limit: int | None, expected: dic
         quix_wall_s=quix["wall_s"],
         started_quiet=quiet.quiet,
     )
-
-
-def spread(values: list[float]) -> str:
-    return f"{min(values):,.0f}-{max(values):,.0f}"
 
 
 def main() -> None:
@@ -209,11 +195,8 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     runs: list[Run] = []
     try:
-        broker = EmbeddedBroker().start()
-        try:
-            warm = run_demo(bootstrap_servers=broker.bootstrap_servers, limit=20_000, spark=spark)
-        finally:
-            broker.stop()
+        with fresh_broker() as bootstrap:
+            warm = run_demo(bootstrap_servers=bootstrap, limit=20_000, spark=spark)
         console.log(f"warm-up (discarded): {warm.produced / warm.seconds:,.0f} tuples/s")
         for r in range(args.repeat):
             run = run_once(spark, args.limit, expected)
@@ -232,22 +215,15 @@ def main() -> None:
     qx = [r.quix_tuples_per_s for r in runs]
     ratio = statistics.median(r.ratio for r in runs)
     n = runs[0].n
-    table = Table(title=f"flights end to end: Floodgate vs Quix Streams ({n:,} flights)")
-    for column in ("pipeline", "median tuples/s", "min-max", "runs"):
-        table.add_column(column, justify="left" if column == "pipeline" else "right")
-    table.add_row(
-        "Floodgate (replay + both queries + reception)",
-        f"{statistics.median(fg):,.0f}",
-        spread(fg),
-        " ".join(f"{v:,.0f}" for v in fg),
+    console.print(
+        rates_table(
+            f"flights end to end: Floodgate vs Quix Streams ({n:,} flights)",
+            {
+                "Floodgate (replay + both queries + reception)": fg,
+                "Quix Streams (per origin-hour, pre-produced)": qx,
+            },
+        )
     )
-    table.add_row(
-        "Quix Streams (per origin-hour, pre-produced)",
-        f"{statistics.median(qx):,.0f}",
-        spread(qx),
-        " ".join(f"{v:,.0f}" for v in qx),
-    )
-    console.print(table)
     console.print(
         "Floodgate / Quix per run: "
         + " ".join(f"{r.ratio:.2f}" for r in runs)

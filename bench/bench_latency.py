@@ -11,7 +11,7 @@ What is measured, on one embedded broker and one SparkSession:
    job over the first ``--limit`` flights with the replay paced at **half that
    maximum rate**, ``--repeat`` runs each.
 
-Every run has a broker of its own (``bench_flights.run_once`` says why).
+Every run has a broker of its own (``common.fresh_broker`` says why).
 
 The latency of a flight is the time from its *produce timestamp* (the Kafka record
 timestamp librdkafka sets when the back-pressure client hands it over, read back
@@ -50,10 +50,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench_limit import fresh_broker  # noqa: E402  (bench/bench_limit.py)
 from common import (  # noqa: E402  (bench/common.py)
     FLIGHTS_TOML,
     code_version,
+    fresh_broker,
     machine,
     origin_hour_key,
     versions,

@@ -29,7 +29,6 @@ Results: a table, and JSON in ``bench/out/limit.json``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import multiprocessing
@@ -37,7 +36,6 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -45,19 +43,22 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_put import producer_config  # noqa: E402  (the same raw producer)
 from common import (  # noqa: E402  (bench/common.py)
     check_origin_hours,
     code_version,
     expected_origin_hours,
     flights_key,
+    fresh_broker,
     machine,
+    produce_waiting,
+    rates_table,
     versions,
     wait_until_quiet,
 )
 from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
-from pipeline.broker import EmbeddedBroker, ensure_topics  # noqa: E402
+from pipeline.broker import ensure_topics  # noqa: E402
 from pipeline.demo import run_demo  # noqa: E402
 from pipeline.query_group import build_spark_session  # noqa: E402
 
@@ -66,17 +67,6 @@ TARGET_RATIO = 0.5
 PARTITIONS = 4
 READY_TIMEOUT_S = 120.0
 RUN_TIMEOUT_S = 600.0
-
-
-def producer_config(bootstrap: str) -> dict[str, Any]:
-    """``bench_put.py``'s raw producer: what a producer writes without Floodgate."""
-    return {
-        "bootstrap.servers": bootstrap,
-        "enable.idempotence": True,
-        "acks": "all",
-        "partitioner": "murmur2_random",
-        "linger.ms": 5,
-    }
 
 
 def _codec() -> Any:
@@ -103,13 +93,7 @@ def raw_producer(
     go.wait()
     started = time.time()
     for record in records:
-        key, value = key_of(record), codec.encode(record)
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_waiting(producer, topic, key_of(record), codec.encode(record))
         producer.poll(0)
     undelivered = producer.flush(60)
     out.put(("producer", started, time.time(), len(records) - undelivered))
@@ -196,16 +180,6 @@ def run_limit(bootstrap: str, limit: int | None, n: int) -> float:
     return results["consumer"][1] - results["producer"][0]
 
 
-@contextlib.contextmanager
-def fresh_broker() -> Iterator[str]:
-    """A new embedded broker for one measurement; yields its bootstrap address."""
-    broker = EmbeddedBroker().start()
-    try:
-        yield broker.bootstrap_servers
-    finally:
-        broker.stop()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -227,8 +201,7 @@ def main() -> None:
             warm_s = run_limit(bootstrap, args.limit, n)
             console.log(f"warm-up limit (discarded): {n / warm_s:,.0f} tuples/s")
         for r in range(args.repeat):
-            # A broker per measurement: noida-db rewrites its data file after every
-            # burst, at a cost that grows with all it holds (bench_flights.run_once).
+            # A broker per measurement (common.fresh_broker says why).
             with fresh_broker() as bootstrap:
                 quiet = wait_until_quiet(None)
                 limit_s = run_limit(bootstrap, args.limit, n)
@@ -252,20 +225,15 @@ def main() -> None:
     lim = [r.limit_tuples_per_s for r in runs]
     fg = [r.floodgate_tuples_per_s for r in runs]
     ratio = statistics.median(r.ratio for r in runs)
-    table = Table(title=f"Floodgate end to end vs the raw limit ({n:,} flights)")
-    for column in ("what", "median tuples/s", "min-max", "runs"):
-        table.add_column(column, justify="left" if column == "what" else "right")
-    for name, values in (
-        ("limit: raw producer + raw Avro consumer, a process each", lim),
-        ("Floodgate: replay + flights query group + reception", fg),
-    ):
-        table.add_row(
-            name,
-            f"{statistics.median(values):,.0f}",
-            f"{min(values):,.0f}-{max(values):,.0f}",
-            " ".join(f"{v:,.0f}" for v in values),
+    console.print(
+        rates_table(
+            f"Floodgate end to end vs the raw limit ({n:,} flights)",
+            {
+                "limit: raw producer + raw Avro consumer, a process each": lim,
+                "Floodgate: replay + flights query group + reception": fg,
+            },
         )
-    console.print(table)
+    )
     console.print(
         "Floodgate / limit per run: "
         + " ".join(f"{r.ratio:.2f}" for r in runs)

@@ -40,7 +40,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import flights_config, flights_key  # noqa: E402  (bench/common.py)
+from common import (  # noqa: E402  (bench/common.py)
+    flights_config,
+    flights_key,
+    produce_waiting,
+)
 from confluent_kafka import Producer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -95,12 +99,7 @@ def run_raw(
             else [(key_of(r), codec.encode(r)) for r in records[i : i + BATCH]]
         )
         for key, value in chunk:
-            while True:
-                try:
-                    producer.produce(topic, key=key, value=value)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce_waiting(producer, topic, key, value)
         producer.poll(0)
     assert producer.flush(60) == 0
     return time.perf_counter() - started

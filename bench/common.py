@@ -11,7 +11,7 @@ import subprocess
 import time
 import tomllib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -271,3 +271,54 @@ def check_origin_hours(
             )
             if not same:
                 raise AssertionError(f"{who}: {key} {column} = {g}, pandas says {w}")
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def rates_table(title: str, rows: Mapping[str, Sequence[float]]) -> Any:
+    """A rich table of tuples/s: median, min-max and every run, a row per what was
+    measured."""
+    import statistics
+
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in ("what", "median tuples/s", "min-max", "runs"):
+        table.add_column(column, justify="left" if column == "what" else "right")
+    for name, values in rows.items():
+        table.add_row(
+            name,
+            f"{statistics.median(values):,.0f}",
+            f"{min(values):,.0f}-{max(values):,.0f}",
+            " ".join(f"{v:,.0f}" for v in values),
+        )
+    return table
+
+
+@contextmanager
+def fresh_broker() -> Iterator[str]:
+    """A new embedded broker for one measurement; yields its bootstrap address.
+
+    Why: noida-db rewrites its data file after every burst, at a cost that grows with
+    all it holds, so runs sharing one broker each ran slower than the one before
+    (21 459, 13 147, 15 101 tuples/s in the first version of ``bench_flights.py``).
+    """
+    from pipeline.broker import EmbeddedBroker
+
+    broker = EmbeddedBroker().start()
+    try:
+        yield broker.bootstrap_servers
+    finally:
+        broker.stop()
+
+
+def produce_waiting(producer: Any, topic: str, key: bytes | None, value: bytes) -> None:
+    """``producer.produce``, waiting out a full local queue (``BufferError``) as a
+    plain confluent-kafka producer must."""
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value)
+            return
+        except BufferError:
+            producer.poll(0.05)
