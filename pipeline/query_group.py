@@ -349,6 +349,10 @@ class QueryGroup:
         self._by_id: dict[str, _RunningQuery] = {}
         self._listener: _ProgressListener | None = None
         self._lock = threading.Lock()
+        #: One queue sample at a time: the monitor thread's and a caller's would
+        #: otherwise interleave, and a length from one snapshot stand beside a lag
+        #: from an older one (length 0, lag 11.7 s, seen in CI).
+        self._sample_lock = threading.Lock()
         self._state_lock = threading.RLock()
         self._state = QueryGroupState.STOPPED
         self.state = QueryGroupState.STOPPED
@@ -558,6 +562,10 @@ class QueryGroup:
         Raises:
             BrokerError: the broker did not answer.
         """
+        with self._sample_lock:
+            self._sample_queues()
+
+    def _sample_queues(self) -> None:
         for name, probe in list(self._input_probes.items()):
             snapshot = probe.snapshot()
             self.metrics.input_queue_length.labels(self.name, name).set(snapshot.length)
