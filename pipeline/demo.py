@@ -50,7 +50,7 @@ from pipeline.broker import Broker, resolve_broker
 from pipeline.client import StreamInput, StreamOutput, connect
 from pipeline.config import QueryGroupConfig, apply_env_overrides, parse_query_group
 from pipeline.errors import FloodgateError, QueryGroupHeld
-from pipeline.flights import FlightTuples, flight_records, load_flights
+from pipeline.flights import FlightTuples, load_flights
 from pipeline.metrics import stream_total
 from pipeline.query_group import QueryGroup, QueryGroupState
 from pipeline.serde import SchemaRepository, StreamCodec
@@ -894,7 +894,7 @@ def run_producer(
             value=stream,
         )
     stop = stop or threading.Event()
-    records = list(flight_records(load_flights(limit)))
+    records = FlightTuples(load_flights(limit))
     schemas = SchemaRepository.load(config.schema_dir)
     ensure_topics(bootstrap_servers, config.topics(), client=dict(config.kafka.client))
     produced = 0
@@ -945,7 +945,7 @@ def run_producer(
 def _producer_status(
     round_: int,
     produced: int,
-    records: list[dict[str, Any]],
+    records: Sequence[dict[str, Any]],
     reception: Reception | None,
     writer: StreamInput,
 ) -> ProducerStatus:

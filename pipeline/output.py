@@ -107,14 +107,14 @@ def read_offset_log(spark: Any, checkpoint_dir: str, batch_id: int) -> list[dict
     Raises:
         FileNotFoundError: Spark has not logged that batch.
     """
-    local = _local_path(checkpoint_dir)
+    local = local_checkpoint_path(checkpoint_dir)
     if local is not None:
         # Straight from disk: through py4j and Hadoop this took 20-45 ms of every
         # micro-batch (eight JVM round trips; issue 9). A scheme-less path that is not
         # on this disk may be on Hadoop's default file system: read it through Hadoop.
-        path = os.path.join(local, "offsets", str(batch_id))
-        with contextlib.suppress(FileNotFoundError), open(path, encoding="utf-8") as log_file:
-            return parse_offset_log(log_file.read())
+        text = local_offset_log(os.path.join(local, "offsets"), batch_id)
+        if text is not None:
+            return parse_offset_log(text)
     jvm = spark._jvm
     path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint_dir.rstrip('/')}/offsets/{batch_id}")
     fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
@@ -128,11 +128,23 @@ def read_offset_log(spark: Any, checkpoint_dir: str, batch_id: int) -> list[dict
     return parse_offset_log(str(text))
 
 
-def _local_path(checkpoint_dir: str) -> str | None:
-    """The local directory of a ``file:`` or scheme-less checkpoint location, else None."""
+def local_checkpoint_path(checkpoint_dir: str) -> str | None:
+    """The local directory of a ``file:`` or scheme-less checkpoint location, else None
+    (a location with another scheme, ``hdfs://`` say)."""
     if checkpoint_dir.startswith("file:"):
         return "/" + checkpoint_dir[len("file:") :].lstrip("/")
     return None if "://" in checkpoint_dir else checkpoint_dir
+
+
+def local_offset_log(offsets_dir: str, batch_id: int) -> str | None:
+    """The text of ``<offsets_dir>/<batch_id>`` in a local checkpoint; ``None`` when
+    absent or not yet complete (version, metadata and at least one source line)."""
+    try:
+        with open(os.path.join(offsets_dir, str(batch_id)), encoding="utf-8") as log_file:
+            text = log_file.read()
+    except OSError:
+        return None
+    return text if len(text.splitlines()) >= 3 else None
 
 
 def parse_offset_log(text: str) -> list[dict[str, Any]]:

@@ -44,7 +44,12 @@ from pipeline.broker import ensure_topics
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import ConfigError, QueryGroupError, QueryGroupHeld
 from pipeline.metrics import QueryGroupMetrics
-from pipeline.output import TRANSACTION_TIMEOUT_S, KafkaTransactionalSink, OutputQueueGuard
+from pipeline.output import (
+    TRANSACTION_TIMEOUT_S,
+    KafkaTransactionalSink,
+    OutputQueueGuard,
+    local_checkpoint_path,
+)
 from pipeline.queues import QueueAge, QueueProbe, QueueSnapshot, StableOffsetWatch
 from pipeline.serde import SchemaRepository, StreamCodec
 from pipeline.source import (
@@ -667,10 +672,9 @@ class QueryGroup:
             return None  # no stream, several, or no watermark: nothing to foresee
         stream = streams_read[0]
         root = self.config.checkpoint_root.rstrip("/")
-        if root.startswith("file:"):
-            root = "/" + root[len("file:") :].lstrip("/")
+        local = local_checkpoint_path(root)
         why_not = plan.why_not
-        if why_not is None and plan.window is not None and "://" in root:
+        if why_not is None and plan.window is not None and local is None:
             why_not = f"checkpoint_dir {root} is not local (the source reads its offset log)"
         if why_not is not None:
             log.warning(
@@ -684,7 +688,8 @@ class QueryGroup:
             return None
         if plan.window is None:
             return None
-        return stream, os.path.abspath(f"{root}/{query}"), plan.window.option()
+        assert local is not None  # a window with a non-local root was refused above
+        return stream, os.path.abspath(f"{local}/{query}"), plan.window.option()
 
     def _start_query(self, spark: SparkSession, name: str, *, available_now: bool) -> None:
         query_config = self.config.queries[name]

@@ -70,7 +70,7 @@ from pyspark.sql.types import (
 )
 
 from pipeline.errors import DeserializationError, RefusedTupleError, SchemaError
-from pipeline.output import BROKER_WAIT_S, parse_offset_log
+from pipeline.output import BROKER_WAIT_S, local_offset_log, parse_offset_log
 from pipeline.queues import broker_retrying
 from pipeline.serde import BlockDecoder, RegisteredSchema, SchemaRepository, StreamCodec
 from pipeline.swept import RANGE_CONSUMER, BlobReader, catalog_for, read_partition
@@ -606,27 +606,16 @@ def batch_watermark(
         return None
     wanted = {int(p): int(o) for p, o in end.items()}
     for batch in batches[:look_back]:
-        text = _offset_log(directory, batch)
+        text = local_offset_log(directory, batch)
         for logged in parse_offset_log(text or ""):
             with contextlib.suppress(ValueError, AttributeError):
                 if offsets_from_json(topic, logged) == wanted:
-                    previous = _offset_log(directory, batch - 1) if batch > 0 else None
+                    previous = local_offset_log(directory, batch - 1) if batch > 0 else None
                     if previous is None:
                         return batch, 0
                     metadata = json.loads(previous.splitlines()[1])
                     return batch, int(metadata.get("batchWatermarkMs", 0))
     return None
-
-
-def _offset_log(directory: str, batch: int) -> str | None:
-    """The text of ``offsets/<batch>``; ``None`` when absent or not yet complete
-    (version, metadata and at least one source line)."""
-    try:
-        with open(os.path.join(directory, str(batch)), encoding="utf-8") as log_file:
-            text = log_file.read()
-    except OSError:
-        return None
-    return text if len(text.splitlines()) >= 3 else None
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
