@@ -39,6 +39,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent
 
 from pipeline.broker import ensure_topics
 from pipeline.config import QueryGroupConfig
@@ -288,11 +289,43 @@ class QueryStats:
     processed_rows_per_second: float = 0.0
 
 
+class _JsonProgressCallbacks(JStreamingQueryListener):
+    """PySpark's Java-side listener callbacks, with each progress event read as one
+    JSON string (``QueryProgressEvent.json``, as Spark Connect reads it).
+
+    PySpark's own ``onQueryProgress`` builds the event field by field through py4j:
+    some 40 calls back into the JVM per micro-batch, several of which resolve names by
+    ``Class.forName`` over every jar of Spark's class path. In the flights demo at
+    trigger 0 that was a third of the driver JVM's sampled CPU (JFR, issue 9).
+    Started and idle events are not converted at all: the group ignores them.
+    """
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        pass
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        self.pylistener.onQueryProgress(QueryProgressEvent.fromJson(json.loads(jevent.json())))
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        pass
+
+
 class _ProgressListener(StreamingQueryListener):
     """Copies query progress into :class:`QueryStats`; never blocks (DESIGN.md section 6)."""
 
     def __init__(self, group: QueryGroup) -> None:
         self._group = group
+
+    @property
+    def _jlistener(self) -> Any:
+        """The JVM listener ``StreamingQueryManager.addListener`` registers: PySpark's
+        wrapper around :class:`_JsonProgressCallbacks`."""
+        if not hasattr(self, "_jlistenerobj"):
+            jvm: Any = self._group.spark._jvm
+            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(
+                _JsonProgressCallbacks(self)
+            )
+        return self._jlistenerobj
 
     def onQueryStarted(self, event: Any) -> None:
         pass
