@@ -77,7 +77,7 @@ from pipeline.errors import (
 )
 from pipeline.metrics import ClientMetrics
 from pipeline.queues import QueueBudget, QueueProbe, QueueSnapshot, SweptCounter
-from pipeline.serde import SchemaRepository, StreamCodec, TupleKey
+from pipeline.serde import BlockEncoder, SchemaRepository, StreamCodec, TupleKey
 
 if TYPE_CHECKING:
     from pipeline.swept import BlobReader, SweptRecord
@@ -136,6 +136,13 @@ def _epoch_ms(value: Any) -> float | None:
     return value if isinstance(value, int) else None
 
 
+def _is_arrow_table(value: Any) -> bool:
+    """Whether ``value`` is a ``pyarrow.Table`` or ``RecordBatch`` (pyarrow not imported
+    for a list of dicts)."""
+    module = type(value).__module__
+    return module.startswith("pyarrow") and hasattr(value, "column_names")
+
+
 class StreamInput:
     """Writes tuples of one input stream of one query group, within its queue's bound.
 
@@ -177,6 +184,7 @@ class StreamInput:
         )
         self._max_ahead_ms = stream_config.max_event_time_ahead_ms
         self.codec = StreamCodec(stream, schemas.get(stream_config.schema_), schemas)
+        self._block_encoder = BlockEncoder(self.codec)
         self.probe = QueueProbe.for_input_stream(
             config, stream, bootstrap_servers=bootstrap_servers, swept=swept
         )
@@ -413,7 +421,12 @@ class StreamInput:
         """Hand tuples to the input stream queue, all or nothing.
 
         Args:
-            tuples: one tuple (a dict) or a list of them, shaped by the stream's schema.
+            tuples: one tuple (a dict), a list of them, or a ``pyarrow.Table`` (or
+                ``RecordBatch``) whose columns are the stream's fields, a row a tuple.
+                A table is encoded a column at a time (:class:`~pipeline.serde.BlockEncoder`,
+                ~6x less CPU than a list of dicts) when its columns map exactly onto
+                the schema, and row by row as dicts (``to_pylist``) otherwise: the same
+                bytes, keys and errors either way.
             block: wait for free space instead of raising :class:`QueueFullError`.
             timeout_s: with ``block``, the longest wait (seconds); ``None`` waits forever.
 
@@ -429,9 +442,7 @@ class StreamInput:
             BrokerError: the queue's state could not be read.
         """
         self._require_open()
-        batch = [tuples] if isinstance(tuples, Mapping) else list(tuples)
-        self._check_keys_and_event_times(batch)
-        encoded = [(self.key(t), self.codec.encode(t)) for t in batch]
+        encoded = self._encode(tuples)
         for i, (key, value) in enumerate(encoded):
             size = len(value) + (len(key) if key else 0)
             if size > self.max_message_bytes:
@@ -488,6 +499,56 @@ class StreamInput:
                     result=result,
                 )
         return result
+
+    def _encode(self, tuples: Any) -> list[tuple[bytes | None, bytes]]:
+        """``(key, value)`` of every tuple of a ``put``, checked (see :meth:`put`)."""
+        if _is_arrow_table(tuples):
+            encoded = self._encode_table(tuples)
+            if encoded is not None:
+                return encoded
+            tuples = tuples.to_pylist()
+        batch = [tuples] if isinstance(tuples, Mapping) else list(tuples)
+        self._check_keys_and_event_times(batch)
+        return [(self.key(t), self.codec.encode(t)) for t in batch]
+
+    def _encode_table(self, table: Any) -> list[tuple[bytes | None, bytes]] | None:
+        """An Arrow table's tuples encoded a column at a time, or ``None`` when only
+        the row-by-row path can encode them or name what is wrong with them: a column
+        set or type the block encoder does not write, a null key field, an event time
+        too far ahead, a key field that is neither an integer nor a string column."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        fields = self.key.fields
+        names = set(table.column_names)
+        if any(f not in names or table.column(f).null_count for f in fields):
+            return None
+        key_columns = [table.column(f) for f in fields]
+        if not all(pa.types.is_integer(c.type) or pa.types.is_string(c.type) for c in key_columns):
+            return None  # str() of a float or isoformat() of a timestamp: row by row
+        event = self._event_field
+        if event is not None and event in names and table.num_rows:
+            column = table.column(event)
+            if pa.types.is_timestamp(column.type):
+                try:  # a fraction of a millisecond is the codec's to judge
+                    column = pc.cast(column, pa.timestamp("ms", column.type.tz))
+                except pa.ArrowInvalid:
+                    return None
+                column = pc.cast(column, pa.int64())
+            elif not pa.types.is_integer(column.type):
+                return None
+            latest = pc.max(column).as_py()
+            if latest is not None and latest > time.time() * 1000 + self._max_ahead_ms:
+                return None
+        values = self._block_encoder.encode(table)
+        if values is None:
+            return None
+        if not fields:
+            return [(None, v) for v in values]
+        texts = [pc.cast(c, pa.string()) for c in key_columns]
+        joined = texts[0] if len(texts) == 1 else pc.binary_join_element_wise(*texts, "|")
+        keys = pc.cast(joined, pa.binary()).to_pylist()
+        return list(zip(keys, values, strict=True))
 
     def _check_keys_and_event_times(self, batch: Sequence[Any]) -> None:
         """Refuse a tuple with no value for a key field of a keyed stream, or with an

@@ -78,7 +78,9 @@ class FlightReplayer:
 
     Args:
         writer: the flights input stream of the query group.
-        records: the flight tuples, in event-time order.
+        records: the flight tuples, in event-time order. :class:`FlightTuples` are
+            put as Arrow table slices (encoded a column at a time), anything else as
+            lists of dicts.
         rate: tuples per second; ``None`` for as fast as it goes.
         batch: tuples per ``put``.
         put_timeout_s: the longest one ``put`` may wait for room.
@@ -103,7 +105,11 @@ class FlightReplayer:
             for i in range(0, len(self.records), self.batch):
                 if self.stop.is_set():
                     break
-                chunk = self.records[i : i + self.batch]
+                chunk: Any = (
+                    self.records.table(i, i + self.batch)
+                    if isinstance(self.records, FlightTuples)
+                    else self.records[i : i + self.batch]
+                )
                 if self.rate:
                     due = start + (i + len(chunk)) / self.rate
                     delay = due - time.monotonic()

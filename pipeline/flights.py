@@ -12,9 +12,12 @@ import importlib.util
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import pandas as pd
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: Columns of the ``flight`` schema that may be null in the data.
 NULLABLE_INT_COLUMNS = ("dep_time", "dep_delay", "arr_time", "arr_delay", "air_time")
@@ -83,6 +86,24 @@ def flight_records(df: pd.DataFrame) -> Iterator[dict[str, Any]]:
         yield record
 
 
+def flight_table(df: pd.DataFrame) -> pa.Table:
+    """Rows of :func:`load_flights` as an Arrow table of ``flight`` tuples: the columns
+    of the schema, ints as ``int32`` (null for gaps), strings, and ``time_hour`` as epoch
+    milliseconds (``int64``), so that ``StreamInput.put`` of a slice sends the same
+    keys and bytes as a ``put`` of the same :func:`flight_records`."""
+    import pyarrow as pa
+
+    columns: dict[str, pa.Array] = {}
+    for c in INT_COLUMNS:
+        columns[c] = pa.array(df[c].to_numpy(), pa.int32())
+    for c in NULLABLE_INT_COLUMNS:
+        columns[c] = pa.array(df[c].to_numpy(), pa.float64(), from_pandas=True).cast(pa.int32())
+    for c in (*STRING_COLUMNS, "tailnum"):
+        columns[c] = pa.array(df[c], pa.string(), from_pandas=True)
+    columns["time_hour"] = pa.array(df["time_hour_ms"].to_numpy(), pa.int64())
+    return pa.table(columns)
+
+
 class FlightTuples(Sequence[dict[str, Any]]):
     """The rows of :func:`load_flights` as ``flight`` tuples, built a slice at a time.
 
@@ -93,6 +114,14 @@ class FlightTuples(Sequence[dict[str, Any]]):
 
     def __init__(self, df: pd.DataFrame) -> None:
         self.df = df
+        self._table: pa.Table | None = None
+
+    def table(self, start: int, stop: int) -> pa.Table:
+        """Rows ``[start, stop)`` as an Arrow table (:func:`flight_table`; built once,
+        sliced without a copy): what the demo's replay puts, a column at a time."""
+        if self._table is None:
+            self._table = flight_table(self.df)
+        return self._table.slice(start, max(0, stop - start))
 
     def __len__(self) -> int:
         return len(self.df)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import CollectorRegistry
@@ -25,6 +26,7 @@ from pipeline.errors import (
     SchemaError,
     TupleTooLargeError,
 )
+from pipeline.flights import flight_table, load_flights
 from pipeline.query_group import QueryGroup
 from pipeline.serde import SchemaRepository
 
@@ -68,9 +70,12 @@ def commit_half(bootstrap: str, config: QueryGroupConfig) -> None:
 def small_queue(run_id: str, tmp_path: Any, bootstrap: str) -> Callable[..., QueryGroupConfig]:
     """The flights group (passthrough only) with a small input queue; topics created."""
 
-    def make(max_queue_size: int, **group: Any) -> QueryGroupConfig:
+    def make(max_queue_size: int, suffix: str = "", **group: Any) -> QueryGroupConfig:
         raw = flights_raw_config(
-            run_id, tmp_path / "checkpoints", only_passthrough=True, max_rows_per_trigger=200
+            run_id + suffix,
+            tmp_path / f"checkpoints{suffix}",
+            only_passthrough=True,
+            max_rows_per_trigger=200,
         )
         # On the input stream itself: at the group level it would bound the output
         # stream queue too, which nobody reads here.
@@ -400,3 +405,49 @@ def test_an_event_time_far_ahead_of_now_is_refused_before_it_can_move_the_waterm
     assert stream_input.put(dict(flights[1], time_hour=now_ms + 600_000)).accepted == 1
     stream_input.put_end()
     assert topic_total(bootstrap, config.input_streams["flights"].topic) == 1
+
+
+def test_a_put_of_an_arrow_table_sends_what_a_put_of_its_rows_as_dicts_sends(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    small_queue: Callable[..., QueryGroupConfig],
+    open_input: Callable[..., StreamInput],
+) -> None:
+    """The column-at-a-time path (BlockEncoder) and the dict path give the broker the
+    same keys and values, so the same partitions; and a table the block path cannot
+    vouch for is refused with the dict path's own errors."""
+    df = load_flights(1_000)
+    table = flight_table(df)
+    by_dicts, by_table = small_queue(5_000), small_queue(5_000, suffix="_table")
+    stream_input = open_input(bootstrap, by_dicts, schemas)
+    assert stream_input.put(table.to_pylist()).accepted == 1_000
+    stream_input.put_end()
+    stream_input = open_input(bootstrap, by_table, schemas)
+    assert stream_input.put(table.slice(0, 400)).accepted == 400
+    assert stream_input.put(table.slice(400)).accepted == 600
+
+    years = [str(y) for y in table.column("year").to_pylist()]
+    with pytest.raises(SchemaError) as wrong:
+        stream_input.put(table.set_column(0, "year", pa.array(years)))
+    assert wrong.value.field == "year"
+    carriers = table.column("carrier").to_pylist()
+    carriers[5] = None
+    index = table.schema.get_field_index("carrier")
+    with pytest.raises(NullKeyError) as keyless:
+        stream_input.put(table.set_column(index, "carrier", pa.array(carriers)))
+    assert (keyless.value.index, keyless.value.field) == (5, "carrier")
+    hours = table.column("time_hour").to_pylist()
+    hours[9] = int(time.time() * 1000) + 10 * 365 * 86_400_000
+    index = table.schema.get_field_index("time_hour")
+    with pytest.raises(EventTimeError) as ahead:
+        stream_input.put(table.set_column(index, "time_hour", pa.array(hours, pa.int64())))
+    assert ahead.value.index == 9
+    stream_input.put_end()
+
+    def records(config: QueryGroupConfig) -> dict[tuple[int, int], tuple[bytes, bytes]]:
+        read = read_all(bootstrap, config.input_streams["flights"].topic)
+        return {(m.partition(), m.offset()): (m.key(), m.value()) for m in read}
+
+    sent_as_dicts = records(by_dicts)
+    assert len(sent_as_dicts) == 1_000
+    assert records(by_table) == sent_as_dicts

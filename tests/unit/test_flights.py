@@ -14,3 +14,11 @@ def test_flight_tuples_index_like_the_list_of_every_flight_record() -> None:
         assert lazy[start : start + 1_000] == every[start : start + 1_000]
     assert lazy[0] == every[0] and lazy[-1] == every[-1]
     assert lazy[10:10] == []
+
+
+def test_flight_tuples_as_arrow_slices_hold_the_same_tuples() -> None:
+    df = load_flights(limit=1_500)
+    lazy = FlightTuples(df)
+    assert lazy.table(0, 1_500).to_pylist() == list(flight_records(df))
+    assert lazy.table(700, 1_200).to_pylist() == lazy[700:1_200]
+    assert lazy.table(1_400, 2_000).num_rows == 100
