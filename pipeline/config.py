@@ -141,6 +141,17 @@ class QueryGroupSection(StreamSettings):
     trigger_interval_ms: Annotated[int, Field(ge=0, le=86_400_000)] = 1_000
     """Processing-time trigger interval of every query; 0 starts each micro-batch as soon
     as the previous one ends."""
+    no_data_micro_batches: bool = True
+    """Whether a query runs a micro-batch with no new tuples when the watermark has
+    moved (Spark's ``spark.sql.streaming.noDataMicroBatches.enabled``, set on the group's
+    own session). Such a batch is how ``append`` mode emits the windows the watermark
+    closed and how state past the watermark is evicted; in ``update`` and ``complete``
+    mode it emits nothing, and ``false`` leaves the eviction to the next batch with
+    data, saving a micro-batch's fixed cost after each one (issue 9). Spark records a
+    query's watermark in the offset log of the batch *after* the one that moved it, so
+    with ``false`` a query stopped after a batch with data restarts from the watermark
+    before that batch: tuples late by the newer one are then aggregated (and not
+    dead-lettered as late), nothing is lost."""
     checkpoint_dir: str = ".floodgate/checkpoints/{name}"
     """Spark checkpoint root; each query checkpoints under ``<checkpoint_dir>/<query>``.
     ``{name}`` is replaced by the query group's name. Any Hadoop path works."""

@@ -475,6 +475,10 @@ class QueryGroup:
             )
             self._spark = parent.newSession()
             self._spark.dataSource.register(KafkaStreamDataSource)
+            self._spark.conf.set(
+                "spark.sql.streaming.noDataMicroBatches.enabled",
+                str(self.config.query_group.no_data_micro_batches).lower(),
+            )
         return self._spark
 
     def topics(self) -> dict[str, tuple[int, int]]:

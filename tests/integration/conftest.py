@@ -99,6 +99,7 @@ def flights_raw_config(
     passthrough: bool = False,
     only_passthrough: bool = False,
     trigger_interval_ms: int = 100,
+    no_data_micro_batches: bool | None = None,
 ) -> dict[str, Any]:
     """``conf/flights.toml`` with this run's names: topics, group and checkpoints."""
     raw = tomllib.loads(FLIGHTS_TOML.read_text())
@@ -106,6 +107,8 @@ def flights_raw_config(
     group["name"] = f"t{run_id}"
     group["checkpoint_dir"] = str(checkpoint_dir)
     group["trigger_interval_ms"] = trigger_interval_ms
+    if no_data_micro_batches is not None:
+        group["no_data_micro_batches"] = no_data_micro_batches
     if max_rows_per_trigger is not None:
         group["max_rows_per_trigger"] = max_rows_per_trigger
     for section in ("input_streams", "output_streams"):

@@ -183,3 +183,24 @@ def test_trigger_available_now_reads_what_was_there_and_stops(
         stats = group.stats()["copy"]
     assert stats.input_rows == 2_000
     assert stats.batches >= 3  # 2 000 rows at most 700 per micro-batch
+
+
+def test_no_data_micro_batches_is_set_on_the_groups_own_session_only(
+    bootstrap: str,
+    spark: Any,
+    schemas: SchemaRepository,
+    flights_config: Callable[..., QueryGroupConfig],
+) -> None:
+    key = "spark.sql.streaming.noDataMicroBatches.enabled"
+    shipped = QueryGroup(
+        flights_config(), bootstrap_servers=bootstrap, spark=spark, schemas=schemas
+    )
+    spark_default = QueryGroup(
+        flights_config(no_data_micro_batches=True),
+        bootstrap_servers=bootstrap,
+        spark=spark,
+        schemas=schemas,
+    )
+    assert shipped.spark.conf.get(key) == "false"  # conf/flights.toml: update mode only
+    assert spark_default.spark.conf.get(key) == "true"
+    assert spark.conf.get(key) == "true"  # the session both were made from keeps Spark's

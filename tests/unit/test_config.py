@@ -54,7 +54,8 @@ def refused(raw: dict[str, Any]) -> ConfigError:
 def test_flights_toml_loads_and_resolves() -> None:
     config = load_query_group(FLIGHTS_TOML, env={})
     assert config.name == "flights"
-    assert config.query_group.trigger_interval_ms == 2000
+    assert config.query_group.trigger_interval_ms == 1000
+    assert config.query_group.no_data_micro_batches is False
 
     flights = config.input_settings("flights")
     assert flights.max_rows_per_trigger == 150000
