@@ -24,8 +24,9 @@ differs fails the script.
 
 Tuples/s = flights / time. The headline is the median over runs of Floodgate ÷
 Quix (the two of a run share the machine's state); medians and min-max of both are
-printed too. Target: >= 5x. One warm-up run of Floodgate over the first 20 000
-flights is discarded (the first jobs of a SparkSession cost seconds more).
+printed too. Target: >= 5x. One warm-up run of Floodgate (all flights, or
+``--warmup N``) is discarded: a query group is a long-running service, and the first
+runs of a JVM pay for its JIT compiling Spark's code (:data:`common.WARMUP_FLIGHTS`).
 
 Run: ``.venv/bin/python bench/bench_flights.py [--repeat 3] [--limit N]``.
 Results: a table, and JSON in ``bench/out/flights.json``.
@@ -50,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common import (  # noqa: E402  (bench/common.py)
+    WARMUP_FLIGHTS,
     check_origin_hours,
     code_version,
     expected_origin_hours,
@@ -185,6 +187,12 @@ def run_once(spark: Any, limit: int | None, expected: dict[Any, Any]) -> Run:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=WARMUP_FLIGHTS,
+        help="flights of the discarded warm-up run (default: all)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="first N flights (default: all)")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "flights.json")
     args = parser.parse_args()
@@ -196,7 +204,7 @@ def main() -> None:
     runs: list[Run] = []
     try:
         with fresh_broker() as bootstrap:
-            warm = run_demo(bootstrap_servers=bootstrap, limit=20_000, spark=spark)
+            warm = run_demo(bootstrap_servers=bootstrap, limit=args.warmup, spark=spark)
         console.log(f"warm-up (discarded): {warm.produced / warm.seconds:,.0f} tuples/s")
         for r in range(args.repeat):
             run = run_once(spark, args.limit, expected)

@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from common import (  # noqa: E402  (bench/common.py)
     FLIGHTS_TOML,
+    WARMUP_FLIGHTS,
     code_version,
     fresh_broker,
     machine,
@@ -183,6 +184,12 @@ def plot(samples: dict[int, list[float]], path: Path, rate: float, n: int) -> No
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=WARMUP_FLIGHTS,
+        help="flights of the discarded warm-up run (default: all)",
+    )
     parser.add_argument("--limit", type=int, default=100_000, help="flights a latency run")
     parser.add_argument("--max-rate", type=float, help="tuples/s (default: measured)")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "latency.json")
@@ -196,7 +203,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="floodgate-latency-") as tmp:
             with fresh_broker() as bootstrap:
-                warm = run_demo(bootstrap_servers=bootstrap, limit=20_000, spark=spark)
+                warm = run_demo(bootstrap_servers=bootstrap, limit=args.warmup, spark=spark)
             console.log(f"warm-up (discarded): {warm.produced / warm.seconds:,.0f} tuples/s")
             rates = [args.max_rate] if args.max_rate else []
             for r in range(0 if args.max_rate else args.repeat):

@@ -20,7 +20,8 @@ What is measured, per run, on one embedded broker, with the same flights:
   per-origin-per-hour output is checked against pandas first.
 
 The headline is the median over runs of Floodgate ÷ limit (the two of a run share
-the machine's state). Target: >= 0.5. One warm-up run of each is discarded.
+the machine's state). Target: >= 0.5. One warm-up run of each is discarded (Floodgate's
+over all flights, or ``--warmup N``: :data:`common.WARMUP_FLIGHTS`).
 
 Run: ``.venv/bin/python bench/bench_limit.py [--repeat 3] [--limit N]``.
 Results: a table, and JSON in ``bench/out/limit.json``.
@@ -45,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_put import producer_config  # noqa: E402  (the same raw producer)
 from common import (  # noqa: E402  (bench/common.py)
+    WARMUP_FLIGHTS,
     check_origin_hours,
     code_version,
     expected_origin_hours,
@@ -183,6 +185,12 @@ def run_limit(bootstrap: str, limit: int | None, n: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=WARMUP_FLIGHTS,
+        help="flights of the discarded warm-up run (default: all)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="first N flights (default: all)")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "limit.json")
     args = parser.parse_args()
@@ -194,7 +202,7 @@ def main() -> None:
     runs: list[Run] = []
     try:
         with fresh_broker() as bootstrap:
-            warm = run_demo(bootstrap_servers=bootstrap, limit=20_000, spark=spark)
+            warm = run_demo(bootstrap_servers=bootstrap, limit=args.warmup, spark=spark)
             console.log(
                 f"warm-up Floodgate (discarded): {warm.produced / warm.seconds:,.0f} tuples/s"
             )

@@ -35,6 +35,12 @@ QUIET_BROKER_CPU = 0.05
 QUIET_MACHINE_BUSY = 0.15
 QUIET_WINDOW_S = 1.0
 QUIET_TIMEOUT_S = 60.0
+#: Flights of the discarded warm-up run of the demo (``--warmup``; ``None``: all of
+#: them, as many as a timed run). A query group is a long-running service, so its
+#: steady state is what a user compares: the JVM's JIT compiles Spark's and the
+#: generated code over the first tens of micro-batches, and a run after a 20 000-flight
+#: warm-up spent ~half of the driver JVM's CPU in its compiler threads (issue 9).
+WARMUP_FLIGHTS: int | None = None
 
 
 def flights_config(topic: str, max_queue_size: int) -> QueryGroupConfig:
