@@ -114,14 +114,12 @@ class FlightTuples(Sequence[dict[str, Any]]):
 
     def __init__(self, df: pd.DataFrame) -> None:
         self.df = df
-        self._table: pa.Table | None = None
 
     def table(self, start: int, stop: int) -> pa.Table:
-        """Rows ``[start, stop)`` as an Arrow table (:func:`flight_table`; built once,
-        sliced without a copy): what the demo's replay puts, a column at a time."""
-        if self._table is None:
-            self._table = flight_table(self.df)
-        return self._table.slice(start, max(0, stop - start))
+        """Rows ``[start, stop)`` as an Arrow table (:func:`flight_table`, built per
+        slice: all of it at once held ~55 MiB more in the replay process,
+        ``bench/bench_memory.py``): what the demo's replay puts, a column at a time."""
+        return flight_table(self.df.iloc[start:stop])
 
     def __len__(self) -> int:
         return len(self.df)
