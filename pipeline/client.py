@@ -44,6 +44,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -77,7 +78,7 @@ from pipeline.errors import (
 )
 from pipeline.metrics import ClientMetrics
 from pipeline.queues import QueueBudget, QueueProbe, QueueSnapshot, SweptCounter
-from pipeline.serde import BlockEncoder, SchemaRepository, StreamCodec, TupleKey
+from pipeline.serde import BlockEncoder, SchemaRepository, StreamCodec, TupleKey, epoch_millis
 
 if TYPE_CHECKING:
     from pipeline.swept import BlobReader, SweptRecord
@@ -137,10 +138,10 @@ def _epoch_ms(value: Any) -> float | None:
 
 
 def _is_arrow_table(value: Any) -> bool:
-    """Whether ``value`` is a ``pyarrow.Table`` or ``RecordBatch`` (pyarrow not imported
-    for a list of dicts)."""
-    module = type(value).__module__
-    return module.startswith("pyarrow") and hasattr(value, "column_names")
+    """Whether ``value`` is a ``pyarrow.Table`` or ``RecordBatch`` (a caller holding
+    one has imported pyarrow; a list of dicts does not import it)."""
+    pa = sys.modules.get("pyarrow")
+    return pa is not None and isinstance(value, pa.Table | pa.RecordBatch)
 
 
 class StreamInput:
@@ -528,14 +529,8 @@ class StreamInput:
             return None  # str() of a float or isoformat() of a timestamp: row by row
         event = self._event_field
         if event is not None and event in names and table.num_rows:
-            column = table.column(event)
-            if pa.types.is_timestamp(column.type):
-                try:  # a fraction of a millisecond is the codec's to judge
-                    column = pc.cast(column, pa.timestamp("ms", column.type.tz))
-                except pa.ArrowInvalid:
-                    return None
-                column = pc.cast(column, pa.int64())
-            elif not pa.types.is_integer(column.type):
+            column = epoch_millis(table.column(event))
+            if column is None:
                 return None
             latest = pc.max(column).as_py()
             if latest is not None and latest > time.time() * 1000 + self._max_ahead_ms:

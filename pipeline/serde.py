@@ -582,6 +582,25 @@ def _zigzag_varints(values: Any) -> tuple[Any, list[Any]]:
         low, rest = rest, rest >> np.uint64(7)
 
 
+def epoch_millis(column: Any) -> Any | None:
+    """A ``timestamp-millis`` column as epoch milliseconds: an Arrow ``timestamp`` of
+    whole milliseconds (any unit, any zone) cast to ``int64``, an integer column as it
+    is (fastavro takes epoch-millisecond ints too); ``None`` for any other type or a
+    timestamp with a fraction of a millisecond (the per-tuple path judges those)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_integer(column.type):
+        return column
+    if not pa.types.is_timestamp(column.type):
+        return None
+    try:
+        millis = pc.cast(column, pa.timestamp("ms", column.type.tz))  # safe: no fraction
+    except pa.ArrowInvalid:
+        return None
+    return pc.cast(millis, pa.int64())
+
+
 def _scatter_varints(out: Any, positions: Any, lengths: Any, groups: list[Any], rows: Any) -> None:
     """Write the varints of ``rows`` (a boolean mask) at ``positions`` into ``out``."""
     for j, group in enumerate(groups):
@@ -693,16 +712,13 @@ class BlockEncoder:
     def _column(self, column: Any, kind: str, null_index: int | None) -> Any:
         """``(lengths, write)`` of one column: bytes per row, and ``write(out,
         positions)`` that puts them at ``positions``; ``None`` if it cannot."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         rows = len(column)
         valid = np.ones(rows, dtype=bool)
         if column.null_count:
             if null_index is None:
                 return None
             valid = column.is_valid().to_numpy(zero_copy_only=False)
-        value = self._values(column, kind, valid, pa, pc)
+        value = self._values(column, kind, valid)
         if value is None:
             return None
         value_lengths, write_value = value
@@ -714,17 +730,21 @@ class BlockEncoder:
             out[positions] = branch
             write_value(out, positions + 1)
 
-        return 1 + np.where(valid, value_lengths, 0), write
+        return 1 + value_lengths, write
 
     @staticmethod
-    def _values(column: Any, kind: str, valid: Any, pa: Any, pc: Any) -> Any:
+    def _values(column: Any, kind: str, valid: Any) -> Any:
         """``(lengths, write)`` of the non-null values of a column (zero length where
         null); ``None`` if the column's Arrow type is not one it writes as ``kind``."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         arrow_type = column.type
         if kind in ("int", "long", "timestamp-millis"):
-            if kind == "timestamp-millis" and pa.types.is_timestamp(arrow_type):
-                column = pc.cast(column, pa.timestamp("ms", arrow_type.tz))  # refuses a fraction
-                column = column.view(pa.int64())
+            if kind == "timestamp-millis":
+                column = epoch_millis(column)
+                if column is None:
+                    return None
             elif not pa.types.is_integer(arrow_type):
                 return None
             if kind == "int":
@@ -775,10 +795,10 @@ class BlockEncoder:
         if kind in ("double", "float"):
             if not (pa.types.is_floating(arrow_type) or pa.types.is_integer(arrow_type)):
                 return None
-            dtype = np.dtype("<f8" if kind == "double" else "<f4")
-            numbers = pc.fill_null(column, 0).to_numpy(zero_copy_only=False)
             if kind == "float" and pa.types.is_integer(arrow_type):
                 return None
+            dtype = np.dtype("<f8" if kind == "double" else "<f4")
+            numbers = pc.fill_null(column, 0).to_numpy(zero_copy_only=False)
             raw = numbers.astype(dtype).view(np.uint8).reshape(-1, dtype.itemsize)
             width = dtype.itemsize
 
