@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -27,6 +30,9 @@ log = logging.getLogger(__name__)
 #: The query group's driver heap gauges (``pipeline.metrics.QueryGroupMetrics``).
 HEAP_USED = "floodgate_query_group_jvm_heap_used_bytes"
 HEAP_MAX = "floodgate_query_group_jvm_heap_max_bytes"
+#: The least CPU time, per CPU, a CPU reading must span to count, seconds (the kernel
+#: counts CPU time in ticks of 10 ms: 5 ticks).
+MIN_READING_S = 0.05
 
 
 def heap_ratios(metrics_text: str) -> dict[str, float]:
@@ -149,6 +155,17 @@ class DriverHeaps:
                 return
 
 
+def busy_and_total(times: Any) -> tuple[float, float]:
+    """The busy and total CPU seconds of a ``psutil.cpu_times()`` reading, summed over
+    every CPU, as psutil's own ``cpu_percent`` counts them: idle and iowait are idle;
+    guest time is already in user time on Linux, so it is not counted twice; steal is
+    busy (a CPU another tenant holds is not ours to start jobs on)."""
+    fields: dict[str, float] = times._asdict()
+    total = sum(fields.values()) - fields.get("guest", 0.0) - fields.get("guest_nice", 0.0)
+    idle = fields["idle"] + fields.get("iowait", 0.0)
+    return total - idle, total
+
+
 class HostLoadSampler:
     """Samples the host: CPU busy ratio over the last ``window`` samples, and memory
     usage: the host's, or a known Spark driver's heap when that is higher.
@@ -156,6 +173,15 @@ class HostLoadSampler:
     Seed 004 uses the system CPU load of the whole machine (every process, ours or
     not). Called once per check (10 times a second); one 100 ms CPU reading is noisy,
     so the decision uses the mean of the last second.
+
+    Each reading is the busy share of the CPU time since the previous one, from this
+    sampler's own ``psutil.cpu_times()`` (not ``cpu_percent(interval=None)``, whose
+    reference point is shared by every caller in the process). A reading over less
+    than :data:`MIN_READING_S` of CPU time means nothing -- ``cpu_percent`` calls one
+    0.0 -- and is not counted: the service's first sample, taken right after this
+    sampler was made, used to read 0.0 and pulled the first second's mean under the
+    limit, so a service started on a saturated host started its queue at once. The
+    first call therefore waits until a reading means something.
 
     Args:
         window: samples averaged for the CPU figure.
@@ -165,12 +191,31 @@ class HostLoadSampler:
     def __init__(self, window: int = 10, heaps: DriverHeaps | None = None) -> None:
         self._cpu: deque[float] = deque(maxlen=window)
         self.heaps = heaps
-        psutil.cpu_percent(interval=None)  # the first reading is meaningless: prime it
+        self._last = busy_and_total(psutil.cpu_times())
+
+    def _read_cpu(self) -> float | None:
+        busy, total = busy_and_total(psutil.cpu_times())
+        d_busy, d_total = busy - self._last[0], total - self._last[1]
+        if d_total < MIN_READING_S * psutil.cpu_count():
+            return None
+        self._last = (busy, total)
+        return min(max(d_busy / d_total, 0.0), 1.0)
+
+    def cpu(self) -> float:
+        """The mean CPU busy ratio of the last ``window`` readings (0..1); the first call
+        waits (up to a second) for a reading that means something."""
+        reading = self._read_cpu()
+        deadline = time.monotonic() + 1.0
+        while reading is None and not self._cpu and time.monotonic() < deadline:
+            time.sleep(MIN_READING_S)
+            reading = self._read_cpu()
+        if reading is not None:
+            self._cpu.append(reading)
+        return sum(self._cpu) / len(self._cpu) if self._cpu else math.nan
 
     def __call__(self) -> Load:
         """A :class:`Load` now."""
-        self._cpu.append(psutil.cpu_percent(interval=None) / 100.0)
-        cpu = sum(self._cpu) / len(self._cpu)
+        cpu = self.cpu()
         host = psutil.virtual_memory().percent / 100.0
         memory, source = combine(host, self.heaps.ratios() if self.heaps is not None else {})
         return Load(cpu=cpu, memory=memory, memory_source=source)

@@ -39,6 +39,7 @@ Stable log codes: ``FG-ADM-001`` emergency mode entered, ``FG-ADM-002`` left,
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -597,7 +598,7 @@ class AdmissionService:
         """Load, mode, load step, counts, lanes: ``GET /status``."""
         holder = self.election.holder()
         return {
-            "cpu_load": self.load.cpu,
+            "cpu_load": None if math.isnan(self.load.cpu) else self.load.cpu,  # JSON has no NaN
             "memory_usage": self.load.memory,
             "memory_source": self.load.memory_source,
             "driver_heaps": self.heaps.ratios() if self.heaps is not None else {},

@@ -20,7 +20,7 @@ What runs, each its own process, as in production:
   application does (:class:`pipeline.client.StreamOutput`).
 
 The chaos loop, at random intervals (``--fault-interval``, exponential; the short
-mode runs each kind once: ``kill-driver`` first, as the slowest to recover from --
+mode runs each kind once, 5 s apart: ``kill-driver`` first, as the slowest to recover from --
 a cold SparkSession and the replay of the killed micro-batch, 40-90 s on 2 cores --
 so the other faults hit a stack still recovering from it, then the rest in a
 shuffled order):
@@ -48,7 +48,10 @@ At the end, producers stopped, the pipeline drained:
   exceeded its max queue size;
 * every process's RSS, sampled every second, stayed within its bound
   (:data:`RSS_BOUNDS_MIB`);
-* every job submitted to the admission service reached a final state.
+* every job submitted to the admission service reached a final state (one still
+  enqueued a minute after the drain while the host stays above the service's CPU
+  limit is started as an operator would, and the report says so:
+  :func:`wait_for_filler_jobs`).
 
 The report is printed and written as JSON (``<out>/soak.json``); the long mode
 plots RSS and backlog over time to ``<out>/soak.png``. Exit status 1 when a check
@@ -102,6 +105,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from admission.config import AdmissionSettings
 from pipeline.broker import EmbeddedBroker, ensure_topics, free_port
 from pipeline.config import QueryGroupConfig, load_query_group
 from pipeline.demo import read_all
@@ -124,6 +128,12 @@ MALFORMED = 10
 DRIVER_LANE = "drivers"
 #: Jobs submitted around an admission restart.
 FILLER_JOBS = 20
+#: How long the filler jobs may take to end after the drain, s; and how long they may
+#: wait under high load before the soak starts them as an operator would, s.
+FILLER_WAIT_S = 300.0
+FILLER_PATIENCE_S = 60.0
+#: Job states that are not final ("None": the admission service did not answer).
+PENDING_STATES = frozenset({"ENQUEUED", "RUNNING", "None"})
 #: The bound each process's RSS must stay within, MiB (peaks measured on the 2-core
 #: development machine, bench/README.md, plus about a half for headroom; the Python
 #: workers, measured at 1 475-1 621 MiB in short runs, a quarter).
@@ -305,6 +315,47 @@ def kill_group(process: subprocess.Popen[bytes] | int, sig: int = signal.SIGKILL
         process.wait(timeout=60)
 
 
+def wait_for_filler_jobs(stack: Stack) -> dict[str, Any]:
+    """Wait (at most :data:`FILLER_WAIT_S`) until every filler job has ended; the report's
+    ``filler_jobs`` (count by state), ``filler_jobs_forced`` and ``admission_status``.
+
+    Under high load the admission service starts nothing (seed 004, "Job Queue
+    Algorithm"), and a shared CI host can stay above ``system_cpu_limit`` for minutes
+    with the pipeline idle. A filler job still ENQUEUED after
+    :data:`FILLER_PATIENCE_S` while the service reports high load is started as an
+    operator would (``POST /jobs/{id}/start-now``, seed 004 "Start Enqueued Job
+    Immediately"), and recorded with the load that kept it: what the soak checks is
+    that no enqueued job was lost by the restart, not how busy the host was.
+    A job missing, or left ENQUEUED under low load, still fails the check.
+    """
+    started = time.monotonic()
+    forced: list[dict[str, Any]] = []
+    while True:
+        jobs = {j: stack.job(j) for j in stack.filler_jobs}
+        states = Counter(str((job or {}).get("state")) for job in jobs.values())
+        status = stack.status()
+        waited = time.monotonic() - started
+        if not states.keys() & PENDING_STATES or waited > FILLER_WAIT_S:
+            break
+        limit = AdmissionSettings.model_fields["system_cpu_limit"].default  # the soak's
+        if waited > FILLER_PATIENCE_S and status and status.get("cpu_load", 0.0) > limit:
+            for job_id, job in jobs.items():
+                if job and job["state"] == "ENQUEUED":
+                    with contextlib.suppress(httpx.HTTPError):
+                        stack._post(f"/jobs/{job_id}/start-now")
+                        forced.append({"job": job_id, "cpu_load": round(status["cpu_load"], 3)})
+        time.sleep(1.0)
+    report: dict[str, Any] = {
+        "filler_jobs": dict(states),
+        "filler_jobs_forced": forced,
+        "admission_status": status,
+    }
+    if states.keys() & PENDING_STATES:  # what the service said of them, for the failure
+        lines = (stack.layout.logs / "admission.log").read_text(errors="replace").splitlines()
+        report["admission_log_tail"] = lines[-60:]
+    return report
+
+
 class Stack:
     """The broker, the admission service, the driver job and the sweeper of one run."""
 
@@ -335,7 +386,8 @@ class Stack:
         self.admission = spawn(
             self.layout,
             "admission",
-            [FLOODGATE, "admission", "serve", "--config", str(self.layout.admission)],
+            # At INFO: each job's enqueue and start, with the load that decided it.
+            [FLOODGATE, "admission", "serve", "--verbose", "--config", str(self.layout.admission)],
             FLOODGATE__ADMISSION__TOKEN=self.layout.token,
         )
         self._until(lambda: self._get("/status") is not None, 60, "the admission service answers")
@@ -361,6 +413,11 @@ class Stack:
         job = self._post("/jobs", {"argv": argv, "queueable": queueable, "lane": lane})
         self.jobs.append(int(job["id"]))
         return int(job["id"])
+
+    def status(self) -> dict[str, Any] | None:
+        """``GET /status``, or ``None`` when the service does not answer."""
+        answer = self._get("/status")
+        return answer if isinstance(answer, dict) else None
 
     def job(self, job_id: int) -> dict[str, Any] | None:
         answer = self._get(f"/jobs/{job_id}")
@@ -889,7 +946,9 @@ def chaos(
     while not stop.is_set():
         if plan.short and not kinds:
             break
-        if stop.wait(max(3.0, rng.expovariate(1 / plan.fault_interval_s))):
+        # The short mode at a fixed interval: a long exponential draw only makes it slower.
+        wait = plan.fault_interval_s if plan.short else rng.expovariate(1 / plan.fault_interval_s)
+        if stop.wait(max(3.0, wait)):
             break
         kind = kinds.pop() if plan.short else rng.choice(FAULTS)
         record: dict[str, Any] = {"kind": kind, "at_s": round(time.monotonic() - started, 1)}
@@ -1116,13 +1175,7 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         }
         report["exactly_once"] = check_exactly_once(layout, config, produced)
         report["audit"] = run_audit(layout)
-        deadline = time.monotonic() + 300
-        while True:
-            states = Counter(str((stack.job(j) or {}).get("state")) for j in stack.filler_jobs)
-            if not states.keys() & {"ENQUEUED", "RUNNING", "None"} or time.monotonic() > deadline:
-                break
-            time.sleep(1.0)
-        report["filler_jobs"] = dict(states)
+        report.update(wait_for_filler_jobs(stack))
         report["driver_restarts_unplanned"] = stack.driver_restarts_unplanned
         report["hanging_transactions"] = hanging.found
         sampler.stop.set()
@@ -1173,8 +1226,7 @@ def checks(report: dict[str, Any]) -> dict[str, bool]:
         "RSS within bounds": all(
             mib <= RSS_BOUNDS_MIB.get(role, 0) for role, mib in report["peak_rss_mib"].items()
         ),
-        "every job reached a final state": not set(report["filler_jobs"])
-        & {"ENQUEUED", "RUNNING", "None"},
+        "every job reached a final state": not set(report["filler_jobs"]) & PENDING_STATES,
     }
 
 

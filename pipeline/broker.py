@@ -311,6 +311,7 @@ def resolve_broker(
     *,
     env: Mapping[str, str] | None = None,
     use_docker: bool = True,
+    timeout_s: float = 15.0,
 ) -> Broker:
     """Find or start a Kafka cluster, in the order of DESIGN.md section 3.
 
@@ -319,6 +320,7 @@ def resolve_broker(
             the environment.
         env: environment (default ``os.environ``), read for ``FLOODGATE_KAFKA_BOOTSTRAP``.
         use_docker: try a Docker engine before the embedded broker.
+        timeout_s: how long a named cluster may take to answer, seconds.
 
     Returns:
         The resolved :class:`Broker`; call :meth:`Broker.stop` when done.
@@ -329,7 +331,7 @@ def resolve_broker(
     env = os.environ if env is None else env
     explicit = bootstrap_servers or env.get(BOOTSTRAP_ENV)
     if explicit:
-        wait_for_broker(explicit, timeout_s=15.0)
+        wait_for_broker(explicit, timeout_s=timeout_s)
         return Broker(explicit, "external")
     if use_docker and docker_available():
         from testcontainers.kafka import KafkaContainer

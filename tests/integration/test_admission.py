@@ -190,6 +190,35 @@ def test_a_restart_keeps_enqueued_jobs_and_a_vanished_running_job_is_unknown(
     )
 
 
+def test_a_service_restarted_on_a_busy_host_keeps_its_queue_until_the_load_goes(
+    serve: Callable[..., Service],
+) -> None:
+    """The first CPU reading of a new service used to be a meaningless 0.0 (no time
+    between two readings); it pulled the first second's mean under the limit, and a
+    service started on a saturated host started its whole queue at once."""
+    first = serve()
+    assert first.call("POST", "/suspend").status_code == 200
+    enqueued = [first.submit(["true"]) for _ in range(2)]
+    stop(first)
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 2)
+    ]
+    try:
+        second = serve()
+        time.sleep(1.5)  # fifteen checks
+        assert second.call("GET", "/status").json()["cpu_load"] > 0.85
+        assert {second.job(j["id"])["state"] for j in enqueued} == {"ENQUEUED"}
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    wait_for(
+        lambda: all(second.job(j["id"])["state"] == "FINISHED_OK" for j in enqueued),
+        "the jobs to run once the load is gone",
+    )
+
+
 def test_a_killed_job_is_a_hard_stall_that_disables_its_lane_until_enabled(
     serve: Callable[..., Service],
 ) -> None:

@@ -134,7 +134,7 @@ def test_an_unreachable_named_cluster_is_a_clear_error() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(BrokerError, match=f"127.0.0.1:{port} did not answer"):
-        resolve_broker(f"127.0.0.1:{port}", env={})
+        resolve_broker(f"127.0.0.1:{port}", env={}, timeout_s=2.0)
 
 
 def test_topics_are_created_with_the_configured_partition_count(bootstrap: str) -> None:

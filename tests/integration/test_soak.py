@@ -44,7 +44,7 @@ def test_nothing_is_lost_or_duplicated_under_overload_and_every_fault(tmp_path: 
     assert report_path.exists(), f"no report; exit {run.returncode}:\n{run.stderr[-6000:]}"
     report = json.loads(report_path.read_text())
     exactly = report["exactly_once"]
-    summary = {
+    fields = {
         "faults": [f["kind"] for f in report.get("faults", [])],
         "accepted": exactly["accepted"],
         "lost": exactly["lost"],
@@ -56,8 +56,13 @@ def test_nothing_is_lost_or_duplicated_under_overload_and_every_fault(tmp_path: 
         "peak backlog": (report["peak_backlog"], report["max_queue_size"]),
         "peak RSS MiB": report["peak_rss_mib"],
         "filler jobs": report["filler_jobs"],
+        "filler jobs started by the soak under high load": report.get("filler_jobs_forced"),
+        "admission status at the end": report.get("admission_status"),
+        "admission log, when a job is not final": report.get("admission_log_tail"),
         "hanging transactions": report.get("hanging_transactions"),
     }
+    # A string, printed whole (pytest shortens the repr of a dict message).
+    summary = json.dumps(fields, indent=1, default=str)
     # Work was done under load: tuples flowed and the producer was pushed back.
     assert exactly["accepted"] > 0 and report["producer"]["counts"].get("rejected", 0) > 0, summary
     assert exactly["lost"] == 0, summary
