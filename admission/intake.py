@@ -40,6 +40,9 @@ from pipeline.errors import DeserializationError
 from pipeline.serde import SchemaRepository, StreamCodec
 
 log = logging.getLogger(__name__)
+#: How long the intake stops fetching after a read that returned nothing, seconds (a
+#: request waits at most this much longer to be seen).
+IDLE_S = 0.25
 
 #: ``floodgate.reason`` of a dead-lettered request, by the refusal (else ``refused``).
 _REASONS: dict[type[AdmissionError], str] = {
@@ -103,11 +106,29 @@ class KafkaIntake:
         log.info("admission intake reading %s at %s", s.request_topic, self.bootstrap_servers)
         return self
 
+    def _rest(self) -> None:
+        """Nothing arrived: stop fetching for :data:`IDLE_S`. librdkafka fetches an
+        assigned partition all along, and a broker that answers a fetch at the log end
+        at once instead of holding it for ``fetch.wait.max.ms`` (the embedded broker,
+        DESIGN.md section 8) made the idle intake a busy loop of about 0.85 of a core,
+        reader and broker together, on the 2-core development machine."""
+        assert self._consumer is not None
+        assigned = self._consumer.assignment()
+        if assigned:
+            self._consumer.pause(assigned)
+        self._stop.wait(IDLE_S)
+        assigned = self._consumer.assignment()  # a rebalance may have moved it
+        if assigned:
+            self._consumer.resume(assigned)
+
     def _run(self) -> None:
         assert self._consumer is not None
         while not self._stop.is_set():
             try:
-                messages = self._consumer.consume(num_messages=100, timeout=0.5)
+                messages = self._consumer.consume(num_messages=100, timeout=0.1)
+                if not messages:
+                    self._rest()
+                    continue
                 handled = False
                 for message in messages:
                     error = message.error()

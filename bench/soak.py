@@ -723,12 +723,37 @@ class Reception:
             if self.stalled.is_set():
                 time.sleep(0.1)
                 continue
+            read = 0
             for name, output in self.outputs.items():
                 try:
-                    self.received[name] += len(output.get(max_tuples=5_000, timeout_s=0.1))
+                    tuples = output.get(max_tuples=5_000, timeout_s=0.1)
                 except Exception as exc:
                     self.errors[type(exc).__name__] += 1
                     time.sleep(0.5)
+                    continue
+                self.received[name] += len(tuples)
+                read += len(tuples)
+            if not read:
+                self._rest()
+
+    def _rest(self) -> None:
+        """Nothing was read: pause the readers until a queue has tuples (at most 5 s), as
+        the demo's reception does: an idle, fetching reader spins against the embedded
+        broker (``pipeline.demo.Reception._rest``)."""
+        outputs = self.outputs.values()
+        for output in outputs:
+            with contextlib.suppress(Exception):
+                output.pause()
+        deadline = time.monotonic() + 5.0
+        while not self.stop.wait(0.1) and time.monotonic() < deadline:
+            try:
+                if any(output.queue_length() > 0 for output in outputs):
+                    break
+            except Exception:
+                break  # the broker did not answer: let get() find out
+        for output in outputs:
+            with contextlib.suppress(Exception):
+                output.resume()
 
     def queue_lengths(self) -> dict[str, int]:
         return {name: output.queue_length() for name, output in self.outputs.items()}

@@ -654,55 +654,62 @@ def read_partition(
             yield from swept
     if next_offset >= end:
         return
-    consumer.assign([TopicPartition(topic, partition, next_offset)])
-    last_progress = time.monotonic()
-    while next_offset < end:
-        with _gc_paused():  # up to batch_records new Message objects, no cycles
-            messages = consumer.consume(
-                num_messages=min(batch_records, end - next_offset), timeout=1.0
-            )
-        if not messages:
-            position = consumer.position([tp])[0].offset
-            if position >= end:  # the tail was transaction markers
-                return
-            if time.monotonic() - last_progress > stall_timeout_s:
-                raise KafkaException(
-                    KafkaError(
-                        KafkaError._TIMED_OUT,
-                        f"no progress reading {topic}[{partition}] at offset {next_offset} "
-                        f"(range ends at {end}) for {stall_timeout_s:.0f} s",
-                    )
-                )
-            continue
-        last_progress = time.monotonic()
-        truncated: KafkaError | None = None
-        at_end = False
-        if any(m.error() is not None for m in messages):
-            messages, truncated, at_end = _sift(messages, end)
-        kept = _before(messages, end)
-        if kept:
-            yield kept
-            next_offset = kept[-1].offset() + 1
-        if at_end or len(kept) < len(messages):
-            return
-        if truncated is None:
-            continue
-        low, _ = consumer.get_watermark_offsets(tp, timeout=10)
-        if blobs is None or next_offset >= low:
-            raise DataLossError(
-                f"the broker no longer holds offset {next_offset} ({truncated.str()})",
-                topic=topic,
-                partition=partition,
-                start=next_offset,
-                end=end,
-                available_from=low,
-            )
-        # Swept while this range was reading: BLOBs hold the rest up to low.
-        swept, next_offset = read_swept(blobs, topic, partition, next_offset, end, low)
-        yield from swept
-        if next_offset >= end:
-            return
+    # Unassigned when done: an assigned partition is fetched all along, and a broker
+    # that answers a fetch at the log end at once (noida-db ignores fetch.wait.max.ms)
+    # turns a long-lived reader's idle assignment into a busy loop of both.
+    try:
         consumer.assign([TopicPartition(topic, partition, next_offset)])
+        last_progress = time.monotonic()
+        while next_offset < end:
+            with _gc_paused():  # up to batch_records new Message objects, no cycles
+                messages = consumer.consume(
+                    num_messages=min(batch_records, end - next_offset), timeout=1.0
+                )
+            if not messages:
+                position = consumer.position([tp])[0].offset
+                if position >= end:  # the tail was transaction markers
+                    return
+                if time.monotonic() - last_progress > stall_timeout_s:
+                    raise KafkaException(
+                        KafkaError(
+                            KafkaError._TIMED_OUT,
+                            f"no progress reading {topic}[{partition}] at offset {next_offset} "
+                            f"(range ends at {end}) for {stall_timeout_s:.0f} s",
+                        )
+                    )
+                continue
+            last_progress = time.monotonic()
+            truncated: KafkaError | None = None
+            at_end = False
+            if any(m.error() is not None for m in messages):
+                messages, truncated, at_end = _sift(messages, end)
+            kept = _before(messages, end)
+            if kept:
+                yield kept
+                next_offset = kept[-1].offset() + 1
+            if at_end or len(kept) < len(messages):
+                return
+            if truncated is None:
+                continue
+            low, _ = consumer.get_watermark_offsets(tp, timeout=10)
+            if blobs is None or next_offset >= low:
+                raise DataLossError(
+                    f"the broker no longer holds offset {next_offset} ({truncated.str()})",
+                    topic=topic,
+                    partition=partition,
+                    start=next_offset,
+                    end=end,
+                    available_from=low,
+                )
+            # Swept while this range was reading: BLOBs hold the rest up to low.
+            swept, next_offset = read_swept(blobs, topic, partition, next_offset, end, low)
+            yield from swept
+            if next_offset >= end:
+                return
+            consumer.assign([TopicPartition(topic, partition, next_offset)])
+    finally:
+        with contextlib.suppress(RuntimeError, KafkaException):  # closed meanwhile: nothing to do
+            consumer.unassign()
 
 
 def _sift(messages: list[Any], end: int) -> tuple[list[Any], KafkaError | None, bool]:

@@ -118,3 +118,20 @@ def test_a_swept_queue_s_oldest_tuple_is_read_from_its_blob(
         swept.close()
         broker_only.close()
         catalog.close()
+
+
+def test_a_queue_age_reader_keeps_nothing_assigned_between_readings(
+    bootstrap: str, topic: str
+) -> None:
+    """An assigned partition is fetched all along; at its end the embedded broker answers
+    every fetch at once (it does not wait ``fetch.wait.max.ms``), so an assignment left
+    behind by a reading kept the reader and the broker busy for as long as it lived."""
+    produce(bootstrap, topic, 0, [1, 2])
+    queue = probe(bootstrap, topic, f"g.{topic}")
+    age = QueueAge(bootstrap_servers=bootstrap, topic=topic)
+    try:
+        assert age.timestamps(queue.snapshot()) == {0: BASE_MS + 1_000}
+        assert age._consumer is not None
+        assert age._consumer.assignment() == []
+    finally:
+        age.close()
