@@ -537,7 +537,6 @@ def produce(
     rate: Any,
     stop: Any,
     summary_path: str,
-    startup_budget: int,
     threads: int = 2,
 ) -> None:
     """The producer process: ``threads`` threads share one :class:`StreamInput` and one
@@ -593,21 +592,17 @@ def produce(
     def pace() -> None:
         """Wait for the offered rate: the tuples offered (refused ones included) since
         ``rate`` last changed, at ``rate`` per second. Before the soak has measured the
-        service rate (``rate`` 0), offer freely until ``startup_budget`` tuples are
-        accepted, then wait for it."""
+        service rate (``rate`` 0), offer freely."""
         while not stop.is_set():
             with lock:
                 if rate.value != paced["rate"]:
                     paced.update(rate=rate.value, since=time.monotonic(), offered=counts["offered"])
                 if paced["rate"] <= 0:
-                    if counts["accepted"] < startup_budget:
-                        return
-                    ahead = 0.05
-                else:
-                    offered = counts["offered"] - paced["offered"]
-                    ahead = offered / paced["rate"] - (time.monotonic() - paced["since"])
-                    if ahead <= 0:
-                        return
+                    return
+                offered = counts["offered"] - paced["offered"]
+                ahead = offered / paced["rate"] - (time.monotonic() - paced["since"])
+                if ahead <= 0:
+                    return
             time.sleep(min(ahead, 0.05))
 
     turn = threading.Condition(lock)
@@ -1092,16 +1087,11 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
     summary_path = out / "producer.json"
     producer = ctx.Process(
         target=produce,
-        # Until the warm-up has measured the service rate, two queues' worth: a backlog
-        # to measure it on, and no pile of work from the stack's start to drain.
-        args=(
-            str(layout.group),
-            layout.bootstrap,
-            rate,
-            producer_stop,
-            str(summary_path),
-            2 * plan.max_queue_size,
-        ),
+        # Until the warm-up has measured the service rate, freely: the (bounded) input
+        # queue stays full, so the rate is measured on a backlog. A budget of two
+        # queues' worth ran out within the warm-up once idle readers stopped spinning,
+        # and the soak then measured (and offered twice) the producer's pace.
+        args=(str(layout.group), layout.bootstrap, rate, producer_stop, str(summary_path)),
         name="producer",
     )
     reception: Reception | None = None
