@@ -32,7 +32,7 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration $(ARGS)
 
-# The soak's short mode alone (about 3 minutes; `make test` runs it too).
+# The soak's short mode alone (about 2 minutes; `make test` runs it too).
 test-soak: $(STAMP)
 	$(BIN)/python -m pytest tests/integration/test_soak.py -m soak $(ARGS)
 

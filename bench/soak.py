@@ -1324,7 +1324,7 @@ def show(report: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--short", action="store_true", help="each fault once, about 3 minutes")
+    parser.add_argument("--short", action="store_true", help="each fault once, about 2 minutes")
     parser.add_argument(
         "--duration", type=float, default=1800.0, help="seconds of chaos (long mode)"
     )
