@@ -62,9 +62,6 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "flights.toml
 REPLAY_BATCH = 1_000
 #: Most tuples one ``StreamOutput.get`` of the reception returns.
 RECEPTION_BATCH = 5_000
-#: The longest a demo reception rests with its streams paused before it polls them
-#: anyway (a consumer group rebalance is served only by a poll), seconds.
-REST_MAX_S = 5.0
 #: The longest the demo waits for a held query group to be released by ``auto_release``,
 #: and for the reception to read the last output tuples.
 SETTLE_TIMEOUT_S = 300.0
@@ -338,8 +335,7 @@ class Reception:
         outputs: ``{stream: StreamOutput}`` opened by the demo's connector.
         keys: ``{stream: key columns}``.
         wait_s: how long one ``get`` waits for tuples.
-        idle_s: when a round read nothing, how often the paused reader looks at the
-            output stream queue lengths for something to read, seconds.
+        idle_s: how long the reader pauses its streams when a round read nothing.
         on_received: called from the reading thread with ``(stream, tuples)`` as soon
             as a ``get`` returned them (the latency benchmark times them).
     """
@@ -350,7 +346,7 @@ class Reception:
         keys: Mapping[str, Iterable[str]],
         *,
         wait_s: float = 0.1,
-        idle_s: float = 0.1,
+        idle_s: float = 0.25,
         on_received: Callable[[str, list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.outputs = dict(outputs)
@@ -370,12 +366,9 @@ class Reception:
 
     def _run(self) -> None:
         try:
-            reading = set(self.outputs)  # the streams resumed (fetched) now
             while not self._stop.is_set():
                 read = 0
                 for stream, output in self.outputs.items():
-                    if stream not in reading:
-                        continue
                     tuples = output.get(max_tuples=RECEPTION_BATCH, timeout_s=self.wait_s)
                     if tuples:
                         read += len(tuples)
@@ -384,39 +377,16 @@ class Reception:
                         with self._lock:
                             self._tables[stream].add(tuples)
                 if not read:
-                    reading = self._rest()
+                    # Nothing new: stop fetching for a while rather than have librdkafka
+                    # poll the log end all along (StreamOutput.pause).
+                    for output in self.outputs.values():
+                        output.pause()
+                    self._stop.wait(self.idle_s)
+                    for output in self.outputs.values():
+                        output.resume()
         except BaseException as exc:
             self.error = exc
             log.exception("demo reception failed")
-
-    def _rest(self) -> set[str]:
-        """Nothing was read: pause every stream, and wait until one has tuples queued
-        (its output stream queue length, two offset requests, every ``idle_s``); resume
-        those and return their names (every stream when a length cannot be read).
-
-        librdkafka fetches an assigned partition all along, and a broker that answers
-        a fetch at the log end at once instead of holding it for ``fetch.wait.max.ms``
-        (the embedded broker, DESIGN.md section 8) makes a resumed, idle reader spin:
-        about 0.85 of a core per reader and broker on the 2-core development machine.
-        """
-        for output in self.outputs.values():
-            output.pause()
-        queued: set[str] = set()
-        # Polled at least every REST_MAX_S: a rebalance is served only by a poll.
-        deadline = time.monotonic() + REST_MAX_S
-        while not queued and not self._stop.wait(self.idle_s):
-            if time.monotonic() > deadline:
-                queued = set(self.outputs)
-                break
-            for stream, output in self.outputs.items():
-                try:
-                    if output.queue_length() > 0:
-                        queued.add(stream)
-                except FloodgateError:
-                    queued.add(stream)  # the broker did not answer: let get() find out
-        for stream in queued:
-            self.outputs[stream].resume()
-        return queued
 
     def tables(self) -> dict[str, OutputTable]:
         """A copy of every stream's table now."""
