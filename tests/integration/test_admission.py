@@ -3,6 +3,7 @@ process of its own, jobs that are real programs, load from real CPU burners."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -139,24 +140,31 @@ def test_mutations_need_the_token_and_programs_must_be_on_the_allowlist(
     assert service.call("GET", "/openapi.json").status_code == 200
 
 
-def test_jobs_enqueue_under_real_cpu_load_and_drain_when_it_stops(
-    serve: Callable[..., Service],
-) -> None:
-    service = serve()
+@contextlib.contextmanager
+def cpu_burners() -> Iterator[None]:
+    """A busy loop on every core for the duration: real CPU load for seed 004's rules."""
     burners = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"])
         for _ in range(os.cpu_count() or 2)
     ]
     try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+
+
+def test_jobs_enqueue_under_real_cpu_load_and_drain_when_it_stops(
+    serve: Callable[..., Service],
+) -> None:
+    service = serve()
+    with cpu_burners():
         wait_for(lambda: service.call("GET", "/status").json()["cpu_load"] > 0.85, "high CPU load")
         jobs = [service.submit(["true"]) for _ in range(3)]
         assert [j["state"] for j in jobs] == ["ENQUEUED"] * 3
         time.sleep(1.0)
         assert {service.job(j["id"])["state"] for j in jobs} == {"ENQUEUED"}
-    finally:
-        for burner in burners:
-            burner.kill()
-            burner.wait()
     wait_for(
         lambda: all(service.job(j["id"])["state"] == "FINISHED_OK" for j in jobs),
         "the enqueued jobs to run once the load is gone",
@@ -200,19 +208,11 @@ def test_a_service_restarted_on_a_busy_host_keeps_its_queue_until_the_load_goes(
     assert first.call("POST", "/suspend").status_code == 200
     enqueued = [first.submit(["true"]) for _ in range(2)]
     stop(first)
-    burners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        for _ in range(os.cpu_count() or 2)
-    ]
-    try:
+    with cpu_burners():
         second = serve()
         time.sleep(1.5)  # fifteen checks
         assert second.call("GET", "/status").json()["cpu_load"] > 0.85
         assert {second.job(j["id"])["state"] for j in enqueued} == {"ENQUEUED"}
-    finally:
-        for burner in burners:
-            burner.kill()
-            burner.wait()
     wait_for(
         lambda: all(second.job(j["id"])["state"] == "FINISHED_OK" for j in enqueued),
         "the jobs to run once the load is gone",
