@@ -732,9 +732,9 @@ class Reception:
                 self._rest()
 
     def _rest(self) -> None:
-        """Nothing was read: pause the readers until a queue has tuples (at most 5 s), as
-        the demo's reception does: an idle, fetching reader spins against the embedded
-        broker (``pipeline.demo.Reception._rest``)."""
+        """Nothing was read: pause the readers until a queue has tuples (at most 5 s): an
+        idle reader left fetching spins against the embedded broker
+        (:meth:`pipeline.client.StreamOutput.pause`)."""
         outputs = self.outputs.values()
         for output in outputs:
             with contextlib.suppress(Exception):
