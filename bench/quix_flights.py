@@ -61,9 +61,12 @@ joins and ``concat``, align only partitions of the same number across topics), a
 smaller fetches cannot help below one producer batch, so the default grace covers the
 whole replay (366 days): every flight is counted, windows stay in state until the run
 ends (19 486 origin-hours for all flights, small), and every update is still emitted at once.
-Floodgate's Spark side needs no such allowance: its watermark is the maximum event
-time over a whole micro-batch read from every partition. ``--grace-ms 7200000`` gives
-the 2-hour setting (and its drops) back.
+Floodgate's Spark side needs a smaller allowance: its watermark is the maximum event
+time over a whole micro-batch read from every partition, so only the skew between the
+partitions' heads when a micro-batch is planned counts (``bench/partition_skew.py``:
+up to 98 hours in flowing replays, 1 055 when the broker fell behind one producer
+batch; ``conf/flights.toml`` gives 60 days).
+``--grace-ms 7200000`` gives the 2-hour setting (and its drops) back.
 
 Timestamps: Quix writes every message with the timestamp of the message it comes
 from (the repartitioned flight, the window's start for a window result). Stamped with

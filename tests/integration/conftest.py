@@ -100,9 +100,16 @@ def flights_raw_config(
     only_passthrough: bool = False,
     trigger_interval_ms: int = 100,
     no_data_micro_batches: bool | None = None,
+    watermark: str = "2 hours",
 ) -> dict[str, Any]:
-    """``conf/flights.toml`` with this run's names: topics, group and checkpoints."""
+    """``conf/flights.toml`` with this run's names: topics, group and checkpoints.
+
+    The watermark is 2 hours, not the demo's 60 days (``conf/flights.toml`` says why): a
+    short delay lets a test close an hour with a few thousand flights
+    (``test_refused_tuples``).
+    """
     raw = tomllib.loads(FLIGHTS_TOML.read_text())
+    raw["input_streams"]["flights"]["watermark"] = watermark
     group = raw["query_group"]
     group["name"] = f"t{run_id}"
     group["checkpoint_dir"] = str(checkpoint_dir)
