@@ -35,7 +35,7 @@ from admission.service import (
     JobSpec,
 )
 from admission.store import Job
-from pipeline.broker import ensure_topics
+from pipeline.broker import ensure_topics, rest_until_records
 from pipeline.errors import DeserializationError
 from pipeline.serde import SchemaRepository, StreamCodec
 
@@ -107,19 +107,14 @@ class KafkaIntake:
         return self
 
     def _rest(self) -> None:
-        """Nothing arrived: stop fetching for :data:`IDLE_S`. librdkafka fetches an
-        assigned partition all along, and a broker that answers a fetch at the log end
-        at once instead of holding it for ``fetch.wait.max.ms`` (the embedded broker,
-        DESIGN.md section 8) made the idle intake a busy loop of about 0.85 of a core,
-        reader and broker together, on the 2-core development machine."""
+        """Nothing arrived: rest until a request does (at most :data:`IDLE_S` between
+        looks at the broker; :func:`pipeline.broker.rest_until_records`). librdkafka
+        fetches an assigned partition all along, and a broker that answers a fetch at
+        the log end at once instead of holding it for ``fetch.wait.max.ms`` (the
+        embedded broker, DESIGN.md section 8) made the idle intake a busy loop of about
+        0.85 of a core, reader and broker together, on the 2-core development machine."""
         assert self._consumer is not None
-        assigned = self._consumer.assignment()
-        if assigned:
-            self._consumer.pause(assigned)
-        self._stop.wait(IDLE_S)
-        assigned = self._consumer.assignment()  # a rebalance may have moved it
-        if assigned:
-            self._consumer.resume(assigned)
+        rest_until_records([self._consumer], stop=self._stop, poll_s=IDLE_S)
 
     def _run(self) -> None:
         assert self._consumer is not None

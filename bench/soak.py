@@ -99,7 +99,7 @@ from typing import Any
 import httpx
 import psutil
 import tomli_w
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from rich.console import Console
 from rich.table import Table
 
@@ -107,6 +107,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission.config import AdmissionSettings
 from pipeline.broker import EmbeddedBroker, ensure_topics, free_port
+from pipeline.client import StreamOutput
 from pipeline.config import QueryGroupConfig, load_query_group
 from pipeline.demo import read_all
 from pipeline.output import TRANSACTION_TIMEOUT_S
@@ -732,23 +733,11 @@ class Reception:
                 self._rest()
 
     def _rest(self) -> None:
-        """Nothing was read: pause the readers until a queue has tuples (at most 5 s): an
+        """Nothing was read: rest the readers until a queue has tuples (at most 5 s): an
         idle reader left fetching spins against the embedded broker
-        (:meth:`pipeline.client.StreamOutput.pause`)."""
-        outputs = self.outputs.values()
-        for output in outputs:
-            with contextlib.suppress(Exception):
-                output.pause()
-        deadline = time.monotonic() + 5.0
-        while not self.stop.wait(0.1) and time.monotonic() < deadline:
-            try:
-                if any(output.queue_length() > 0 for output in outputs):
-                    break
-            except Exception:
-                break  # the broker did not answer: let get() find out
-        for output in outputs:
-            with contextlib.suppress(Exception):
-                output.resume()
+        (:meth:`pipeline.client.StreamOutput.rest`)."""
+        with contextlib.suppress(KafkaException):  # a broker fault: get() finds out
+            StreamOutput.rest(self.outputs.values(), stop=self.stop, poll_s=0.1)
 
     def queue_lengths(self) -> dict[str, int]:
         return {name: output.queue_length() for name, output in self.outputs.items()}

@@ -47,7 +47,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,6 +63,7 @@ from confluent_kafka import (
 )
 from prometheus_client import CollectorRegistry
 
+from pipeline.broker import rest_until_records, resume_fetching
 from pipeline.config import QueryGroupConfig, bootstrap_from, load_query_group
 from pipeline.errors import (
     BrokerError,
@@ -1007,10 +1008,26 @@ class StreamOutput:
             self._consumer.pause(assigned)
 
     def resume(self) -> None:
-        """Fetch the assigned partitions again after :meth:`pause`."""
-        assigned = self._consumer.assignment()
-        if assigned:
-            self._consumer.resume(assigned)
+        """Fetch the assigned partitions again after :meth:`pause`, at once
+        (:func:`pipeline.broker.resume_fetching`: librdkafka alone took seconds)."""
+        resume_fetching(self._consumer, self._consumer.assignment())
+
+    @staticmethod
+    def rest(
+        outputs: Iterable[StreamOutput],
+        *,
+        stop: threading.Event,
+        poll_s: float = 0.25,
+        max_s: float = 5.0,
+    ) -> None:
+        """For a reader whose last :meth:`get` on each of ``outputs`` returned nothing:
+        pause them until one has tuples past where it read (or ``stop`` is set, or
+        ``max_s`` passed), then fetch again at once. Waiting this way costs a
+        ListOffsets request a partition every ``poll_s`` instead of fetches at the log
+        end all along (:func:`pipeline.broker.rest_until_records`)."""
+        rest_until_records(
+            [output._consumer for output in outputs], stop=stop, poll_s=poll_s, max_s=max_s
+        )
 
     def close(self) -> None:
         """Leave the consumer group and let go of the queue probe."""

@@ -335,7 +335,8 @@ class Reception:
         outputs: ``{stream: StreamOutput}`` opened by the demo's connector.
         keys: ``{stream: key columns}``.
         wait_s: how long one ``get`` waits for tuples.
-        idle_s: how long the reader pauses its streams when a round read nothing.
+        idle_s: when a round read nothing, how often the paused reader asks the broker
+            whether its streams have new tuples (:meth:`StreamOutput.rest`).
         on_received: called from the reading thread with ``(stream, tuples)`` as soon
             as a ``get`` returned them (the latency benchmark times them).
     """
@@ -377,13 +378,9 @@ class Reception:
                         with self._lock:
                             self._tables[stream].add(tuples)
                 if not read:
-                    # Nothing new: stop fetching for a while rather than have librdkafka
-                    # poll the log end all along (StreamOutput.pause).
-                    for output in self.outputs.values():
-                        output.pause()
-                    self._stop.wait(self.idle_s)
-                    for output in self.outputs.values():
-                        output.resume()
+                    # Nothing new: rest until there is, rather than have librdkafka
+                    # poll the log end all along.
+                    StreamOutput.rest(self.outputs.values(), stop=self._stop, poll_s=self.idle_s)
         except BaseException as exc:
             self.error = exc
             log.exception("demo reception failed")

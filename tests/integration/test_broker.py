@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pipeline.broker import EmbeddedBroker, ensure_topics, resolve_broker
+from pipeline.broker import EmbeddedBroker, ensure_topics, resolve_broker, rest_until_records
 from pipeline.config import BOOTSTRAP_ENV
 from pipeline.errors import BrokerError
 
@@ -197,3 +197,58 @@ def test_the_sources_offset_reads_wait_out_a_broker_restart(tmp_path: Path) -> N
         assert answers and all(answer == {0: 5, 1: 5} for answer in answers)
     finally:
         broker.stop()
+
+
+def test_a_resting_reader_stays_paused_until_a_transaction_is_committed_then_reads_it(
+    bootstrap: str,
+) -> None:
+    """``rest_until_records``: an idle ``read_committed`` reader rests (paused, asking
+    for high watermarks) while nothing is written, and by itself ends its rest once a
+    transaction is; its next reads return that transaction. (How soon: measured by
+    ``bench/bench_resume.py``, not here.)"""
+    topic = f"rest-{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (2, 1)})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-tx", "linger.ms": 1}
+    )
+    producer.init_transactions(30)
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{topic}-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    reader.assign([TopicPartition(topic, p, 0) for p in range(2)])
+    try:
+        for round_ in range(2):
+            assert reader.consume(num_messages=10, timeout=0.5) == []  # idle at the log end
+            stop = threading.Event()
+            resting = threading.Thread(
+                target=rest_until_records,
+                args=([reader],),
+                kwargs={"stop": stop, "poll_s": 0.1, "max_s": 120.0},
+            )
+            resting.start()
+            resting.join(1.0)
+            assert resting.is_alive(), "the rest ended with nothing written"
+            assert {tp.partition for tp in reader.assignment()} == {0, 1}
+            producer.begin_transaction()
+            for i in range(10):
+                producer.produce(topic, key=str(i).encode(), value=f"{round_}-{i}".encode())
+            producer.commit_transaction(30)
+            resting.join(60)  # well before max_s: it ended because of the transaction
+            alive = resting.is_alive()
+            stop.set()
+            resting.join()
+            assert not alive, "the rest did not end when a transaction was committed"
+            got: list[str] = []
+            deadline = time.monotonic() + 30
+            while len(got) < 10 and time.monotonic() < deadline:
+                for message in reader.consume(num_messages=10, timeout=0.5):
+                    if message.error() is None:
+                        got.append(message.value().decode())
+            assert sorted(got) == sorted(f"{round_}-{i}" for i in range(10)), f"round {round_}"
+    finally:
+        reader.close()
