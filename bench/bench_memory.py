@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import subprocess
@@ -48,7 +47,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import code_version, machine  # noqa: E402  (bench/common.py)
+from common import write_results  # noqa: E402  (bench/common.py)
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -164,19 +163,7 @@ def main() -> None:
             f"{statistics.median(figures('largest_process_rss_mib', role)):,.0f}",
         )
     console.print(table)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {
-                "benchmark": "floodgate demo: peak memory by process role",
-                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "machine": machine(),
-                "code": code_version(),
-                "runs": runs,
-            },
-            indent=2,
-        )
-    )
+    write_results(args.json, "floodgate demo: peak memory by process role", runs=runs)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ Results: a table, and JSON in ``bench/out/resume.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import threading
@@ -44,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import code_version, fresh_broker, machine  # noqa: E402  (bench/common.py)
+from common import fresh_broker, write_results  # noqa: E402  (bench/common.py)
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -167,19 +166,7 @@ def main() -> None:
             f"{median('cpu_s_per_s'):.2f}",
         )
     console.print(table)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {
-                "benchmark": "commit -> read of a reader that pauses when idle",
-                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "machine": machine(),
-                "code": code_version(),
-                "runs": runs,
-            },
-            indent=2,
-        )
-    )
+    write_results(args.json, "commit -> read of a reader that pauses when idle", runs=runs)
 
 
 if __name__ == "__main__":

@@ -328,3 +328,19 @@ def produce_waiting(producer: Any, topic: str, key: bytes | None, value: bytes) 
             return
         except BufferError:
             producer.poll(0.05)
+
+
+def write_results(path: Path, benchmark: str, **fields: Any) -> None:
+    """Write a benchmark's JSON to ``path`` (made if missing): ``benchmark``, the date,
+    :func:`machine`, :func:`code_version`, then ``fields``."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "benchmark": benchmark,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine(),
+        "code": code_version(),
+        **fields,
+    }
+    path.write_text(json.dumps(record, indent=2))
