@@ -437,12 +437,12 @@ def resume_fetching(
     thread next wakes up: on I/O, or on a request for that broker. A consumer whose
     partitions were all paused has no fetch in flight, so that thread may sleep for
     seconds (confluent-kafka-go issue 630 shows the same gap between ``RESUME`` and the
-    next fetch decision). Measured with librdkafka 2.16.0 on the embedded broker, a
-    ``read_committed`` reader that paused 0.25 s after each empty read (the demo's
-    reception) received a transaction committed every 0.7 s **2.0 s** after its commit
-    at the median and **4.1 s** at p90: it fetched again about every 5 s. A ListOffsets
+    next fetch decision). Measured with librdkafka 2.16.0 on the embedded broker
+    (``bench/bench_resume.py``), a ``read_committed`` reader that paused 0.25 s after
+    each empty read (the demo's reception) received a transaction committed every 0.7 s
+    **2.3 s** after its commit at the median and **4.5 s** at p90. A ListOffsets
     request for each resumed partition, which librdkafka sends to the partition's
-    leader and so wakes that broker's thread, ends the wait: **0.16 s** and **0.31 s**
+    leader and so wakes that broker's thread, ends the wait: **0.18 s** and **0.31 s**
     (the pause itself). In the flights demo the reception saw the output of a micro-batch
     2.7-4.9 s after the batch ended; the latency benchmark's figures before this fix
     were mostly that wait (``bench/README.md``, issue 9).
