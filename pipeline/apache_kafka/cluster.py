@@ -1,0 +1,497 @@
+"""Apache Kafka's own broker, run by Floodgate: one KRaft node, or a 3-node cluster.
+
+Each node is one JVM running ``kafka.Kafka`` with ``process.roles=broker,controller``
+(KRaft combined mode) on loopback, its controller quorum fixed by
+``controller.quorum.voters``. A node's log directory is formatted with Kafka's
+``StorageTool`` on its first start and kept across restarts. Clients reach the
+cluster at :attr:`ApacheKafkaCluster.bootstrap_servers`; every node is stopped by its
+PID.
+
+Layout of the data directory::
+
+    <data_dir>/cluster.json          cluster id and ports, reused by a restart
+    <data_dir>/node-<id>/server.properties
+    <data_dir>/node-<id>/broker.log  what the JVM printed
+    <data_dir>/node-<id>/logs/       the node's log directory (log.dirs)
+
+Broker settings (:func:`broker_properties`) are Kafka's defaults but for what a test
+machine of 2 cores needs, each said where it is set. A 3-node cluster creates topics
+with replication factor 3 and ``min.insync.replicas=2`` by default, so a producer with
+``acks=all`` keeps writing while any one node is down.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Literal
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from pipeline.apache_kafka.artifacts import APACHE_KAFKA_VERSION, java_command, kafka_libs
+from pipeline.errors import BrokerError
+
+log = logging.getLogger(__name__)
+
+#: How long a cluster may take to format and start, seconds, after its jars are cached.
+#: A single node answers in 5-10 s here; three JVMs on 2 cores take 20-40 s.
+START_TIMEOUT_S = 90.0
+
+#: The JVM's heap per node, MiB. Kafka's own scripts default to 1 GiB; half is plenty
+#: for a test cluster and keeps three nodes beside Spark on one machine.
+HEAP_MB = 512
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _cluster_id() -> str:
+    """A KRaft cluster id: a UUID, URL-safe base64 without padding (as
+    ``kafka-storage.sh random-uuid`` prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+@dataclass
+class KafkaNode:
+    """One JVM of the cluster: a combined KRaft controller and broker.
+
+    Attributes:
+        node_id: ``node.id`` (1-based).
+        port: the broker's listener (what clients connect to).
+        controller_port: the controller's listener (KRaft quorum traffic only).
+        directory: ``<data_dir>/node-<node_id>``.
+        process: the running JVM, while it runs.
+    """
+
+    node_id: int
+    port: int
+    controller_port: int
+    directory: Path
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int | None:
+        """The JVM's PID while it runs."""
+        process = self.process
+        return process.pid if process is not None and process.poll() is None else None
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "broker.log"
+
+    @property
+    def properties_path(self) -> Path:
+        return self.directory / "server.properties"
+
+
+def broker_properties(
+    node: KafkaNode, nodes: list[KafkaNode], *, host: str, overrides: Mapping[str, str] = {}
+) -> dict[str, str]:
+    """The ``server.properties`` of one node of an ``n``-node cluster.
+
+    Kafka's defaults, except:
+
+    * listeners on ``host`` only (loopback by default), PLAINTEXT;
+    * ``group.initial.rebalance.delay.ms=0``: a consumer group's first member gets its
+      partitions at once instead of after 3 s (Kafka's own quickstart config does
+      the same);
+    * ``offsets.topic.num.partitions`` and ``transaction.state.log.num.partitions`` 10
+      instead of 50: the internal topics are created on first use, and 50 partitions
+      (x3 replicas) cost seconds of a 2-core machine;
+    * the internal topics' replication and ``min.insync.replicas``: 1 on a single
+      node (the only possible value), Kafka's production values (3 and 2) on three;
+    * ``default.replication.factor`` = the number of nodes, at most 3, and
+      ``min.insync.replicas=2`` when there are three: what topics Floodgate creates
+      with the broker's default replication get.
+    """
+    n = len(nodes)
+    replicas = min(n, 3)
+    min_isr = 2 if replicas >= 3 else 1
+    voters = ",".join(f"{x.node_id}@{host}:{x.controller_port}" for x in nodes)
+    properties = {
+        "process.roles": "broker,controller",
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://{host}:{node.port},CONTROLLER://{host}:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{node.port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(node.directory / "logs"),
+        "group.initial.rebalance.delay.ms": "0",
+        "offsets.topic.num.partitions": "10",
+        "transaction.state.log.num.partitions": "10",
+        "offsets.topic.replication.factor": str(replicas),
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": str(min_isr),
+        "share.coordinator.state.topic.replication.factor": str(replicas),
+        "share.coordinator.state.topic.min.isr": str(min_isr),
+        "default.replication.factor": str(replicas),
+        "min.insync.replicas": str(min_isr),
+    }
+    properties.update(overrides)
+    return properties
+
+
+class ApacheKafkaCluster:
+    """An Apache Kafka cluster of ``nodes`` KRaft nodes, run as child processes.
+
+    Args:
+        nodes: 1 (a single broker) or more (3 for a replicated cluster).
+        data_dir: where the nodes keep their logs; ``None``: a new temporary
+            directory, removed on :meth:`stop`. A directory an earlier cluster used
+            restarts that cluster (same cluster id, node ids and ports).
+        port: the first node's broker port; ``None``: a free loopback port (or the
+            one an earlier run on ``data_dir`` used).
+        host: the address to bind and advertise (loopback by default).
+        version: the Apache Kafka release (fetched by :func:`kafka_libs`).
+        heap_mb: each JVM's heap, MiB.
+        overrides: ``server.properties`` entries over :func:`broker_properties`.
+
+    Raises:
+        ValueError: ``nodes`` < 1.
+    """
+
+    engine: Literal["apache-kafka"] = "apache-kafka"
+
+    def __init__(
+        self,
+        *,
+        nodes: int = 1,
+        data_dir: str | Path | None = None,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        version: str = APACHE_KAFKA_VERSION,
+        heap_mb: int = HEAP_MB,
+        overrides: Mapping[str, str] | None = None,
+    ) -> None:
+        if nodes < 1:
+            raise ValueError(f"nodes must be 1 or more, got {nodes}")
+        self._own_dir = data_dir is None
+        self.data_dir = (
+            Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="floodgate-kafka-"))
+        )
+        self.host = host
+        self.version = version
+        self.heap_mb = heap_mb
+        self.overrides = dict(overrides or {})
+        saved = self._saved_layout()
+        if saved and len(saved["nodes"]) != nodes:
+            raise BrokerError(
+                f"{self.data_dir} holds a {len(saved['nodes'])}-node cluster; "
+                f"asked for {nodes} nodes"
+            )
+        self.cluster_id: str = saved["cluster_id"] if saved else _cluster_id()
+        self.nodes: list[KafkaNode] = []
+        for i in range(nodes):
+            ports = saved["nodes"][i] if saved else {}
+            broker_port = port if (i == 0 and port) else ports.get("port") or _free_port(host)
+            self.nodes.append(
+                KafkaNode(
+                    node_id=i + 1,
+                    port=int(broker_port),
+                    controller_port=int(ports.get("controller_port") or _free_port(host)),
+                    directory=self.data_dir / f"node-{i + 1}",
+                )
+            )
+
+    # -- addresses and processes ------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` of every node's broker listener."""
+        return ",".join(f"{self.host}:{node.port}" for node in self.nodes)
+
+    @property
+    def pid(self) -> int | None:
+        """The first running node's PID (``None`` when no node runs)."""
+        return next((node.pid for node in self.nodes if node.pid is not None), None)
+
+    @property
+    def pids(self) -> list[int | None]:
+        """Each node's PID, ``None`` for a node that is not running."""
+        return [node.pid for node in self.nodes]
+
+    def node_of_broker(self, broker_id: int) -> KafkaNode:
+        """The node whose ``node.id`` is ``broker_id`` (a partition leader's id).
+
+        Raises:
+            KeyError: no such node.
+        """
+        for node in self.nodes:
+            if node.node_id == broker_id:
+                return node
+        raise KeyError(broker_id)
+
+    # -- start ----------------------------------------------------------------
+
+    def _layout_path(self) -> Path:
+        return self.data_dir / "cluster.json"
+
+    def _saved_layout(self) -> dict[str, Any] | None:
+        try:
+            saved: dict[str, Any] = json.loads(self._layout_path().read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return saved
+
+    def _save_layout(self) -> None:
+        layout = {
+            "cluster_id": self.cluster_id,
+            "version": self.version,
+            "nodes": [
+                {"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port}
+                for n in self.nodes
+            ],
+        }
+        self._layout_path().write_text(json.dumps(layout, indent=2) + "\n")
+
+    def _classpath(self) -> str:
+        return str(kafka_libs(self.version) / "*")
+
+    def _jvm(self, java: list[str]) -> list[str]:
+        log_config = files("pipeline.apache_kafka").joinpath("log4j2.properties")
+        return [
+            *java,
+            f"-Xms{min(self.heap_mb, 256)}m",
+            f"-Xmx{self.heap_mb}m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log_config}",
+            "-cp",
+            self._classpath(),
+        ]
+
+    def _format(self, node: KafkaNode, java: list[str]) -> None:
+        if (node.directory / "logs" / "meta.properties").exists():
+            return
+        command = [
+            *self._jvm(java),
+            "kafka.tools.StorageTool",
+            "format",
+            f"--cluster-id={self.cluster_id}",  # one argument: an id may start with "-"
+            "--config",
+            str(node.properties_path),
+            "--ignore-formatted",
+        ]
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=120, check=False,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise BrokerError(
+                f"Apache Kafka's StorageTool could not format node {node.node_id}",
+                command=command,
+                output="\n".join((done.stdout + done.stderr).splitlines()[-20:]),
+            )
+
+    def _write_properties(self, node: KafkaNode) -> None:
+        node.directory.mkdir(parents=True, exist_ok=True)
+        properties = broker_properties(node, self.nodes, host=self.host, overrides=self.overrides)
+        node.properties_path.write_text(
+            "# Written by Floodgate (pipeline.apache_kafka.cluster); rewritten at every start.\n"
+            + "".join(f"{key}={value}\n" for key, value in properties.items())
+        )
+
+    def start(self, *, timeout_s: float = START_TIMEOUT_S) -> ApacheKafkaCluster:
+        """Format what is new, start every node that is not running, and wait until
+        every broker is registered in the cluster's metadata.
+
+        The jars are fetched first if they are not cached (:func:`kafka_libs`); that
+        time does not count against ``timeout_s``.
+
+        Raises:
+            BrokerError: Java or Maven is missing, the fetch failed, a node exited,
+                or the cluster did not answer in time (names the command and the tail
+                of each node's output). Nodes this call started are stopped again.
+        """
+        java = java_command()
+        self._classpath()  # fetch before the clock starts
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._save_layout()
+        for node in self.nodes:
+            self._write_properties(node)
+        for node in self.nodes:
+            self._format(node, java)
+        started = [node for node in self.nodes if node.pid is None]
+        for node in started:
+            self._spawn(node, java)
+        try:
+            self.wait_ready(timeout_s=timeout_s)
+        except BrokerError:
+            for node in started:
+                self._signal_and_wait(node, signal.SIGKILL, 10.0)
+            raise
+        log.info(
+            "Apache Kafka %s up at %s (pids %s)",
+            self.version,
+            self.bootstrap_servers,
+            ", ".join(str(p) for p in self.pids),
+        )
+        return self
+
+    def _spawn(self, node: KafkaNode, java: list[str]) -> None:
+        command = [*self._jvm(java), "kafka.Kafka", str(node.properties_path)]
+        with open(node.log_path, "ab") as out:
+            node.process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def start_node(self, node: KafkaNode, *, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start one stopped node again on its data (after :meth:`kill_node`), and wait
+        until the cluster's metadata lists it.
+
+        Raises:
+            BrokerError: it exited or did not register in time.
+        """
+        if node.pid is None:
+            self._spawn(node, java_command())
+        self.wait_ready(timeout_s=timeout_s)
+
+    def wait_ready(self, *, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Block until every running node's broker is in the metadata a client sees.
+
+        Raises:
+            BrokerError: a node exited, or the brokers did not register in time.
+        """
+        deadline = time.monotonic() + timeout_s
+        running = [node for node in self.nodes if node.process is not None]
+        for node in running:  # the port first: librdkafka logs every refused connection
+            while True:
+                self._check_alive(node)
+                try:
+                    socket.create_connection((self.host, node.port), timeout=0.5).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise self._not_ready(timeout_s) from None
+                    time.sleep(0.1)
+        wanted = {node.node_id for node in running}
+        admin = AdminClient(
+            {
+                "bootstrap.servers": ",".join(f"{self.host}:{n.port}" for n in running),
+                "socket.timeout.ms": 2000,
+            }
+        )
+        while True:
+            for node in running:
+                self._check_alive(node)
+            try:
+                brokers = set(admin.list_topics(timeout=2.0).brokers)
+                if wanted <= brokers:
+                    return
+            except KafkaException:
+                pass
+            if time.monotonic() > deadline:
+                raise self._not_ready(timeout_s)
+            time.sleep(0.2)
+
+    def _check_alive(self, node: KafkaNode) -> None:
+        process = node.process
+        if process is not None and process.poll() is not None:
+            raise BrokerError(
+                f"Apache Kafka node {node.node_id} exited with status {process.returncode}",
+                command=[str(a) for a in process.args] if isinstance(process.args, list) else None,
+                output=self.output_tail(node),
+            )
+
+    def _not_ready(self, timeout_s: float) -> BrokerError:
+        return BrokerError(
+            f"Apache Kafka at {self.bootstrap_servers} did not register every broker "
+            f"within {timeout_s:.0f} s",
+            output="\n".join(self.output_tail(node) for node in self.nodes),
+        )
+
+    def output_tail(self, node: KafkaNode | None = None, lines: int = 20) -> str:
+        """What a node printed that tells why it failed (default: every node's): its
+        first ERROR and FATAL lines, each with the exception line after it, then its
+        last ``lines`` lines. (A JVM that exits prints a page of shutdown lines after
+        the cause; the tail alone would hide it.)"""
+        chosen = [node] if node is not None else self.nodes
+        parts = []
+        for one in chosen:
+            try:
+                text = one.log_path.read_text(errors="replace").splitlines()
+            except FileNotFoundError:
+                continue
+            causes: list[str] = []
+            for i, line in enumerate(text):
+                if (" ERROR " in line or " FATAL " in line) and len(causes) < 8:
+                    causes.extend(text[i : i + 2])
+            body = causes + (["..."] if causes else []) + text[-lines:]
+            parts.append("\n".join([f"[node {one.node_id}]", *body]) if len(self.nodes) > 1
+                         else "\n".join(body))  # fmt: skip
+        return "\n".join(parts)
+
+    # -- stop -----------------------------------------------------------------
+
+    def kill_node(self, node: KafkaNode, *, sig: int = signal.SIGKILL) -> None:
+        """Signal one node (``SIGKILL`` by default: a crash) and wait for it to exit."""
+        self._signal_and_wait(node, sig, 60.0)
+
+    def stop(self, *, timeout_s: float = 30.0, remove_data: bool | None = None) -> None:
+        """Stop every node by its PID: SIGTERM to all (Kafka's controlled shutdown,
+        which flushes the logs), then SIGKILL after ``timeout_s`` to what is left.
+
+        Args:
+            remove_data: remove the data directory; default: only if it was a
+                temporary one made by this object.
+        """
+        remove = remove_data if remove_data is not None else self._own_dir
+        for node in self.nodes:
+            if node.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(node.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for node in self.nodes:
+            self._signal_and_wait(node, None, max(0.1, deadline - time.monotonic()))
+        if remove:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def _signal_and_wait(self, node: KafkaNode, sig: int | None, timeout_s: float) -> None:
+        process, node.process = node.process, None
+        if process is None:
+            return
+        if sig is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, sig)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning(
+                "Apache Kafka node %d did not stop within %.0f s; killing it",
+                node.node_id,
+                timeout_s,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+
+    def __enter__(self) -> ApacheKafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
