@@ -1,18 +1,30 @@
-"""Kafka bootstrap resolution, the embedded broker, topic creation, and an idle
-reader's rest (:func:`rest_until_records`, :func:`resume_fetching`).
+"""Kafka bootstrap resolution, the brokers Floodgate starts, topic creation, and an
+idle reader's rest (:func:`rest_until_records`, :func:`resume_fetching`).
 
-Resolution order (DESIGN.md section 3), by :func:`resolve_broker`:
+Two engines can be started here (:func:`local_broker`), chosen by ``engine`` or
+``FLOODGATE_KAFKA_ENGINE``:
+
+* ``noida-db`` (the default): the embedded Kafka-protocol broker, a binary from PyPI
+  (pinned in ``pyproject.toml``), started with only its Kafka service on a free
+  loopback port and a temporary data directory, waited on until it answers a
+  metadata request, and stopped by its PID (after asking it to save and stop its
+  Kafka service when the data directory is kept: :meth:`EmbeddedBroker.stop`). It
+  needs Python and Java alone.
+* ``apache-kafka``: Apache Kafka's own broker (KRaft), one node or a 3-node cluster,
+  from Maven Central jars fetched with Maven on first use
+  (:class:`pipeline.apache_kafka.ApacheKafkaCluster`).
+
+Resolution order, by :func:`resolve_broker`:
 
 1. ``FLOODGATE_KAFKA_BOOTSTRAP`` (or an explicit ``bootstrap_servers``): use that
    cluster as it is;
-2. a Docker engine that answers: testcontainers' Kafka container (KRaft);
-3. otherwise the embedded broker: the ``noida-db`` binary from PyPI (pinned in
-   ``pyproject.toml``), started with only its Kafka service on a free loopback
-   port and a temporary data directory, waited on until it answers a metadata
-   request, and stopped by its PID (after asking it to save and stop its Kafka
-   service when the data directory is kept: :meth:`EmbeddedBroker.stop`).
+2. an engine named by the caller or by ``FLOODGATE_KAFKA_ENGINE``: start it;
+3. a Docker engine that answers: testcontainers' Kafka container (KRaft);
+4. otherwise the embedded broker.
 
-Nothing else in Floodgate may depend on which of the three it got.
+Nothing else in Floodgate may depend on which of them it got; where the embedded
+broker needs a workaround that Apache Kafka does not, the workaround says so
+(``docs/kafka-engines.md`` lists them).
 """
 
 from __future__ import annotations
@@ -31,17 +43,28 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline.config import BOOTSTRAP_ENV
-from pipeline.errors import BrokerError
+from pipeline.errors import BrokerError, ConfigError
+
+if TYPE_CHECKING:
+    from pipeline.apache_kafka import ApacheKafkaCluster
 
 log = logging.getLogger(__name__)
 
+#: How a cluster was found: named (``external``), a Docker container, or started here.
 BrokerKind = Literal["external", "docker", "embedded"]
+
+#: The brokers Floodgate can start itself.
+KafkaEngine = Literal["noida-db", "apache-kafka"]
+ENGINES: tuple[KafkaEngine, ...] = ("noida-db", "apache-kafka")
+
+#: Environment variable choosing the engine :func:`resolve_broker` starts.
+ENGINE_ENV = "FLOODGATE_KAFKA_ENGINE"
 
 #: How long an embedded broker may take to answer its first metadata request.
 EMBEDDED_START_TIMEOUT_S = 30.0
@@ -88,8 +111,10 @@ class EmbeddedBroker:
         host: the address to bind (loopback by default).
 
     The broker is single-node and keeps topics in memory, saving them to
-    ``data_dir`` as they change (DESIGN.md section 8).
+    ``data_dir`` as they change.
     """
+
+    engine: KafkaEngine = "noida-db"
 
     def __init__(
         self,
@@ -278,14 +303,20 @@ class Broker:
 
     Attributes:
         bootstrap_servers: ``host:port[,...]`` to hand to every client.
-        kind: how it was resolved: ``external``, ``docker`` or ``embedded``.
-        embedded: the embedded broker, when ``kind == "embedded"``.
+        kind: how it was resolved: ``external``, ``docker`` or ``embedded`` (started
+            here, by either engine).
+        embedded: the broker started here, when ``kind == "embedded"``.
+        engine: its engine, when started here.
     """
 
     bootstrap_servers: str
     kind: BrokerKind
-    embedded: EmbeddedBroker | None = None
+    embedded: LocalBroker | None = None
     _stop: Any = field(default=None, repr=False)
+
+    @property
+    def engine(self) -> KafkaEngine | None:
+        return self.embedded.engine if self.embedded is not None else None
 
     def stop(self) -> None:
         """Stop what was started for this resolution (nothing for ``external``)."""
@@ -308,19 +339,87 @@ def docker_available(timeout_s: float = 2.0) -> bool:
         return False
 
 
+#: A broker Floodgate starts and stops itself, of either engine. Both have
+#: ``start()``, ``stop(remove_data=...)``, ``bootstrap_servers``, ``pid``,
+#: ``data_dir``, ``output_tail()`` and ``engine``.
+LocalBroker: TypeAlias = "EmbeddedBroker | ApacheKafkaCluster"
+
+
+def kafka_engine(engine: str | None = None, *, env: Mapping[str, str] | None = None) -> KafkaEngine:
+    """The engine to start: ``engine`` if given, else ``FLOODGATE_KAFKA_ENGINE``, else
+    ``noida-db``.
+
+    Raises:
+        ConfigError: not one of :data:`ENGINES` (names the variable and the allowed
+            values).
+    """
+    env = os.environ if env is None else env
+    chosen = engine or env.get(ENGINE_ENV) or "noida-db"
+    if chosen not in ENGINES:
+        source = "engine" if engine else ENGINE_ENV
+        allowed = ", ".join(ENGINES)
+        raise ConfigError(
+            f"{source}={chosen!r}: allowed values are {allowed}",
+            key=source,
+            value=chosen,
+            allowed=allowed,
+        )
+    return chosen
+
+
+def local_broker(
+    engine: str | None = None,
+    *,
+    nodes: int = 1,
+    data_dir: str | Path | None = None,
+    port: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> LocalBroker:
+    """A broker of ``engine`` (see :func:`kafka_engine`), not started yet.
+
+    Args:
+        nodes: brokers in the cluster; ``noida-db`` runs one only.
+        data_dir: kept data directory (restart on it); ``None``: a temporary one,
+            removed on ``stop()``.
+        port: the (first) broker's port; ``None``: a free loopback port.
+
+    Raises:
+        ConfigError: an unknown engine, or ``nodes != 1`` for ``noida-db``.
+    """
+    chosen = kafka_engine(engine, env=env)
+    if chosen == "apache-kafka":
+        from pipeline.apache_kafka import ApacheKafkaCluster
+
+        return ApacheKafkaCluster(nodes=nodes, data_dir=data_dir, port=port)
+    if nodes != 1:
+        raise ConfigError(
+            f"nodes={nodes}: the noida-db engine runs a single broker; "
+            "use the apache-kafka engine for a cluster",
+            key="nodes",
+            value=nodes,
+            allowed="1 for noida-db",
+        )
+    return EmbeddedBroker(data_dir=data_dir, port=port)
+
+
 def resolve_broker(
     bootstrap_servers: str | None = None,
     *,
+    engine: str | None = None,
     env: Mapping[str, str] | None = None,
     use_docker: bool = True,
     timeout_s: float = 15.0,
 ) -> Broker:
-    """Find or start a Kafka cluster, in the order of DESIGN.md section 3.
+    """Find or start a Kafka cluster, in the order of the module docstring.
 
     Args:
         bootstrap_servers: an explicit cluster (e.g. ``--bootstrap``); wins over
             the environment.
-        env: environment (default ``os.environ``), read for ``FLOODGATE_KAFKA_BOOTSTRAP``.
+        engine: the engine to start when no cluster is named (``noida-db`` or
+            ``apache-kafka``); default ``FLOODGATE_KAFKA_ENGINE``, else Docker if an
+            engine answers, else ``noida-db``.
+        env: environment (default ``os.environ``), read for ``FLOODGATE_KAFKA_BOOTSTRAP``
+            and ``FLOODGATE_KAFKA_ENGINE``.
         use_docker: try a Docker engine before the embedded broker.
         timeout_s: how long a named cluster may take to answer, seconds.
 
@@ -329,12 +428,16 @@ def resolve_broker(
 
     Raises:
         BrokerError: the named cluster does not answer, or nothing could be started.
+        ConfigError: an unknown engine.
     """
     env = os.environ if env is None else env
     explicit = bootstrap_servers or env.get(BOOTSTRAP_ENV)
     if explicit:
         wait_for_broker(explicit, timeout_s=timeout_s)
         return Broker(explicit, "external")
+    if engine or env.get(ENGINE_ENV):
+        started = local_broker(engine, env=env).start()
+        return Broker(started.bootstrap_servers, "embedded", embedded=started, _stop=started.stop)
     if use_docker and docker_available():
         from testcontainers.kafka import KafkaContainer
 
@@ -357,7 +460,7 @@ def broker_session(bootstrap_servers: str | None = None, **kwargs: Any) -> Itera
 
 def ensure_topics(
     bootstrap_servers: str,
-    topics: Mapping[str, tuple[int, int]],
+    topics: Mapping[str, tuple[int, int | None]],
     *,
     client: Mapping[str, Any] | None = None,
     timeout_s: float = 30.0,
@@ -366,7 +469,8 @@ def ensure_topics(
 
     Args:
         bootstrap_servers: the cluster.
-        topics: ``{topic: (partitions, replication_factor)}``.
+        topics: ``{topic: (partitions, replication_factor)}``; a replication factor
+            of ``None`` is the broker's ``default.replication.factor`` (KIP-464).
         client: extra librdkafka properties.
         timeout_s: how long to wait for the topics to appear in metadata.
 
@@ -380,7 +484,7 @@ def ensure_topics(
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client or {})})
     existing = admin.list_topics(timeout=timeout_s).topics
     new = [
-        NewTopic(name, num_partitions=parts, replication_factor=repl)
+        NewTopic(name, num_partitions=parts, replication_factor=-1 if repl is None else repl)
         for name, (parts, repl) in topics.items()
         if name not in existing
     ]

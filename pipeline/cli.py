@@ -7,7 +7,7 @@
   metrics and control endpoint (:mod:`pipeline.control`).
 * ``floodgate query-group status|release|stop NAME`` -- talk to a running query
   group's endpoint (found through its control file, or ``--url``).
-* ``floodgate broker`` -- run the embedded broker in the foreground.
+* ``floodgate broker`` -- run a broker (embedded, or Apache Kafka) in the foreground.
 * ``floodgate metrics-doc`` -- the metrics reference (``docs/metrics.md``).
 * ``floodgate admission ...`` (and any other service's commands) -- registered
   through the ``floodgate.commands`` entry point group; this package imports none
@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import signal
@@ -77,6 +78,13 @@ def _fail(exc: BaseException) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+class Engine(enum.StrEnum):
+    """The brokers ``floodgate`` can start (:data:`pipeline.broker.ENGINES`)."""
+
+    noida_db = "noida-db"
+    apache_kafka = "apache-kafka"
+
+
 _BootstrapOption = Annotated[
     str | None,
     typer.Option(
@@ -108,8 +116,17 @@ def demo(
     bootstrap: Annotated[
         str | None,
         typer.Option(
-            help="Kafka bootstrap servers; default: FLOODGATE_KAFKA_BOOTSTRAP, Docker, "
-            "or the embedded broker."
+            help="Kafka bootstrap servers; default: FLOODGATE_KAFKA_BOOTSTRAP, else a "
+            "broker of --engine started for the run."
+        ),
+    ] = None,
+    engine: Annotated[
+        Engine | None,
+        typer.Option(
+            help="The broker to start when no cluster is named: noida-db (the default, "
+            "embedded) or apache-kafka (needs Maven on first use).",
+            envvar="FLOODGATE_KAFKA_ENGINE",
+            show_default=False,
         ),
     ] = None,
     rate: Annotated[
@@ -146,6 +163,7 @@ def demo(
     try:
         result = run_demo(
             bootstrap_servers=bootstrap,
+            engine=engine.value if engine else None,
             rate=rate,
             limit=limit,
             config_path=config or DEFAULT_CONFIG,
@@ -658,6 +676,22 @@ def metrics_doc(
 
 @app.command()
 def broker(
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            help="noida-db (embedded, Python and Java only) or apache-kafka (Apache "
+            "Kafka's own broker, fetched with Maven on first use).",
+            envvar="FLOODGATE_KAFKA_ENGINE",
+        ),
+    ] = Engine.noida_db,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=9,
+            help="Brokers in the cluster (apache-kafka only; 3 for a replicated cluster).",
+        ),
+    ] = 1,
     port: Annotated[
         int | None, typer.Option(min=1, max=65535, help="Kafka port (default: a free one).")
     ] = None,
@@ -669,29 +703,32 @@ def broker(
         ),
     ] = None,
 ) -> None:
-    """Run the embedded Kafka broker (noida-db) in the foreground until SIGTERM/Ctrl-C.
+    """Run a Kafka broker (or an Apache Kafka cluster) in the foreground until
+    SIGTERM/Ctrl-C, then stop every process it started.
 
-    Prints ``FLOODGATE_KAFKA_BOOTSTRAP=host:port`` once it answers, for other
+    Prints ``FLOODGATE_KAFKA_BOOTSTRAP=host:port[,...]`` once it answers, for other
     processes (or a test run) to use as an existing cluster.
     """
-    from pipeline.broker import EmbeddedBroker
+    from pipeline.broker import local_broker
 
     _setup_logging(False)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    embedded = EmbeddedBroker(data_dir=data_dir, port=port)
     try:
-        embedded.start()
+        started = local_broker(engine.value, nodes=nodes, data_dir=data_dir, port=port)
+        started.start()
     except FloodgateError as exc:
         raise _fail(exc) from exc
-    print(f"FLOODGATE_KAFKA_BOOTSTRAP={embedded.bootstrap_servers}", flush=True)
+    if started.engine == "apache-kafka":
+        print(f"Apache Kafka {getattr(started, 'version', '')}", flush=True)
+    print(f"FLOODGATE_KAFKA_BOOTSTRAP={started.bootstrap_servers}", flush=True)
     try:
         while not stop.wait(0.5):
-            if embedded.pid is None:
-                raise _fail(FloodgateError(f"embedded broker exited:\n{embedded.output_tail()}"))
+            if started.pid is None:
+                raise _fail(FloodgateError(f"broker exited:\n{started.output_tail()}"))
     finally:
-        embedded.stop()
+        started.stop()
 
 
 def main() -> None:

@@ -619,6 +619,7 @@ def count_dead_letters(bootstrap_servers: str, topic: str) -> dict[str, int]:
 def run_demo(
     *,
     bootstrap_servers: str | None = None,
+    engine: str | None = None,
     rate: float | None = None,
     limit: int | None = None,
     config_path: Path = DEFAULT_CONFIG,
@@ -631,7 +632,10 @@ def run_demo(
     """Run the main job once; see the module docstring.
 
     Args:
-        bootstrap_servers: an external cluster; default: resolved (DESIGN.md section 3).
+        bootstrap_servers: an external cluster; default: resolved by
+            :func:`pipeline.broker.resolve_broker`.
+        engine: the broker to start when no cluster is named (``noida-db`` or
+            ``apache-kafka``; default ``FLOODGATE_KAFKA_ENGINE``, else ``noida-db``).
         rate: replay rate in tuples/s; ``None`` as fast as it goes.
         limit: replay only the first ``limit`` flights in event-time order.
         config_path: the query group file.
@@ -653,7 +657,7 @@ def run_demo(
     """
     phase = on_phase or (lambda _text: None)
     phase("resolving the broker")
-    broker: Broker = resolve_broker(bootstrap_servers)
+    broker: Broker = resolve_broker(bootstrap_servers, engine=engine)
     with contextlib.ExitStack() as stack:
         stack.callback(broker.stop)
         checkpoints = stack.enter_context(tempfile.TemporaryDirectory(prefix="floodgate-demo-"))
@@ -751,7 +755,7 @@ def run_demo(
             else [],
             seconds=seconds,
             bootstrap_servers=broker.bootstrap_servers,
-            broker_kind=broker.kind,
+            broker_kind=broker.engine or broker.kind,
             blocked_s=replayer.blocked_s,
             max_queue_size=config.input_settings("flights").max_queue_size,
             received={s: t.received for s, t in tables.items()},
