@@ -74,7 +74,9 @@ class StreamSettings(_Strict):
     partitions: Annotated[int, Field(ge=1, le=10_000)] | None = None
     """Partitions of the stream's topic when Floodgate creates it."""
     replication_factor: Annotated[int, Field(ge=1, le=32)] | None = None
-    """Replication factor of the stream's topic when Floodgate creates it."""
+    """Replication factor of the stream's topic when Floodgate creates it; unset at
+    every level: the broker's ``default.replication.factor`` (KIP-464), so a 3-broker
+    cluster configured for 3 replicas gets them without a word in the file."""
     max_rows_per_trigger: Annotated[int, Field(ge=1)] | None = None
     """Most tuples one micro-batch reads from an input stream (Spark ``ReadMaxRows``);
     ``0`` is not allowed -- leave it unset at every level for no limit."""
@@ -94,7 +96,7 @@ class StreamSettings(_Strict):
 #: The system defaults: the first of the three levels.
 SYSTEM_DEFAULTS = StreamSettings(
     partitions=4,
-    replication_factor=1,
+    replication_factor=None,
     max_rows_per_trigger=50_000,
     max_queue_size=100_000,
     free_input_queue_size_threshold=20,
@@ -107,7 +109,7 @@ class ResolvedStreamSettings(_Strict):
     """A stream's settings after the three levels are resolved."""
 
     partitions: int
-    replication_factor: int
+    replication_factor: int | None
     max_rows_per_trigger: int | None
     max_queue_size: int
     free_input_queue_size_threshold: int
@@ -333,10 +335,10 @@ class QueryGroupConfig(_Strict):
             if (stream in query.inputs if query.inputs is not None else pattern.search(query.sql))
         ]
 
-    def topics(self) -> dict[str, tuple[int, int]]:
+    def topics(self) -> dict[str, tuple[int, int | None]]:
         """Every topic the group reads or writes, with ``(partitions, replication)``:
         its input and output streams' and its dead-letter topic."""
-        topics: dict[str, tuple[int, int]] = {}
+        topics: dict[str, tuple[int, int | None]] = {}
         for name, stream in self.input_streams.items():
             s = self.input_settings(name)
             topics[stream.topic] = (s.partitions, s.replication_factor)
@@ -344,7 +346,7 @@ class QueryGroupConfig(_Strict):
             s = self.output_settings(name)
             topics[out.topic] = (s.partitions, s.replication_factor)
         group = self.query_group
-        topics[self.dead_letter_topic] = (group.partitions or 1, group.replication_factor or 1)
+        topics[self.dead_letter_topic] = (group.partitions or 1, group.replication_factor)
         return topics
 
     def input_settings(self, stream: str) -> ResolvedStreamSettings:

@@ -481,7 +481,7 @@ class QueryGroup:
             )
         return self._spark
 
-    def topics(self) -> dict[str, tuple[int, int]]:
+    def topics(self) -> dict[str, tuple[int, int | None]]:
         """Every topic the group reads or writes (:meth:`QueryGroupConfig.topics`)."""
         return self.config.topics()
 
