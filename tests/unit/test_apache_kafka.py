@@ -1,0 +1,114 @@
+"""The apache-kafka engine's pure parts: broker settings, engine choice, the cache
+directory, and the errors when Java or Maven is missing (no broker is started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.apache_kafka import ApacheKafkaCluster, KafkaNode, broker_properties, kafka_libs
+from pipeline.apache_kafka.artifacts import cache_dir, java_command
+from pipeline.broker import ENGINE_ENV, EmbeddedBroker, kafka_engine, local_broker
+from pipeline.errors import BrokerError, ConfigError
+
+
+def nodes(n: int) -> list[KafkaNode]:
+    return [
+        KafkaNode(i + 1, 9092 + 10 * i, 9093 + 10 * i, Path(f"/d/node-{i + 1}")) for i in range(n)
+    ]
+
+
+def test_a_single_node_is_a_combined_kraft_node_with_replication_one() -> None:
+    (node,) = nodes(1)
+    props = broker_properties(node, [node], host="127.0.0.1")
+    assert props["process.roles"] == "broker,controller"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:9093"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:9092"
+    for key in (
+        "default.replication.factor",
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "min.insync.replicas",
+        "transaction.state.log.min.isr",
+    ):
+        assert props[key] == "1", key
+    assert props["log.dirs"] == "/d/node-1/logs"
+
+
+def test_three_nodes_replicate_three_times_and_need_two_in_sync() -> None:
+    three = nodes(3)
+    props = [broker_properties(node, three, host="127.0.0.1") for node in three]
+    assert {p["controller.quorum.voters"] for p in props} == {
+        "1@127.0.0.1:9093,2@127.0.0.1:9103,3@127.0.0.1:9113"
+    }
+    assert [p["node.id"] for p in props] == ["1", "2", "3"]
+    for p in props:
+        assert p["default.replication.factor"] == "3"
+        assert p["min.insync.replicas"] == "2"
+        assert p["offsets.topic.replication.factor"] == "3"
+        assert p["transaction.state.log.min.isr"] == "2"
+
+
+def test_overrides_win_over_floodgate_s_settings() -> None:
+    (node,) = nodes(1)
+    props = broker_properties(
+        node, [node], host="127.0.0.1", overrides={"group.initial.rebalance.delay.ms": "3000"}
+    )
+    assert props["group.initial.rebalance.delay.ms"] == "3000"
+
+
+def test_the_engine_comes_from_the_argument_then_the_environment_then_the_default() -> None:
+    assert kafka_engine(env={}) == "noida-db"
+    assert kafka_engine(env={ENGINE_ENV: "apache-kafka"}) == "apache-kafka"
+    assert kafka_engine("noida-db", env={ENGINE_ENV: "apache-kafka"}) == "noida-db"
+    assert isinstance(local_broker(env={}), EmbeddedBroker)
+    assert isinstance(local_broker("apache-kafka", env={}), ApacheKafkaCluster)
+
+
+def test_an_unknown_engine_is_refused_naming_the_variable_and_the_allowed_values() -> None:
+    with pytest.raises(ConfigError) as info:
+        kafka_engine(env={ENGINE_ENV: "kafka"})
+    assert info.value.key == ENGINE_ENV and info.value.value == "kafka"
+    assert "noida-db" in str(info.value) and "apache-kafka" in str(info.value)
+
+
+def test_the_embedded_engine_refuses_a_cluster() -> None:
+    with pytest.raises(ConfigError, match="apache-kafka"):
+        local_broker("noida-db", nodes=3, env={})
+
+
+def test_a_data_directory_keeps_the_cluster_id_and_ports_for_a_restart(tmp_path: Path) -> None:
+    first = ApacheKafkaCluster(nodes=3, data_dir=tmp_path)
+    first._save_layout()
+    again = ApacheKafkaCluster(nodes=3, data_dir=tmp_path)
+    assert again.cluster_id == first.cluster_id
+    assert again.bootstrap_servers == first.bootstrap_servers
+    assert [n.controller_port for n in again.nodes] == [n.controller_port for n in first.nodes]
+    with pytest.raises(BrokerError, match="3-node cluster"):
+        ApacheKafkaCluster(nodes=1, data_dir=tmp_path)
+
+
+def test_the_cache_directory_follows_floodgate_then_xdg_then_home() -> None:
+    assert cache_dir({"FLOODGATE_CACHE_DIR": "/c", "XDG_CACHE_HOME": "/x"}) == Path("/c")
+    assert cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/floodgate")
+    assert cache_dir({}) == Path.home() / ".cache" / "floodgate"
+
+
+def test_without_java_the_error_names_the_install_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BrokerError, match="apt-get install -y openjdk-17-jre-headless"):
+        java_command()
+
+
+def test_without_maven_the_error_names_the_install_command_and_nothing_is_cached(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    with pytest.raises(BrokerError, match="apt-get install -y maven"):
+        kafka_libs("4.4.0", cache=tmp_path / "cache")
+    assert not (tmp_path / "cache" / "apache-kafka-4.4.0" / ".complete").exists()
