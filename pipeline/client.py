@@ -53,6 +53,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import tenacity
 from confluent_kafka import (
     OFFSET_INVALID,
     Consumer,
@@ -78,7 +79,13 @@ from pipeline.errors import (
     TupleTooLargeError,
 )
 from pipeline.metrics import ClientMetrics
-from pipeline.queues import QueueBudget, QueueProbe, QueueSnapshot, SweptCounter
+from pipeline.queues import (
+    QueueBudget,
+    QueueProbe,
+    QueueSnapshot,
+    SweptCounter,
+    transient_kafka_error,
+)
 from pipeline.serde import BlockEncoder, SchemaRepository, StreamCodec, TupleKey, epoch_millis
 
 if TYPE_CHECKING:
@@ -91,6 +98,10 @@ THRESHOLD_MESSAGE_CODE = "FG-CLIENT-001"
 #: librdkafka's default ``message.max.bytes`` (its local limit on one record's key,
 #: value and headers; set ``[kafka.client] "message.max.bytes"`` to change it).
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+
+#: How long a stream input's first queue reading is asked again through transient
+#: broker errors, seconds (:meth:`StreamInput._first_reading`).
+FIRST_READING_WAIT_S = 30.0
 
 
 def _require_stream(config: QueryGroupConfig, kind: str, stream: str) -> None:
@@ -282,7 +293,7 @@ class StreamInput:
         """
         in_flight = len(self._producer)  # read before the broker: never undercounted
         try:
-            snapshot = self.probe.snapshot()
+            snapshot = self.probe.snapshot() if self._snapshot else self._first_reading()
         except BrokerError as exc:
             if self._snapshot is None:
                 raise
@@ -305,6 +316,25 @@ class StreamInput:
         self._budget.refresh(snapshot.length, in_flight)
         self._m_length.set(snapshot.length)
         self._update_threshold_state()
+
+    def _first_reading(self) -> QueueSnapshot:
+        """The queue's first reading, asked again for up to :data:`FIRST_READING_WAIT_S`
+        while the broker answers a transient error
+        (:func:`~pipeline.queues.transient_kafka_error`): a new cluster's group
+        coordinators answer NOT_COORDINATOR until ``__consumer_offsets`` has leaders.
+
+        Raises:
+            BrokerError: another error, or a transient one for longer.
+        """
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(
+                lambda exc: isinstance(exc, BrokerError) and transient_kafka_error(exc.__cause__)
+            ),
+            stop=tenacity.stop_after_delay(FIRST_READING_WAIT_S),
+            wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
+            reraise=True,
+        )
+        return retrying(self.probe.snapshot)
 
     def _settle_and_refresh(self, timeout_s: float = 10.0) -> None:
         """Wait for this producer's delivery reports, then read the broker.

@@ -40,7 +40,8 @@ query sleeps on a full output stream queue; ``FG-QG-002`` (error) the query grou
 is held; ``FG-QG-003`` (info) it is released; ``FG-QG-004`` (warning) input was
 discarded on release; ``FG-QG-005`` (error) a batch larger than its output queue;
 ``FG-QG-008`` (warning) the broker went away during a batch's transaction, which is
-written again by a new producer.
+written again by a new producer; ``FG-QG-009`` (warning) a batch's committed offsets
+are read again through a transient broker error.
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+import tenacity
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from pipeline.errors import BatchInterrupted, OversizedBatchError, QueryGroupError, QueryGroupHeld
-from pipeline.queues import QueueSnapshot
+from pipeline.queues import QueueSnapshot, transient_kafka_error
 from pipeline.serde import StreamCodec, TupleKey
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,19 @@ TRANSACTION_ATTEMPTS = 5
 #: librdkafka errors (``error_cb``) that mean the broker went away: a transaction
 #: open across them is written again.
 BROKER_GONE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT})
+#: Broker errors that fence a transactional producer. After a broker loss they do not
+#: mean a second producer with the same ``transactional.id``: Apache Kafka answered
+#: ``send_offsets_to_transaction`` with "Producer attempted an operation with an old
+#: epoch" after a SIGKILL and restart of a single broker
+#: (``tests/integration/test_kafka_faults.py``), its transaction coordinator having
+#: aborted the open transaction with a bumped epoch.
+FENCED = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    }
+)
 #: How long a committed transaction's records are read back for when the broker went
 #: away during its commit, seconds.
 VISIBLE_WAIT_S = 30.0
@@ -339,6 +354,49 @@ class OutputQueueGuard:
         return held
 
 
+class _StuckCall(Exception):
+    """A librdkafka transaction call that did not return within its bound."""
+
+
+#: How much longer than its own timeout a transaction call may take before it is
+#: abandoned, seconds (:func:`_bounded`).
+STUCK_AFTER_S = TRANSACTION_TIMEOUT_S + 15.0
+
+
+def _bounded(what: str, call: Callable[..., Any], *args: Any) -> None:
+    """Run a blocking librdkafka transaction call, ``call(*args)``, on a thread of its
+    own, and give up on it after :data:`STUCK_AFTER_S`.
+
+    Why: librdkafka 2.16 does not always honour the timeout it is given.
+    ``send_offsets_to_transaction`` waited for ever (measured: over 10 minutes, with a
+    60 s timeout) after the broker that was its group coordinator was killed and
+    restarted: the coordinator request's own timeout is never checked (librdkafka
+    issue 5456), and a coordinator that left the metadata is never looked up again
+    (issue 5511). The call's thread is left to it; the caller drops the producer,
+    and the next producer's ``init_transactions`` fences it.
+
+    Raises:
+        _StuckCall: the call did not return within :data:`STUCK_AFTER_S`.
+        Exception: whatever the call raised.
+    """
+    done = threading.Event()
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call(*args)
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"floodgate-sink-{what}", daemon=True).start()
+    if not done.wait(STUCK_AFTER_S):
+        raise _StuckCall(f"librdkafka's {what} did not return within {STUCK_AFTER_S:.0f} s")
+    if outcome:
+        raise outcome[0]
+
+
 class KafkaTransactionalSink:
     """``foreachBatch`` function: one query's output, written effectively once.
 
@@ -396,6 +454,9 @@ class KafkaTransactionalSink:
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._broker_gone: list[KafkaError] = []
+        #: The broker went away since the producer's last successful commit.
+        self._broker_lost_since_commit = False
+        self._committed_once = False
         #: Transactions written again because the broker went away during them.
         self.transactions_renewed = 0
         #: Batches written and skipped as already written (for tests and metrics).
@@ -450,11 +511,38 @@ class KafkaTransactionalSink:
         return json.dumps({"checkpoint": self.checkpoint_dir, "batch": batch_id}, sort_keys=True)
 
     def already_written(self, batch_id: int, offsets: Sequence[TopicPartition]) -> bool:
-        """Whether the consumer group already holds this batch's commit."""
+        """Whether the consumer group already holds this batch's commit.
+
+        The read is asked again for up to :data:`BROKER_WAIT_S` while the broker
+        answers a transient error (:func:`~pipeline.queues.transient_kafka_error`):
+        a group coordinator that moves to another broker answers NOT_COORDINATOR
+        until the new one has loaded the group.
+
+        Raises:
+            KafkaException: the read failed for another reason, or for longer.
+        """
         if not offsets:
             return False
-        committed = self._get_consumer().committed(
-            [TopicPartition(tp.topic, tp.partition) for tp in offsets], timeout=30
+        started = time.monotonic()
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(transient_kafka_error),
+            stop=tenacity.stop_after_delay(BROKER_WAIT_S),
+            wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
+            before_sleep=lambda state: log.warning(
+                "FG-QG-009 query group %s query %s: reading the committed offsets of batch "
+                "%d again (%.1f s so far): %s",
+                self.query_group,
+                self.query,
+                batch_id,
+                time.monotonic() - started,
+                state.outcome.exception() if state.outcome else None,
+            ),
+            reraise=True,
+        )
+        committed = retrying(
+            self._get_consumer().committed,
+            [TopicPartition(tp.topic, tp.partition) for tp in offsets],
+            timeout=30,
         )
         for tp in committed:
             try:
@@ -533,6 +621,7 @@ class KafkaTransactionalSink:
         """librdkafka's ``error_cb`` (served on the calling thread by ``poll``/``flush``)."""
         if error.code() in BROKER_GONE:
             self._broker_gone.append(error)
+            self._broker_lost_since_commit = True
 
     def _transaction(
         self, encoded: Sequence[tuple[Any, bytes]], batch_id: int, offsets: Sequence[TopicPartition]
@@ -564,6 +653,15 @@ class KafkaTransactionalSink:
         for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
             producer = self._get_producer()
             producer.poll(0)  # what happened before this transaction is not its concern
+            if self._broker_lost_since_commit and self._committed_once:
+                # A broker went away since the last commit: a new producer, so that no
+                # coordinator cached before the loss is asked (librdkafka issue 5511:
+                # send_offsets_to_transaction waited for ever on a coordinator that
+                # had left the metadata and come back).
+                self._renew_producer(batch_id, attempt, "since the last commit")
+                self._broker_lost_since_commit = False
+                producer = self._get_producer()
+                producer.poll(0)
             self._broker_gone.clear()
             delivered: dict[int, set[int]] = {}
 
@@ -585,17 +683,42 @@ class KafkaTransactionalSink:
                     self._renew_producer(batch_id, attempt, "while its records were sent")
                     continue
                 if offsets:
-                    producer.send_offsets_to_transaction(
+                    group_metadata = self._get_consumer().consumer_group_metadata()
+                    _bounded(
+                        "send_offsets_to_transaction",
+                        producer.send_offsets_to_transaction,
                         [
                             TopicPartition(tp.topic, tp.partition, tp.offset, metadata=marker)
                             for tp in offsets
                         ],
-                        self._get_consumer().consumer_group_metadata(),
+                        group_metadata,
                         TRANSACTION_TIMEOUT_S,
                     )
-                producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+                try:
+                    _bounded(
+                        "commit_transaction", producer.commit_transaction, TRANSACTION_TIMEOUT_S
+                    )
+                except _StuckCall:
+                    # The commit's outcome is unknown: its records tell.
+                    self._producer = None
+                    if delivered and self._visible(delivered):
+                        self._committed()
+                        return
+                    raise
                 producer.poll(0)
+            except _StuckCall as stuck:
+                self._producer = None  # abandoned to its thread; the next one fences it
+                self._renew_producer(batch_id, attempt, f"and {stuck}")
+                continue
             except KafkaException as exc:
+                if self._fenced_by_broker_loss(exc):
+                    # The coordinator aborted the transaction (or, on a commit retried
+                    # across the loss, committed it: then its records are visible).
+                    if delivered and self._visible(delivered):
+                        self._committed()
+                        return
+                    self._renew_producer(batch_id, attempt, f"and fenced the producer ({exc})")
+                    continue
                 self._abort(producer, exc)
                 raise QueryGroupError(
                     f"batch {batch_id}: output transaction to {self.topic!r} failed "
@@ -606,6 +729,7 @@ class KafkaTransactionalSink:
             if self._broker_gone and not self._visible(delivered):
                 self._renew_producer(batch_id, attempt, "during its commit")
                 continue
+            self._committed()
             return
         raise QueryGroupError(
             f"batch {batch_id}: the broker went away during each of {TRANSACTION_ATTEMPTS} "
@@ -613,6 +737,19 @@ class KafkaTransactionalSink:
             query_group=self.query_group,
             query=self.query,
         )
+
+    def _committed(self) -> None:
+        self._broker_lost_since_commit = False
+        self._committed_once = True
+
+    def _fenced_by_broker_loss(self, exc: KafkaException) -> bool:
+        """Whether ``exc`` fences this producer after the broker went away since its
+        last commit (:data:`FENCED`): the transaction is written again by a new
+        producer. A fence without a broker loss is a second producer with this
+        ``transactional.id`` (a second driver of the query group), and fails the batch."""
+        error = exc.args[0] if exc.args else None
+        code = error.code() if isinstance(error, KafkaError) else None
+        return code in FENCED and (self._broker_lost_since_commit or bool(self._broker_gone))
 
     def _renew_producer(self, batch_id: int, attempt: int, when: str) -> None:
         log.warning(

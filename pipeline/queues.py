@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import tenacity
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pipeline.errors import BrokerError
@@ -140,6 +140,42 @@ class NothingSwept:
 
     def swept(self, topic: str, partition: int, position: int) -> int:
         return 0
+
+
+#: Kafka errors that a leader or coordinator moving between brokers, or a broker
+#: restarting, answers for a while: asked again, the same request succeeds. Met on
+#: Apache Kafka's 3-node cluster with a partition leader killed (NOT_COORDINATOR,
+#: FENCED_LEADER_EPOCH for seconds after the election).
+TRANSIENT_BROKER_ERRORS = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._WAIT_COORD,
+        KafkaError._NOENT,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+    }
+)
+
+
+def transient_kafka_error(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a :class:`KafkaException` that asking again may cure: its
+    error says so itself (``retriable()``), or it is one of
+    :data:`TRANSIENT_BROKER_ERRORS`."""
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return False
+    error = exc.args[0]
+    if not isinstance(error, KafkaError):
+        return False
+    return bool(error.retriable()) or error.code() in TRANSIENT_BROKER_ERRORS
 
 
 def broker_retrying(
