@@ -1,8 +1,15 @@
 """Real services for the integration tests, started once per test session.
 
-* ``broker``: resolved as DESIGN.md section 3 says -- ``FLOODGATE_KAFKA_BOOTSTRAP``
-  when set (the same tests then run unchanged against that cluster), else a
-  Docker engine through testcontainers, else the embedded ``noida-db`` broker.
+* ``broker``: resolved by :func:`pipeline.broker.resolve_broker` --
+  ``FLOODGATE_KAFKA_BOOTSTRAP`` when set (the same tests then run unchanged against
+  that cluster), else a broker of the engine ``FLOODGATE_KAFKA_ENGINE`` names
+  (``noida-db`` or ``apache-kafka``), else a Docker engine through testcontainers,
+  else the embedded ``noida-db`` broker.
+* ``kafka_engine_name`` / ``new_broker``: the engine of the run, and a factory of
+  private brokers of that engine for tests that stop, restart or kill one.
+  ``make test`` runs on ``noida-db``; CI runs the integration tests again with
+  ``FLOODGATE_KAFKA_ENGINE=apache-kafka``. A test of a ``noida-db`` quirk carries
+  the ``noida_db`` marker and runs on that engine only.
 * ``postgres``: a PostgreSQL server (``FLOODGATE_TEST_POSTGRES_URL``, else a private
   cluster from the installed server binaries; see ``postgres.py``).
 * ``spark``: one SparkSession for the whole run (``local[2]``, UI off,
@@ -23,7 +30,15 @@ from typing import Any
 
 import pytest
 
-from pipeline.broker import Broker, ensure_topics, resolve_broker
+from pipeline.broker import (
+    Broker,
+    KafkaEngine,
+    LocalBroker,
+    ensure_topics,
+    kafka_engine,
+    local_broker,
+    resolve_broker,
+)
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.flights import flight_records, load_flights
@@ -39,10 +54,32 @@ FLIGHTS_TOML = ROOT / "conf" / "flights.toml"
 PASSTHROUGH_SQL = "SELECT * FROM flights"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in item.path.parts:
             item.add_marker(pytest.mark.integration)
+    # A test of one engine's behaviour (marker ``noida_db`` or ``apache_kafka``) is
+    # deselected, not skipped, on a run of the other engine.
+    other = "apache_kafka" if kafka_engine() == "noida-db" else "noida_db"
+    elsewhere = [item for item in items if item.get_closest_marker(other) is not None]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [item for item in items if item not in elsewhere]
+
+
+def pytest_report_header() -> str:
+    engine = kafka_engine()
+    if engine == "apache-kafka":
+        from pipeline.apache_kafka import APACHE_KAFKA_VERSION
+
+        return f"kafka engine: apache-kafka {APACHE_KAFKA_VERSION} (KRaft)"
+    return f"kafka engine: {engine}"
+
+
+@pytest.fixture(scope="session")
+def kafka_engine_name() -> KafkaEngine:
+    """The engine of this run (``FLOODGATE_KAFKA_ENGINE``, default ``noida-db``)."""
+    return kafka_engine()
 
 
 @pytest.fixture(scope="session")
@@ -52,6 +89,23 @@ def broker() -> Iterator[Broker]:
         yield resolved
     finally:
         resolved.stop()
+
+
+@pytest.fixture
+def new_broker(kafka_engine_name: KafkaEngine) -> Iterator[Callable[..., LocalBroker]]:
+    """A factory of private brokers of this run's engine, not started; every broker
+    made is stopped (by PID) when the test ends. Keyword arguments go to
+    :func:`pipeline.broker.local_broker` (``data_dir``, ``port``, ``nodes``)."""
+    made: list[LocalBroker] = []
+
+    def make(**kwargs: Any) -> LocalBroker:
+        one = local_broker(kafka_engine_name, **kwargs)
+        made.append(one)
+        return one
+
+    yield make
+    for one in made:
+        one.stop()
 
 
 @pytest.fixture(scope="session")

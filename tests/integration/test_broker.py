@@ -1,4 +1,5 @@
-"""Bootstrap resolution and the embedded broker, against real processes."""
+"""Bootstrap resolution and the brokers Floodgate starts (the run's engine:
+``noida-db`` or Apache Kafka), against real processes."""
 
 from __future__ import annotations
 
@@ -7,19 +8,28 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pipeline.broker import EmbeddedBroker, ensure_topics, resolve_broker, rest_until_records
+from pipeline.broker import (
+    EmbeddedBroker,
+    LocalBroker,
+    ensure_topics,
+    resolve_broker,
+    rest_until_records,
+)
 from pipeline.config import BOOTSTRAP_ENV
 from pipeline.errors import BrokerError
 
 
-def test_embedded_broker_answers_then_stops_by_pid_and_removes_its_data() -> None:
-    broker = EmbeddedBroker().start()
+def test_a_started_broker_answers_then_stops_by_pid_and_removes_its_data(
+    new_broker: Callable[..., LocalBroker],
+) -> None:
+    broker = new_broker().start()
     pid, data_dir = broker.pid, broker.data_dir
     assert pid is not None and data_dir.is_dir()
     AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10)
@@ -31,13 +41,14 @@ def test_embedded_broker_answers_then_stops_by_pid_and_removes_its_data() -> Non
 
 
 def test_a_restart_on_the_same_data_directory_keeps_every_acknowledged_record(
-    tmp_path: Path,
+    tmp_path: Path, new_broker: Callable[..., LocalBroker]
 ) -> None:
     """An idempotent producer writes without pause across a stop and a restart:
     every record the broker acknowledged is read back once, and the producer never
     meets a fatal error (noida-db's plain SIGTERM lost the last acknowledged records
-    and broke the producer's sequence numbers)."""
-    broker = EmbeddedBroker(data_dir=tmp_path / "broker").start()
+    and broke the producer's sequence numbers; Apache Kafka's controlled shutdown on
+    SIGTERM never did)."""
+    broker = new_broker(data_dir=tmp_path / "broker").start()
     try:
         ensure_topics(broker.bootstrap_servers, {"durable": (1, 1)})
         producer = Producer(
@@ -107,17 +118,22 @@ def test_a_restart_on_the_same_data_directory_keeps_every_acknowledged_record(
         broker.stop()
 
 
-def test_a_broker_that_cannot_start_names_the_command_and_its_output() -> None:
+def test_a_broker_that_cannot_start_names_the_command_and_its_output(
+    new_broker: Callable[..., LocalBroker],
+) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
+        broker = new_broker(port=port)
         with pytest.raises(BrokerError) as info:
-            EmbeddedBroker(port=port).start(timeout_s=20)
+            broker.start(timeout_s=60)
     error = info.value
-    assert (
-        error.command is not None and "--kafka-port" in error.command and str(port) in error.command
-    )
+    assert error.command is not None
+    if isinstance(broker, EmbeddedBroker):
+        assert "--kafka-port" in error.command and str(port) in error.command
+    else:  # Apache Kafka: the node's server.properties names the port
+        assert any(arg.endswith("server.properties") for arg in error.command)
     assert "already in use" in error.output
     assert "command:" in str(error) and "already in use" in str(error)
 
@@ -148,7 +164,9 @@ def test_topics_are_created_with_the_configured_partition_count(bootstrap: str) 
     }
 
 
-def test_the_sources_offset_reads_wait_out_a_broker_restart(tmp_path: Path) -> None:
+def test_the_sources_offset_reads_wait_out_a_broker_restart(
+    tmp_path: Path, new_broker: Callable[..., LocalBroker]
+) -> None:
     """``latestOffset`` runs on the driver every trigger. Asked again and again across
     a broker restart -- when librdkafka answers ``_UNKNOWN_PARTITION`` for a moment
     after the broker is back -- it waits and answers (FG-SOURCE-003) instead of failing
@@ -157,7 +175,7 @@ def test_the_sources_offset_reads_wait_out_a_broker_restart(tmp_path: Path) -> N
 
     from pipeline.source import KafkaStreamReader, SourceOptions
 
-    broker = EmbeddedBroker(data_dir=tmp_path / "broker").start()
+    broker = new_broker(data_dir=tmp_path / "broker").start()
     try:
         ensure_topics(broker.bootstrap_servers, {"waits": (2, 1)})
         producer = Producer({"bootstrap.servers": broker.bootstrap_servers})

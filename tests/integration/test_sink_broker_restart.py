@@ -9,6 +9,7 @@ must notice and write the batch again with a new producer.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 import pipeline.output
-from pipeline.broker import EmbeddedBroker, ensure_topics
+from pipeline.broker import LocalBroker, ensure_topics
 from pipeline.output import KafkaTransactionalSink
 from pipeline.serde import SchemaRepository, StreamCodec
 
@@ -52,9 +53,10 @@ def test_a_broker_restart_mid_transaction_writes_the_batch_again_once(
     schemas: SchemaRepository,
     flights: list[dict[str, Any]],
     monkeypatch: pytest.MonkeyPatch,
+    new_broker: Callable[..., LocalBroker],
 ) -> None:
     rows = flights[:3_000]
-    broker = EmbeddedBroker(data_dir=tmp_path / "broker").start()
+    broker = new_broker(data_dir=tmp_path / "broker").start()
     try:
         bootstrap = broker.bootstrap_servers
         ensure_topics(bootstrap, {"in": (1, 1), "out": (2, 1)})
