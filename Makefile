@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration test-soak lint typecheck bench bench-peers soak clean
+.PHONY: demo test test-unit test-integration test-apache-kafka test-soak lint typecheck bench bench-peers soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ test-unit: $(STAMP)
 
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration $(ARGS)
+
+# The integration tests (soak included) on Apache Kafka's own broker instead of the
+# embedded one: needs Maven on first use, to fetch the broker's jars (docs/kafka-engines.md).
+test-apache-kafka: $(STAMP)
+	FLOODGATE_KAFKA_ENGINE=apache-kafka $(BIN)/python -m pytest tests/integration $(ARGS)
 
 # The soak's short mode alone (about 2 minutes; `make test` runs it too).
 test-soak: $(STAMP)

@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from common import (  # noqa: E402  (bench/common.py)
     WARMUP_FLIGHTS,
+    add_engine_argument,
     check_origin_hours,
     code_version,
     expected_origin_hours,
@@ -160,10 +161,10 @@ def run_quix(bootstrap: str, topic: str, n: int) -> tuple[dict[str, Any], list[d
     return figures, json.loads(rows.stdout)
 
 
-def run_once(spark: Any, limit: int | None, expected: dict[Any, Any]) -> Run:
+def run_once(spark: Any, limit: int | None, expected: dict[Any, Any], engine: str) -> Run:
     """Floodgate, then Quix Streams over the topic Floodgate's replay wrote, on a broker
     of their own (:func:`common.fresh_broker` says why)."""
-    with fresh_broker() as bootstrap:
+    with fresh_broker(engine) as bootstrap:
         quiet = wait_until_quiet(None)
         result = run_demo(bootstrap_servers=bootstrap, limit=limit, spark=spark)
         if not result.balanced:
@@ -194,6 +195,7 @@ def main() -> None:
         help="flights of the discarded warm-up run (default: all)",
     )
     parser.add_argument("--limit", type=int, default=None, help="first N flights (default: all)")
+    add_engine_argument(parser)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "flights.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -203,11 +205,11 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     runs: list[Run] = []
     try:
-        with fresh_broker() as bootstrap:
+        with fresh_broker(args.engine) as bootstrap:
             warm = run_demo(bootstrap_servers=bootstrap, limit=args.warmup, spark=spark)
         console.log(f"warm-up (discarded): {warm.produced / warm.seconds:,.0f} tuples/s")
         for r in range(args.repeat):
-            run = run_once(spark, args.limit, expected)
+            run = run_once(spark, args.limit, expected, args.engine)
             runs.append(run)
             console.log(
                 f"run {r + 1}/{args.repeat}: Floodgate {run.floodgate_tuples_per_s:,.0f} "
@@ -249,6 +251,7 @@ def main() -> None:
                 "benchmark": "flights end to end: Floodgate vs Quix Streams",
                 "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "machine": machine(),
+                "engine": args.engine,
                 "code": code_version(),
                 "versions": java_versions,
                 "n": n,

@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from bench_put import producer_config  # noqa: E402  (the same raw producer)
 from common import (  # noqa: E402  (bench/common.py)
     WARMUP_FLIGHTS,
+    add_engine_argument,
     check_origin_hours,
     code_version,
     expected_origin_hours,
@@ -192,6 +193,7 @@ def main() -> None:
         help="flights of the discarded warm-up run (default: all)",
     )
     parser.add_argument("--limit", type=int, default=None, help="first N flights (default: all)")
+    add_engine_argument(parser)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "limit.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -201,7 +203,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     runs: list[Run] = []
     try:
-        with fresh_broker() as bootstrap:
+        with fresh_broker(args.engine) as bootstrap:
             warm = run_demo(bootstrap_servers=bootstrap, limit=args.warmup, spark=spark)
             console.log(
                 f"warm-up Floodgate (discarded): {warm.produced / warm.seconds:,.0f} tuples/s"
@@ -210,10 +212,10 @@ def main() -> None:
             console.log(f"warm-up limit (discarded): {n / warm_s:,.0f} tuples/s")
         for r in range(args.repeat):
             # A broker per measurement (common.fresh_broker says why).
-            with fresh_broker() as bootstrap:
+            with fresh_broker(args.engine) as bootstrap:
                 quiet = wait_until_quiet(None)
                 limit_s = run_limit(bootstrap, args.limit, n)
-            with fresh_broker() as bootstrap:
+            with fresh_broker(args.engine) as bootstrap:
                 wait_until_quiet(None)
                 result = run_demo(bootstrap_servers=bootstrap, limit=args.limit, spark=spark)
             if not result.balanced or result.produced != n:
@@ -258,6 +260,7 @@ def main() -> None:
                 "benchmark": "Floodgate end to end vs raw producer + raw Avro consumer",
                 "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "machine": machine(),
+                "engine": args.engine,
                 "code": code_version(),
                 "versions": java_versions,
                 "n": n,

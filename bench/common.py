@@ -303,20 +303,35 @@ def rates_table(title: str, rows: Mapping[str, Sequence[float]]) -> Any:
 
 
 @contextmanager
-def fresh_broker() -> Iterator[str]:
-    """A new embedded broker for one measurement; yields its bootstrap address.
+def fresh_broker(engine: str | None = None) -> Iterator[str]:
+    """A new broker of ``engine`` (``noida-db``, the default, or ``apache-kafka``) for
+    one measurement; yields its bootstrap address.
 
     Why: noida-db rewrites its data file after every burst, at a cost that grows with
     all it holds, so runs sharing one broker each ran slower than the one before
     (21 459, 13 147, 15 101 tuples/s in the first version of ``bench_flights.py``).
+    Apache Kafka gets the same treatment, so that both engines are measured alike.
     """
-    from pipeline.broker import EmbeddedBroker
+    from pipeline.broker import local_broker
 
-    broker = EmbeddedBroker().start()
+    broker = local_broker(engine or "noida-db").start()
     try:
         yield broker.bootstrap_servers
     finally:
         broker.stop()
+
+
+def add_engine_argument(parser: Any) -> None:
+    """``--engine``: the broker each measurement starts (:func:`fresh_broker`)."""
+    from pipeline.broker import ENGINES
+
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="noida-db",
+        help="the broker each measurement starts: the embedded noida-db (default) or "
+        "Apache Kafka's own (fetched with Maven on first use)",
+    )
 
 
 def produce_waiting(producer: Any, topic: str, key: bytes | None, value: bytes) -> None:

@@ -2,7 +2,8 @@
 
 What runs, each its own process, as in production:
 
-* the embedded broker (``noida-db``) on a data directory of the run;
+* the broker on a data directory of the run: the embedded ``noida-db``, or Apache
+  Kafka's own (``--engine apache-kafka``; ``FLOODGATE_KAFKA_ENGINE`` is the default);
 * the admission service (``floodgate admission serve``), which starts the query
   group's driver as a job (``floodgate run``, not queueable: a restart of the
   pipeline's own driver does not wait for the load to fall);
@@ -29,9 +30,9 @@ shuffled order):
   workers), then a new job through the admission service;
 * ``kill-sweeper``: ``kill -9`` of the sweeper while it works (its CPU time moves),
   then a restart;
-* ``restart-broker``: the embedded broker's stop (:meth:`EmbeddedBroker.stop
-  <pipeline.broker.EmbeddedBroker.stop>`), a pause, a restart on the same data
-  directory and port;
+* ``restart-broker``: the broker's stop (:meth:`EmbeddedBroker.stop
+  <pipeline.broker.EmbeddedBroker.stop>`, or Apache Kafka's controlled shutdown on
+  SIGTERM), a pause, a restart on the same data directory and port;
 * ``restart-admission``: 20 jobs submitted with the service suspended (so they are
   enqueued), the service stopped and started again; every one of them must end;
 * ``stall-reception``: the reception stops reading for a while (the output stream
@@ -106,7 +107,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission.config import AdmissionSettings
-from pipeline.broker import EmbeddedBroker, ensure_topics, free_port
+from pipeline.broker import ENGINES, LocalBroker, ensure_topics, free_port, local_broker
 from pipeline.client import StreamOutput
 from pipeline.config import QueryGroupConfig, load_query_group
 from pipeline.demo import read_all
@@ -360,7 +361,7 @@ def wait_for_filler_jobs(stack: Stack) -> dict[str, Any]:
 class Stack:
     """The broker, the admission service, the driver job and the sweeper of one run."""
 
-    def __init__(self, layout: Layout, broker: EmbeddedBroker) -> None:
+    def __init__(self, layout: Layout, broker: LocalBroker) -> None:
         self.layout = layout
         self.broker = broker
         self.admission: subprocess.Popen[bytes] | None = None
@@ -940,6 +941,9 @@ class Plan:
     seed: int
     #: How long the drain may take before the run fails.
     drain_timeout_s: float = 900.0
+    #: The broker's engine (``noida-db`` or ``apache-kafka``); ``None``:
+    #: ``FLOODGATE_KAFKA_ENGINE``, else ``noida-db``.
+    engine: str | None = None
 
 
 def chaos(
@@ -1064,12 +1068,12 @@ def input_progress(sampler: Sampler) -> tuple[int, int]:
 def soak(plan: Plan, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
-    broker = EmbeddedBroker(data_dir=out / "broker").start()
+    broker = local_broker(plan.engine, data_dir=out / "broker").start()
     layout = write_layout(out, broker.bootstrap_servers, max_queue_size=plan.max_queue_size)
     config = load_query_group(layout.group, env={})
     ensure_topics(layout.bootstrap, config.topics())
     stack = Stack(layout, broker)
-    report: dict[str, Any] = {"plan": asdict(plan), "out": str(out)}
+    report: dict[str, Any] = {"plan": asdict(plan), "out": str(out), "engine": broker.engine}
     ctx = multiprocessing.get_context("spawn")
     rate = ctx.Value("d", 0.0)
     producer_stop = ctx.Event()
@@ -1323,6 +1327,12 @@ def main() -> None:
     parser.add_argument("--max-queue-size", type=int, default=60_000)
     parser.add_argument("--seed", type=int, default=8)
     parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help="the broker (default: FLOODGATE_KAFKA_ENGINE, else noida-db)",
+    )
+    parser.add_argument(
         "--out", type=Path, default=None, help="run directory (default bench/out/soak-<time>)"
     )
     args = parser.parse_args()
@@ -1337,6 +1347,7 @@ def main() -> None:
         short=args.short,
         seed=args.seed,
         drain_timeout_s=420.0 if args.short else 900.0,
+        engine=args.engine,
     )
     out = args.out or ROOT / "bench" / "out" / time.strftime("soak-%Y%m%d-%H%M%S")
     report = soak(plan, out)
