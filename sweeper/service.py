@@ -144,6 +144,51 @@ def planned_ends(checkpoints: list[Path], topic: str) -> dict[int, int]:
     return ends
 
 
+def replay_starts(checkpoints: list[Path], topic: str) -> dict[int, int] | None:
+    """Per partition, the lowest offset any query may still read ``topic`` from: where
+    Spark would start again after a restart of its driver, the end offsets of its
+    latest micro-batch in the commit log (``<checkpoint>/commits/<batch>``). ``None``
+    when a query planned a batch and has committed none yet, or its log is being
+    written: then nothing may be freed this cycle.
+
+    Why: the query group commits a batch's input offsets to Kafka in the batch's
+    output transaction, and Spark writes its commit log after. A driver killed between
+    the two replays the batch from its start, below the group's committed offset
+    (its output is then skipped as already written, but its input is read again); a
+    BLOB deleted, or a broker truncated, up to the committed offset had lost it (the
+    soak met it: ``DataLossError`` on the replay after a ``kill -9`` of the driver).
+    """
+    starts: dict[int, int] = {}
+    for checkpoint in checkpoints:
+        offsets_dir, commits_dir = checkpoint / "offsets", checkpoint / "commits"
+        if not offsets_dir.is_dir():
+            continue
+        planned = [int(p.name) for p in offsets_dir.iterdir() if p.name.isdigit()]
+        if not planned:
+            continue
+        committed = (
+            [int(p.name) for p in commits_dir.iterdir() if p.name.isdigit()]
+            if commits_dir.is_dir()
+            else []
+        )
+        if not committed:
+            return None
+        try:
+            logged = parse_offset_log(
+                (offsets_dir / str(max(committed))).read_text(encoding="utf-8")
+            )
+        except (OSError, ValueError):
+            return None  # being written: nothing freed this cycle
+        for source in logged:
+            try:
+                offsets = offsets_from_json(topic, source)
+            except ValueError:
+                continue  # another source's shape
+            for p, o in offsets.items():
+                starts[p] = min(starts.get(p, o), o)
+    return starts
+
+
 class Sweeper:
     """The sweeper of the queues of ``groups``.
 
@@ -297,6 +342,7 @@ class Sweeper:
         for queue in self.queues:
             snapshot = queue.probe.snapshot()
             planned = planned_ends(queue.checkpoints, queue.topic)
+            replay = replay_starts(queue.checkpoints, queue.topic)
             for p, part in sorted(snapshot.partitions.items()):
                 committed = part.committed if part.committed is not None else part.log_start
                 outcomes.append(
@@ -304,6 +350,11 @@ class Sweeper:
                         queue,
                         p,
                         committed=committed,
+                        replay_start=(
+                            None  # read by reception groups only: no replay
+                            if not queue.checkpoints
+                            else (replay or {}).get(p, 0)
+                        ),
                         high=part.high,
                         log_start=part.log_start,
                         planned_end=planned.get(p),
@@ -381,19 +432,22 @@ class Sweeper:
         high: int,
         log_start: int,
         planned_end: int | None,
+        replay_start: int | None = None,
     ) -> PartitionOutcome:
         topic = queue.topic
         x = self._service_rate(topic, p, committed)
         chain = self.catalog.chain(topic, p)
         ranges = [(b.start_offset, b.end_offset) for b in chain]
         outcome = PartitionOutcome(topic, p, x, 0, "")
-        # Free what the consumer is past: the broker below a reached BLOB, used BLOBs.
-        target = truncate_to(ranges, committed=committed, log_start=log_start)
+        # Free what the consumer is past: the broker below a reached BLOB, used BLOBs;
+        # never what a restarted query would read again (replay_starts).
+        freed = committed if replay_start is None else min(committed, replay_start)
+        target = truncate_to(ranges, committed=freed, log_start=log_start)
         if target is not None:
             self._truncate(topic, p, target, chain, log_start=log_start)
             outcome.truncated_to = target
             log_start = target
-        for i in consumed(ranges, committed=committed):
+        for i in consumed(ranges, committed=freed):
             self._delete(chain[i], unswept=True)
             outcome.deleted.append(chain[i].id)
         chain = [b for b in chain if b.id not in outcome.deleted]
