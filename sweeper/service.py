@@ -118,29 +118,41 @@ class PartitionOutcome:
     deleted: list[int] = field(default_factory=list)
 
 
+def _batches(folder: Path) -> list[int]:
+    """The batch ids of one of Spark's checkpoint logs (``offsets/``, ``commits/``)."""
+    if not folder.is_dir():
+        return []
+    return [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
+
+
+def _logged_offsets(entry: Path, topic: str) -> dict[int, int] | None:
+    """``topic``'s per-partition offsets in one offset log entry (``None``: the entry
+    cannot be read now, e.g. it is being written)."""
+    try:
+        logged = parse_offset_log(entry.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    offsets: dict[int, int] = {}
+    for source in logged:
+        try:
+            offsets.update(offsets_from_json(topic, source))
+        except ValueError:
+            continue  # another source's shape
+    return offsets
+
+
 def planned_ends(checkpoints: list[Path], topic: str) -> dict[int, int]:
     """Per partition, the furthest end offset of the latest micro-batch any of the
     queries planned for ``topic`` (Spark's offset log, ``<checkpoint>/offsets/<batch>``,
     read as a local file)."""
     ends: dict[int, int] = {}
     for checkpoint in checkpoints:
-        folder = checkpoint / "offsets"
-        if not folder.is_dir():
+        planned = _batches(checkpoint / "offsets")
+        if not planned:
             continue
-        batches = [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
-        if not batches:
-            continue
-        try:
-            logged = parse_offset_log((folder / str(max(batches))).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # being written: next cycle
-        for source in logged:
-            try:
-                offsets = offsets_from_json(topic, source)
-            except ValueError:
-                continue  # another source's shape
-            for p, o in offsets.items():
-                ends[p] = max(ends.get(p, 0), o)
+        offsets = _logged_offsets(checkpoint / "offsets" / str(max(planned)), topic)
+        for p, o in (offsets or {}).items():  # None: being written, next cycle
+            ends[p] = max(ends.get(p, 0), o)
     return ends
 
 
@@ -160,32 +172,16 @@ def replay_starts(checkpoints: list[Path], topic: str) -> dict[int, int] | None:
     """
     starts: dict[int, int] = {}
     for checkpoint in checkpoints:
-        offsets_dir, commits_dir = checkpoint / "offsets", checkpoint / "commits"
-        if not offsets_dir.is_dir():
+        if not _batches(checkpoint / "offsets"):
             continue
-        planned = [int(p.name) for p in offsets_dir.iterdir() if p.name.isdigit()]
-        if not planned:
-            continue
-        committed = (
-            [int(p.name) for p in commits_dir.iterdir() if p.name.isdigit()]
-            if commits_dir.is_dir()
-            else []
-        )
+        committed = _batches(checkpoint / "commits")
         if not committed:
             return None
-        try:
-            logged = parse_offset_log(
-                (offsets_dir / str(max(committed))).read_text(encoding="utf-8")
-            )
-        except (OSError, ValueError):
-            return None  # being written: nothing freed this cycle
-        for source in logged:
-            try:
-                offsets = offsets_from_json(topic, source)
-            except ValueError:
-                continue  # another source's shape
-            for p, o in offsets.items():
-                starts[p] = min(starts.get(p, o), o)
+        offsets = _logged_offsets(checkpoint / "offsets" / str(max(committed)), topic)
+        if offsets is None:
+            return None
+        for p, o in offsets.items():
+            starts[p] = min(starts.get(p, o), o)
     return starts
 
 

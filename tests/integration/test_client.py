@@ -290,6 +290,23 @@ def test_put_end_with_the_broker_stopped_raises_delivery_error_naming_the_tuples
     assert "10 tuples were not acknowledged" in str(info.value)
 
 
+def put_across_a_recreated_topic(
+    bootstrap: str, topic: str, stream_input: StreamInput, flights: list[dict[str, Any]]
+) -> None:
+    """Put 100 flights, delete the topic and create it again under the running
+    producer, then put 50 more (not yet acknowledged)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    stream_input.put(flights[:100])
+    stream_input.put_end()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    time.sleep(1.0)
+    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(30)
+    time.sleep(1.0)
+    stream_input.put(flights[100:150])
+
+
 @pytest.mark.noida_db
 def test_after_a_fatal_producer_error_the_held_tuples_come_back_and_puts_go_on(
     bootstrap: str,
@@ -303,19 +320,10 @@ def test_after_a_fatal_producer_error_the_held_tuples_come_back_and_puts_go_on(
     lost its producer state (the soak, issue 8). The client reports what it held and
     goes on. (The trigger is noida-db's: Apache Kafka answers UNKNOWN_PRODUCER_ID and
     librdkafka bumps the producer's epoch instead, KIP-360; the next test.)"""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     config = small_queue(10_000)
     topic = config.input_streams["flights"].topic
     stream_input = open_input(bootstrap, config, schemas)
-    stream_input.put(flights[:100])
-    stream_input.put_end()
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.delete_topics([topic])[topic].result(30)
-    time.sleep(1.0)
-    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(30)
-    time.sleep(1.0)
-    stream_input.put(flights[100:150])
+    put_across_a_recreated_topic(bootstrap, topic, stream_input, flights)
     with pytest.raises(DeliveryError) as info:
         stream_input.put_end(timeout_s=30)
     identity = ("carrier", "flight", "origin", "sched_dep_time", "dep_delay")
@@ -340,19 +348,10 @@ def test_a_topic_recreated_under_a_running_producer_takes_its_next_tuples(
     no state of the producer, the broker answers UNKNOWN_PRODUCER_ID, and librdkafka
     resets the sequence (KIP-360) without a fatal error: every tuple put after the
     re-creation is delivered, and the client keeps its producer."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     config = small_queue(10_000)
     topic = config.input_streams["flights"].topic
     stream_input = open_input(bootstrap, config, schemas)
-    stream_input.put(flights[:100])
-    stream_input.put_end()
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.delete_topics([topic])[topic].result(30)
-    time.sleep(1.0)
-    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(30)
-    time.sleep(1.0)
-    stream_input.put(flights[100:150])
+    put_across_a_recreated_topic(bootstrap, topic, stream_input, flights)
     stream_input.put_end(timeout_s=60)
     assert stream_input.producer_replacements == 0
     stream_input.put(flights[150:170])
