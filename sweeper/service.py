@@ -346,11 +346,9 @@ class Sweeper:
                         queue,
                         p,
                         committed=committed,
-                        replay_start=(
-                            None  # read by reception groups only: no replay
-                            if not queue.checkpoints
-                            else (replay or {}).get(p, 0)
-                        ),
+                        # None for a partition no query has a batch of yet (it starts
+                        # from the committed offset); 0 while a log is unreadable.
+                        replay_start=0 if replay is None else replay.get(p),
                         high=part.high,
                         log_start=part.log_start,
                         planned_end=planned.get(p),
