@@ -27,6 +27,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -47,6 +48,9 @@ from pipeline.apache_kafka.artifacts import APACHE_KAFKA_VERSION, java_command, 
 from pipeline.errors import BrokerError
 
 log = logging.getLogger(__name__)
+
+#: A node's log line naming the active controller: ``[time] ... (id: N ...``.
+_CONTROLLER_LINE = re.compile(r"^\[([^\]]+)\].*Recorded new KRaft controller.*\(id: (\d+)")
 
 #: How long a cluster may take to format and start, seconds, after its jars are cached.
 #: A single node answers in 5-10 s here; three JVMs on 2 cores take 20-40 s.
@@ -240,6 +244,30 @@ class ApacheKafkaCluster:
             if node.node_id == broker_id:
                 return node
         raise KeyError(broker_id)
+
+    def active_controller(self) -> int | None:
+        """The ``node.id`` of the KRaft quorum's active controller, as the running
+        nodes last logged it ("Recorded new KRaft controller"), or ``None`` if none did.
+
+        (No client of the Python side asks the quorum: confluent-kafka has no
+        DescribeQuorum, and a broker answers DescribeCluster with a random broker as
+        the "controller", KIP-919.)
+        """
+        latest: tuple[str, int] | None = None
+        for node in self.nodes:
+            if node.pid is None:
+                continue
+            try:
+                lines = node.log_path.read_text(errors="replace").splitlines()
+            except FileNotFoundError:
+                continue
+            for line in reversed(lines):
+                match = _CONTROLLER_LINE.search(line)
+                if match:
+                    if latest is None or match.group(1) > latest[0]:
+                        latest = (match.group(1), int(match.group(2)))
+                    break
+        return latest[1] if latest else None
 
     # -- start ----------------------------------------------------------------
 
