@@ -1,7 +1,7 @@
-"""The back-pressure client: the data transmission API (DESIGN.md section 4.1).
+"""The back-pressure client: the data transmission API.
 
-Seed 000_eb6ebce252a05f96.txt, "(2) Preventing the input stream queue from
-overflowing", on Kafka::
+The stream data platform's "preventing the input stream queue from overflowing"
+loop, on Kafka::
 
     from pipeline import connect
     from pipeline.errors import QueueFullError, QueueThresholdExceeded
@@ -93,7 +93,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Stable message code of the threshold warning (seed 000: KFSP42032-W).
+#: Stable message code of the threshold warning (the stream data platform's
+#: KFSP42032-W).
 THRESHOLD_MESSAGE_CODE = "FG-CLIENT-001"
 #: librdkafka's default ``message.max.bytes`` (its local limit on one record's key,
 #: value and headers; set ``[kafka.client] "message.max.bytes"`` to change it).
@@ -743,7 +744,7 @@ class StreamOutput:
     seen, decodes the Avro tuples, and commits what :meth:`get` returned: that is
     what frees room in the output stream queue. A ``swept`` output stream's tuples
     that the sweeper moved out of the broker are read back from their BLOBs, in
-    offset order (unsweep, DESIGN.md section 4.3).
+    offset order (unsweep: ``docs/runbook.md`` and the README's sweeper section).
 
     Args:
         config: the query group.
@@ -902,7 +903,7 @@ class StreamOutput:
             raise exc.at(topic=self.topic, partition=partition, offset=offset) from exc
         self._next[partition] = offset + 1
 
-    # -- unsweep: offsets the sweeper moved into BLOBs (DESIGN.md section 4.3) ----------
+    # -- unsweep: offsets the sweeper moved into BLOBs ----------------------------------
 
     def _earliest(self, partition: int, low: int) -> int:
         """The earliest offset of a partition held by the broker or a BLOB."""
@@ -1030,8 +1031,8 @@ class StreamOutput:
 
         For a reader that waits between reads: librdkafka fetches the partitions it is
         assigned all the time, and a broker that answers a fetch at the log end at once
-        instead of holding it for ``fetch.wait.max.ms`` (the embedded broker, DESIGN.md
-        section 8) makes an idle reader spin.
+        instead of holding it for ``fetch.wait.max.ms`` (the embedded broker,
+        ``docs/kafka-engines.md``) makes an idle reader spin.
         """
         assigned = self._consumer.assignment()
         if assigned:

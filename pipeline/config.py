@@ -15,7 +15,7 @@ Settings that bound a stream resolve in three levels, as in the seed
 Environment overrides:
 
 * ``FLOODGATE_KAFKA_BOOTSTRAP`` -- the Kafka bootstrap servers; wins over
-  ``[kafka] bootstrap_servers`` (DESIGN.md section 3).
+  ``[kafka] bootstrap_servers`` (:func:`pipeline.broker.resolve_broker`).
 * ``FLOODGATE__<SECTION>__<KEY>[__<KEY>...]`` -- any key of the file, e.g.
   ``FLOODGATE__QUERY_GROUP__TRIGGER_INTERVAL_MS=500`` or
   ``FLOODGATE__INPUT_STREAMS__FLIGHTS__TOPIC=flights-test``. Values are parsed
@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pipeline.errors import ConfigError
 
-#: Environment variable naming the Kafka bootstrap servers (DESIGN.md section 3).
+#: Environment variable naming the Kafka bootstrap servers (:func:`pipeline.broker.resolve_broker`).
 BOOTSTRAP_ENV = "FLOODGATE_KAFKA_BOOTSTRAP"
 #: Prefix of environment overrides of config keys.
 OVERRIDE_ENV_PREFIX = "FLOODGATE__"
@@ -81,10 +81,11 @@ class StreamSettings(_Strict):
     """Most tuples one micro-batch reads from an input stream (Spark ``ReadMaxRows``);
     ``0`` is not allowed -- leave it unset at every level for no limit."""
     max_queue_size: Annotated[int, Field(ge=1)] | None = None
-    """Most tuples the stream's queue may hold (seed 000: ``stream.maxQueueSize``)."""
+    """Most tuples the stream's queue may hold (the stream data platform's
+    ``stream.maxQueueSize``)."""
     free_input_queue_size_threshold: Annotated[int, Field(ge=0, le=100)] | None = None
     """Percent of free space at or below which producers are told the queue is filling
-    (seed 000: ``stream.freeInputQueueSizeThreshold``)."""
+    (the stream data platform's ``stream.freeInputQueueSizeThreshold``)."""
     resume_free_queue_size_threshold: Annotated[int, Field(ge=0, le=100)] | None = None
     """Percent of free space a blocked ``put`` waits for before it sends (the seed's
     "Process 2" resume check, built in)."""
@@ -122,7 +123,8 @@ class KafkaConfig(_Strict):
 
     bootstrap_servers: str | None = None
     """``host:port[,host:port...]``; ``FLOODGATE_KAFKA_BOOTSTRAP`` wins over it. Unset:
-    the broker is resolved as DESIGN.md section 3 says (Docker, then embedded)."""
+    the broker is resolved by :func:`pipeline.broker.resolve_broker` (an engine named by
+    ``FLOODGATE_KAFKA_ENGINE``, else Docker, else the embedded one)."""
     client: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """Extra librdkafka properties for every client (``security.protocol``, ``sasl.*``...)."""
 
@@ -165,10 +167,11 @@ class QueryGroupSection(StreamSettings):
     ``<prefix>.<query group>.<query>``."""
     sleep_on_over_store_ms: Annotated[int, Field(ge=0, le=3_600_000)] = 1_000
     """How long a query sleeps before it re-checks an output stream queue that has no
-    room for its micro-batch's output (seed 000: ``querygroup.sleepOnOverStore``)."""
+    room for its micro-batch's output (the stream data platform's
+    ``querygroup.sleepOnOverStore``)."""
     sleep_on_over_store_retry_count: Annotated[int, Field(ge=0, le=1_000_000)] = 10
-    """Sleeps before the query group is held; 0 holds at once (seed 000:
-    ``querygroup.sleepOnOverStoreRetryCount``)."""
+    """Sleeps before the query group is held; 0 holds at once (the stream data
+    platform's ``querygroup.sleepOnOverStoreRetryCount``)."""
     on_hold_input: Literal["retain", "discard"] = "retain"
     """What happens to the input of a held query group. ``retain``: it stays in Kafka and
     is processed after release (producers feel back-pressure through the input queue);
@@ -193,7 +196,7 @@ class QueryGroupSection(StreamSettings):
     ``/stop``); 0 picks a free one, announced in the log and the control file."""
     sweep_catalog_url: str | None = None
     """The sweep catalog (SQLAlchemy URL) of the sweeper that sweeps this group's
-    queues (DESIGN.md section 4.3): the sources read offsets the broker no longer
+    queues (``sweeper/``): the sources read offsets the broker no longer
     holds back from their BLOBs, and swept tuples stop counting in queue lengths.
     ``None``: not swept (an offset the broker lost is a data-loss error)."""
     control_dir: str = DEFAULT_CONTROL_DIR
@@ -209,7 +212,8 @@ class InputStreamConfig(StreamSettings):
     """Name of the Avro schema in the schema repository (``schemas/<schema>.avsc``)."""
     timestamp_mode: Literal["server", "data_source"] = "server"
     """``server``: the event time is the Kafka record timestamp; ``data_source``: the
-    event time is the field ``timestamp_field`` of the tuple (seed 000, table 6-2)."""
+    event time is the field ``timestamp_field`` of the tuple (the stream data platform's
+    two timestamp modes)."""
     timestamp_field: str | None = None
     watermark: str | None = None
     """Spark watermark delay on ``event_time`` (``"2 hours"``); unset: no watermark."""
@@ -263,8 +267,8 @@ class OutputStreamConfig(StreamSettings):
     output stream queue is what the slowest of them has not read yet. Default:
     ``<prefix>.<query group>.<stream>.reception``."""
     swept: bool = False
-    """Let the sweeper sweep this output stream queue into BLOBs (DESIGN.md section
-    4.3: an output queue with a registered reader); needs the query group's
+    """Let the sweeper sweep this output stream queue into BLOBs (an output
+    queue with a registered reader); needs the query group's
     ``sweep_catalog_url``. Every reception group must then read through
     :class:`pipeline.client.StreamOutput`, which reads swept tuples back: a plain
     Kafka consumer would find them gone from the broker."""

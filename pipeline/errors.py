@@ -201,7 +201,8 @@ class RefusedTupleError(DeserializationError):
 class DataLossError(FloodgateError, RuntimeError):
     """Offsets a micro-batch must read are held neither by the broker nor by a BLOB.
 
-    Floodgate never skips such a gap silently (DESIGN.md section 4.3).
+    Floodgate never skips such a gap silently: the sweeper's unsweep reads an offset from
+    the broker while it holds it and from the BLOB chain after, so a gap is lost data.
 
     Attributes:
         topic, partition: the partition concerned.
@@ -260,8 +261,8 @@ class QueryGroupError(FloodgateError, RuntimeError):
 
 class QueryGroupHeld(QueryGroupError):
     """A micro-batch's output did not fit in an output stream queue, after every sleep:
-    the query group is HELD (seed 000_eb6ebce252a05f96.txt, table "output stream queue
-    overflows"; message code ``FG-QG-002``).
+    the query group is HELD (the output stream queue overflow rule of the stream data
+    platform Floodgate follows; message code ``FG-QG-002``).
 
     Raised inside the query's ``foreachBatch`` function, so Spark terminates the query
     without committing the batch: it is replayed from Spark's offset log on release.
@@ -361,7 +362,7 @@ class OversizedBatchError(QueryGroupError):
 class QueueFullError(FloodgateError, queue.Full):
     """A put does not fit in the free space of the stream queue; nothing of it was sent.
 
-    Seed 000_eb6ebce252a05f96.txt: ``SDPClientFreeInputQueueSizeLackException``.
+    The stream data platform's ``SDPClientFreeInputQueueSizeLackException``.
 
     Attributes:
         stream: the stream.
@@ -402,7 +403,7 @@ class QueueThresholdExceeded(FloodgateError):
     """The put *was accepted*, and the free space is now at or below the threshold.
 
     Raised after the tuples were handed to the broker, only with
-    ``raise_on_threshold=True`` (seed 000:
+    ``raise_on_threshold=True`` (the stream data platform's
     ``SDPClientFreeInputQueueSizeThresholdOverException``): the producer should
     slow down or wait for :meth:`~pipeline.client.StreamInput.free_queue_size`.
 

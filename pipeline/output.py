@@ -22,9 +22,8 @@ lengths and lag tools read. A restarted driver fences the old one's producer
 through the stable ``transactional.id``.
 
 Before step 3 writes anything, the batch's output is checked against the
-output stream queue (:class:`OutputQueueGuard`; DESIGN.md section 4.2, seed
-000_eb6ebce252a05f96.txt "(3) Preventing the output stream queue from
-overflowing"): when it does not fit in the free space, the query sleeps
+output stream queue (:class:`OutputQueueGuard`; the stream data platform's "preventing the output
+stream queue from overflowing"): when it does not fit in the free space, the query sleeps
 ``sleep_on_over_store_ms`` and re-checks, up to ``sleep_on_over_store_retry_count``
 times, then raises :class:`~pipeline.errors.QueryGroupHeld`. Spark then
 terminates the query *without* committing the batch, and the query group holds
@@ -212,7 +211,7 @@ def required_space(tuples: int, partitions: int) -> int:
 
 
 class OutputQueueGuard:
-    """Keeps one output stream queue within its max (DESIGN.md section 4.2).
+    """Keeps one output stream queue within its max (sleep, re-check, then hold).
 
     Every sink writing to the stream shares the guard, and writes while holding it
     (:meth:`reserve`), so two queries of the group never both fill the same free
