@@ -52,13 +52,21 @@ import os
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import tenacity
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from pipeline.errors import BatchInterrupted, OversizedBatchError, QueryGroupError, QueryGroupHeld
+from pipeline.errors import (
+    PY4J_ERROR_PREFIX,
+    BatchInterrupted,
+    MicroBatchError,
+    OversizedBatchError,
+    QueryGroupError,
+    QueryGroupHeld,
+)
 from pipeline.queues import QueueSnapshot, transient_kafka_error
 from pipeline.serde import StreamCodec, TupleKey
 
@@ -104,6 +112,28 @@ def _failpoint(name: str, batch_id: int) -> None:
     if spec and spec == f"{name}:{batch_id}":
         log.error("failpoint %s reached at batch %d: killing the driver", name, batch_id)
         os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def for_spark(exc: BaseException, *, query_group: str, query: str, batch_id: int) -> BaseException:
+    """What a ``foreachBatch`` function should raise to Spark for ``exc``.
+
+    py4j hands Spark a Python error as the text of its whole traceback, and Spark's
+    stream thread cannot read one that holds a JVM error's Java stack when the query
+    is being stopped (:data:`~pipeline.errors.PY4J_ERROR_PREFIX`): the thread dies of
+    a ``StackOverflowError`` and the stop becomes a failure. So an error whose
+    traceback holds a JVM error becomes a :class:`~pipeline.errors.MicroBatchError`
+    (a few lines, Spark's form of an interruption when it was one), to be raised
+    ``from None`` (a cause would print the Java stack again); any other error is
+    returned as it is.
+
+    Args:
+        exc: the error raised under the batch.
+        query_group, query: where (for the message).
+        batch_id: the micro-batch.
+    """
+    if PY4J_ERROR_PREFIX not in "".join(traceback.format_exception(exc)):
+        return exc
+    return MicroBatchError(query_group=query_group, query=query, batch_id=batch_id, cause=exc)
 
 
 def read_offset_log(spark: Any, checkpoint_dir: str, batch_id: int) -> list[dict[str, Any]]:
@@ -461,6 +491,8 @@ class KafkaTransactionalSink:
         #: Batches written and skipped as already written (for tests and metrics).
         self.batches_written = 0
         self.batches_skipped = 0
+        #: The error of the last micro-batch that failed, as raised under the function.
+        self.last_error: BaseException | None = None
         self.tuples_written = 0
 
     # -- clients -------------------------------------------------------------
@@ -563,7 +595,28 @@ class KafkaTransactionalSink:
                 every sleep; the batch is not committed (Spark terminates the query).
             BatchInterrupted: the group was held or stopped before the batch was written.
             OversizedBatchError: the output is larger than the whole output queue.
+            MicroBatchError: Spark or the JVM failed under the batch (a cancelled job, an
+                interruption by the query's stop); the full error, Java stack included,
+                is logged and kept in :attr:`last_error`.
         """
+        self.last_error = None
+        try:
+            self._write_batch(df, batch_id)
+        except Exception as exc:
+            self.last_error = exc
+            safe = for_spark(exc, query_group=self.query_group, query=self.query, batch_id=batch_id)
+            if safe is exc:
+                raise
+            log.error(
+                "query group %s query %s: micro-batch %d failed",
+                self.query_group,
+                self.query,
+                batch_id,
+                exc_info=exc,
+            )
+            raise safe from None
+
+    def _write_batch(self, df: Any, batch_id: int) -> None:
         with self._lock:
             if self.guard.interrupted.is_set():
                 raise BatchInterrupted(

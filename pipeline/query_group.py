@@ -27,7 +27,6 @@ import contextlib
 import enum
 import json
 import logging
-import math
 import os
 import sys
 import threading
@@ -43,7 +42,7 @@ from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgres
 
 from pipeline.broker import ensure_topics
 from pipeline.config import QueryGroupConfig
-from pipeline.errors import ConfigError, QueryGroupError, QueryGroupHeld
+from pipeline.errors import ConfigError, QueryGroupError, QueryGroupHeld, compact_error
 from pipeline.metrics import QueryGroupMetrics
 from pipeline.output import (
     TRANSACTION_TIMEOUT_S,
@@ -868,7 +867,21 @@ class QueryGroup:
             exc = query.exception()
             if exc is not None and not self._expected_termination():
                 self.state = QueryGroupState.FAILED
-                raise QueryGroupError(str(exc), query_group=self.name, query=name)
+                raise self._query_failure(name, exc)
+
+    def _query_failure(self, name: str, exc: BaseException) -> QueryGroupError:
+        """The error a failed query ends the group with: the query's own, as its
+        ``foreachBatch`` function raised it, else Spark's, without Java stacks
+        (:func:`~pipeline.errors.compact_error`); the full text is in the log."""
+        with self._lock:
+            running = self._queries.get(name)
+        own = running.sink.last_error if running is not None else None
+        if isinstance(own, QueryGroupError):
+            return own
+        log.error("query group %s query %s failed: %s", self.name, name, exc)
+        return QueryGroupError(
+            compact_error(own if own is not None else exc), query_group=self.name, query=name
+        )
 
     def _expected_termination(self) -> bool:
         """Queries end with an exception on purpose while the group is held or stopping."""
@@ -887,7 +900,7 @@ class QueryGroup:
             except Exception as exc:
                 self._raise_held()
                 self.state = QueryGroupState.FAILED
-                raise QueryGroupError(str(exc), query_group=self.name, query=name) from exc
+                raise self._query_failure(name, exc) from exc
         self._raise_held()
         self._await_listener()
 
@@ -935,17 +948,23 @@ class QueryGroup:
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for name, query in self.queries().items():
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            remaining = None if deadline is None else deadline - time.monotonic()
             try:
-                done = (
-                    query.awaitTermination(math.ceil(remaining))
-                    if remaining is not None
-                    else query.awaitTermination()
-                )
+                if remaining is None:
+                    done = query.awaitTermination()
+                elif remaining >= 0.001:
+                    # Seconds, int or float (PySpark's own check; its hint says int), at
+                    # least 1 ms: PySpark refuses 0 (VALUE_NOT_POSITIVE) and so does
+                    # the JVM's awaitTermination(ms) a timeout it rounds down to 0 ms.
+                    done = query.awaitTermination(remaining)  # type: ignore[arg-type]
+                elif query.isActive:
+                    done = False
+                else:
+                    done = query.awaitTermination()  # ended: returns at once, or raises
             except Exception as exc:
                 self._raise_held()
                 self.state = QueryGroupState.FAILED
-                raise QueryGroupError(str(exc), query_group=self.name, query=name) from exc
+                raise self._query_failure(name, exc) from exc
             if done is False:
                 return False
         self._raise_held()
