@@ -1,0 +1,125 @@
+"""Spark settings precedence: what ``spark-submit`` and Spark's own configuration set
+wins over a query group's ``[spark]`` section, which wins over Floodgate's defaults.
+
+Each test runs a real driver in a process of its own (``spark-submit`` or plain
+Python) that builds its session with :func:`pipeline.query_group.build_spark_session`
+and prints what the running session has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+
+PROBE = textwrap.dedent(
+    """
+    import json, sys
+    from pipeline.query_group import build_spark_session, spark_settings
+
+    spark = build_spark_session(
+        app_name="settings-probe", conf={"spark.sql.shuffle.partitions": 5, "spark.app.x": "file"}
+    )
+    sc = spark.sparkContext
+    def jvm_pid(_):
+        # The JVM this task's Python worker serves: its nearest java ancestor.
+        pid = __import__("os").getpid()
+        while pid > 1:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            pid = int(fields[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as cmd:
+                if b"java" in cmd.read().split(bytes(1))[0]:
+                    return [pid]
+        return [0]
+
+    driver = spark._jvm.java.lang.ProcessHandle.current().pid()
+    # A job that needs executors: on local-cluster its tasks run in executor JVMs.
+    pids = set(spark.range(0, 40, 1, 4).rdd.mapPartitions(jvm_pid).collect())
+    hosts = sorted("driver" if pid == driver else "executor" for pid in pids)
+    print("PROBE " + json.dumps({
+        "master": sc.master,
+        "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
+        "time_zone": spark.conf.get("spark.sql.session.timeZone"),
+        "x": spark.conf.get("spark.app.x"),
+        "task_jvms": hosts,
+        "settings": spark_settings(),
+    }))
+    spark.stop()
+    """
+)
+
+
+def _probe(tmp_path: Path, command: list[str], **env: str) -> dict[str, Any]:
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    environ = {k: v for k, v in os.environ.items() if k not in {"PYSPARK_SUBMIT_ARGS", "MASTER"}}
+    environ["PATH"] = f"{BIN}{os.pathsep}{environ.get('PATH', '')}"  # this venv's python3
+    environ.update(env)
+    done = subprocess.run(
+        [*command, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environ,
+        cwd=tmp_path,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE ")]
+    assert done.returncode == 0 and lines, done.stderr[-4_000:]
+    return json.loads(lines[-1].removeprefix("PROBE "))
+
+
+def test_spark_submit_master_and_conf_reach_the_session(tmp_path: Path) -> None:
+    seen = _probe(
+        tmp_path,
+        [
+            str(BIN / "spark-submit"),
+            "--master",
+            "local-cluster[2,1,1024]",
+            "--conf",
+            "spark.sql.shuffle.partitions=3",
+            "--conf",
+            f"spark.pyspark.python={sys.executable}",
+        ],
+    )
+    assert seen["master"] == "local-cluster[2,1,1024]"
+    assert seen["shuffle_partitions"] == "3"  # spark-submit's, not the file's 5
+    assert seen["settings"]["spark.sql.shuffle.partitions"]["source"] == "spark"
+    assert seen["settings"]["spark.master"] == {
+        "value": "local-cluster[2,1,1024]",
+        "source": "spark",
+    }
+    assert seen["x"] == "file"
+    assert seen["time_zone"] == "UTC"  # Floodgate's default where nothing else set one
+    assert seen["task_jvms"] == ["executor", "executor"]  # tasks in two executor JVMs
+
+
+def test_spark_defaults_conf_wins_over_floodgate_defaults(tmp_path: Path) -> None:
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(
+        "spark.sql.session.timeZone  Europe/Paris\nspark.master  local[1]\n"
+    )
+    seen = _probe(tmp_path, [sys.executable], SPARK_CONF_DIR=str(conf_dir))
+    assert seen["master"] == "local[1]"
+    assert seen["time_zone"] == "Europe/Paris"
+    assert seen["settings"]["spark.sql.session.timeZone"]["source"] == "spark"
+
+
+def test_without_spark_settings_the_file_then_floodgate_decide(tmp_path: Path) -> None:
+    seen = _probe(tmp_path, [sys.executable])
+    assert seen["master"] == "local[2]"
+    assert seen["shuffle_partitions"] == "5"
+    assert seen["settings"]["spark.sql.shuffle.partitions"]["source"] == "query group"
+    assert seen["settings"]["spark.sql.session.timeZone"] == {"value": "UTC", "source": "floodgate"}
+    assert seen["task_jvms"] == ["driver"]
