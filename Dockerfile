@@ -20,19 +20,21 @@ RUN useradd --create-home --uid 10001 floodgate \
     && chown floodgate:floodgate /app /data
 WORKDIR /app
 
-# Dependencies first (a layer that changes only with pyproject.toml), then the code.
-# An editable install: the code finds conf/ and schemas/ next to its packages.
+# Dependencies first (a layer that changes only with pyproject.toml), then the code,
+# installed as a wheel is (not editable): schemas and shipped configs are package data.
 COPY --chown=floodgate:floodgate pyproject.toml README.md ./
-RUN mkdir pipeline admission sweeper \
-    && touch pipeline/__init__.py admission/__init__.py sweeper/__init__.py \
-    && pip install -e . \
-    && rm -rf pipeline admission sweeper
+RUN mkdir -p pipeline/apache_kafka admission sweeper schemas conf \
+    && touch pipeline/__init__.py pipeline/apache_kafka/__init__.py \
+        admission/__init__.py sweeper/__init__.py \
+    && pip install '.[demo]' \
+    && pip uninstall -y floodgate \
+    && rm -rf pipeline admission sweeper schemas conf build
 COPY --chown=floodgate:floodgate pipeline pipeline
 COPY --chown=floodgate:floodgate admission admission
 COPY --chown=floodgate:floodgate sweeper sweeper
 COPY --chown=floodgate:floodgate conf conf
 COPY --chown=floodgate:floodgate schemas schemas
-RUN pip install --no-deps -e . && floodgate --help > /dev/null
+RUN pip install --no-deps . && rm -rf build && floodgate --help > /dev/null
 
 USER floodgate
 # Shared state of the compose stack (checkpoints, sweep catalog, BLOBs, job database).

@@ -30,6 +30,7 @@ broker needs a workaround that Apache Kafka does not, the workaround says so
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import shutil
@@ -154,7 +155,9 @@ class EmbeddedBroker:
         try:
             path = Path(str(files("noida_db").joinpath("noida-db")))
         except ModuleNotFoundError as exc:
-            raise BrokerError("the noida-db package is not installed (pip install -e .)") from exc
+            raise BrokerError(
+                "the noida-db package is not installed: pip install 'floodgate[demo]'"
+            ) from exc
         if not path.is_file():
             raise BrokerError(f"noida-db binary not found at {path}")
         if not os.access(path, os.X_OK):
@@ -438,7 +441,8 @@ def resolve_broker(
     if engine or env.get(ENGINE_ENV):
         started = local_broker(engine, env=env).start()
         return Broker(started.bootstrap_servers, "embedded", embedded=started, _stop=started.stop)
-    if use_docker and docker_available():
+    if use_docker and docker_available() and importlib.util.find_spec("testcontainers"):
+        # testcontainers comes with the `docker` extra (pip install 'floodgate[docker]').
         from testcontainers.kafka import KafkaContainer
 
         container = KafkaContainer().with_kraft()

@@ -94,6 +94,26 @@ _BootstrapOption = Annotated[
 ]
 
 
+def _query_group_file(value: str) -> Path:
+    """A query group file argument: a path, or the name of a file Floodgate ships
+    (``flights``: ``pipeline/resources.py``), so an installed Floodgate runs its demo
+    group from any directory."""
+    from pipeline.resources import shipped_configs
+
+    path = Path(value)
+    if path.is_file():
+        return path
+    shipped = shipped_configs()
+    if value in shipped:
+        return shipped[value]
+    raise typer.BadParameter(
+        f"{value}: no such file, nor a shipped query group file (shipped: {', '.join(shipped)})"
+    )
+
+
+_QUERY_GROUP_FILE_HELP = "Query group file (TOML), or the name of a shipped one (flights)."
+
+
 def _bootstrap_servers(bootstrap: str | None, config: Any) -> str:
     """``--bootstrap``, else the environment, else the query group file's ``[kafka]``.
 
@@ -137,7 +157,7 @@ def demo(
         int | None, typer.Option(min=1, help="Replay only the first N flights in event-time order.")
     ] = None,
     config: Annotated[
-        Path | None, typer.Option(exists=True, dir_okay=False, help="Query group file.")
+        Path | None, typer.Option(parser=_query_group_file, help=_QUERY_GROUP_FILE_HELP)
     ] = None,
     top: Annotated[int, typer.Option(min=1, help="Rows in each result table.")] = 10,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
@@ -325,9 +345,7 @@ def _stop_on_signals(stop: threading.Event, what: str) -> None:
 
 @app.command()
 def run(
-    config: Annotated[
-        Path, typer.Argument(exists=True, dir_okay=False, help="Query group file (TOML).")
-    ],
+    config: Annotated[Path, typer.Argument(parser=_query_group_file, help=_QUERY_GROUP_FILE_HELP)],
     bootstrap: _BootstrapOption = None,
     available_now: Annotated[
         bool, typer.Option(help="Process what is available now, then stop (Trigger.AvailableNow).")
@@ -373,8 +391,8 @@ def run(
 @app.command()
 def produce(
     config: Annotated[
-        Path, typer.Argument(exists=True, dir_okay=False, help="Query group file (TOML).")
-    ] = Path("conf/flights.toml"),
+        Path, typer.Argument(parser=_query_group_file, help=_QUERY_GROUP_FILE_HELP)
+    ] = Path("flights"),
     bootstrap: _BootstrapOption = None,
     stream: Annotated[str, typer.Option(help="Input stream to replay into.")] = "flights",
     rate: Annotated[
@@ -484,7 +502,8 @@ def audit(
     configs: Annotated[
         list[Path] | None,
         typer.Argument(
-            exists=True, dir_okay=False, help="Query group files (default: conf/flights.toml)."
+            parser=_query_group_file,
+            help="Query group files or shipped names (default: the shipped flights).",
         ),
     ] = None,
     query_group: Annotated[
@@ -501,7 +520,7 @@ def audit(
     from pipeline.ledger import reconcile
 
     try:
-        groups = [load_query_group(p) for p in configs or [Path("conf/flights.toml")]]
+        groups = [load_query_group(p) for p in configs or [_query_group_file("flights")]]
         if query_group is not None:
             groups = [g for g in groups if g.name == query_group]
             if not groups:

@@ -302,7 +302,8 @@ class QueryGroupConfig(_Strict):
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     schema_dir: str | None = None
-    """Directory of ``.avsc`` files; default: the project's ``schemas/``."""
+    """Directory of ``.avsc`` files, relative to the query group file unless absolute;
+    default: the schemas Floodgate ships (``pipeline/resources.py``)."""
 
     @property
     def name(self) -> str:
@@ -390,6 +391,9 @@ def load_query_group(path: str | Path, *, env: Mapping[str, str] | None = None) 
             allowed.
     """
     raw = read_toml(path, "query group file")
+    schemas = raw.get("schema_dir")
+    if isinstance(schemas, str) and not Path(schemas).is_absolute():
+        raw["schema_dir"] = str(Path(path).parent / schemas)  # relative to the file
     return parse_query_group(raw, source=str(path), env=env)
 
 

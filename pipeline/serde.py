@@ -39,14 +39,13 @@ from fastavro.validation import ValidationError as _AvroValidationError
 from fastavro.validation import validate as _validate
 
 from pipeline.errors import DeserializationError, SchemaError
+from pipeline.resources import schema_dir
 
 #: The two marker bytes that open every single-object encoded tuple.
 MAGIC = b"\xc3\x01"
 #: Bytes before the Avro body: marker + 8-byte fingerprint.
 HEADER_SIZE = 10
 
-#: Default schema directory: the project's ``schemas/``.
-DEFAULT_SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 
 Schema = dict[str, Any]
 
@@ -132,12 +131,13 @@ class SchemaRepository:
 
     @classmethod
     def load(cls, directory: str | Path | None = None) -> SchemaRepository:
-        """Load every ``*.avsc`` file of a directory (default: the project's ``schemas/``).
+        """Load every ``*.avsc`` file of a directory (default: the schemas Floodgate
+        ships, :func:`pipeline.resources.schema_dir`).
 
         Raises:
             SchemaError: the directory is missing or a file is not a valid schema.
         """
-        directory = Path(directory) if directory is not None else DEFAULT_SCHEMA_DIR
+        directory = Path(directory) if directory is not None else schema_dir()
         if not directory.is_dir():
             raise SchemaError(f"schema directory {str(directory)!r} does not exist", stream="*")
         schemas: dict[str, Schema] = {}

@@ -45,6 +45,7 @@ from pipeline.flights import flight_records, load_flights
 from pipeline.query_group import QueryGroup, QueryStats
 from pipeline.serde import SchemaRepository
 
+from .installed import InstalledFloodgate, build_and_install
 from .postgres import postgres_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -246,3 +247,9 @@ def produce(
             stream_input.put_end()
 
     return send
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> InstalledFloodgate:
+    """This checkout's wheel installed in a virtualenv of its own (``installed.py``)."""
+    return build_and_install(tmp_path_factory.mktemp("installed"))

@@ -1,0 +1,2 @@
+"""Floodgate's Avro schemas (``*.avsc``), installed as the package data of
+``pipeline.schemas`` (``pipeline/resources.py``)."""
