@@ -664,6 +664,14 @@ def query_group_stop(
     console.print(f"query group {name} stopping")
 
 
+@app.command("driver-path")
+def driver_path() -> None:
+    """Print the path of Floodgate's driver program, the file `spark-submit` runs:
+    spark-submit --master spark://host:7077 "$(floodgate driver-path)" run flights
+    (docs/spark-cluster.md)."""
+    typer.echo(Path(__file__).resolve())
+
+
 @app.command("metrics-doc")
 def metrics_doc(
     output: Annotated[

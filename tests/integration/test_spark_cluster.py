@@ -1,0 +1,353 @@
+"""Floodgate on a real Spark cluster: a standalone master and two workers
+(``spark_cluster.py``), executors running a virtualenv in which only the built wheel
+is installed, the driver started with ``spark-submit`` as the docs say.
+
+In standalone mode no task runs in the driver: every micro-batch's tasks (the Kafka
+reads of the Python data source, the swept BLOB reads, the aggregations) run in the
+workers' executor JVMs and their Python workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+from pipeline.broker import ensure_topics
+from pipeline.client import connect
+from pipeline.config import QueryGroupConfig, parse_query_group
+from pipeline.demo import read_all
+from pipeline.ledger import reconcile
+from pipeline.serde import SchemaRepository, StreamCodec
+from sweeper.service import Sweeper
+
+from .conftest import flights_raw_config
+from .installed import InstalledFloodgate
+from .spark_cluster import StandaloneCluster, spark_submit
+from .test_crash_recovery import committed_and_end
+from .test_query_group import (
+    actual,
+    assert_same_figures,
+    expected_by_carrier_day,
+    expected_by_origin_hour,
+    read_outputs,
+)
+from .test_sweeper import sample, sequenced, swept_group
+
+pytestmark = pytest.mark.integration
+
+DRIVER_TIMEOUT_S = 300.0
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(
+    installed: InstalledFloodgate, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StandaloneCluster]:
+    cluster = StandaloneCluster(installed, tmp_path_factory.mktemp("spark-cluster")).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def write_config(path: Path, raw: dict[str, Any]) -> QueryGroupConfig:
+    path.write_text(tomli_w.dumps(raw))
+    return parse_query_group(raw, env={})
+
+
+def wait_for(predicate: Callable[[], bool], what: str, log_path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}; driver log:\n{tail(log_path)}")
+
+
+def tail(path: Path, chars: int = 5000) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"
+
+
+def stop_driver(driver: subprocess.Popen[bytes]) -> None:
+    if driver.poll() is None:
+        os.killpg(driver.pid, signal.SIGTERM)
+        try:
+            driver.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
+
+
+def kill_driver(driver: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait(timeout=30)
+
+
+def executor_task_logs(cluster: StandaloneCluster) -> list[Path]:
+    """The stderr files of executors that ran tasks (``<work-dir>/<app>/<executor>``)."""
+    return [
+        p
+        for p in cluster.workdir.glob("work-*/app-*/*/stderr")
+        if "Running task" in p.read_text(errors="replace")
+    ]
+
+
+def assert_flights_figures(bootstrap: str, config: QueryGroupConfig, records: list[Any]) -> None:
+    """Each aggregation equals pandas' on the same flights (a lost or duplicated
+    tuple changes a count), and the tuple ledger balances."""
+    schemas = SchemaRepository.load()
+    outputs = read_outputs(bootstrap, config, schemas)
+    assert_same_figures(
+        actual(outputs["delays_by_origin_hour"], ["origin", "hour_start"]),
+        expected_by_origin_hour(records),
+    )
+    assert_same_figures(
+        actual(outputs["delays_by_carrier_day"], ["carrier", "day"]),
+        expected_by_carrier_day(records),
+    )
+    rows = reconcile(config, bootstrap_servers=bootstrap)
+    assert rows and all(r.balanced for r in rows), rows
+    assert sum(r.processed for r in rows) == len(records)
+
+
+def flights_group(run_id: str, tmp_path: Path, **settings: Any) -> tuple[Path, QueryGroupConfig]:
+    raw = flights_raw_config(run_id, tmp_path / "checkpoints", watermark="60 days", **settings)
+    raw["query_group"]["control_dir"] = str(tmp_path / "run")
+    path = tmp_path / "group.toml"
+    return path, write_config(path, raw)
+
+
+@pytest.mark.parametrize("attempt", range(1, 6))
+def test_the_flights_group_on_the_cluster_processes_every_tuple_once(
+    spark_cluster: StandaloneCluster,
+    installed: InstalledFloodgate,
+    bootstrap: str,
+    flights: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Path,
+    produce: Callable[..., None],
+    attempt: int,
+) -> None:
+    """Five runs in a row (``attempt``), each on topics of its own."""
+    path, config = flights_group(run_id, tmp_path)
+    produce(config, flights)
+    log_path = tmp_path / "driver.log"
+    before = set(executor_task_logs(spark_cluster))
+    driver = spark_submit(
+        installed,
+        spark_cluster,
+        ["run", str(path), "--bootstrap", bootstrap, "--available-now"],
+        cwd=tmp_path,
+        log_path=log_path,
+    )
+    try:
+        assert driver.wait(timeout=DRIVER_TIMEOUT_S) == 0, tail(log_path)
+    finally:
+        kill_driver(driver)
+    log = log_path.read_text(errors="replace")
+    assert "Starting executor ID driver" not in log  # no local mode
+    assert set(executor_task_logs(spark_cluster)) - before, "no executor ran a task"
+    assert_flights_figures(bootstrap, config, flights)
+
+
+def status(tmp_path: Path, config: QueryGroupConfig) -> dict[str, Any] | None:
+    """The running driver's ``GET /status`` (its URL from the control file)."""
+    try:
+        control = json.loads((tmp_path / "run" / f"{config.name}.json").read_text())
+        with urllib.request.urlopen(f"{control['url']}/status", timeout=5) as response:
+            return dict(json.load(response))
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def running_on_executors(tmp_path: Path, config: QueryGroupConfig) -> bool:
+    """Whether a micro-batch's tasks run now (in standalone mode only executors run
+    tasks), as the driver's ``/status`` tells from Spark's status tracker."""
+    seen = status(tmp_path, config)
+    if seen is None or seen["spark"] is None:
+        return False
+    return sum(e["running_tasks"] for e in seen["spark"]["executors"]) > 0
+
+
+def all_processed(bootstrap: str, config: QueryGroupConfig) -> bool:
+    topic = config.input_streams["flights"].topic
+    return all(
+        (lambda c, e: c == e)(*committed_and_end(bootstrap, config.consumer_group(q), topic))
+        for q in config.queries
+    )
+
+
+def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
+    spark_cluster: StandaloneCluster,
+    installed: InstalledFloodgate,
+    bootstrap: str,
+    flights: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Path,
+    produce: Callable[..., None],
+) -> None:
+    path, config = flights_group(run_id, tmp_path, max_rows_per_trigger=300, trigger_interval_ms=0)
+    produce(config, flights)
+    log_path = tmp_path / "driver.log"
+    driver = spark_submit(
+        installed,
+        spark_cluster,
+        ["run", str(path), "--bootstrap", bootstrap],
+        cwd=tmp_path,
+        log_path=log_path,
+    )
+    try:
+        wait_for(
+            lambda: running_on_executors(tmp_path, config),
+            "a micro-batch's tasks on an executor",
+            log_path,
+            DRIVER_TIMEOUT_S,
+        )
+        victims = spark_cluster.executors()
+        assert victims, spark_cluster.logs()
+        victims[0].send_signal(signal.SIGKILL)
+        killed = victims[0].pid
+        assert not all_processed(bootstrap, config), "the kill must land mid-stream"
+        wait_for(
+            lambda: all_processed(bootstrap, config),
+            "every tuple processed after the executor's death",
+            log_path,
+            DRIVER_TIMEOUT_S,
+        )
+        assert driver.poll() is None, tail(log_path)
+        assert killed not in {p.pid for p in spark_cluster.executors()}
+        assert "Lost executor" in log_path.read_text(errors="replace")  # Spark saw it
+    finally:
+        stop_driver(driver)
+    assert_flights_figures(bootstrap, config, flights)
+
+
+def test_the_driver_killed_and_resubmitted_resumes_from_its_checkpoint(
+    spark_cluster: StandaloneCluster,
+    installed: InstalledFloodgate,
+    bootstrap: str,
+    flights: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Path,
+    produce: Callable[..., None],
+) -> None:
+    path, config = flights_group(run_id, tmp_path, max_rows_per_trigger=300, trigger_interval_ms=0)
+    produce(config, flights)
+    topic = config.input_streams["flights"].topic
+    log_path = tmp_path / "driver.log"
+    args = ["run", str(path), "--bootstrap", bootstrap]
+    driver = spark_submit(installed, spark_cluster, args, cwd=tmp_path, log_path=log_path)
+    try:
+        wait_for(
+            lambda: any(
+                committed_and_end(bootstrap, config.consumer_group(q), topic)[0] > 0
+                for q in config.queries
+            ),
+            "a first committed micro-batch",
+            log_path,
+            DRIVER_TIMEOUT_S,
+        )
+    finally:
+        kill_driver(driver)
+    assert not all_processed(bootstrap, config), "the kill must land mid-stream"
+
+    driver = spark_submit(installed, spark_cluster, args, cwd=tmp_path, log_path=log_path)
+    try:
+        wait_for(
+            lambda: all_processed(bootstrap, config),
+            "the resubmitted driver to process every tuple",
+            log_path,
+            DRIVER_TIMEOUT_S,
+        )
+    finally:
+        stop_driver(driver)
+    assert_flights_figures(bootstrap, config, flights)
+
+
+def test_a_swept_input_is_read_back_by_tasks_on_the_workers(
+    spark_cluster: StandaloneCluster,
+    installed: InstalledFloodgate,
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    """A producer at about three times the group's service rate: the sweeper moves the
+    backlog into BLOBs and truncates the broker past what the group has read, so the
+    group, on the cluster, reads those ranges from the BLOB store in tasks on the
+    executors; its output is every tuple once, in the producer's order."""
+    from sweeper.config import SweeperSettings
+
+    config = swept_group(run_id, tmp_path, max_rows_per_trigger=200, trigger_interval_ms=500)
+    path = tmp_path / "group.toml"
+    raw = config.model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["query_group"]["control_dir"] = str(tmp_path / "run")
+    config = write_config(path, raw)
+    ensure_topics(bootstrap, {config.input_streams["flights"].topic: (1, 1)})
+    sweeper = Sweeper(
+        SweeperSettings(
+            catalog_url=config.query_group.sweep_catalog_url or "",
+            blob_dir=str(tmp_path / "blobs"),
+            sweep_interval_s=1.0,
+        ),
+        [config],
+        bootstrap_servers=bootstrap,
+    )
+    records = sequenced(flights, 8_000)
+    samples: list[tuple[int, int]] = []
+    outcomes: list[Any] = []
+    stop = threading.Event()
+
+    def sweep_loop() -> None:
+        while not stop.wait(1.0):
+            outcomes.extend(sweeper.cycle())
+            samples.append(sample(sweeper))
+
+    log_path = tmp_path / "driver.log"
+    driver = spark_submit(
+        installed,
+        spark_cluster,
+        ["run", str(path), "--bootstrap", bootstrap],
+        cwd=tmp_path,
+        log_path=log_path,
+    )
+    thread = threading.Thread(target=sweep_loop, daemon=True)
+    try:
+        with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as conn:
+            stream_input = conn.open_stream_input(config.name, "flights")
+            stream_input.put(records[:200])
+            stream_input.put_end()
+            wait_for(lambda: sample(sweeper)[0] == 0, "the first 200 serviced", log_path, 240)
+            thread.start()
+            # About three times what the group takes (200 per 0.5 s trigger).
+            for i in range(200, len(records), 300):
+                stream_input.put(records[i : i + 300])
+                stream_input.put_end()
+                time.sleep(0.25)
+        wait_for(lambda: sample(sweeper)[0] == 0, "every tuple serviced", log_path, 300)
+        assert driver.poll() is None, tail(log_path)
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join(timeout=60)
+        stop_driver(driver)
+        sweeper.catalog.close()
+    assert [o for o in outcomes if o.blob is not None], [o.decision for o in outcomes]
+    # The broker was truncated past what the group had read: it read that from BLOBs.
+    assert any(resident < backlog for backlog, resident in samples), samples
+    codec = StreamCodec("flights_copy", schemas.get("flight"), schemas)
+    output = read_all(bootstrap, config.output_streams["flights_copy"].topic)
+    assert [codec.decode(m.value())["flight"] for m in output] == list(range(len(records)))
