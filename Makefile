@@ -34,6 +34,8 @@ test-integration: $(STAMP)
 
 # The integration tests (soak included) on Apache Kafka's own broker instead of the
 # embedded one: needs Maven on first use, to fetch the broker's jars (docs/kafka-engines.md).
+# With them, the tests of Floodgate as users deploy it (marker `deployment`): the built
+# wheel in a fresh virtualenv, and a Spark standalone cluster (docs/spark-cluster.md).
 test-apache-kafka: $(STAMP)
 	FLOODGATE_KAFKA_ENGINE=apache-kafka $(BIN)/python -m pytest tests/integration $(ARGS)
 

@@ -1013,7 +1013,7 @@ class HangingTransactions:
         """The partitions hanging now, as ``(topic, partition)``."""
         hanging = []
         for stream, probe in self.probes.items():
-            high = {p: q.high for p, q in probe.snapshot().partitions.items()}
+            high = {p: q.high for p, q in probe.snapshot(wait_s=30).partitions.items()}
             stable = probe.last_stable_offsets()
             watch = self.watches[stream]
             watch.observe(stable, high, time.monotonic())
@@ -1061,7 +1061,9 @@ def input_progress(sampler: Sampler) -> tuple[int, int]:
     sampler's probe (one admin client for the run, see :class:`HangingTransactions`),
     never while the broker restarts (:attr:`Stack.admin_lock`)."""
     with sampler.stack.admin_lock:
-        partitions = sampler.probe.snapshot().partitions.values()
+        # wait_s: Apache Kafka answers NOT_COORDINATOR while it creates and loads
+        # __consumer_offsets for the run's first consumer group (a transient error).
+        partitions = sampler.probe.snapshot(wait_s=60).partitions.values()
     return sum(p.committed or 0 for p in partitions), sum(p.high for p in partitions)
 
 

@@ -15,7 +15,7 @@ from pipeline.broker import LocalBroker
 
 from .installed import InstalledFloodgate
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.deployment]
 
 
 def _run(installed: InstalledFloodgate, cwd: Path, *args: str, timeout: float = 600) -> str:

@@ -11,6 +11,8 @@ import pytest
 from pipeline.query_group import late_plan
 from pipeline.source import EventTimeWindow
 
+pytestmark = pytest.mark.no_kafka
+
 HOUR = 3_600_000
 MINUTE = 60_000
 

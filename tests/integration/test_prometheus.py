@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import yaml
 from prometheus_client import generate_latest
 
 from pipeline.metrics import metric_sections
 
 from .promtool import ROOT, check_metrics, promtool
+
+pytestmark = pytest.mark.no_kafka
 
 RULES = ROOT / "prometheus" / "rules" / "floodgate.yml"
 

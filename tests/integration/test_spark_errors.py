@@ -23,7 +23,7 @@ import pytest
 from pipeline.errors import PY4J_ERROR_PREFIX, MicroBatchError
 from pipeline.output import for_spark
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_kafka]
 
 
 def _interrupted_jvm_call(spark: Any) -> BaseException:
