@@ -614,7 +614,7 @@ def rest_until_records(
 
     Why: librdkafka fetches an assigned partition all the time, and a broker that
     answers a fetch at the log end at once instead of holding it for
-    ``fetch.wait.max.ms`` (the embedded broker, DESIGN.md section 8) turns an idle
+    ``fetch.wait.max.ms`` (the embedded broker, docs/kafka-engines.md) turns an idle
     reader into a busy loop (measured: 0.62 CPU s a second of the reader's process
     alone). Paused, the reader asks each partition's high watermark every ``poll_s``
     instead: one ListOffsets request a partition, no fetch. Measured by

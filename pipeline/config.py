@@ -6,8 +6,8 @@ pydantic at start: an unknown key or a bad value is refused with a
 :class:`~pipeline.errors.ConfigError` that names the key, the value and what is
 allowed. Nothing is validated lazily at run time.
 
-Settings that bound a stream resolve in three levels, as in the seed
-(000_eb6ebce252a05f96.txt, "system definition file" -> "query group file" ->
+Settings that bound a stream resolve in three levels, as in the stream data
+platforms Floodgate follows ("system definition file" -> "query group file" ->
 "stream definition"): the system defaults below, overridden by the
 ``[query_group]`` section, overridden by the stream's own section. See
 :meth:`QueryGroupConfig.input_settings`.
@@ -87,8 +87,8 @@ class StreamSettings(_Strict):
     """Percent of free space at or below which producers are told the queue is filling
     (the stream data platform's ``stream.freeInputQueueSizeThreshold``)."""
     resume_free_queue_size_threshold: Annotated[int, Field(ge=0, le=100)] | None = None
-    """Percent of free space a blocked ``put`` waits for before it sends (the seed's
-    "Process 2" resume check, built in)."""
+    """Percent of free space a blocked ``put`` waits for before it sends (the
+    resume check of a stream data platform's producer, built into the client)."""
     queue_refresh_interval_ms: Annotated[int, Field(ge=0, le=60_000)] | None = None
     """Longest a producer goes without reading the queue's state from the broker; in
     between it counts its own sends. 0 reads before every put."""
@@ -175,8 +175,8 @@ class QueryGroupSection(StreamSettings):
     on_hold_input: Literal["retain", "discard"] = "retain"
     """What happens to the input of a held query group. ``retain``: it stays in Kafka and
     is processed after release (producers feel back-pressure through the input queue);
-    ``discard``: the seed's behaviour -- on release, every query starts from the end of
-    its input, and the skipped tuples are counted in a metric and the log."""
+    ``discard``: the stream data platform's behaviour -- on release, every query starts
+    from the end of its input, and the skipped tuples are counted in a metric and the log."""
     auto_release: bool = False
     """Release a held query group by itself once every output stream queue has at least
     ``resume_free_queue_size_threshold`` percent free (and room for the held batch)."""

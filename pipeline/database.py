@@ -3,7 +3,7 @@ catalog, leader election): SQLAlchemy engines made one way.
 
 SQLite by default (a file; its folder is created; WAL so readers do not block the
 writer), any SQLAlchemy URL otherwise (PostgreSQL through psycopg 3:
-``postgresql+psycopg://user@host/db``) -- DESIGN.md section 3's table.
+``postgresql+psycopg://user@host/db``); README.md says which component keeps what.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The main job: replay the NYC 2013 flights through Kafka into the ``flights`` query group.
 
-:func:`run_demo` (``floodgate demo``, ``make demo``; DESIGN.md section 7):
+:func:`run_demo` (``floodgate demo``, ``make demo``; README.md "The demo"):
 
 1. resolves a broker (``--bootstrap``, ``FLOODGATE_KAFKA_BOOTSTRAP``, Docker, or the
    embedded one) and creates the topics;
@@ -75,7 +75,8 @@ class FlightReplayer:
     """Replays flights in event-time order through the back-pressure client.
 
     Each batch is ``put(block=True)``: when the input stream queue is full the
-    replay waits until the query group has made room (DESIGN.md section 4.1).
+    replay waits until the query group has made room (README.md, "Writing tuples:
+    the back-pressure client").
 
     Args:
         writer: the flights input stream of the query group.
