@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -23,16 +22,12 @@ from typing import Any
 
 import psutil
 
+from pipeline.broker import free_port
+
 from .installed import InstalledFloodgate
 
 #: The class of an executor JVM's main (standalone mode).
 EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -35,7 +35,7 @@ from sweeper.service import Sweeper
 from .conftest import flights_raw_config
 from .installed import InstalledFloodgate
 from .spark_cluster import StandaloneCluster, spark_submit
-from .test_crash_recovery import committed_and_end
+from .test_crash_recovery import committed_and_end, wait_until
 from .test_query_group import (
     actual,
     assert_same_figures,
@@ -67,15 +67,6 @@ def spark_cluster(
 def write_config(path: Path, raw: dict[str, Any]) -> QueryGroupConfig:
     path.write_text(tomli_w.dumps(raw))
     return parse_query_group(raw, env={})
-
-
-def wait_for(predicate: Callable[[], bool], what: str, log_path: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; driver log:\n{tail(log_path)}")
 
 
 def tail(path: Path, chars: int = 5000) -> str:
@@ -192,6 +183,25 @@ def all_processed(bootstrap: str, config: QueryGroupConfig) -> bool:
     )
 
 
+def start_streaming(
+    cluster: StandaloneCluster,
+    installed: InstalledFloodgate,
+    bootstrap: str,
+    records: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Path,
+    produce: Callable[..., None],
+) -> tuple[QueryGroupConfig, list[str], Path, subprocess.Popen[bytes]]:
+    """The flights group, ``records`` queued, run by ``spark-submit`` until stopped in
+    micro-batches of 300 back to back: ``(config, driver args, log, driver)``."""
+    path, config = flights_group(run_id, tmp_path, max_rows_per_trigger=300, trigger_interval_ms=0)
+    produce(config, records)
+    log_path = tmp_path / "driver.log"
+    args = ["run", str(path), "--bootstrap", bootstrap]
+    driver = spark_submit(installed, cluster, args, cwd=tmp_path, log_path=log_path)
+    return config, args, log_path, driver
+
+
 def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
     spark_cluster: StandaloneCluster,
     installed: InstalledFloodgate,
@@ -201,33 +211,26 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
     tmp_path: Path,
     produce: Callable[..., None],
 ) -> None:
-    path, config = flights_group(run_id, tmp_path, max_rows_per_trigger=300, trigger_interval_ms=0)
-    produce(config, flights)
-    log_path = tmp_path / "driver.log"
-    driver = spark_submit(
-        installed,
-        spark_cluster,
-        ["run", str(path), "--bootstrap", bootstrap],
-        cwd=tmp_path,
-        log_path=log_path,
+    config, _, log_path, driver = start_streaming(
+        spark_cluster, installed, bootstrap, flights, run_id, tmp_path, produce
     )
     try:
-        wait_for(
+        wait_until(
             lambda: running_on_executors(tmp_path, config),
+            DRIVER_TIMEOUT_S,
             "a micro-batch's tasks on an executor",
             log_path,
-            DRIVER_TIMEOUT_S,
         )
         victims = spark_cluster.executors()
         assert victims, spark_cluster.logs()
         victims[0].send_signal(signal.SIGKILL)
         killed = victims[0].pid
         assert not all_processed(bootstrap, config), "the kill must land mid-stream"
-        wait_for(
+        wait_until(
             lambda: all_processed(bootstrap, config),
+            DRIVER_TIMEOUT_S,
             "every tuple processed after the executor's death",
             log_path,
-            DRIVER_TIMEOUT_S,
         )
         assert driver.poll() is None, tail(log_path)
         assert killed not in {p.pid for p in spark_cluster.executors()}
@@ -246,21 +249,19 @@ def test_the_driver_killed_and_resubmitted_resumes_from_its_checkpoint(
     tmp_path: Path,
     produce: Callable[..., None],
 ) -> None:
-    path, config = flights_group(run_id, tmp_path, max_rows_per_trigger=300, trigger_interval_ms=0)
-    produce(config, flights)
+    config, args, log_path, driver = start_streaming(
+        spark_cluster, installed, bootstrap, flights, run_id, tmp_path, produce
+    )
     topic = config.input_streams["flights"].topic
-    log_path = tmp_path / "driver.log"
-    args = ["run", str(path), "--bootstrap", bootstrap]
-    driver = spark_submit(installed, spark_cluster, args, cwd=tmp_path, log_path=log_path)
     try:
-        wait_for(
+        wait_until(
             lambda: any(
                 committed_and_end(bootstrap, config.consumer_group(q), topic)[0] > 0
                 for q in config.queries
             ),
+            DRIVER_TIMEOUT_S,
             "a first committed micro-batch",
             log_path,
-            DRIVER_TIMEOUT_S,
         )
     finally:
         kill_driver(driver)
@@ -268,11 +269,11 @@ def test_the_driver_killed_and_resubmitted_resumes_from_its_checkpoint(
 
     driver = spark_submit(installed, spark_cluster, args, cwd=tmp_path, log_path=log_path)
     try:
-        wait_for(
+        wait_until(
             lambda: all_processed(bootstrap, config),
+            DRIVER_TIMEOUT_S,
             "the resubmitted driver to process every tuple",
             log_path,
-            DRIVER_TIMEOUT_S,
         )
     finally:
         stop_driver(driver)
@@ -333,14 +334,14 @@ def test_a_swept_input_is_read_back_by_tasks_on_the_workers(
             stream_input = conn.open_stream_input(config.name, "flights")
             stream_input.put(records[:200])
             stream_input.put_end()
-            wait_for(lambda: sample(sweeper)[0] == 0, "the first 200 serviced", log_path, 240)
+            wait_until(lambda: sample(sweeper)[0] == 0, 240, "the first 200 serviced", log_path)
             thread.start()
             # About three times what the group takes (200 per 0.5 s trigger).
             for i in range(200, len(records), 300):
                 stream_input.put(records[i : i + 300])
                 stream_input.put_end()
                 time.sleep(0.25)
-        wait_for(lambda: sample(sweeper)[0] == 0, "every tuple serviced", log_path, 300)
+        wait_until(lambda: sample(sweeper)[0] == 0, 300, "every tuple serviced", log_path)
         assert driver.poll() is None, tail(log_path)
     finally:
         stop.set()
