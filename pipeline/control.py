@@ -111,7 +111,7 @@ class ControlServer:
             self.control_file.write_text(
                 json.dumps({"query_group": self.group.name, "url": self.url, "pid": os.getpid()})
             )
-        log.warning(
+        log.info(
             "query group %s: metrics at %s/metrics, control at %s/status",
             self.group.name,
             self.url,
