@@ -122,6 +122,7 @@ def stop(service: Service) -> None:
     assert service.process.wait(timeout=30) == 0, service.log()
 
 
+@pytest.mark.no_kafka
 def test_mutations_need_the_token_and_programs_must_be_on_the_allowlist(
     serve: Callable[..., Service], tmp_path: Path
 ) -> None:
@@ -155,6 +156,7 @@ def cpu_burners() -> Iterator[None]:
             burner.wait()
 
 
+@pytest.mark.no_kafka
 def test_jobs_enqueue_under_real_cpu_load_and_drain_when_it_stops(
     serve: Callable[..., Service],
 ) -> None:
@@ -178,6 +180,7 @@ def test_jobs_enqueue_under_real_cpu_load_and_drain_when_it_stops(
     check_metrics(metrics)  # the live endpoint passes Prometheus' own lint
 
 
+@pytest.mark.no_kafka
 def test_a_restart_keeps_enqueued_jobs_and_a_vanished_running_job_is_unknown(
     serve: Callable[..., Service],
 ) -> None:
@@ -198,6 +201,7 @@ def test_a_restart_keeps_enqueued_jobs_and_a_vanished_running_job_is_unknown(
     )
 
 
+@pytest.mark.no_kafka
 def test_a_service_restarted_on_a_busy_host_keeps_its_queue_until_the_load_goes(
     serve: Callable[..., Service],
 ) -> None:
@@ -219,6 +223,7 @@ def test_a_service_restarted_on_a_busy_host_keeps_its_queue_until_the_load_goes(
     )
 
 
+@pytest.mark.no_kafka
 def test_a_killed_job_is_a_hard_stall_that_disables_its_lane_until_enabled(
     serve: Callable[..., Service],
 ) -> None:
@@ -244,6 +249,7 @@ def test_a_killed_job_is_a_hard_stall_that_disables_its_lane_until_enabled(
     assert "FG-ADM-005" in service.log()
 
 
+@pytest.mark.no_kafka
 def test_a_full_queue_refuses_with_the_setting_and_start_now_forces_a_start(
     serve: Callable[..., Service],
 ) -> None:
@@ -263,6 +269,7 @@ def test_a_full_queue_refuses_with_the_setting_and_start_now_forces_a_start(
     assert service.call("POST", "/jobs/999/cancel").status_code == 404
 
 
+@pytest.mark.no_kafka
 def test_at_the_default_max_queue_size_the_100_001st_submit_fails_naming_the_setting(
     serve: Callable[..., Service], tmp_path: Path
 ) -> None:
@@ -293,6 +300,7 @@ def test_at_the_default_max_queue_size_the_100_001st_submit_fails_naming_the_set
     assert service.call("GET", "/status").json()["jobs"]["ENQUEUED"] == 100_000
 
 
+@pytest.mark.no_kafka
 def test_a_job_past_its_expected_time_is_flagged_long_running_then_cleared(
     serve: Callable[..., Service],
 ) -> None:
@@ -307,6 +315,7 @@ def test_a_job_past_its_expected_time_is_flagged_long_running_then_cleared(
     assert service.job(job["id"])["state"] == "FINISHED_OK"
 
 
+@pytest.mark.no_kafka
 def test_a_part_that_cannot_be_scheduled_backs_out_an_enqueued_part(
     serve: Callable[..., Service],
 ) -> None:
@@ -324,6 +333,7 @@ def test_a_part_that_cannot_be_scheduled_backs_out_an_enqueued_part(
     assert service.call("GET", f"/requests/{first['request_id']}").json()["state"] == "BACKED_OUT"
 
 
+@pytest.mark.no_kafka
 def test_a_backed_out_part_that_may_be_running_is_in_doubt_until_it_ends(
     serve: Callable[..., Service],
 ) -> None:
@@ -355,6 +365,7 @@ def test_a_backed_out_part_that_may_be_running_is_in_doubt_until_it_ends(
     assert service.job(part["id"])["state"] == "FINISHED_OK"
 
 
+@pytest.mark.no_kafka
 def test_a_completion_step_that_cannot_be_scheduled_is_a_hard_stall_then_rescheduled(
     serve: Callable[..., Service],
 ) -> None:
@@ -439,6 +450,7 @@ def test_requests_from_the_request_topic_run_and_refusals_are_dead_lettered(
     assert states()[0] in ("ENQUEUED", "RUNNING")
 
 
+@pytest.mark.no_kafka
 def test_on_postgresql_one_instance_admits_and_another_takes_over_without_a_double_start(
     serve: Callable[..., Service], postgres: str, tmp_path: Path
 ) -> None:
