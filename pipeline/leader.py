@@ -1,7 +1,8 @@
 """Leader election through a database lock, for services that run several instances on
-one database (the admission service, the sweeper; DESIGN.md sections 4.3 and 5).
+one database (the admission service, the sweeper; README, "The admission service",
+"Several instances, one leader", and "The sweeper service", "Several sweepers").
 
-Seed 003_c7fb0752ef79ee33.txt elects the consuming node with Spring Integration's
+The rule is leader-elected consumption, as with Spring Integration's
 ``LockRegistryLeaderInitiator`` over a JDBC lock table: leadership can be granted at
 any moment at run time, and lost at any moment (the node stops, its database
 connection fails), and the node starts or stops its work on the granted / revoked

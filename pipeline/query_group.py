@@ -1,6 +1,6 @@
 """Run a query group: its continuous Spark SQL queries, in one SparkSession.
 
-A query group (seed 000_eb6ebce252a05f96.txt, "query group") is one config file:
+A query group (README, "Concepts" and "Configuration") is one config file:
 input streams, read with the ``floodgate_kafka`` source and registered as SQL
 views (with a watermark on ``event_time`` where configured); Spark SQL queries
 over those views; and the output streams each query writes to through a
@@ -8,14 +8,15 @@ over those views; and the output streams each query writes to through a
 together in one SparkSession (a child session of the one given, so temporary
 views and listeners of two groups sharing a SparkContext never mix).
 
-States (DESIGN.md section 4.2): STARTING, EXECUTING, SLEEPING, HELD, STOPPED,
-FAILED. SLEEPING and HELD belong to the bounded output stream queues
-(:class:`~pipeline.output.OutputQueueGuard`): a query whose micro-batch output
-does not fit sleeps (SLEEPING), and after ``sleep_on_over_store_retry_count``
-sleeps the group is HELD -- every query stops, the batch uncommitted. :meth:`QueryGroup.release`
-(CLI, HTTP, or ``auto_release``) starts them again from their checkpoints, so
-the held batch is replayed (``on_hold_input = "retain"``) or skipped with the
-rest of the input queue (``"discard"``, the seed's behaviour, counted).
+States: STARTING, EXECUTING, SLEEPING, HELD, STOPPED, FAILED. SLEEPING and HELD
+belong to the bounded output stream queues (README, "Bounded output stream queues:
+sleep, retry, hold"; :class:`~pipeline.output.OutputQueueGuard`): a query whose
+micro-batch output does not fit sleeps (SLEEPING), and after
+``sleep_on_over_store_retry_count`` sleeps the group is HELD -- every query stops, the
+batch uncommitted. :meth:`QueryGroup.release` (CLI, HTTP, or ``auto_release``) starts
+them again from their checkpoints, so the held batch is replayed (``on_hold_input =
+"retain"``) or skipped with the rest of the input queue (``"discard"``: a held group's
+input tuples are discarded, and counted).
 
 :meth:`QueryGroup.serve` publishes the group's metrics and its control endpoint
 (``/status``, ``/release``, ``/stop``; :mod:`pipeline.control`) on one port.
@@ -63,7 +64,7 @@ log = logging.getLogger(__name__)
 
 
 class QueryGroupState(enum.StrEnum):
-    """States of a query group (DESIGN.md section 4.2)."""
+    """States of a query group (README, "Bounded output stream queues: sleep, retry, hold")."""
 
     STARTING = "STARTING"
     EXECUTING = "EXECUTING"
@@ -398,7 +399,8 @@ class _JsonProgressCallbacks(JStreamingQueryListener):
 
 
 class _ProgressListener(StreamingQueryListener):
-    """Copies query progress into :class:`QueryStats`; never blocks (DESIGN.md section 6)."""
+    """Copies query progress into :class:`QueryStats`; never blocks (Spark calls a
+    StreamingQueryListener on its listener bus thread, which a slow callback stalls)."""
 
     def __init__(self, group: QueryGroup) -> None:
         self._group = group
@@ -1167,8 +1169,9 @@ class QueryGroup:
             )
 
     def _discard_input(self) -> None:
-        """Skip each input queue to its end now, counting what is skipped (seed 000:
-        "all input tuples in the input stream queue are discarded")."""
+        """Skip each input queue to its end now, counting what is skipped (``on_hold_input =
+        "discard"``: a held group's input tuples are discarded on release; README,
+        "Bounded output stream queues: sleep, retry, hold")."""
         for name in self.config.input_streams:
             if not self.config.readers(name):
                 continue

@@ -1,7 +1,7 @@
 """Queue accounting: length, max and free space of input and output stream queues.
 
-An *input stream queue* (DESIGN.md section 1) is the tuples of an input stream
-that its query group has not processed yet. On Kafka, per partition:
+An *input stream queue* (README, "Writing tuples: the back-pressure client") is the
+tuples of an input stream that its query group has not processed yet. On Kafka, per partition:
 
     length_p = high_watermark_p - position_p - swept_p
 
@@ -10,7 +10,8 @@ commits to its own consumer group, ``floodgate.<group>.<query>``; before its fir
 commit, a query is at the log start), and ``swept_p`` is what the sweeper moved
 out of the broker into BLOBs (the sweep catalog's count; zero until a sweeper
 registers one). The queue length is the sum over partitions; the free queue size
-is ``max_queue_size - length`` (seed 000_eb6ebce252a05f96.txt, getFreeQueueSize).
+is ``max_queue_size - length`` (the back-pressure rule of the input stream queues:
+``StreamInput.free_queue_size()``, README, "Writing tuples: the back-pressure client").
 
 :class:`QueueBudget` is the client side of the bound: between two reads of the
 broker, a producer counts what it sends itself, so one producer can never make
@@ -129,7 +130,8 @@ def slowest_commits(
 
 
 class SweptCounter(Protocol):
-    """What the sweep catalog tells queue accounting (DESIGN.md section 4.3)."""
+    """What the sweep catalog tells queue accounting: swept tuples no longer count in a
+    queue's length (README, "The sweeper service")."""
 
     def swept(self, topic: str, partition: int, position: int) -> int:
         """Tuples of ``[position, high)`` of a partition that are held in BLOBs."""
@@ -570,7 +572,7 @@ def lag_seconds(timestamps_ms: Iterable[int], now_s: float) -> float:
 
 class QueueAge:
     """The age of a queue's oldest unconsumed tuple, from its Kafka record timestamp:
-    the ``..._lag_seconds`` gauges (DESIGN.md section 6). Lag in tuples is what Kafka
+    the ``..._lag_seconds`` gauges (docs/metrics.md). Lag in tuples is what Kafka
     lag exporters give; lag in time says how stale the query group's (or the
     reception's) view is.
 
