@@ -1,4 +1,5 @@
-"""Metrics of the sweeper service (DESIGN.md section 6), on the registry it is handed."""
+"""Metrics of the sweeper service (docs/metrics.md, "Sweeper service"), on the registry it
+is handed."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class SweeperMetrics:
     * ``floodgate_sweeper_service_rate_tuples_per_second{topic,partition}`` (gauge): x
       over the interval;
     * ``floodgate_sweeper_swept_state{topic,partition}`` (gauge, 0/1): the partition
-      has BLOBs (the seed's swept state);
+      has BLOBs (it is swept: part of its backlog is in its BLOB chain);
     * ``floodgate_sweeper_blob_store_used_ratio`` (gauge, 0..): used / max bytes;
     * ``floodgate_sweeper_broker_freed_bytes_total{topic}`` (counter): BLOB bytes of the
       swept ranges truncated from the broker, each counted once. An estimate: a BLOB

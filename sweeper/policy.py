@@ -1,6 +1,6 @@
-"""The sweeper's decisions, as pure functions of one partition's state (seed
-001_ba86cf144862657d.txt, "To Sweep or Not to Sweep", "Sweep Process"; DESIGN.md
-section 4.3). Property-tested in ``tests/unit/test_sweep_policy.py``.
+"""The sweeper's decisions, as pure functions of one partition's state (the slow-queue
+sweeper's rule: sweep only a serviced queue whose backlog grows; README, "The sweeper
+service"). Property-tested in ``tests/unit/test_sweep_policy.py``.
 
 Per partition, each cycle:
 
@@ -8,15 +8,16 @@ Per partition, each cycle:
   ``y`` = queue length not yet swept (from the end of the BLOB chain, or the
   committed offset, to the high watermark).
 * Skip a queue not being serviced (``x = 0``: back-pressure's business) and one not
-  growing past twice its service rate (``y <= 2x``; the seed's ``L1(x) > 1/2 L1(y)``
-  the other way round).
+  growing past twice its service rate (``y <= 2x``: a queue is swept only once its
+  length is more than twice its service rate).
 * Sweep ``[a, b)``: ``a`` after the front buffer of ``x + 5`` tuples that stays in the
   broker (so the consumer's next reads do not unsweep at once), and never before the
   end of the chain, of the latest planned micro-batch, or of the broker's log start;
   ``b`` = the high watermark when the sweep starts.
 * After writing, :func:`verify`: abort when the consumer reached ``a``, a planned
-  micro-batch reaches past ``a``, or the broker no longer holds ``a`` (the seed's
-  three checks: a message assigned to a batch, gotten, or removed meanwhile).
+  micro-batch reaches past ``a``, or the broker no longer holds ``a`` (the slow-queue
+  sweeper's verify-then-abort: a tuple planned into a batch, consumed, or removed while
+  the BLOB was written).
 * :func:`truncate_to`: once the slowest consumer's committed offset reaches a BLOB's
   ``a``, the broker may be truncated up to its ``b``, and on to the end of the
   contiguous run of BLOBs chained after it -- never past the position of a protected
@@ -30,7 +31,7 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-#: The seed's "+ 5": tuples kept in the broker beyond one interval's service.
+#: The front buffer's "+ 5" (x + 5): tuples kept in the broker beyond one interval's service.
 FRONT_EXTRA = 5
 
 
