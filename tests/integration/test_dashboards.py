@@ -1,4 +1,5 @@
-"""Every Grafana panel shows data from a real stack (issue 7, DESIGN.md section 6).
+"""Every Grafana panel shows data from a real stack (issue 7; README, "Monitoring
+(Prometheus)").
 
 The demo's services run as the docker-compose stack runs them, each its own process
 on the session's broker: a query group (``floodgate run``, swept), the demo producer

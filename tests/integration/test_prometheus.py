@@ -1,4 +1,5 @@
-"""The Prometheus side of DESIGN.md section 6, checked by Prometheus' own tool:
+"""The Prometheus side of monitoring (README, "Monitoring (Prometheus)"), checked by
+Prometheus' own tool:
 the alerting and recording rules parse, every alert fires and stays quiet in its
 ``promtool test rules`` cases, every alert has its runbook section, and the
 exposition of every component's metrics passes ``promtool check metrics``."""

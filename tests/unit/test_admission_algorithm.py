@@ -1,4 +1,5 @@
-"""Unit and property tests of the admission service's decision logic (seed 004, job queue)."""
+"""Unit and property tests of the admission service's decision logic (the admission job
+queue: start now, enqueue, load step, emergency mode; README, "The admission service")."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def admission(**overrides: Any) -> Admission:
 # --- Limits ------------------------------------------------------------------------------------
 
 
-def test_limits_defaults_are_the_seeds() -> None:
+def test_limits_defaults_are_cpu_085_memory_090_queue_100_000() -> None:
     limits = Limits()
     assert limits.system_cpu_limit == 0.85
     assert limits.memory_usage_limit == 0.90

@@ -1,6 +1,6 @@
 """The memory figure of the admission decision: host memory or a Spark driver's heap,
-whichever is higher (seed 004's coreLowMem / workerLowMem), read from the query
-group's own metric families."""
+whichever is higher (the admission job queue enters emergency mode when any memory it
+watches is nearly full), read from the query group's own metric families."""
 
 from __future__ import annotations
 

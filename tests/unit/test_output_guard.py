@@ -2,7 +2,8 @@
 
 Pure logic, no broker: the guard reads free space from a scripted reader and
 sleeps through an injected ``wait``, so every schedule of free space can be
-tried (hypothesis) without a clock. Seed 000_eb6ebce252a05f96.txt, table 6-2.
+tried (hypothesis) without a clock. README, "Bounded output stream queues: sleep, retry,
+hold".
 """
 
 from __future__ import annotations

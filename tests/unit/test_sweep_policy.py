@@ -1,6 +1,7 @@
-"""The sweeper's decisions (seed 001): deterministic cases and hypothesis properties
-of the ranges (never inside the front buffer, a planned batch or the chain; never
-past the high watermark) and of truncation (never past what is consumed or swept)."""
+"""The sweeper's decisions (the slow-queue sweeper's rule: sweep only a serviced queue
+whose backlog grows past twice its service rate): deterministic cases and hypothesis
+properties of the ranges (never inside the front buffer, a planned batch or the chain;
+never past the high watermark) and of truncation (never past what is consumed or swept)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_the_range_starts_after_the_chain_and_the_planned_batch() -> None:
     assert plan(covered) is Skip.NOTHING_TO_SWEEP
 
 
-def test_verify_aborts_on_each_of_the_seeds_three_conditions() -> None:
+def test_verify_aborts_on_each_of_its_three_conditions() -> None:
     sweep = SweepRange(500, 900)
     assert verify(sweep, committed=499, planned_end=500, log_start=500) is None
     assert verify(sweep, committed=500, planned_end=None, log_start=0) is Abort.CONSUMER_REACHED
