@@ -22,14 +22,14 @@ checkpoint; it runs with ``Trigger.AvailableNow`` and is timed from
 has read every output tuple (output queue lengths 0). Tuples/s = flights / that
 time; each query must have read every flight.
 
-Runs come in ``--repeat`` pairs, ordered ABBA (off-on, on-off, ...) after one
-discarded warm-up run (the first job of a SparkSession costs several seconds
-more, DESIGN.md section 8), each starting once the broker and the machine are
-quiet (``bench/common.py``). The headline ratio is the median over pairs of
-on/off (the two runs of a pair are back to back, so they share the machine's
-drift); the ratio of the two medians is printed too. Target: >= 0.95x. The run
-time spent in the checks themselves (``floodgate_output_stream_queue_check_seconds``)
-is reported as well: it bounds the cost of the check without the run-to-run noise.
+Runs come in ``--repeat`` pairs, ordered ABBA (off-on, on-off, ...) after one discarded
+warm-up run (the first job of a SparkSession costs several seconds more: 6-8 s measured
+on the 2-core development machine), each starting once the broker and the machine are
+quiet (``bench/common.py``). The headline ratio is the median over pairs of on/off (the
+two runs of a pair are back to back, so they share the machine's drift); the ratio of
+the two medians is printed too. Target: >= 0.95x. The run time spent in the checks
+themselves (``floodgate_output_stream_queue_check_seconds``) is reported as well: it
+bounds the cost of the check without the run-to-run noise.
 
 Run: ``.venv/bin/python bench/bench_output.py [--repeat 5] [--limit N] [--bootstrap H:P]``.
 Results: a table, and JSON in ``bench/out/output.json``.

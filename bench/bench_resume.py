@@ -2,7 +2,8 @@
 
 Why (issue 9): the demo's reception (and the admission intake, and the soak's reader)
 pause their partitions after an empty read, so as not to poll the embedded broker's
-log end all along (DESIGN.md section 8), and resume them a moment later. The latency
+log end all along (it answers a fetch at the log end at once, so an idle reader
+spins: docs/kafka-engines.md), and resume them a moment later. The latency
 benchmark showed the reception receiving a micro-batch's output 2.7-4.9 s after the
 batch ended. This script isolates that, without Spark.
 

@@ -39,20 +39,19 @@ Set-up: an embedded ``noida-db`` broker (stopped at the end) unless ``--bootstra
 names a cluster; a new topic ``bench.flights.<id>`` with 4 partitions; all flights
 (``--limit`` for fewer) produced once, in event-time order, through the
 back-pressure client with the flights stream's key (:func:`produce_flights`).
-The broker stays busy for 4-6 s
-after a burst (DESIGN.md section 8), so before the first and every timed run the
-script waits until the embedded broker's process uses under 5 % of a core over
-one second; with ``--bootstrap`` it cannot see the broker and sleeps
-``--settle-s`` (default 6 s) after producing instead. The machine, too, must be
-quiet (under 15 % of its cores busy over that second: another engineer's test run
-would take CPU from the run). The wait lasts at most 60 s; a run that starts
-without quiet is flagged ``started_quiet: false`` in the JSON and marked ``*``
-in the table.
+The broker stays busy for 4-6 s after a burst (noida-db rewrites its data file), so
+before the first and every timed run the script waits until the embedded broker's
+process uses under 5 % of a core over one second; with ``--bootstrap`` it cannot see the
+broker and sleeps ``--settle-s`` (default 6 s) after producing instead. The machine,
+too, must be quiet (under 15 % of its cores busy over that second: another engineer's
+test run would take CPU from the run). The wait lasts at most 60 s; a run that starts
+without quiet is flagged ``started_quiet: false`` in the JSON and marked ``*`` in the
+table.
 
 Spark warm-up: the first job of a session costs 6-8 s more than later ones
-(DESIGN.md section 8), so one full run of the single-batch variant is made and
-discarded before any timed source run (reported as ``cold_run_discarded`` in
-the JSON and as "cold run s" in the table).
+(measured on the 2-core development machine), so one full run of the single-batch
+variant is made and discarded before any timed source run (reported as
+``cold_run_discarded`` in the JSON and as "cold run s" in the table).
 Every run uses a new checkpoint directory, so every run reads all the flights.
 
 Each timed figure is the median of ``--repeat`` runs (default 3). Benchmarks are

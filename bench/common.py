@@ -118,7 +118,7 @@ def wait_until_quiet(broker_pid: int | None) -> Quiet:
 
     Idle means, over one ``QUIET_WINDOW_S`` window: the embedded broker (when its
     PID is known) used less than ``QUIET_BROKER_CPU`` of a core (noida-db rewrites
-    its data file for 4-6 s after a burst, DESIGN.md section 8), and all cores
+    its data file for 4-6 s after a burst), and all cores
     together were less than ``QUIET_MACHINE_BUSY`` busy (another process, e.g. a
     test run, would take CPU from the run). After the timeout the run goes ahead
     and the figure says it did not start quiet.

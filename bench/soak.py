@@ -321,13 +321,13 @@ def wait_for_filler_jobs(stack: Stack) -> dict[str, Any]:
     """Wait (at most :data:`FILLER_WAIT_S`) until every filler job has ended; the report's
     ``filler_jobs`` (count by state), ``filler_jobs_forced`` and ``admission_status``.
 
-    Under high load the admission service starts nothing (seed 004, "Job Queue
-    Algorithm"), and a shared CI host can stay above ``system_cpu_limit`` for minutes
-    with the pipeline idle. A filler job still ENQUEUED after
-    :data:`FILLER_PATIENCE_S` while the service reports high load is started as an
-    operator would (``POST /jobs/{id}/start-now``, seed 004 "Start Enqueued Job
-    Immediately"), and recorded with the load that kept it: what the soak checks is
-    that no enqueued job was lost by the restart, not how busy the host was.
+    Under high load the admission service starts nothing (the admission job queue's
+    rule: no enqueued job starts while system CPU is above its limit), and a shared CI
+    host can stay above ``system_cpu_limit`` for minutes with the pipeline idle. A filler
+    job still ENQUEUED after :data:`FILLER_PATIENCE_S` while the service reports high
+    load is started as an operator would (``POST /jobs/{id}/start-now``: start-now
+    overrides the queue), and recorded with the load that kept it: what the soak checks
+    is that no enqueued job was lost by the restart, not how busy the host was.
     A job missing, or left ENQUEUED under low load, still fails the check.
     """
     started = time.monotonic()
@@ -451,7 +451,8 @@ class Stack:
 
     def restart_driver(self) -> None:
         """The operator's part after a driver's abnormal end: acknowledge the hard stall
-        (it disabled the driver's lane, seed 004), start the driver again."""
+        (a hard stall disables the job's lane until an operator enables it; README, "The
+        admission service", "Stall array"), start the driver again."""
         self._post(f"/lanes/{DRIVER_LANE}/enable")
         self.start_driver()
 
