@@ -10,14 +10,24 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from admission.environment import invalid_reason
 from pipeline.config import DEFAULT_CONTROL_DIR, load_service_config
 from pipeline.errors import ConfigError
+
+#: ``admission.job_path``'s default: the service's Python's folder, then the system's.
+DEFAULT_JOB_PATH = ":".join(
+    (
+        os.path.dirname(os.path.abspath(sys.executable)),
+        *("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"),
+    )
+)
 
 
 class AdmissionSettings(BaseModel):
@@ -40,7 +50,15 @@ class AdmissionSettings(BaseModel):
     database_url: str = "sqlite:///.floodgate/admission/jobs.db"
     """The persistent job queue (SQLAlchemy URL)."""
     log_dir: str = ".floodgate/admission/logs"
-    """Where each job's output goes (``<job id>.log``)."""
+    """Where each job's output goes (``<job id>.log``, mode 0600; the folder 0700)."""
+    job_path: str = DEFAULT_JOB_PATH
+    """``PATH`` of every job (a job's own ``env`` may not set it): absolute folders
+    joined with ``:``. Default: the folder of the service's Python (its virtualenv's
+    ``bin``, where ``floodgate`` and ``spark-submit`` are), then the system's."""
+    job_env: dict[str, str] = Field(default_factory=dict)
+    """Variables set for every job, by the operator (``SPARK_HOME``,
+    ``HADOOP_CONF_DIR``, ...): they may name what a job's own ``env`` may not; not the
+    service's own ``FLOODGATE__ADMISSION__*``."""
     system_cpu_limit: Annotated[float, Field(gt=0, le=1)] = 0.85
     """Low load: system CPU busy ratio at or below this (seed: 85 %)."""
     memory_usage_limit: Annotated[float, Field(gt=0, le=1)] = 0.90
@@ -80,6 +98,29 @@ class AdmissionSettings(BaseModel):
     """Requests that could not be taken (undecodable, refused), with the reason in headers."""
     consumer_group: str = "floodgate.admission"
     """The consumer group of the request topic."""
+
+    @field_validator("job_path")
+    @classmethod
+    def _check_job_path(cls, value: str) -> str:
+        for entry in value.split(":"):
+            if not entry or "\0" in entry or not os.path.isabs(entry):
+                raise ValueError(
+                    f"job_path entry {entry!r} is not an absolute folder; job_path is "
+                    "absolute folders joined with ':' (an empty or relative entry would "
+                    "run programs from the job's working directory)"
+                )
+        return value
+
+    @field_validator("job_env")
+    @classmethod
+    def _check_job_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, val in value.items():
+            why = invalid_reason(name, val)
+            if why is None and name.upper().startswith("FLOODGATE__ADMISSION__"):
+                why = f"{name!r} is the admission service's own setting, never a job's"
+            if why is not None:
+                raise ValueError(f"job_env: {why}")
+        return value
 
     @model_validator(mode="after")
     def _check_steps(self) -> AdmissionSettings:

@@ -2,13 +2,25 @@
 
 Each job runs in a session of its own (``start_new_session``), so stopping it stops
 everything it started (a ``spark-submit`` and its JVM); its output goes to
-``<log_dir>/<job id>.log``. The program is the allowlisted absolute path the
-service resolved, never looked up on ``PATH`` again at run time.
+``<log_dir>/<job id>.log`` (mode 0600, the folder created 0700: a job's output is
+its owner's). The program is the allowlisted absolute path the service resolved, never
+looked up on ``PATH`` again at run time, and the environment is exactly the one the
+service built (:mod:`admission.environment`): nothing of the service's own is added.
+
+A process's identity is its pid *and* its start time (:func:`start_since_boot`: the
+kernel's clock ticks from boot to the process's start, which a later process on the
+same pid cannot share), recorded with its command line when it starts. A service restarted while
+jobs run adopts a recorded pid only when the process there has that start time and
+is still the job's: its command line as recorded, or -- when the program has since
+``exec``'d another (``spark-submit`` becomes ``spark-class``, then ``java``) -- the
+job's id in its environment (``FLOODGATE_ADMISSION_JOB_ID``). A pid reused by an
+unrelated process is not adopted, so cancelling the job never signals it (issue 26).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -19,6 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from admission.environment import JOB_ID_VARIABLE
+
+log = logging.getLogger(__name__)
+
+#: Mode of the log folder and of each job's log file.
+LOG_DIR_MODE = 0o700
+LOG_FILE_MODE = 0o600
 
 
 @dataclass(frozen=True)
@@ -36,6 +56,78 @@ class Ended:
     exit_code: int | None
 
 
+@dataclass(frozen=True)
+class Started:
+    """A job's process, as started.
+
+    Attributes:
+        pid: its pid.
+        log_path: where its output goes.
+        created: its start time, seconds since boot (``None``: it could not be read).
+        cmdline: its command line once started (a script's interpreter first, as the
+            kernel ran it; ``None``: it could not be read).
+    """
+
+    pid: int
+    log_path: str
+    created: float | None
+    cmdline: list[str] | None
+
+
+def start_since_boot(process: psutil.Process) -> float:
+    """When ``process`` started, in seconds since the host booted, to the clock tick
+    (``SC_CLK_TCK``, 1/100 s on Linux): ``psutil``'s start time minus its boot time,
+    both of the wall clock read now, so a clock step between a job's start and its
+    adoption does not move it.
+
+    Raises:
+        psutil.Error: the process cannot be read.
+    """
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    return round((process.create_time() - psutil.boot_time()) / tick) * tick
+
+
+def process_identity(pid: int) -> tuple[float | None, list[str] | None]:
+    """``(start time in seconds since boot, command line)`` of a process; either is
+    ``None`` when it cannot be read (the process is gone, or not ours). Never raises."""
+    try:
+        process = psutil.Process(pid)
+        created: float | None = start_since_boot(process)
+    except Exception:  # whatever psutil raises here, the identity is unknown
+        return None, None
+    return created, _cmdline(process)
+
+
+def open_private(path: Path) -> int:
+    """Open ``path`` to append, created with mode 0600 (and set to 0600 if it existed);
+    a file descriptor.
+
+    Raises:
+        OSError: it cannot be opened.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, LOG_FILE_MODE)
+    try:
+        os.fchmod(fd, LOG_FILE_MODE)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_private_dir(path: Path) -> bool:
+    """Create the folder ``path`` (and its parents) with mode 0700. A folder that exists
+    keeps its mode (it may be shared: the operator chose it).
+
+    Returns:
+        Whether others than its owner can enter it.
+
+    Raises:
+        OSError: it cannot be created.
+    """
+    path.mkdir(mode=LOG_DIR_MODE, parents=True, exist_ok=True)
+    return bool(path.stat().st_mode & 0o077)
+
+
 class ProcessRunner:
     """The job processes of one service.
 
@@ -45,53 +137,104 @@ class ProcessRunner:
 
     def __init__(self, log_dir: str | Path) -> None:
         self.log_dir = Path(log_dir)
+        self._warned = False
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._adopted: dict[int, psutil.Process] = {}
         self._lock = threading.Lock()
 
     def start(
         self, job_id: int, argv: Sequence[str], *, cwd: str | None, env: Mapping[str, str]
-    ) -> tuple[int, str]:
-        """Start a job's process.
+    ) -> Started:
+        """Start a job's process with exactly ``env`` as its environment.
 
         Returns:
-            ``(pid, log path)``.
+            The process as started (once this returns, it is watched).
 
         Raises:
-            OSError: the program could not be started (the caller records the job as
-                ERROR with the reason).
+            OSError: the program could not be started (missing, not executable, a
+                missing ``cwd``, the log not writable).
+            ValueError: ``argv``, ``cwd`` or ``env`` holds what ``execve`` cannot carry
+                (a NUL byte, ``=`` in a name). Either way no process runs; the caller
+                records the job as ERROR with the reason.
         """
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        if make_private_dir(self.log_dir) and not self._warned:
+            self._warned = True
+            log.warning(
+                "admission.log_dir %s can be entered by others than its owner: chmod 700 it "
+                "(each job's log is 0600)",
+                self.log_dir,
+            )
         log_path = self.log_dir / f"{job_id}.log"
-        with open(log_path, "ab") as out:
+        out = open_private(log_path)
+        try:
             process = subprocess.Popen(
                 list(argv),
                 cwd=cwd,
-                env={**os.environ, **env},
+                env=dict(env),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        finally:
+            os.close(out)
         with self._lock:
             self._children[job_id] = process
-        return process.pid, str(log_path)
+        # Popen returns once the program was exec'd: this is its command line (a
+        # zombie's, if it ended already, cannot be read: None).
+        created, cmdline = process_identity(process.pid)
+        return Started(process.pid, str(log_path), created, cmdline)
 
-    def adopt(self, job_id: int, pid: int) -> bool:
-        """Watch a job's process started by an earlier run of the service.
+    def adopt(
+        self, job_id: int, pid: int, *, created: float | None, cmdline: Sequence[str] | None
+    ) -> str | None:
+        """Watch a job's process started by an earlier run of the service, if the process
+        at ``pid`` is still that job's.
+
+        Args:
+            job_id: the job.
+            pid: its recorded pid.
+            created: its recorded start time (seconds since boot); ``None`` (not
+                recorded) adopts nothing: the pid alone proves nothing.
+            cmdline: its recorded command line.
 
         Returns:
-            Whether the process is still there to watch.
+            ``None`` when adopted; otherwise why not (the process is gone, or the pid
+            is another process's now).
         """
+        if created is None:
+            return f"pid {pid}: no start time was recorded to tell it from a reused pid"
         try:
             process = psutil.Process(pid)
-        except psutil.Error:
-            return False
-        if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
-            return False
+            if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
+                return f"pid {pid} has ended"
+            now_created = start_since_boot(process)
+        except psutil.NoSuchProcess:
+            return f"pid {pid} has ended"
+        except psutil.Error as exc:
+            return f"pid {pid} cannot be inspected ({exc})"
+        if abs(now_created - created) > 0.5 / os.sysconf("SC_CLK_TCK"):  # another tick
+            return (
+                f"pid {pid} is another process now (started {now_created:.2f} s after boot, "
+                f"the job's {created:.2f} s)"
+            )
+        if not self._still_the_job(process, job_id, cmdline):
+            return (
+                f"pid {pid} runs another command now ({_cmdline(process)!r}) and does not "
+                f"carry {JOB_ID_VARIABLE}={job_id}"
+            )
         with self._lock:
             self._adopted[job_id] = process
-        return True
+        return None
+
+    @staticmethod
+    def _still_the_job(process: psutil.Process, job_id: int, cmdline: Sequence[str] | None) -> bool:
+        if cmdline and _cmdline(process) == list(cmdline):
+            return True
+        try:
+            return process.environ().get(JOB_ID_VARIABLE) == str(job_id)
+        except psutil.Error:
+            return False
 
     def running(self) -> list[int]:
         """Ids of the jobs whose processes are watched."""
@@ -108,7 +251,7 @@ class ProcessRunner:
                     del self._children[job_id]
                     ended.append(Ended(job_id, code))
             for job_id, adopted in list(self._adopted.items()):
-                if not adopted.is_running() or adopted.status() == psutil.STATUS_ZOMBIE:
+                if not _alive(adopted):
                     del self._adopted[job_id]
                     ended.append(Ended(job_id, None))
         return ended
@@ -131,9 +274,25 @@ class ProcessRunner:
         while time.monotonic() < deadline:
             if child is not None and child.poll() is not None:
                 return True
-            if adopted is not None and not adopted.is_running():
+            if adopted is not None and not _alive(adopted):
                 return True
             time.sleep(0.05)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
         return True
+
+
+def _cmdline(process: psutil.Process) -> list[str] | None:
+    try:
+        return list(process.cmdline())
+    except Exception:  # a zombie's, or another user's: unknown
+        return None
+
+
+def _alive(process: psutil.Process) -> bool:
+    """Whether ``process`` still runs (a zombie -- ended, its parent has not reaped it
+    yet -- does not)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -50,6 +50,12 @@ from prometheus_client import CollectorRegistry
 
 from admission.algorithm import Admission, Decision, Limits, Load, StartReason
 from admission.config import AdmissionSettings, resolve_program
+from admission.environment import (
+    base_environment,
+    denied_reason,
+    invalid_reason,
+    job_environment,
+)
 from admission.load import DriverHeaps, HostLoadSampler
 from admission.metrics import AdmissionMetrics
 from admission.runner import ProcessRunner
@@ -67,6 +73,9 @@ from pipeline.leader import LeaderElection
 
 log = logging.getLogger(__name__)
 
+#: The flag (``floodgate_flags``) that keeps a suspension across restarts.
+SUSPENDED = "suspended"
+
 
 class AdmissionError(FloodgateError):
     """A request the admission service refuses; ``status`` is the HTTP status to answer."""
@@ -78,6 +87,22 @@ class CommandNotAllowed(AdmissionError, PermissionError):
     """The job's program is not on ``allowlist``; nothing was started."""
 
     status = 403
+
+
+class EnvNotAllowed(AdmissionError, PermissionError):
+    """The job's ``env`` names a variable on the deny-list (:mod:`admission.environment`:
+    it would change what an allowlisted program loads, issue 26); nothing was stored or
+    started.
+
+    Attributes:
+        variable: the variable named.
+    """
+
+    status = 403
+
+    def __init__(self, message: str, *, variable: str) -> None:
+        super().__init__(message)
+        self.variable = variable
 
 
 class AdmissionQueueFull(AdmissionError):
@@ -125,7 +150,8 @@ class JobSpec:
     Attributes:
         argv: the command line; ``argv[0]`` must be on the allowlist.
         cwd: working directory (default: the service's).
-        env: extra environment variables.
+        env: the job's own environment variables, over the base set the service
+            builds (:mod:`admission.environment`); none on its deny-list.
         queueable: ``False`` starts it at once whatever the load (seed 004).
         expected_s: expected run time; past it the job is flagged long-running.
         abnormal_exit: a non-zero exit is abnormal (a hard stall), not only an error.
@@ -189,6 +215,8 @@ class AdmissionService:
         self.admission = Admission(Limits(**limits))
         self.store = JobStore(settings.database_url)
         self.runner = ProcessRunner(settings.log_dir)
+        #: What every job's environment starts from (never the service's own).
+        self.base_env = base_environment(job_path=settings.job_path, job_env=settings.job_env)
         #: Several instances on one PostgreSQL database: counts come from it.
         self.shared = not settings.database_url.startswith("sqlite")
         self.election = LeaderElection(
@@ -198,7 +226,9 @@ class AdmissionService:
             on_revoked=self._revoked,
             check_interval_s=settings.leader_check_interval_s,
         )
-        self.suspended = False
+        #: Suspended (``POST /suspend``): kept in the database, so a restart, or a new
+        #: leader, stays suspended until resumed (issue 26).
+        self.suspended = self.store.flag(SUSPENDED)
         self.load = Load(cpu=0.0, memory=0.0)
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -257,19 +287,29 @@ class AdmissionService:
 
     def _recover(self) -> None:
         now = self.clock()
+        self.suspended = self.store.flag(SUSPENDED)
+        if self.suspended:
+            log.warning("admission suspended (since before this instance led): POST /resume")
         watched = set(self.runner.running())
         for job in self.store.in_state(JobState.RUNNING):
             if job.id in watched:
                 continue
-            if job.pid is None or not self.runner.adopt(job.id, job.pid):
+            why = (
+                "no pid was recorded"
+                if job.pid is None
+                else self.runner.adopt(
+                    job.id, job.pid, created=job.pid_created, cmdline=job.pid_cmdline
+                )
+            )
+            if why is not None:
                 self.store.update(
                     job.id,
                     expect=[JobState.RUNNING],
                     state=JobState.UNKNOWN.value,
                     finished=now,
-                    note="its process was gone when this instance took the lead",
+                    note=f"not adopted when this instance took the lead: {why}",
                 )
-                log.warning("job %d: was RUNNING, its process is gone: UNKNOWN", job.id)
+                log.warning("job %d: was RUNNING, not adopted (%s): UNKNOWN", job.id, why)
         self._enqueued = self.store.count_enqueued()
 
     def _revoked(self) -> None:
@@ -308,9 +348,13 @@ class AdmissionService:
 
         Raises:
             CommandNotAllowed: ``argv[0]`` is not on the allowlist (nothing stored).
+            EnvNotAllowed: ``env`` names a variable on the deny-list (nothing stored).
+            AdmissionError: ``argv``, ``cwd`` or ``env`` holds what a process cannot be
+                given (a NUL byte, ``=`` in a variable's name; nothing stored).
             AdmissionQueueFull: ``max_queue_size`` jobs are enqueued already.
         """
         program = self._resolve(spec.argv)
+        self._check_spec(spec)
         argv = [program, *spec.argv[1:]]
         if self.shared and self._enqueued + 1 >= 0.9 * self.settings.max_queue_size:
             # Other instances enqueue too: near the bound, count in the database.
@@ -382,6 +426,7 @@ class AdmissionService:
 
         Raises:
             CommandNotAllowed: a program is not on the allowlist (nothing scheduled).
+            EnvNotAllowed: an ``env`` names a denied variable (nothing scheduled).
             RequestBackedOut: a part failed to schedule (the message says which, why,
                 and what was backed out).
         """
@@ -389,6 +434,7 @@ class AdmissionService:
             raise AdmissionError("a request needs at least one part")
         for spec in [*parts, *([completion] if completion else [])]:
             self._resolve(spec.argv)
+            self._check_spec(spec)
         request_id = self.store.add_request(
             None if completion is None else completion.as_fields(), self.clock()
         )
@@ -524,14 +570,19 @@ class AdmissionService:
         return self._get(job_id)
 
     def suspend(self, *, at_once: bool = False) -> None:
-        """Stop starting jobs (seed 004, "Server suspend"); ``at_once`` also aborts every
-        running and enqueued job.
+        """Stop starting jobs until :meth:`resume`, across restarts and leader changes
+        (the flag is in the database); ``at_once`` also aborts every running and
+        enqueued job.
 
         Raises:
             NotLeader: this instance does not lead (suspend the leader).
         """
         self._require_leader("suspend")
-        self.suspended = True
+        with self._lock:
+            self.store.set_flag(
+                SUSPENDED, True, reason="at once" if at_once else None, now=self.clock()
+            )
+            self.suspended = True
         log.warning("admission suspended%s", " at once" if at_once else "")
         if at_once:
             for state in (JobState.ENQUEUED, JobState.RUNNING):
@@ -545,7 +596,9 @@ class AdmissionService:
             NotLeader: this instance does not lead.
         """
         self._require_leader("resume")
-        self.suspended = False
+        with self._lock:
+            self.store.set_flag(SUSPENDED, False, reason=None, now=self.clock())
+            self.suspended = False
         log.warning("admission resumed")
 
     def enable_lane(self, name: str) -> None:
@@ -604,7 +657,7 @@ class AdmissionService:
             "driver_heaps": self.heaps.ratios() if self.heaps is not None else {},
             "emergency_mode": self.admission.emergency,
             "load_step": self.admission.load_step,
-            "suspended": self.suspended,
+            "suspended": self.store.flag(SUSPENDED),
             "leader": {
                 "is_leader": self.is_leader,
                 "instance": self.election.instance,
@@ -719,6 +772,54 @@ class AdmissionService:
             )
         return resolved
 
+    def _check_spec(self, spec: JobSpec) -> None:
+        """Refuse what a job may not carry: a denied variable in ``env`` (403), what a
+        process cannot be given (400)."""
+        for i, arg in enumerate(spec.argv):
+            if "\0" in arg:
+                raise AdmissionError(f"argv[{i}] holds a NUL byte (a process cannot take it)")
+        if spec.cwd is not None and "\0" in spec.cwd:
+            raise AdmissionError("cwd holds a NUL byte (a process cannot take it)")
+        why = self._env_refusal(spec.env)
+        if why is not None:
+            message, variable, denied = why
+            if not denied:
+                raise AdmissionError(message)
+            self.metrics.rejections.labels("not-allowed").inc()
+            log.warning("FG-ADM-004 submit refused: %s", message)
+            raise EnvNotAllowed(message, variable=variable)
+
+    @staticmethod
+    def _env_refusal(env: Mapping[str, str]) -> tuple[str, str, bool] | None:
+        """``(message, variable, denied?)`` for the first variable of ``env`` refused."""
+        for name, value in env.items():
+            invalid = invalid_reason(name, value)
+            if invalid is not None:
+                return f"env: {invalid}", name, False
+            denied = denied_reason(name)
+            if denied is not None:
+                return (
+                    f"env variable {name!r} is not allowed in a job's environment: {denied} "
+                    "(the deny-list of docs/admission.md)",
+                    name,
+                    True,
+                )
+        return None
+
+    def _refusal_at_start(self, job: Job) -> str | None:
+        """Why a stored job may not start now: its program left the allowlist, or its
+        ``env`` holds what is refused today (it was enqueued before; issue 26)."""
+        if not job.argv:
+            return "it has no command"
+        resolved = resolve_program(job.argv[0])
+        if resolved is None or resolved not in self.allowlist:
+            return (
+                f"program {job.argv[0]!r} is not on admission.allowlist "
+                f"(allowed: {sorted(self.allowlist.values())})"
+            )
+        why = self._env_refusal(job.env)
+        return None if why is None else why[0]
+
     def _leader_name(self) -> str:
         holder = self.election.holder()
         if holder is None:
@@ -741,27 +842,58 @@ class AdmissionService:
     def _start(self, job: Job, how: StartReason) -> Job:
         """Claim an ENQUEUED job (``ENQUEUED -> RUNNING`` in the database), then start
         its process (under ``self._lock``). A job claimed by another instance, or
-        cancelled meanwhile, is left alone and returned as it now is."""
+        cancelled meanwhile, is left alone and returned as it now is.
+
+        The allowlist and the env deny-list are checked again first: a job enqueued
+        before its program left the allowlist is ABORTED with the reason, not started.
+        A process that cannot be spawned (a missing program, a NUL byte) ends the job
+        as ERROR with the reason: never RUNNING without a process (issue 26)."""
         now = self.clock()
+        refusal = self._refusal_at_start(job)
+        if refusal is not None:
+            if self.store.update(
+                job.id,
+                expect=[JobState.ENQUEUED],
+                state=JobState.ABORTED.value,
+                finished=now,
+                note=f"refused at start: {refusal}",
+            ):
+                self._enqueued -= 1
+                self.metrics.rejections.labels("not-allowed").inc()
+                log.warning("FG-ADM-004 job %d refused at start: %s", job.id, refusal)
+                self._notify(job.id)
+                if job.request_id is not None and job.role == "part":
+                    self._request_progress(job.request_id)
+            return self._get(job.id)
         if not self.store.claim(job.id, now=now, how=how.value, instance=self.election.instance):
             return self._get(job.id)
         self._enqueued -= 1
+        env = job_environment(self.base_env, job.env, job.id)
         try:
-            pid, log_path = self.runner.start(job.id, job.argv, cwd=job.cwd, env=job.env)
-        except OSError as exc:
+            started = self.runner.start(job.id, job.argv, cwd=job.cwd, env=env)
+        except Exception as exc:  # whatever it was, no process runs
             self.store.update(
                 job.id,
+                expect=[JobState.RUNNING],
                 state=JobState.ERROR.value,
                 finished=now,
-                note=f"could not start: {exc}",
+                note=f"could not start: {type(exc).__name__}: {exc}",
             )
-            log.error("job %d could not start: %s", job.id, exc)
+            log.error("job %d could not start: %s: %s", job.id, type(exc).__name__, exc)
             self._notify(job.id)
+            if job.request_id is not None and job.role == "part":
+                self._request_progress(job.request_id)
             return self._get(job.id)
-        self.store.update(job.id, pid=pid, log_path=log_path)
+        self.store.update(
+            job.id,
+            pid=started.pid,
+            log_path=started.log_path,
+            pid_created=started.created,
+            pid_cmdline=started.cmdline,
+        )
         self.metrics.starts.labels(how.value).inc()
         self.metrics.wait.observe(max(0.0, now - job.submitted))
-        log.info("job %d started (%s), pid %d", job.id, how.value, pid)
+        log.info("job %d started (%s), pid %d", job.id, how.value, started.pid)
         self._notify(job.id)
         return self._get(job.id)
 

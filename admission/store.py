@@ -4,15 +4,23 @@ Seed 004's job queue lives in memory; this one is a table (seed 003: queueing on
 SQL table), so a restart keeps enqueued jobs enqueued. SQLite by default (a file),
 any SQLAlchemy URL otherwise. Enqueued jobs are taken in Submitted order through the
 index ``(state, submitted, id)``: taking the next ``n`` costs O(n), not O(queue).
+
+A SQLite file holds jobs' environments and command lines: it is created with mode
+0600 in a folder created 0700 (SQLite gives its ``-wal`` and ``-shm`` files the
+database's mode), and an existing one is set to 0600 (issue 26). Service-wide state
+that must outlive a restart (a suspension) is a row of ``floodgate_flags``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
+import os
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -28,11 +36,14 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    inspect,
     select,
+    text,
     true,
     update,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import DBAPIError
 
 from pipeline.database import create_database_engine, create_tables
 
@@ -102,6 +113,10 @@ jobs = Table(
     # queueable, or start-now): the leader starts these first, whatever the load.
     Column("asap", Boolean, nullable=False, default=False),
     Column("started_by", String, nullable=True),
+    # The process's identity, to tell it from a process that reused its pid after a
+    # restart (admission.runner): start time (seconds since boot), command line.
+    Column("pid_created", Float, nullable=True),
+    Column("pid_cmdline", JSON, nullable=True),
     Index("floodgate_jobs_queue", "state", "submitted", "id"),
 )
 # Partial: only the few asap jobs are in it, in the order the leader takes them.
@@ -144,6 +159,19 @@ lanes = Table(
     Column("changed", Float, nullable=False),
 )
 
+flags = Table(
+    "floodgate_flags",
+    metadata,
+    Column("name", String, primary_key=True),
+    Column("value", Boolean, nullable=False),
+    Column("reason", String, nullable=True),
+    Column("changed", Float, nullable=False),
+)
+
+#: Columns added to ``floodgate_jobs`` after its first release: added to a database
+#: made before them when the store opens it (all nullable).
+_ADDED_COLUMNS = ("pid_created", "pid_cmdline")
+
 
 @dataclass(frozen=True)
 class Job:
@@ -172,10 +200,14 @@ class Job:
     client_key: str | None = None
     asap: bool = False
     started_by: str | None = None
+    pid_created: float | None = None
+    pid_cmdline: list[str] | None = None
 
     def as_json(self) -> dict[str, Any]:
-        """The job as the API shows it (the environment's values are not shown)."""
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """The job as the API shows it (the environment's values are not shown, nor the
+        process's identity)."""
+        hidden = {"pid_created", "pid_cmdline"}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in hidden}
         out["env"] = sorted(self.env)
         out["state"] = self.state.value
         return out
@@ -222,9 +254,23 @@ class JobStore:
     """
 
     def __init__(self, url: str) -> None:
+        _private_sqlite_file(url)
         self.engine: Engine = create_database_engine(url, json_serializer=json.dumps)
         create_tables(metadata, self.engine)
+        self._add_missing_columns()
         self._lock = threading.Lock()
+
+    def _add_missing_columns(self) -> None:
+        """Add the columns of :data:`_ADDED_COLUMNS` a database made before them lacks."""
+        have = {c["name"] for c in inspect(self.engine).get_columns(jobs.name)}
+        missing = [jobs.c[name] for name in _ADDED_COLUMNS if name not in have]
+        if not missing:
+            return
+        for column in missing:
+            kind = column.type.compile(dialect=self.engine.dialect)
+            # One transaction each: another instance may add it meanwhile.
+            with contextlib.suppress(DBAPIError), self.engine.begin() as conn:
+                conn.execute(text(f"ALTER TABLE {jobs.name} ADD COLUMN {column.name} {kind}"))
 
     # -- jobs ------------------------------------------------------------------
 
@@ -431,6 +477,24 @@ class JobStore:
             conn.execute(delete(stalls).where(stalls.c.id == stall_id))
         return _stall(row)
 
+    # -- flags -----------------------------------------------------------------
+
+    def set_flag(self, name: str, value: bool, *, reason: str | None, now: float) -> None:
+        """Set a service-wide flag (``suspended``) that outlives a restart."""
+        with self._lock, self.engine.begin() as conn:
+            exists = conn.execute(select(flags.c.name).where(flags.c.name == name)).first()
+            values = {"value": value, "reason": reason, "changed": now}
+            if exists:
+                conn.execute(update(flags).where(flags.c.name == name).values(**values))
+            else:
+                conn.execute(insert(flags).values(name=name, **values))
+
+    def flag(self, name: str) -> bool:
+        """A service-wide flag; ``False`` when it was never set."""
+        with self.engine.connect() as conn:
+            value = conn.execute(select(flags.c.value).where(flags.c.name == name)).scalar()
+        return bool(value)
+
     # -- lanes -----------------------------------------------------------------
 
     def set_lane(self, name: str, *, enabled: bool, reason: str | None, now: float) -> None:
@@ -448,6 +512,24 @@ class JobStore:
         with self.engine.connect() as conn:
             rows = conn.execute(select(lanes.c.name, lanes.c.reason).where(~lanes.c.enabled))
             return {name: reason or "" for name, reason in rows}
+
+
+def _private_sqlite_file(url: str) -> None:
+    """Create a SQLite database file 0600 in a folder created 0700, or set an existing
+    file to 0600 (other URLs: nothing to do; the database server owns its files)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return
+    path = Path(parsed.database)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm", "-journal"):  # left by an earlier run
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(f"{path}{suffix}", 0o600)
 
 
 def _stall(row: Any) -> Stall:

@@ -180,10 +180,24 @@ def test_jobs_enqueue_under_real_cpu_load_and_drain_when_it_stops(
     check_metrics(metrics)  # the live endpoint passes Prometheus' own lint
 
 
+def run_to_the_end(service: Service) -> None:
+    """Run a job that is not queueable (it starts whatever the state) and wait until the
+    service has recorded its end: at least one whole check has run since this was
+    called (a check records ends first, then starts what it may)."""
+    for _ in range(2):
+        job_id = service.submit(["true"], queueable=False)["id"]
+
+        def ended(job_id: int = job_id) -> bool:
+            return bool(service.job(job_id)["state"] == "FINISHED_OK")
+
+        wait_for(ended, "a check to record a job's end")
+
+
 @pytest.mark.no_kafka
-def test_a_restart_keeps_enqueued_jobs_and_a_vanished_running_job_is_unknown(
+def test_a_restart_keeps_enqueued_jobs_and_the_suspension_and_a_vanished_job_is_unknown(
     serve: Callable[..., Service],
 ) -> None:
+    """Issue 26: after POST /suspend and a restart, enqueued jobs used to start at once."""
     first = serve()
     running = first.submit([SLEEP, "60"], queueable=False)
     assert running["state"] == "RUNNING"
@@ -195,9 +209,17 @@ def test_a_restart_keeps_enqueued_jobs_and_a_vanished_running_job_is_unknown(
 
     second = serve()
     assert second.job(running["id"])["state"] == "UNKNOWN"
+    assert second.call("GET", "/status").json()["suspended"] is True
+    run_to_the_end(second)  # checks have run: still suspended, nothing started
+    assert {second.job(j["id"])["state"] for j in enqueued} == {"ENQUEUED"}
+    stop(second)
+    third = serve()  # still suspended after a second restart; a submit is enqueued
+    enqueued.append(third.submit(["true"]))
+    assert enqueued[-1]["state"] == "ENQUEUED"
+    assert third.call("POST", "/resume").json()["suspended"] is False
     wait_for(
-        lambda: all(second.job(j["id"])["state"] == "FINISHED_OK" for j in enqueued),
-        "the jobs enqueued before the restart to run",
+        lambda: all(third.job(j["id"])["state"] == "FINISHED_OK" for j in enqueued),
+        "the jobs enqueued before the restart to run once resumed",
     )
 
 
@@ -214,6 +236,7 @@ def test_a_service_restarted_on_a_busy_host_keeps_its_queue_until_the_load_goes(
     stop(first)
     with cpu_burners():
         second = serve()
+        assert second.call("POST", "/resume").status_code == 200  # the suspension persists
         time.sleep(1.5)  # fifteen checks
         assert second.call("GET", "/status").json()["cpu_load"] > 0.85
         assert {second.job(j["id"])["state"] for j in enqueued} == {"ENQUEUED"}

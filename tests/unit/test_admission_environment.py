@@ -1,0 +1,141 @@
+"""A job's environment is built from a base set and the job's own ``env``, minus a
+deny-list (issue 26): nothing of the service's own environment leaks into it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from admission.config import AdmissionSettings
+from admission.environment import (
+    DENIED_PREFIXES,
+    JOB_ID_VARIABLE,
+    base_environment,
+    denied_reason,
+    invalid_reason,
+    job_environment,
+)
+
+SERVICE_ENV = {
+    "PATH": "/home/op/bin:/usr/bin",
+    "HOME": "/home/op",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "TZ": "UTC",
+    "JAVA_HOME": "/usr/lib/jvm/java-17",
+    "FLOODGATE__ADMISSION__TOKEN": "s3cr3t",
+    "FLOODGATE_KAFKA_BOOTSTRAP": "broker:9092",
+    "LD_PRELOAD": "/tmp/evil.so",
+    "PYTHONPATH": "/tmp/evil",
+    "AWS_SECRET_ACCESS_KEY": "cloud-secret",
+    "SPARK_HOME": "/opt/other-spark",
+}
+
+
+def test_the_base_set_takes_only_the_documented_names_from_the_service() -> None:
+    base = base_environment(job_path="/usr/bin:/bin", job_env={}, service_env=SERVICE_ENV)
+    assert base == {
+        "PATH": "/usr/bin:/bin",  # from the config, not the service's PATH
+        "HOME": "/home/op",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
+        "JAVA_HOME": "/usr/lib/jvm/java-17",
+    }
+
+
+def test_the_operators_job_env_is_set_even_for_names_a_job_may_not_set() -> None:
+    base = base_environment(
+        job_path="/usr/bin", job_env={"SPARK_HOME": "/opt/spark"}, service_env=SERVICE_ENV
+    )
+    assert base["SPARK_HOME"] == "/opt/spark"
+    assert denied_reason("SPARK_HOME") is not None
+
+
+def test_the_job_id_variable_is_set_last_and_a_job_cannot_set_it() -> None:
+    env = job_environment({"PATH": "/usr/bin"}, {"MINE": "1"}, job_id=7)
+    assert env == {"PATH": "/usr/bin", "MINE": "1", JOB_ID_VARIABLE: "7"}
+    assert denied_reason(JOB_ID_VARIABLE) is not None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PATH",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "ld_preload",  # matched without regard to case
+        "DYLD_INSERT_LIBRARIES",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PYSPARK_PYTHON",
+        "SPARK_HOME",
+        "SPARK_CONF_DIR",
+        "SPARK_SUBMIT_OPTS",
+        "JAVA_TOOL_OPTIONS",
+        "JAVA_HOME",
+        "_JAVA_OPTIONS",
+        "JDK_JAVA_OPTIONS",
+        "CLASSPATH",
+        "BASH_ENV",
+        "ENV",
+        "BASH_FUNC_ls%%",
+        "IFS",
+        "PERL5LIB",
+        "PERL5OPT",
+        "RUBYOPT",
+        "NODE_OPTIONS",
+        "GCONV_PATH",
+        "HOME",
+        "HADOOP_CONF_DIR",
+        "FLOODGATE__ADMISSION__TOKEN",
+    ],
+)
+def test_loader_interpreter_and_launcher_variables_are_denied(name: str) -> None:
+    assert denied_reason(name) is not None
+
+
+@pytest.mark.parametrize(
+    "name", ["MARK", "KAFKA_TOPIC", "FLOODGATE_KAFKA_BOOTSTRAP", "FLOODGATE__QUERY_GROUP__NAME"]
+)
+def test_a_jobs_own_variables_are_allowed(name: str) -> None:
+    assert denied_reason(name) is None
+
+
+@given(
+    prefix=st.sampled_from(sorted(DENIED_PREFIXES)),
+    rest=st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789"),
+    lower=st.booleans(),
+)
+def test_every_name_under_a_denied_prefix_is_denied_in_any_case(
+    prefix: str, rest: str, lower: bool
+) -> None:
+    name = prefix + rest
+    assert denied_reason(name.lower() if lower else name) is not None
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("", "x", "needs a name"),
+        ("A=B", "x", "holds '='"),
+        ("A\0B", "x", "NUL byte"),
+        ("A", "x\0y", "NUL byte"),
+    ],
+)
+def test_what_execve_cannot_carry_is_invalid(name: str, value: str, words: str) -> None:
+    reason = invalid_reason(name, value)
+    assert reason is not None and words in reason
+
+
+def test_job_path_must_be_absolute_folders_and_job_env_not_the_services_own() -> None:
+    with pytest.raises(ValueError, match="job_path entry 'bin' is not an absolute folder"):
+        AdmissionSettings(job_path="bin:/usr/bin")
+    with pytest.raises(ValueError, match="job_path entry '' is not an absolute folder"):
+        AdmissionSettings(job_path="/usr/bin::/bin")
+    with pytest.raises(ValueError, match="FLOODGATE__ADMISSION__TOKEN"):
+        AdmissionSettings(job_env={"FLOODGATE__ADMISSION__TOKEN": "x"})
+    with pytest.raises(ValueError, match="holds '='"):
+        AdmissionSettings(job_env={"A=B": "x"})
