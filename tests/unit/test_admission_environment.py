@@ -3,12 +3,15 @@ deny-list (issue 26): nothing of the service's own environment leaks into it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from admission.config import AdmissionSettings
 from admission.environment import (
+    DENIED_NAMES,
     DENIED_PREFIXES,
     JOB_ID_VARIABLE,
     base_environment,
@@ -139,3 +142,11 @@ def test_job_path_must_be_absolute_folders_and_job_env_not_the_services_own() ->
         AdmissionSettings(job_env={"FLOODGATE__ADMISSION__TOKEN": "x"})
     with pytest.raises(ValueError, match="holds '='"):
         AdmissionSettings(job_env={"A=B": "x"})
+
+
+def test_docs_admission_lists_every_denied_name_and_prefix() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "admission.md").read_text()
+    for prefix in DENIED_PREFIXES:
+        assert f"| `{prefix}*` |" in page, prefix
+    for name in DENIED_NAMES:
+        assert f"| `{name}` |" in page, name
