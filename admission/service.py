@@ -105,6 +105,14 @@ class EnvNotAllowed(AdmissionError, PermissionError):
         self.variable = variable
 
 
+class InvalidJob(AdmissionError, ValueError):
+    """The job holds what a process cannot be given (a NUL byte in ``argv``, ``cwd`` or
+    ``env``, an empty name or ``=`` in a variable's name); nothing was stored. 422, as
+    the API answers any malformed request."""
+
+    status = 422
+
+
 class AdmissionQueueFull(AdmissionError):
     """The job queue holds ``max_queue_size`` jobs; the submit failed (seed 004)."""
 
@@ -349,7 +357,7 @@ class AdmissionService:
         Raises:
             CommandNotAllowed: ``argv[0]`` is not on the allowlist (nothing stored).
             EnvNotAllowed: ``env`` names a variable on the deny-list (nothing stored).
-            AdmissionError: ``argv``, ``cwd`` or ``env`` holds what a process cannot be
+            InvalidJob: ``argv``, ``cwd`` or ``env`` holds what a process cannot be
                 given (a NUL byte, ``=`` in a variable's name; nothing stored).
             AdmissionQueueFull: ``max_queue_size`` jobs are enqueued already.
         """
@@ -774,17 +782,17 @@ class AdmissionService:
 
     def _check_spec(self, spec: JobSpec) -> None:
         """Refuse what a job may not carry: a denied variable in ``env`` (403), what a
-        process cannot be given (400)."""
+        process cannot be given (422)."""
         for i, arg in enumerate(spec.argv):
             if "\0" in arg:
-                raise AdmissionError(f"argv[{i}] holds a NUL byte (a process cannot take it)")
+                raise InvalidJob(f"argv[{i}] holds a NUL byte (a process cannot take it)")
         if spec.cwd is not None and "\0" in spec.cwd:
-            raise AdmissionError("cwd holds a NUL byte (a process cannot take it)")
+            raise InvalidJob("cwd holds a NUL byte (a process cannot take it)")
         why = self._env_refusal(spec.env)
         if why is not None:
             message, variable, denied = why
             if not denied:
-                raise AdmissionError(message)
+                raise InvalidJob(message)
             self.metrics.rejections.labels("not-allowed").inc()
             log.warning("FG-ADM-004 submit refused: %s", message)
             raise EnvNotAllowed(message, variable=variable)
