@@ -510,7 +510,52 @@ def parse_query_group(
                     value=True,
                     allowed="false, or set query_group.sweep_catalog_url",
                 )
+    _check_schema_fields(config, source)
     return config
+
+
+def _check_schema_fields(config: QueryGroupConfig, source: str) -> None:
+    """Refuse a stream whose ``key`` (or ``timestamp_field``) names a field its schema
+    does not have: every put would otherwise fail with a ``NullKeyError`` that blames
+    the tuples (issue 26).
+
+    The schemas are those of ``schema_dir``; a directory that does not load, or a schema
+    it does not hold, is refused where the schemas are loaded (the query group's start,
+    :func:`pipeline.client.connect`), not here.
+
+    Raises:
+        ConfigError: names the key (``input_streams.<name>.key``), the field and the
+            schema's fields.
+    """
+    from pipeline.errors import SchemaError
+    from pipeline.serde import SchemaRepository  # fastavro: only once a file is loaded
+
+    try:
+        schemas = SchemaRepository.load(config.schema_dir)
+    except SchemaError:
+        return
+    streams: list[tuple[str, str, InputStreamConfig | OutputStreamConfig]] = [
+        *(("input_streams", name, s) for name, s in config.input_streams.items()),
+        *(("output_streams", name, s) for name, s in config.output_streams.items()),
+    ]
+    for kind, name, stream in streams:
+        if stream.schema_ not in schemas.names():
+            continue
+        fields = schemas.get(stream.schema_).field_names
+        named = [("key", field) for field in stream.key]
+        if isinstance(stream, InputStreamConfig) and stream.timestamp_field:
+            named.append(("timestamp_field", stream.timestamp_field))
+        for what, field in named:
+            if field not in fields:
+                key = f"{kind}.{name}.{what}"
+                allowed = ", ".join(fields)
+                raise ConfigError(
+                    f"{source}: invalid query group file:\n  key {key!r} names {field!r}, "
+                    f"which is no field of schema {stream.schema_!r}; its fields: {allowed}",
+                    key=key,
+                    value=field,
+                    allowed=allowed,
+                )
 
 
 def bootstrap_from(config: KafkaConfig, env: Mapping[str, str] | None = None) -> str | None:

@@ -20,6 +20,7 @@ from pipeline.config import (
     parse_query_group,
 )
 from pipeline.errors import ConfigError
+from pipeline.serde import SchemaRepository
 
 FLIGHTS_TOML = Path(__file__).resolve().parents[2] / "conf" / "flights.toml"
 
@@ -309,3 +310,37 @@ def test_a_swept_output_stream_needs_the_sweep_catalog(raw: dict[str, Any]) -> N
     assert "needs query_group.sweep_catalog_url" in str(error)
     raw["query_group"]["sweep_catalog_url"] = "sqlite:///catalog.db"
     assert parse_query_group(raw, env={}).output_streams["out"].swept
+
+
+# --------------------------------------------------------------------------- fields of the schema
+
+
+@pytest.mark.parametrize(
+    ("kind", "stream", "key", "value"),
+    [
+        ("input_streams", "flights", "key", ["carrier", "flight_no"]),
+        ("output_streams", "out", "key", ["origin", "hour"]),
+        ("input_streams", "flights", "timestamp_field", "event_time"),
+    ],
+)
+def test_a_key_field_not_in_the_schema_is_refused_at_load(
+    raw: dict[str, Any], kind: str, stream: str, key: str, value: Any
+) -> None:
+    """Issue 26: accepted, such a key made every put fail with a NullKeyError blaming
+    the tuples. The error names the key, the field and the schema's fields."""
+    raw[kind][stream][key] = value
+    if key == "timestamp_field":
+        raw[kind][stream]["timestamp_mode"] = "data_source"
+    error = refused(raw)
+    wrong = value[-1] if isinstance(value, list) else value
+    assert error.key == f"{kind}.{stream}.{key}" and error.value == wrong
+    schema = "flight" if kind == "input_streams" else "delays_by_origin_hour"
+    assert error.allowed == ", ".join(SchemaRepository.load().get(schema).field_names)
+    assert f"names {wrong!r}, which is no field of schema" in str(error)
+
+
+def test_key_fields_of_the_schema_are_accepted(raw: dict[str, Any]) -> None:
+    raw["input_streams"]["flights"]["key"] = ["carrier", "flight", "time_hour"]
+    raw["output_streams"]["out"]["key"] = ["origin", "hour_start"]
+    config = parse_query_group(raw, env={})
+    assert config.input_streams["flights"].key == ["carrier", "flight", "time_hour"]

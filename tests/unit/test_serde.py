@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import io
 import json
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta, timezone
 from typing import Any
 
 import fastavro
@@ -406,16 +406,165 @@ def test_the_tuple_key_rule_is_one_for_every_stream() -> None:
         key({"carrier": "UA", "flight": 1545, "time_hour": 1357034400000})
         == b"UA|1545|1357034400000"
     )
-    # Nulls are empty, a missing field counts as null, dates and datetimes are ISO 8601.
+    # Nulls are empty, a missing field counts as null; datetimes and dates are what
+    # Avro stores for them: epoch milliseconds (a naive datetime as UTC) and epoch days.
     assert key({"carrier": None, "flight": 7}) == b"|7|"
     assert (
         TupleKey(["origin", "hour_start"])(
             {"origin": "EWR", "hour_start": datetime(2013, 1, 1, 10, tzinfo=UTC)}
         )
-        == b"EWR|2013-01-01T10:00:00+00:00"
+        == b"EWR|1357034400000"
     )
-    assert TupleKey(["day"])({"day": date(2013, 7, 4)}) == b"2013-07-04"
+    assert TupleKey(["hour_start"])({"hour_start": datetime(2013, 1, 1, 10)}) == b"1357034400000"
+    assert TupleKey(["day"])({"day": date(2013, 7, 4)}) == b"15890"
     assert TupleKey([])({"carrier": "UA"}) is None
+
+
+# --------------------------------------------------------------------------- strict types, one key
+
+
+def _flight_codec() -> StreamCodec:
+    repo = SchemaRepository.load()
+    return StreamCodec("flights", repo.get("flight"), repo)
+
+
+FLIGHT = {
+    "year": 2013,
+    "month": 1,
+    "day": 1,
+    "dep_time": 517,
+    "sched_dep_time": 515,
+    "dep_delay": 2,
+    "arr_time": 830,
+    "sched_arr_time": 819,
+    "arr_delay": 11,
+    "carrier": "UA",
+    "flight": 1545,
+    "tailnum": "N14228",
+    "origin": "EWR",
+    "dest": "IAH",
+    "air_time": 227,
+    "distance": 1400,
+    "hour": 5,
+    "minute": 15,
+    "time_hour": 1357034400000,
+}
+FLIGHT_KEY = TupleKey(["carrier", "flight", "time_hour"])
+
+#: Instants Avro's ``timestamp-millis`` and Python's ``datetime`` both hold (years 1..9999).
+_MS_RANGE = (-62_135_596_800_000 + 86_400_000, 253_402_300_799_999 - 86_400_000)
+
+
+def _representations(ms: int, micros: int, offset_min: int) -> list[Any]:
+    """The one instant ``ms`` (epoch milliseconds, plus ``micros`` < 1000 below Avro's
+    precision) in every form ``put`` accepts for a ``timestamp-millis`` field."""
+    aware = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms, microseconds=micros)
+    elsewhere = aware.astimezone(timezone(timedelta(minutes=offset_min)))
+    forms: list[Any] = [ms, aware, aware.replace(tzinfo=None)]
+    if elsewhere.year == aware.year:  # astimezone can leave datetime's range at year 1/9999
+        forms.append(elsewhere)
+    if abs(ms) < 2**53:  # a float holds the integer exactly
+        forms.append(float(ms))
+    return forms
+
+
+@given(
+    ms=st.integers(*_MS_RANGE),
+    micros=st.integers(0, 999),
+    offset_min=st.integers(-23 * 60, 23 * 60),
+)
+@settings(max_examples=300, deadline=None)
+def test_one_instant_in_any_accepted_form_has_one_key_and_one_encoding(
+    ms: int, micros: int, offset_min: int
+) -> None:
+    """Issue 26: an aware datetime, a naive one (UTC), another zone's, epoch ms as an
+    int or an integral float: one Kafka key and one value, so one partition and the
+    per-key order kept."""
+    codec = _flight_codec()
+    keys, values = set(), set()
+    for form in _representations(ms, micros, offset_min):
+        for flight in (1545, 1545.0):
+            record = codec.normalise(dict(FLIGHT, time_hour=form, flight=flight))
+            keys.add(FLIGHT_KEY(record))
+            values.add(codec.encode_normalised(record))
+    assert keys == {f"UA|1545|{ms}".encode()}
+    assert len(values) == 1
+    assert codec.decode(values.pop(), logical=False)["time_hour"] == ms
+
+
+def test_a_naive_datetime_is_utc_whatever_the_local_time_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fastavro alone writes a naive datetime as local time (``time.mktime``): under
+    TZ=America/New_York the same wall time would be another instant, and another key."""
+    import time
+
+    codec = _flight_codec()
+    naive = datetime(2013, 1, 1, 10)
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        value = codec.encode(dict(FLIGHT, time_hour=naive))
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert codec.decode(value, logical=False)["time_hour"] == 1357034400000
+
+
+@given(number=st.floats(allow_nan=True, allow_infinity=True).filter(lambda x: not x.is_integer()))
+@settings(max_examples=200, deadline=None)
+def test_a_float_with_a_fraction_is_never_truncated_into_an_int_field(number: float) -> None:
+    codec = _flight_codec()
+    for field in ("flight", "dep_delay", "time_hour"):
+        with pytest.raises(SchemaError) as info:
+            codec.encode(dict(FLIGHT, **{field: number}))
+        assert info.value.field == field
+        assert f"field {field!r}" in str(info.value) and "never truncated" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("schema_name", "field", "value", "allowed"),
+    [
+        ("flight", "flight", True, "give an int"),  # int
+        ("flight", "dep_delay", False, "give an int"),  # ["null", "int"]
+        ("flight", "time_hour", True, "not bool"),  # timestamp-millis
+        ("delays_by_carrier_day", "flights", True, "give an int"),  # long
+        ("delays_by_carrier_day", "mean_dep_delay", True, "give a float"),  # ["null", "double"]
+        ("delays_by_carrier_day", "day", datetime(2013, 7, 4, 12), "not a datetime"),  # date
+        ("job_request", "queueable", 1, "True or False"),  # boolean
+        ("job_request", "queueable", "no", "True or False"),
+        ("flight", "flight", 2**31, "32 bits"),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_refused_naming_the_field(
+    schema_name: str, field: str, value: Any, allowed: str
+) -> None:
+    repo = SchemaRepository.load()
+    codec = StreamCodec(schema_name, repo.get(schema_name), repo)
+    with pytest.raises(SchemaError) as info:
+        codec.normalise({field: value})
+    assert info.value.field == field
+    assert f"field {field!r}" in str(info.value) and allowed in str(info.value)
+
+
+def test_values_are_normalised_to_what_avro_stores() -> None:
+    repo = SchemaRepository.load()
+    codec = StreamCodec("delays", repo.get("delays_by_carrier_day"), repo)
+    record = {"carrier": "UA", "day": date(2013, 7, 4), "flights": 3.0, "departures": 2}
+    normal = codec.normalise({**record, "mean_dep_delay": 2, "mean_arr_delay": None})
+    assert normal == {**record, "flights": 3, "mean_dep_delay": 2.0, "mean_arr_delay": None}
+    assert type(normal["flights"]) is int and type(normal["mean_dep_delay"]) is float
+    same = {**record, "flights": 3, "mean_dep_delay": 2.0, "mean_arr_delay": None}
+    assert codec.normalise(same) is same  # nothing to change: no copy
+
+
+@pytest.mark.parametrize("given_", [("UA", 1545), ["UA"], "UA|1545", 1545, None])
+def test_a_tuple_that_is_not_a_dict_is_refused_naming_its_type(given_: Any) -> None:
+    codec = _flight_codec()
+    with pytest.raises(SchemaError) as info:
+        codec.encode(given_)
+    assert f"not {type(given_).__name__}" in str(info.value)
+    assert "a tuple must be a dict of field -> value" in str(info.value)
 
 
 # --------------------------------------------------------------------------- block decoding
