@@ -97,6 +97,7 @@ class KafkaIntake:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
+                "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
             }
         )
         self._consumer.subscribe([s.request_topic])
