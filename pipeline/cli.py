@@ -6,7 +6,9 @@
   flight is not committed and is replayed on the next start). It serves its
   metrics and control endpoint (:mod:`pipeline.control`).
 * ``floodgate query-group status|release|stop NAME`` -- talk to a running query
-  group's endpoint (found through its control file, or ``--url``).
+  group's endpoint (found through its control file, or ``--url``); ``release`` and
+  ``stop`` send its control token (``FLOODGATE_CONTROL_TOKEN``, else the group's
+  ``<control_dir>/<name>.token``).
 * ``floodgate broker`` -- run a broker (embedded, or Apache Kafka) in the foreground.
 * ``floodgate metrics-doc`` -- the metrics reference (``docs/metrics.md``).
 * ``floodgate admission ...`` (and any other service's commands) -- registered
@@ -44,7 +46,9 @@ app = typer.Typer(
 )
 console = Console()
 query_group_app = typer.Typer(
-    help="Status, release and stop of a running query group (its HTTP control endpoint).",
+    help="Status, release and stop of a running query group (its HTTP control endpoint). "
+    "release and stop send the control token: FLOODGATE_CONTROL_TOKEN, else the group's "
+    "<control_dir>/<name>.token on this host.",
     no_args_is_help=True,
 )
 app.add_typer(query_group_app, name="query-group")
@@ -354,6 +358,7 @@ def run(
 ) -> None:
     """Run a query group until it is stopped (SIGTERM/Ctrl-C) or, with --available-now, drained."""
     from pipeline.config import load_query_group
+    from pipeline.control import resolve_token
     from pipeline.errors import QueryGroupHeld
     from pipeline.query_group import QueryGroup
 
@@ -361,6 +366,7 @@ def run(
     try:
         cfg = load_query_group(config)
         servers = _bootstrap_servers(bootstrap, cfg)
+        resolve_token()  # a control token that cannot serve is refused before Spark starts
         group = QueryGroup(cfg, bootstrap_servers=servers)
         stop = group.stop_requested
         _stop_on_signals(stop, f"stopping query group {cfg.name}")

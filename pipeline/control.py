@@ -8,28 +8,46 @@ A running query group (:meth:`pipeline.query_group.QueryGroup.serve`) answers:
 * ``POST /release`` -- release a HELD group (409 with the reason otherwise);
 * ``POST /stop`` -- stop the group (202; the process that runs it exits).
 
-The OpenAPI schema is at ``/openapi.json``. On start the server writes
-``<control_dir>/<query group>.json`` (``{"query_group", "url", "pid"}``), so
-``floodgate query-group status|release|stop NAME`` on the same host finds the
-endpoint by name; the file is removed on stop. ``--url`` reaches any other.
+The OpenAPI schema is at ``/openapi.json``.
 
-FastAPI and uvicorn do the HTTP (DESIGN.md: a well-kept library over our own code);
-the server runs in a daemon thread of the driver.
+**The control token** (issue 26). Every call that changes state (``POST /release``,
+``POST /stop``) needs ``Authorization: Bearer <token>``, compared in constant time
+(:func:`hmac.compare_digest`); without it, or with another, the answer is 401 with
+``WWW-Authenticate: Bearer`` (RFC 6750 section 3) and nothing changes. Reads
+(``/metrics``, ``/status``, ``/openapi.json``, ``/docs``) stay open: they change
+nothing and show no secret. The token is :data:`CONTROL_TOKEN_ENV` when that is set
+(taken as it is written, never parsed), else a random one made at start.
+
+**Control files.** On start the server writes ``<control_dir>/<query group>.json``
+(``{"query_group", "url", "pid"}``) and, when it made the token itself,
+``<control_dir>/<query group>.token``; both mode 0600, the folder 0700 when it is
+made. So ``floodgate query-group status|release|stop NAME`` run by the same user on
+the same host finds the endpoint and its token by name (:func:`call`); both files are
+removed on stop. ``--url`` reaches any other endpoint, with the token from
+:data:`CONTROL_TOKEN_ENV`.
+
+FastAPI and uvicorn do the HTTP (a well-kept library over our own code); the server
+runs in a daemon thread of the driver.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import os
+import secrets
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
-from fastapi import FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 
 from pipeline.config import DEFAULT_CONTROL_DIR
-from pipeline.errors import FloodgateError, QueryGroupError
+from pipeline.errors import ConfigError, FloodgateError, QueryGroupError
 from pipeline.metrics import add_metrics_route
 from pipeline.serving import AppServer
 
@@ -38,20 +56,113 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Environment variable holding the control token of a query group's endpoint, read
+#: by the driver (``floodgate run``) and by ``floodgate query-group`` commands.
+CONTROL_TOKEN_ENV = "FLOODGATE_CONTROL_TOKEN"
 
-def build_app(group: QueryGroup) -> FastAPI:
-    """The ASGI app of a query group's endpoint."""
+
+class Refusal(BaseModel):
+    """The body of a refused call: FastAPI's ``{"detail": reason}``."""
+
+    detail: str
+
+
+#: The bearer scheme (module level: FastAPI resolves the dependency's annotation, a
+#: string under ``from __future__ import annotations``, in this module's globals).
+_BEARER = HTTPBearer(auto_error=False, description="The query group's control token.")
+
+_UNAUTHORISED: dict[int | str, dict[str, Any]] = {
+    401: {
+        "model": Refusal,
+        "description": "No bearer token, or not the control token (issue 26); nothing changed.",
+        "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
+    }
+}
+
+
+def resolve_token(env: Mapping[str, str] | None = None) -> tuple[str, bool]:
+    """The control token of an endpoint about to start.
+
+    Args:
+        env: environment (default ``os.environ``), read for :data:`CONTROL_TOKEN_ENV`.
+
+    Returns:
+        ``(token, generated)``: the variable's value as written and ``False``, or a
+        random 43-character URL-safe token (256 bits, :func:`secrets.token_urlsafe`)
+        and ``True`` when the variable is not set.
+
+    Raises:
+        ConfigError: the variable is set but empty, or holds a character an HTTP
+            ``Authorization`` header cannot carry in a bearer token (whitespace,
+            control characters, non-ASCII); names the variable.
+    """
+    env = os.environ if env is None else env
+    token = env.get(CONTROL_TOKEN_ENV)
+    if token is None:
+        return secrets.token_urlsafe(32), True
+    if not token or not token.isascii() or not token.isprintable() or " " in token:
+        raise ConfigError(
+            f"{CONTROL_TOKEN_ENV} is set but {'empty' if not token else 'not a bearer token'}: "
+            "give it printable ASCII without spaces (e.g. openssl rand -hex 32), or unset "
+            "it and the query group makes a random token and writes it to its control "
+            "file <control_dir>/<name>.token",
+            key=CONTROL_TOKEN_ENV,
+            allowed="a non-empty string of printable ASCII characters without spaces",
+        )
+    return token, False
+
+
+def build_app(group: QueryGroup, *, token: str) -> FastAPI:
+    """The ASGI app of a query group's endpoint.
+
+    Args:
+        group: the query group.
+        token: the control token every state-changing call must carry as
+            ``Authorization: Bearer <token>`` (issue 26).
+
+    Raises:
+        ValueError: ``token`` is empty (an empty token would let anyone in).
+    """
+    if not token:
+        raise ValueError("the control token must not be empty")
+    expected = token.encode()
     app = FastAPI(
         title=f"floodgate query group {group.name}",
-        description="Metrics and control of one running query group (DESIGN.md section 4.2).",
+        description=(
+            "Metrics and control of one running query group. Reads are open; POST calls "
+            "need the control token as a bearer token."
+        ),
     )
+    def authorised(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+    ) -> None:
+        given = credentials.credentials.encode() if credentials is not None else b""
+        if not hmac.compare_digest(given, expected):
+            raise HTTPException(
+                status_code=401,
+                detail=(
+                    "a bearer token (the query group's control token: "
+                    f"{CONTROL_TOKEN_ENV}, or its control file <name>.token) is required "
+                    "for this call"
+                ),
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    auth = [Depends(authorised)]
 
     @app.get("/status")
     def status() -> dict[str, Any]:
         """State, hold, per-query figures and output queues."""
         return group.status()
 
-    @app.post("/release")
+    @app.post(
+        "/release",
+        dependencies=auth,
+        responses={
+            **_UNAUTHORISED,
+            409: {"model": Refusal, "description": "The group is not HELD (the reason)."},
+        },
+    )
     def release() -> dict[str, Any]:
         """Release a HELD query group; 409 when it is not held."""
         try:
@@ -60,7 +171,7 @@ def build_app(group: QueryGroup) -> FastAPI:
             raise HTTPException(status_code=409, detail=str(exc)) from exc
         return group.status()
 
-    @app.post("/stop", status_code=202)
+    @app.post("/stop", status_code=202, dependencies=auth, responses=_UNAUTHORISED)
     def stop() -> dict[str, Any]:
         """Stop the query group (asynchronously; poll /status or wait for the process)."""
         group.request_stop()
@@ -70,27 +181,53 @@ def build_app(group: QueryGroup) -> FastAPI:
     return app
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (0600), replacing it
+    atomically; a symlink planted at ``path`` is replaced, never followed."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+
+
 class ControlServer:
     """The query group's endpoint (:func:`build_app`), served by an
-    :class:`~pipeline.serving.AppServer`, plus its control file.
+    :class:`~pipeline.serving.AppServer`, plus its control files.
 
     Args:
         group: the query group.
         host: interface to bind.
         port: port to bind; 0 picks a free one.
-        control_dir: where the control file goes (``None``: none is written).
+        control_dir: where the control files go (``None``: none is written).
+        token: the control token; default: :func:`resolve_token` (the environment,
+            else a random one).
 
     Raises:
+        ConfigError: (from the constructor) :data:`CONTROL_TOKEN_ENV` is set but empty
+            or unusable.
         OSError: (from :meth:`start`) the port cannot be bound.
     """
 
-    def __init__(self, group: QueryGroup, *, host: str, port: int, control_dir: str | None) -> None:
+    def __init__(
+        self,
+        group: QueryGroup,
+        *,
+        host: str,
+        port: int,
+        control_dir: str | None,
+        token: str | None = None,
+    ) -> None:
         self.group = group
         self.host = host
         self.port = port
-        self.control_file = (
-            Path(control_dir) / f"{group.name}.json" if control_dir is not None else None
-        )
+        folder = Path(control_dir) if control_dir is not None else None
+        self.control_file = folder / f"{group.name}.json" if folder is not None else None
+        self.token_file = folder / f"{group.name}.token" if folder is not None else None
+        self.token, self.token_generated = (token, False) if token else resolve_token()
         self._server: AppServer | None = None
 
     @property
@@ -100,31 +237,46 @@ class ControlServer:
         return f"http://{host}:{self.port}"
 
     def start(self, timeout_s: float = 10.0) -> None:
-        """Bind, serve in a thread, wait until it answers, write the control file."""
+        """Bind, serve in a thread, wait until it answers, write the control files."""
         self._server = AppServer(
-            build_app(self.group), host=self.host, port=self.port, name=self.group.name
+            build_app(self.group, token=self.token),
+            host=self.host,
+            port=self.port,
+            name=self.group.name,
         )
         self.port = self._server.port
         self._server.start(timeout_s)
-        if self.control_file is not None:
-            self.control_file.parent.mkdir(parents=True, exist_ok=True)
-            self.control_file.write_text(
-                json.dumps({"query_group": self.group.name, "url": self.url, "pid": os.getpid()})
+        if self.control_file is not None and self.token_file is not None:
+            self.control_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if self.token_generated:
+                _write_private(self.token_file, self.token)
+            else:
+                self.token_file.unlink(missing_ok=True)  # an earlier run's, now wrong
+            _write_private(
+                self.control_file,
+                json.dumps({"query_group": self.group.name, "url": self.url, "pid": os.getpid()}),
             )
         log.info(
-            "query group %s: metrics at %s/metrics, control at %s/status",
+            "query group %s: metrics at %s/metrics, control at %s/status (control token %s)",
             self.group.name,
             self.url,
             self.url,
+            f"in {self.token_file}"
+            if self.token_generated and self.token_file is not None
+            else f"from {CONTROL_TOKEN_ENV}"
+            if not self.token_generated
+            else "generated, not written anywhere",
         )
 
     def stop(self) -> None:
-        """Stop serving and remove the control file."""
-        if self.control_file is not None:
+        """Stop serving and remove the control files (if they are still this one's)."""
+        if self.control_file is not None and self.token_file is not None:
             try:
                 current = json.loads(self.control_file.read_text())
                 if current.get("pid") == os.getpid() and current.get("url") == self.url:
                     self.control_file.unlink()
+                    if self.token_generated and self.token_file.read_text() == self.token:
+                        self.token_file.unlink()
             except (OSError, ValueError):
                 pass
         if self._server is not None:
@@ -161,31 +313,70 @@ def endpoint_url(
         ) from exc
 
 
+def client_token(
+    name: str, *, control_dir: str = DEFAULT_CONTROL_DIR, env: Mapping[str, str] | None = None
+) -> tuple[str | None, str]:
+    """The control token a client sends to query group ``name``: :data:`CONTROL_TOKEN_ENV`
+    when set, else the content of ``<control_dir>/<name>.token``.
+
+    Returns:
+        ``(token or None, where it was looked for)`` -- the second for messages.
+    """
+    env = os.environ if env is None else env
+    if env.get(CONTROL_TOKEN_ENV):
+        return env[CONTROL_TOKEN_ENV], CONTROL_TOKEN_ENV
+    path = Path(control_dir) / f"{name}.token"
+    try:
+        return path.read_text(), f"{CONTROL_TOKEN_ENV} (unset) or {path}"
+    except OSError:
+        return None, f"{CONTROL_TOKEN_ENV} (unset) or {path} (missing or unreadable)"
+
+
 def call(
     name: str,
     action: str,
     *,
     url: str | None = None,
     control_dir: str = DEFAULT_CONTROL_DIR,
+    token: str | None = None,
     timeout_s: float = 120.0,
 ) -> dict[str, Any]:
     """Send ``status`` (GET) or ``release`` / ``stop`` (POST) to a running query group.
+
+    Args:
+        name: the query group.
+        action: ``status``, ``release`` or ``stop``.
+        url: the endpoint (default: from the group's control file in ``control_dir``).
+        control_dir: where the group's control files are.
+        token: the control token for ``release`` / ``stop``; default
+            :func:`client_token`.
+        timeout_s: HTTP timeout, seconds.
 
     Returns:
         The endpoint's JSON answer.
 
     Raises:
         FloodgateError: the endpoint cannot be found or reached, or refused (the
-            message carries its reason, e.g. "not HELD").
+            message carries its reason, e.g. "not HELD"; for a 401, where the token
+            was looked for).
     """
     base = endpoint_url(name, url=url, control_dir=control_dir)
+    where = "the token given"
+    if token is None and action != "status":
+        token, where = client_token(name, control_dir=control_dir)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         if action == "status":
             response = httpx.get(f"{base}/status", timeout=timeout_s)
         else:
-            response = httpx.post(f"{base}/{action}", timeout=timeout_s)
+            response = httpx.post(f"{base}/{action}", headers=headers, timeout=timeout_s)
     except httpx.HTTPError as exc:
         raise FloodgateError(f"query group {name!r} at {base}: {exc}") from exc
+    if response.status_code == 401:
+        raise FloodgateError(
+            f"query group {name!r} at {base}: {action} refused: {error_detail(response)} "
+            f"(token looked for in {where})"
+        )
     if response.status_code >= 400:
         raise FloodgateError(
             f"query group {name!r} at {base}: {action} refused: {error_detail(response)}"

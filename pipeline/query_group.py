@@ -1343,7 +1343,9 @@ class QueryGroup:
 
     def serve(self, *, host: str | None = None, port: int | None = None) -> str:
         """Serve ``/metrics``, ``/status``, ``/release`` and ``/stop`` (:mod:`pipeline.control`)
-        and write the control file ``<control_dir>/<name>.json``.
+        and write the control file ``<control_dir>/<name>.json``. ``/release`` and
+        ``/stop`` need the control token (``FLOODGATE_CONTROL_TOKEN``, else a random one
+        written to ``<control_dir>/<name>.token``, mode 0600; issue 26).
 
         Args:
             host / port: default ``[query_group] metrics_host`` / ``metrics_port``
@@ -1353,6 +1355,7 @@ class QueryGroup:
             The endpoint's base URL, ``http://host:port``.
 
         Raises:
+            ConfigError: ``FLOODGATE_CONTROL_TOKEN`` is set but empty or unusable.
             OSError: the port cannot be bound.
         """
         from pipeline.control import ControlServer

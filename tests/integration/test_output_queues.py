@@ -180,10 +180,15 @@ def test_slow_reader_sleeps_then_holds_and_release_loses_and_duplicates_nothing(
         got: list[dict[str, Any]] = []
         while output.queue_length() > 0:
             got.extend(output.get(max_tuples=500, timeout_s=1.0))
-        result = CliRunner().invoke(app, ["query-group", "release", config.name, "--url", url])
+        # The CLI finds the control token the group wrote beside its control file.
+        control_dir = config.query_group.control_dir
+        result = CliRunner().invoke(
+            app,
+            ["query-group", "release", config.name, "--url", url, "--control-dir", control_dir],
+        )
         assert result.exit_code == 0, result.output
         with pytest.raises(FloodgateError, match="not HELD"):
-            call(config.name, "release", url=url)
+            call(config.name, "release", url=url, control_dir=control_dir)
 
         # The reader now keeps up; should the group hold again, release it again.
         deadline = time.monotonic() + 180
@@ -272,7 +277,7 @@ def test_discard_skips_and_counts_exactly_the_input_queued_while_held(
         output = connector.open_stream_output(config.name, "flights_copy")
         while len(got) < written:
             got.extend(output.get(max_tuples=500, timeout_s=1.0))
-        call(config.name, "release", url=url)
+        call(config.name, "release", url=url, control_dir=config.query_group.control_dir)
         skipped = len(first) + len(while_held) - written
         assert group.discarded == {"flights": skipped}
         assert metric(group, "floodgate_query_group_discarded_tuples_total", stream="flights") == (

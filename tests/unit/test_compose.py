@@ -146,3 +146,12 @@ def test_the_readme_documents_every_published_port() -> None:
     for name, service in services().items():
         for host_port in published(service).values():
             assert f"| {host_port} |" in readme, f"README: no row for port {host_port} ({name})"
+
+
+def test_the_query_group_requires_a_control_token_as_it_listens_on_the_network() -> None:
+    """Issue 26: the control endpoint listens on every interface of the compose network,
+    so the stack refuses to start without a token for ``/release`` and ``/stop``."""
+    service = services()["query-group"]
+    env = {k: str(v) for k, v in service["environment"].items()}
+    assert env["FLOODGATE__QUERY_GROUP__METRICS_HOST"] == "0.0.0.0"
+    assert re.fullmatch(r"\$\{FLOODGATE_CONTROL_TOKEN:\?[^}]+\}", env["FLOODGATE_CONTROL_TOKEN"])
