@@ -44,3 +44,15 @@ def test_run_without_any_cluster_says_how_to_name_one(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "FLOODGATE_KAFKA_BOOTSTRAP" in result.output
+
+
+def test_run_refuses_an_empty_control_token_naming_the_variable_before_spark_starts() -> None:
+    """Issue 26: an empty ``FLOODGATE_CONTROL_TOKEN`` must never mean "no token"."""
+    result = runner.invoke(
+        app,
+        ["run", str(ROOT / "conf" / "flights.toml"), "--bootstrap", "127.0.0.1:1"],
+        env={"FLOODGATE_CONTROL_TOKEN": ""},
+    )
+
+    assert result.exit_code == 2
+    assert "FLOODGATE_CONTROL_TOKEN is set but empty" in result.output
