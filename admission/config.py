@@ -30,6 +30,19 @@ DEFAULT_JOB_PATH = ":".join(
 )
 
 
+#: librdkafka properties ``admission.kafka_client`` may not set, and why: the intake
+#: sets them from other keys, or its at-least-once reading depends on them.
+INTAKE_OWNED_KAFKA_KEYS = {
+    "bootstrap.servers": "set admission.bootstrap_servers (or FLOODGATE_KAFKA_BOOTSTRAP)",
+    "group.id": "set admission.consumer_group",
+    "enable.auto.commit": "the intake commits after a batch is handled (at least once)",
+    "isolation.level": "the intake reads committed requests only",
+    "allow.auto.create.topics": "topics are created by the intake with their partitions",
+    "enable.idempotence": "events and dead letters are sent idempotently",
+    "acks": "events and dead letters need every in-sync replica (acks=all)",
+}
+
+
 class AdmissionSettings(BaseModel):
     """``[admission]``: where the service listens, what it may run, and the queue's limits
     (seed 004_0d38fb078d201fa8.txt for the limits' defaults)."""
@@ -98,6 +111,23 @@ class AdmissionSettings(BaseModel):
     """Requests that could not be taken (undecodable, refused), with the reason in headers."""
     consumer_group: str = "floodgate.admission"
     """The consumer group of the request topic."""
+    kafka_client: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """Extra librdkafka properties of the intake's producer, consumer and admin client,
+    as a query group's ``[kafka] client``: ``security.protocol``, ``sasl.*``, ``ssl.*``
+    to reach a TLS or SASL cluster (issue 26). Not the ones the intake sets from other
+    keys or relies on (:data:`INTAKE_OWNED_KAFKA_KEYS`)."""
+
+    @field_validator("kafka_client")
+    @classmethod
+    def _check_kafka_client(
+        cls, value: dict[str, str | int | float | bool]
+    ) -> dict[str, str | int | float | bool]:
+        for key in value:
+            if key in INTAKE_OWNED_KAFKA_KEYS:
+                raise ValueError(
+                    f"kafka_client may not set {key!r}: {INTAKE_OWNED_KAFKA_KEYS[key]}"
+                )
+        return value
 
     @field_validator("job_path")
     @classmethod

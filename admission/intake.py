@@ -58,6 +58,10 @@ class KafkaIntake:
         service: the admission service.
         bootstrap_servers: the Kafka cluster.
         schemas: the schema repository (``job_request``, ``job_event``).
+
+    Every Kafka client of the intake (producer, consumer, the admin client that creates
+    the topics) takes ``admission.kafka_client``, as every client of a query group
+    takes its ``[kafka] client``.
     """
 
     def __init__(
@@ -73,8 +77,17 @@ class KafkaIntake:
         schemas = schemas or SchemaRepository.load()
         self.requests = StreamCodec("job_request", schemas.get("job_request"), schemas)
         self.events = StreamCodec("job_event", schemas.get("job_event"), schemas)
+        #: ``admission.kafka_client`` (``security.protocol``, ``sasl.*``, ``ssl.*``...):
+        #: every client of the intake takes it (issue 26).
+        self.client: dict[str, Any] = dict(self.settings.kafka_client)
         self._producer = Producer(
-            {"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "acks": "all"}
+            {
+                **self.client,
+                "bootstrap.servers": bootstrap_servers,
+                "enable.idempotence": True,
+                "acks": "all",
+                "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
+            }
         )
         self._consumer: Consumer | None = None
         self._stop = threading.Event()
@@ -89,9 +102,11 @@ class KafkaIntake:
         ensure_topics(
             self.bootstrap_servers,
             {t: (1, 1) for t in (s.request_topic, s.events_topic, s.dead_letter_topic)},
+            client=self.client,
         )
         self._consumer = Consumer(
             {
+                **self.client,
                 "bootstrap.servers": self.bootstrap_servers,
                 "group.id": s.consumer_group,
                 "enable.auto.commit": False,

@@ -56,3 +56,30 @@ def test_an_allowlist_entry_that_is_no_program_is_refused(tmp_path: Path) -> Non
 def test_other_sections_overrides_are_not_ours() -> None:
     env = {**TOKEN, "FLOODGATE__QUERY_GROUP__TRIGGER_INTERVAL_MS": "250"}
     assert load_admission_config(CONFIG, env=env).port == 8787
+
+
+def test_kafka_client_settings_are_taken_for_the_intake_without_showing_them(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "admission.toml"
+    path.write_text(
+        "[admission.kafka_client]\n"
+        '"security.protocol" = "SASL_PLAINTEXT"\n'
+        '"sasl.mechanism" = "PLAIN"\n'
+        '"sasl.username" = "intake"\n'
+        '"sasl.password" = "pa55-w0rd"\n'
+    )
+    settings = load_admission_config(path, env=TOKEN)
+    assert settings.kafka_client["security.protocol"] == "SASL_PLAINTEXT"
+    assert settings.kafka_client["sasl.password"] == "pa55-w0rd"
+
+
+@pytest.mark.parametrize("key", ["bootstrap.servers", "group.id", "enable.auto.commit"])
+def test_kafka_client_may_not_set_what_the_intake_owns_naming_the_key(
+    tmp_path: Path, key: str
+) -> None:
+    path = tmp_path / "admission.toml"
+    path.write_text(f'[admission.kafka_client]\n"{key}" = "x"\n"sasl.password" = "pa55-w0rd"\n')
+    with pytest.raises(ConfigError, match=f"kafka_client may not set '{key}'") as caught:
+        load_admission_config(path, env=TOKEN)
+    assert "pa55-w0rd" not in str(caught.value)
