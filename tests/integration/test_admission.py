@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -15,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 import tomli_w
 from sqlalchemy import create_engine, text
 
+from admission.runner import start_since_boot
 from admission.store import JobStore, jobs
 
 from .postgres import fresh_database
@@ -65,7 +68,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Service]]:
     """Start the service with the settings given (over test defaults); stopped after."""
     started: list[Service] = []
 
-    def start(**settings: Any) -> Service:
+    def start(*, service_env: dict[str, str] | None = None, **settings: Any) -> Service:
         config = {
             "port": 0,
             "allowlist": [SLEEP, "true", "false"],
@@ -86,6 +89,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Service]]:
                 env={
                     **{k: v for k, v in os.environ.items() if k != "FLOODGATE_KAFKA_BOOTSTRAP"},
                     "FLOODGATE__ADMISSION__TOKEN": TOKEN,
+                    **(service_env or {}),
                 },
             )
         deadline = time.monotonic() + 60
@@ -139,6 +143,181 @@ def test_mutations_need_the_token_and_programs_must_be_on_the_allowlist(
     assert tmp_path.exists()
     assert "FG-ADM-004" in service.log()
     assert service.call("GET", "/openapi.json").status_code == 200
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def mode(path: str | Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.mark.no_kafka
+def test_a_job_env_naming_a_loader_or_interpreter_variable_is_refused_naming_it(
+    serve: Callable[..., Service],
+) -> None:
+    """Issue 26: PYTHONPATH, LD_PRELOAD, SPARK_HOME and PATH in a job's env ran code of
+    the submitter's choosing inside allowlisted programs."""
+    service = serve()
+    for name in ("PYTHONPATH", "LD_PRELOAD", "SPARK_HOME", "PATH", "JAVA_TOOL_OPTIONS"):
+        refused = service.call("POST", "/jobs", json={"argv": ["true"], "env": {name: "/tmp/x"}})
+        assert refused.status_code == 403, refused.text
+        assert f"env variable {name!r} is not allowed" in refused.json()["detail"]
+    part = {"argv": ["true"], "env": {"ld_preload": "/tmp/x.so"}}
+    refused = service.call("POST", "/requests", json={"parts": [{"argv": ["true"]}, part]})
+    assert refused.status_code == 403 and "'ld_preload'" in refused.json()["detail"]
+    for env in ({"A=B": "1"}, {"A": "x\0y"}):  # what execve cannot carry: malformed
+        malformed = service.call("POST", "/jobs", json={"argv": ["true"], "env": env})
+        assert malformed.status_code == 422, malformed.text
+    assert service.call("GET", "/jobs").json() == []  # nothing stored, nothing started
+    ok = service.submit(["true"], env={"MARK": "1"}, queueable=False)
+    wait_for(lambda: service.job(ok["id"])["state"] == "FINISHED_OK", "a job with its own env")
+
+
+@pytest.mark.no_kafka
+def test_a_job_sees_the_built_environment_and_the_service_writes_private_files(
+    serve: Callable[..., Service], tmp_path: Path
+) -> None:
+    """Issue 26: every job inherited the service's environment, its token among them; the
+    job database and job logs were 0644."""
+    service = serve(
+        allowlist=["env"],
+        job_path="/usr/bin:/bin",
+        service_env={"SERVICE_ONLY": "kept-from-jobs", "LD_LIBRARY_PATH": "/nowhere"},
+    )
+    job = service.submit(["env"], env={"MARK": "mine"}, queueable=False)
+    wait_for(lambda: service.job(job["id"])["state"] == "FINISHED_OK", "the env job to end")
+    log_path = service.job(job["id"])["log_path"]
+    seen = dict(
+        line.split("=", 1) for line in Path(log_path).read_text().splitlines() if "=" in line
+    )
+    assert TOKEN not in Path(log_path).read_text()
+    assert not [name for name in seen if name.startswith("FLOODGATE__")]
+    assert "SERVICE_ONLY" not in seen and "LD_LIBRARY_PATH" not in seen
+    assert seen["PATH"] == "/usr/bin:/bin"
+    assert seen["MARK"] == "mine" and seen["FLOODGATE_ADMISSION_JOB_ID"] == str(job["id"])
+    assert mode(log_path) == 0o600
+    assert mode(tmp_path / "logs") == 0o700
+    assert mode(tmp_path / "jobs.db") == 0o600
+
+
+@pytest.mark.no_kafka
+def test_a_job_whose_program_left_the_allowlist_is_not_started_after_a_restart(
+    serve: Callable[..., Service],
+) -> None:
+    """Issue 26: a job enqueued before its program was removed from the allowlist was
+    started after the restart."""
+    first = serve()
+    assert first.call("POST", "/suspend").status_code == 200
+    removed, kept = first.submit(["false"]), first.submit(["true"])
+    stop(first)
+    second = serve(allowlist=[SLEEP, "true"], system_cpu_limit=1.0)  # load never high
+    assert second.call("POST", "/resume").status_code == 200
+    wait_for(lambda: second.job(kept["id"])["state"] == "FINISHED_OK", "the allowed job to run")
+    refused = second.job(removed["id"])
+    assert refused["state"] == "ABORTED" and refused["pid"] is None
+    assert "refused at start" in refused["note"] and "not on admission.allowlist" in refused["note"]
+    assert "FG-ADM-004" in second.log()
+
+
+@pytest.mark.no_kafka
+def test_a_reused_pid_is_not_adopted_and_cancel_leaves_that_process_alone(
+    serve: Callable[..., Service], tmp_path: Path
+) -> None:
+    """Issue 26: a restart adopted any live process by its pid, and cancel then killed an
+    unrelated process that had reused it. Adoption checks the start time and command."""
+    first = serve()
+    job = first.submit([SLEEP, "300"], queueable=False)
+    stop(first)  # the job goes on without a service
+    unrelated = subprocess.Popen([SLEEP, "301"])
+    try:
+        created = start_since_boot(psutil.Process(unrelated.pid))
+        store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+        common: dict[str, Any] = {
+            "cwd": None,
+            "env": {},
+            "queueable": False,
+            "expected_s": None,
+            "abnormal_exit": False,
+            "lane": "default",
+            "state": "RUNNING",
+            "submitted": time.time(),
+            "started": time.time(),
+            "pid": unrelated.pid,
+        }
+        # Its pid, another start time: the job's process ended, the pid was reused.
+        other_start = store.add(
+            argv=[SLEEP, "301"], **common, pid_created=created - 7, pid_cmdline=[SLEEP, "301"]
+        )
+        # Its start time, another command and no job id in its environment.
+        other_command = store.add(
+            argv=[SLEEP, "60"], **common, pid_created=created, pid_cmdline=[SLEEP, "60"]
+        )
+        store.engine.dispose()
+
+        second = serve()
+        for lost in (other_start, other_command):
+            seen = second.job(lost.id)
+            assert seen["state"] == "UNKNOWN", seen
+            assert "not adopted" in seen["note"]
+            assert second.call("POST", f"/jobs/{lost.id}/cancel").status_code == 409
+        assert "another process now" in second.job(other_start.id)["note"]
+        assert "runs another command" in second.job(other_command.id)["note"]
+        assert unrelated.poll() is None  # alive: never signalled
+
+        adopted = second.job(job["id"])  # the job's own process is adopted, and stoppable
+        assert adopted["state"] == "RUNNING"
+        assert second.call("POST", f"/jobs/{job['id']}/cancel").json()["state"] == "ABORTED"
+        wait_for(lambda: not alive(job["pid"]), "the adopted job's process to end")
+        assert unrelated.poll() is None
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job["pid"], signal.SIGKILL)
+
+
+@pytest.mark.no_kafka
+def test_a_job_that_cannot_be_spawned_ends_as_error_not_running(
+    serve: Callable[..., Service], tmp_path: Path
+) -> None:
+    """Issue 26: a NUL byte reaching Popen gave a 500 and left the job RUNNING with no
+    process. Stored straight into the queue: the API refuses such a job before that."""
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    row: dict[str, Any] = {
+        "cwd": None,
+        "env": {},
+        "queueable": True,
+        "expected_s": None,
+        "abnormal_exit": False,
+        "lane": "default",
+        "state": "ENQUEUED",
+        "submitted": time.time(),
+    }
+    nul = store.add(**{**row, "argv": [SLEEP, "1\0"]})
+    no_cwd = store.add(**{**row, "argv": [SLEEP, "1"], "cwd": str(tmp_path / "missing")})
+    bad_env = store.add(**{**row, "argv": [SLEEP, "1"], "env": {"A=B": "1"}})
+    store.engine.dispose()
+    service = serve(system_cpu_limit=1.0)  # load is never high: the queue is taken at once
+    for job, state, words in (
+        (nul, "ERROR", "could not start: ValueError"),
+        (no_cwd, "ERROR", "could not start: FileNotFoundError"),
+        (bad_env, "ABORTED", "refused at start"),
+    ):
+
+        def ended(job_id: int = job.id) -> bool:
+            return service.job(job_id)["state"] not in ("ENQUEUED", "RUNNING")
+
+        wait_for(ended, f"job {job.id} to end")
+        seen = service.job(job.id)
+        assert (seen["state"], seen["pid"]) == (state, None), seen
+        assert words in seen["note"], seen
+    after = service.submit(["true"], queueable=False)  # the service goes on
+    wait_for(lambda: service.job(after["id"])["state"] == "FINISHED_OK", "a job after them")
 
 
 @contextlib.contextmanager
