@@ -8,7 +8,9 @@ allowlist entry that names no executable.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import shutil
 import sys
 from collections.abc import Mapping
@@ -18,6 +20,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from admission.environment import invalid_reason
+from pipeline.asgi import DEFAULT_MAX_BODY_BYTES
 from pipeline.config import DEFAULT_CONTROL_DIR, load_service_config
 from pipeline.errors import ConfigError
 
@@ -50,12 +53,17 @@ class AdmissionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     host: str = "127.0.0.1"
-    """Interface of the REST API and metrics; loopback unless set (the service runs
-    commands: it must not be reachable by everyone)."""
+    """Interface of the REST API and metrics: an IPv4 address (``0.0.0.0`` is every
+    interface) or a host name; loopback unless set (the service runs commands: it must
+    not be reachable by everyone). Empty is refused: it would bind every interface."""
     port: Annotated[int, Field(ge=0, le=65_535)] = 8787
     """Port of the REST API (``/jobs``, ``/stalls``, ``/metrics``); 0 picks a free one."""
     token: SecretStr | None = None
-    """Bearer token every mutating call must carry (required)."""
+    """Bearer token every mutating call must carry (required); taken as written, also
+    from ``FLOODGATE__ADMISSION__TOKEN`` (never parsed as TOML)."""
+    max_request_body_bytes: Annotated[int, Field(ge=1)] = DEFAULT_MAX_BODY_BYTES
+    """Most bytes of a request body (default 1 MiB): a larger one is refused (413) before
+    it is read further, let alone parsed (issue 26)."""
     allowlist: list[str] = Field(default_factory=list)
     """Executables jobs may run: paths (relative ones from the service's working
     directory), or names resolved on ``PATH``, at start.
@@ -116,6 +124,17 @@ class AdmissionSettings(BaseModel):
     as a query group's ``[kafka] client``: ``security.protocol``, ``sasl.*``, ``ssl.*``
     to reach a TLS or SASL cluster (issue 26). Not the ones the intake sets from other
     keys or relies on (:data:`INTAKE_OWNED_KAFKA_KEYS`)."""
+
+    @field_validator("host")
+    @classmethod
+    def _check_host(cls, value: str) -> str:
+        if not _is_host(value):
+            raise ValueError(
+                f"host {value!r} is no interface to listen on; allowed: an IPv4 address "
+                "(127.0.0.1 loopback, 0.0.0.0 every interface) or a host name (letters, "
+                "digits, '-' and '.'); empty is refused, as it would bind every interface"
+            )
+        return value
 
     @field_validator("kafka_client")
     @classmethod
@@ -180,6 +199,25 @@ class AdmissionSettings(BaseModel):
                 )
             resolved[path] = entry
         return resolved
+
+
+def _is_host(value: str) -> bool:
+    """Whether ``value`` is an IPv4 address or a host name (RFC 1123 section 2.1)."""
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        pass
+    else:
+        return True
+    labels = value.split(".")
+    return (
+        0 < len(value) <= 253
+        and not value.replace(".", "").isdigit()  # 999.1.1.1 is no address, nor a name
+        and all(_HOST_LABEL.fullmatch(label) for label in labels)
+    )
+
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 
 def resolve_program(program: str) -> str | None:

@@ -32,11 +32,19 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pipeline.errors import ConfigError
 
@@ -446,8 +454,9 @@ def load_service_config(
         raw = read_toml(path, f"{section} config file")
     prefix = f"{OVERRIDE_ENV_PREFIX}{section.upper()}__"
     ours = {k: v for k, v in env.items() if k.upper().startswith(prefix)}
+    verbatim = {f"{section}.{key}" for key in secret_keys(model.model_fields[section].annotation)}
     try:
-        return model.model_validate(apply_env_overrides(raw, ours)), source
+        return model.model_validate(apply_env_overrides(raw, ours, verbatim=verbatim)), source
     except ValidationError as exc:
         raise config_error(exc, source, model=model, what=f"{section} config") from None
 
@@ -564,8 +573,28 @@ def bootstrap_from(config: KafkaConfig, env: Mapping[str, str] | None = None) ->
     return env.get(BOOTSTRAP_ENV) or config.bootstrap_servers
 
 
-def apply_env_overrides(raw: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-    """Return a deep copy of ``raw`` with ``FLOODGATE__A__B=v`` overrides applied."""
+def secret_keys(model: Any) -> set[str]:
+    """The keys of a pydantic model whose values are secrets (``SecretStr``, optional or
+    not); none when ``model`` is no pydantic model."""
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return set()
+    return {
+        name
+        for name, info in model.model_fields.items()
+        if info.annotation is SecretStr or SecretStr in typing.get_args(info.annotation)
+    }
+
+
+def apply_env_overrides(
+    raw: Mapping[str, Any], env: Mapping[str, str], *, verbatim: Collection[str] = ()
+) -> dict[str, Any]:
+    """Return a deep copy of ``raw`` with ``FLOODGATE__A__B=v`` overrides applied.
+
+    A value is read as a TOML value (``250`` an int, ``true`` a bool, ``[1, 2]`` a
+    list), or as text when it is none, except at the dotted keys of ``verbatim``
+    (lower-case, ``admission.token``): those are taken as written, quotes and all --
+    a secret such as a token is never parsed (issue 26).
+    """
     data = _deep_copy(raw)
     for name, text in sorted(env.items()):
         if not name.startswith(OVERRIDE_ENV_PREFIX):
@@ -583,7 +612,7 @@ def apply_env_overrides(raw: Mapping[str, Any], env: Mapping[str, str]) -> dict[
                     value=text,
                 )
             node = child
-        node[path[-1]] = _parse_scalar(text)
+        node[path[-1]] = text if ".".join(path) in verbatim else _parse_scalar(text)
     return data
 
 

@@ -83,3 +83,43 @@ def test_kafka_client_may_not_set_what_the_intake_owns_naming_the_key(
     with pytest.raises(ConfigError, match=f"kafka_client may not set '{key}'") as caught:
         load_admission_config(path, env=TOKEN)
     assert "pa55-w0rd" not in str(caught.value)
+
+
+@pytest.mark.parametrize("token", ['"quoted"', "12345", "true", "[1, 2]", "a = b"])
+def test_the_token_from_the_environment_is_taken_as_written(token: str) -> None:
+    # Issue 26: the token was parsed as TOML ('"quoted"' lost its quotes, '12345'
+    # became an int and was refused).
+    settings = load_admission_config(CONFIG, env={"FLOODGATE__ADMISSION__TOKEN": token})
+    assert settings.token is not None and settings.token.get_secret_value() == token
+
+
+def test_other_overrides_are_still_read_as_toml_values() -> None:
+    env = {**TOKEN, "FLOODGATE__ADMISSION__PORT": "9001", "FLOODGATE__ADMISSION__HOST": '"::x"'}
+    with pytest.raises(ConfigError, match=r"'admission\.host' = '::x' is refused"):
+        load_admission_config(CONFIG, env=env)
+    del env["FLOODGATE__ADMISSION__HOST"]
+    assert load_admission_config(CONFIG, env=env).port == 9001
+
+
+@pytest.mark.parametrize("host", ["", "  ", "not a host", "999.1.1.1", "-bad-.example", "a_b"])
+def test_an_empty_or_invalid_host_is_refused_naming_the_key_and_what_is_allowed(
+    host: str,
+) -> None:
+    env = {**TOKEN, "FLOODGATE__ADMISSION__HOST": host}
+    with pytest.raises(ConfigError, match=r"'admission\.host'") as caught:
+        load_admission_config(CONFIG, env=env)
+    assert "an IPv4 address" in str(caught.value) and "host name" in str(caught.value)
+    assert caught.value.key == "admission.host"
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "10.1.2.3", "localhost", "db-1.lan"])
+def test_an_ipv4_address_or_a_host_name_is_taken(host: str) -> None:
+    env = {**TOKEN, "FLOODGATE__ADMISSION__HOST": host}
+    assert load_admission_config(CONFIG, env=env).host == host
+
+
+def test_the_request_body_limit_defaults_to_one_mib_and_must_be_positive() -> None:
+    assert load_admission_config(CONFIG, env=TOKEN).max_request_body_bytes == 1 << 20
+    env = {**TOKEN, "FLOODGATE__ADMISSION__MAX_REQUEST_BODY_BYTES": "0"}
+    with pytest.raises(ConfigError, match=r"'admission\.max_request_body_bytes' = 0"):
+        load_admission_config(CONFIG, env=env)
