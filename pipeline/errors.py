@@ -231,6 +231,54 @@ class DataLossError(FloodgateError, RuntimeError):
         self.available_from = available_from
 
 
+class BlobIntegrityError(DataLossError):
+    """A registered BLOB is not what the sweeper wrote (issue 26: no silent BLOB
+    corruption): its SHA-256, size, record count, or record offsets differ from what
+    the sweep catalog recorded when the BLOB was registered, or the file is missing or
+    cannot be parsed.
+
+    The tuples the BLOB held are lost unless the broker still holds them; a reader
+    stops at this BLOB and commits nothing past it.
+
+    Attributes:
+        blob_id: the BLOB's id in the catalog (``floodgate_blobs.id``; ``None``: not
+            registered yet).
+        path: the BLOB file.
+        reason: what differs, e.g. ``"sha256"``, ``"size"``, ``"count"``,
+            ``"offset"``, ``"unreadable"``.
+        offset: the first offset found wrong, when the check is about one.
+        topic, partition, start, end: as :class:`DataLossError`; ``[start, end)`` is
+            the BLOB's registered offset range.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        blob_id: int | None,
+        path: str,
+        reason: str,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        offset: int | None = None,
+    ) -> None:
+        named = f"BLOB {blob_id} ({path})" if blob_id is not None else f"BLOB {path}"
+        super().__init__(
+            f"{named} fails its integrity check ({reason}): {message}",
+            topic=topic,
+            partition=partition,
+            start=start,
+            end=end,
+            available_from=None,
+        )
+        self.blob_id = blob_id
+        self.path = path
+        self.reason = reason
+        self.offset = offset
+
+
 class DeliveryError(FloodgateError, RuntimeError):
     """The broker did not acknowledge some produced tuples.
 

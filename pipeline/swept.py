@@ -19,8 +19,28 @@ does.
 
 **The catalog** (SQLAlchemy; SQLite by default) is each partition's BLOB chain,
 ordered by offset: ``floodgate_blobs(topic, partition, start_offset, end_offset,
-path, bytes, tuples, created)``. A BLOB is registered only after it is written,
-renamed into place and verified, so a registered row always names a whole file.
+path, bytes, tuples, created, sha256, first_offset, last_offset)``. A BLOB is
+registered only after it is written, renamed into place and verified, so a
+registered row always names a whole file.
+
+**Integrity** (issue 26: no silent BLOB corruption). The catalog row is the BLOB's
+seal (:class:`BlobSeal`): the SHA-256 of the whole file, its size, its record count
+and its first and last record offsets, computed while the file is written. Every
+read of a registered BLOB (:func:`read_registered`) checks the size and the SHA-256
+before it yields any record, then that the offsets it parses are strictly
+increasing, inside the registered ``[start_offset, end_offset)`` and begin and end
+at the recorded first and last offsets, and that the count is the recorded one. A
+mismatch is a :class:`~pipeline.errors.BlobIntegrityError` (a ``DataLossError``)
+naming the BLOB, the topic, the partition and the offsets. Strictly increasing
+rather than contiguous: transaction markers and aborted records take offsets
+without being records, so a committed range has gaps. A per-file digest in the
+catalog, not the Avro codecs' block checksums: it also catches a truncation at a
+block boundary and blocks swapped or dropped, which per-block checksums do not.
+
+Rows registered before checksums existed (``sha256`` NULL) are still read, with the
+size, offset-range and count checks only (logged once per BLOB, ``FG-BLOB-001``);
+the sweeper seals them when it starts (:func:`seal_blob`), after checking them the
+same way.
 """
 
 from __future__ import annotations
@@ -29,7 +49,11 @@ import array
 import contextlib
 import functools
 import gc
+import hashlib
+import io
 import itertools
+import logging
+import operator
 import os
 import sys
 import threading
@@ -37,7 +61,7 @@ import time
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import fastavro
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -53,13 +77,18 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    inspect,
     select,
     text,
+    update,
 )
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 
 from pipeline.database import advisory_lock_key, create_database_engine, create_tables
-from pipeline.errors import DataLossError
+from pipeline.errors import BlobIntegrityError, DataLossError
+
+log = logging.getLogger(__name__)
 
 #: Records per BLOB batch when the records come one by one (:func:`write_blob` of an
 #: iterable of records): a broker fetch gives its own batches (up to 10 000).
@@ -304,28 +333,88 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def write_blob(path: Path, batches: Iterable[Sequence[Any]]) -> int:
+@dataclass(frozen=True)
+class BlobSeal:
+    """What a BLOB must be, recorded in the catalog when it is registered and checked
+    on every read (issue 26: no silent BLOB corruption).
+
+    Attributes:
+        sha256: SHA-256 of the whole file, 64 lowercase hex digits.
+        bytes: the file's size in bytes.
+        tuples: how many Kafka records it holds.
+        first_offset, last_offset: the offsets of its first and last record
+            (``None``: it holds none; a range of only transaction markers).
+    """
+
+    sha256: str
+    bytes: int
+    tuples: int
+    first_offset: int | None
+    last_offset: int | None
+
+
+class _HashingFile(io.RawIOBase):
+    """A write-only file that passes every byte to ``out`` and to a SHA-256."""
+
+    def __init__(self, out: Any) -> None:
+        super().__init__()
+        self.out = out
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        self.out.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def write_sealed_blob(path: Path, batches: Iterable[Sequence[Any]]) -> BlobSeal:
     """Write runs of consecutive Kafka records (``confluent_kafka.Message`` or
-    :class:`SweptRecord`, as a broker fetch returns them: lists) to an Avro container
-    file at ``path``, one :data:`BLOB_SCHEMA` record per run, flushed and fsynced.
+    :class:`SweptRecord`, as a broker fetch returns them: lists, in offset order) to an
+    Avro container file at ``path``, one :data:`BLOB_SCHEMA` record per run, flushed
+    and fsynced; hash the bytes as they are written.
 
     Returns:
-        How many Kafka records were written.
+        The BLOB's :class:`BlobSeal`, for :meth:`SweepCatalog.register`.
     """
     count = 0
+    first: int | None = None
+    last: int | None = None
 
     def rows() -> Iterator[dict[str, Any]]:
-        nonlocal count
+        nonlocal count, first, last
         for batch in batches:
             if batch:
                 count += len(batch)
+                if first is None:
+                    first = batch[0].offset()
+                last = batch[-1].offset()
                 yield _batch_row(batch)
 
     with open(path, "wb") as out:
-        fastavro.writer(out, PARSED_BLOB_SCHEMA, rows(), codec="null", sync_interval=1 << 20)
+        hashing = _HashingFile(out)
+        fastavro.writer(
+            cast(IO[bytes], hashing),
+            PARSED_BLOB_SCHEMA,
+            rows(),
+            codec="null",
+            sync_interval=1 << 20,
+        )
         out.flush()
         os.fsync(out.fileno())
-    return count
+    return BlobSeal(hashing.digest.hexdigest(), hashing.size, count, first, last)
+
+
+def write_blob(path: Path, batches: Iterable[Sequence[Any]]) -> int:
+    """:func:`write_sealed_blob`, returning how many Kafka records were written."""
+    return write_sealed_blob(path, batches).tuples
 
 
 def batched(records: Iterable[Any], size: int = BLOB_BATCH_RECORDS) -> Iterator[list[Any]]:
@@ -335,26 +424,38 @@ def batched(records: Iterable[Any], size: int = BLOB_BATCH_RECORDS) -> Iterator[
         yield batch
 
 
+def _rows(src: Any) -> Iterator[dict[str, Any]]:
+    """The Avro records of an open BLOB file.
+
+    Raises:
+        ValueError: the file is not an Avro container of :data:`BLOB_SCHEMA` records.
+    """
+    reader = fastavro.reader(src)
+    name = reader.writer_schema.get("name") if isinstance(reader.writer_schema, dict) else None
+    if name != "floodgate.sweep.SweptBatch":
+        raise ValueError(f"an Avro file of {name!r} records, not floodgate.sweep.SweptBatch")
+    for row in reader:
+        assert isinstance(row, dict)
+        yield row
+
+
+#: What a damaged BLOB file makes the Avro reader or the column decoding raise.
+_UNREADABLE = (OSError, EOFError, ValueError, KeyError, TypeError, StopIteration)
+
+
 def read_blob_batches(path: str | Path, topic: str, partition: int) -> Iterator[list[SweptRecord]]:
-    """The records of a BLOB, batch by batch, in offset order.
+    """The records of a BLOB file, batch by batch, as written: no catalog, so no
+    integrity check beyond the file's own structure (readers of registered BLOBs use
+    :func:`read_registered`).
 
     Raises:
         DataLossError: the file is missing, truncated or not a BLOB.
     """
     try:
         with open(path, "rb") as src:
-            reader = fastavro.reader(src)
-            name = (
-                reader.writer_schema.get("name") if isinstance(reader.writer_schema, dict) else None
-            )
-            if name != "floodgate.sweep.SweptBatch":
-                raise ValueError(
-                    f"an Avro file of {name!r} records, not floodgate.sweep.SweptBatch"
-                )
-            for row in reader:
-                assert isinstance(row, dict)
+            for row in _rows(src):
                 yield _batch_records(row, topic, partition)
-    except (OSError, EOFError, ValueError, KeyError, TypeError, StopIteration) as exc:
+    except _UNREADABLE as exc:
         raise DataLossError(
             f"BLOB {path} cannot be read: {exc.__class__.__name__}: {exc}",
             topic=topic,
@@ -366,13 +467,183 @@ def read_blob_batches(path: str | Path, topic: str, partition: int) -> Iterator[
 
 
 def read_blob(path: str | Path, topic: str, partition: int) -> Iterator[SweptRecord]:
-    """The records of a BLOB one by one, in offset order.
+    """The records of a BLOB file one by one, as written (see :func:`read_blob_batches`).
 
     Raises:
         DataLossError: the file is missing, truncated or not a BLOB.
     """
     for batch in read_blob_batches(path, topic, partition):
         yield from batch
+
+
+#: The ``reason`` of a :class:`~pipeline.errors.BlobIntegrityError` (a metric label).
+DAMAGE_REASONS = ("missing", "size", "sha256", "offset", "count", "unreadable")
+
+#: Unsealed BLOBs (registered before checksums) already logged by this process.
+_unsealed_logged: set[tuple[str, int]] = set()
+
+
+def _damaged(
+    blob: Blob, reason: str, message: str, offset: int | None = None
+) -> BlobIntegrityError:
+    error = BlobIntegrityError(
+        message,
+        blob_id=blob.id or None,  # 0: not registered yet
+        path=blob.path,
+        reason=reason,
+        topic=blob.topic,
+        partition=blob.partition,
+        start=blob.start_offset,
+        end=blob.end_offset,
+        offset=offset,
+    )
+    log.error("FG-BLOB-002 %s", error)
+    return error
+
+
+def _open_checked(blob: Blob) -> Any:
+    """The BLOB's file, open at its start, its size and (when sealed) SHA-256 checked.
+
+    Raises:
+        BlobIntegrityError: the file is missing, or its size or digest differs.
+    """
+    try:
+        src = open(blob.path, "rb")  # noqa: SIM115 - the caller closes it
+    except OSError as exc:
+        raise _damaged(blob, "missing", f"{exc.__class__.__name__}: {exc}") from exc
+    try:
+        size = os.fstat(src.fileno()).st_size
+        if size != blob.bytes:
+            raise _damaged(blob, "size", f"the file holds {size} bytes, the catalog {blob.bytes}")
+        if blob.sha256 is None:
+            if (blob.path, blob.id) not in _unsealed_logged:
+                _unsealed_logged.add((blob.path, blob.id))
+                log.warning(
+                    "FG-BLOB-001 BLOB %d (%s) of %s[%d] has no SHA-256 in the catalog "
+                    "(registered before checksums): read with the size, offset and count "
+                    "checks only",
+                    blob.id,
+                    blob.path,
+                    blob.topic,
+                    blob.partition,
+                )
+        else:
+            digest = hashlib.file_digest(src, "sha256").hexdigest()
+            if digest != blob.sha256:
+                raise _damaged(
+                    blob, "sha256", f"the file's SHA-256 is {digest}, the catalog's {blob.sha256}"
+                )
+            src.seek(0)
+    except BaseException:
+        src.close()
+        raise
+    return src
+
+
+def _increasing(offsets: array.array[int]) -> bool:
+    return all(map(operator.lt, offsets, itertools.islice(offsets, 1, None)))
+
+
+def read_registered(blob: Blob) -> Iterator[list[SweptRecord]]:
+    """The records of a registered BLOB, batch by batch, in offset order, checked
+    against its catalog row (issue 26: no silent BLOB corruption).
+
+    Before any record is yielded: the file's size and SHA-256 are the recorded ones.
+    While reading: offsets are strictly increasing (not contiguous: transaction
+    markers and aborted records take offsets without being records), inside
+    ``[start_offset, end_offset)``, the first is ``first_offset``. At the end of the
+    file: the last is ``last_offset`` and the count is ``tuples``. A row without a
+    seal (registered before checksums) gets every check but the digest and the
+    first/last offsets.
+
+    Raises:
+        BlobIntegrityError: a check failed (``reason``: ``missing``, ``size``,
+            ``sha256``, ``offset``, ``count``, ``unreadable``); logged as
+            ``FG-BLOB-002``. Records of the BLOB yielded before an ``offset`` error
+            are inside its range and in order; nothing past the error is read.
+    """
+    src = _open_checked(blob)
+    with src:
+        count = 0
+        previous = blob.start_offset - 1
+        try:
+            for row in _rows(src):
+                offsets = _unpacked("q", row["offsets"])
+                if not offsets:
+                    continue
+                first = offsets[0]
+                if count == 0 and blob.first_offset is not None and first != blob.first_offset:
+                    raise _damaged(
+                        blob,
+                        "offset",
+                        f"its first offset is {first}, the catalog's {blob.first_offset}",
+                        first,
+                    )
+                if first <= previous or offsets[-1] >= blob.end_offset or not _increasing(offsets):
+                    bad, before = _first_out_of_order(offsets, previous, blob.end_offset)
+                    raise _damaged(
+                        blob,
+                        "offset",
+                        f"offset {bad} after {before} is not strictly increasing inside "
+                        f"[{blob.start_offset}, {blob.end_offset})",
+                        bad,
+                    )
+                previous = offsets[-1]
+                batch = _batch_records(row, blob.topic, blob.partition)
+                count += len(batch)
+                yield batch
+        except _UNREADABLE as exc:
+            raise _damaged(blob, "unreadable", f"{exc.__class__.__name__}: {exc}") from exc
+        if count != blob.tuples:
+            raise _damaged(blob, "count", f"it holds {count} records, the catalog {blob.tuples}")
+        last = previous if count else None
+        if blob.sha256 is not None and last != blob.last_offset:
+            raise _damaged(
+                blob, "offset", f"its last offset is {last}, the catalog's {blob.last_offset}", last
+            )
+
+
+def _first_out_of_order(offsets: array.array[int], previous: int, end: int) -> tuple[int, int]:
+    """``(the first offset not after the one before it or not before end, that one)``."""
+    for offset in offsets:
+        if offset <= previous or offset >= end:
+            return offset, previous
+        previous = offset
+    raise AssertionError("no offset out of order")  # pragma: no cover
+
+
+def seal_blob(blob: Blob) -> BlobSeal:
+    """Check a registered BLOB whole (:func:`read_registered`) and return its seal
+    (the sweeper seals rows registered before checksums with it).
+
+    Raises:
+        BlobIntegrityError: as :func:`read_registered`.
+    """
+    first: int | None = None
+    last: int | None = None
+    count = 0
+    for batch in read_registered(blob):
+        if first is None:
+            first = batch[0].offset()
+        last = batch[-1].offset()
+        count += len(batch)
+    with open(blob.path, "rb") as src:
+        digest = hashlib.file_digest(src, "sha256").hexdigest()
+    return BlobSeal(digest, blob.bytes, count, first, last)
+
+
+def check_blob(blob: Blob) -> None:
+    """Check a registered BLOB's size and SHA-256 (a full :func:`seal_blob` check when
+    it has no SHA-256 yet), without decoding its records: what the sweeper does before
+    it truncates the broker copy of the BLOB's range.
+
+    Raises:
+        BlobIntegrityError: as :func:`read_registered`.
+    """
+    if blob.sha256 is None:
+        seal_blob(blob)
+        return
+    _open_checked(blob).close()
 
 
 metadata = MetaData()
@@ -390,13 +661,23 @@ blobs = Table(
     Column("bytes", BigInteger, nullable=False),
     Column("tuples", BigInteger, nullable=False),
     Column("created", Float, nullable=False),
+    # The seal (issue 26); NULL in rows registered before checksums existed.
+    Column("sha256", String(64), nullable=True),
+    Column("first_offset", BigInteger, nullable=True),
+    Column("last_offset", BigInteger, nullable=True),
     Index("floodgate_blobs_chain", "topic", "partition", "start_offset", unique=True),
 )
 
 
+#: Columns added to ``floodgate_blobs`` after its first release, with their SQL types:
+#: an existing catalog gets them (NULL) when it is opened.
+_ADDED_COLUMNS = {"sha256": "VARCHAR(64)", "first_offset": "BIGINT", "last_offset": "BIGINT"}
+
+
 @dataclass(frozen=True)
 class Blob:
-    """One registered BLOB: ``[start_offset, end_offset)`` of a topic partition."""
+    """One registered BLOB: ``[start_offset, end_offset)`` of a topic partition, and
+    its seal (:class:`BlobSeal`; ``sha256`` ``None``: registered before checksums)."""
 
     id: int
     topic: str
@@ -407,6 +688,9 @@ class Blob:
     bytes: int
     tuples: int
     created: float
+    sha256: str | None = None
+    first_offset: int | None = None
+    last_offset: int | None = None
 
 
 class SweepCatalog:
@@ -423,7 +707,26 @@ class SweepCatalog:
         self.url = url
         self.engine: Engine = create_database_engine(url)
         create_tables(metadata, self.engine)
+        self._add_columns()
         self._lock = threading.Lock()
+
+    def _add_columns(self) -> None:
+        """Give a catalog made before checksums its seal columns (NULL in old rows).
+        Safe when several processes open it at once: a column another added meanwhile
+        is found on the second look."""
+        for attempt in range(2):
+            present = {c["name"] for c in inspect(self.engine).get_columns("floodgate_blobs")}
+            missing = [name for name in _ADDED_COLUMNS if name not in present]
+            if not missing:
+                return
+            try:
+                with self.engine.begin() as conn:
+                    for name in missing:
+                        kind = _ADDED_COLUMNS[name]
+                        conn.execute(text(f"ALTER TABLE floodgate_blobs ADD COLUMN {name} {kind}"))
+            except DBAPIError:
+                if attempt:
+                    raise
 
     def register(
         self,
@@ -436,15 +739,35 @@ class SweepCatalog:
         size: int,
         tuples: int,
         now: float,
+        seal: BlobSeal | None = None,
     ) -> Blob:
-        """Add a BLOB at the end of its partition's chain.
+        """Add a BLOB at the end of its partition's chain, with its seal.
+
+        Args:
+            topic, partition, start, end: the range ``[start, end)`` it holds.
+            path: its file; size: its bytes; tuples: its records; now: epoch seconds.
+            seal: what :func:`write_sealed_blob` returned; ``None``: computed here
+                from the file at ``path`` (read whole and checked).
 
         Raises:
-            ValueError: it overlaps a registered BLOB (the chain stays ordered and
+            ValueError: the seal disagrees with ``size`` or ``tuples``, or the file
+                cannot be read (``seal`` ``None``); or it overlaps a registered BLOB
+                (the chain stays ordered and
                 disjoint, also when two sweepers register at once: on PostgreSQL the
                 check and the insert hold a transaction-scoped advisory lock of the
                 partition; SQLite lets one writer at a time).
         """
+        if seal is None:
+            unsealed = Blob(0, topic, partition, start, end, path, size, tuples, now)
+            try:
+                seal = seal_blob(unsealed)
+            except BlobIntegrityError as exc:
+                raise ValueError(f"BLOB {path} cannot be registered: {exc}") from exc
+        if (seal.bytes, seal.tuples) != (size, tuples):
+            raise ValueError(
+                f"BLOB {path}: size {size} and tuples {tuples} given, its seal says "
+                f"{seal.bytes} and {seal.tuples}"
+            )
         with self._lock, self.engine.begin() as conn:
             if self.engine.dialect.name == "postgresql":
                 conn.execute(
@@ -473,10 +796,44 @@ class SweepCatalog:
                     bytes=size,
                     tuples=tuples,
                     created=now,
+                    sha256=seal.sha256,
+                    first_offset=seal.first_offset,
+                    last_offset=seal.last_offset,
                 )
             ).inserted_primary_key
             assert key is not None
-        return Blob(int(key[0]), topic, partition, start, end, path, size, tuples, now)
+        return Blob(
+            int(key[0]),
+            topic,
+            partition,
+            start,
+            end,
+            path,
+            size,
+            tuples,
+            now,
+            seal.sha256,
+            seal.first_offset,
+            seal.last_offset,
+        )
+
+    def seal(self, blob_id: int, seal: BlobSeal) -> bool:
+        """Record the seal of a BLOB registered before checksums.
+
+        Returns:
+            Whether the row was sealed now (``False``: gone, or sealed already).
+        """
+        with self._lock, self.engine.begin() as conn:
+            done = conn.execute(
+                update(blobs)
+                .where(blobs.c.id == blob_id, blobs.c.sha256.is_(None))
+                .values(
+                    sha256=seal.sha256,
+                    first_offset=seal.first_offset,
+                    last_offset=seal.last_offset,
+                )
+            )
+        return bool(done.rowcount)
 
     def chain(self, topic: str, partition: int) -> list[Blob]:
         """The partition's BLOBs in offset order."""
@@ -539,6 +896,48 @@ def catalog_for(url: str) -> SweepCatalog:
     return SweepCatalog(url)
 
 
+class _Failed(Iterator[list[SweptRecord]]):
+    """An iterator of batches that, once it raised a :class:`DataLossError`, raises it
+    again on every later ``next``: a generator (or ``itertools.chain``) that raised is
+    merely exhausted, and a caller that went on would take the damaged BLOB's range as
+    read and commit past it."""
+
+    def __init__(self, batches: Iterator[list[SweptRecord]]) -> None:
+        self._batches = batches
+        self._error: DataLossError | None = None
+
+    def __next__(self) -> list[SweptRecord]:
+        if self._error is not None:
+            raise self._error
+        try:
+            return next(self._batches)
+        except DataLossError as exc:
+            self._error = exc
+            raise
+
+
+class _Records(Iterator[SweptRecord]):
+    """:func:`swept_records`."""
+
+    def __init__(self, batches: Iterator[list[SweptRecord]]) -> None:
+        self._batches = _Failed(batches) if not isinstance(batches, _Failed) else batches
+        self._batch: Iterator[SweptRecord] = iter(())
+
+    def __next__(self) -> SweptRecord:
+        while True:
+            record = next(self._batch, None)
+            if record is not None:
+                return record
+            self._batch = iter(next(self._batches))  # StopIteration: the end
+
+
+def swept_records(batches: Iterator[list[SweptRecord]]) -> Iterator[SweptRecord]:
+    """The records of :meth:`BlobReader.read`'s batches one by one; after a
+    :class:`DataLossError` every later ``next`` raises it again, so a reader that
+    catches it and reads on never skips the damaged range."""
+    return _Records(batches)
+
+
 class BlobReader:
     """Reads swept offsets back in Kafka order (unsweep), for the Spark source and
     ``StreamOutput.get``.
@@ -562,8 +961,10 @@ class BlobReader:
 
         Raises:
             DataLossError: ``start`` is in no BLOB (and, the caller found, not in the
-                broker either), naming topic, partition and offsets; or a BLOB file is
-                missing or damaged (raised when its records are read).
+                broker either), naming topic, partition and offsets.
+            BlobIntegrityError: (a ``DataLossError``, raised when the BLOB's records
+                are read) a BLOB file is missing or is not what its catalog row says
+                (:func:`read_registered`); the batches stop before it.
         """
         chain: list[Blob] = []
         position = start
@@ -586,7 +987,7 @@ class BlobReader:
 
         def batches() -> Iterator[list[SweptRecord]]:
             for blob in chain:
-                for batch in read_blob_batches(blob.path, topic, partition):
+                for batch in read_registered(blob):
                     if batch[-1].offset() < start:
                         continue
                     if batch[0].offset() >= end:
@@ -595,7 +996,7 @@ class BlobReader:
                         batch = [r for r in batch if start <= r.offset() < end]
                     yield batch
 
-        return batches(), position
+        return _Failed(batches()), position
 
 
 #: What a consumer reading ranges through :func:`read_partition` needs: an offset the
@@ -773,17 +1174,24 @@ def blob_name(topic: str, partition: int, start: int, end: int) -> str:
 
 __all__ = [
     "BLOB_SCHEMA",
+    "DAMAGE_REASONS",
     "RANGE_CONSUMER",
     "Blob",
     "BlobReader",
+    "BlobSeal",
     "SweepCatalog",
     "SweptRecord",
     "batched",
     "blob_name",
     "catalog_for",
+    "check_blob",
     "read_blob",
     "read_blob_batches",
     "read_partition",
+    "read_registered",
     "read_swept",
+    "seal_blob",
+    "swept_records",
     "write_blob",
+    "write_sealed_blob",
 ]

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from pipeline.broker import ensure_topics
 from pipeline.queues import QueueAge, QueueProbe
-from pipeline.swept import BlobReader, SweepCatalog, read_partition, write_blob
+from pipeline.swept import BlobReader, SweepCatalog, read_partition, write_sealed_blob
 
 #: Epoch milliseconds of the first record (an hour ago: older would be deleted by the
 #: broker's retention.ms, seven days); record i is ``i`` seconds later.
@@ -98,9 +98,9 @@ def test_a_swept_queue_s_oldest_tuple_is_read_from_its_blob(
     batches = list(read_partition(consumer, topic, 0, 2, 6))
     consumer.close()
     path = tmp_path / "0-2-6.avro"
-    size = write_blob(path, batches)
+    seal = write_sealed_blob(path, batches)
     catalog = SweepCatalog(f"sqlite:///{tmp_path / 'catalog.db'}")
-    catalog.register(topic, 0, 2, 6, path=str(path), size=size, tuples=4, now=0.0)
+    catalog.register(topic, 0, 2, 6, path=str(path), size=seal.bytes, tuples=4, now=0.0, seal=seal)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.delete_records([TopicPartition(topic, 0, 6)]).values():
         future.result(timeout=30)

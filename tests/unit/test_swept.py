@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pipeline.errors import DataLossError
 from pipeline.swept import (
     BlobReader,
+    BlobSeal,
     SweepCatalog,
     SweptRecord,
     batched,
@@ -153,8 +154,18 @@ def test_swept_counts_the_offsets_held_in_blobs_from_the_position_on(
     bounds = sorted(cuts)
     ranges = list(zip(bounds[0::2], bounds[1::2], strict=False))  # disjoint, with gaps
     for start, end in ranges:
+        # No file: the seal is given (the accounting reads only the catalog).
+        seal = BlobSeal("0" * 64, end - start, end - start, start, end - 1)
         catalog.register(
-            "t", 0, start, end, path=f"{start}.avro", size=end - start, tuples=end - start, now=0
+            "t",
+            0,
+            start,
+            end,
+            path=f"{start}.avro",
+            size=end - start,
+            tuples=end - start,
+            now=0,
+            seal=seal,
         )
     expected = sum(max(0, end - max(start, position)) for start, end in ranges)
     assert catalog.swept("t", 0, position) == expected
