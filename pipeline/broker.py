@@ -478,11 +478,15 @@ def ensure_topics(
         client: extra librdkafka properties.
         timeout_s: how long to wait for the topics to appear in metadata.
 
-    An existing topic is kept as it is; if its partition count differs from the
-    config a warning says so (Kafka cannot shrink a topic, and growing one
-    re-maps keys, so Floodgate never changes it on its own).
+    An existing topic is never changed (Kafka cannot shrink a topic, and growing one
+    re-maps keys to partitions, so the tuples of a key written before and after would
+    lose their order). One with *more* partitions than configured is kept, with the
+    warning ``FG-BROKER-001``; one with *fewer* is refused (issue 26: a topic a broker
+    auto-created with its default of 1 partition must not pass for the configured 4).
 
     Raises:
+        ConfigError: a topic exists with fewer partitions than configured; names the
+            topic and both counts (``key`` ``partitions``). Nothing is created.
         BrokerError: a topic could not be created, or did not appear in time.
     """
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client or {})})
@@ -493,11 +497,23 @@ def ensure_topics(
         if name not in existing
     ]
     for name, (parts, _) in topics.items():
-        if name in existing and len(existing[name].partitions) != parts:
+        found = len(existing[name].partitions) if name in existing else parts
+        if found < parts:
+            raise ConfigError(
+                f"topic {name!r} exists with {found} partition{'s' if found != 1 else ''}; the "
+                f"config asks for {parts}. Floodgate does not add partitions (that re-maps "
+                "keys to partitions, so a key's tuples would lose their order): set the "
+                f"stream's partitions = {found}, or delete the topic (or grow it by hand, "
+                "kafka-topics --alter --partitions, accepting the re-mapping)",
+                key="partitions",
+                value=parts,
+                allowed=f"at most {found}, the topic's partitions",
+            )
+        if found > parts:
             log.warning(
                 "FG-BROKER-001 topic %s exists with %d partitions; config asks for %d; kept as is",
                 name,
-                len(existing[name].partitions),
+                found,
                 parts,
             )
     if new:

@@ -20,6 +20,18 @@ Rules:
   Avro schema is refused, naming the field, before anything is sent), then
   checks the free space: a batch that does not fit sends nothing and raises
   :class:`~pipeline.errors.QueueFullError` (stream, requested, free, max).
+* Types are strict and keys are one per tuple (issue 26): a float with a fraction
+  or a ``bool`` for an ``int``/``long`` field is refused, never truncated; a
+  ``datetime`` (naive: UTC) for a ``timestamp-millis`` field is its epoch ms, so a
+  tuple given with a datetime, epoch ms or ``1545.0`` has one Kafka key, one
+  partition (:meth:`~pipeline.serde.StreamCodec.normalise`,
+  :class:`~pipeline.serde.TupleKey`).
+* A stream's topic must exist: the client never lets the broker auto-create it
+  (``allow.auto.create.topics`` is false on every client it makes, whatever
+  ``[kafka] client`` says), since the broker would give it its default partition
+  count; the first read of a missing topic raises
+  :class:`~pipeline.errors.BrokerError` naming it. The query group creates its
+  topics when it starts (:func:`pipeline.broker.ensure_topics`).
 * After an accepted put, free space at or below
   ``free_input_queue_size_threshold`` percent is signalled: ``result.threshold_exceeded``,
   the ``on_threshold`` callback, and with ``raise_on_threshold=True``
@@ -76,6 +88,7 @@ from pipeline.errors import (
     NullKeyError,
     QueueFullError,
     QueueThresholdExceeded,
+    SchemaError,
     TupleTooLargeError,
 )
 from pipeline.metrics import ClientMetrics
@@ -86,7 +99,15 @@ from pipeline.queues import (
     SweptCounter,
     transient_kafka_error,
 )
-from pipeline.serde import BlockEncoder, SchemaRepository, StreamCodec, TupleKey, epoch_millis
+from pipeline.serde import (
+    BlockEncoder,
+    SchemaRepository,
+    StreamCodec,
+    TupleKey,
+    epoch_millis,
+    epoch_ms,
+    field_kind,
+)
 
 if TYPE_CHECKING:
     from pipeline.swept import BlobReader, SweptRecord
@@ -142,12 +163,13 @@ class PutResult:
         return self.free_queue_size / self.max_queue_size
 
 
-def _epoch_ms(value: Any) -> float | None:
-    """A ``timestamp-millis`` field as given to ``put`` (a datetime or epoch ms), as
-    epoch ms; ``None`` for anything else (the codec names the wrong type)."""
+def _epoch_ms(value: Any) -> int | None:
+    """An event-time field of a normalised tuple (epoch ms, or a datetime where the
+    field is no ``timestamp-millis``) as epoch ms, a naive datetime as UTC
+    (:func:`~pipeline.serde.epoch_ms`); ``None`` for anything else."""
     if isinstance(value, datetime):
-        return value.timestamp() * 1000
-    return value if isinstance(value, int) else None
+        return epoch_ms(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _is_arrow_table(value: Any) -> bool:
@@ -198,6 +220,16 @@ class StreamInput:
         )
         self._max_ahead_ms = stream_config.max_event_time_ahead_ms
         self.codec = StreamCodec(stream, schemas.get(stream_config.schema_), schemas)
+        fields = self.codec.schema.field_names
+        for name in self.key.fields:
+            if name not in fields:  # checked at load too, against the file's schema_dir
+                raise ConfigError(
+                    f"input_streams.{stream}.key names {name!r}, which is no field of schema "
+                    f"{stream_config.schema_!r}; its fields: {', '.join(fields)}",
+                    key=f"input_streams.{stream}.key",
+                    value=name,
+                    allowed=", ".join(fields),
+                )
         self._block_encoder = BlockEncoder(self.codec)
         self.probe = QueueProbe.for_input_stream(
             config, stream, bootstrap_servers=bootstrap_servers, swept=swept
@@ -214,6 +246,9 @@ class StreamInput:
             # in flight is len(producer): tuples not yet acknowledged.
             "delivery.report.only.error": True,
             **config.kafka.client,
+            # A missing topic is never created by the broker with its default partition
+            # count: it is refused (issue 26; librdkafka's default is true for producers).
+            "allow.auto.create.topics": False,
         }
         self._producer = Producer(self._producer_config)
         #: Producers replaced after a fatal error (:meth:`_replace_if_fatal`).
@@ -257,7 +292,8 @@ class StreamInput:
         (seed: ``getFreeQueueSize``). This producer's unacknowledged tuples count as used.
 
         Raises:
-            BrokerError: the broker did not answer.
+            BrokerError: the broker did not answer, or the topic does not exist (it is
+                never created here: see the module docstring).
         """
         self._require_open()
         with self._lock:
@@ -467,7 +503,13 @@ class StreamInput:
             The :class:`PutResult`.
 
         Raises:
-            SchemaError: a tuple does not match the schema (names the field); nothing sent.
+            SchemaError: a tuple does not match the schema: names the tuple's index and
+                the field, or the type of what was given instead of a dict; nothing sent.
+                Values are checked strictly (:meth:`~pipeline.serde.StreamCodec.normalise`,
+                issue 26): a float with a fraction or a ``bool`` for an ``int``/``long``
+                field is refused, never truncated; ``1545.0`` is the int ``1545``, and a
+                ``datetime`` (naive: UTC) for a ``timestamp-millis`` field is its epoch
+                ms, so the same tuple given either way has the same Kafka key.
             TupleTooLargeError: a tuple's encoded key and value exceed
                 ``message.max.bytes`` (names its index, size and the limit); nothing sent.
             QueueFullError: the batch does not fit (at once, or at ``timeout_s``); nothing sent.
@@ -540,15 +582,35 @@ class StreamInput:
             if encoded is not None:
                 return encoded
             tuples = tuples.to_pylist()
-        batch = [tuples] if isinstance(tuples, Mapping) else list(tuples)
+        if isinstance(tuples, Mapping):
+            batch = [tuples]
+        elif isinstance(tuples, Iterable) and not isinstance(tuples, str | bytes):
+            batch = list(tuples)
+        else:
+            raise SchemaError(
+                f"stream {self.stream!r}: put takes a dict (one tuple), a list of dicts or a "
+                f"pyarrow Table, not {type(tuples).__name__}; nothing was sent",
+                stream=self.stream,
+            )
+        normalise = self.codec.normalise
+        for i, t in enumerate(batch):
+            try:
+                batch[i] = normalise(t)
+            except SchemaError as exc:
+                raise SchemaError(
+                    f"tuple {i} of the batch: {exc}; nothing of the batch was sent",
+                    stream=self.stream,
+                    field=exc.field,
+                ) from exc
         self._check_keys_and_event_times(batch)
-        return [(self.key(t), self.codec.encode(t)) for t in batch]
+        key, encode = self.key, self.codec.encode_normalised
+        return [(key(t), encode(t)) for t in batch]
 
     def _encode_table(self, table: Any) -> list[tuple[bytes | None, bytes]] | None:
         """An Arrow table's tuples encoded a column at a time, or ``None`` when only
         the row-by-row path can encode them or name what is wrong with them: a column
         set or type the block encoder does not write, a null key field, an event time
-        too far ahead, a key field that is neither an integer nor a string column."""
+        too far ahead, a key column whose text the row path writes otherwise."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -556,9 +618,12 @@ class StreamInput:
         names = set(table.column_names)
         if any(f not in names or table.column(f).null_count for f in fields):
             return None
-        key_columns = [table.column(f) for f in fields]
-        if not all(pa.types.is_integer(c.type) or pa.types.is_string(c.type) for c in key_columns):
-            return None  # str() of a float or isoformat() of a timestamp: row by row
+        key_columns = []
+        for f in fields:
+            column = self._key_column(table.column(f), field_kind(self.codec.schema.schema, f))
+            if column is None:
+                return None
+            key_columns.append(column)
         event = self._event_field
         if event is not None and event in names and table.num_rows:
             column = epoch_millis(table.column(event))
@@ -577,6 +642,22 @@ class StreamInput:
         keys = pc.cast(joined, pa.binary()).to_pylist()
         return list(zip(keys, values, strict=True))
 
+    @staticmethod
+    def _key_column(column: Any, kind: str | None) -> Any | None:
+        """A key column as the row path keys it (:class:`~pipeline.serde.TupleKey` of
+        normalised tuples): an integer column of an ``int``/``long`` field, a string
+        column of a ``string`` field, a ``timestamp-millis`` field's column as epoch ms;
+        ``None`` for anything else (row by row)."""
+        import pyarrow as pa
+
+        if kind in ("int", "long") and pa.types.is_integer(column.type):
+            return column
+        if kind == "string" and pa.types.is_string(column.type):
+            return column
+        if kind == "timestamp-millis":
+            return epoch_millis(column)
+        return None
+
     def _check_keys_and_event_times(self, batch: Sequence[Any]) -> None:
         """Refuse a tuple with no value for a key field of a keyed stream, or with an
         event time more than ``max_event_time_ahead_ms`` ahead of now (``data_source``
@@ -591,8 +672,6 @@ class StreamInput:
             return
         limit_ms = time.time() * 1000 + self._max_ahead_ms
         for i, t in enumerate(batch):
-            if not isinstance(t, Mapping):
-                continue  # the codec names the wrong shape
             for name in fields:
                 if t.get(name) is None:
                     raise NullKeyError(
@@ -792,6 +871,7 @@ class StreamOutput:
                 "auto.offset.reset": "error" if self._blobs is not None else "earliest",
                 "isolation.level": "read_committed",
                 **config.kafka.client,
+                "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
             }
         )
         self._consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
@@ -919,11 +999,12 @@ class StreamOutput:
             DataLossError: no BLOB holds ``start`` either; names topic, partition,
                 offsets and the log start.
         """
-        from pipeline.swept import read_swept
+        from pipeline.swept import read_swept, swept_records
 
         assert self._blobs is not None
         batches, covered_to = read_swept(self._blobs, self.topic, partition, start, high, low)
-        self._unsweeping[partition] = _Unsweep(itertools.chain.from_iterable(batches), covered_to)
+        # swept_records: a damaged BLOB raises again on every later get, never skipped.
+        self._unsweeping[partition] = _Unsweep(swept_records(batches), covered_to)
         log.info(
             "%s[%d]: offset %d is swept (log start %d): reading BLOBs up to %d",
             self.topic,
@@ -1117,7 +1198,8 @@ class Connector:
         """Open an input stream of a query group for writing (seed: ``openStreamInput``).
 
         Raises:
-            ConfigError: no such query group or stream.
+            ConfigError: no such query group or stream, or a key field the stream's
+                schema does not have.
         """
         stream_input = StreamInput(
             config=self.config(query_group),

@@ -477,6 +477,7 @@ def read_all(
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
             **(client or {}),
+            "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
         }
     )
     try:

@@ -155,6 +155,7 @@ class DeadLetters:
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
+                "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
             }
         )
         self._positions: dict[int, int] = {}

@@ -464,6 +464,7 @@ class KafkaTransactionalSink:
         self.topic = topic
         self.key_columns = list(key_columns)
         self.key = TupleKey(key_columns)
+        self._keys_in_schema = set(key_columns) <= set(codec.schema.field_names)
         self.input_topics = list(input_topics)
         self.group_id = group_id
         self.checkpoint_dir = checkpoint_dir
@@ -508,6 +509,8 @@ class KafkaTransactionalSink:
                     "linger.ms": 5,
                     "error_cb": self._on_error,
                     **self.client,
+                    # A missing output topic is an error, never a broker default (issue 26).
+                    "allow.auto.create.topics": False,
                 }
             )
             producer.init_transactions(TRANSACTION_TIMEOUT_S)
@@ -522,6 +525,7 @@ class KafkaTransactionalSink:
                     "group.id": self.group_id,
                     "enable.auto.commit": False,
                     **self.client,
+                    "allow.auto.create.topics": False,  # issue 26
                 }
             )
         return self._consumer
@@ -656,13 +660,14 @@ class KafkaTransactionalSink:
             QueryGroupError: the transaction failed; it was aborted, so nothing
                 of the batch is visible to ``read_committed`` readers.
         """
-        encoded = [
-            (
-                self.key(row),
-                self.codec.encode({name: row.get(name) for name in self.codec.schema.field_names}),
-            )
-            for row in rows
-        ]
+        fields = self.codec.schema.field_names
+        normalise, encode = self.codec.normalise, self.codec.encode_normalised
+        encoded = []
+        for row in rows:
+            # Normalised as the client normalises a put (issue 26): the same key text
+            # for the same values, whoever writes the stream.
+            record = normalise({name: row.get(name) for name in fields})
+            encoded.append((self.key(record if self._keys_in_schema else row), encode(record)))
         with self.guard.reserve(len(encoded), query=self.query, batch_id=batch_id):
             self._transaction(encoded, batch_id, offsets)
         self.batches_written += 1
@@ -833,6 +838,7 @@ class KafkaTransactionalSink:
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 **self.client,
+                "allow.auto.create.topics": False,  # issue 26
             }
         )
         try:

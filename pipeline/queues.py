@@ -240,7 +240,13 @@ class QueueProbe:
         self.max_queue_size = max_queue_size
         self.swept = swept or NothingSwept()
         self.timeout_s = timeout_s
-        self._client_config = {"bootstrap.servers": bootstrap_servers, **(client or {})}
+        self._client_config = {
+            "bootstrap.servers": bootstrap_servers,
+            **(client or {}),
+            # The metadata request for the topic must not create it (librdkafka's default
+            # for an admin client, a producer handle, is true): issue 26.
+            "allow.auto.create.topics": False,
+        }
         self._admin: AdminClient | None = AdminClient(self._client_config)
         self._group_readers: dict[str, Consumer] = {}
         self._partitions: list[int] | None = None
@@ -298,12 +304,43 @@ class QueueProbe:
         )
 
     def partitions(self) -> list[int]:
-        """The topic's partitions (cached; call :meth:`forget_partitions` after a resize)."""
+        """The topic's partitions (cached; call :meth:`forget_partitions` after a resize).
+
+        The topic is never created here: a broker with ``auto.create.topics.enable``
+        would create it with its default partition count, not the configured one
+        (issue 26). So the metadata asked for is every topic's (a request that names
+        no topic creates none, whatever the broker honours of
+        ``allow.auto.create.topics``, false on these clients too).
+
+        Raises:
+            BrokerError: the topic does not exist (the message says how to create it),
+                or the broker did not answer.
+        """
         if self._partitions is None:
-            metadata = self._client().list_topics(self.topic, timeout=self.timeout_s)
+            try:
+                metadata = self._client().list_topics(timeout=self.timeout_s)
+            except KafkaException as exc:
+                raise BrokerError(
+                    f"stream {self.stream!r}: cannot read the metadata of topic "
+                    f"{self.topic!r}: {exc}"
+                ) from exc
             topic = metadata.topics.get(self.topic)
-            if topic is None or topic.error is not None or not topic.partitions:
-                raise BrokerError(f"stream {self.stream!r}: topic {self.topic!r} is not available")
+            missing = topic is None or (
+                topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            )
+            if topic is None or missing:
+                raise BrokerError(
+                    f"stream {self.stream!r}: topic {self.topic!r} does not exist; Floodgate "
+                    "does not let the broker auto-create it (it would get the broker's default "
+                    "partition count): start the query group, which creates its topics with "
+                    "the configured partitions, or create it with "
+                    "pipeline.broker.ensure_topics(bootstrap, query_group_config.topics())"
+                )
+            if topic.error is not None or not topic.partitions:
+                raise BrokerError(
+                    f"stream {self.stream!r}: topic {self.topic!r} is not available: "
+                    f"{topic.error or 'no partitions'}"
+                )
             self._partitions = sorted(topic.partitions)
         return self._partitions
 
@@ -619,6 +656,7 @@ class QueueAge:
                 # them never waits for the transaction to end.
                 "queued.min.messages": 1,
                 "isolation.level": "read_uncommitted",
+                "allow.auto.create.topics": False,  # issue 26: never a 1-partition topic
             }
         )
 

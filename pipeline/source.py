@@ -500,6 +500,9 @@ class SourceOptions:
             "isolation.level": "read_committed",
             **self.client,
             **extra,
+            # A missing topic is an error, never one the broker creates with its default
+            # partition count (issue 26).
+            "allow.auto.create.topics": False,
         }
 
 

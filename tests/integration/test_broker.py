@@ -23,7 +23,7 @@ from pipeline.broker import (
     rest_until_records,
 )
 from pipeline.config import BOOTSTRAP_ENV
-from pipeline.errors import BrokerError
+from pipeline.errors import BrokerError, ConfigError
 
 
 def test_a_started_broker_answers_then_stops_by_pid_and_removes_its_data(
@@ -270,3 +270,25 @@ def test_a_resting_reader_stays_paused_until_a_transaction_is_committed_then_rea
             assert sorted(got) == sorted(f"{round_}-{i}" for i in range(10)), f"round {round_}"
     finally:
         reader.close()
+
+
+def test_ensure_topics_refuses_a_topic_with_fewer_partitions_than_configured(
+    bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 26: a topic auto-created with 1 partition was kept where the config asks
+    for 4. Fewer partitions are refused (growing them would re-map keys), naming the
+    topic and both counts, and nothing of the call is created; more are kept, with a
+    warning."""
+    run = uuid.uuid4().hex[:8]
+    fewer, more, new = f"fewer.{run}", f"more.{run}", f"new.{run}"
+    ensure_topics(bootstrap, {fewer: (1, 1), more: (3, 1)})
+    with pytest.raises(ConfigError) as info:
+        ensure_topics(bootstrap, {new: (2, 1), fewer: (4, 1)})
+    assert (info.value.key, info.value.value) == ("partitions", 4)
+    assert f"topic {fewer!r} exists with 1 partition; the config asks for 4" in str(info.value)
+    caplog.set_level("WARNING", logger="pipeline.broker")
+    ensure_topics(bootstrap, {more: (2, 1)})
+    assert any("FG-BROKER-001" in r.getMessage() and more in r.getMessage() for r in caplog.records)
+    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    assert new not in topics
+    assert (len(topics[fewer].partitions), len(topics[more].partitions)) == (1, 3)

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from pipeline.client import THRESHOLD_MESSAGE_CODE, Connector, PutResult, Stream
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo import read_all
 from pipeline.errors import (
+    BrokerError,
     DeliveryError,
     EventTimeError,
     NullKeyError,
@@ -486,3 +488,104 @@ def test_a_put_of_an_arrow_table_sends_what_a_put_of_its_rows_as_dicts_sends(
     sent_as_dicts = records(by_dicts)
     assert len(sent_as_dicts) == 1_000
     assert records(by_table) == sent_as_dicts
+
+
+def test_one_flight_given_in_any_accepted_form_has_one_key_and_one_partition(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    small_queue: Callable[..., QueryGroupConfig],
+    open_input: Callable[..., StreamInput],
+) -> None:
+    """Issue 26: epoch ms, an aware datetime, the same in another zone, a naive datetime
+    (UTC), integral floats and an Arrow timestamp column reach the broker as one key,
+    one partition and one value, so the flight's tuples keep their order."""
+    config = small_queue(1_000)
+    stream_input = open_input(bootstrap, config, schemas)
+    flight = flights[0]
+    instant = datetime.fromtimestamp(flight["time_hour"] / 1000, tz=UTC)
+    forms = [
+        flight,
+        dict(flight, time_hour=instant),
+        dict(flight, time_hour=instant.astimezone(timezone(timedelta(hours=-5)))),
+        dict(flight, time_hour=instant.replace(tzinfo=None)),
+        dict(flight, time_hour=float(flight["time_hour"]), flight=float(flight["flight"])),
+    ]
+    assert stream_input.put(forms).accepted == len(forms)
+    # An Arrow table whose time_hour is a timestamp column: keyed a column at a time.
+    table = pa.Table.from_pylist([flight])
+    index = table.schema.get_field_index("time_hour")
+    stamps = pa.array([instant], pa.timestamp("ms", tz="UTC"))
+    assert stream_input.put(table.set_column(index, "time_hour", stamps)).accepted == 1
+    stream_input.put_end()
+    read = read_all(bootstrap, config.input_streams["flights"].topic)
+    assert len(read) == len(forms) + 1
+    key = f"{flight['carrier']}|{flight['flight']}|{flight['time_hour']}"
+    assert {m.key() for m in read} == {key.encode()}
+    assert len({m.partition() for m in read}) == 1
+    assert len({m.value() for m in read}) == 1
+
+
+def test_a_truncating_float_a_bool_or_a_non_dict_is_refused_and_nothing_is_sent(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    small_queue: Callable[..., QueryGroupConfig],
+    open_input: Callable[..., StreamInput],
+) -> None:
+    """Issue 26: ``1400.7`` was written as 1400, ``True`` as 1, and a non-dict tuple
+    raised a bare TypeError."""
+    config = small_queue(1_000)
+    stream_input = open_input(bootstrap, config, schemas)
+    for bad, field in [
+        (dict(flights[1], distance=1400.7), "distance"),
+        (dict(flights[1], dep_delay=True), "dep_delay"),
+        (dict(flights[1], time_hour=float("nan")), "time_hour"),
+    ]:
+        with pytest.raises(SchemaError) as info:
+            stream_input.put([flights[0], bad])
+        assert info.value.field == field
+        assert str(info.value).startswith(
+            f"tuple 1 of the batch: stream 'flights': field {field!r}"
+        )
+    with pytest.raises(SchemaError) as shape:
+        stream_input.put([flights[0], ("UA", 1545)])  # type: ignore[list-item]
+    assert "tuple 1 of the batch" in str(shape.value) and "not tuple" in str(shape.value)
+    with pytest.raises(SchemaError) as whole:
+        stream_input.put(1545)  # type: ignore[arg-type]
+    assert "put takes a dict" in str(whole.value) and "not int" in str(whole.value)
+    stream_input.put_end()
+    assert topic_total(bootstrap, config.input_streams["flights"].topic) == 0
+    assert stream_input.free_queue_size() == 1_000
+
+
+def test_a_stream_input_on_a_missing_topic_is_refused_and_the_topic_is_not_created(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Any,
+    open_input: Callable[..., StreamInput],
+) -> None:
+    """Issue 26: the first read of the queue created the topic with the broker's default
+    of 1 partition (the config says 4), and ensure_topics then kept it."""
+    from confluent_kafka.admin import AdminClient
+
+    config = parse_query_group(
+        flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True), env={}
+    )
+    topic = config.input_streams["flights"].topic
+    stream_input = open_input(bootstrap, config, schemas)
+    with pytest.raises(BrokerError) as info:
+        stream_input.free_queue_size()
+    assert f"topic {topic!r} does not exist" in str(info.value)
+    assert "ensure_topics" in str(info.value)
+    with pytest.raises(BrokerError):
+        stream_input.put(flights[:3])
+    assert topic not in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    # Created as configured, the same stream input goes on.
+    ensure_topics(bootstrap, config.topics())
+    assert stream_input.put(flights[:3]).accepted == 3
+    stream_input.put_end()
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    assert len(metadata.topics[topic].partitions) == config.input_settings("flights").partitions
