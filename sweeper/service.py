@@ -662,7 +662,12 @@ def read_range(
         KafkaException: another broker error.
     """
     consumer = Consumer(
-        {**SWEEPER_CONSUMER, "bootstrap.servers": bootstrap_servers, **(client or {})}
+        {
+            **SWEEPER_CONSUMER,
+            "bootstrap.servers": bootstrap_servers,
+            **(client or {}),
+            "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
+        }
     )
     try:
         yield from read_partition(
