@@ -460,7 +460,9 @@ class AdmissionService:
         return request_id, [self._get(j.id) for j in scheduled]
 
     def request(self, request_id: int) -> dict[str, object]:
-        """A request: its state, reason, completion step and jobs (``GET /requests/{id}``).
+        """A request: its state, reason, completion step and jobs (``GET /requests/{id}``),
+        as the API shows it: the completion step's ``env`` and the jobs' are the sorted
+        variables' names, never their values (a value may be a secret, issue 26).
 
         Raises:
             JobNotFound: no such request.
@@ -468,7 +470,14 @@ class AdmissionService:
         row = self.store.request(request_id)
         if row is None:
             raise JobNotFound(f"no request {request_id}")
-        return {**row, "jobs": [j.as_json() for j in self.store.of_request(request_id)]}
+        completion = row.get("completion")
+        if completion is not None:
+            completion = {**completion, "env": sorted(completion.get("env") or {})}
+        return {
+            **row,
+            "completion": completion,
+            "jobs": [j.as_json() for j in self.store.of_request(request_id)],
+        }
 
     def _schedule(self, spec: JobSpec, *, request_id: int, role: str) -> Job:
         disabled = self.store.disabled_lanes()
