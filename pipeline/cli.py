@@ -735,6 +735,15 @@ def broker(
             help="Data directory, kept on exit (default: a temporary one, removed).",
         ),
     ] = None,
+    sasl_user: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME:PASSWORD of a SASL/PLAIN user (repeat for more; apache-kafka only). "
+            "Given: the broker's listener is SASL_PLAINTEXT and every client must "
+            "authenticate ([kafka] client: security.protocol, sasl.mechanism = PLAIN, "
+            "sasl.username, sasl.password).",
+        ),
+    ] = None,
 ) -> None:
     """Run a Kafka broker (or an Apache Kafka cluster) in the foreground until
     SIGTERM/Ctrl-C, then stop every process it started.
@@ -749,12 +758,19 @@ def broker(
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        started = local_broker(engine.value, nodes=nodes, data_dir=data_dir, port=port)
+        started: Any
+        if sasl_user:
+            started = _sasl_cluster(engine, sasl_user, nodes=nodes, data_dir=data_dir, port=port)
+        else:
+            started = local_broker(engine.value, nodes=nodes, data_dir=data_dir, port=port)
         started.start()
     except FloodgateError as exc:
         raise _fail(exc) from exc
     if started.engine == "apache-kafka":
         print(f"Apache Kafka {getattr(started, 'version', '')}", flush=True)
+    if sasl_user:
+        users = ", ".join(sorted(u for u in started.sasl_users if u != "floodgate-broker"))
+        print(f"listener SASL_PLAINTEXT, mechanism PLAIN, users: {users}", flush=True)
     print(f"FLOODGATE_KAFKA_BOOTSTRAP={started.bootstrap_servers}", flush=True)
     try:
         while not stop.wait(0.5):
@@ -762,6 +778,41 @@ def broker(
                 raise _fail(FloodgateError(f"broker exited:\n{started.output_tail()}"))
     finally:
         started.stop()
+
+
+def _sasl_cluster(
+    engine: Engine, users: list[str], *, nodes: int, data_dir: Path | None, port: int | None
+) -> Any:
+    """An Apache Kafka cluster whose listener requires SASL/PLAIN as one of ``users``
+    (``NAME:PASSWORD`` each).
+
+    Raises:
+        ConfigError: the engine is not apache-kafka (noida-db has no SASL), or a user is
+            not ``NAME:PASSWORD`` (named, the password never shown), or is refused by
+            :func:`pipeline.apache_kafka.cluster.check_sasl_users`.
+    """
+    from pipeline.apache_kafka import ApacheKafkaCluster
+    from pipeline.errors import ConfigError
+
+    if engine != Engine.apache_kafka:
+        raise ConfigError(
+            f"--sasl-user needs --engine apache-kafka (the {engine.value} engine has no SASL)",
+            key="engine",
+            value=engine.value,
+            allowed="apache-kafka",
+        )
+    pairs: dict[str, str] = {}
+    for entry in users:
+        name, colon, password = entry.partition(":")
+        if not colon:
+            raise ConfigError(
+                "--sasl-user: an entry has no ':' (not shown: it may be a password); "
+                "give NAME:PASSWORD",
+                key="sasl_user",
+                allowed="NAME:PASSWORD",
+            )
+        pairs[name] = password
+    return ApacheKafkaCluster(nodes=nodes, data_dir=data_dir, port=port, sasl_users=pairs)
 
 
 def main() -> None:

@@ -15,7 +15,11 @@ Layout of the data directory::
     <data_dir>/node-<id>/logs/       the node's log directory (log.dirs)
 
 Broker settings (:func:`broker_properties`) are Kafka's defaults but for what a test
-machine of 2 cores needs, each said where it is set. A 3-node cluster creates topics
+machine of 2 cores needs, each said where it is set. With ``sasl_users`` the client
+listener is ``SASL_PLAINTEXT`` with mechanism ``PLAIN`` (KIP-43; Kafka's
+``PlainLoginModule``), so a client must authenticate as one of those users
+(:meth:`ApacheKafkaCluster.client_config`); the KRaft controller listener stays
+PLAINTEXT on loopback. A 3-node cluster creates topics
 with replication factor 3 and ``min.insync.replicas=2`` by default, so a producer with
 ``acks=all`` keeps writing while any one node is down.
 """
@@ -28,6 +32,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -45,7 +50,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from pipeline.apache_kafka.artifacts import APACHE_KAFKA_VERSION, java_command, kafka_libs
-from pipeline.errors import BrokerError
+from pipeline.errors import BrokerError, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +111,70 @@ class KafkaNode:
         return self.directory / "server.properties"
 
 
+#: The user the brokers authenticate as to each other on a SASL listener.
+INTER_BROKER_USER = "floodgate-broker"
+
+_SASL_USER = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+def check_sasl_users(users: Mapping[str, str]) -> None:
+    """Refuse SASL/PLAIN users that Kafka's JAAS config could not carry.
+
+    Raises:
+        ConfigError: no user; a name that is not 1-64 of ``A-Z a-z 0-9 . _ -``, or
+            the brokers' own :data:`INTER_BROKER_USER`; an empty password, or one
+            with a quote, a backslash or a character that is not printable ASCII
+            (a JAAS option value is a quoted string). Names the user, never the
+            password.
+    """
+    if not users:
+        raise ConfigError(
+            "sasl_users: at least one user is needed for a SASL listener",
+            key="sasl_users",
+            allowed="one or more name:password pairs",
+        )
+    for name, password in users.items():
+        if not _SASL_USER.match(name) or name == INTER_BROKER_USER:
+            raise ConfigError(
+                f"SASL user {name!r}: a name is 1-64 of A-Z a-z 0-9 . _ - "
+                f"(and not {INTER_BROKER_USER!r}, the brokers' own)",
+                key="sasl_users",
+                value=name,
+                allowed="1-64 of A-Z a-z 0-9 . _ -",
+            )
+        if (
+            not password
+            or not password.isascii()
+            or not password.isprintable()
+            or any(c in password for c in '"\\')
+        ):
+            raise ConfigError(
+                f"SASL user {name!r}: the password must be non-empty printable ASCII "
+                "without a quote or a backslash (Kafka's JAAS config quotes it)",
+                key="sasl_users",
+                allowed='non-empty printable ASCII without " or \\',
+            )
+
+
 def broker_properties(
-    node: KafkaNode, nodes: list[KafkaNode], *, host: str, overrides: Mapping[str, str] = {}
+    node: KafkaNode,
+    nodes: list[KafkaNode],
+    *,
+    host: str,
+    overrides: Mapping[str, str] = {},
+    sasl_users: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The ``server.properties`` of one node of an ``n``-node cluster.
 
+    ``sasl_users`` (``{name: password}``, :data:`INTER_BROKER_USER` among them): the
+    client listener is ``SASL_PLAINTEXT`` with the ``PLAIN`` mechanism only, these
+    users in its JAAS config (Kafka's ``PlainLoginModule``: ``user_<name>="<password>"``),
+    and the brokers talk to each other on it as :data:`INTER_BROKER_USER`.
+
     Kafka's defaults, except:
 
-    * listeners on ``host`` only (loopback by default), PLAINTEXT;
+    * listeners on ``host`` only (loopback by default), PLAINTEXT (or SASL_PLAINTEXT
+      with ``sasl_users``; the controller listener stays PLAINTEXT);
     * ``group.initial.rebalance.delay.ms=0``: a consumer group's first member gets its
       partitions at once instead of after 3 s (Kafka's own quickstart config does
       the same);
@@ -151,6 +212,29 @@ def broker_properties(
         "default.replication.factor": str(replicas),
         "min.insync.replicas": str(min_isr),
     }
+    if sasl_users is not None:
+        own = sasl_users[INTER_BROKER_USER]
+        jaas = " ".join(
+            [
+                "org.apache.kafka.common.security.plain.PlainLoginModule required",
+                f'username="{INTER_BROKER_USER}" password="{own}"',
+                *(f'user_{name}="{password}"' for name, password in sasl_users.items()),
+            ]
+        )
+        properties.update(
+            {
+                "listeners": f"SASL_PLAINTEXT://{host}:{node.port},"
+                f"CONTROLLER://{host}:{node.controller_port}",
+                "advertised.listeners": f"SASL_PLAINTEXT://{host}:{node.port}",
+                "inter.broker.listener.name": "SASL_PLAINTEXT",
+                "listener.security.protocol.map": (
+                    "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+                ),
+                "sasl.enabled.mechanisms": "PLAIN",
+                "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": f"{jaas};",
+            }
+        )
     properties.update(overrides)
     return properties
 
@@ -169,9 +253,13 @@ class ApacheKafkaCluster:
         version: the Apache Kafka release (fetched by :func:`kafka_libs`).
         heap_mb: each JVM's heap, MiB.
         overrides: ``server.properties`` entries over :func:`broker_properties`.
+        sasl_users: ``{name: password}``: clients must authenticate with SASL/PLAIN
+            as one of them (:meth:`client_config`); ``None``: a PLAINTEXT listener.
 
     Raises:
         ValueError: ``nodes`` < 1.
+        ConfigError: a SASL user or password Kafka cannot take
+            (:func:`check_sasl_users`).
     """
 
     engine: Literal["apache-kafka"] = "apache-kafka"
@@ -186,9 +274,20 @@ class ApacheKafkaCluster:
         version: str = APACHE_KAFKA_VERSION,
         heap_mb: int = HEAP_MB,
         overrides: Mapping[str, str] | None = None,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes must be 1 or more, got {nodes}")
+        if sasl_users is not None:
+            check_sasl_users(sasl_users)
+        #: ``{name: password}`` of the SASL/PLAIN listener, the brokers' own user
+        #: included (a random password, new at each start of this object); ``None``:
+        #: a PLAINTEXT listener.
+        self.sasl_users: dict[str, str] | None = (
+            {**sasl_users, INTER_BROKER_USER: secrets.token_urlsafe(24)}
+            if sasl_users is not None
+            else None
+        )
         self._own_dir = data_dir is None
         self.data_dir = (
             Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="floodgate-kafka-"))
@@ -223,6 +322,25 @@ class ApacheKafkaCluster:
     def bootstrap_servers(self) -> str:
         """``host:port,...`` of every node's broker listener."""
         return ",".join(f"{self.host}:{node.port}" for node in self.nodes)
+
+    def client_config(self, user: str | None = None) -> dict[str, str]:
+        """The librdkafka properties a client needs besides ``bootstrap.servers``:
+        none for a PLAINTEXT listener; ``security.protocol``, ``sasl.mechanism``,
+        ``sasl.username`` and ``sasl.password`` of ``user`` (default: the first one
+        given) for a SASL one.
+
+        Raises:
+            KeyError: ``user`` is not one of the cluster's SASL users.
+        """
+        if self.sasl_users is None:
+            return {}
+        name = user or next(iter(self.sasl_users))
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": name,
+            "sasl.password": self.sasl_users[name],
+        }
 
     @property
     def pid(self) -> int | None:
@@ -334,11 +452,18 @@ class ApacheKafkaCluster:
 
     def _write_properties(self, node: KafkaNode) -> None:
         node.directory.mkdir(parents=True, exist_ok=True)
-        properties = broker_properties(node, self.nodes, host=self.host, overrides=self.overrides)
-        node.properties_path.write_text(
+        properties = broker_properties(
+            node, self.nodes, host=self.host, overrides=self.overrides, sasl_users=self.sasl_users
+        )
+        text = (
             "# Written by Floodgate (pipeline.apache_kafka.cluster); rewritten at every start.\n"
             + "".join(f"{key}={value}\n" for key, value in properties.items())
         )
+        # 0600: with SASL users it holds their passwords.
+        fd = os.open(node.properties_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            os.fchmod(fd, 0o600)
+            out.write(text)
 
     def start(self, *, timeout_s: float = START_TIMEOUT_S) -> ApacheKafkaCluster:
         """Format what is new, start every node that is not running, and wait until
@@ -422,6 +547,7 @@ class ApacheKafkaCluster:
             {
                 "bootstrap.servers": ",".join(f"{self.host}:{n.port}" for n in running),
                 "socket.timeout.ms": 2000,
+                **self.client_config(INTER_BROKER_USER if self.sasl_users else None),
             }
         )
         while True:

@@ -112,3 +112,63 @@ def test_without_maven_the_error_names_the_install_command_and_nothing_is_cached
     with pytest.raises(BrokerError, match="apt-get install -y maven"):
         kafka_libs("4.4.0", cache=tmp_path / "cache")
     assert not (tmp_path / "cache" / "apache-kafka-4.4.0" / ".complete").exists()
+
+
+def test_sasl_users_make_the_client_listener_sasl_plain_and_leave_the_controller_plaintext(
+    tmp_path: Path,
+) -> None:
+    cluster = ApacheKafkaCluster(data_dir=tmp_path, sasl_users={"alice": "al1ce-pw"})
+    (node,) = cluster.nodes
+    assert cluster.sasl_users is not None
+    props = broker_properties(node, cluster.nodes, host="127.0.0.1", sasl_users=cluster.sasl_users)
+    assert props["listeners"] == (
+        f"SASL_PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}"
+    )
+    assert props["advertised.listeners"] == f"SASL_PLAINTEXT://127.0.0.1:{node.port}"
+    assert props["listener.security.protocol.map"] == (
+        "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+    )
+    assert props["sasl.enabled.mechanisms"] == "PLAIN"
+    jaas = props["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
+    assert 'user_alice="al1ce-pw"' in jaas and jaas.endswith(";")
+    assert cluster.client_config("alice") == {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": "al1ce-pw",
+    }
+    assert ApacheKafkaCluster(data_dir=tmp_path / "plain").client_config() == {}
+
+
+@pytest.mark.parametrize(
+    "users",
+    [
+        {},
+        {"al ice": "s3cret-pw"},
+        {"floodgate-broker": "s3cret-pw"},
+        {"alice": ""},
+        {"alice": 's3cret"pw'},
+    ],
+    ids=["none", "space-in-name", "the-brokers-own", "empty-password", "quote-in-password"],
+)
+def test_sasl_users_kafka_cannot_take_are_refused_without_showing_the_password(
+    tmp_path: Path, users: dict[str, str]
+) -> None:
+    with pytest.raises(ConfigError, match=r"SASL|sasl_users") as refused:
+        ApacheKafkaCluster(data_dir=tmp_path, sasl_users=users)
+    assert refused.value.key == "sasl_users"
+    for password in users.values():
+        if password:
+            assert password not in str(refused.value)
+
+
+def test_the_broker_command_refuses_sasl_on_the_embedded_engine() -> None:
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    result = CliRunner().invoke(
+        app, ["broker", "--engine", "noida-db", "--sasl-user", "alice:pw"], env={}
+    )
+    assert result.exit_code == 2
+    assert "--sasl-user needs --engine apache-kafka" in result.output
