@@ -412,6 +412,7 @@ def resolve_broker(
     env: Mapping[str, str] | None = None,
     use_docker: bool = True,
     timeout_s: float = 15.0,
+    client: Mapping[str, Any] | None = None,
 ) -> Broker:
     """Find or start a Kafka cluster, in the order of the module docstring.
 
@@ -425,6 +426,8 @@ def resolve_broker(
             and ``FLOODGATE_KAFKA_ENGINE``.
         use_docker: try a Docker engine before the embedded broker.
         timeout_s: how long a named cluster may take to answer, seconds.
+        client: extra librdkafka properties (``[kafka] client``: ``security.protocol``,
+            ``sasl.*``, ``ssl.*``) for asking a named cluster whether it answers.
 
     Returns:
         The resolved :class:`Broker`; call :meth:`Broker.stop` when done.
@@ -436,7 +439,7 @@ def resolve_broker(
     env = os.environ if env is None else env
     explicit = bootstrap_servers or env.get(BOOTSTRAP_ENV)
     if explicit:
-        wait_for_broker(explicit, timeout_s=timeout_s)
+        wait_for_broker(explicit, timeout_s=timeout_s, client=client or {})
         return Broker(explicit, "external")
     if engine or env.get(ENGINE_ENV):
         started = local_broker(engine, env=env).start()

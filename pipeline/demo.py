@@ -609,10 +609,16 @@ def demo_config(path: Path, *, run_id: str | None, checkpoint_dir: str) -> Query
     return parse_query_group(raw, source=str(path), env={})
 
 
-def count_dead_letters(bootstrap_servers: str, topic: str) -> dict[str, int]:
-    """Distinct dead-lettered tuples per query (record keys are unique per query and offset)."""
+def count_dead_letters(
+    bootstrap_servers: str, topic: str, *, client: Mapping[str, Any] | None = None
+) -> dict[str, int]:
+    """Distinct dead-lettered tuples per query (record keys are unique per query and offset).
+
+    Args:
+        client: extra librdkafka properties (the group's ``[kafka] client``).
+    """
     keys: dict[str, set[bytes]] = {}
-    for message in read_all(bootstrap_servers, topic):
+    for message in read_all(bootstrap_servers, topic, client=client):
         headers = dict(message.headers() or [])
         query = headers.get("floodgate.query", b"").decode()
         keys.setdefault(query, set()).add(message.key())
@@ -660,7 +666,9 @@ def run_demo(
     """
     phase = on_phase or (lambda _text: None)
     phase("resolving the broker")
-    broker: Broker = resolve_broker(bootstrap_servers, engine=engine)
+    # The file's [kafka] client (SASL, TLS) is needed to ask a named cluster already.
+    client = demo_config(config_path, run_id=None, checkpoint_dir="unused").kafka.client
+    broker: Broker = resolve_broker(bootstrap_servers, engine=engine, client=client)
     with contextlib.ExitStack() as stack:
         stack.callback(broker.stop)
         checkpoints = stack.enter_context(tempfile.TemporaryDirectory(prefix="floodgate-demo-"))
@@ -742,7 +750,9 @@ def run_demo(
         reception.stop()
         phase("counting dead letters")
         stats = group.stats()
-        dead = count_dead_letters(broker.bootstrap_servers, config.dead_letter_topic)
+        dead = count_dead_letters(
+            broker.bootstrap_servers, config.dead_letter_topic, client=config.kafka.client
+        )
         tables = reception.tables()
         registry = group.registry
         return DemoResult(

@@ -23,10 +23,11 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from pipeline.apache_kafka import ApacheKafkaCluster
-from pipeline.broker import ensure_topics
+from pipeline.broker import ensure_topics, resolve_broker
 from pipeline.client import connect
 from pipeline.config import parse_query_group
 from pipeline.demo import read_all
+from pipeline.errors import BrokerError
 from pipeline.query_group import QueryGroup
 from pipeline.serde import SchemaRepository, StreamCodec
 
@@ -82,6 +83,20 @@ def test_a_client_without_credentials_or_with_a_wrong_password_is_refused(
         KafkaError._TRANSPORT,
         KafkaError._ALL_BROKERS_DOWN,
     )
+
+
+def test_a_named_cluster_is_asked_with_the_client_settings(
+    sasl_cluster: ApacheKafkaCluster,
+) -> None:
+    """``floodgate demo --bootstrap`` asks the named cluster whether it answers before
+    anything else: with the file's ``[kafka] client``, or a SASL cluster never does."""
+    bootstrap = sasl_cluster.bootstrap_servers
+
+    resolved = resolve_broker(bootstrap, env={}, client=sasl_cluster.client_config(USER))
+
+    assert resolved.kind == "external" and resolved.bootstrap_servers == bootstrap
+    with pytest.raises(BrokerError, match="did not answer"):
+        resolve_broker(bootstrap, env={}, timeout_s=3)
 
 
 def test_the_admission_intake_reads_requests_and_writes_events_with_kafka_client(
