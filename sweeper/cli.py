@@ -7,7 +7,9 @@ point (``pyproject.toml``), so ``pipeline/`` does not import this package.
   queues of the configured query groups every ``sweep_interval_s`` (the leader of
   the instances on one catalog), serving ``/metrics`` and ``/status`` on
   ``sweeper.host:port``, until SIGTERM / Ctrl-C;
-* ``floodgate sweeper blobs [--config FILE]`` -- the BLOB chains of the catalog.
+* ``floodgate sweeper blobs [--config FILE] [--verify]`` -- the BLOB chains of the
+  catalog; ``--verify`` checks each BLOB's size and SHA-256 against the catalog
+  (exit 1 when one fails).
 """
 
 from __future__ import annotations
@@ -99,10 +101,21 @@ def serve(
         sweeper.stop()
 
 
+Verify = Annotated[
+    bool,
+    typer.Option(
+        "--verify",
+        help="Check each BLOB's size and SHA-256 against the catalog; exit 1 if one fails.",
+    ),
+]
+
+
 @app.command()
-def blobs(config: Config = None) -> None:
-    """The BLOB chains of the sweep catalog."""
-    from pipeline.swept import SweepCatalog
+def blobs(config: Config = None, verify: Verify = False) -> None:
+    """The BLOB chains of the sweep catalog (with ``--verify``: each BLOB checked,
+    issue 26; exit code 1 when one is damaged)."""
+    from pipeline.errors import BlobIntegrityError
+    from pipeline.swept import SweepCatalog, check_blob
     from sweeper.config import load_sweeper_config
 
     try:
@@ -111,17 +124,32 @@ def blobs(config: Config = None) -> None:
         raise _fail(str(exc)) from exc
     catalog = SweepCatalog(settings.catalog_url)
     table = Table(title=f"BLOBs of {settings.catalog_url}")
-    for column in ("topic", "partition", "offsets", "tuples", "bytes", "file"):
+    columns = ["topic", "partition", "offsets", "tuples", "bytes", "sha256", "file"]
+    for column in [*columns, *(["check"] if verify else [])]:
         table.add_column(column)
     held = catalog.all()
+    damaged = 0
     for blob in held:
-        table.add_row(
+        row = [
             blob.topic,
             str(blob.partition),
             f"[{blob.start_offset}, {blob.end_offset})",
             f"{blob.tuples:,}",
             f"{blob.bytes:,}",
+            blob.sha256[:12] if blob.sha256 else "(none)",
             Path(blob.path).name,
-        )
+        ]
+        if verify:
+            try:
+                check_blob(blob)
+                row.append("ok")
+            except BlobIntegrityError as exc:
+                damaged += 1
+                row.append(f"DAMAGED ({exc.reason})")
+        table.add_row(*row)
+    catalog.close()
     console.print(table)
     console.print(f"{len(held)} BLOBs, {sum(b.bytes for b in held):,} bytes")
+    if damaged:
+        console.print(f"[bold red]{damaged} damaged BLOBs[/] (the log has FG-BLOB-002 lines)")
+        raise typer.Exit(code=1)

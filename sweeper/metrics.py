@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Gauge
 
 from pipeline.metrics import Families
+from pipeline.swept import DAMAGE_REASONS
 from sweeper.policy import Abort, Skip
 
 NAMESPACE = "floodgate"
@@ -38,6 +39,10 @@ class SweeperMetrics:
       holds the same records, and the broker's own size of them (Kafka's
       DescribeLogDirs) is not available through librdkafka;
     * ``floodgate_sweeper_leader`` (gauge, 0/1): this instance sweeps.
+    * ``floodgate_sweeper_damaged_blobs_total{topic,reason}`` (counter): registered
+      BLOBs found not to be what the catalog recorded (issue 26), each counted once
+      per sweeper process, ``reason`` as :class:`pipeline.errors.BlobIntegrityError`
+      (``missing``, ``size``, ``sha256``, ``offset``, ``count``, ``unreadable``);
     * ``floodgate_ledger_unaccounted_tuples{query_group,stream,partition}`` (gauge): the
       tuple ledger's unaccounted tuples of each input stream partition of the swept
       query groups, reconciled every cycle (:mod:`pipeline.ledger`); 0 when all is well.
@@ -72,6 +77,11 @@ class SweeperMetrics:
             ("topic",),
         )
         self.leader = gauge("leader", "1 while this instance sweeps.")
+        self.damaged = counter(
+            "damaged_blobs",
+            "Registered BLOBs that fail their integrity check, by reason.",
+            ("topic", "reason"),
+        )
         self.unaccounted = Gauge(
             "ledger_unaccounted_tuples",
             "Tuples of an input stream partition neither processed, dead-lettered, swept "
@@ -97,6 +107,8 @@ class SweeperMetrics:
         self.blob_bytes.labels(topic).set(0)
         for abort in Abort:
             self.aborts.labels(topic, abort.value)
+        for reason in DAMAGE_REASONS:
+            self.damaged.labels(topic, reason)
         for skip in [*Skip, "store-full"]:
             self.skips.labels(topic, str(skip))
         for p in partitions:

@@ -11,9 +11,18 @@ queues of the configured query groups), :meth:`Sweeper.cycle`:
    reached (``delete_records``: the swept range is then read from the BLOB);
 3. asks :func:`sweeper.policy.plan` whether to sweep and which range ``[a, b)``; the
    BLOB store's capacity is checked first (full: no sweep, back-pressure holds);
-4. sweeps: reads ``[a, b)`` from the broker into ``<blob_dir>/.tmp-<name>``, fsyncs,
-   renames it into place, verifies (:func:`sweeper.policy.verify`) and registers it in
-   the catalog -- or deletes it and counts the abort by reason.
+4. sweeps: reads ``[a, b)`` from the broker into ``<blob_dir>/.tmp-<name>``, hashing
+   it as it is written, fsyncs, renames it into place, verifies
+   (:func:`sweeper.policy.verify`) and registers it in the catalog with its seal
+   (SHA-256, size, count, first and last offset: :class:`pipeline.swept.BlobSeal`) --
+   or deletes it and counts the abort by reason.
+
+Before the broker is truncated past a BLOB's start, the BLOB's size and SHA-256 are
+checked against the catalog (:func:`pipeline.swept.check_blob`): a damaged BLOB
+(``FG-SWP-007``, ``floodgate_sweeper_damaged_blobs_total``) holds the truncation back
+at its start, so the broker keeps the range and readers read it from there. At start,
+:meth:`Sweeper.recover` seals the BLOBs registered before checksums existed, after
+checking their structure (:func:`pipeline.swept.seal_blob`).
 
 A ``kill -9`` at any point leaves the catalog naming only whole, verified BLOBs: an
 unregistered file (a temporary one, or one renamed but not registered) is removed by
@@ -23,7 +32,8 @@ the leader (:mod:`pipeline.leader`) runs cycles.
 Stable log codes: ``FG-SWP-001`` a BLOB registered, ``FG-SWP-002`` a sweep aborted,
 ``FG-SWP-003`` the BLOB store is full (no more sweeps), ``FG-SWP-004`` it has room
 again, ``FG-SWP-005`` the broker truncated, ``FG-SWP-006`` tuples unaccounted for
-(the tuple ledger, :mod:`pipeline.ledger`).
+(the tuple ledger, :mod:`pipeline.ledger`), ``FG-SWP-007`` a registered BLOB fails its
+integrity check (issue 26).
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig
-from pipeline.errors import DataLossError
+from pipeline.errors import BlobIntegrityError, DataLossError
 from pipeline.leader import LeaderElection
 from pipeline.ledger import DeadLetters, LedgerRow, reconcile
 from pipeline.output import parse_offset_log
@@ -54,8 +64,10 @@ from pipeline.swept import (
     Blob,
     SweepCatalog,
     blob_name,
+    check_blob,
     read_partition,
-    write_blob,
+    seal_blob,
+    write_sealed_blob,
 )
 from sweeper.config import SweeperSettings
 from sweeper.metrics import SweeperMetrics
@@ -269,6 +281,8 @@ class Sweeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_cycle: list[PartitionOutcome] = []
+        #: Ids of the BLOBs reported damaged (``FG-SWP-007``), each reported once.
+        self.damaged: set[int] = set()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -298,8 +312,37 @@ class Sweeper:
                 )
         if removed:
             log.warning("removed %d unregistered BLOB files: %s", len(removed), removed)
+        self._seal_unsealed()
         self._refresh_gauges()
         return removed
+
+    def _seal_unsealed(self) -> None:
+        """Seal the BLOBs registered before checksums (``sha256`` NULL): each is read
+        whole and checked (size, offsets, count) first; a damaged one is reported
+        (``FG-SWP-007``) and left unsealed."""
+        sealed = 0
+        for blob in self.catalog.all():
+            if blob.sha256 is not None or not Path(blob.path).exists():
+                continue
+            try:
+                sealed += self.catalog.seal(blob.id, seal_blob(blob))
+            except BlobIntegrityError as exc:
+                self._report_damaged(blob, exc, held_at=None)
+        if sealed:
+            log.info("sealed %d BLOBs registered before checksums (SHA-256, offsets)", sealed)
+
+    def _report_damaged(self, blob: Blob, exc: BlobIntegrityError, *, held_at: int | None) -> None:
+        if blob.id in self.damaged:
+            return
+        self.damaged.add(blob.id)
+        self.metrics.damaged.labels(blob.topic, exc.reason).inc()
+        after = (
+            f"the broker is not truncated past offset {held_at}: readers read the range "
+            "from the broker while it holds it"
+            if held_at is not None
+            else "its tuples are lost unless the broker still holds them"
+        )
+        log.error("FG-SWP-007 %s; %s", exc, after)
 
     def start(self) -> Sweeper:
         """Recover, take the leadership if free, and run a cycle every interval."""
@@ -438,6 +481,8 @@ class Sweeper:
         freed = committed if replay_start is None else min(committed, replay_start)
         target = truncate_to(ranges, committed=freed, log_start=log_start)
         if target is not None:
+            target = self._checked(chain, log_start=log_start, target=target)
+        if target is not None:
             self._truncate(topic, p, target, chain, log_start=log_start)
             outcome.truncated_to = target
             log_start = target
@@ -480,6 +525,23 @@ class Sweeper:
             outcome.decision = f"aborted:{exc.reason.value}"
         return outcome
 
+    def _checked(self, chain: list[Blob], *, log_start: int, target: int) -> int | None:
+        """Where the broker may be truncated to: ``target``, or the start of the first
+        BLOB of ``[log_start, target)`` that fails :func:`check_blob` (``None``: not
+        past ``log_start``); the broker's copy is then the range's only good one."""
+        for blob in chain:
+            if blob.end_offset <= log_start:
+                continue
+            if blob.start_offset >= target:
+                break
+            try:
+                check_blob(blob)
+            except BlobIntegrityError as exc:
+                held = max(blob.start_offset, log_start)
+                self._report_damaged(blob, exc, held_at=held)
+                return held if held > log_start else None
+        return target
+
     def _has_room(self) -> bool:
         used = self.catalog.used_bytes()
         full = used >= self.settings.blob_store_max_bytes
@@ -506,7 +568,7 @@ class Sweeper:
         final = self.blob_dir / name
         temporary = self.blob_dir / f".tmp-{name}"
         try:
-            tuples = write_blob(
+            seal = write_sealed_blob(
                 temporary, read_range(self.bootstrap_servers, topic, p, sweep, self._client)
             )
         except SweepAborted:
@@ -534,7 +596,11 @@ class Sweeper:
                 )
             if self._thread is not None and not self.election.is_leader:
                 raise SweepAborted(Abort.NOT_LEADER, "the lead was lost during the sweep")
-            size = final.stat().st_size
+            size, tuples = final.stat().st_size, seal.tuples
+            if size != seal.bytes:
+                raise SweepAborted(
+                    Abort.WRITE_FAILED, f"{final} holds {size} bytes, {seal.bytes} were written"
+                )
             try:
                 blob = self.catalog.register(
                     topic,
@@ -545,6 +611,7 @@ class Sweeper:
                     size=size,
                     tuples=tuples,
                     now=time.time(),
+                    seal=seal,
                 )
             except ValueError as exc:  # the catalog keeps each chain disjoint
                 raise SweepAborted(Abort.OVERLAP, str(exc)) from exc

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import logging
 import signal
 import subprocess
 import sys
@@ -28,11 +29,19 @@ from pipeline.broker import ensure_topics
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo import read_all
-from pipeline.errors import DataLossError, QueueFullError
+from pipeline.errors import BlobIntegrityError, DataLossError, QueueFullError
 from pipeline.query_group import QueryGroup
 from pipeline.queues import NothingSwept, QueueProbe
 from pipeline.serde import SchemaRepository, StreamCodec
-from pipeline.swept import read_blob
+from pipeline.swept import (
+    RANGE_CONSUMER,
+    Blob,
+    SweepCatalog,
+    blob_name,
+    read_blob,
+    read_partition,
+    write_sealed_blob,
+)
 from sweeper.config import SweeperSettings
 from sweeper.policy import SweepRange
 from sweeper.service import PartitionOutcome, Sweeper
@@ -625,3 +634,123 @@ def test_on_postgresql_one_of_two_sweepers_sweeps_and_the_other_takes_over(
     for blob in chain:  # whole files, every offset of the range (no markers here)
         offsets = [r.offset() for r in read_blob(blob.path, topic, 0)]
         assert offsets == list(range(blob.start_offset, blob.end_offset))
+
+
+def _damaged_blob_of(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    run_id: str,
+    flights: list[dict[str, Any]],
+    config: QueryGroupConfig,
+    blob_dir: Path,
+) -> tuple[str, Blob]:
+    """300 tuples in a swept output stream's partition 0, its reception group at 50,
+    ``[50, 100)`` swept into a registered BLOB (as the sweeper writes and registers
+    one) whose value of tuple 70 then has a flipped byte (issue 26, finding 3)."""
+    topic = config.output_streams["flights_copy"].topic
+    ensure_topics(bootstrap, {topic: (1, 1)})
+    codec = StreamCodec("flights_copy", schemas.get("flight"), schemas)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for record in sequenced(flights, 300):
+        producer.produce(topic, codec.encode(record), partition=0)
+    producer.flush(10)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": run_id})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 50)], asynchronous=False)
+    consumer.close()
+    reader = Consumer(  # not the reception's group: this one commits nothing
+        {
+            **RANGE_CONSUMER,
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{run_id}.sweep",
+            "enable.auto.commit": False,
+        }
+    )
+    blob_dir.mkdir(parents=True, exist_ok=True)
+    path = blob_dir / blob_name(topic, 0, 50, 100)
+    seal = write_sealed_blob(path, read_partition(reader, topic, 0, 50, 100))
+    reader.close()
+    catalog = SweepCatalog(config.query_group.sweep_catalog_url or "")
+    blob = catalog.register(
+        topic, 0, 50, 100, path=str(path), size=seal.bytes, tuples=50, now=0.0, seal=seal
+    )
+    catalog.close()
+    data = bytearray(path.read_bytes())
+    value_70 = codec.encode(sequenced(flights, 71)[70])
+    data[data.index(value_70) + len(value_70) - 1] ^= 0x01
+    path.write_bytes(bytes(data))
+    return topic, blob
+
+
+def test_a_reception_reading_a_damaged_blob_fails_and_commits_nothing_past_it(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    run_id: str,
+    tmp_path: Path,
+    flights: list[dict[str, Any]],
+) -> None:
+    """Issue 26, finding 3: a flipped byte in a swept value was returned as an altered
+    tuple. Now the reception's get raises a DataLossError naming the BLOB, the
+    partition and the offsets, again on every later get, and the group's committed
+    offset stays where the BLOB starts."""
+    config = swept_group(run_id, tmp_path, output={"swept": True, "reception_groups": [run_id]})
+    topic, blob = _damaged_blob_of(bootstrap, schemas, run_id, flights, config, tmp_path / "b")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 100)]).values():
+        future.result()  # the broker's copy is gone: the BLOB is the only one
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as conn:
+        reception = conn.open_stream_output(config.name, "flights_copy")
+        for _ in range(2):
+            with pytest.raises(DataLossError) as caught:
+                deadline = time.monotonic() + DEADLINE_S
+                while time.monotonic() < deadline:
+                    assert reception.get(max_tuples=10, timeout_s=0.5) == []
+        reception.close()
+    error = caught.value
+    assert isinstance(error, BlobIntegrityError)
+    assert (error.topic, error.partition, error.start, error.end) == (topic, 0, 50, 100)
+    assert (error.blob_id, error.path, error.reason) == (blob.id, blob.path, "sha256")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": run_id})
+    (committed,) = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+    consumer.close()
+    assert committed.offset == 50
+
+
+def test_the_sweeper_does_not_truncate_the_broker_past_a_damaged_blob(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    run_id: str,
+    tmp_path: Path,
+    flights: list[dict[str, Any]],
+    sweeper_for: Callable[..., Sweeper],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The reception reached the BLOB's start, so the broker would be truncated to its
+    end; the BLOB fails its check, so the broker keeps the range (truncated only up
+    to the BLOB's start), the sweeper logs FG-SWP-007 and counts it, and the reception
+    reads the range from the broker, every tuple as produced."""
+    config = swept_group(run_id, tmp_path, output={"swept": True, "reception_groups": [run_id]})
+    topic, blob = _damaged_blob_of(bootstrap, schemas, run_id, flights, config, tmp_path / "b")
+    sweeper = sweeper_for(config)
+    with caplog.at_level(logging.ERROR, logger="sweeper.service"):
+        (outcome,) = [o for o in sweeper.cycle() if o.topic == topic]
+    assert outcome.truncated_to == 50
+    part = sweeper.queues[-1].probe.snapshot().partitions[0]
+    assert part.log_start == 50
+    damaged = sweeper.registry.get_sample_value(
+        "floodgate_sweeper_damaged_blobs_total", {"topic": topic, "reason": "sha256"}
+    )
+    assert damaged == 1
+    assert f"FG-SWP-007 data loss on topic '{topic}' partition 0, offsets [50, 100): BLOB " in (
+        caplog.text
+    )
+    assert "the broker is not truncated past offset 50" in caplog.text
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as conn:
+        reception = conn.open_stream_output(config.name, "flights_copy")
+        received: list[int] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(received) < 250:
+            assert time.monotonic() < deadline, f"received {len(received)} of 250"
+            received.extend(t["flight"] for t in reception.get(max_tuples=100, timeout_s=0.5))
+        reception.close()
+    assert received == list(range(50, 300))
+    assert Path(blob.path).exists()  # kept for inspection until the reception passes it
