@@ -1,58 +1,172 @@
 """The admission service's REST API (FastAPI; OpenAPI schema at ``/openapi.json``).
 
-Reads are open (the service binds to loopback unless configured otherwise); every
-mutating call needs ``Authorization: Bearer <admission.token>``, compared in
-constant time (401 without it or with a wrong one). Errors answer with the
-reason: 403 a program off the allowlist, 404 no such job, 409 a job in the wrong
-state, 421 a call only the leader can serve (the detail names it), 503 the queue is
-full, 422 a malformed request.
+Reads are open (the service binds to loopback unless configured otherwise) and never
+show a job's ``env`` values, only the variables' names; every call that may change
+state (every ``POST``) needs ``Authorization: Bearer <admission.token>``, compared in
+constant time (401 without it or with a wrong one), checked before a byte of the
+body is read; a body over ``admission.max_request_body_bytes`` (1 MiB) is 413 before
+it is parsed (:class:`~pipeline.asgi.RequestGate`, issue 26). Errors answer with the
+reason: 403 a program off the allowlist or a denied ``env`` variable, 404 no such
+job, 409 a job in the wrong state, 421 a call only the leader can serve (the detail
+names it), 503 the queue is full, 422 a malformed request (the detail names the
+field: a NUL byte in ``argv``, ``cwd``, ``env`` or ``lane``; an empty name or ``=``
+in an ``env`` name; an id beyond 2^63 - 1; a NaN or infinite ``expected_s``; a
+boolean given as anything but ``true``/``false``). Every status is in the schema.
 """
 
 import secrets
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from admission.environment import invalid_reason
 from admission.service import AdmissionError, AdmissionService, JobSpec
 from admission.store import JobState
+from pipeline.asgi import RequestGate
 from pipeline.metrics import add_metrics_route
+
+#: The largest id a job, request or stall entry can have: a signed 64-bit SQL integer.
+MAX_ID = 2**63 - 1
+
+
+def process_text(value: str) -> str:
+    """``value``, if a process can be given it: no NUL byte (``execve`` takes
+    NUL-terminated strings) and valid Unicode (no lone surrogate: it cannot be encoded
+    to the bytes of an argument, a variable or a database row).
+
+    Raises:
+        ValueError: it holds a NUL byte or a lone surrogate (pydantic answers 422
+            naming the field).
+    """
+    if "\0" in value:
+        raise ValueError("holds a NUL byte (a process cannot take it)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("is not valid Unicode text (it holds a lone surrogate)") from exc
+    return value
+
+
+def process_env(env: dict[str, str]) -> dict[str, str]:
+    """``env``, if a process can be given it: every name non-empty without ``=`` or
+    a NUL byte, every name and value valid text (:func:`process_text`).
+
+    Raises:
+        ValueError: naming the first variable refused (pydantic answers 422).
+    """
+    for name, value in env.items():
+        why = invalid_reason(name, value)
+        if why is not None:
+            raise ValueError(why)
+        for text in (name, value):
+            try:
+                process_text(text)
+            except ValueError as exc:
+                raise ValueError(f"environment variable {name!r}: {exc}") from None
+    return env
+
+
+#: Text a process is given (an argument, a working directory, a lane's name).
+ProcessText = Annotated[str, AfterValidator(process_text)]
+
+#: An id in a path: a positive 64-bit integer.
+Id = Annotated[int, Path(ge=1, le=MAX_ID, description="A positive 64-bit integer.")]
 
 
 class JobRequest(BaseModel):
-    """``POST /jobs``: a job command."""
+    """``POST /jobs``: a job command. Strict: a boolean is ``true`` or ``false``, a
+    number a JSON number (no strings coerced, issue 26)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    argv: Annotated[list[str], Field(min_length=1)]
+    argv: Annotated[list[ProcessText], Field(min_length=1)]
     """The command line; ``argv[0]`` must be on the allowlist."""
-    cwd: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    cwd: ProcessText | None = None
+    env: Annotated[dict[str, str], AfterValidator(process_env)] = Field(default_factory=dict)
+    """Variables over the base set the service builds; names without ``=``, none on
+    the deny-list (403). Reads show their names only."""
     queueable: bool = True
-    expected_s: Annotated[float, Field(gt=0)] | None = None
+    expected_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    """Expected run time (seconds, finite); past it the job is flagged long-running."""
     abnormal_exit: bool = False
-    lane: Annotated[str, Field(min_length=1, max_length=200)] = "default"
+    lane: Annotated[ProcessText, Field(min_length=1, max_length=200)] = "default"
 
 
 class RequestBody(BaseModel):
     """``POST /requests``: a request made of parts, and an optional completion step run
     once every part has ended OK (seed 002's asynchronous request and output agent)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     parts: Annotated[list[JobRequest], Field(min_length=1)]
     completion: JobRequest | None = None
 
 
+class Refusal(BaseModel):
+    """The body of a refused call: ``{"detail": reason}``."""
+
+    detail: str
+
+
+class Malformed(BaseModel):
+    """The body of a 422: FastAPI's list of refused fields (``loc`` names each one),
+    or the service's reason."""
+
+    detail: str | list[dict[str, Any]]
+
+
+def _refusals(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` of a route that may answer ``statuses`` (and their meaning)."""
+    meaning = {
+        401: "No bearer token, or a wrong one (WWW-Authenticate: Bearer); the body was not read.",
+        403: "The program is not on admission.allowlist, or env names a denied variable.",
+        404: "No such job, request or stall entry.",
+        409: "The job, request or stall entry is not in a state that allows this.",
+        413: "The body is over admission.max_request_body_bytes; it was not read further.",
+        421: "Only the leader can do this; the detail names it.",
+        422: "A malformed request; the detail names the field.",
+        503: "The job queue holds admission.max_queue_size jobs.",
+    }
+    return {
+        status: {"model": Malformed if status == 422 else Refusal, "description": meaning[status]}
+        for status in statuses
+    }
+
+
 def build_app(service: AdmissionService) -> FastAPI:
-    """The ASGI app of one :class:`AdmissionService`."""
+    """The ASGI app of one :class:`AdmissionService`, behind its
+    :class:`~pipeline.asgi.RequestGate` (token, then body limit)."""
     app = FastAPI(
         title="floodgate admission",
-        description="Starts jobs when CPU and memory allow (DESIGN.md section 5).",
+        description=(
+            "Starts jobs when CPU and memory allow. Reads are open and show no env "
+            "values; every POST needs the admission token as a bearer token."
+        ),
     )
-    bearer = HTTPBearer(auto_error=False)
+    bearer = HTTPBearer(auto_error=False, description="The admission token (admission.token).")
     token = service.settings.token.get_secret_value() if service.settings.token else ""
+    app.add_middleware(
+        RequestGate,
+        token=token,
+        max_body_bytes=service.settings.max_request_body_bytes,
+        token_name="admission.token",
+        limit_name="admission.max_request_body_bytes",
+    )
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        """422 naming each refused field (``loc``) and why, without echoing the input:
+        it may hold a secret (an ``env`` value), or a NaN that JSON cannot carry."""
+        errors = [
+            {k: v for k, v in error.items() if k not in ("input", "ctx", "url")}
+            for error in exc.errors()
+        ]
+        return JSONResponse(status_code=422, content={"detail": jsonable_encoder(errors)})
 
     def authorised(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
@@ -74,13 +188,23 @@ def build_app(service: AdmissionService) -> FastAPI:
         except AdmissionError as exc:
             raise HTTPException(status_code=exc.status, detail=str(exc)) from exc
 
-    @app.post("/jobs", dependencies=auth, status_code=201)
+    @app.post(
+        "/jobs",
+        dependencies=auth,
+        status_code=201,
+        responses=_refusals(401, 403, 413, 422, 503),
+    )
     def submit(request: JobRequest) -> dict[str, Any]:
         """Submit a job: started at once, enqueued, or refused."""
         spec = JobSpec(**request.model_dump())
         return answer(lambda: service.submit(spec).as_json())
 
-    @app.post("/requests", dependencies=auth, status_code=201)
+    @app.post(
+        "/requests",
+        dependencies=auth,
+        status_code=201,
+        responses=_refusals(401, 403, 409, 413, 422, 503),
+    )
     def submit_request(body: RequestBody) -> dict[str, Any]:
         """Schedule a request part by part; a part that fails to schedule backs out the
         others (409, with what was freed and what is in doubt)."""
@@ -93,34 +217,42 @@ def build_app(service: AdmissionService) -> FastAPI:
 
         return answer(schedule)
 
-    @app.get("/requests/{request_id}")
-    def request(request_id: int) -> dict[str, Any]:
-        """A request: state, reason, completion step, jobs."""
+    @app.get("/requests/{request_id}", responses=_refusals(404, 422))
+    def request(request_id: Id) -> dict[str, Any]:
+        """A request: state, reason, completion step (its env's names only), jobs."""
         return answer(lambda: dict(service.request(request_id)))
 
-    @app.get("/jobs")
+    @app.get("/jobs", responses=_refusals(422))
     def jobs(
         state: JobState | None = None, limit: Annotated[int, Query(ge=1, le=10_000)] = 100
     ) -> list[dict[str, Any]]:
-        """Jobs, newest first."""
+        """Jobs, newest first (their env's names only)."""
         return [j.as_json() for j in service.store.recent(state=state, limit=limit)]
 
-    @app.get("/jobs/{job_id}")
-    def job(job_id: int) -> dict[str, Any]:
-        """One job."""
+    @app.get("/jobs/{job_id}", responses=_refusals(404, 422))
+    def job(job_id: Id) -> dict[str, Any]:
+        """One job (its env's names only)."""
         return answer(lambda: service._get(job_id).as_json())
 
-    @app.post("/jobs/{job_id}/start-now", dependencies=auth)
-    def start_now(job_id: int) -> dict[str, Any]:
+    @app.post(
+        "/jobs/{job_id}/start-now",
+        dependencies=auth,
+        responses=_refusals(401, 404, 409, 413, 422),
+    )
+    def start_now(job_id: Id) -> dict[str, Any]:
         """Start an enqueued job at once, whatever the load (logged as forced)."""
         return answer(lambda: service.start_now(job_id).as_json())
 
-    @app.post("/jobs/{job_id}/cancel", dependencies=auth)
-    def cancel(job_id: int) -> dict[str, Any]:
+    @app.post(
+        "/jobs/{job_id}/cancel",
+        dependencies=auth,
+        responses=_refusals(401, 404, 409, 413, 421, 422),
+    )
+    def cancel(job_id: Id) -> dict[str, Any]:
         """Abort a job (taken out of the queue, or stopped)."""
         return answer(lambda: service.cancel(job_id).as_json())
 
-    @app.post("/suspend", dependencies=auth)
+    @app.post("/suspend", dependencies=auth, responses=_refusals(401, 413, 421, 422))
     def suspend(at_once: bool = False) -> dict[str, object]:
         """Stop starting jobs; ``at_once`` also aborts running and enqueued ones."""
 
@@ -130,7 +262,7 @@ def build_app(service: AdmissionService) -> FastAPI:
 
         return answer(run)
 
-    @app.post("/resume", dependencies=auth)
+    @app.post("/resume", dependencies=auth, responses=_refusals(401, 413, 421))
     def resume() -> dict[str, object]:
         """Start jobs again."""
 
@@ -150,13 +282,18 @@ def build_app(service: AdmissionService) -> FastAPI:
         """The stall array: hard stalls and long-running jobs."""
         return [s.as_json() for s in service.stalls()]
 
-    @app.post("/stalls/{stall_id}/reschedule", dependencies=auth, status_code=201)
-    def reschedule(stall_id: int) -> dict[str, Any]:
+    @app.post(
+        "/stalls/{stall_id}/reschedule",
+        dependencies=auth,
+        status_code=201,
+        responses=_refusals(401, 403, 404, 409, 413, 422, 503),
+    )
+    def reschedule(stall_id: Id) -> dict[str, Any]:
         """Enqueue a hard-stalled job's command again, as a new job."""
         return answer(lambda: service.reschedule(stall_id).as_json())
 
-    @app.post("/lanes/{name}/enable", dependencies=auth)
-    def enable_lane(name: str) -> dict[str, object]:
+    @app.post("/lanes/{name}/enable", dependencies=auth, responses=_refusals(401, 413, 422))
+    def enable_lane(name: Annotated[ProcessText, Path(max_length=200)]) -> dict[str, object]:
         """Let a lane disabled by a hard stall start jobs again."""
         service.enable_lane(name)
         return service.status()

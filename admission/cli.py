@@ -91,7 +91,10 @@ def serve(
     except FloodgateError as exc:
         service.stop()
         raise _fail(str(exc)) from exc
-    # One line a supervisor (or a test) can read the URL from.
+    # Where it listens, as bound (0.0.0.0: every interface), then one line a
+    # supervisor (or a test) can read the URL from.
+    everywhere = " (every interface)" if server.bound.startswith("0.0.0.0:") else ""
+    print(f"admission API listening on {server.bound}{everywhere}", flush=True)
     print(f"FLOODGATE_ADMISSION_URL={server.url}", flush=True)
     try:
         wait_for_signal()

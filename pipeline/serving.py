@@ -49,6 +49,13 @@ class AppServer:
         self._thread: threading.Thread | None = None
 
     @property
+    def bound(self) -> str:
+        """``address:port`` the socket is bound to, as the kernel reports it
+        (``0.0.0.0:8787`` is every interface): what to log, unlike :attr:`url`."""
+        address, port = self._socket.getsockname()[:2]
+        return f"{address}:{port}"
+
+    @property
     def url(self) -> str:
         """``http://host:port`` (loopback when bound to all interfaces)."""
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
