@@ -3,15 +3,16 @@
 Reads are open (the service binds to loopback unless configured otherwise) and never
 show a job's ``env`` values, only the variables' names; every call that may change
 state (every ``POST``) needs ``Authorization: Bearer <admission.token>``, compared in
-constant time (401 without it or with a wrong one), checked before a byte of the
-body is read; a body over ``admission.max_request_body_bytes`` (1 MiB) is 413 before
-it is parsed (:class:`~pipeline.asgi.RequestGate`, issue 26). Errors answer with the
-reason: 403 a program off the allowlist or a denied ``env`` variable, 404 no such
-job, 409 a job in the wrong state, 421 a call only the leader can serve (the detail
-names it), 503 the queue is full, 422 a malformed request (the detail names the
-field: a NUL byte in ``argv``, ``cwd``, ``env`` or ``lane``; an empty name or ``=``
-in an ``env`` name; an id beyond 2^63 - 1; a NaN or infinite ``expected_s``; a
-boolean given as anything but ``true``/``false``). Every status is in the schema.
+constant time (401 without it or with a wrong one), checked before a byte of the body
+is read; a body over ``admission.max_request_body_bytes`` (1 MiB) is 413 before it is
+parsed (:class:`~pipeline.asgi.RequestGate`, issue 26). Errors answer with the reason:
+403 a program off the allowlist or a denied ``env`` variable, 404 no such job, 409 a
+job in the wrong state, 421 a call only the leader can serve (the detail names it),
+503 the queue is full, 400 a body that is not UTF-8, 422 a malformed request (the
+detail names the field: a NUL byte in ``argv``, ``cwd``, ``env`` or ``lane``; an empty
+name or ``=`` in an ``env`` name; an id beyond 2^63 - 1; a NaN or infinite
+``expected_s``; a boolean given as anything but ``true``/``false``). Every status is
+in the schema.
 """
 
 import secrets
@@ -123,6 +124,7 @@ class Malformed(BaseModel):
 def _refusals(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """``responses=`` of a route that may answer ``statuses`` (and their meaning)."""
     meaning = {
+        400: "The body could not be read as JSON text (it is not UTF-8).",
         401: "No bearer token, or a wrong one (WWW-Authenticate: Bearer); the body was not read.",
         403: "The program is not on admission.allowlist, or env names a denied variable.",
         404: "No such job, request or stall entry.",
@@ -192,7 +194,7 @@ def build_app(service: AdmissionService) -> FastAPI:
         "/jobs",
         dependencies=auth,
         status_code=201,
-        responses=_refusals(401, 403, 413, 422, 503),
+        responses=_refusals(400, 401, 403, 413, 422, 503),
     )
     def submit(request: JobRequest) -> dict[str, Any]:
         """Submit a job: started at once, enqueued, or refused."""
@@ -203,7 +205,7 @@ def build_app(service: AdmissionService) -> FastAPI:
         "/requests",
         dependencies=auth,
         status_code=201,
-        responses=_refusals(401, 403, 409, 413, 422, 503),
+        responses=_refusals(400, 401, 403, 409, 413, 422, 503),
     )
     def submit_request(body: RequestBody) -> dict[str, Any]:
         """Schedule a request part by part; a part that fails to schedule backs out the

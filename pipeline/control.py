@@ -133,6 +133,7 @@ def build_app(group: QueryGroup, *, token: str) -> FastAPI:
             "need the control token as a bearer token."
         ),
     )
+
     def authorised(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
     ) -> None:
