@@ -16,11 +16,9 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
-import os
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -42,7 +40,7 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
 from pipeline.database import create_database_engine, create_tables
@@ -254,7 +252,6 @@ class JobStore:
     """
 
     def __init__(self, url: str) -> None:
-        _private_sqlite_file(url)
         self.engine: Engine = create_database_engine(url, json_serializer=json.dumps)
         create_tables(metadata, self.engine)
         self._add_missing_columns()
@@ -512,24 +509,6 @@ class JobStore:
         with self.engine.connect() as conn:
             rows = conn.execute(select(lanes.c.name, lanes.c.reason).where(~lanes.c.enabled))
             return {name: reason or "" for name, reason in rows}
-
-
-def _private_sqlite_file(url: str) -> None:
-    """Create a SQLite database file 0600 in a folder created 0700, or set an existing
-    file to 0600 (other URLs: nothing to do; the database server owns its files)."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return
-    path = Path(parsed.database)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-    for suffix in ("-wal", "-shm", "-journal"):  # left by an earlier run
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(f"{path}{suffix}", 0o600)
 
 
 def _stall(row: Any) -> Stall:

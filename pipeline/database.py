@@ -1,14 +1,17 @@
 """The SQL databases of the services' state (admission's job queue, the sweep
 catalog, leader election): SQLAlchemy engines made one way.
 
-SQLite by default (a file; its folder is created; WAL so readers do not block the
-writer), any SQLAlchemy URL otherwise (PostgreSQL through psycopg 3:
+SQLite by default (a file, created 0600 in a folder created 0700: jobs' arguments,
+catalog paths and leases are the service user's alone; WAL so readers do not block
+the writer), any SQLAlchemy URL otherwise (PostgreSQL through psycopg 3:
 ``postgresql+psycopg://user@host/db``); README.md says which component keeps what.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +22,52 @@ from sqlalchemy.exc import DBAPIError
 
 def create_database_engine(url: str, **kwargs: Any) -> Engine:
     """An engine for ``url``; ``kwargs`` go to :func:`sqlalchemy.create_engine`
-    (``connect_args`` are merged with SQLite's own)."""
+    (``connect_args`` are merged with SQLite's own). A SQLite file is made private
+    first (:func:`private_sqlite_file`)."""
     parsed = make_url(url)
     sqlite = parsed.get_backend_name() == "sqlite"
     connect_args = dict(kwargs.pop("connect_args", {}))
     if sqlite:
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite_file(url)
         connect_args.setdefault("check_same_thread", False)
     engine = create_engine(url, connect_args=connect_args, **kwargs)
     if sqlite:
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def private_file(path: Path | str, *, flags: int = os.O_RDWR) -> int:
+    """Open ``path`` (created if missing, with ``flags`` added to ``O_CREAT |
+    O_CLOEXEC``) readable and writable by its owner only: mode 0600, also when it
+    existed with a wider one; its folder is created 0700 when missing. Returns the
+    file descriptor, which the caller closes (or wraps with :func:`os.fdopen`).
+
+    Raises:
+        OSError: the file cannot be created or opened.
+    """
+    path = Path(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def private_sqlite_file(url: str) -> None:
+    """Create a SQLite database file 0600 in a folder created 0700, or set an existing
+    file (and the WAL, shared-memory and journal files an earlier run left) to 0600.
+    SQLite gives the files it creates later the database file's mode. Other URLs:
+    nothing to do (the database server owns its files)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return
+    os.close(private_file(parsed.database))
+    for suffix in ("-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(f"{parsed.database}{suffix}", 0o600)
 
 
 def create_tables(metadata: MetaData, engine: Engine) -> None:

@@ -39,14 +39,18 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 from sqlalchemy import Column, Float, MetaData, String, Table, delete, insert, select
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import Connection, Engine, make_url
 
-from pipeline.database import advisory_lock_key, create_database_engine, create_tables
+from pipeline.database import (
+    advisory_lock_key,
+    create_database_engine,
+    create_tables,
+    private_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -225,9 +229,8 @@ class LeaderElection:
         if self._url.get_backend_name() != "sqlite" or not database or database == ":memory:":
             return True  # no other process can share this database
         if self._file is None:
-            path = Path(f"{database}.leader")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "a+b")  # noqa: SIM115 -- held while leading
+            # 0600 like the database beside it; held open while leading.
+            self._file = os.fdopen(private_file(f"{database}.leader"), "r+b")
         try:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

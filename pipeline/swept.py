@@ -85,7 +85,12 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from pipeline.database import advisory_lock_key, create_database_engine, create_tables
+from pipeline.database import (
+    advisory_lock_key,
+    create_database_engine,
+    create_tables,
+    private_file,
+)
 from pipeline.errors import BlobIntegrityError, DataLossError
 
 log = logging.getLogger(__name__)
@@ -398,7 +403,8 @@ def write_sealed_blob(path: Path, batches: Iterable[Sequence[Any]]) -> BlobSeal:
                 last = batch[-1].offset()
                 yield _batch_row(batch)
 
-    with open(path, "wb") as out:
+    # Tuples are the producers' data: the BLOB is its owner's alone (issue 26).
+    with os.fdopen(private_file(path, flags=os.O_WRONLY | os.O_TRUNC), "wb") as out:
         hashing = _HashingFile(out)
         fastavro.writer(
             cast(IO[bytes], hashing),

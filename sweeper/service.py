@@ -230,7 +230,7 @@ class Sweeper:
         self.on_written = on_written
         self.catalog = SweepCatalog(settings.catalog_url)
         self.blob_dir = Path(settings.blob_dir)
-        self.blob_dir.mkdir(parents=True, exist_ok=True)
+        self.blob_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.groups = list(groups)
         self._dead_letters: dict[str, DeadLetters] = {}
         #: The rows of the last reconciliation (:meth:`reconcile`).

@@ -4,6 +4,8 @@ tests/integration/test_admission.py."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from pipeline.leader import LeaderElection, lock_key
@@ -38,3 +40,18 @@ def test_services_have_distinct_stable_lock_keys() -> None:
     assert lock_key("admission") == lock_key("admission")
     assert lock_key("admission") != lock_key("sweeper")
     assert -(2**63) <= lock_key("admission") < 2**63
+
+
+def test_the_sqlite_lock_file_is_its_owners_alone(tmp_path: Path) -> None:
+    """The ``<database>.leader`` lock file is 0600 like the database (issue 26)."""
+    previous = os.umask(0)
+    try:
+        election = LeaderElection(f"sqlite:///{tmp_path / 'state.db'}", "sweeper").start()
+    finally:
+        os.umask(previous)
+    try:
+        assert election.is_leader
+        for path in (tmp_path / "state.db", tmp_path / "state.db.leader"):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    finally:
+        election.stop()

@@ -4,6 +4,8 @@ chains, the swept count queue accounting subtracts, and reads back in Kafka orde
 from __future__ import annotations
 
 import itertools
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +184,24 @@ def test_an_avro_file_of_other_records_is_not_read_as_a_blob(tmp_path: Path) -> 
         fastavro.writer(out, fastavro.parse_schema(schema), [{"x": 1}])
     with pytest.raises(DataLossError, match=r"other\.avro cannot be read: .*'Other' records"):
         list(read_blob(path, "t", 0))
+
+
+def test_blobs_and_the_catalog_are_their_owners_alone(tmp_path: Path) -> None:
+    """BLOBs hold producers' tuples: 0600 in a folder made 0700, and the SQLite
+    catalog likewise, whatever the umask lets through (issue 26, finding 6)."""
+    previous = os.umask(0)  # what would make every file world-readable and writable
+    try:
+        blob = tmp_path / "blobs" / "t" / "b.avro"
+        write_blob(blob, [[_record(1), _record(2)]])
+        catalog = tmp_path / "state" / "catalog.db"
+        SweepCatalog(f"sqlite:///{catalog}").register(
+            "t", 0, 1, 3, path=str(blob), size=blob.stat().st_size, tuples=2, now=0.0
+        )
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(blob.stat().st_mode) == 0o600
+    assert stat.S_IMODE(blob.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(catalog.stat().st_mode) == 0o600
+    assert stat.S_IMODE(catalog.parent.stat().st_mode) == 0o700
+    for wal in catalog.parent.glob("catalog.db-*"):
+        assert stat.S_IMODE(wal.stat().st_mode) == 0o600, wal
