@@ -8,9 +8,7 @@ allowlist entry that names no executable.
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import re
 import shutil
 import sys
 from collections.abc import Mapping
@@ -21,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from admission.environment import invalid_reason
 from pipeline.asgi import DEFAULT_MAX_BODY_BYTES
-from pipeline.config import DEFAULT_CONTROL_DIR, load_service_config
+from pipeline.config import DEFAULT_CONTROL_DIR, BindHost, load_service_config
 from pipeline.errors import ConfigError
 
 #: ``admission.job_path``'s default: the service's Python's folder, then the system's.
@@ -52,7 +50,7 @@ class AdmissionSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    host: str = "127.0.0.1"
+    host: BindHost = "127.0.0.1"
     """Interface of the REST API and metrics: an IPv4 address (``0.0.0.0`` is every
     interface) or a host name; loopback unless set (the service runs commands: it must
     not be reachable by everyone). Empty is refused: it would bind every interface."""
@@ -125,17 +123,6 @@ class AdmissionSettings(BaseModel):
     to reach a TLS or SASL cluster (issue 26). Not the ones the intake sets from other
     keys or relies on (:data:`INTAKE_OWNED_KAFKA_KEYS`)."""
 
-    @field_validator("host")
-    @classmethod
-    def _check_host(cls, value: str) -> str:
-        if not _is_host(value):
-            raise ValueError(
-                f"host {value!r} is no interface to listen on; allowed: an IPv4 address "
-                "(127.0.0.1 loopback, 0.0.0.0 every interface) or a host name (letters, "
-                "digits, '-' and '.'); empty is refused, as it would bind every interface"
-            )
-        return value
-
     @field_validator("kafka_client")
     @classmethod
     def _check_kafka_client(
@@ -199,25 +186,6 @@ class AdmissionSettings(BaseModel):
                 )
             resolved[path] = entry
         return resolved
-
-
-def _is_host(value: str) -> bool:
-    """Whether ``value`` is an IPv4 address or a host name (RFC 1123 section 2.1)."""
-    try:
-        ipaddress.IPv4Address(value)
-    except ValueError:
-        pass
-    else:
-        return True
-    labels = value.split(".")
-    return (
-        0 < len(value) <= 253
-        and not value.replace(".", "").isdigit()  # 999.1.1.1 is no address, nor a name
-        and all(_HOST_LABEL.fullmatch(label) for label in labels)
-    )
-
-
-_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 
 def resolve_program(program: str) -> str | None:

@@ -27,6 +27,7 @@ Environment overrides:
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -71,6 +73,38 @@ class _Strict(BaseModel):
 
 #: Where running query groups write ``<name>.json`` with their endpoint's URL.
 DEFAULT_CONTROL_DIR = ".floodgate/run"
+
+
+def check_bind_host(value: str) -> str:
+    """``value`` if it is an interface an HTTP endpoint can listen on: an IPv4 address
+    (``127.0.0.1`` loopback, ``0.0.0.0`` every interface) or a host name (RFC 1123
+    section 2.1: labels of letters, digits and ``-``, joined by ``.``).
+
+    Raises:
+        ValueError: anything else, naming the value and what is allowed; an empty
+            host among them, which uvicorn would bind to every interface (issue 26).
+    """
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        labels = value.split(".")
+        if not (
+            0 < len(value) <= 253
+            and not value.replace(".", "").isdigit()  # 999.1.1.1 is no address, nor a name
+            and all(_HOST_LABEL.fullmatch(label) for label in labels)
+        ):
+            raise ValueError(
+                f"host {value!r} is no interface to listen on; allowed: an IPv4 address "
+                "(127.0.0.1 loopback, 0.0.0.0 every interface) or a host name (letters, "
+                "digits, '-' and '.'); empty is refused, as it would bind every interface"
+            ) from None
+    return value
+
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+#: The interface of an HTTP endpoint a service listens on (:func:`check_bind_host`).
+BindHost = Annotated[str, AfterValidator(check_bind_host)]
 
 
 class StreamSettings(_Strict):
@@ -196,7 +230,7 @@ class QueryGroupSection(StreamSettings):
     """How often the query group reads its input and output stream queues for the
     ``..._queue_length`` and ``..._queue_lag_seconds`` gauges (one ``ListOffsets`` pair,
     one ``OffsetFetch`` per consumer group and one record per non-empty partition)."""
-    metrics_host: str = "127.0.0.1"
+    metrics_host: BindHost = "127.0.0.1"
     """Interface of the query group's metrics and control endpoint (``0.0.0.0`` in a
     container)."""
     metrics_port: Annotated[int, Field(ge=0, le=65_535)] = 0

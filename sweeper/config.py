@@ -15,7 +15,12 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.config import QueryGroupConfig, load_query_group, load_service_config
+from pipeline.config import (
+    BindHost,
+    QueryGroupConfig,
+    load_query_group,
+    load_service_config,
+)
 from pipeline.errors import ConfigError
 
 
@@ -42,8 +47,8 @@ class SweeperSettings(BaseModel):
     bootstrap_servers: str | None = None
     """The Kafka cluster (default: ``FLOODGATE_KAFKA_BOOTSTRAP``, then each query
     group's ``kafka.bootstrap_servers``)."""
-    host: str = "127.0.0.1"
-    """Interface of ``/metrics`` and ``/status``."""
+    host: BindHost = "127.0.0.1"
+    """Interface of ``/metrics`` and ``/status`` (an empty or invalid one is refused)."""
     port: Annotated[int, Field(ge=0, le=65_535)] = 8788
     """Port of ``/metrics`` and ``/status``; 0 picks a free one."""
     leader_check_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0

@@ -21,6 +21,7 @@ from pipeline.config import (
 )
 from pipeline.errors import ConfigError
 from pipeline.serde import SchemaRepository
+from sweeper.config import load_sweeper_config
 
 FLIGHTS_TOML = Path(__file__).resolve().parents[2] / "conf" / "flights.toml"
 
@@ -344,3 +345,21 @@ def test_key_fields_of_the_schema_are_accepted(raw: dict[str, Any]) -> None:
     raw["output_streams"]["out"]["key"] = ["origin", "hour_start"]
     config = parse_query_group(raw, env={})
     assert config.input_streams["flights"].key == ["carrier", "flight", "time_hour"]
+
+
+@pytest.mark.parametrize("host", ["", "not a host", "999.1.1.1"])
+def test_an_empty_or_invalid_metrics_host_is_refused(raw: dict[str, Any], host: str) -> None:
+    """uvicorn binds an empty host to every interface (issue 26, finding 8)."""
+    raw["query_group"]["metrics_host"] = host
+    error = refused(raw)
+    assert error.key == "query_group.metrics_host"
+    assert "an IPv4 address" in str(error) and "host name" in str(error)
+
+
+@pytest.mark.parametrize("host", ["", "a_b"])
+def test_an_empty_or_invalid_sweeper_host_is_refused(tmp_path: Path, host: str) -> None:
+    path = tmp_path / "sweeper.toml"
+    path.write_text("[sweeper]\nquery_groups = []\n")
+    with pytest.raises(ConfigError, match=r"'sweeper\.host'") as caught:
+        load_sweeper_config(path, env={"FLOODGATE__SWEEPER__HOST": host})
+    assert caught.value.key == "sweeper.host"
