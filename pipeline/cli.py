@@ -98,6 +98,16 @@ _BootstrapOption = Annotated[
 ]
 
 
+def _bind_host(value: str) -> str:
+    """A ``--metrics-host`` an endpoint can listen on (:func:`check_bind_host`)."""
+    from pipeline.config import check_bind_host
+
+    try:
+        return check_bind_host(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 def _query_group_file(value: str) -> Path:
     """A query group file argument: a path, or the name of a file Floodgate ships
     (``flights``: ``pipeline/resources.py``), so an installed Floodgate runs its demo
@@ -416,7 +426,11 @@ def produce(
         typer.Option(help="Read the group's output streams too, as a reception application."),
     ] = True,
     metrics_host: Annotated[
-        str, typer.Option(help="Interface of /metrics (0.0.0.0 in a container).")
+        str,
+        typer.Option(
+            callback=_bind_host,
+            help="Interface of /metrics (0.0.0.0 in a container; empty is refused).",
+        ),
     ] = "127.0.0.1",
     metrics_port: Annotated[
         int, typer.Option(min=0, max=65_535, help="Port of /metrics; 0 picks a free one.")

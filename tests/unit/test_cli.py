@@ -56,3 +56,21 @@ def test_run_refuses_an_empty_control_token_naming_the_variable_before_spark_sta
 
     assert result.exit_code == 2
     assert "FLOODGATE_CONTROL_TOKEN is set but empty" in result.output
+
+
+def test_produce_refuses_an_empty_metrics_host_before_connecting() -> None:
+    """Issue 26, finding 8: an empty host would bind every interface."""
+    result = runner.invoke(
+        app,
+        [
+            "produce",
+            str(ROOT / "conf" / "flights.toml"),
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--metrics-host",
+            "",
+        ],
+    )
+
+    assert result.exit_code == 2
+    assert "--metrics-host" in result.output and "an IPv4 address" in result.output
