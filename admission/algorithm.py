@@ -2,9 +2,8 @@
 
 Pure logic, no I/O, no clock, no threads: the service samples the load, counts
 its persistent queue and calls :class:`Admission`; this module only decides.
-The rules come from the job queue seed (``seeds/004_0d38fb078d201fa8.txt``,
-sections "Types of Load", "Emergency Mode" and "Job Queue Algorithm") as
-DESIGN.md section 5 adapts them:
+The job queue's rules (types of load, emergency mode, the algorithm; README, "The
+admission service"):
 
 * **Low load**: system CPU busy ratio ``<= system_cpu_limit`` (0.85).
   **High load**: above it.
@@ -59,14 +58,14 @@ class StartReason(enum.StrEnum):
     DEQUEUED = "dequeued"
     """Taken from the queue by a check (:meth:`Admission.tick`)."""
     FORCED = "forced"
-    """Forced out of the queue by an operator (seed 004, "Start Enqueued Job Immediately")."""
+    """Forced out of the queue by an operator (``POST /jobs/{id}/start-now``)."""
     NOT_QUEUEABLE = "not-queueable"
-    """Started on submit because the job is not queueable (seed 004, ``queueable``)."""
+    """Started on submit because the job is not queueable (``queueable: false``)."""
 
 
 @dataclass(frozen=True)
 class Load:
-    """One load sample (seed 004, "Load Metrics").
+    """One load sample.
 
     Attributes:
         cpu: system CPU busy ratio, 0..1 (all processes of the host, not only ours).
@@ -74,7 +73,7 @@ class Load:
         memory: memory usage ratio, 0..1: the highest of host memory and the known
             JVM heaps (Spark drivers). NaN leaves the emergency mode unchanged.
         memory_source: where ``memory`` came from, for log reasons: ``"host"`` or
-            ``"jvm:<name>"`` (the seed's coreLowMem / workerLowMem).
+            ``"jvm:<name>"`` (a Spark driver's heap).
     """
 
     cpu: float
@@ -88,19 +87,16 @@ class Limits:
 
     Attributes:
         system_cpu_limit: low load is ``cpu <= system_cpu_limit`` (ratio, 0 < x <= 1;
-            seed 004 ``jobqueue.systemCpuLimit``, 0.85).
+            default 0.85).
         memory_usage_limit: emergency mode above it, left below it (ratio, 0 < x <= 1;
-            seed 004 ``jobqueue.coreHeapUsageLimit`` / ``workerHeapUsageLimit``, 0.90).
-        initial_load_step: load step at start (jobs per check; seed 004
-            ``jobqueue.initialLoadStep``).
-        min_load_step: lower bound of the load step (jobs per check, >= 1; seed 004
-            ``jobqueue.minLoadStep``).
-        max_load_step: upper bound of the load step (jobs per check; seed 004
-            ``jobqueue.maxLoadStep``).
-        emergency_start_count: jobs started per check in emergency mode (>= 0; seed 004
-            "starts just a minimal number of jobs").
-        max_queue_size: enqueued jobs beyond which a submission fails (>= 0; seed 004
-            ``jobqueue.maxQueueSize``, 100 000).
+            default 0.90).
+        initial_load_step: load step at start (jobs per check).
+        min_load_step: lower bound of the load step (jobs per check, >= 1).
+        max_load_step: upper bound of the load step (jobs per check).
+        emergency_start_count: jobs started per check in emergency mode (>= 0: emergency mode starts
+            just a minimal number of jobs).
+        max_queue_size: enqueued jobs beyond which a submission fails (>= 0; default
+            100 000).
 
     Raises:
         ConfigError: (a ``ValueError``) naming the field, its value and what is allowed.
@@ -169,7 +165,7 @@ class ModeChange:
 
 
 class Admission:
-    """The job queue's decisions (seed 004, "Job Queue Algorithm"), one instance per leader.
+    """The job queue's decisions, one instance per leader.
 
     Not thread-safe: the service calls it from its one admission loop.
 
@@ -200,7 +196,7 @@ class Admission:
         return self._emergency
 
     def observe(self, load: Load) -> ModeChange | None:
-        """Update emergency mode from a load sample (seed 004, "Emergency Mode").
+        """Update emergency mode from a load sample (emergency mode).
 
         Enters when ``memory > memory_usage_limit``, leaves when
         ``memory < memory_usage_limit``; exactly at the limit the mode is kept.
@@ -228,13 +224,13 @@ class Admission:
         return None
 
     def on_submit(self, *, queueable: bool, enqueued: int, load: Load) -> SubmitOutcome:
-        """Decide what happens to a job command as it arrives (seed 004, "Job Queue Algorithm").
+        """Decide what happens to a job command as it arrives.
 
         Calls :meth:`observe` with ``load`` first. A job that is not queueable starts
         at once regardless (``NOT_QUEUEABLE``). Otherwise it starts at once
         (``IMMEDIATE``) iff ``cpu <= system_cpu_limit``, not in emergency mode and
         ``enqueued == 0``; else it is enqueued, unless ``enqueued >= max_queue_size``,
-        when it is refused (DESIGN.md section 5: the reason names ``max_queue_size``).
+        when it is refused (the reason names ``max_queue_size``).
 
         Args:
             queueable: the job's ``queueable`` execution property.
@@ -266,7 +262,7 @@ class Admission:
         return SubmitOutcome(Decision.ENQUEUE, "; ".join(waits), None)
 
     def tick(self, *, enqueued: int, load: Load) -> int:
-        """One check of the queue (seed 004: ten times a second): how many jobs to start.
+        """One check of the queue (ten times a second by default): how many jobs to start.
 
         Calls :meth:`observe` with ``load`` first, then, in this order:
 
@@ -285,7 +281,7 @@ class Admission:
 
         Returns:
             How many enqueued jobs to start now (``0 <= n <= enqueued``); the caller
-            takes the oldest by Submitted time (seed 004, "Scenarios").
+            takes the oldest by Submitted time.
 
         Raises:
             ValueError: ``enqueued`` is negative.

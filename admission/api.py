@@ -100,7 +100,7 @@ class JobRequest(BaseModel):
 
 class RequestBody(BaseModel):
     """``POST /requests``: a request made of parts, and an optional completion step run
-    once every part has ended OK (seed 002's asynchronous request and output agent)."""
+    once every part has ended OK (an asynchronous request and its output step)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 

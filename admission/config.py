@@ -46,7 +46,7 @@ INTAKE_OWNED_KAFKA_KEYS = {
 
 class AdmissionSettings(BaseModel):
     """``[admission]``: where the service listens, what it may run, and the queue's limits
-    (seed 004_0d38fb078d201fa8.txt for the limits' defaults)."""
+    (README, "The admission service", for the limits' defaults)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -79,18 +79,19 @@ class AdmissionSettings(BaseModel):
     ``HADOOP_CONF_DIR``, ...): they may name what a job's own ``env`` may not; not the
     service's own ``FLOODGATE__ADMISSION__*``."""
     system_cpu_limit: Annotated[float, Field(gt=0, le=1)] = 0.85
-    """Low load: system CPU busy ratio at or below this (seed: 85 %)."""
+    """Low load: system CPU busy ratio at or below this (default 85 %)."""
     memory_usage_limit: Annotated[float, Field(gt=0, le=1)] = 0.90
-    """Emergency mode above this memory usage ratio (seed: 90 % of the heap)."""
+    """Emergency mode above this memory usage ratio (default 90 %; the host's memory or a
+    Spark driver's heap, whichever is fuller)."""
     check_interval_ms: Annotated[int, Field(ge=10, le=60_000)] = 100
-    """How often load is sampled and enqueued jobs considered (seed: 10 times a second)."""
+    """How often load is sampled and enqueued jobs considered (default 10 times a second)."""
     initial_load_step: Annotated[int, Field(ge=1)] = 2
     min_load_step: Annotated[int, Field(ge=1)] = 1
     max_load_step: Annotated[int, Field(ge=1)] = 16
     emergency_start_count: Annotated[int, Field(ge=0)] = 1
     """Most jobs started per check in emergency mode."""
     max_queue_size: Annotated[int, Field(ge=0)] = 100_000
-    """Most jobs enqueued at once (seed: 100 000); a submit beyond it fails."""
+    """Most jobs enqueued at once (default 100 000); a submit beyond it fails."""
     monitor_interval_s: Annotated[float, Field(gt=0, le=3_600)] = 5.0
     """How often the monitor looks for jobs running past their expected time."""
     driver_control_dir: str | None = DEFAULT_CONTROL_DIR
@@ -104,7 +105,7 @@ class AdmissionSettings(BaseModel):
     """How often the drivers' heaps are read (in the background; the check never waits)."""
     leader_check_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     """How often a follower tries the leader lock and the leader checks it holds it
-    (several instances on one PostgreSQL database; seed 003)."""
+    (several instances on one PostgreSQL database)."""
     bootstrap_servers: str | None = None
     """Kafka cluster of the request and events topics (default: ``FLOODGATE_KAFKA_BOOTSTRAP``);
     neither set: no Kafka intake, the REST API only."""

@@ -127,7 +127,7 @@ class KafkaIntake:
         looks at the broker; :func:`pipeline.broker.rest_until_records`). librdkafka
         fetches an assigned partition all along, and a broker that answers a fetch at
         the log end at once instead of holding it for ``fetch.wait.max.ms`` (the
-        embedded broker, DESIGN.md section 8) made the idle intake a busy loop of about
+        embedded broker, docs/kafka-engines.md) made the idle intake a busy loop of about
         0.85 of a core, reader and broker together, on the 2-core development machine."""
         assert self._consumer is not None
         rest_until_records([self._consumer], stop=self._stop, poll_s=IDLE_S)

@@ -1,7 +1,7 @@
-"""Load samples for the admission decision: system CPU and memory (seed 004, "Load Metrics").
+"""Load samples for the admission decision: system CPU and memory.
 
-Seed 004 enters emergency mode when *any* heap it watches is nearly full (the core's
-and each worker's: coreLowMem / workerLowMem). Here the memory figure is the highest
+Emergency mode is entered when *any* memory watched is nearly full (the rule was
+written for a core's and each worker's JVM heap). Here the memory figure is the highest
 of the host's memory usage and the heap usage of every Spark driver whose metrics
 endpoint is known: a driver near its ``-Xmx`` fails its jobs with OutOfMemoryError
 long before the host runs short, and starting more jobs then only adds to it.
@@ -170,7 +170,7 @@ class HostLoadSampler:
     """Samples the host: CPU busy ratio over the last ``window`` samples, and memory
     usage: the host's, or a known Spark driver's heap when that is higher.
 
-    Seed 004 uses the system CPU load of the whole machine (every process, ours or
+    The rule uses the system CPU load of the whole machine (every process, ours or
     not). Called once per check (10 times a second); one 100 ms CPU reading is noisy,
     so the decision uses the mean of the last second.
 

@@ -1,4 +1,4 @@
-"""Metrics of the admission service (DESIGN.md section 6), on the registry it is handed."""
+"""Metrics of the admission service (docs/metrics.md), on the registry it is handed."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The admission service: starts jobs only when CPU and memory allow (DESIGN.md section 5).
+"""The admission service: starts jobs only when CPU and memory allow (README, "The
+admission service").
 
 :class:`AdmissionService` ties together the decision logic
-(:class:`~admission.algorithm.Admission`, seed 004), the persistent job queue
+(:class:`~admission.algorithm.Admission`), the persistent job queue
 (:class:`~admission.store.JobStore`), the job processes
 (:class:`~admission.runner.ProcessRunner`) and a load sampler:
 
@@ -10,14 +11,14 @@
 * a check thread, every ``check_interval_ms``, samples load, starts the next load
   step's worth of enqueued jobs in Submitted order, and records jobs that ended;
 * a monitor thread, every ``monitor_interval_s``, flags jobs running past their
-  expected time (seed 002's long-running entries) and clears the flags of jobs
+  expected time (long-running entries of the stall array) and clears the flags of jobs
   that ended;
 * a job killed by a signal, or ending non-zero when it declared that abnormal
   (``abnormal_exit``), is a **hard stall**: listed in the stall array, its lane
   disabled (nothing more starts in it) until an operator enables it; the entry can
   be rescheduled (the same command, enqueued again as a new job).
 
-Several instances may share one database (PostgreSQL; seed 003's leader-elected
+Several instances may share one database (PostgreSQL; a leader-elected
 consumer): a :class:`~pipeline.leader.LeaderElection` grants one of them the
 leadership at run time, and only the leader starts jobs and runs the monitor. A
 follower takes submits into the queue (it never starts them itself: a job that must
@@ -114,7 +115,7 @@ class InvalidJob(AdmissionError, ValueError):
 
 
 class AdmissionQueueFull(AdmissionError):
-    """The job queue holds ``max_queue_size`` jobs; the submit failed (seed 004)."""
+    """The job queue holds ``max_queue_size`` jobs; the submit failed."""
 
     status = 503
 
@@ -127,7 +128,7 @@ class JobNotFound(AdmissionError, LookupError):
 
 class LaneDisabled(AdmissionError):
     """A part of a request, or a completion step, was scheduled into a lane disabled by a
-    hard stall: scheduling fails (seed 002: a disabled Queue Thread)."""
+    hard stall: scheduling fails (the lane is disabled)."""
 
     status = 409
 
@@ -153,14 +154,14 @@ class JobConflict(AdmissionError):
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A job command (DESIGN.md section 5).
+    """A job command.
 
     Attributes:
         argv: the command line; ``argv[0]`` must be on the allowlist.
         cwd: working directory (default: the service's).
         env: the job's own environment variables, over the base set the service
             builds (:mod:`admission.environment`); none on its deny-list.
-        queueable: ``False`` starts it at once whatever the load (seed 004).
+        queueable: ``False`` starts it at once whatever the load.
         expected_s: expected run time; past it the job is flagged long-running.
         abnormal_exit: a non-zero exit is abnormal (a hard stall), not only an error.
         lane: jobs of a lane stop starting while it is disabled by a hard stall.
@@ -347,7 +348,7 @@ class AdmissionService:
         role: str | None = None,
         client_key: str | None = None,
     ) -> Job:
-        """Start a job at once, enqueue it, or refuse it (seed 004's algorithm).
+        """Start a job at once, enqueue it, or refuse it (the job queue's rule).
 
         Args:
             spec: the job command.
@@ -419,7 +420,7 @@ class AdmissionService:
     def submit_request(
         self, parts: Sequence[JobSpec], completion: JobSpec | None = None
     ) -> tuple[int, list[Job]]:
-        """Schedule a request made of parts, part by part (seed 002's asynchronous request).
+        """Schedule a request made of parts, part by part (an asynchronous request).
 
         Every program is checked against the allowlist first. A part fails to schedule
         when the queue is full or its lane is disabled; the parts scheduled before it
@@ -745,8 +746,8 @@ class AdmissionService:
                 log.exception("admission monitor failed")
 
     def monitor(self) -> None:
-        """Flag jobs running past their expected time (seed 002: long-running entries,
-        not errors); clear the flags of jobs that ended, and the in-doubt entries of
+        """Flag jobs running past their expected time (long-running entries of the
+        stall array, not errors); clear the flags of jobs that ended, and the in-doubt entries of
         backed-out parts that have ended. The leader's work: a follower does nothing."""
         if not self.is_leader:
             return

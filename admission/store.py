@@ -1,8 +1,7 @@
 """The persistent job queue: jobs, stall entries and lanes in SQL (SQLAlchemy Core).
 
-Seed 004's job queue lives in memory; this one is a table (seed 003: queueing on an
-SQL table), so a restart keeps enqueued jobs enqueued. SQLite by default (a file),
-any SQLAlchemy URL otherwise. Enqueued jobs are taken in Submitted order through the
+The job queue is a table, so a restart keeps enqueued jobs enqueued. SQLite by default
+(a file), any SQLAlchemy URL otherwise. Enqueued jobs are taken in Submitted order through the
 index ``(state, submitted, id)``: taking the next ``n`` costs O(n), not O(queue).
 
 A SQLite file holds jobs' environments and command lines: it is created with mode
@@ -47,7 +46,7 @@ from pipeline.database import create_database_engine, create_tables
 
 
 class JobState(enum.StrEnum):
-    """States of a job (DESIGN.md section 5)."""
+    """States of a job (README, "The admission service")."""
 
     ENQUEUED = "ENQUEUED"
     RUNNING = "RUNNING"
@@ -62,7 +61,7 @@ FINAL_STATES = frozenset({JobState.FINISHED_OK, JobState.ERROR, JobState.ABORTED
 
 
 class StallKind(enum.StrEnum):
-    """Kinds of stall array entries (seed 002_f37a5e9ed1baf63b.txt): a hard stall (a job
+    """Kinds of stall array entries (the stall array): a hard stall (a job
     died abnormally, or a request's completion step could not be scheduled), a job
     running past its expected time, a part of a backed-out request that may already
     have been running (in doubt; cleared by the monitor once it ended)."""

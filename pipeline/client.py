@@ -39,7 +39,7 @@ Rules:
   accepted. One warning line ``FG-CLIENT-001`` is logged per crossing.
 * ``put(block=True)`` waits, sleeping between reads of the broker (no busy
   loop), until the batch fits and the free space is above
-  ``resume_free_queue_size_threshold`` percent (the seed's resume check, built in).
+  ``resume_free_queue_size_threshold`` percent (the resume check, built in).
 * Free space comes from the broker (:class:`~pipeline.queues.QueueProbe`), read at
   most ``queue_refresh_interval_ms`` apart and again before a refusal; in between
   the client counts its own sends (:class:`~pipeline.queues.QueueBudget`), so
@@ -284,12 +284,12 @@ class StreamInput:
 
     @property
     def max_queue_size(self) -> int:
-        """The input stream queue's bound, tuples (seed: ``getMaxQueueSize``)."""
+        """The input stream queue's bound (its max queue size), tuples."""
         return self.settings.max_queue_size
 
     def free_queue_size(self) -> int:
         """Free space in the input stream queue now, tuples, read fresh from the broker
-        (seed: ``getFreeQueueSize``). This producer's unacknowledged tuples count as used.
+        (its free queue size). This producer's unacknowledged tuples count as used.
 
         Raises:
             BrokerError: the broker did not answer, or the topic does not exist (it is
@@ -717,7 +717,7 @@ class StreamInput:
 
         Returns:
             Whether to resume: the batch fits *and* the free space is above
-            ``resume_free_queue_size_threshold`` percent (the seed's resume check), so a
+            ``resume_free_queue_size_threshold`` percent (the resume check), so a
             blocked producer does not nibble at a nearly full queue.
         """
         interval = max(self.settings.queue_refresh_interval_ms, 50) / 1000
@@ -1195,7 +1195,7 @@ class Connector:
         raise_on_threshold: bool = False,
         swept: SweptCounter | None = None,
     ) -> StreamInput:
-        """Open an input stream of a query group for writing (seed: ``openStreamInput``).
+        """Open an input stream of a query group for writing.
 
         Raises:
             ConfigError: no such query group or stream, or a key field the stream's

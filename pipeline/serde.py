@@ -9,7 +9,7 @@ without a schema registry: it looks the fingerprint up in the
 the writer schema to its own reader schema when they differ (Avro schema
 resolution, so a stream's schema can evolve).
 
-Schemas are parsed once and reused (STYLE.md, "Avro"); records are written with
+Schemas are parsed once and reused; records are written with
 ``strict_allow_default=True`` so an extra field, or a missing field
 without a default, is refused; an Avro ``int`` outside 32 bits (which fastavro
 would write as a varint without complaint) is refused too; and fastavro's

@@ -1,4 +1,4 @@
-"""Swept tuples: the BLOB format and the sweep catalog (DESIGN.md section 4.3).
+"""Swept tuples: the BLOB format and the sweep catalog (README, "The sweeper service").
 
 The sweeper (``sweeper/``) moves the backlog of a slow-but-serviced queue out of the
 broker into BLOBs; the data path reads them back (unsweep). Both sides need this
@@ -6,8 +6,8 @@ module, so it lives in ``pipeline/`` (which never imports ``sweeper/``).
 
 **A BLOB** is one Avro object container file (fastavro) holding a contiguous offset
 range ``[a, b)`` of one topic partition: each Kafka record's offset, timestamp and
-its type, key, value and headers, byte for byte (seed 001_ba86cf144862657d.txt:
-"messages are moved from memory and stored in a binary large object"), column by
+its type, key, value and headers, byte for byte (a swept tuple comes back exactly as
+it was put), column by
 column, one Avro record per fetched batch (:data:`BLOB_SCHEMA`). Kafka transaction
 markers take offsets without being records, so a BLOB may hold fewer records than
 ``b - a``; the catalog keeps both.

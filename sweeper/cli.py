@@ -78,7 +78,10 @@ def serve(
             "FLOODGATE_KAFKA_BOOTSTRAP"
         )
     sweeper = Sweeper(settings, groups, bootstrap_servers=servers)
-    api = FastAPI(title="floodgate sweeper", description="DESIGN.md section 4.3")
+    api = FastAPI(
+        title="floodgate sweeper",
+        description="Sweeps the backlog of slow-but-serviced queues into BLOBs",
+    )
 
     @api.get("/status")
     def status() -> dict[str, Any]:

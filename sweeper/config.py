@@ -25,8 +25,8 @@ from pipeline.errors import ConfigError
 
 
 class SweeperSettings(BaseModel):
-    """``[sweeper]``: which queues, where BLOBs go, how often (seed
-    001_ba86cf144862657d.txt for the interval and the front buffer)."""
+    """``[sweeper]``: which queues, where BLOBs go, how often (README, "The sweeper
+    service", for the interval and the front buffer)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -41,9 +41,9 @@ class SweeperSettings(BaseModel):
     """Capacity of the BLOB store; at or above it no new sweep starts (back-pressure
     takes over), logged when it fills and when it clears."""
     sweep_interval_s: Annotated[float, Field(gt=0, le=3_600)] = 5.0
-    """Seconds between cycles (the seed: every 5 s); the service rate is per interval."""
+    """Seconds between cycles (default every 5 s); the service rate is per interval."""
     front_extra: Annotated[int, Field(ge=0)] = 5
-    """Tuples kept in the broker beyond one interval's service (the seed's "+ 5")."""
+    """Tuples kept in the broker beyond one interval's service (default 5)."""
     bootstrap_servers: str | None = None
     """The Kafka cluster (default: ``FLOODGATE_KAFKA_BOOTSTRAP``, then each query
     group's ``kafka.bootstrap_servers``)."""

@@ -1,4 +1,4 @@
-"""The sweep cycle (DESIGN.md section 4.3; seed 001_ba86cf144862657d.txt).
+"""The sweep cycle (README, "The sweeper service").
 
 Every ``sweep_interval_s``, per partition of each registered queue (the input stream
 queues of the configured query groups), :meth:`Sweeper.cycle`:
@@ -208,7 +208,7 @@ class Sweeper:
         registry: where the metrics go.
         clock: ``time.monotonic`` (tests inject one).
         on_written: called with ``(topic, partition, range)`` after a BLOB is written
-            and before it is verified (the window in which the seed's checks can fail;
+            and before it is verified (the window in which the checks before truncation can fail;
             tests use it to force an abort).
     """
 

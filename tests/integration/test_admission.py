@@ -322,7 +322,7 @@ def test_a_job_that_cannot_be_spawned_ends_as_error_not_running(
 
 @contextlib.contextmanager
 def cpu_burners() -> Iterator[None]:
-    """A busy loop on every core for the duration: real CPU load for seed 004's rules."""
+    """A busy loop on every core for the duration: real CPU load for the job queue's rules."""
     burners = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"])
         for _ in range(os.cpu_count() or 2)

@@ -1,5 +1,5 @@
-"""The sweeper against a real broker, a real SparkSession and real files (DESIGN.md
-section 4.3; seed 001): a query group consumes an input queue more slowly than a
+"""The sweeper against a real broker, a real SparkSession and real files (README,
+"The sweeper service"): a query group consumes an input queue more slowly than a
 producer fills it; the sweeper moves the backlog into BLOBs and truncates the broker;
 the query group reads through broker and BLOB ranges and outputs every tuple once,
 in the producer's order."""
