@@ -200,6 +200,19 @@ def broker_retrying(
     )
 
 
+#: Kafka error codes of a request sent with stale leadership metadata
+#: (:meth:`QueueProbe._renew_after`; the Java client refreshes its metadata on the same
+#: ones before it retries a ListOffsets, KAFKA-9535).
+_LEADERSHIP_ERRORS = frozenset(
+    {
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+    }
+)
+
+
 class QueueProbe:
     """Reads a queue's state from the broker.
 
@@ -349,6 +362,23 @@ class QueueProbe:
             raise BrokerError(f"stream {self.stream!r}: the queue probe is closed")
         return self._admin
 
+    def _renew_after(self, exc: BaseException) -> None:
+        """Replace the admin client after a leadership error (caller holds the lock).
+
+        The admin client's ``ListOffsets`` sends the leader epoch of its metadata cache,
+        and the topic is not one the handle refreshes on its own (it was read with a
+        request for every topic, which creates none: see :meth:`partitions`). After an
+        Apache Kafka broker restarts or a leader moves, every later request of that
+        handle is ``FENCED_LEADER_EPOCH`` (or ``NOT_LEADER_OR_FOLLOWER``) until the
+        cache expires (``metadata.max.age.ms``, 15 min): seen by the soak and the fault
+        tests. A new handle reads fresh metadata on its first request; the next
+        attempt of :meth:`snapshot` uses it.
+        """
+        error = exc.args[0] if exc.args else None
+        code = error.code() if isinstance(error, KafkaError) else None
+        if code in _LEADERSHIP_ERRORS and self._admin is not None:
+            self._admin = AdminClient(self._client_config)
+
     def _group_reader(self, group: str) -> Consumer:
         """The consumer that reads ``group``'s commits (created once, never subscribes)."""
         reader = self._group_readers.get(group)
@@ -439,6 +469,7 @@ class QueueProbe:
                 for future in (*latest.values(), *earliest.values()):
                     with contextlib.suppress(Exception):
                         future.result()  # nothing of ours left pending in librdkafka
+                self._renew_after(exc)
                 raise BrokerError(
                     f"stream {self.stream!r}: cannot read queue state of {self.topic!r}: {exc}"
                 ) from exc
@@ -446,6 +477,7 @@ class QueueProbe:
                 highs = {tp.partition: f.result().offset for tp, f in latest.items()}
                 starts = {tp.partition: f.result().offset for tp, f in earliest.items()}
             except KafkaException as exc:
+                self._renew_after(exc)
                 raise BrokerError(
                     f"stream {self.stream!r}: cannot read queue state of {self.topic!r}: {exc}"
                 ) from exc
@@ -480,6 +512,7 @@ class QueueProbe:
                 for future in futures.values():
                     with contextlib.suppress(Exception):
                         future.result()
+                self._renew_after(exc)
                 raise BrokerError(
                     f"stream {self.stream!r}: cannot read last stable offsets of "
                     f"{self.topic!r}: {exc}"

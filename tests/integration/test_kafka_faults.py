@@ -291,9 +291,17 @@ def test_kill_9_of_partition_leaders_in_a_3_node_cluster_is_invisible_to_the_gro
     config = group_config(run_id, tmp_path)
     # The system default replication: the cluster's (3, min.insync.replicas 2).
     ensure_topics(bootstrap, config.topics())
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
     input_topic = config.input_streams["flights"].topic
     output_topic = config.output_streams["flights_copy"].topic
+    # Another broker of the cluster may answer this metadata request before the new
+    # topics reach it (KRaft brokers learn them from the metadata log, not at once).
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 30
+    while True:
+        metadata = admin.list_topics(timeout=10)
+        if {input_topic, output_topic} <= metadata.topics.keys() or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     for topic in (input_topic, output_topic):
         assert all(len(p.replicas) == 3 for p in metadata.topics[topic].partitions.values())
     records = flights[:TUPLES]
