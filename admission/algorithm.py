@@ -93,8 +93,8 @@ class Limits:
         initial_load_step: load step at start (jobs per check).
         min_load_step: lower bound of the load step (jobs per check, >= 1).
         max_load_step: upper bound of the load step (jobs per check).
-        emergency_start_count: jobs started per check in emergency mode (>= 0: emergency mode starts
-            just a minimal number of jobs).
+        emergency_start_count: jobs started per check in emergency mode (>= 0; a minimal
+            number, so the queue still moves while memory is short).
         max_queue_size: enqueued jobs beyond which a submission fails (>= 0; default
             100 000).
 
@@ -196,7 +196,7 @@ class Admission:
         return self._emergency
 
     def observe(self, load: Load) -> ModeChange | None:
-        """Update emergency mode from a load sample (emergency mode).
+        """Update emergency mode from a load sample.
 
         Enters when ``memory > memory_usage_limit``, leaves when
         ``memory < memory_usage_limit``; exactly at the limit the mode is kept.

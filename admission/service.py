@@ -128,7 +128,7 @@ class JobNotFound(AdmissionError, LookupError):
 
 class LaneDisabled(AdmissionError):
     """A part of a request, or a completion step, was scheduled into a lane disabled by a
-    hard stall: scheduling fails (the lane is disabled)."""
+    hard stall: scheduling fails until an operator enables the lane."""
 
     status = 409
 
@@ -747,8 +747,9 @@ class AdmissionService:
 
     def monitor(self) -> None:
         """Flag jobs running past their expected time (long-running entries of the
-        stall array, not errors); clear the flags of jobs that ended, and the in-doubt entries of
-        backed-out parts that have ended. The leader's work: a follower does nothing."""
+        stall array, not errors); clear the flags of jobs that ended, and the in-doubt
+        entries of backed-out parts that have ended. The leader's work: a follower does
+        nothing."""
         if not self.is_leader:
             return
         now = self.clock()

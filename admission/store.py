@@ -1,8 +1,9 @@
 """The persistent job queue: jobs, stall entries and lanes in SQL (SQLAlchemy Core).
 
-The job queue is a table, so a restart keeps enqueued jobs enqueued. SQLite by default
-(a file), any SQLAlchemy URL otherwise. Enqueued jobs are taken in Submitted order through the
-index ``(state, submitted, id)``: taking the next ``n`` costs O(n), not O(queue).
+The job queue is a table, so a restart keeps enqueued jobs enqueued. SQLite by
+default (a file), any SQLAlchemy URL otherwise. Enqueued jobs are taken in Submitted
+order through the index ``(state, submitted, id)``: taking the next ``n`` costs O(n),
+not O(queue).
 
 A SQLite file holds jobs' environments and command lines: it is created with mode
 0600 in a folder created 0700 (SQLite gives its ``-wal`` and ``-shm`` files the
@@ -61,10 +62,10 @@ FINAL_STATES = frozenset({JobState.FINISHED_OK, JobState.ERROR, JobState.ABORTED
 
 
 class StallKind(enum.StrEnum):
-    """Kinds of stall array entries (the stall array): a hard stall (a job
-    died abnormally, or a request's completion step could not be scheduled), a job
-    running past its expected time, a part of a backed-out request that may already
-    have been running (in doubt; cleared by the monitor once it ended)."""
+    """Kinds of stall array entries: a hard stall (a job died abnormally, or a request's
+    completion step could not be scheduled), a job running past its expected time, a part
+    of a backed-out request that may already have been running (in doubt; cleared by the
+    monitor once it ended)."""
 
     HARD = "hard"
     LONG_RUNNING = "long-running"

@@ -8,8 +8,8 @@ loop, on Kafka::
 
     with connect(bootstrap_servers="kafka:9092", config="conf/flights.toml") as connector:
         stream_input = connector.open_stream_input("flights", "flights")
-        stream_input.max_queue_size        # tuples (getMaxQueueSize)
-        stream_input.free_queue_size()     # tuples, fresh from the broker (getFreeQueueSize)
+        stream_input.max_queue_size        # tuples: the queue's bound
+        stream_input.free_queue_size()     # tuples, fresh from the broker
         result = stream_input.put(tuples)  # all or nothing
         stream_input.put(tuples, block=True, timeout_s=30.0)
         stream_input.put_end()             # every delivery report, or DeliveryError
@@ -39,7 +39,8 @@ Rules:
   accepted. One warning line ``FG-CLIENT-001`` is logged per crossing.
 * ``put(block=True)`` waits, sleeping between reads of the broker (no busy
   loop), until the batch fits and the free space is above
-  ``resume_free_queue_size_threshold`` percent (the resume check, built in).
+  ``resume_free_queue_size_threshold`` percent, so a blocked producer does not
+  nibble at a nearly full queue.
 * Free space comes from the broker (:class:`~pipeline.queues.QueueProbe`), read at
   most ``queue_refresh_interval_ms`` apart and again before a refusal; in between
   the client counts its own sends (:class:`~pipeline.queues.QueueBudget`), so

@@ -7,10 +7,9 @@ module, so it lives in ``pipeline/`` (which never imports ``sweeper/``).
 **A BLOB** is one Avro object container file (fastavro) holding a contiguous offset
 range ``[a, b)`` of one topic partition: each Kafka record's offset, timestamp and
 its type, key, value and headers, byte for byte (a swept tuple comes back exactly as
-it was put), column by
-column, one Avro record per fetched batch (:data:`BLOB_SCHEMA`). Kafka transaction
-markers take offsets without being records, so a BLOB may hold fewer records than
-``b - a``; the catalog keeps both.
+it was put), column by column, one Avro record per fetched batch (:data:`BLOB_SCHEMA`).
+Kafka transaction markers take offsets without being records, so a BLOB may hold fewer
+records than ``b - a``; the catalog keeps both.
 
 **Reading a range** (:func:`read_partition`) is one loop for the Spark source, the
 reception API and the sweeper: from the broker while it holds an offset, from the

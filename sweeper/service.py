@@ -208,8 +208,8 @@ class Sweeper:
         registry: where the metrics go.
         clock: ``time.monotonic`` (tests inject one).
         on_written: called with ``(topic, partition, range)`` after a BLOB is written
-            and before it is verified (the window in which the checks before truncation can fail;
-            tests use it to force an abort).
+            and before it is verified (the window in which the checks before
+            truncation can fail; tests use it to force an abort).
     """
 
     def __init__(
