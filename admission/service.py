@@ -917,6 +917,18 @@ class AdmissionService:
         return self._get(job.id)
 
     def _ended(self, job_id: int, exit_code: int | None) -> None:
+        """Record how a job's process ended, and tell the listeners.
+
+        Under ``self._lock``, as :meth:`_start` is: a job that ends within
+        milliseconds (``true``) is seen ended by the check thread while the thread
+        that started it may still be announcing it. Without the lock that thread
+        read the job back FINISHED_OK, so its RUNNING event was published as a second
+        FINISHED_OK, possibly after the first (found on Apache Kafka under load).
+        """
+        with self._lock:
+            self._record_end(job_id, exit_code)
+
+    def _record_end(self, job_id: int, exit_code: int | None) -> None:
         job = self.store.get(job_id)
         if job is None or job.state is not JobState.RUNNING:
             return

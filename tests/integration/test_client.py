@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from pipeline.broker import LocalBroker, ensure_topics
@@ -36,14 +36,29 @@ from .conftest import flights_raw_config
 
 
 def topic_total(bootstrap: str, topic: str) -> int:
-    """Tuples ever written to a topic (sum of high watermarks)."""
+    """Tuples ever written to a topic (sum of high watermarks). A just-created topic's
+    partitions may have no leader yet on Apache Kafka (NOT_LEADER_FOR_PARTITION):
+    asked again for up to 30 s, as the client's own queue reads are."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
+    deadline = time.monotonic() + 30
     try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in partitions
-        )
+        while True:
+            try:
+                partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+                return sum(
+                    consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in partitions
+                )
+            except KafkaException as exc:
+                error = exc.args[0]
+                transient = error.retriable() or error.code() in (
+                    KafkaError.NOT_LEADER_FOR_PARTITION,
+                    KafkaError.LEADER_NOT_AVAILABLE,
+                    KafkaError.UNKNOWN_TOPIC_OR_PART,
+                )
+                if not transient or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         consumer.close()
 
