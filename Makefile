@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration test-apache-kafka test-soak lint typecheck bench bench-peers soak clean
+.PHONY: demo test test-unit test-integration test-apache-kafka test-soak lint typecheck docs bench bench-peers soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 # The benchmarks' extra (matplotlib for the soak's plot), on top of the test extra.
 $(VENV)/.bench: pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $@
+
+# The documentation site's extra (MkDocs, Material, mkdocstrings).
+$(VENV)/.docs: pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
 	touch $@
 
 demo: $(STAMP)
@@ -49,6 +54,11 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The documentation site, built into site/ (git-ignored); fails on any warning, such
+# as a broken link or a docstring mkdocstrings cannot resolve.
+docs: $(VENV)/.docs
+	$(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_source.py $(ARGS)
