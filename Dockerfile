@@ -23,8 +23,8 @@ WORKDIR /app
 # Dependencies first (a layer that changes only with pyproject.toml), then the code,
 # installed as a wheel is (not editable): schemas and shipped configs are package data.
 COPY --chown=floodgate:floodgate pyproject.toml README.md ./
-RUN mkdir -p pipeline/apache_kafka admission sweeper schemas conf \
-    && touch pipeline/__init__.py pipeline/apache_kafka/__init__.py \
+RUN mkdir -p pipeline/brokers/apache_kafka admission sweeper schemas conf \
+    && touch pipeline/__init__.py pipeline/brokers/apache_kafka/__init__.py \
         admission/__init__.py sweeper/__init__.py \
     && pip install '.[demo]' \
     && pip uninstall -y floodgate \

@@ -5,7 +5,7 @@ show a job's ``env`` values, only the variables' names; every call that may chan
 state (every ``POST``) needs ``Authorization: Bearer <admission.token>``, compared in
 constant time (401 without it or with a wrong one), checked before a byte of the body
 is read; a body over ``admission.max_request_body_bytes`` (1 MiB) is 413 before it is
-parsed (:class:`~pipeline.asgi.RequestGate`, issue 26). Errors answer with the reason:
+parsed (:class:`~pipeline.services.asgi.RequestGate`, issue 26). Errors answer with the reason:
 403 a program off the allowlist or a denied ``env`` variable, 404 no such job, 409 a
 job in the wrong state, 421 a call only the leader can serve (the detail names it),
 503 the queue is full, 400 a body that is not UTF-8, 422 a malformed request (the
@@ -28,8 +28,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from admission.environment import invalid_reason
 from admission.service import AdmissionError, AdmissionService, JobSpec
 from admission.store import JobState
-from pipeline.asgi import RequestGate
 from pipeline.metrics import add_metrics_route
+from pipeline.services.asgi import RequestGate
 
 #: The largest id a job, request or stall entry can have: a signed 64-bit SQL integer.
 MAX_ID = 2**63 - 1
@@ -142,7 +142,7 @@ def _refusals(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 def build_app(service: AdmissionService) -> FastAPI:
     """The ASGI app of one :class:`AdmissionService`, behind its
-    :class:`~pipeline.asgi.RequestGate` (token, then body limit)."""
+    :class:`~pipeline.services.asgi.RequestGate` (token, then body limit)."""
     app = FastAPI(
         title="floodgate admission",
         description=(

@@ -30,9 +30,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pipeline.control import error_detail
 from pipeline.errors import FloodgateError
-from pipeline.serving import AppServer, wait_for_signal
+from pipeline.services.http_client import error_detail
+from pipeline.services.serving import AppServer, wait_for_signal
 
 app = typer.Typer(
     help="The admission service: starts jobs when CPU and memory allow.", no_args_is_help=True

@@ -18,9 +18,9 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from admission.environment import invalid_reason
-from pipeline.asgi import DEFAULT_MAX_BODY_BYTES
 from pipeline.config import DEFAULT_CONTROL_DIR, BindHost, load_service_config
 from pipeline.errors import ConfigError
+from pipeline.services.asgi import DEFAULT_MAX_BODY_BYTES
 
 #: ``admission.job_path``'s default: the service's Python's folder, then the system's.
 DEFAULT_JOB_PATH = ":".join(

@@ -35,8 +35,9 @@ from admission.service import (
     JobSpec,
 )
 from admission.store import Job
-from pipeline.broker import ensure_topics, rest_until_records
 from pipeline.errors import DeserializationError
+from pipeline.kafka.fetching import rest_until_records
+from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository, StreamCodec
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ class KafkaIntake:
 
     def _rest(self) -> None:
         """Nothing arrived: rest until a request does (at most :data:`IDLE_S` between
-        looks at the broker; :func:`pipeline.broker.rest_until_records`). librdkafka
+        looks at the broker; :func:`pipeline.kafka.fetching.rest_until_records`). librdkafka
         fetches an assigned partition all along, and a broker that answers a fetch at
         the log end at once instead of holding it for ``fetch.wait.max.ms`` (the
         embedded broker, docs/kafka-engines.md) made the idle intake a busy loop of about

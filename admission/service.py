@@ -19,7 +19,7 @@ admission service").
   be rescheduled (the same command, enqueued again as a new job).
 
 Several instances may share one database (PostgreSQL; a leader-elected
-consumer): a :class:`~pipeline.leader.LeaderElection` grants one of them the
+consumer): a :class:`~pipeline.services.leader.LeaderElection` grants one of them the
 leadership at run time, and only the leader starts jobs and runs the monitor. A
 follower takes submits into the queue (it never starts them itself: a job that must
 start at once -- not queueable, or start-now -- is marked ``asap`` and the leader
@@ -34,7 +34,7 @@ UNKNOWN).
 Stable log codes: ``FG-ADM-001`` emergency mode entered, ``FG-ADM-002`` left,
 ``FG-ADM-003`` a start forced by start-now, ``FG-ADM-004`` a submit refused,
 ``FG-ADM-005`` a hard stall, ``FG-ADM-006`` a long-running job; ``FG-LEAD-001`` /
-``FG-LEAD-002`` leadership granted / revoked (:mod:`pipeline.leader`).
+``FG-LEAD-002`` leadership granted / revoked (:mod:`pipeline.services.leader`).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ from admission.store import (
     StallKind,
 )
 from pipeline.errors import FloodgateError
-from pipeline.leader import LeaderElection
+from pipeline.services.leader import LeaderElection
 
 log = logging.getLogger(__name__)
 

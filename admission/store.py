@@ -43,7 +43,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from pipeline.database import create_database_engine, create_tables
+from pipeline.services.database import create_database_engine, create_tables
 
 
 class JobState(enum.StrEnum):

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from pipeline.flights import flight_records, load_flights  # noqa: E402
+from pipeline.demo.flights import flight_records, load_flights  # noqa: E402
 from pipeline.serde import BlockDecoder, SchemaRepository, StreamCodec  # noqa: E402
 
 CHUNK = 8_192

@@ -2,7 +2,7 @@
 
 What is measured, per run, on one embedded broker, with the same data:
 
-* **Floodgate**: the main job as ``make demo`` runs it (:func:`pipeline.demo.run_demo`):
+* **Floodgate**: the main job as ``make demo`` runs it (:func:`pipeline.demo.run.run_demo`):
   every flight (or ``--limit``) replayed through the back-pressure client
   (``StreamInput.put(block=True)``, 1 000 a put) into a fresh 4-partition input
   topic while the ``flights`` query group of ``conf/flights.toml`` runs (both of its
@@ -64,8 +64,8 @@ from common import (  # noqa: E402  (bench/common.py)
 )
 from rich.console import Console  # noqa: E402
 
-from pipeline.demo import run_demo  # noqa: E402
-from pipeline.query_group import build_spark_session  # noqa: E402
+from pipeline.demo.run import run_demo  # noqa: E402
+from pipeline.spark.session import build_spark_session  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 TARGET_RATIO = 5.0

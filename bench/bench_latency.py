@@ -2,7 +2,7 @@
 
 What is measured, on one embedded broker and one SparkSession:
 
-1. Floodgate's maximum rate: the main job (:func:`pipeline.demo.run_demo`) over
+1. Floodgate's maximum rate: the main job (:func:`pipeline.demo.run.run_demo`) over
    every flight as fast as back-pressure lets the replay go, with
    ``conf/flights.toml`` as it is (what ``bench_flights.py`` measures); flights /
    seconds, the median of ``--repeat`` runs (or ``--max-rate``, given).
@@ -16,7 +16,7 @@ Every run has a broker of its own (``common.fresh_broker`` says why).
 The latency of a flight is the time from its *produce timestamp* (the Kafka record
 timestamp librdkafka sets when the back-pressure client hands it over, read back
 from the input topic after the run) to the moment the demo's reception application
-(:class:`pipeline.demo.Reception`, ``StreamOutput.get`` with ``read_committed``)
+(:class:`pipeline.demo.run.Reception`, ``StreamOutput.get`` with ``read_committed``)
 received the first ``delays_by_origin_hour`` tuple that counts it. The output is an
 aggregate, so a flight is attributed by count: the i-th flight of an origin-hour (in
 produce order) is visible once a tuple of that origin-hour with ``flights >= i`` has
@@ -63,9 +63,9 @@ from common import (  # noqa: E402  (bench/common.py)
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from pipeline.demo import read_all, run_demo  # noqa: E402
-from pipeline.query_group import build_spark_session  # noqa: E402
+from pipeline.demo.run import read_all, run_demo  # noqa: E402
 from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
+from pipeline.spark.session import build_spark_session  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 TRIGGERS_MS = (0, 250, 1_000)

@@ -13,7 +13,7 @@ What is measured, per run, on one embedded broker, with the same flights:
   Timed from the producer's first tuple to the consumer's last decoded one: the most
   a producer and a reader of Avro tuples written in Python move through this broker
   on this machine, with no processing in between.
-* **Floodgate**: the main job as ``make demo`` runs it (:func:`pipeline.demo.run_demo`:
+* **Floodgate**: the main job as ``make demo`` runs it (:func:`pipeline.demo.run.run_demo`:
   the replay process through the back-pressure client, the ``flights`` query group's
   two stateful queries, the output topics read by the reception), timed from the
   first tuple produced to every tuple processed and every output tuple read; its
@@ -61,9 +61,9 @@ from common import (  # noqa: E402  (bench/common.py)
 )
 from rich.console import Console  # noqa: E402
 
-from pipeline.broker import ensure_topics  # noqa: E402
-from pipeline.demo import run_demo  # noqa: E402
-from pipeline.query_group import build_spark_session  # noqa: E402
+from pipeline.demo.run import run_demo  # noqa: E402
+from pipeline.kafka.topics import ensure_topics  # noqa: E402
+from pipeline.spark.session import build_spark_session  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 TARGET_RATIO = 0.5
@@ -85,7 +85,7 @@ def raw_producer(
     """Process body: encode and produce every flight once ``go`` is set."""
     from confluent_kafka import Producer
 
-    from pipeline.flights import flight_records, load_flights
+    from pipeline.demo.flights import flight_records, load_flights
 
     records = list(flight_records(load_flights(limit)))
     codec = _codec()

@@ -14,7 +14,7 @@ every flight (or ``--limit``), produced once beforehand to a 4-partition topic:
   writing without looking.
 
 Both variants run the same reception application as the demo
-(:class:`pipeline.demo.Reception`: ``StreamOutput.get`` on both output streams,
+(:class:`pipeline.demo.run.Reception`: ``StreamOutput.get`` on both output streams,
 latest tuple per key), so both free their output queues the same way. Each run
 has a new query group name (so new consumer groups), new output topics and a new
 checkpoint; it runs with ``Trigger.AvailableNow`` and is timed from
@@ -66,13 +66,15 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from pipeline.broker import EmbeddedBroker, ensure_topics  # noqa: E402
-from pipeline.client import connect  # noqa: E402
+from pipeline.brokers.embedded import EmbeddedBroker  # noqa: E402
+from pipeline.client.connector import connect  # noqa: E402
 from pipeline.config import QueryGroupConfig, parse_query_group  # noqa: E402
-from pipeline.demo import Reception  # noqa: E402
+from pipeline.demo.run import Reception  # noqa: E402
+from pipeline.kafka.topics import ensure_topics  # noqa: E402
 from pipeline.metrics import stream_total  # noqa: E402
-from pipeline.query_group import QueryGroup, build_spark_session  # noqa: E402
 from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
+from pipeline.spark.query_group import QueryGroup  # noqa: E402
+from pipeline.spark.session import build_spark_session  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 TARGET_RATIO = 0.95

@@ -49,9 +49,10 @@ from confluent_kafka import Producer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from pipeline.broker import EmbeddedBroker, ensure_topics  # noqa: E402
-from pipeline.client import connect  # noqa: E402
-from pipeline.flights import flight_records, load_flights  # noqa: E402
+from pipeline.brokers.embedded import EmbeddedBroker  # noqa: E402
+from pipeline.client.connector import connect  # noqa: E402
+from pipeline.demo.flights import flight_records, load_flights  # noqa: E402
+from pipeline.kafka.topics import ensure_topics  # noqa: E402
 from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
 
 BATCH = 1_000

@@ -15,10 +15,10 @@ its commit's return to the read that first returned one of its records. Ways:
 
 * ``spin``: never pauses (the baseline: what the broker can do);
 * ``resume``: after an empty read, pauses 0.25 s, then librdkafka's ``resume``;
-* ``resume_fetching``: the same pause, then :func:`pipeline.broker.resume_fetching`
+* ``resume_fetching``: the same pause, then :func:`pipeline.kafka.fetching.resume_fetching`
   (``resume`` plus a ListOffsets request per partition, which wakes the broker
   connection's thread);
-* ``rest_until_records``: after an empty read, :func:`pipeline.broker.rest_until_records`
+* ``rest_until_records``: after an empty read, :func:`pipeline.kafka.fetching.rest_until_records`
   (paused until a high watermark, read every 0.25 s, is past the position; then
   ``resume_fetching``): what the demo's reception, the soak's and the admission
   intake do.
@@ -49,7 +49,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from pipeline.broker import ensure_topics, rest_until_records, resume_fetching  # noqa: E402
+from pipeline.kafka.fetching import rest_until_records, resume_fetching  # noqa: E402
+from pipeline.kafka.topics import ensure_topics  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 WAYS = ("spin", "resume", "resume_fetching", "rest_until_records")

@@ -1,8 +1,8 @@
 """Throughput of the ``floodgate_kafka`` Spark source against a plain consumer (issue 2).
 
 What it measures: tuples per second read by Floodgate's Spark streaming source
-(:class:`pipeline.source.KafkaStreamDataSource`, in a ``local[2]`` SparkSession
-from :func:`pipeline.query_group.build_spark_session`) reading every flight of
+(:class:`pipeline.spark.source.KafkaStreamDataSource`, in a ``local[2]`` SparkSession
+from :func:`pipeline.spark.session.build_spark_session`) reading every flight of
 a 4-partition topic into Spark's ``noop`` sink with ``Trigger.AvailableNow``.
 The time runs from ``writeStream.start()`` to the end of ``awaitTermination()``
 (query start-up, planning, reading, decoding, Arrow conversion, Spark), and the
@@ -100,7 +100,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from pipeline.broker import EmbeddedBroker, ensure_topics  # noqa: E402
+from pipeline.brokers.embedded import EmbeddedBroker  # noqa: E402
+from pipeline.kafka.topics import ensure_topics  # noqa: E402
 from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
 
 log = logging.getLogger("bench.source")
@@ -118,7 +119,7 @@ DEFAULT_MAX_ROWS_PER_TRIGGER = 60_000
 #: queued. A range that fits (84 000 flights per partition here) is fetched whole, and
 #: the fetcher then polls the log end; noida-db answers such a fetch at once instead of
 #: holding it for ``fetch.wait.max.ms``, so broker and client spin while Python decodes.
-#: The source's readers set 10 000 (pipeline/source.py); ``baseline tuned`` does too.
+#: The source's readers set 10 000 (pipeline/spark/source.py); ``baseline tuned`` does too.
 FETCH_TUNING = {"queued.min.messages": "10000"}
 TUNING_LABEL = "queued.min.messages=10000"
 #: The issue's target for source / baseline.
@@ -321,7 +322,7 @@ def measure_read_in_process(
     """The source's ``read()`` over every partition in this process, without Spark."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from pipeline.source import KafkaStreamDataSource
+    from pipeline.spark.source import KafkaStreamDataSource
 
     source = KafkaStreamDataSource(options)
     runs = []
@@ -354,7 +355,7 @@ def run_source_once(
     spark: Any, options: dict[str, str], n: int, *, checkpoint_root: str, broker_pid: int | None
 ) -> Run:
     """One AvailableNow query from the source into the ``noop`` sink, with a new checkpoint."""
-    from pipeline.source import SOURCE_NAME
+    from pipeline.spark.options import SOURCE_NAME
 
     quiet = wait_until_quiet(broker_pid)
     checkpoint = tempfile.mkdtemp(prefix="run-", dir=checkpoint_root)
@@ -631,8 +632,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(
             "[bold]source: floodgate_kafka -> noop, Trigger.AvailableNow, local[2][/bold]"
         )
-        from pipeline.query_group import build_spark_session
-        from pipeline.source import KafkaStreamDataSource
+        from pipeline.spark.session import build_spark_session
+        from pipeline.spark.source import KafkaStreamDataSource
 
         session_start = time.perf_counter()
         spark = build_spark_session(app_name="floodgate-bench-source")

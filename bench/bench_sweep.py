@@ -5,12 +5,12 @@ the flights (produced once, through the back-pressure client):
 
 * **sweep**: tuples per second moved into the local BLOB store -- the sweeper's own
   read of ``[0, high)`` (:func:`sweeper.service.read_range`: a read_committed
-  consumer) written by :func:`pipeline.swept.write_blob` (Avro container, fsynced)
+  consumer) written by :func:`pipeline.swept.blob.write_blob` (Avro container, fsynced)
   and renamed into place, as :meth:`sweeper.service.Sweeper._sweep` does;
   baseline: a plain consume of the same range (a ``consume()`` loop with the same
   consumer settings, the records only counted). Target: sweep / consume >= 0.7.
 * **unsweep**: tuples per second read back from the BLOBs
-  (:class:`pipeline.swept.BlobReader`, what the Spark source and the data path use
+  (:class:`pipeline.swept.reading.BlobReader`, what the Spark source and the data path use
   for offsets the broker no longer holds), against reading the same range from the
   broker (the baseline's plain consume, timed again). Target: >= 1.0.
 * **read only** (for the record, no target): the sweeper's read without the write,
@@ -41,9 +41,12 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import machine, produce_flights
-from pipeline.broker import ensure_topics, resolve_broker
+from pipeline.brokers.local import resolve_broker
+from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository, StreamCodec
-from pipeline.swept import BlobReader, SweepCatalog, blob_name, write_blob
+from pipeline.swept.blob import blob_name, write_blob
+from pipeline.swept.catalog import SweepCatalog
+from pipeline.swept.reading import BlobReader
 from sweeper.policy import SweepRange
 from sweeper.service import SWEEPER_CONSUMER, read_range
 

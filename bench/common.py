@@ -20,7 +20,7 @@ from typing import Any
 
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.flights import flight_records, load_flights
+from pipeline.demo.flights import flight_records, load_flights
 from pipeline.serde import StreamCodec, TupleKey
 
 log = logging.getLogger("bench")
@@ -312,7 +312,7 @@ def fresh_broker(engine: str | None = None) -> Iterator[str]:
     (21 459, 13 147, 15 101 tuples/s in the first version of ``bench_flights.py``).
     Apache Kafka gets the same treatment, so that both engines are measured alike.
     """
-    from pipeline.broker import local_broker
+    from pipeline.brokers.local import local_broker
 
     broker = local_broker(engine or "noida-db").start()
     try:
@@ -323,7 +323,7 @@ def fresh_broker(engine: str | None = None) -> Iterator[str]:
 
 def add_engine_argument(parser: Any) -> None:
     """``--engine``: the broker each measurement starts (:func:`fresh_broker`)."""
-    from pipeline.broker import ENGINES
+    from pipeline.brokers.engines import ENGINES
 
     parser.add_argument(
         "--engine",

@@ -4,13 +4,13 @@ replay, which is what the input stream's watermark delay must cover.
 Spark's watermark is the latest event time the query has read, over every partition,
 less the delay (``withWatermark``); a micro-batch planned when one partition's head
 is ahead of another's moves the watermark past the lagging partition's next flights,
-and the source dead-letters those as late (``pipeline.source``, reason ``late``).
+and the source dead-letters those as late (``pipeline.spark.source``, reason ``late``).
 Flights are replayed in event-time order, but a replay runs a year through in seconds
 and librdkafka sends each partition its own batches (up to ``batch.num.messages``
 tuples), so the heads are not written together.
 
 Per run, on a fresh embedded broker and a fresh ``flights`` topic (4 partitions): the
-demo's replay (:class:`pipeline.demo.FlightReplayer`, ``put(block=True)`` through the
+demo's replay (:class:`pipeline.demo.run.FlightReplayer`, ``put(block=True)`` through the
 back-pressure client, no query group reading) of ``--limit`` flights, while a thread
 reads the four high watermarks over and over. Afterwards every partition is read back
 and decoded, and each sample of heads becomes a skew: the latest event time at any
@@ -64,10 +64,10 @@ def one_run(limit: int, *, sequential: bool) -> dict[str, Any]:
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    from pipeline.broker import ensure_topics
     from pipeline.client import connect
-    from pipeline.demo import FlightReplayer
-    from pipeline.flights import FlightTuples, load_flights
+    from pipeline.demo.flights import FlightTuples, load_flights
+    from pipeline.demo.run import FlightReplayer
+    from pipeline.kafka.topics import ensure_topics
     from pipeline.serde import SchemaRepository
 
     records = FlightTuples(load_flights(limit))

@@ -12,13 +12,13 @@ What runs, each its own process, as in production:
   whose output proves, tuple by tuple, what was processed;
 * the sweeper (``floodgate sweeper serve``), cycling every second;
 * one producer process: two threads sharing one back-pressure client
-  (:class:`pipeline.client.StreamInput`, so the queue's bound holds across them:
+  (:class:`pipeline.client.input.StreamInput`, so the queue's bound holds across them:
   ``QueueBudget``), pushing sequence-numbered flights -- each round of the data
   shifted a year on, so event time only moves forward -- at twice the service rate
   measured in a warm-up, retrying a refused batch (``QueueFullError``) with the same
   sequence numbers; and a handful of malformed tuples at the start;
 * this script's reception thread, reading every output stream as a data reception
-  application does (:class:`pipeline.client.StreamOutput`).
+  application does (:class:`pipeline.client.reception.StreamOutput`).
 
 The chaos loop, at random intervals (``--fault-interval``, exponential; the short
 mode runs each kind once, 5 s apart: ``kill-driver`` first, as the slowest to recover from --
@@ -31,7 +31,7 @@ shuffled order):
 * ``kill-sweeper``: ``kill -9`` of the sweeper while it works (its CPU time moves),
   then a restart;
 * ``restart-broker``: the broker's stop (:meth:`EmbeddedBroker.stop
-  <pipeline.broker.EmbeddedBroker.stop>`, or Apache Kafka's controlled shutdown on
+  <pipeline.brokers.embedded.EmbeddedBroker.stop>`, or Apache Kafka's controlled shutdown on
   SIGTERM), a pause, a restart on the same data directory and port;
 * ``restart-admission``: 20 jobs submitted with the service suspended (so they are
   enqueued), the service stopped and started again; every one of them must end;
@@ -107,13 +107,15 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission.config import AdmissionSettings
-from pipeline.broker import ENGINES, LocalBroker, ensure_topics, free_port, local_broker
+from pipeline.brokers.engines import ENGINES, free_port
+from pipeline.brokers.local import LocalBroker, local_broker
 from pipeline.client import StreamOutput
 from pipeline.config import QueryGroupConfig, load_query_group
-from pipeline.demo import read_all
-from pipeline.output import TRANSACTION_TIMEOUT_S
+from pipeline.deadletter import DLQ_QUERY, DLQ_REASON
+from pipeline.demo.run import read_all
+from pipeline.kafka.topics import ensure_topics
 from pipeline.queues import StableOffsetWatch
-from pipeline.source import DLQ_QUERY, DLQ_REASON
+from pipeline.spark.sink import TRANSACTION_TIMEOUT_S
 
 log = logging.getLogger("soak")
 console = Console(stderr=True)
@@ -547,8 +549,8 @@ def produce(
     yet, see ``pace``).
     Writes what it did to ``summary_path`` (JSON) when ``stop`` is set."""
     from pipeline.client import connect
+    from pipeline.demo.flights import flight_records, load_flights
     from pipeline.errors import DeliveryError, QueueFullError
-    from pipeline.flights import flight_records, load_flights
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s producer %(message)s")
     with contextlib.suppress(OSError, AttributeError):  # Linux: die with the soak
@@ -737,7 +739,7 @@ class Reception:
     def _rest(self) -> None:
         """Nothing was read: rest the readers until a queue has tuples (at most 5 s): an
         idle reader left fetching spins against the embedded broker
-        (:meth:`pipeline.client.StreamOutput.rest`)."""
+        (:meth:`pipeline.client.reception.StreamOutput.rest`)."""
         with contextlib.suppress(KafkaException):  # a broker fault: get() finds out
             StreamOutput.rest(self.outputs.values(), stop=self.stop, poll_s=0.1)
 

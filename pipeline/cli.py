@@ -4,7 +4,7 @@
 * ``floodgate run CONFIG`` -- run a query group until it is stopped (SIGTERM,
   Ctrl-C or ``floodgate query-group stop`` stop it cleanly: the micro-batch in
   flight is not committed and is replayed on the next start). It serves its
-  metrics and control endpoint (:mod:`pipeline.control`).
+  metrics and control endpoint (:mod:`pipeline.spark.control`).
 * ``floodgate query-group status|release|stop NAME`` -- talk to a running query
   group's endpoint (found through its control file, or ``--url``); ``release`` and
   ``stop`` send its control token (``FLOODGATE_CONTROL_TOKEN``, else the group's
@@ -83,7 +83,7 @@ def _fail(exc: BaseException) -> typer.Exit:
 
 
 class Engine(enum.StrEnum):
-    """The brokers ``floodgate`` can start (:data:`pipeline.broker.ENGINES`)."""
+    """The brokers ``floodgate`` can start (:data:`pipeline.brokers.engines.ENGINES`)."""
 
     noida_db = "noida-db"
     apache_kafka = "apache-kafka"
@@ -177,7 +177,7 @@ def demo(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
 ) -> None:
     """Replay the NYC 2013 flights through Kafka into the `flights` query group."""
-    from pipeline.demo import DEFAULT_CONFIG, run_demo
+    from pipeline.demo.run import DEFAULT_CONFIG, run_demo
 
     _setup_logging(verbose)
     view = _DemoView()
@@ -236,7 +236,7 @@ class _DemoView:
         self._status: Any = None
 
     def update(self, status: Any) -> None:
-        """``on_progress`` of :func:`pipeline.demo.run_demo` (a ``DemoStatus``)."""
+        """``on_progress`` of :func:`pipeline.demo.run.run_demo` (a ``DemoStatus``)."""
         self._status = status
         self._advance("produced (flights)", status.produced, status.total)
         for query, rows in status.processed.items():
@@ -368,9 +368,9 @@ def run(
 ) -> None:
     """Run a query group until it is stopped (SIGTERM/Ctrl-C) or, with --available-now, drained."""
     from pipeline.config import load_query_group
-    from pipeline.control import resolve_token
     from pipeline.errors import QueryGroupHeld
-    from pipeline.query_group import QueryGroup
+    from pipeline.spark.control import resolve_token
+    from pipeline.spark.query_group import QueryGroup
 
     _setup_logging(verbose)
     try:
@@ -443,9 +443,9 @@ def produce(
     from prometheus_client import CollectorRegistry
 
     from pipeline.config import load_query_group
-    from pipeline.demo import ProducerStatus, run_producer
+    from pipeline.demo.run import ProducerStatus, run_producer
     from pipeline.metrics import add_metrics_route
-    from pipeline.serving import AppServer
+    from pipeline.services.serving import AppServer
 
     _setup_logging(verbose)
     try:
@@ -537,7 +537,7 @@ def audit(
     import dataclasses
 
     from pipeline.config import load_query_group
-    from pipeline.ledger import reconcile
+    from pipeline.services.ledger import reconcile
 
     try:
         groups = [load_query_group(p) for p in configs or [_query_group_file("flights")]]
@@ -600,7 +600,7 @@ _CONTROL_DIR_OPTION = typer.Option(
 
 
 def _query_group_call(name: str, action: str, url: str | None, control_dir: str) -> dict[str, Any]:
-    from pipeline.control import call
+    from pipeline.services.http_client import call
 
     try:
         return call(name, action, url=url, control_dir=control_dir)
@@ -765,7 +765,7 @@ def broker(
     Prints ``FLOODGATE_KAFKA_BOOTSTRAP=host:port[,...]`` once it answers, for other
     processes (or a test run) to use as an existing cluster.
     """
-    from pipeline.broker import local_broker
+    from pipeline.brokers.local import local_broker
 
     _setup_logging(False)
     stop = threading.Event()
@@ -803,9 +803,9 @@ def _sasl_cluster(
     Raises:
         ConfigError: the engine is not apache-kafka (noida-db has no SASL), or a user is
             not ``NAME:PASSWORD`` (named, the password never shown), or is refused by
-            :func:`pipeline.apache_kafka.cluster.check_sasl_users`.
+            :func:`pipeline.brokers.apache_kafka.cluster.check_sasl_users`.
     """
-    from pipeline.apache_kafka import ApacheKafkaCluster
+    from pipeline.brokers.apache_kafka import ApacheKafkaCluster
     from pipeline.errors import ConfigError
 
     if engine != Engine.apache_kafka:

@@ -15,7 +15,7 @@ platforms Floodgate follows ("system definition file" -> "query group file" ->
 Environment overrides:
 
 * ``FLOODGATE_KAFKA_BOOTSTRAP`` -- the Kafka bootstrap servers; wins over
-  ``[kafka] bootstrap_servers`` (:func:`pipeline.broker.resolve_broker`).
+  ``[kafka] bootstrap_servers`` (:func:`pipeline.brokers.local.resolve_broker`).
 * ``FLOODGATE__<SECTION>__<KEY>[__<KEY>...]`` -- any key of the file, e.g.
   ``FLOODGATE__QUERY_GROUP__TRIGGER_INTERVAL_MS=500`` or
   ``FLOODGATE__INPUT_STREAMS__FLIGHTS__TOPIC=flights-test``. Values are parsed
@@ -50,7 +50,8 @@ from pydantic import (
 
 from pipeline.errors import ConfigError
 
-#: Environment variable naming the Kafka bootstrap servers (:func:`pipeline.broker.resolve_broker`).
+#: Environment variable naming the Kafka bootstrap servers
+#: (:func:`pipeline.brokers.local.resolve_broker`).
 BOOTSTRAP_ENV = "FLOODGATE_KAFKA_BOOTSTRAP"
 #: Prefix of environment overrides of config keys.
 OVERRIDE_ENV_PREFIX = "FLOODGATE__"
@@ -165,7 +166,7 @@ class KafkaConfig(_Strict):
 
     bootstrap_servers: str | None = None
     """``host:port[,host:port...]``; ``FLOODGATE_KAFKA_BOOTSTRAP`` wins over it. Unset:
-    the broker is resolved by :func:`pipeline.broker.resolve_broker` (an engine named by
+    the broker is resolved by :func:`pipeline.brokers.local.resolve_broker` (an engine named by
     ``FLOODGATE_KAFKA_ENGINE``, else Docker, else the embedded one)."""
     client: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """Extra librdkafka properties for every client (``security.protocol``, ``sasl.*``...)."""
@@ -312,7 +313,7 @@ class OutputStreamConfig(StreamSettings):
     """Let the sweeper sweep this output stream queue into BLOBs (an output
     queue with a registered reader); needs the query group's
     ``sweep_catalog_url``. Every reception group must then read through
-    :class:`pipeline.client.StreamOutput`, which reads swept tuples back: a plain
+    :class:`pipeline.client.reception.StreamOutput`, which reads swept tuples back: a plain
     Kafka consumer would find them gone from the broker."""
 
     model_config = ConfigDict(
@@ -564,7 +565,7 @@ def _check_schema_fields(config: QueryGroupConfig, source: str) -> None:
 
     The schemas are those of ``schema_dir``; a directory that does not load, or a schema
     it does not hold, is refused where the schemas are loaded (the query group's start,
-    :func:`pipeline.client.connect`), not here.
+    :func:`pipeline.client.connector.connect`), not here.
 
     Raises:
         ConfigError: names the key (``input_streams.<name>.key``), the field and the

@@ -530,10 +530,10 @@ class QueueThresholdExceeded(FloodgateError):
     Raised after the tuples were handed to the broker, only with
     ``raise_on_threshold=True`` (the stream data platform's
     ``SDPClientFreeInputQueueSizeThresholdOverException``): the producer should
-    slow down or wait for :meth:`~pipeline.client.StreamInput.free_queue_size`.
+    slow down or wait for :meth:`~pipeline.client.input.StreamInput.free_queue_size`.
 
     Attributes:
-        result: the :class:`~pipeline.client.PutResult` of the accepted put.
+        result: the :class:`~pipeline.client.input.PutResult` of the accepted put.
     """
 
     def __init__(self, message: str, *, result: object) -> None:

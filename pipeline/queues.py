@@ -25,26 +25,27 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-import tenacity
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pipeline.errors import BrokerError
-
-log = logging.getLogger(__name__)
+from pipeline.kafka.retries import broker_retrying
 
 if TYPE_CHECKING:
     from pipeline.config import QueryGroupConfig
-    from pipeline.swept import BlobReader, SweepCatalog
+    from pipeline.swept.catalog import SweepCatalog
+    from pipeline.swept.reading import BlobReader
+
+log = logging.getLogger(__name__)
 
 
 def _catalog(config: QueryGroupConfig) -> SweepCatalog:
     """The query group's sweep catalog (one per URL per process)."""
-    from pipeline.swept import catalog_for  # SQLAlchemy, only for swept groups
+    from pipeline.swept.catalog import catalog_for  # SQLAlchemy, only for swept groups
 
     assert config.query_group.sweep_catalog_url
     return catalog_for(config.query_group.sweep_catalog_url)
@@ -142,62 +143,6 @@ class NothingSwept:
 
     def swept(self, topic: str, partition: int, position: int) -> int:
         return 0
-
-
-#: Kafka errors that a leader or coordinator moving between brokers, or a broker
-#: restarting, answers for a while: asked again, the same request succeeds. Met on
-#: Apache Kafka's 3-node cluster with a partition leader killed (NOT_COORDINATOR,
-#: FENCED_LEADER_EPOCH for seconds after the election).
-TRANSIENT_BROKER_ERRORS = frozenset(
-    {
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._WAIT_COORD,
-        KafkaError._NOENT,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError.NOT_COORDINATOR,
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.FENCED_LEADER_EPOCH,
-        KafkaError.UNKNOWN_LEADER_EPOCH,
-        KafkaError.NOT_ENOUGH_REPLICAS,
-    }
-)
-
-
-def transient_kafka_error(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is a :class:`KafkaException` that asking again may cure: its
-    error says so itself (``retriable()``), or it is one of
-    :data:`TRANSIENT_BROKER_ERRORS`."""
-    if not isinstance(exc, KafkaException) or not exc.args:
-        return False
-    error = exc.args[0]
-    if not isinstance(error, KafkaError):
-        return False
-    return bool(error.retriable()) or error.code() in TRANSIENT_BROKER_ERRORS
-
-
-def broker_retrying(
-    error: type[BaseException],
-    wait_s: float,
-    before_retry: Callable[[int, BaseException | None], None],
-) -> tenacity.Retrying:
-    """Tenacity's ``Retrying`` for a read of a broker that may be restarting: tried
-    again while it raises ``error``, with exponential backoff from 0.1 s to 2 s, for up
-    to ``wait_s`` seconds; then the last error is raised. ``before_retry(attempt,
-    error)`` runs before each new try (to log it)."""
-    return tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(error),
-        stop=tenacity.stop_after_delay(wait_s),
-        wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
-        before_sleep=lambda state: before_retry(
-            state.attempt_number, state.outcome.exception() if state.outcome else None
-        ),
-        reraise=True,
-    )
 
 
 #: Kafka error codes of a request sent with stale leadership metadata
@@ -347,7 +292,7 @@ class QueueProbe:
                     "does not let the broker auto-create it (it would get the broker's default "
                     "partition count): start the query group, which creates its topics with "
                     "the configured partitions, or create it with "
-                    "pipeline.broker.ensure_topics(bootstrap, query_group_config.topics())"
+                    "pipeline.kafka.topics.ensure_topics(bootstrap, query_group_config.topics())"
                 )
             if topic.error is not None or not topic.partitions:
                 raise BrokerError(
@@ -526,7 +471,7 @@ class StableOffsetWatch:
 
     A transaction open for a micro-batch holds the LSO for seconds; the transaction
     coordinator aborts one left open past ``transaction.timeout.ms`` (60 s here,
-    :data:`pipeline.output.TRANSACTION_TIMEOUT_S`). An LSO unmoved for longer belongs
+    :data:`pipeline.spark.sink.TRANSACTION_TIMEOUT_S`). An LSO unmoved for longer belongs
     to a *hanging transaction* (Kafka's KIP-664, fixed for good by KIP-890): records
     in a transaction the coordinator does not know, which no producer will end.
     noida-db 0.2.3 leaves one when it restarts during a transaction (found by the
@@ -672,7 +617,7 @@ class QueueAge:
     ) -> None:
         from confluent_kafka import Consumer
 
-        from pipeline.swept import RANGE_CONSUMER
+        from pipeline.swept.reading import RANGE_CONSUMER
 
         self.topic = topic
         self.blobs = blobs
@@ -708,7 +653,7 @@ class QueueAge:
             swept = bool(config.query_group.sweep_catalog_url)
         blobs = None
         if swept:
-            from pipeline.swept import BlobReader
+            from pipeline.swept.reading import BlobReader
 
             blobs = BlobReader(_catalog(config))
         return cls(
@@ -752,7 +697,7 @@ class QueueAge:
         return found
 
     def _first_timestamp(self, partition: int, start: int, end: int) -> int | None:
-        from pipeline.swept import read_partition
+        from pipeline.swept.reading import read_partition
 
         assert self._consumer is not None
         batches = read_partition(

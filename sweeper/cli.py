@@ -55,7 +55,7 @@ def serve(
 
     from pipeline.config import BOOTSTRAP_ENV, bootstrap_from
     from pipeline.metrics import add_metrics_route
-    from pipeline.serving import AppServer, wait_for_signal
+    from pipeline.services.serving import AppServer, wait_for_signal
     from sweeper.config import load_sweeper_config
     from sweeper.service import Sweeper
 
@@ -118,7 +118,7 @@ def blobs(config: Config = None, verify: Verify = False) -> None:
     """The BLOB chains of the sweep catalog (with ``--verify``: each BLOB checked,
     issue 26; exit code 1 when one is damaged)."""
     from pipeline.errors import BlobIntegrityError
-    from pipeline.swept import SweepCatalog, check_blob
+    from pipeline.swept.catalog import SweepCatalog, check_blob
     from sweeper.config import load_sweeper_config
 
     try:

@@ -52,7 +52,7 @@ class SweeperSettings(BaseModel):
     port: Annotated[int, Field(ge=0, le=65_535)] = 8788
     """Port of ``/metrics`` and ``/status``; 0 picks a free one."""
     leader_check_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
-    """Several sweepers on one catalog: one sweeps (:mod:`pipeline.leader`)."""
+    """Several sweepers on one catalog: one sweeps (:mod:`pipeline.services.leader`)."""
 
 
 class SweeperConfig(BaseModel):

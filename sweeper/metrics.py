@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Gauge
 
 from pipeline.metrics import Families
-from pipeline.swept import DAMAGE_REASONS
+from pipeline.swept.catalog import DAMAGE_REASONS
 from sweeper.policy import Abort, Skip
 
 NAMESPACE = "floodgate"
@@ -45,7 +45,7 @@ class SweeperMetrics:
       (``missing``, ``size``, ``sha256``, ``offset``, ``count``, ``unreadable``);
     * ``floodgate_ledger_unaccounted_tuples{query_group,stream,partition}`` (gauge): the
       tuple ledger's unaccounted tuples of each input stream partition of the swept
-      query groups, reconciled every cycle (:mod:`pipeline.ledger`); 0 when all is well.
+      query groups, reconciled every cycle (:mod:`pipeline.services.ledger`); 0 when all is well.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:

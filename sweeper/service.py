@@ -14,25 +14,25 @@ queues of the configured query groups), :meth:`Sweeper.cycle`:
 4. sweeps: reads ``[a, b)`` from the broker into ``<blob_dir>/.tmp-<name>``, hashing
    it as it is written, fsyncs, renames it into place, verifies
    (:func:`sweeper.policy.verify`) and registers it in the catalog with its seal
-   (SHA-256, size, count, first and last offset: :class:`pipeline.swept.BlobSeal`) --
+   (SHA-256, size, count, first and last offset: :class:`pipeline.swept.blob.BlobSeal`) --
    or deletes it and counts the abort by reason.
 
 Before the broker is truncated past a BLOB's start, the BLOB's size and SHA-256 are
-checked against the catalog (:func:`pipeline.swept.check_blob`): a damaged BLOB
+checked against the catalog (:func:`pipeline.swept.catalog.check_blob`): a damaged BLOB
 (``FG-SWP-007``, ``floodgate_sweeper_damaged_blobs_total``) holds the truncation back
 at its start, so the broker keeps the range and readers read it from there. At start,
 :meth:`Sweeper.recover` seals the BLOBs registered before checksums existed, after
-checking their structure (:func:`pipeline.swept.seal_blob`).
+checking their structure (:func:`pipeline.swept.catalog.seal_blob`).
 
 A ``kill -9`` at any point leaves the catalog naming only whole, verified BLOBs: an
 unregistered file (a temporary one, or one renamed but not registered) is removed by
 :meth:`Sweeper.recover` at the next start. With several sweepers on one catalog, only
-the leader (:mod:`pipeline.leader`) runs cycles.
+the leader (:mod:`pipeline.services.leader`) runs cycles.
 
 Stable log codes: ``FG-SWP-001`` a BLOB registered, ``FG-SWP-002`` a sweep aborted,
 ``FG-SWP-003`` the BLOB store is full (no more sweeps), ``FG-SWP-004`` it has room
 again, ``FG-SWP-005`` the broker truncated, ``FG-SWP-006`` tuples unaccounted for
-(the tuple ledger, :mod:`pipeline.ledger`), ``FG-SWP-007`` a registered BLOB fails its
+(the tuple ledger, :mod:`pipeline.services.ledger`), ``FG-SWP-007`` a registered BLOB fails its
 integrity check (issue 26).
 """
 
@@ -54,21 +54,13 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import BlobIntegrityError, DataLossError
-from pipeline.leader import LeaderElection
-from pipeline.ledger import DeadLetters, LedgerRow, reconcile
-from pipeline.output import parse_offset_log
+from pipeline.offsets import offsets_from_json, parse_offset_log
 from pipeline.queues import QueueProbe
-from pipeline.source import offsets_from_json
-from pipeline.swept import (
-    RANGE_CONSUMER,
-    Blob,
-    SweepCatalog,
-    blob_name,
-    check_blob,
-    read_partition,
-    seal_blob,
-    write_sealed_blob,
-)
+from pipeline.services.leader import LeaderElection
+from pipeline.services.ledger import DeadLetters, LedgerRow, reconcile
+from pipeline.swept.blob import blob_name, write_sealed_blob
+from pipeline.swept.catalog import Blob, SweepCatalog, check_blob, seal_blob
+from pipeline.swept.reading import RANGE_CONSUMER, read_partition
 from sweeper.config import SweeperSettings
 from sweeper.metrics import SweeperMetrics
 from sweeper.policy import (
@@ -407,7 +399,7 @@ class Sweeper:
         return outcomes
 
     def reconcile(self) -> list[LedgerRow]:
-        """The tuple ledger of every input stream queue swept (:mod:`pipeline.ledger`),
+        """The tuple ledger of every input stream queue swept (:mod:`pipeline.services.ledger`),
         exported as ``floodgate_ledger_unaccounted_tuples``; rows that do not balance
         are logged (``FG-SWP-006``).
 
@@ -719,7 +711,7 @@ def read_range(
     client: dict[str, Any] | None = None,
 ) -> Iterator[list[Any]]:
     """The committed records of ``[start, end)`` of a partition from the broker, in
-    offset order, batch by batch as fetched (:func:`pipeline.swept.read_partition`,
+    offset order, batch by batch as fetched (:func:`pipeline.swept.reading.read_partition`,
     the broker only; transaction markers and aborted records take offsets and are not
     records).
 

@@ -1,6 +1,6 @@
 """Real services for the integration tests, started once per test session.
 
-* ``broker``: resolved by :func:`pipeline.broker.resolve_broker` --
+* ``broker``: resolved by :func:`pipeline.brokers.local.resolve_broker` --
   ``FLOODGATE_KAFKA_BOOTSTRAP`` when set (the same tests then run unchanged against
   that cluster), else a broker of the engine ``FLOODGATE_KAFKA_ENGINE`` names
   (``noida-db`` or ``apache-kafka``), else a Docker engine through testcontainers,
@@ -30,20 +30,14 @@ from typing import Any
 
 import pytest
 
-from pipeline.broker import (
-    Broker,
-    KafkaEngine,
-    LocalBroker,
-    ensure_topics,
-    kafka_engine,
-    local_broker,
-    resolve_broker,
-)
+from pipeline.brokers.engines import KafkaEngine, kafka_engine
+from pipeline.brokers.local import Broker, LocalBroker, local_broker, resolve_broker
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.flights import flight_records, load_flights
-from pipeline.query_group import QueryGroup, QueryStats
+from pipeline.demo.flights import flight_records, load_flights
+from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository
+from pipeline.spark.query_group import QueryGroup, QueryStats
 
 from .installed import InstalledFloodgate, build_and_install
 from .postgres import postgres_server
@@ -78,7 +72,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_report_header() -> str:
     engine = kafka_engine()
     if engine == "apache-kafka":
-        from pipeline.apache_kafka import APACHE_KAFKA_VERSION
+        from pipeline.brokers.apache_kafka import APACHE_KAFKA_VERSION
 
         return f"kafka engine: apache-kafka {APACHE_KAFKA_VERSION} (KRaft)"
     return f"kafka engine: {engine}"
@@ -103,7 +97,7 @@ def broker() -> Iterator[Broker]:
 def new_broker(kafka_engine_name: KafkaEngine) -> Iterator[Callable[..., LocalBroker]]:
     """A factory of private brokers of this run's engine, not started; every broker
     made is stopped (by PID) when the test ends. Keyword arguments go to
-    :func:`pipeline.broker.local_broker` (``data_dir``, ``port``, ``nodes``)."""
+    :func:`pipeline.brokers.local.local_broker` (``data_dir``, ``port``, ``nodes``)."""
     made: list[LocalBroker] = []
 
     def make(**kwargs: Any) -> LocalBroker:
@@ -130,7 +124,7 @@ def postgres() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from pipeline.query_group import build_spark_session
+    from pipeline.spark.session import build_spark_session
 
     session = build_spark_session(app_name="floodgate-tests", master="local[2]")
     yield session

@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from pipeline.broker import free_port
+from pipeline.brokers.engines import free_port
 
 from .installed import InstalledFloodgate
 

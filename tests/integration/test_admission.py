@@ -607,7 +607,7 @@ def test_requests_from_the_request_topic_run_and_refusals_are_dead_lettered(
 ) -> None:
     from confluent_kafka import Producer
 
-    from pipeline.demo import read_all
+    from pipeline.demo.run import read_all
     from pipeline.serde import SchemaRepository, StreamCodec
 
     topics = {

@@ -15,15 +15,12 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pipeline.broker import (
-    EmbeddedBroker,
-    LocalBroker,
-    ensure_topics,
-    resolve_broker,
-    rest_until_records,
-)
+from pipeline.brokers.embedded import EmbeddedBroker
+from pipeline.brokers.local import LocalBroker, resolve_broker
 from pipeline.config import BOOTSTRAP_ENV
 from pipeline.errors import BrokerError, ConfigError
+from pipeline.kafka.fetching import rest_until_records
+from pipeline.kafka.topics import ensure_topics
 
 
 def test_a_started_broker_answers_then_stops_by_pid_and_removes_its_data(
@@ -173,7 +170,8 @@ def test_the_sources_offset_reads_wait_out_a_broker_restart(
     the query."""
     from pyspark.sql.types import StructType
 
-    from pipeline.source import KafkaStreamReader, SourceOptions
+    from pipeline.spark.options import SourceOptions
+    from pipeline.spark.source import KafkaStreamReader
 
     broker = new_broker(data_dir=tmp_path / "broker").start()
     try:
@@ -286,7 +284,7 @@ def test_ensure_topics_refuses_a_topic_with_fewer_partitions_than_configured(
         ensure_topics(bootstrap, {new: (2, 1), fewer: (4, 1)})
     assert (info.value.key, info.value.value) == ("partitions", 4)
     assert f"topic {fewer!r} exists with 1 partition; the config asks for 4" in str(info.value)
-    caplog.set_level("WARNING", logger="pipeline.broker")
+    caplog.set_level("WARNING", logger="pipeline.kafka.topics")
     ensure_topics(bootstrap, {more: (2, 1)})
     assert any("FG-BROKER-001" in r.getMessage() and more in r.getMessage() for r in caplog.records)
     topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics

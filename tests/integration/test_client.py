@@ -14,10 +14,12 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from pipeline.broker import LocalBroker, ensure_topics
-from pipeline.client import THRESHOLD_MESSAGE_CODE, Connector, PutResult, StreamInput, connect
+from pipeline.brokers.local import LocalBroker
+from pipeline.client import Connector, connect
+from pipeline.client.input import THRESHOLD_MESSAGE_CODE, PutResult, StreamInput
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.demo import read_all
+from pipeline.demo.flights import flight_table, load_flights
+from pipeline.demo.run import read_all
 from pipeline.errors import (
     BrokerError,
     DeliveryError,
@@ -28,9 +30,9 @@ from pipeline.errors import (
     SchemaError,
     TupleTooLargeError,
 )
-from pipeline.flights import flight_table, load_flights
-from pipeline.query_group import QueryGroup
+from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository
+from pipeline.spark.query_group import QueryGroup
 
 from .conftest import flights_raw_config
 

@@ -4,9 +4,9 @@ schemathesis sends generated requests to every operation of
 every status code, header and body is the one the schema documents. It also sends
 each state-changing call without the token and expects the 401 the schema promises.
 
-A real :class:`~pipeline.query_group.QueryGroup` (not started: no Spark, no broker;
+A real :class:`~pipeline.spark.query_group.QueryGroup` (not started: no Spark, no broker;
 ``/release`` answers 409, ``/stop`` 202) behind the real
-:class:`~pipeline.control.ControlServer` on a loopback port. The number of examples
+:class:`~pipeline.spark.control.ControlServer` on a loopback port. The number of examples
 is bounded so the test takes seconds.
 """
 
@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.core.result import Ok
 
 from pipeline.config import parse_query_group
-from pipeline.control import ControlServer
-from pipeline.query_group import QueryGroup
+from pipeline.spark.control import ControlServer
+from pipeline.spark.query_group import QueryGroup
 
 from .conftest import flights_raw_config
 

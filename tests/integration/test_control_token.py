@@ -2,8 +2,8 @@
 changes state (issue 26, finding 10: anyone who could reach ``/stop`` or ``/release``
 stopped or released the group).
 
-A real :class:`~pipeline.query_group.QueryGroup` (not started: no Spark, no broker)
-behind the real :class:`~pipeline.control.ControlServer` on a loopback port; the
+A real :class:`~pipeline.spark.query_group.QueryGroup` (not started: no Spark, no broker)
+behind the real :class:`~pipeline.spark.control.ControlServer` on a loopback port; the
 requests go over HTTP, as ``curl`` or another process would send them.
 """
 
@@ -20,9 +20,10 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import parse_query_group
-from pipeline.control import CONTROL_TOKEN_ENV, ControlServer, call
 from pipeline.errors import ConfigError, FloodgateError
-from pipeline.query_group import QueryGroup
+from pipeline.services.http_client import CONTROL_TOKEN_ENV, call
+from pipeline.spark.control import ControlServer
+from pipeline.spark.query_group import QueryGroup
 
 from .conftest import flights_raw_config
 

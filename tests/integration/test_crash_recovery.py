@@ -22,9 +22,9 @@ import tomli_w
 from confluent_kafka import Consumer, TopicPartition
 
 from pipeline.config import parse_query_group
-from pipeline.demo import read_all
-from pipeline.output import FAILPOINT_ENV
+from pipeline.demo.run import read_all
 from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.spark.sink import FAILPOINT_ENV
 
 from .conftest import flights_raw_config
 

@@ -11,7 +11,7 @@ import fastavro
 from confluent_kafka import Producer
 
 from pipeline.config import QueryGroupConfig
-from pipeline.demo import read_all
+from pipeline.demo.run import read_all
 from pipeline.serde import MAGIC, SchemaRepository
 
 from .conftest import Drained

@@ -9,8 +9,8 @@ from typing import Any
 
 import tomli_w
 
-from pipeline.demo import DEFAULT_CONFIG, DemoStatus, read_table, run_demo
-from pipeline.flights import load_flights
+from pipeline.demo.flights import load_flights
+from pipeline.demo.run import DEFAULT_CONFIG, DemoStatus, read_table, run_demo
 from pipeline.serde import SchemaRepository, StreamCodec
 
 FLIGHTS = 3_000

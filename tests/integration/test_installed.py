@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.broker import LocalBroker
+from pipeline.brokers.local import LocalBroker
 
 from .installed import InstalledFloodgate
 

@@ -29,15 +29,16 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pipeline.apache_kafka import ApacheKafkaCluster
-from pipeline.broker import LocalBroker, ensure_topics
+from pipeline.brokers.apache_kafka import ApacheKafkaCluster
+from pipeline.brokers.local import LocalBroker
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.demo import read_all
+from pipeline.demo.run import read_all
 from pipeline.errors import BrokerError, DeliveryError
-from pipeline.ledger import reconcile
-from pipeline.query_group import QueryGroup
+from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.services.ledger import reconcile
+from pipeline.spark.query_group import QueryGroup
 
 from .conftest import flights_raw_config
 

@@ -22,14 +22,15 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from pipeline.apache_kafka import ApacheKafkaCluster
-from pipeline.broker import ensure_topics, resolve_broker
+from pipeline.brokers.apache_kafka import ApacheKafkaCluster
+from pipeline.brokers.local import resolve_broker
 from pipeline.client import connect
 from pipeline.config import parse_query_group
-from pipeline.demo import read_all
+from pipeline.demo.run import read_all
 from pipeline.errors import BrokerError
-from pipeline.query_group import QueryGroup
+from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.spark.query_group import QueryGroup
 
 from .conftest import flights_raw_config
 from .test_admission import Service, serve, wait_for

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.query_group import late_plan
-from pipeline.source import EventTimeWindow
+from pipeline.spark.late_plan import late_plan
+from pipeline.spark.options import EventTimeWindow
 
 pytestmark = pytest.mark.no_kafka
 

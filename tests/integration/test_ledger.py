@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.ledger import reconcile
+from pipeline.services.ledger import reconcile
 from sweeper.config import SweeperSettings
 from sweeper.service import Sweeper
 

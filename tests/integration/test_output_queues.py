@@ -21,15 +21,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
-from pipeline.broker import ensure_topics
 from pipeline.cli import app
 from pipeline.client import StreamOutput, connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.control import call
-from pipeline.demo import read_all
+from pipeline.demo.run import read_all
 from pipeline.errors import FloodgateError, QueryGroupError
-from pipeline.query_group import QueryGroup, QueryGroupState
+from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository
+from pipeline.services.http_client import call
+from pipeline.spark.query_group import QueryGroup, QueryGroupState
 
 from .conftest import flights_raw_config
 

@@ -12,9 +12,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from pipeline.config import QueryGroupConfig
-from pipeline.demo import read_all, read_table
-from pipeline.query_group import QueryGroup, QueryGroupState
+from pipeline.demo.run import read_all, read_table
 from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.spark.query_group import QueryGroup, QueryGroupState
 
 from .conftest import Drained
 

@@ -24,7 +24,7 @@ from admission.load import DriverHeaps
 from pipeline.cli import app
 from pipeline.client import connect
 from pipeline.config import parse_query_group
-from pipeline.demo import read_all
+from pipeline.demo.run import read_all
 from pipeline.serde import SchemaRepository
 
 from .conftest import flights_raw_config

@@ -12,9 +12,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pipeline.broker import ensure_topics
+from pipeline.kafka.topics import ensure_topics
 from pipeline.queues import QueueAge, QueueProbe
-from pipeline.swept import BlobReader, SweepCatalog, read_partition, write_sealed_blob
+from pipeline.swept.blob import write_sealed_blob
+from pipeline.swept.catalog import SweepCatalog
+from pipeline.swept.reading import BlobReader, read_partition
 
 #: Epoch milliseconds of the first record (an hour ago: older would be deleted by the
 #: broker's retention.ms, seven days); record i is ``i`` seconds later.

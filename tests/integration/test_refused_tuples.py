@@ -15,9 +15,9 @@ from typing import Any
 from confluent_kafka import Producer
 
 from pipeline.config import QueryGroupConfig
-from pipeline.demo import read_all
-from pipeline.ledger import reconcile
+from pipeline.demo.run import read_all
 from pipeline.serde import SchemaRepository, StreamCodec, TupleKey
+from pipeline.services.ledger import reconcile
 
 from .conftest import Drained
 

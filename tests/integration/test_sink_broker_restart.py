@@ -2,7 +2,7 @@
 
 noida-db 0.2.3, restarted in the middle of a transaction, aborts the records it had and
 then lets the producer commit the input offsets without the records retried after the
-restart (see :meth:`pipeline.output.KafkaTransactionalSink._transaction`). The sink
+restart (see :meth:`pipeline.spark.sink.KafkaTransactionalSink._transaction`). The sink
 must notice and write the batch again with a new producer.
 """
 
@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-import pipeline.output
-from pipeline.broker import LocalBroker, ensure_topics
-from pipeline.output import KafkaTransactionalSink
+import pipeline.spark.sink
+from pipeline.brokers.local import LocalBroker
+from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.spark.sink import KafkaTransactionalSink
 
 KEY = ["carrier", "flight", "time_hour"]
 
@@ -80,7 +81,7 @@ def test_a_broker_restart_mid_transaction_writes_the_batch_again_once(
                 broker.stop(remove_data=False)
                 broker.start()
 
-        monkeypatch.setattr(pipeline.output, "_failpoint", restart_once)
+        monkeypatch.setattr(pipeline.spark.sink, "_failpoint", restart_once)
         sink.write(rows, 0, [TopicPartition("in", 0, 42)])
         assert restarts == [0]
         sink.close()

@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 import tomli_w
 
-from pipeline.broker import ensure_topics
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.demo import read_all
-from pipeline.ledger import reconcile
+from pipeline.demo.run import read_all
+from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.services.ledger import reconcile
 from sweeper.service import Sweeper
 
 from .conftest import flights_raw_config

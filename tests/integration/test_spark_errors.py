@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import pytest
 
 from pipeline.errors import PY4J_ERROR_PREFIX, MicroBatchError
-from pipeline.output import for_spark
+from pipeline.spark.sink import for_spark
 
 pytestmark = [pytest.mark.integration, pytest.mark.no_kafka]
 

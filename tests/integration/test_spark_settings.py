@@ -2,7 +2,7 @@
 wins over a query group's ``[spark]`` section, which wins over Floodgate's defaults.
 
 Each test runs a real driver in a process of its own (``spark-submit`` or plain
-Python) that builds its session with :func:`pipeline.query_group.build_spark_session`
+Python) that builds its session with :func:`pipeline.spark.session.build_spark_session`
 and prints what the running session has.
 """
 
@@ -25,7 +25,7 @@ BIN = Path(sys.executable).parent
 PROBE = textwrap.dedent(
     """
     import json, sys
-    from pipeline.query_group import build_spark_session, spark_settings
+    from pipeline.spark.query_group import build_spark_session, spark_settings
 
     spark = build_spark_session(
         app_name="settings-probe", conf={"spark.sql.shuffle.partitions": 5, "spark.app.x": "file"}

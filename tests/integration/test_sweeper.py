@@ -25,23 +25,17 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import generate_latest
 from sqlalchemy import create_engine, text
 
-from pipeline.broker import ensure_topics
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.demo import read_all
+from pipeline.demo.run import read_all
 from pipeline.errors import BlobIntegrityError, DataLossError, QueueFullError
-from pipeline.query_group import QueryGroup
+from pipeline.kafka.topics import ensure_topics
 from pipeline.queues import NothingSwept, QueueProbe
 from pipeline.serde import SchemaRepository, StreamCodec
-from pipeline.swept import (
-    RANGE_CONSUMER,
-    Blob,
-    SweepCatalog,
-    blob_name,
-    read_blob,
-    read_partition,
-    write_sealed_blob,
-)
+from pipeline.spark.query_group import QueryGroup
+from pipeline.swept.blob import blob_name, read_blob, write_sealed_blob
+from pipeline.swept.catalog import Blob, SweepCatalog
+from pipeline.swept.reading import RANGE_CONSUMER, read_partition
 from sweeper.config import SweeperSettings
 from sweeper.policy import SweepRange
 from sweeper.service import PartitionOutcome, Sweeper
@@ -594,7 +588,7 @@ def test_on_postgresql_one_of_two_sweepers_sweeps_and_the_other_takes_over(
     fill(bootstrap, schemas, config, sequenced(flights, 3_000))
     commit(bootstrap, config, 0)
     server = threading.Thread(target=serve, daemon=True)
-    with caplog.at_level("WARNING", logger="pipeline.leader"):
+    with caplog.at_level("WARNING", logger="pipeline.services.leader"):
         for sweeper in sweepers:
             sweeper.start()
         server.start()

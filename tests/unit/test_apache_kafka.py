@@ -7,9 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.apache_kafka import ApacheKafkaCluster, KafkaNode, broker_properties, kafka_libs
-from pipeline.apache_kafka.artifacts import cache_dir, java_command
-from pipeline.broker import ENGINE_ENV, EmbeddedBroker, kafka_engine, local_broker
+from pipeline.brokers.apache_kafka import (
+    ApacheKafkaCluster,
+    KafkaNode,
+    broker_properties,
+    kafka_libs,
+)
+from pipeline.brokers.apache_kafka.artifacts import cache_dir, java_command
+from pipeline.brokers.embedded import EmbeddedBroker
+from pipeline.brokers.engines import ENGINE_ENV, kafka_engine
+from pipeline.brokers.local import local_broker
 from pipeline.errors import BrokerError, ConfigError
 
 

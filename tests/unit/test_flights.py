@@ -1,8 +1,8 @@
-"""Unit tests of :mod:`pipeline.flights`: the replay's flights, built a slice at a time."""
+"""Unit tests of :mod:`pipeline.demo.flights`: the replay's flights, built a slice at a time."""
 
 from __future__ import annotations
 
-from pipeline.flights import FlightTuples, flight_records, load_flights
+from pipeline.demo.flights import FlightTuples, flight_records, load_flights
 
 
 def test_flight_tuples_index_like_the_list_of_every_flight_record() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.output import read_offset_log
+from pipeline.offsets import read_offset_log
 
 ENTRY = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"flights":{"0":12,"1":7}}\n-\n'
 

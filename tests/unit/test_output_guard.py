@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.errors import BatchInterrupted, OversizedBatchError, QueryGroupHeld
-from pipeline.output import OutputQueueGuard, required_space
 from pipeline.queues import PartitionQueue, QueueSnapshot
+from pipeline.spark.guard import OutputQueueGuard, required_space
 
 
 @dataclass
@@ -185,7 +185,7 @@ def test_each_sleep_logs_a_warning_with_group_stream_sleep_time_and_retry(
     queue = ScriptedQueue(700, [10, 10, 600])
     guard = make_guard(queue, max_queue_size=700, retry_count=5, sleep_ms=1_500)
     with (
-        caplog.at_level(logging.WARNING, logger="pipeline.output"),
+        caplog.at_level(logging.WARNING, logger="pipeline.spark.guard"),
         guard.reserve(250, query="q", batch_id=1),
     ):
         pass

@@ -18,8 +18,8 @@ from fastavro.schema import parse_schema, to_parsing_canonical_form
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.demo.flights import flight_records, flight_table, load_flights
 from pipeline.errors import DeserializationError, SchemaError
-from pipeline.flights import flight_records, flight_table, load_flights
 from pipeline.serde import (
     HEADER_SIZE,
     MAGIC,

@@ -1,6 +1,6 @@
-"""Unit tests of the pure functions of :mod:`pipeline.source`.
+"""Unit tests of the pure functions of :mod:`pipeline.spark.source`.
 
-Importing :mod:`pipeline.source` imports pyspark modules but starts no JVM; these
+Importing :mod:`pipeline.spark.source` imports pyspark modules but starts no JVM; these
 tests build no SparkSession and reach no broker.
 """
 
@@ -17,20 +17,13 @@ from hypothesis import strategies as st
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, TimestampType
 
 from pipeline.errors import SchemaError
-from pipeline.query_group import interval_ms
+from pipeline.offsets import batch_watermark, offsets_from_json, offsets_to_json, plan_batch_end
 from pipeline.serde import SchemaRepository
-from pipeline.source import (
-    METADATA_COLUMNS,
-    EventTimeWindow,
-    KafkaInputPartition,
-    SourceOptions,
-    batch_watermark,
-    group_ranges,
-    offsets_from_json,
-    offsets_to_json,
-    plan_batch_end,
-    spark_schema,
-)
+from pipeline.spark.late_plan import interval_ms
+from pipeline.spark.options import EventTimeWindow, SourceOptions
+from pipeline.spark.partition_reader import KafkaInputPartition
+from pipeline.spark.schema import METADATA_COLUMNS, spark_schema
+from pipeline.spark.source import group_ranges
 
 PROPERTY = settings(max_examples=200, deadline=None)
 
@@ -452,7 +445,8 @@ def test_a_driver_side_broker_read_is_tried_again_until_it_answers(
     from confluent_kafka import KafkaError, KafkaException
     from pyspark.sql.types import StructType
 
-    from pipeline.source import KafkaStreamReader, SourceOptions
+    from pipeline.spark.options import SourceOptions
+    from pipeline.spark.source import KafkaStreamReader
 
     options = SourceOptions.parse(
         {
@@ -472,7 +466,7 @@ def test_a_driver_side_broker_read_is_tried_again_until_it_answers(
             raise KafkaException(error)
         return {0: 5}
 
-    with caplog.at_level("WARNING", logger="pipeline.source"):
+    with caplog.at_level("WARNING", logger="pipeline.spark.source"):
         assert reader._broker_read(read, "the watermarks of 't'") == {0: 5}
     retries = [r.getMessage() for r in caplog.records if "FG-SOURCE-003" in r.getMessage()]
     assert len(retries) == 2 and "the watermarks of 't'" in retries[0]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from pipeline.swept import SweepCatalog, SweptRecord, write_sealed_blob
+from pipeline.swept.blob import SweptRecord, write_sealed_blob
+from pipeline.swept.catalog import SweepCatalog
 from sweeper.cli import app
 
 runner = CliRunner()

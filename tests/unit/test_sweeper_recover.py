@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from pipeline.swept import SweepCatalog, SweptRecord, blobs, write_sealed_blob
+from pipeline.swept.blob import SweptRecord, write_sealed_blob
+from pipeline.swept.catalog import SweepCatalog, blobs
 from sweeper.config import SweeperSettings
 from sweeper.service import Sweeper
 

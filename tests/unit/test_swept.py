@@ -14,16 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.errors import DataLossError
-from pipeline.swept import (
-    BlobReader,
+from pipeline.swept.blob import (
     BlobSeal,
-    SweepCatalog,
     SweptRecord,
     batched,
     read_blob,
     read_blob_batches,
     write_blob,
 )
+from pipeline.swept.catalog import SweepCatalog
+from pipeline.swept.reading import BlobReader
 
 
 def _record(offset: int, *, key: bytes | None = b"k", headers: bool = True) -> SweptRecord:

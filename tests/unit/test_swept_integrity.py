@@ -19,18 +19,9 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 
 from pipeline.errors import BlobIntegrityError, DataLossError
-from pipeline.swept import (
-    Blob,
-    BlobReader,
-    SweepCatalog,
-    SweptRecord,
-    batched,
-    read_blob,
-    read_registered,
-    seal_blob,
-    swept_records,
-    write_sealed_blob,
-)
+from pipeline.swept.blob import SweptRecord, batched, read_blob, write_sealed_blob
+from pipeline.swept.catalog import Blob, SweepCatalog, read_registered, seal_blob
+from pipeline.swept.reading import BlobReader, swept_records
 
 TOPIC = "flights"
 PARTITION = 2

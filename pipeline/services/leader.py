@@ -45,7 +45,7 @@ from sqlalchemy import Column, Float, MetaData, String, Table, delete, insert, s
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import Connection, Engine, make_url
 
-from pipeline.database import (
+from pipeline.services.database import (
     advisory_lock_key,
     create_database_engine,
     create_tables,

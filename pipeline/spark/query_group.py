@@ -4,13 +4,13 @@ A query group (README, "Concepts" and "Configuration") is one config file:
 input streams, read with the ``floodgate_kafka`` source and registered as SQL
 views (with a watermark on ``event_time`` where configured); Spark SQL queries
 over those views; and the output streams each query writes to through a
-:class:`~pipeline.output.KafkaTransactionalSink`. All queries of a group run
+:class:`~pipeline.spark.sink.KafkaTransactionalSink`. All queries of a group run
 together in one SparkSession (a child session of the one given, so temporary
 views and listeners of two groups sharing a SparkContext never mix).
 
 States: STARTING, EXECUTING, SLEEPING, HELD, STOPPED, FAILED. SLEEPING and HELD
 belong to the bounded output stream queues (README, "Bounded output stream queues:
-sleep, retry, hold"; :class:`~pipeline.output.OutputQueueGuard`): a query whose
+sleep, retry, hold"; :class:`~pipeline.spark.guard.OutputQueueGuard`): a query whose
 micro-batch output does not fit sleeps (SLEEPING), and after
 ``sleep_on_over_store_retry_count`` sleeps the group is HELD -- every query stops, the
 batch uncommitted. :meth:`QueryGroup.release` (CLI, HTTP, or ``auto_release``) starts
@@ -19,20 +19,17 @@ them again from their checkpoints, so the held batch is replayed (``on_hold_inpu
 input tuples are discarded, and counted).
 
 :meth:`QueryGroup.serve` publishes the group's metrics and its control endpoint
-(``/status``, ``/release``, ``/stop``; :mod:`pipeline.control`) on one port.
+(``/status``, ``/release``, ``/stop``; :mod:`pipeline.spark.control`) on one port.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import json
 import logging
 import os
-import sys
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,24 +38,19 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent
 
-from pipeline.broker import ensure_topics
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import ConfigError, QueryGroupError, QueryGroupHeld, compact_error
+from pipeline.kafka.topics import ensure_topics
 from pipeline.metrics import QueryGroupMetrics
-from pipeline.output import (
-    TRANSACTION_TIMEOUT_S,
-    KafkaTransactionalSink,
-    OutputQueueGuard,
-    local_checkpoint_path,
-)
+from pipeline.offsets import local_checkpoint_path, offsets_to_json
 from pipeline.queues import QueueAge, QueueProbe, QueueSnapshot, StableOffsetWatch
 from pipeline.serde import SchemaRepository, StreamCodec
-from pipeline.source import (
-    SOURCE_NAME,
-    EventTimeWindow,
-    KafkaStreamDataSource,
-    offsets_to_json,
-)
+from pipeline.spark.guard import OutputQueueGuard
+from pipeline.spark.late_plan import late_plan
+from pipeline.spark.options import SOURCE_NAME
+from pipeline.spark.session import build_spark_session, spark_settings
+from pipeline.spark.sink import TRANSACTION_TIMEOUT_S, KafkaTransactionalSink
+from pipeline.spark.source import KafkaStreamDataSource
 
 log = logging.getLogger(__name__)
 
@@ -72,287 +64,6 @@ class QueryGroupState(enum.StrEnum):
     HELD = "HELD"
     STOPPED = "STOPPED"
     FAILED = "FAILED"
-
-
-#: Spark settings Floodgate applies when neither ``spark-submit`` (``--master``,
-#: ``--conf``), ``spark-defaults.conf``, ``PYSPARK_SUBMIT_ARGS`` nor a query group's
-#: ``[spark]`` section set them (:func:`build_spark_session`).
-SPARK_DEFAULTS: dict[str, str] = {
-    # No web UI or console progress bar: the metrics endpoint and /status report progress.
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    # Aggregations of micro-batches are small (the output queue bounds them).
-    "spark.sql.shuffle.partitions": "2",
-    # Event-time windows (hours, days) are cut in UTC, whatever the host's zone.
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
-    # Checkpoints through Hadoop's FileSystem API on the raw local file system, not the
-    # FileContext manager on the checksummed one, which starts a `readlink` and a
-    # `chmod` process (no native Hadoop library in pyspark) for nearly every checkpoint
-    # file: 920 processes and ~130 ms of walCommit and commitOffsets per micro-batch
-    # in a 20 s demo run; with these, 120 processes and ~20 ms (bench/README.md). A
-    # rename stays atomic on a local or HDFS checkpoint; Spark's own checksums of the
-    # state store are unchanged.
-    "spark.sql.streaming.checkpointFileManagerClass": (
-        "org.apache.spark.sql.execution.streaming.checkpointing."
-        "FileSystemBasedCheckpointFileManager"
-    ),
-    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
-}
-
-#: The master ``spark-submit`` runs with when none is set (``SparkSubmitArguments``).
-SPARK_SUBMIT_DEFAULT_MASTER = "local[*]"
-
-#: Where a Spark setting of the session came from (:func:`spark_settings`).
-SETTING_SOURCES = ("spark", "query group", "floodgate")
-
-_applied_settings: dict[str, tuple[str, str]] = {}
-
-
-def _is_local_master(master: str) -> bool:
-    """Executors on this host: ``local``, ``local[N]``, ``local[N,F]``, ``local-cluster[...]``."""
-    return master == "local" or master.startswith(("local[", "local-cluster["))
-
-
-def build_spark_session(
-    *,
-    app_name: str = "floodgate",
-    master: str = "local[2]",
-    conf: Mapping[str, Any] | None = None,
-) -> SparkSession:
-    """Get or create the process's SparkSession, Floodgate's settings applied where
-    nothing else set a value.
-
-    Precedence, highest first (as for any Spark application):
-
-    1. what Spark itself was given: ``spark-submit --master``/``--conf``/``--properties-file``,
-       ``spark-defaults.conf`` (in ``SPARK_CONF_DIR``), ``PYSPARK_SUBMIT_ARGS`` and the
-       ``MASTER`` environment variable. They are read from the JVM's configuration
-       once the Py4J gateway runs (in a ``spark-submit`` driver it is ``spark-submit``'s
-       own JVM), not from a bare Python ``SparkConf()``, which sees none of them. A
-       ``spark-submit`` driver runs on the master ``spark-submit`` chose, its default
-       ``local[*]`` included; a plain ``python``/``floodgate`` driver takes ``local[*]``
-       as "no master set" (PySpark's launch of the JVM fills it in);
-    2. ``master`` and ``conf`` (a query group file's ``[spark]`` section);
-    3. :data:`SPARK_DEFAULTS`.
-
-    ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` default to this interpreter only
-    when the master runs executors on this host (``local[...]``,
-    ``local-cluster[...]``); on a cluster the executors' Python is the deployment's
-    (``spark.pyspark.python``, ``PYSPARK_PYTHON``; docs/spark-cluster.md).
-
-    When a SparkContext runs already, Spark keeps its static settings and takes the
-    SQL ones (``spark.sql.*``) into the session; :func:`spark_settings` tells what was
-    applied and from where.
-
-    Raises:
-        ConfigError: a value of ``conf`` is not a string, number or boolean.
-    """
-    from pyspark import SparkConf, SparkContext
-
-    # In a spark-submit driver the JVM is spark-submit's, and says where it is.
-    in_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
-    SparkContext._ensure_initialized()  # the JVM, with spark-submit's settings in it
-    given = SparkConf()  # the JVM's: every spark.* system property
-    given_keys = {key for key, _ in given.getAll()}
-    if not in_spark_submit and given.get("spark.master") == SPARK_SUBMIT_DEFAULT_MASTER:
-        # PySpark's own launch of the JVM fills in spark-submit's default master when
-        # nothing set one: that is not a choice of the user's.
-        given_keys.discard("spark.master")
-    effective_master = (
-        given.get("spark.master") if "spark.master" in given_keys else None
-    ) or master
-    if _is_local_master(effective_master):
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    layers: list[tuple[str, Mapping[str, Any]]] = [
-        ("floodgate", SPARK_DEFAULTS),
-        ("query group", {"spark.master": master, **(conf or {})}),
-    ]
-    chosen: dict[str, tuple[str, str]] = {}
-    for source, values in layers:
-        for key, value in values.items():
-            if not isinstance(value, str | int | float | bool):
-                raise ConfigError(
-                    f"spark.conf.{key} = {value!r}: Spark settings are strings, numbers "
-                    "or booleans",
-                    key=f"spark.conf.{key}",
-                    value=value,
-                    allowed="a string, number or boolean",
-                )
-            chosen[key] = (str(value).lower() if isinstance(value, bool) else str(value), source)
-    builder = SparkSession.builder.appName(app_name)
-    for key, (value, _source) in chosen.items():
-        if key in given_keys:
-            chosen[key] = (str(given.get(key)), "spark")
-            continue
-        builder = builder.master(value) if key == "spark.master" else builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    _applied_settings.update(chosen)
-    overridden = sorted(k for k, (_, source) in chosen.items() if source == "spark")
-    log.info(
-        "Spark master %s; Floodgate's settings applied: %s; set by Spark's own "
-        "configuration instead: %s",
-        spark.sparkContext.master,
-        sorted(k for k, (_, source) in chosen.items() if source != "spark"),
-        overridden or "none",
-    )
-    return spark
-
-
-def spark_settings() -> dict[str, dict[str, str]]:
-    """The settings :func:`build_spark_session` chose, by key: ``value`` and
-    ``source`` (one of :data:`SETTING_SOURCES`: ``spark`` when Spark's own
-    configuration set it, which Floodgate then left alone)."""
-    return {k: {"value": v, "source": src} for k, (v, src) in sorted(_applied_settings.items())}
-
-
-# --------------------------------------------------------------------------- late tuples
-
-_INTERVAL_UNITS_MS = {
-    "microsecond": 0.001,
-    "millisecond": 1,
-    "second": 1_000,
-    "minute": 60_000,
-    "hour": 3_600_000,
-    "day": 86_400_000,
-    "week": 604_800_000,
-}
-
-
-def interval_ms(text: str) -> int | None:
-    """A Spark interval string (``"1 hour"``, ``"interval 1 hour 30 minutes"``) in ms;
-    ``None`` when it is not a sum of whole ``<n> <unit>`` terms of fixed length (months
-    and years are not, nor are fractions of a ms)."""
-    words = text.lower().split()
-    if words[:1] == ["interval"]:
-        words = words[1:]
-    if not words or len(words) % 2:
-        return None
-    total = 0.0
-    for number, unit in zip(words[::2], words[1::2], strict=True):
-        scale = _INTERVAL_UNITS_MS.get(unit.removesuffix("s"))
-        if scale is None or not number.lstrip("-").isdigit():
-            return None
-        total += int(number) * scale
-    return int(total) if total == int(total) else None
-
-
-def _expression_trees(preorder: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[Any]]]:
-    """Spark's JSON of one expression (a pre-order list of nodes, each with
-    ``num-children``) as ``(node, children)`` trees."""
-    nodes = iter(preorder)
-
-    def take() -> tuple[dict[str, Any], list[Any]]:
-        node = next(nodes)
-        return node, [take() for _ in range(int(node.get("num-children", 0)))]
-
-    trees = []
-    with contextlib.suppress(StopIteration):
-        while True:
-            trees.append(take())
-    return trees
-
-
-def _walk_json(value: Any) -> Any:
-    """Every JSON object in ``value``, however deep (plans nest plans: CTEs, subqueries)."""
-    if isinstance(value, dict):
-        yield value
-        for item in value.values():
-            yield from _walk_json(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _walk_json(item)
-
-
-def _name_parts(node: dict[str, Any], key: str = "nameParts") -> list[str]:
-    """A name Spark's JSON writes as ``"[a, b]"`` (``nameParts``, ``multipartIdentifier``),
-    lower case."""
-    return [p.strip().lower() for p in str(node.get(key, "")).strip("[]").split(",") if p.strip()]
-
-
-def _literal_ms(argument: dict[str, Any]) -> int | None:
-    """A window argument in ms: a string literal (``'1 hour'``) or a day-time interval
-    literal (``INTERVAL 1 HOUR``, its value in µs); ``None`` for anything else."""
-    kind, value = str(argument.get("dataType", "")), argument.get("value")
-    if not str(argument.get("class", "")).endswith(".Literal") or value is None:
-        return None
-    if kind == "string":
-        return interval_ms(str(value))
-    if kind.startswith("interval") and "year" not in kind and "month" not in kind:
-        micros = int(value)
-        return micros // 1000 if micros % 1000 == 0 else None
-    return None
-
-
-@dataclass(frozen=True)
-class LatePlan:
-    """What a query's parsed plan says of late tuples (:func:`late_plan`)."""
-
-    relations: frozenset[str]
-    """The tables and views the query reads (lower case)."""
-    window: EventTimeWindow | None
-    """The event-time window of its streaming aggregation, if there is exactly one."""
-    why_not: str | None = None
-    """Why a ``window(event_time, ...)`` aggregation has no usable :attr:`window`."""
-
-
-def late_plan(parsed_plan_json: str) -> LatePlan:
-    """Read, from a query's *parsed* (unresolved) logical plan as Spark's JSON
-    (``sessionState.sqlParser.parsePlan(sql).toJSON``), the relations it reads and the
-    event-time window of its aggregation: the ``window(event_time, <duration>[,
-    <slide>[, <start>]])`` calls among the grouping or aggregate expressions of its
-    ``Aggregate`` nodes, with string or day-time interval literals.
-
-    Spark drops a late tuple only in a stateful operator (an aggregation over the
-    watermarked ``event_time``, ``window.end <= watermark``); a stateless query passes
-    it on, so it gets no lateness rule (issue 8). Grouping on ``event_time`` itself,
-    ``dropDuplicates`` and stream-stream joins are not read: their late tuples are
-    still dropped by Spark and only counted (``numRowsDroppedByWatermark``).
-    """
-    plan = json.loads(parsed_plan_json)
-    relations: set[str] = set()
-    windows: set[EventTimeWindow] = set()
-    unreadable: list[str] = []
-    for node in _walk_json(plan):
-        cls = str(node.get("class", ""))
-        if cls.endswith(".UnresolvedRelation"):
-            relations.update(_name_parts(node, "multipartIdentifier")[-1:])
-        if not cls.endswith(".Aggregate"):
-            continue
-        expressions = [*node.get("groupingExpressions", []), *node.get("aggregateExpressions", [])]
-        for preorder in expressions:
-            stack = _expression_trees(preorder)
-            while stack:
-                expression, children = stack.pop()
-                stack.extend(children)
-                if not (
-                    str(expression.get("class", "")).endswith(".UnresolvedFunction")
-                    and _name_parts(expression) == ["window"]
-                    and children
-                ):
-                    continue
-                column, *arguments = children
-                if _name_parts(column[0])[-1:] != ["event_time"]:
-                    continue
-                spans = [_literal_ms(argument) for argument, _ in arguments]
-                if not spans or None in spans or len(spans) > 3:
-                    unreadable.append(f"window arguments {[a.get('value') for a, _ in arguments]}")
-                    continue
-                duration = spans[0] or 0
-                slide = spans[1] if len(spans) > 1 else duration
-                start = spans[2] if len(spans) > 2 else 0
-                try:
-                    windows.add(EventTimeWindow(duration, slide or 0, start or 0))
-                except ValueError as exc:
-                    unreadable.append(str(exc))
-    frozen = frozenset(relations)
-    if unreadable:
-        return LatePlan(frozen, None, "; ".join(unreadable))
-    if len(windows) > 1:
-        return LatePlan(frozen, None, f"{len(windows)} different event-time windows")
-    return LatePlan(frozen, next(iter(windows), None))
 
 
 @dataclass
@@ -1066,14 +777,14 @@ class QueryGroup:
     def on_output_queue(
         self, stream: str, snapshot: QueueSnapshot, check_s: float | None = None
     ) -> None:
-        """:class:`~pipeline.output.GuardListener`: a fresh read of an output queue."""
+        """:class:`~pipeline.spark.guard.GuardListener`: a fresh read of an output queue."""
         self._output_queues[stream] = snapshot
         self.metrics.output_queue_length.labels(self.name, stream).set(snapshot.length)
         if check_s is not None:
             self.metrics.output_queue_check.labels(self.name, stream).observe(check_s)
 
     def on_sleep(self, query: str, stream: str, retry: int, sleep_s: float) -> None:
-        """:class:`~pipeline.output.GuardListener`: a query sleeps on a full output queue."""
+        """:class:`~pipeline.spark.guard.GuardListener`: a query sleeps on a full output queue."""
         self.metrics.sleeps.labels(self.name, stream).inc()
         with self._state_lock:
             self._sleeping.add((query, stream))
@@ -1081,14 +792,14 @@ class QueryGroup:
                 self.state = QueryGroupState.SLEEPING
 
     def on_awake(self, query: str, stream: str) -> None:
-        """:class:`~pipeline.output.GuardListener`: a sleeping query found room."""
+        """:class:`~pipeline.spark.guard.GuardListener`: a sleeping query found room."""
         with self._state_lock:
             self._sleeping.discard((query, stream))
             if self.state == QueryGroupState.SLEEPING and not self._sleeping:
                 self.state = QueryGroupState.EXECUTING
 
     def on_hold(self, held: QueryGroupHeld) -> None:
-        """:class:`~pipeline.output.GuardListener`: hold the group.
+        """:class:`~pipeline.spark.guard.GuardListener`: hold the group.
 
         Called in the holding query's batch thread just before it raises: the group
         turns HELD, wakes every sleeping query (they give up unwritten), and a
@@ -1342,10 +1053,11 @@ class QueryGroup:
         threading.Thread(target=self.stop, name=f"floodgate-{self.name}-stop", daemon=True).start()
 
     def serve(self, *, host: str | None = None, port: int | None = None) -> str:
-        """Serve ``/metrics``, ``/status``, ``/release`` and ``/stop`` (:mod:`pipeline.control`)
-        and write the control file ``<control_dir>/<name>.json``. ``/release`` and
-        ``/stop`` need the control token (``FLOODGATE_CONTROL_TOKEN``, else a random one
-        written to ``<control_dir>/<name>.token``, mode 0600; issue 26).
+        """Serve ``/metrics``, ``/status``, ``/release`` and ``/stop``
+        (:mod:`pipeline.spark.control`) and write the control file
+        ``<control_dir>/<name>.json``. ``/release`` and ``/stop`` need the control token
+        (``FLOODGATE_CONTROL_TOKEN``, else a random one written to
+        ``<control_dir>/<name>.token``, mode 0600).
 
         Args:
             host / port: default ``[query_group] metrics_host`` / ``metrics_port``
@@ -1358,7 +1070,7 @@ class QueryGroup:
             ConfigError: ``FLOODGATE_CONTROL_TOKEN`` is set but empty or unusable.
             OSError: the port cannot be bound.
         """
-        from pipeline.control import ControlServer
+        from pipeline.spark.control import ControlServer
 
         group = self.config.query_group
         if self._server is None:

@@ -1,89 +1,30 @@
-"""The back-pressure client: the data transmission API.
-
-The stream data platform's "preventing the input stream queue from overflowing"
-loop, on Kafka::
-
-    from pipeline import connect
-    from pipeline.errors import QueueFullError, QueueThresholdExceeded
-
-    with connect(bootstrap_servers="kafka:9092", config="conf/flights.toml") as connector:
-        stream_input = connector.open_stream_input("flights", "flights")
-        stream_input.max_queue_size        # tuples: the queue's bound
-        stream_input.free_queue_size()     # tuples, fresh from the broker
-        result = stream_input.put(tuples)  # all or nothing
-        stream_input.put(tuples, block=True, timeout_s=30.0)
-        stream_input.put_end()             # every delivery report, or DeliveryError
-
-Rules:
-
-* ``put`` encodes every tuple first (a tuple that does not match the stream's
-  Avro schema is refused, naming the field, before anything is sent), then
-  checks the free space: a batch that does not fit sends nothing and raises
-  :class:`~pipeline.errors.QueueFullError` (stream, requested, free, max).
-* Types are strict and keys are one per tuple (issue 26): a float with a fraction
-  or a ``bool`` for an ``int``/``long`` field is refused, never truncated; a
-  ``datetime`` (naive: UTC) for a ``timestamp-millis`` field is its epoch ms, so a
-  tuple given with a datetime, epoch ms or ``1545.0`` has one Kafka key, one
-  partition (:meth:`~pipeline.serde.StreamCodec.normalise`,
-  :class:`~pipeline.serde.TupleKey`).
-* A stream's topic must exist: the client never lets the broker auto-create it
-  (``allow.auto.create.topics`` is false on every client it makes, whatever
-  ``[kafka] client`` says), since the broker would give it its default partition
-  count; the first read of a missing topic raises
-  :class:`~pipeline.errors.BrokerError` naming it. The query group creates its
-  topics when it starts (:func:`pipeline.broker.ensure_topics`).
-* After an accepted put, free space at or below
-  ``free_input_queue_size_threshold`` percent is signalled: ``result.threshold_exceeded``,
-  the ``on_threshold`` callback, and with ``raise_on_threshold=True``
-  :class:`~pipeline.errors.QueueThresholdExceeded` *after* the tuples were
-  accepted. One warning line ``FG-CLIENT-001`` is logged per crossing.
-* ``put(block=True)`` waits, sleeping between reads of the broker (no busy
-  loop), until the batch fits and the free space is above
-  ``resume_free_queue_size_threshold`` percent, so a blocked producer does not
-  nibble at a nearly full queue.
-* Free space comes from the broker (:class:`~pipeline.queues.QueueProbe`), read at
-  most ``queue_refresh_interval_ms`` apart and again before a refusal; in between
-  the client counts its own sends (:class:`~pipeline.queues.QueueBudget`), so
-  one producer never overfills the queue. Several producers can overshoot by at
-  most what the others send within one refresh interval (see ``QueueBudget``).
-* The producer is idempotent with ``acks=all``; ``put_end`` raises
-  :class:`~pipeline.errors.DeliveryError` listing every tuple the broker did not
-  acknowledge, by its index in the order of ``put`` calls.
-"""
+"""Writing tuples to an input stream queue: the back-pressure client."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import tenacity
 from confluent_kafka import (
-    OFFSET_INVALID,
-    Consumer,
     KafkaError,
     KafkaException,
     Producer,
-    TopicPartition,
 )
-from prometheus_client import CollectorRegistry
 
-from pipeline.broker import rest_until_records, resume_fetching
-from pipeline.config import QueryGroupConfig, bootstrap_from, load_query_group
+from pipeline.config import QueryGroupConfig
 from pipeline.errors import (
     BrokerError,
     ConfigError,
     DeliveryError,
-    DeserializationError,
     EventTimeError,
     FloodgateError,
     NullKeyError,
@@ -92,14 +33,9 @@ from pipeline.errors import (
     SchemaError,
     TupleTooLargeError,
 )
+from pipeline.kafka.retries import transient_kafka_error
 from pipeline.metrics import ClientMetrics
-from pipeline.queues import (
-    QueueBudget,
-    QueueProbe,
-    QueueSnapshot,
-    SweptCounter,
-    transient_kafka_error,
-)
+from pipeline.queues import QueueBudget, QueueProbe, QueueSnapshot, SweptCounter
 from pipeline.serde import (
     BlockEncoder,
     SchemaRepository,
@@ -111,16 +47,20 @@ from pipeline.serde import (
 )
 
 if TYPE_CHECKING:
-    from pipeline.swept import BlobReader, SweptRecord
+    pass
 
 log = logging.getLogger(__name__)
+
 
 #: Stable message code of the threshold warning (the stream data platform's
 #: KFSP42032-W).
 THRESHOLD_MESSAGE_CODE = "FG-CLIENT-001"
+
+
 #: librdkafka's default ``message.max.bytes`` (its local limit on one record's key,
 #: value and headers; set ``[kafka.client] "message.max.bytes"`` to change it).
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+
 
 #: How long a stream input's first queue reading is asked again through transient
 #: broker errors, seconds (:meth:`StreamInput._first_reading`).
@@ -358,7 +298,7 @@ class StreamInput:
     def _first_reading(self) -> QueueSnapshot:
         """The queue's first reading, asked again for up to :data:`FIRST_READING_WAIT_S`
         while the broker answers a transient error
-        (:func:`~pipeline.queues.transient_kafka_error`): a new cluster's group
+        (:func:`~pipeline.kafka.retries.transient_kafka_error`): a new cluster's group
         coordinators answer NOT_COORDINATOR until ``__consumer_offsets`` has leaders.
 
         Raises:
@@ -804,487 +744,3 @@ class StreamInput:
         self._closed = True
         self._producer = None  # type: ignore[assignment]  # destroys the client handle
         self.probe.close()
-
-
-@dataclass
-class _Unsweep:
-    """A partition of an output stream being read from its BLOB chain."""
-
-    records: Iterator[SweptRecord]
-    covered_to: int
-    """The offset after the BLOB range: where the broker (or the next BLOB) takes over."""
-
-
-class StreamOutput:
-    """Reads tuples of one output stream: the data reception API.
-
-    Made by :meth:`Connector.open_stream_output`. Reads through a Kafka consumer
-    group (by default the output stream's first ``reception_groups`` entry),
-    ``read_committed`` so only what the query group's transactions committed is
-    seen, decodes the Avro tuples, and commits what :meth:`get` returned: that is
-    what frees room in the output stream queue. A ``swept`` output stream's tuples
-    that the sweeper moved out of the broker are read back from their BLOBs, in
-    offset order (unsweep: ``docs/runbook.md`` and the README's sweeper section).
-
-    Args:
-        config: the query group.
-        stream: the output stream's name.
-        bootstrap_servers: the cluster.
-        schemas: the schema repository.
-        group: the consumer group to read with (default: the stream's first
-            reception group).
-    """
-
-    def __init__(
-        self,
-        *,
-        config: QueryGroupConfig,
-        stream: str,
-        bootstrap_servers: str,
-        schemas: SchemaRepository,
-        group: str | None = None,
-    ) -> None:
-        _require_stream(config, "output", stream)
-        self.query_group = config.name
-        self.stream = stream
-        stream_config = config.output_streams[stream]
-        self.topic = stream_config.topic
-        self.settings = config.output_settings(stream)
-        groups = config.reception_groups(stream)
-        self.group = group or groups[0]
-        self.codec = StreamCodec(stream, schemas.get(stream_config.schema_), schemas)
-        self.probe = QueueProbe.for_output_stream(
-            config, stream, bootstrap_servers=bootstrap_servers, also=[self.group]
-        )
-        #: Reads swept tuples back (a ``swept`` output stream); ``None``: not swept.
-        self._blobs: BlobReader | None = None
-        if stream_config.swept and config.query_group.sweep_catalog_url:
-            from pipeline.swept import BlobReader, catalog_for  # SQLAlchemy: when swept
-
-            self._blobs = BlobReader(catalog_for(config.query_group.sweep_catalog_url))
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap_servers,
-                "group.id": self.group,
-                "enable.auto.commit": False,
-                # Swept: an offset the broker no longer holds is read from the BLOBs,
-                # never skipped by a reset (get() handles the error).
-                "auto.offset.reset": "error" if self._blobs is not None else "earliest",
-                "isolation.level": "read_committed",
-                **config.kafka.client,
-                "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
-            }
-        )
-        self._consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
-        #: Per partition, the offset this reader committed last (-1: none this session).
-        self._committed: dict[int, int] = {}
-        #: Per assigned partition, the next offset get() returns (set on assignment
-        #: for a swept stream, then after each tuple returned).
-        self._next: dict[int, int] = {}
-        #: Partitions read from BLOBs now: the broker no longer holds their next offset.
-        self._unsweeping: dict[int, _Unsweep] = {}
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # A (re)assigned partition may have been read by another member meanwhile:
-        # forget what this reader committed, so its next commit is checked anew.
-        for tp in partitions:
-            self._committed.pop(tp.partition, None)
-            self._next.pop(tp.partition, None)
-            self._unsweeping.pop(tp.partition, None)
-        if self._blobs is None or not partitions:
-            return  # librdkafka starts at the committed offsets, else at the earliest
-        # Swept: choose each partition's start here, so no reset policy ever applies
-        # (auto.offset.reset is "error"): the committed offset, else the earliest
-        # tuple held by the broker or a BLOB; one below the log start is unswept.
-        committed = consumer.committed(partitions, timeout=10)
-        for tp in committed:
-            low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            start = tp.offset if 0 <= tp.offset <= high else self._earliest(tp.partition, low)
-            self._next[tp.partition] = start
-            if start < low:
-                self._unsweep(tp.partition, start, low=low, high=high)
-        self._assign_all([tp.partition for tp in partitions])
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self._next.pop(tp.partition, None)
-            self._unsweeping.pop(tp.partition, None)
-
-    @property
-    def max_queue_size(self) -> int:
-        """The output stream queue's bound, tuples."""
-        return self.settings.max_queue_size
-
-    def queue_length(self) -> int:
-        """Tuples written to the stream that its slowest reception group has not read
-        (high watermarks minus committed offsets), read from the broker now.
-
-        Output is written in Kafka transactions, and each commit puts a marker at an
-        offset of every partition it wrote to: unread markers count too, so the
-        length is over by at most one per partition per unread micro-batch (on the
-        safe side). :meth:`get` commits past the markers it reaches.
-
-        Raises:
-            BrokerError: the broker did not answer.
-        """
-        return self.probe.snapshot().length
-
-    def get(self, max_tuples: int = 500, timeout_s: float = 1.0) -> list[dict[str, Any]]:
-        """Read up to ``max_tuples`` tuples, waiting at most ``timeout_s`` seconds, and
-        commit them as read.
-
-        Returns:
-            The decoded tuples, in partition order (a list of dicts; empty when
-            nothing arrived in time).
-
-        Raises:
-            DeserializationError: a tuple does not decode; names topic, partition and
-                offset. Nothing of this call is committed.
-            DataLossError: (a ``swept`` stream) the next offset of a partition is held
-                neither by the broker nor by a BLOB; names topic, partition, offsets
-                and the broker's log start. Never a silent skip.
-            KafkaException: the broker failed.
-        """
-        if max_tuples < 1:
-            raise ValueError(f"max_tuples must be >= 1, got {max_tuples}")
-        tuples: list[dict[str, Any]] = []
-        read_to: dict[int, int] = {}
-        if self._unsweeping:
-            self._read_swept(max_tuples, tuples, read_to)
-            if tuples:
-                self._commit_read(read_to)
-                return tuples
-        messages = self._consumer.consume(num_messages=max_tuples, timeout=timeout_s)
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                if self._blobs is not None and error.code() in (
-                    KafkaError.OFFSET_OUT_OF_RANGE,
-                    KafkaError._AUTO_OFFSET_RESET,
-                ):
-                    self._out_of_range(int(message.partition() or 0))
-                    continue
-                raise KafkaException(error)
-            partition, offset = int(message.partition() or 0), int(message.offset() or 0)
-            if offset < self._next.get(partition, -1):
-                continue  # fetched before a re-assignment and returned already
-            self._append(tuples, message, partition, offset)
-            read_to[partition] = offset + 1
-        self._commit_read(read_to)
-        return tuples
-
-    def _append(
-        self, tuples: list[dict[str, Any]], message: Any, partition: int, offset: int
-    ) -> None:
-        try:
-            tuples.append(self.codec.decode(message.value() or b""))
-        except DeserializationError as exc:
-            raise exc.at(topic=self.topic, partition=partition, offset=offset) from exc
-        self._next[partition] = offset + 1
-
-    # -- unsweep: offsets the sweeper moved into BLOBs ----------------------------------
-
-    def _earliest(self, partition: int, low: int) -> int:
-        """The earliest offset of a partition held by the broker or a BLOB."""
-        assert self._blobs is not None
-        chain = self._blobs.catalog.chain(self.topic, partition)
-        return min(chain[0].start_offset, low) if chain else low
-
-    def _unsweep(self, partition: int, start: int, *, low: int, high: int) -> None:
-        """Read ``partition`` from its BLOB chain from ``start`` (below the log start
-        ``low``) on.
-
-        Raises:
-            DataLossError: no BLOB holds ``start`` either; names topic, partition,
-                offsets and the log start.
-        """
-        from pipeline.swept import read_swept, swept_records
-
-        assert self._blobs is not None
-        batches, covered_to = read_swept(self._blobs, self.topic, partition, start, high, low)
-        # swept_records: a damaged BLOB raises again on every later get, never skipped.
-        self._unsweeping[partition] = _Unsweep(swept_records(batches), covered_to)
-        log.info(
-            "%s[%d]: offset %d is swept (log start %d): reading BLOBs up to %d",
-            self.topic,
-            partition,
-            start,
-            low,
-            covered_to,
-        )
-
-    def _out_of_range(self, partition: int) -> None:
-        """The broker no longer holds the next offset of ``partition`` (the sweeper
-        truncated it after a sweep): read on from the BLOB chain; or, when the broker
-        holds it after all (an error fetched before a re-assignment), fetch on.
-
-        Raises:
-            DataLossError: neither the broker nor a BLOB holds the next offset.
-        """
-        low, high = self._consumer.get_watermark_offsets(
-            TopicPartition(self.topic, partition), timeout=10
-        )
-        start = self._next.get(partition)
-        if start is None:
-            start = self._earliest(partition, low)
-            self._next[partition] = start
-        if start < low:
-            self._unsweep(partition, start, low=low, high=high)
-        self._assign_all()
-
-    def _read_swept(
-        self, max_tuples: int, tuples: list[dict[str, Any]], read_to: dict[int, int]
-    ) -> None:
-        """Up to ``max_tuples`` tuples of the partitions being unswept, in offset order;
-        a partition whose BLOBs are read goes back to the broker (or to more BLOBs, if
-        the sweeper truncated further meanwhile)."""
-        for partition in sorted(self._unsweeping):
-            state = self._unsweeping[partition]
-            for record in itertools.islice(state.records, max_tuples - len(tuples)):
-                offset = record.offset()
-                self._append(tuples, record, partition, offset)
-                read_to[partition] = offset + 1
-            if len(tuples) >= max_tuples:
-                return
-            # This partition's BLOB range is read: on from where it ends. The offsets
-            # up to there are all read (markers and aborted records are in the range
-            # and not records): commit them, or the queue would count them forever.
-            del self._unsweeping[partition]
-            self._next[partition] = max(self._next.get(partition, 0), state.covered_to)
-            read_to[partition] = max(read_to.get(partition, 0), state.covered_to)
-            self._out_of_range(partition)
-
-    def _assign_all(self, partitions: list[int] | None = None) -> None:
-        """Fetch every assigned partition (or ``partitions``, in the rebalance callback)
-        from its next offset; pause those being read from BLOBs.
-
-        librdkafka stops fetching a partition on an offset-out-of-range error and
-        refuses ``seek()`` on it (``_STATE``; librdkafka issue 2961), and an eager
-        consumer group allows no incremental assignment: the whole assignment is set
-        anew. What was fetched and not returned yet is fetched again, and skipped by
-        :meth:`get` if it comes twice.
-        """
-        offsets = []
-        if partitions is None:
-            partitions = [tp.partition for tp in self._consumer.assignment()]
-        for p in partitions:
-            state = self._unsweeping.get(p)
-            at = state.covered_to if state is not None else self._next.get(p, OFFSET_INVALID)
-            offsets.append(TopicPartition(self.topic, p, at))
-        self._consumer.assign(offsets)
-        fetching = [tp for tp in offsets if tp.partition not in self._unsweeping]
-        held = [tp for tp in offsets if tp.partition in self._unsweeping]
-        if fetching:
-            self._consumer.resume(fetching)
-        if held:
-            self._consumer.pause(held)
-
-    def _commit_read(self, read_to: Mapping[int, int]) -> None:
-        """Commit, per assigned partition, the furthest of what :meth:`get` returned and
-        the consumer's position, where that is past what this reader committed last.
-
-        The position steps over transaction markers the consumer has passed (one per
-        partition per micro-batch the query group wrote), so committing it also on a
-        read that returned nothing lets the queue length fall to 0 once the reader
-        has caught up; otherwise the marker after the last tuple stayed counted.
-        """
-        assigned = self._consumer.assignment()
-        if not assigned and not read_to:
-            return
-        wanted = {tp.partition for tp in assigned} | set(read_to)
-        positions = self._consumer.position([TopicPartition(self.topic, p) for p in wanted])
-        commits = []
-        for tp in positions:
-            # A partition read from BLOBs: its consumer position is not where it is.
-            position = -1 if tp.partition in self._unsweeping else tp.offset
-            target = max(read_to.get(tp.partition, -1), position if position >= 0 else -1)
-            if target > self._committed.get(tp.partition, -1):
-                commits.append(TopicPartition(self.topic, tp.partition, target))
-        if commits:
-            self._consumer.commit(offsets=commits, asynchronous=False)
-            for tp in commits:
-                self._committed[tp.partition] = tp.offset
-
-    def pause(self) -> None:
-        """Stop fetching the stream's assigned partitions until :meth:`resume` (Kafka's
-        ``Consumer.pause``); nothing read is lost, a resumed reader goes on where it was.
-
-        For a reader that waits between reads: librdkafka fetches the partitions it is
-        assigned all the time, and a broker that answers a fetch at the log end at once
-        instead of holding it for ``fetch.wait.max.ms`` (the embedded broker,
-        ``docs/kafka-engines.md``) makes an idle reader spin.
-        """
-        assigned = self._consumer.assignment()
-        if assigned:
-            self._consumer.pause(assigned)
-
-    def resume(self) -> None:
-        """Fetch the assigned partitions again after :meth:`pause`, at once
-        (:func:`pipeline.broker.resume_fetching`: librdkafka alone took seconds)."""
-        resume_fetching(self._consumer, self._consumer.assignment())
-
-    @staticmethod
-    def rest(
-        outputs: Iterable[StreamOutput],
-        *,
-        stop: threading.Event,
-        poll_s: float = 0.25,
-        max_s: float = 5.0,
-    ) -> None:
-        """For a reader whose last :meth:`get` on each of ``outputs`` returned nothing:
-        pause them until one has tuples past where it read (or ``stop`` is set, or
-        ``max_s`` passed), then fetch again at once. Waiting this way costs a
-        ListOffsets request a partition every ``poll_s`` instead of fetches at the log
-        end all along (:func:`pipeline.broker.rest_until_records`)."""
-        rest_until_records(
-            [output._consumer for output in outputs], stop=stop, poll_s=poll_s, max_s=max_s
-        )
-
-    def close(self) -> None:
-        """Leave the consumer group and let go of the queue probe."""
-        self._consumer.close()
-        self.probe.close()
-
-
-class Connector:
-    """A connection to Floodgate for data transmission and reception applications.
-
-    Made by :func:`connect`. Holds the query group configs, the schema repository and
-    a metrics registry; opens :class:`StreamInput` and :class:`StreamOutput` objects.
-    """
-
-    def __init__(
-        self,
-        *,
-        bootstrap_servers: str,
-        configs: Sequence[QueryGroupConfig],
-        schemas: SchemaRepository,
-        registry: CollectorRegistry,
-    ) -> None:
-        self.bootstrap_servers = bootstrap_servers
-        self.configs = {c.name: c for c in configs}
-        self.schemas = schemas
-        self.registry = registry
-        self.metrics = ClientMetrics(registry)
-        self._inputs: list[StreamInput] = []
-        self._outputs: list[StreamOutput] = []
-
-    def config(self, query_group: str) -> QueryGroupConfig:
-        """The config of a query group.
-
-        Raises:
-            ConfigError: no such query group; names the known ones.
-        """
-        try:
-            return self.configs[query_group]
-        except KeyError:
-            raise ConfigError(
-                f"no query group {query_group!r}; this connector knows {sorted(self.configs)}",
-                key="query_group.name",
-                value=query_group,
-                allowed=", ".join(sorted(self.configs)),
-            ) from None
-
-    def open_stream_input(
-        self,
-        query_group: str,
-        stream: str,
-        *,
-        on_threshold: Callable[[PutResult], None] | None = None,
-        raise_on_threshold: bool = False,
-        swept: SweptCounter | None = None,
-    ) -> StreamInput:
-        """Open an input stream of a query group for writing.
-
-        Raises:
-            ConfigError: no such query group or stream, or a key field the stream's
-                schema does not have.
-        """
-        stream_input = StreamInput(
-            config=self.config(query_group),
-            stream=stream,
-            bootstrap_servers=self.bootstrap_servers,
-            schemas=self.schemas,
-            metrics=self.metrics,
-            swept=swept,
-            on_threshold=on_threshold,
-            raise_on_threshold=raise_on_threshold,
-        )
-        self._inputs.append(stream_input)
-        return stream_input
-
-    def open_stream_output(
-        self, query_group: str, stream: str, *, group: str | None = None
-    ) -> StreamOutput:
-        """Open an output stream of a query group for reading (data reception API).
-
-        Raises:
-            ConfigError: no such query group or stream.
-        """
-        stream_output = StreamOutput(
-            config=self.config(query_group),
-            stream=stream,
-            bootstrap_servers=self.bootstrap_servers,
-            schemas=self.schemas,
-            group=group,
-        )
-        self._outputs.append(stream_output)
-        return stream_output
-
-    def close(self) -> None:
-        """Close every stream opened here."""
-        for stream_input in self._inputs:
-            stream_input.close()
-        self._inputs.clear()
-        for stream_output in self._outputs:
-            stream_output.close()
-        self._outputs.clear()
-
-    def __enter__(self) -> Connector:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def connect(
-    *,
-    config: str | Path | QueryGroupConfig | Sequence[str | Path | QueryGroupConfig],
-    bootstrap_servers: str | None = None,
-    registry: CollectorRegistry | None = None,
-    schemas: SchemaRepository | None = None,
-) -> Connector:
-    """Connect a data transmission application to Floodgate.
-
-    Args:
-        config: one or more query group files (or loaded configs).
-        bootstrap_servers: the cluster; default: ``FLOODGATE_KAFKA_BOOTSTRAP``, then the
-            first config's ``[kafka] bootstrap_servers``.
-        registry: where the client's metrics go (default: a new registry).
-        schemas: the schema repository (default: the first config's ``schema_dir``).
-
-    Raises:
-        ConfigError: a config is refused, or no cluster is named anywhere.
-    """
-    items = [config] if isinstance(config, str | Path | QueryGroupConfig) else list(config)
-    configs = [c if isinstance(c, QueryGroupConfig) else load_query_group(c) for c in items]
-    if not configs:
-        raise ConfigError("connect() needs at least one query group config", key="config")
-    servers = bootstrap_servers or bootstrap_from(configs[0].kafka)
-    if not servers:
-        raise ConfigError(
-            "no Kafka cluster: pass bootstrap_servers=, set FLOODGATE_KAFKA_BOOTSTRAP, "
-            "or set [kafka] bootstrap_servers",
-            key="kafka.bootstrap_servers",
-        )
-    return Connector(
-        bootstrap_servers=servers,
-        configs=configs,
-        schemas=schemas or SchemaRepository.load(configs[0].schema_dir),
-        registry=registry or CollectorRegistry(),
-    )
-
-
-__all__ = ["Connector", "PutResult", "StreamInput", "StreamOutput", "connect"]

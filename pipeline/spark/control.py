@@ -1,10 +1,10 @@
 """The query group's HTTP endpoint: Prometheus metrics and control, on one port.
 
-A running query group (:meth:`pipeline.query_group.QueryGroup.serve`) answers:
+A running query group (:meth:`pipeline.spark.query_group.QueryGroup.serve`) answers:
 
 * ``GET /metrics`` -- its Prometheus metrics (the group's ``CollectorRegistry``);
 * ``GET /status`` -- state, hold, queries and output queues as JSON
-  (:meth:`~pipeline.query_group.QueryGroup.status`);
+  (:meth:`~pipeline.spark.query_group.QueryGroup.status`);
 * ``POST /release`` -- release a HELD group (409 with the reason otherwise);
 * ``POST /stop`` -- stop the group (202; the process that runs it exits).
 
@@ -41,24 +41,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from pipeline.config import DEFAULT_CONTROL_DIR
-from pipeline.errors import ConfigError, FloodgateError, QueryGroupError
+from pipeline.errors import ConfigError, QueryGroupError
 from pipeline.metrics import add_metrics_route
-from pipeline.serving import AppServer
+from pipeline.services.http_client import CONTROL_TOKEN_ENV
+from pipeline.services.serving import AppServer
 
 if TYPE_CHECKING:
-    from pipeline.query_group import QueryGroup
+    from pipeline.spark.query_group import QueryGroup
 
 log = logging.getLogger(__name__)
-
-#: Environment variable holding the control token of a query group's endpoint, read
-#: by the driver (``floodgate run``) and by ``floodgate query-group`` commands.
-CONTROL_TOKEN_ENV = "FLOODGATE_CONTROL_TOKEN"
 
 
 class Refusal(BaseModel):
@@ -70,6 +65,7 @@ class Refusal(BaseModel):
 #: The bearer scheme (module level: FastAPI resolves the dependency's annotation, a
 #: string under ``from __future__ import annotations``, in this module's globals).
 _BEARER = HTTPBearer(auto_error=False, description="The query group's control token.")
+
 
 _UNAUTHORISED: dict[int | str, dict[str, Any]] = {
     401: {
@@ -197,7 +193,7 @@ def _write_private(path: Path, text: str) -> None:
 
 class ControlServer:
     """The query group's endpoint (:func:`build_app`), served by an
-    :class:`~pipeline.serving.AppServer`, plus its control files.
+    :class:`~pipeline.services.serving.AppServer`, plus its control files.
 
     Args:
         group: the query group.
@@ -282,105 +278,3 @@ class ControlServer:
                 pass
         if self._server is not None:
             self._server.stop()
-
-
-def error_detail(response: httpx.Response) -> str:
-    """The reason an HTTP API of ours gave for refusing (FastAPI's ``detail``), or the
-    response's text."""
-    try:
-        return str(response.json().get("detail", response.text))
-    except (ValueError, AttributeError):
-        return response.text
-
-
-def endpoint_url(
-    name: str, *, url: str | None = None, control_dir: str = DEFAULT_CONTROL_DIR
-) -> str:
-    """The base URL of a running query group: ``url`` if given, else its control file.
-
-    Raises:
-        FloodgateError: no URL was given and no control file names the group (the
-            message says where it looked).
-    """
-    if url:
-        return url.rstrip("/")
-    path = Path(control_dir) / f"{name}.json"
-    try:
-        return str(json.loads(path.read_text())["url"]).rstrip("/")
-    except (OSError, ValueError, KeyError) as exc:
-        raise FloodgateError(
-            f"query group {name!r}: no running endpoint found ({path} is missing or "
-            "unreadable); is it running on this host? Pass --url http://host:port otherwise"
-        ) from exc
-
-
-def client_token(
-    name: str, *, control_dir: str = DEFAULT_CONTROL_DIR, env: Mapping[str, str] | None = None
-) -> tuple[str | None, str]:
-    """The control token a client sends to query group ``name``: :data:`CONTROL_TOKEN_ENV`
-    when set, else the content of ``<control_dir>/<name>.token``.
-
-    Returns:
-        ``(token or None, where it was looked for)`` -- the second for messages.
-    """
-    env = os.environ if env is None else env
-    if env.get(CONTROL_TOKEN_ENV):
-        return env[CONTROL_TOKEN_ENV], CONTROL_TOKEN_ENV
-    path = Path(control_dir) / f"{name}.token"
-    try:
-        return path.read_text(), f"{CONTROL_TOKEN_ENV} (unset) or {path}"
-    except OSError:
-        return None, f"{CONTROL_TOKEN_ENV} (unset) or {path} (missing or unreadable)"
-
-
-def call(
-    name: str,
-    action: str,
-    *,
-    url: str | None = None,
-    control_dir: str = DEFAULT_CONTROL_DIR,
-    token: str | None = None,
-    timeout_s: float = 120.0,
-) -> dict[str, Any]:
-    """Send ``status`` (GET) or ``release`` / ``stop`` (POST) to a running query group.
-
-    Args:
-        name: the query group.
-        action: ``status``, ``release`` or ``stop``.
-        url: the endpoint (default: from the group's control file in ``control_dir``).
-        control_dir: where the group's control files are.
-        token: the control token for ``release`` / ``stop``; default
-            :func:`client_token`.
-        timeout_s: HTTP timeout, seconds.
-
-    Returns:
-        The endpoint's JSON answer.
-
-    Raises:
-        FloodgateError: the endpoint cannot be found or reached, or refused (the
-            message carries its reason, e.g. "not HELD"; for a 401, where the token
-            was looked for).
-    """
-    base = endpoint_url(name, url=url, control_dir=control_dir)
-    where = "the token given"
-    if token is None and action != "status":
-        token, where = client_token(name, control_dir=control_dir)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        if action == "status":
-            response = httpx.get(f"{base}/status", timeout=timeout_s)
-        else:
-            response = httpx.post(f"{base}/{action}", headers=headers, timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        raise FloodgateError(f"query group {name!r} at {base}: {exc}") from exc
-    if response.status_code == 401:
-        raise FloodgateError(
-            f"query group {name!r} at {base}: {action} refused: {error_detail(response)} "
-            f"(token looked for in {where})"
-        )
-    if response.status_code >= 400:
-        raise FloodgateError(
-            f"query group {name!r} at {base}: {action} refused: {error_detail(response)}"
-        )
-    result: dict[str, Any] = response.json()
-    return result

@@ -9,7 +9,7 @@
    in a process of its own (:class:`ReplayProcess`; ``--rate`` tuples/s, default
    as fast as it goes), with progress bars for producing and processing;
 4. reads both output streams all along through the data reception API
-   (:class:`Reception`: :meth:`~pipeline.client.StreamOutput.get`, latest tuple
+   (:class:`Reception`: :meth:`~pipeline.client.reception.StreamOutput.get`, latest tuple
    per key), which frees their bounded output stream queues, and reports the
    latest hour's figures as they arrive (a live table in the CLI);
 5. waits until every query has processed all input and the reception has read
@@ -18,7 +18,7 @@
    and stops cleanly.
 
 The replay writes through the back-pressure client
-(:class:`~pipeline.client.StreamInput`, ``put(block=True)``): when the
+(:class:`~pipeline.client.input.StreamInput`, ``put(block=True)``): when the
 ``flights`` input stream queue (``max_queue_size`` in ``conf/flights.toml``) is
 full, producing waits until the query group has processed enough. The output
 stream queues are bounded too: should the reception fall behind, the query group
@@ -46,15 +46,15 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from pipeline.broker import Broker, resolve_broker
+from pipeline.brokers.local import Broker, resolve_broker
 from pipeline.client import StreamInput, StreamOutput, connect
 from pipeline.config import QueryGroupConfig, apply_env_overrides, parse_query_group
+from pipeline.demo.flights import FlightTuples, load_flights
 from pipeline.errors import FloodgateError, QueryGroupHeld
-from pipeline.flights import FlightTuples, load_flights
 from pipeline.metrics import stream_total
-from pipeline.query_group import QueryGroup, QueryGroupState
 from pipeline.resources import shipped_config
 from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.spark.query_group import QueryGroup, QueryGroupState
 
 log = logging.getLogger(__name__)
 
@@ -642,7 +642,7 @@ def run_demo(
 
     Args:
         bootstrap_servers: an external cluster; default: resolved by
-            :func:`pipeline.broker.resolve_broker`.
+            :func:`pipeline.brokers.local.resolve_broker`.
         engine: the broker to start when no cluster is named (``noida-db`` or
             ``apache-kafka``; default ``FLOODGATE_KAFKA_ENGINE``, else ``noida-db``).
         rate: replay rate in tuples/s; ``None`` as fast as it goes.
@@ -903,8 +903,8 @@ def run_producer(
         DeliveryError: the broker did not acknowledge some flights.
         QueueFullError: a ``put`` found no room for ``put_timeout_s`` (10 minutes).
     """
-    from pipeline.broker import ensure_topics
     from pipeline.errors import ConfigError
+    from pipeline.kafka.topics import ensure_topics
 
     if stream not in config.input_streams:
         raise ConfigError(

@@ -134,7 +134,7 @@ def _fetch(version: str, root: Path, libs: Path, *, timeout_s: float) -> None:
         )
     staging = Path(tempfile.mkdtemp(prefix="libs-", dir=root))
     log.info("fetching Apache Kafka %s's jars with Maven into %s", version, libs)
-    with as_file(files("pipeline.apache_kafka").joinpath("pom.xml")) as pom:
+    with as_file(files("pipeline.brokers.apache_kafka").joinpath("pom.xml")) as pom:
         command = [
             mvn,
             "--batch-mode",

@@ -44,7 +44,7 @@ from pipeline.queues import PartitionQueue, QueueProbe
 
 if TYPE_CHECKING:
     from pipeline.config import QueryGroupConfig
-    from pipeline.swept import SweepCatalog
+    from pipeline.swept.catalog import SweepCatalog
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ class DeadLetters:
                         todo.pop(p, None)
 
     def _take(self, message: Any) -> None:
-        from pipeline.source import DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC
+        from pipeline.deadletter import DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC
 
         headers = {k: v for k, v in (message.headers() or []) if v is not None}
         try:
@@ -251,7 +251,7 @@ def reconcile(
     Raises:
         BrokerError: the broker did not answer.
     """
-    from pipeline.swept import catalog_for
+    from pipeline.swept.catalog import catalog_for
 
     own_dead = dead_letters is None
     dead = dead_letters or DeadLetters(

@@ -49,7 +49,7 @@ from typing import Any, Literal
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from pipeline.apache_kafka.artifacts import APACHE_KAFKA_VERSION, java_command, kafka_libs
+from pipeline.brokers.apache_kafka.artifacts import APACHE_KAFKA_VERSION, java_command, kafka_libs
 from pipeline.errors import BrokerError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -414,7 +414,7 @@ class ApacheKafkaCluster:
         return str(kafka_libs(self.version) / "*")
 
     def _jvm(self, java: list[str]) -> list[str]:
-        log_config = files("pipeline.apache_kafka").joinpath("log4j2.properties")
+        log_config = files("pipeline.brokers.apache_kafka").joinpath("log4j2.properties")
         return [
             *java,
             f"-Xms{min(self.heap_mb, 256)}m",
@@ -456,8 +456,8 @@ class ApacheKafkaCluster:
             node, self.nodes, host=self.host, overrides=self.overrides, sasl_users=self.sasl_users
         )
         text = (
-            "# Written by Floodgate (pipeline.apache_kafka.cluster); rewritten at every start.\n"
-            + "".join(f"{key}={value}\n" for key, value in properties.items())
+            "# Written by Floodgate (pipeline.brokers.apache_kafka.cluster); rewritten at every "
+            "start.\n" + "".join(f"{key}={value}\n" for key, value in properties.items())
         )
         # 0600: with SASL users it holds their passwords.
         fd = os.open(node.properties_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

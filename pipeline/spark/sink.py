@@ -45,7 +45,6 @@ are read again through a transient broker error.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -53,8 +52,8 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import tenacity
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -63,26 +62,30 @@ from pipeline.errors import (
     PY4J_ERROR_PREFIX,
     BatchInterrupted,
     MicroBatchError,
-    OversizedBatchError,
     QueryGroupError,
-    QueryGroupHeld,
 )
-from pipeline.queues import QueueSnapshot, transient_kafka_error
+from pipeline.kafka.retries import BROKER_WAIT_S, transient_kafka_error
+from pipeline.offsets import read_offset_log
 from pipeline.serde import StreamCodec, TupleKey
+from pipeline.spark.guard import OutputQueueGuard
 
 log = logging.getLogger(__name__)
 
+
 #: Seconds a transaction step may take before it is abandoned and the batch fails.
 TRANSACTION_TIMEOUT_S = 60.0
-#: Seconds a micro-batch's output queue check keeps reading through a broker outage (a
-#: restart) before the batch fails; the query would otherwise fail on the first refusal.
-BROKER_WAIT_S = 60.0
+
+
 #: How many times a micro-batch's transaction is written when the broker goes away
 #: during it (:meth:`KafkaTransactionalSink._transaction`).
 TRANSACTION_ATTEMPTS = 5
+
+
 #: librdkafka errors (``error_cb``) that mean the broker went away: a transaction
 #: open across them is written again.
 BROKER_GONE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT})
+
+
 #: Broker errors that fence a transactional producer. After a broker loss they do not
 #: mean a second producer with the same ``transactional.id``: Apache Kafka answered
 #: ``send_offsets_to_transaction`` with "Producer attempted an operation with an old
@@ -96,9 +99,12 @@ FENCED = frozenset(
         KafkaError.INVALID_PRODUCER_EPOCH,
     }
 )
+
+
 #: How long a committed transaction's records are read back for when the broker went
 #: away during its commit, seconds.
 VISIBLE_WAIT_S = 30.0
+
 
 #: Fault injection for crash tests: ``FLOODGATE_FAILPOINT=after-commit:<batch>`` kills the
 #: driver's whole process group with SIGKILL right after the output transaction of that
@@ -134,253 +140,6 @@ def for_spark(exc: BaseException, *, query_group: str, query: str, batch_id: int
     if PY4J_ERROR_PREFIX not in "".join(traceback.format_exception(exc)):
         return exc
     return MicroBatchError(query_group=query_group, query=query, batch_id=batch_id, cause=exc)
-
-
-def read_offset_log(spark: Any, checkpoint_dir: str, batch_id: int) -> list[dict[str, Any]]:
-    """The source offsets Spark logged for a micro-batch.
-
-    Args:
-        spark: the query's SparkSession (its Hadoop configuration resolves the path).
-        checkpoint_dir: the query's checkpoint location (any Hadoop path).
-        batch_id: the micro-batch.
-
-    Returns:
-        The end offset of each source, as logged (JSON objects; sources with no
-        offset are left out).
-
-    Raises:
-        FileNotFoundError: Spark has not logged that batch.
-    """
-    local = local_checkpoint_path(checkpoint_dir)
-    if local is not None:
-        # Straight from disk: through py4j and Hadoop this took 20-45 ms of every
-        # micro-batch (eight JVM round trips; issue 9). A scheme-less path that is not
-        # on this disk may be on Hadoop's default file system: read it through Hadoop.
-        text = local_offset_log(os.path.join(local, "offsets"), batch_id)
-        if text is not None:
-            return parse_offset_log(text)
-    jvm = spark._jvm
-    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint_dir.rstrip('/')}/offsets/{batch_id}")
-    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
-    if not fs.exists(path):
-        raise FileNotFoundError(f"no offset log entry {path.toString()}")
-    stream = fs.open(path)
-    try:
-        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-    finally:
-        stream.close()
-    return parse_offset_log(str(text))
-
-
-def local_checkpoint_path(checkpoint_dir: str) -> str | None:
-    """The local directory of a ``file:`` or scheme-less checkpoint location, else None
-    (a location with another scheme, ``hdfs://`` say)."""
-    if checkpoint_dir.startswith("file:"):
-        return "/" + checkpoint_dir[len("file:") :].lstrip("/")
-    return None if "://" in checkpoint_dir else checkpoint_dir
-
-
-def local_offset_log(offsets_dir: str, batch_id: int) -> str | None:
-    """The text of ``<offsets_dir>/<batch_id>`` in a local checkpoint; ``None`` when
-    absent or not yet complete (version, metadata and at least one source line)."""
-    try:
-        with open(os.path.join(offsets_dir, str(batch_id)), encoding="utf-8") as log_file:
-            text = log_file.read()
-    except OSError:
-        return None
-    return text if len(text.splitlines()) >= 3 else None
-
-
-def parse_offset_log(text: str) -> list[dict[str, Any]]:
-    """The source offsets of one entry of Spark's offset log (its text): line 1 is the
-    log version, line 2 the batch metadata, then one line per source (``-`` for a
-    source with no offset, left out)."""
-    offsets = []
-    for line in text.splitlines()[2:]:
-        line = line.strip()
-        if line.startswith("{"):
-            offsets.append(json.loads(line))
-    return offsets
-
-
-class QueueReader(Protocol):
-    """Reads an output stream queue's state (a :class:`~pipeline.queues.QueueProbe`)."""
-
-    def snapshot(self, *, wait_s: float = 0.0) -> QueueSnapshot:
-        """The queue now, trying for up to ``wait_s`` seconds while the broker does not
-        answer."""
-
-
-class GuardListener(Protocol):
-    """What an :class:`OutputQueueGuard` tells its query group."""
-
-    def on_output_queue(
-        self, stream: str, snapshot: QueueSnapshot, check_s: float | None = None
-    ) -> None:
-        """A fresh read of an output stream queue; ``check_s``: how long the read took,
-        when it was a micro-batch's check (seconds)."""
-
-    def on_sleep(self, query: str, stream: str, retry: int, sleep_s: float) -> None:
-        """A query starts sleeping on a full output stream queue (retry is 1-based)."""
-
-    def on_awake(self, query: str, stream: str) -> None:
-        """A query that slept found room and goes on."""
-
-    def on_hold(self, held: QueryGroupHeld) -> None:
-        """A query gives up: the group must be held (called before the error is raised)."""
-
-
-def required_space(tuples: int, partitions: int) -> int:
-    """Output queue space a micro-batch of ``tuples`` output tuples takes, in offsets.
-
-    Each transaction's commit marker takes one offset in every partition it wrote
-    to, and queue length is read from offsets, so a batch takes its tuples plus at
-    most ``min(tuples, partitions)`` markers. An empty batch writes nothing.
-    """
-    return 0 if tuples <= 0 else tuples + min(tuples, partitions)
-
-
-class OutputQueueGuard:
-    """Keeps one output stream queue within its max (sleep, re-check, then hold).
-
-    Every sink writing to the stream shares the guard, and writes while holding it
-    (:meth:`reserve`), so two queries of the group never both fill the same free
-    space. The reception applications free space as they read; the guard only
-    reads the queue, never waits on them.
-
-    Args:
-        query_group: the query group's name.
-        stream: the output stream's name.
-        reader: reads the queue's state; ``None`` turns the check off
-            (``output_queue_check = false``).
-        max_queue_size: the queue's bound, tuples.
-        partitions: partitions of the output topic (for transaction markers).
-        sleep_ms: ``sleep_on_over_store_ms``.
-        retry_count: ``sleep_on_over_store_retry_count``; 0 holds at once.
-        interrupted: set when the group is held or stopped; wakes a sleeping query,
-            which then gives up without writing.
-        listener: the query group.
-        wait: how to sleep (``Event.wait``-like; for unit tests of the rule).
-    """
-
-    def __init__(
-        self,
-        *,
-        query_group: str,
-        stream: str,
-        reader: QueueReader | None,
-        max_queue_size: int,
-        partitions: int,
-        sleep_ms: int,
-        retry_count: int,
-        interrupted: threading.Event | None = None,
-        listener: GuardListener | None = None,
-        wait: Callable[[float], Any] | None = None,
-    ) -> None:
-        self.query_group = query_group
-        self.stream = stream
-        self.reader = reader
-        self.max_queue_size = max_queue_size
-        self.partitions = partitions
-        self.sleep_s = sleep_ms / 1000.0
-        self.retry_count = retry_count
-        self.interrupted = interrupted or threading.Event()
-        self.listener = listener
-        self._wait = wait or self.interrupted.wait
-        self._lock = threading.Lock()
-        #: Sleeps and holds so far (also in the group's metrics).
-        self.sleeps = 0
-        self.holds = 0
-
-    @contextlib.contextmanager
-    def reserve(self, tuples: int, *, query: str, batch_id: int) -> Iterator[None]:
-        """Wait until ``tuples`` output tuples fit, then keep the queue while the caller
-        writes them.
-
-        Raises:
-            OversizedBatchError: the batch is larger than the whole queue.
-            QueryGroupHeld: it still did not fit after ``retry_count`` sleeps, or the
-                group was held or stopped meanwhile. Nothing may be written.
-        """
-        with self._lock:
-            self._admit(tuples, query=query, batch_id=batch_id)
-            yield
-
-    def _admit(self, tuples: int, *, query: str, batch_id: int) -> None:
-        need = required_space(tuples, self.partitions)
-        if self.reader is None or need == 0:
-            return
-        if need > self.max_queue_size:
-            log.error(
-                "FG-QG-005 query group %s query %s: micro-batch %d needs %d tuples of room "
-                "in output stream %s, more than its max_queue_size %d",
-                self.query_group,
-                query,
-                batch_id,
-                need,
-                self.stream,
-                self.max_queue_size,
-            )
-            raise OversizedBatchError(
-                query_group=self.query_group,
-                query=query,
-                stream=self.stream,
-                batch_id=batch_id,
-                required=need,
-                max_size=self.max_queue_size,
-            )
-        retry = 0
-        while True:
-            if self.interrupted.is_set():
-                raise BatchInterrupted(query_group=self.query_group, query=query, batch_id=batch_id)
-            started = time.perf_counter()
-            snapshot = self.reader.snapshot(wait_s=BROKER_WAIT_S)
-            if self.listener is not None:
-                self.listener.on_output_queue(self.stream, snapshot, time.perf_counter() - started)
-            if need <= snapshot.free_queue_size:
-                if retry and self.listener is not None:
-                    self.listener.on_awake(query, self.stream)
-                return
-            if retry >= self.retry_count:
-                raise self._held(query, batch_id, need, free=snapshot.free_queue_size, retry=retry)
-            retry += 1
-            self.sleeps += 1
-            log.warning(
-                "FG-QG-001 query group %s query %s: output stream %s has %d free of %d, "
-                "micro-batch %d needs %d: sleeping %.3f s before retry %d of %d",
-                self.query_group,
-                query,
-                self.stream,
-                snapshot.free_queue_size,
-                self.max_queue_size,
-                batch_id,
-                need,
-                self.sleep_s,
-                retry,
-                self.retry_count,
-            )
-            if self.listener is not None:
-                self.listener.on_sleep(query, self.stream, retry, self.sleep_s)
-            self._wait(self.sleep_s)
-
-    def _held(
-        self, query: str, batch_id: int, need: int, *, free: int, retry: int
-    ) -> QueryGroupHeld:
-        held = QueryGroupHeld(
-            query_group=self.query_group,
-            query=query,
-            stream=self.stream,
-            batch_id=batch_id,
-            required=need,
-            free=free,
-            max_size=self.max_queue_size,
-            sleeps=retry,
-        )
-        self.holds += 1
-        log.error("%s", held)
-        if self.listener is not None:
-            self.listener.on_hold(held)
-        return held
 
 
 class _StuckCall(Exception):
@@ -549,7 +308,7 @@ class KafkaTransactionalSink:
         """Whether the consumer group already holds this batch's commit.
 
         The read is asked again for up to :data:`BROKER_WAIT_S` while the broker
-        answers a transient error (:func:`~pipeline.queues.transient_kafka_error`):
+        answers a transient error (:func:`~pipeline.kafka.retries.transient_kafka_error`):
         a group coordinator that moves to another broker answers NOT_COORDINATOR
         until the new one has loaded the group.
 

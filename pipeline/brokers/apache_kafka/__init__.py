@@ -1,0 +1,22 @@
+"""Apache Kafka's own broker for Floodgate's ``apache-kafka`` engine.
+
+* :mod:`pipeline.brokers.apache_kafka.artifacts`: the broker's jars, fetched from Maven
+  Central with Maven on first use into a cache directory;
+* :mod:`pipeline.brokers.apache_kafka.cluster`: a single KRaft node or a 3-node cluster run
+  as child processes, each stopped by its PID.
+
+``floodgate broker --engine apache-kafka [--nodes 3]`` runs it in the foreground;
+:func:`pipeline.brokers.local.start_broker` starts it from Python (the tests' fixtures).
+"""
+
+from pipeline.brokers.apache_kafka.artifacts import APACHE_KAFKA_VERSION, cache_dir, kafka_libs
+from pipeline.brokers.apache_kafka.cluster import ApacheKafkaCluster, KafkaNode, broker_properties
+
+__all__ = [
+    "APACHE_KAFKA_VERSION",
+    "ApacheKafkaCluster",
+    "KafkaNode",
+    "broker_properties",
+    "cache_dir",
+    "kafka_libs",
+]

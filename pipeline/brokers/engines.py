@@ -1,0 +1,80 @@
+"""The Kafka engines Floodgate runs locally, and a local broker's port and readiness."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from pipeline.errors import BrokerError, ConfigError
+
+if TYPE_CHECKING:
+    pass
+
+
+#: The brokers Floodgate can start itself.
+KafkaEngine = Literal["noida-db", "apache-kafka"]
+
+
+ENGINES: tuple[KafkaEngine, ...] = ("noida-db", "apache-kafka")
+
+
+#: Environment variable choosing the engine :func:`resolve_broker` starts.
+ENGINE_ENV = "FLOODGATE_KAFKA_ENGINE"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now (asked of the kernel, never guessed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_broker(
+    bootstrap_servers: str, *, timeout_s: float, client: Mapping[str, Any] = {}
+) -> None:
+    """Block until ``bootstrap_servers`` answers a metadata request.
+
+    Raises:
+        BrokerError: no answer within ``timeout_s`` seconds.
+    """
+    deadline = time.monotonic() + timeout_s
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **client})
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+            return
+        except KafkaException as exc:
+            last = exc
+            time.sleep(0.1)
+    raise BrokerError(
+        f"Kafka broker at {bootstrap_servers} did not answer within {timeout_s:.0f} s: {last}"
+    )
+
+
+def kafka_engine(engine: str | None = None, *, env: Mapping[str, str] | None = None) -> KafkaEngine:
+    """The engine to start: ``engine`` if given, else ``FLOODGATE_KAFKA_ENGINE``, else
+    ``noida-db``.
+
+    Raises:
+        ConfigError: not one of :data:`ENGINES` (names the variable and the allowed
+            values).
+    """
+    env = os.environ if env is None else env
+    chosen = engine or env.get(ENGINE_ENV) or "noida-db"
+    if chosen not in ENGINES:
+        source = "engine" if engine else ENGINE_ENV
+        allowed = ", ".join(ENGINES)
+        raise ConfigError(
+            f"{source}={chosen!r}: allowed values are {allowed}",
+            key=source,
+            value=chosen,
+            allowed=allowed,
+        )
+    return chosen

@@ -1,0 +1,14 @@
+"""The producer and consumer side of Floodgate; never imports PySpark.
+
+:func:`connect` opens a query group's streams by name; a
+:class:`~pipeline.client.input.StreamInput` writes tuples to an input stream queue
+under back-pressure (:class:`~pipeline.client.input.PutResult` says what happened),
+a :class:`~pipeline.client.reception.StreamOutput` reads an output stream queue,
+its swept backlog first.
+"""
+
+from pipeline.client.connector import Connector, connect
+from pipeline.client.input import PutResult, StreamInput
+from pipeline.client.reception import StreamOutput
+
+__all__ = ["Connector", "PutResult", "StreamInput", "StreamOutput", "connect"]

@@ -1,0 +1,1 @@
+"""Kafka plumbing every part of Floodgate shares: topics, fetching, retries."""

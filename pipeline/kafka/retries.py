@@ -1,0 +1,76 @@
+"""Which broker errors are worth retrying, and the retry policy for broker reads."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import tenacity
+from confluent_kafka import KafkaError, KafkaException
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger(__name__)
+
+
+#: Kafka errors that a leader or coordinator moving between brokers, or a broker
+#: restarting, answers for a while: asked again, the same request succeeds. Met on
+#: Apache Kafka's 3-node cluster with a partition leader killed (NOT_COORDINATOR,
+#: FENCED_LEADER_EPOCH for seconds after the election).
+TRANSIENT_BROKER_ERRORS = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._WAIT_COORD,
+        KafkaError._NOENT,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+    }
+)
+
+
+def transient_kafka_error(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a :class:`KafkaException` that asking again may cure: its
+    error says so itself (``retriable()``), or it is one of
+    :data:`TRANSIENT_BROKER_ERRORS`."""
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return False
+    error = exc.args[0]
+    if not isinstance(error, KafkaError):
+        return False
+    return bool(error.retriable()) or error.code() in TRANSIENT_BROKER_ERRORS
+
+
+def broker_retrying(
+    error: type[BaseException],
+    wait_s: float,
+    before_retry: Callable[[int, BaseException | None], None],
+) -> tenacity.Retrying:
+    """Tenacity's ``Retrying`` for a read of a broker that may be restarting: tried
+    again while it raises ``error``, with exponential backoff from 0.1 s to 2 s, for up
+    to ``wait_s`` seconds; then the last error is raised. ``before_retry(attempt,
+    error)`` runs before each new try (to log it)."""
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(error),
+        stop=tenacity.stop_after_delay(wait_s),
+        wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
+        before_sleep=lambda state: before_retry(
+            state.attempt_number, state.outcome.exception() if state.outcome else None
+        ),
+        reraise=True,
+    )
+
+
+#: Seconds a micro-batch's output queue check keeps reading through a broker outage (a
+#: restart) before the batch fails; the query would otherwise fail on the first refusal.
+BROKER_WAIT_S = 60.0

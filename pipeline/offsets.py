@@ -1,0 +1,206 @@
+"""Spark's offset log, read and written in one place; no PySpark import.
+
+Spark's Kafka source, and so Floodgate's source, records a micro-batch's
+end offsets as per-partition JSON, the *next* offset to read of each partition:
+``{"flights": {"0": 1200, "1": 1187}}``. The source plans and writes them
+(:func:`plan_batch_end`, :func:`offsets_to_json`), the transactional sink reads a
+batch's entry back to commit the same offsets in its Kafka transaction
+(:func:`read_offset_log`), and the sweeper reads the log of a query group it
+sweeps for to find what the group has already read (:func:`parse_offset_log`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+Offsets = dict[int, int]
+
+
+def offsets_to_json(topic: str, offsets: Mapping[int, int]) -> dict[str, dict[str, int]]:
+    """``{0: 5}`` -> ``{"topic": {"0": 5}}`` (Spark's Kafka offset shape)."""
+    return {topic: {str(p): int(o) for p, o in sorted(offsets.items())}}
+
+
+def offsets_from_json(topic: str, value: Mapping[str, Any]) -> Offsets:
+    """Inverse of :func:`offsets_to_json`; a missing topic is an empty dict.
+
+    Raises:
+        ValueError: the offset does not have the expected shape.
+    """
+    per_partition = value.get(topic, {})
+    if not isinstance(per_partition, Mapping):
+        raise ValueError(f"offset for topic {topic!r} is not an object: {value!r}")
+    return {int(p): int(o) for p, o in per_partition.items()}
+
+
+def plan_batch_end(
+    start: Mapping[int, int], latest: Mapping[int, int], max_rows: int | None
+) -> Offsets:
+    """Choose a micro-batch's end offsets under a row limit.
+
+    Args:
+        start: next offset to read per partition.
+        latest: the high watermark (end of available data) per partition; a
+            partition missing from ``start`` starts at 0... callers pass it in ``start``.
+        max_rows: most tuples to read in total; ``None`` for no limit.
+
+    Returns:
+        ``end`` per partition of ``start``, with ``start[p] <= end[p] <= max(start[p], latest[p])``.
+
+    The rule (tested by property tests): when everything available fits in
+    ``max_rows`` the batch takes all of it. Otherwise it takes exactly
+    ``max_rows`` tuples: every partition with a backlog first gets one tuple,
+    then the rest of the budget is shared in proportion to the backlogs
+    (largest remainder). Proportional shares keep partitions aligned in event
+    time when producers write in time order, which is what keeps a watermark
+    from dropping tuples as late.
+
+    When ``max_rows`` is smaller than the number of partitions with a backlog,
+    one tuple each goes to ``max_rows`` of them chosen round-robin: the cursor
+    is ``sum(start) // max_rows`` (the sum grows by exactly ``max_rows`` a
+    batch), so every partition is served within as many batches as there are
+    partitions -- without keeping state between calls.
+    """
+    backlog = {p: max(0, latest.get(p, s) - s) for p, s in start.items()}
+    total = sum(backlog.values())
+    if max_rows is None or total <= max_rows:
+        return {p: start[p] + backlog[p] for p in start}
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be positive or None, got {max_rows}")
+    take = dict.fromkeys(start, 0)
+    waiting = sorted(p for p in backlog if backlog[p] > 0)
+    if max_rows < len(waiting):
+        order = sorted(start)
+        cursor = (sum(start.values()) // max_rows) % len(order)
+        rotated = order[cursor:] + order[:cursor]
+        for p in [p for p in rotated if backlog[p] > 0][:max_rows]:
+            take[p] = 1
+        return {p: start[p] + take[p] for p in start}
+    budget = max_rows - len(waiting)
+    for p in waiting:
+        take[p] = 1
+    if budget > 0:
+        remaining = {p: backlog[p] - take[p] for p in start}
+        remaining_total = sum(remaining.values())  # > budget, since total > max_rows
+        shares = {p: budget * remaining[p] // remaining_total for p in start}
+        for p, share in shares.items():
+            take[p] += share
+        left = budget - sum(shares.values())
+        by_remainder = sorted(start, key=lambda p: (-(budget * remaining[p] % remaining_total), p))
+        for p in by_remainder:
+            if left == 0:
+                break
+            if take[p] < backlog[p]:
+                take[p] += 1
+                left -= 1
+    return {p: start[p] + take[p] for p in start}
+
+
+def batch_watermark(
+    checkpoint: str, topic: str, end: Mapping[int, int], *, look_back: int = 8
+) -> tuple[int, int] | None:
+    """The watermark Spark applies to late tuples of the micro-batch that ends at ``end``.
+
+    Spark writes ``<checkpoint>/offsets/<batch>`` before it plans a micro-batch: a
+    version line, the batch's metadata (``batchWatermarkMs``, the event-time watermark
+    its stateful operators evict state by), then one offsets line per source. The
+    batch is the newest of the last ``look_back`` whose line for ``topic`` equals
+    ``end``. Late tuples are judged by the *previous* batch's watermark (Spark >= 3.4,
+    ``PropagateWatermarkSimulator.getInputWatermarkForLateEvents``, the default with
+    ``spark.sql.streaming.statefulOperator.allowMultiple``): 0 for the first batch.
+
+    Returns:
+        ``(batch id, watermark ms)``, or ``None`` when no logged batch matches (the
+        checkpoint is not a local directory, or the batch is not logged yet).
+    """
+    directory = os.path.join(checkpoint, "offsets")
+    try:
+        batches = sorted((int(n) for n in os.listdir(directory) if n.isdigit()), reverse=True)
+    except OSError:
+        return None
+    wanted = {int(p): int(o) for p, o in end.items()}
+    for batch in batches[:look_back]:
+        text = local_offset_log(directory, batch)
+        for logged in parse_offset_log(text or ""):
+            with contextlib.suppress(ValueError, AttributeError):
+                if offsets_from_json(topic, logged) == wanted:
+                    previous = local_offset_log(directory, batch - 1) if batch > 0 else None
+                    if previous is None:
+                        return batch, 0
+                    metadata = json.loads(previous.splitlines()[1])
+                    return batch, int(metadata.get("batchWatermarkMs", 0))
+    return None
+
+
+def read_offset_log(spark: Any, checkpoint_dir: str, batch_id: int) -> list[dict[str, Any]]:
+    """The source offsets Spark logged for a micro-batch.
+
+    Args:
+        spark: the query's SparkSession (its Hadoop configuration resolves the path).
+        checkpoint_dir: the query's checkpoint location (any Hadoop path).
+        batch_id: the micro-batch.
+
+    Returns:
+        The end offset of each source, as logged (JSON objects; sources with no
+        offset are left out).
+
+    Raises:
+        FileNotFoundError: Spark has not logged that batch.
+    """
+    local = local_checkpoint_path(checkpoint_dir)
+    if local is not None:
+        # Straight from disk: through py4j and Hadoop this took 20-45 ms of every
+        # micro-batch (eight JVM round trips; issue 9). A scheme-less path that is not
+        # on this disk may be on Hadoop's default file system: read it through Hadoop.
+        text = local_offset_log(os.path.join(local, "offsets"), batch_id)
+        if text is not None:
+            return parse_offset_log(text)
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint_dir.rstrip('/')}/offsets/{batch_id}")
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
+    if not fs.exists(path):
+        raise FileNotFoundError(f"no offset log entry {path.toString()}")
+    stream = fs.open(path)
+    try:
+        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    return parse_offset_log(str(text))
+
+
+def local_checkpoint_path(checkpoint_dir: str) -> str | None:
+    """The local directory of a ``file:`` or scheme-less checkpoint location, else None
+    (a location with another scheme, ``hdfs://`` say)."""
+    if checkpoint_dir.startswith("file:"):
+        return "/" + checkpoint_dir[len("file:") :].lstrip("/")
+    return None if "://" in checkpoint_dir else checkpoint_dir
+
+
+def local_offset_log(offsets_dir: str, batch_id: int) -> str | None:
+    """The text of ``<offsets_dir>/<batch_id>`` in a local checkpoint; ``None`` when
+    absent or not yet complete (version, metadata and at least one source line)."""
+    try:
+        with open(os.path.join(offsets_dir, str(batch_id)), encoding="utf-8") as log_file:
+            text = log_file.read()
+    except OSError:
+        return None
+    return text if len(text.splitlines()) >= 3 else None
+
+
+def parse_offset_log(text: str) -> list[dict[str, Any]]:
+    """The source offsets of one entry of Spark's offset log (its text): line 1 is the
+    log version, line 2 the batch metadata, then one line per source (``-`` for a
+    source with no offset, left out)."""
+    offsets = []
+    for line in text.splitlines()[2:]:
+        line = line.strip()
+        if line.startswith("{"):
+            offsets.append(json.loads(line))
+    return offsets

@@ -1,0 +1,124 @@
+"""Calling a Floodgate service's HTTP endpoint from the CLI: URL, token, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from pipeline.config import DEFAULT_CONTROL_DIR
+from pipeline.errors import FloodgateError
+
+if TYPE_CHECKING:
+    pass
+
+
+#: Environment variable holding the control token of a query group's endpoint, read
+#: by the driver (``floodgate run``) and by ``floodgate query-group`` commands.
+CONTROL_TOKEN_ENV = "FLOODGATE_CONTROL_TOKEN"
+
+
+def error_detail(response: httpx.Response) -> str:
+    """The reason an HTTP API of ours gave for refusing (FastAPI's ``detail``), or the
+    response's text."""
+    try:
+        return str(response.json().get("detail", response.text))
+    except (ValueError, AttributeError):
+        return response.text
+
+
+def endpoint_url(
+    name: str, *, url: str | None = None, control_dir: str = DEFAULT_CONTROL_DIR
+) -> str:
+    """The base URL of a running query group: ``url`` if given, else its control file.
+
+    Raises:
+        FloodgateError: no URL was given and no control file names the group (the
+            message says where it looked).
+    """
+    if url:
+        return url.rstrip("/")
+    path = Path(control_dir) / f"{name}.json"
+    try:
+        return str(json.loads(path.read_text())["url"]).rstrip("/")
+    except (OSError, ValueError, KeyError) as exc:
+        raise FloodgateError(
+            f"query group {name!r}: no running endpoint found ({path} is missing or "
+            "unreadable); is it running on this host? Pass --url http://host:port otherwise"
+        ) from exc
+
+
+def client_token(
+    name: str, *, control_dir: str = DEFAULT_CONTROL_DIR, env: Mapping[str, str] | None = None
+) -> tuple[str | None, str]:
+    """The control token a client sends to query group ``name``: :data:`CONTROL_TOKEN_ENV`
+    when set, else the content of ``<control_dir>/<name>.token``.
+
+    Returns:
+        ``(token or None, where it was looked for)`` -- the second for messages.
+    """
+    env = os.environ if env is None else env
+    if env.get(CONTROL_TOKEN_ENV):
+        return env[CONTROL_TOKEN_ENV], CONTROL_TOKEN_ENV
+    path = Path(control_dir) / f"{name}.token"
+    try:
+        return path.read_text(), f"{CONTROL_TOKEN_ENV} (unset) or {path}"
+    except OSError:
+        return None, f"{CONTROL_TOKEN_ENV} (unset) or {path} (missing or unreadable)"
+
+
+def call(
+    name: str,
+    action: str,
+    *,
+    url: str | None = None,
+    control_dir: str = DEFAULT_CONTROL_DIR,
+    token: str | None = None,
+    timeout_s: float = 120.0,
+) -> dict[str, Any]:
+    """Send ``status`` (GET) or ``release`` / ``stop`` (POST) to a running query group.
+
+    Args:
+        name: the query group.
+        action: ``status``, ``release`` or ``stop``.
+        url: the endpoint (default: from the group's control file in ``control_dir``).
+        control_dir: where the group's control files are.
+        token: the control token for ``release`` / ``stop``; default
+            :func:`client_token`.
+        timeout_s: HTTP timeout, seconds.
+
+    Returns:
+        The endpoint's JSON answer.
+
+    Raises:
+        FloodgateError: the endpoint cannot be found or reached, or refused (the
+            message carries its reason, e.g. "not HELD"; for a 401, where the token
+            was looked for).
+    """
+    base = endpoint_url(name, url=url, control_dir=control_dir)
+    where = "the token given"
+    if token is None and action != "status":
+        token, where = client_token(name, control_dir=control_dir)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        if action == "status":
+            response = httpx.get(f"{base}/status", timeout=timeout_s)
+        else:
+            response = httpx.post(f"{base}/{action}", headers=headers, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise FloodgateError(f"query group {name!r} at {base}: {exc}") from exc
+    if response.status_code == 401:
+        raise FloodgateError(
+            f"query group {name!r} at {base}: {action} refused: {error_detail(response)} "
+            f"(token looked for in {where})"
+        )
+    if response.status_code >= 400:
+        raise FloodgateError(
+            f"query group {name!r} at {base}: {action} refused: {error_detail(response)}"
+        )
+    result: dict[str, Any] = response.json()
+    return result

@@ -1,0 +1,438 @@
+"""Reading one Kafka partition's planned range for a micro-batch, in a Spark task.
+
+The range ``[start, end)`` is read from the swept BLOBs first and then the
+broker, decoded into Arrow record batches; a tuple that does not decode, or
+comes too late for its window, goes to the dead-letter topic with the reason."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from confluent_kafka import Consumer, KafkaException, Producer
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import (
+    DateType,
+    StructType,
+    TimestampType,
+)
+
+from pipeline.deadletter import (
+    DLQ_ERROR,
+    DLQ_OFFSET,
+    DLQ_PARTITION,
+    DLQ_QUERY,
+    DLQ_REASON,
+    DLQ_STREAM,
+    DLQ_TOPIC,
+    dead_letter_key,
+)
+from pipeline.errors import DeserializationError, RefusedTupleError
+from pipeline.serde import BlockDecoder, SchemaRepository, StreamCodec
+from pipeline.spark.options import SourceOptions
+from pipeline.swept.catalog import catalog_for
+from pipeline.swept.reading import RANGE_CONSUMER, BlobReader, read_partition
+
+log = logging.getLogger(__name__)
+
+
+#: Rows per Arrow record batch yielded by :meth:`KafkaStreamReader.read`.
+ARROW_BATCH_ROWS = 8192
+
+
+#: A partition read that makes no progress for this long fails the task.
+READ_STALL_TIMEOUT_S = 60.0
+
+
+def _iso(epoch_ms: int) -> str:
+    """Epoch milliseconds as ISO 8601 UTC, for messages."""
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class KafkaInputPartition(InputPartition):
+    """One Spark task's share of a micro-batch: ``[start, end)`` of one Kafka partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    watermark_ms: int | None = None
+    """The watermark for the micro-batch's late tuples (epoch ms; ``None``: no
+    lateness check, :func:`batch_watermark`)."""
+    batch_id: int | None = None
+
+
+@dataclass(frozen=True)
+class KafkaTaskPartition(InputPartition):
+    """One Spark task of a micro-batch: Kafka partition ranges read one after the other.
+
+    Spark pays for every task of a Python data source (a worker round trip, the
+    reader shipped and set up: ~0.1-0.2 s a task on the 2-core development machine,
+    more than decoding 15 000 flights), so a micro-batch is read with at most
+    ``maxTasks`` tasks, not one per Kafka partition (``bench/README.md``, issue 9).
+    """
+
+    ranges: tuple[KafkaInputPartition, ...]
+
+    @property
+    def tuples(self) -> int:
+        """Offsets spanned by the ranges (an upper bound of the tuples)."""
+        return sum(r.end - r.start for r in self.ranges)
+
+
+class _PartitionReader:
+    """Reads the :class:`KafkaInputPartition` ranges of one task in a Python worker."""
+
+    #: The range being read (set by :meth:`batches`).
+    partition: KafkaInputPartition
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.options = options
+        repository = SchemaRepository.from_json(options.schemas_json)
+        self.codec = StreamCodec(options.stream, repository.get(options.schema_name), repository)
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        # Timestamps arrive as epoch milliseconds and dates as epoch days (logical types
+        # stripped for speed): build with those, then cast the few columns concerned.
+        self._raw_schema = pa.schema(
+            [
+                pa.field(f.name, pa.int64(), f.nullable)
+                if pa.types.is_timestamp(f.type)
+                else pa.field(f.name, pa.int32(), f.nullable)
+                if pa.types.is_date32(f.type)
+                else f
+                for f in self.arrow_schema
+            ]
+        )
+        self.fields = self.codec.schema.field_names
+        # Columns built from epoch-millisecond longs / epoch-day ints (logical types stripped).
+        self._time_fields = {
+            f.name for f in schema.fields if isinstance(f.dataType, TimestampType)
+        } - {"event_time", "_timestamp"}
+        self._date_fields = {f.name for f in schema.fields if isinstance(f.dataType, DateType)}
+        self._pa = pa
+        self._decoder = BlockDecoder(self.codec)
+        self._dead: list[tuple[Any, DeserializationError]] = []
+        self._blobs: BlobReader | None = None
+
+    def batches(self, ranges: Sequence[KafkaInputPartition]) -> Iterator[Any]:
+        """Arrow record batches of ``ranges``, in order, through one consumer; the
+        dead letters of all of them are sent at the end."""
+        consumer = Consumer(
+            # A user's kafka.* properties win over the range reader's.
+            self.options.consumer_config(**{**RANGE_CONSUMER, **self.options.client})
+        )
+        try:
+            for part in ranges:
+                self.partition = part
+                pending: list[Any] = []
+                for fetched in self._records(consumer):
+                    pending.extend(fetched)
+                    while len(pending) >= ARROW_BATCH_ROWS:
+                        chunk, pending = pending[:ARROW_BATCH_ROWS], pending[ARROW_BATCH_ROWS:]
+                        yield from self._convert(chunk)
+                if pending:
+                    yield from self._convert(pending)
+        finally:
+            consumer.close()
+        self._send_dead_letters()
+
+    def _convert(self, messages: list[Any]) -> Iterator[Any]:
+        """One Arrow record batch of ``messages`` (none if every one was refused).
+
+        The block decoder decodes them all at once; when it cannot vouch for the
+        block (a malformed tuple, an older writer schema), they are decoded one by
+        one, which dead-letters exactly the bad ones.
+        """
+        table = self._decoder.decode([m.value() for m in messages])
+        if table is not None:
+            batch = self._columns(table, messages)
+            if batch.num_rows:
+                yield batch
+            return
+        dead_before = len(self._dead)
+        rows: list[dict[str, Any]] = []
+        kept: list[Any] = []
+        for message in messages:
+            row = self._decode(message)
+            if row is not None:
+                rows.append(row)
+                kept.append(message)
+        if len(self._dead) == dead_before and self._decoder.enabled:
+            # Every tuple decoded alone, so the block reader is what failed: a type it
+            # reads differently. Leave it off for the rest of this range.
+            log.info(
+                "stream %r: block decoding is off for %s[%d]; decoding tuple by tuple",
+                self.options.stream,
+                self.partition.topic,
+                self.partition.partition,
+            )
+            self._decoder.enabled = False
+        if rows:
+            yield self._to_arrow_or_dead_letter(rows, kept)
+
+    def _columns(self, table: Any, messages: list[Any]) -> Any:
+        """The source's record batch from a block-decoded ``table`` of ``messages``:
+        the stream's columns, then the metadata columns; tuples the source refuses
+        (:meth:`_refusal`) are dead-lettered and left out."""
+        pa = self._pa
+        import pyarrow.compute as pc
+
+        keys = [m.key() for m in messages]
+        timestamps = [
+            ts if kind != 0 and ts >= 0 else None for kind, ts in (m.timestamp() for m in messages)
+        ]
+        timestamp_col = pa.array(timestamps, pa.int64())
+        options = self.options
+        if options.timestamp_mode == "data_source":
+            field = options.timestamp_field or ""
+            event_col = (
+                pc.cast(table.column(field).combine_chunks(), pa.int64())
+                if field in table.column_names
+                else pa.nulls(len(messages), pa.int64())
+            )
+        else:
+            event_col = timestamp_col
+        # Rows that may be refused, found by column; each is then judged on its own.
+        suspects = None
+        if options.key_required:
+            suspects = pc.is_null(pa.array(keys, pa.binary()))
+        ahead = options.max_event_time_ahead_ms
+        if ahead is not None and options.timestamp_mode == "data_source":
+            future = pc.greater(event_col, pc.add(timestamp_col, ahead))
+            suspects = future if suspects is None else pc.or_kleene(suspects, future)
+        watermark = self.partition.watermark_ms
+        if options.late_window is not None and watermark is not None:
+            early = pc.less(event_col, watermark)
+            suspects = early if suspects is None else pc.or_kleene(suspects, early)
+        refused: list[int] = []
+        if suspects is not None:
+            for index in pc.indices_nonzero(pc.fill_null(suspects, False)).to_pylist():
+                message = messages[index]
+                error = self._refusal(
+                    message, keys[index], timestamps[index], event_col[index].as_py()
+                )
+                if error is not None:
+                    self._dead.append((message, error))
+                    refused.append(index)
+        columns = [table.column(name).combine_chunks() for name in self.fields]
+        columns += [
+            event_col,
+            pa.array(keys, pa.binary()),
+            pa.array(np.full(len(messages), self.partition.partition, dtype=np.int32)),
+            pa.array([m.offset() for m in messages], pa.int64()),
+            timestamp_col,
+        ]
+        batch = self._cast([c.cast(f.type) for c, f in zip(columns, self._raw_schema, strict=True)])
+        if refused:
+            keep = np.ones(len(messages), dtype=bool)
+            keep[refused] = False
+            batch = batch.filter(pa.array(keep))
+        return batch
+
+    def _records(self, consumer: Consumer) -> Iterator[list[Any]]:
+        """The records of ``[start, end)`` in offset order, batch by batch: from the
+        broker while it holds them, from the BLOB chain where the sweeper moved them
+        (unsweep; :func:`pipeline.swept.reading.read_partition`).
+
+        Raises:
+            DataLossError: an offset neither the broker nor a BLOB holds.
+        """
+        part = self.partition
+        if self.options.sweep_catalog and self._blobs is None:
+            self._blobs = BlobReader(catalog_for(self.options.sweep_catalog))
+        return read_partition(
+            consumer,
+            part.topic,
+            part.partition,
+            part.start,
+            part.end,
+            blobs=self._blobs,
+            stall_timeout_s=READ_STALL_TIMEOUT_S,
+        )
+
+    def _decode(self, message: Any) -> dict[str, Any] | None:
+        value = message.value()
+        try:
+            row = self.codec.decode(value if value is not None else b"", logical=False)
+        except DeserializationError as exc:
+            self._dead.append(
+                (
+                    message,
+                    exc.at(
+                        topic=message.topic(),
+                        partition=message.partition(),
+                        offset=message.offset(),
+                    ),
+                )
+            )
+            return None
+        ts_type, ts = message.timestamp()
+        key = message.key()
+        row["_key"] = key
+        row["_partition"] = message.partition()
+        row["_offset"] = message.offset()
+        timestamp = row["_timestamp"] = ts if ts_type != 0 and ts >= 0 else None
+        if self.options.timestamp_mode == "data_source":
+            event_time = row["event_time"] = row.get(self.options.timestamp_field or "")
+        else:
+            event_time = row["event_time"] = timestamp
+        error = self._refusal(message, key, timestamp, event_time)
+        if error is not None:
+            self._dead.append((message, error))
+            return None
+        return row
+
+    def _refusal(
+        self, message: Any, key: bytes | None, timestamp: int | None, event_time: int | None
+    ) -> RefusedTupleError | None:
+        """Why the source refuses a decoded tuple (``null-key``, ``future-event-time``,
+        ``late``), or ``None`` to keep it. Times are epoch ms."""
+        refusal = None
+        if key is None and self.options.key_required:
+            refusal = ("null-key", "the record has no key; the stream is keyed")
+        elif event_time is not None:
+            ahead = self.options.max_event_time_ahead_ms
+            watermark = self.partition.watermark_ms
+            window = self.options.late_window
+            if (
+                ahead is not None
+                and timestamp is not None
+                and self.options.timestamp_mode == "data_source"
+                and event_time > timestamp + ahead
+            ):
+                refusal = (
+                    "future-event-time",
+                    f"event time {_iso(event_time)} is {(event_time - timestamp) / 1000:,.0f} s "
+                    f"after the record's timestamp {_iso(timestamp)}; at most "
+                    f"{ahead / 1000:,.0f} s is accepted (max_event_time_ahead_ms)",
+                )
+            elif (
+                window is not None
+                and watermark is not None
+                and window.is_late(event_time, watermark)
+            ):
+                refusal = (
+                    "late",
+                    f"event time {_iso(event_time)}: its latest window ended "
+                    f"{_iso(window.last_end(event_time))}, at or before the watermark "
+                    f"{_iso(watermark)} for micro-batch {self.partition.batch_id}; Spark "
+                    "would drop it from the aggregation",
+                )
+        if refusal is None:
+            return None
+        reason, text = refusal
+        return RefusedTupleError(
+            text,
+            reason=reason,
+            stream=self.options.stream,
+            topic=message.topic(),
+            partition=message.partition(),
+            offset=message.offset(),
+        )
+
+    def _to_arrow_or_dead_letter(self, rows: list[dict[str, Any]], messages: list[Any]) -> Any:
+        """Arrow batch of ``rows``; a row whose values Arrow cannot hold (an Avro ``int``
+        beyond 32 bits written by a careless producer, say) is dead-lettered with reason
+        ``bad-value`` instead of failing every retry of the batch."""
+        pa = self._pa
+        try:
+            return self._to_arrow(rows)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            kept = []
+            for row, message in zip(rows, messages, strict=True):
+                try:
+                    self._to_arrow([row])
+                    kept.append(row)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                    self._dead.append(
+                        (
+                            message,
+                            DeserializationError(
+                                f"a value does not fit its column: {exc}",
+                                reason="bad-value",
+                                stream=self.options.stream,
+                                topic=message.topic(),
+                                partition=message.partition(),
+                                offset=message.offset(),
+                            ),
+                        )
+                    )
+            return self._to_arrow(kept)
+
+    def _to_arrow(self, rows: list[dict[str, Any]]) -> Any:
+        # from_pylist transposes in C++: ~2.3x faster than a list per column here.
+        return self._cast(self._pa.RecordBatch.from_pylist(rows, schema=self._raw_schema).columns)
+
+    def _cast(self, raw_columns: Sequence[Any]) -> Any:
+        """The record batch of :func:`spark_schema` from columns of the raw schema
+        (timestamps as epoch-ms longs, dates as epoch-day ints)."""
+        pa = self._pa
+        columns = []
+        for field, column in zip(self.arrow_schema, raw_columns, strict=True):
+            if pa.types.is_timestamp(field.type):
+                # epoch milliseconds -> the microsecond timestamps Spark expects
+                column = column.cast(pa.timestamp("ms", tz="UTC")).cast(field.type)
+            elif pa.types.is_date32(field.type):
+                column = column.cast(field.type)
+            columns.append(column)
+        return pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
+
+    def _send_dead_letters(self) -> None:
+        """Send undecodable tuples to the dead-letter topic, then wait for the acks.
+
+        At least once: a retried task sends them again; the record key
+        ``<query>@<topic>/<partition>/<offset>`` lets a reader drop repeats. Each
+        query that reads the stream dead-letters the tuple once, under its name.
+        """
+        if not self._dead:
+            return
+        if not self.options.dead_letter_topic:
+            first = self._dead[0][1]
+            raise first
+        producer = Producer(
+            {
+                "bootstrap.servers": self.options.bootstrap_servers,
+                "enable.idempotence": True,
+                "acks": "all",
+                **self.options.client,
+            }
+        )
+        failures: list[str] = []
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        for message, error in self._dead:
+            headers = [
+                *(message.headers() or []),
+                (DLQ_REASON, error.reason.encode()),
+                (DLQ_ERROR, str(error).encode()),
+                (DLQ_STREAM, self.options.stream.encode()),
+                (DLQ_QUERY, (self.options.query or "").encode()),
+                (DLQ_TOPIC, message.topic().encode()),
+                (DLQ_PARTITION, str(message.partition()).encode()),
+                (DLQ_OFFSET, str(message.offset()).encode()),
+            ]
+            producer.produce(
+                self.options.dead_letter_topic,
+                key=dead_letter_key(self.options.query, message),
+                value=message.value(),
+                headers=headers,
+                on_delivery=on_delivery,
+            )
+            log.warning("FG-SOURCE-001 dead-lettered: %s", error)
+        remaining = producer.flush(30)
+        if remaining or failures:
+            raise KafkaException(
+                f"dead-letter topic {self.options.dead_letter_topic!r}: {remaining} undelivered, "
+                f"errors: {failures[:3]}"
+            )

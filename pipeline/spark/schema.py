@@ -1,0 +1,108 @@
+"""A stream's Avro schema as a Spark schema: the columns the source reads."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from pipeline.errors import SchemaError
+from pipeline.serde import RegisteredSchema
+
+#: Columns the source adds to every stream's own fields.
+METADATA_COLUMNS = ("event_time", "_key", "_partition", "_offset", "_timestamp")
+
+
+_AVRO_TO_SPARK: dict[str, DataType] = {
+    "int": IntegerType(),
+    "long": LongType(),
+    "float": FloatType(),
+    "double": DoubleType(),
+    "boolean": BooleanType(),
+    "string": StringType(),
+    "bytes": BinaryType(),
+    "enum": StringType(),
+}
+
+
+_LOGICAL_TO_SPARK: dict[str, DataType] = {
+    "timestamp-millis": TimestampType(),
+    "timestamp-micros": TimestampType(),
+    "date": DateType(),
+}
+
+
+def _spark_field(stream: str, avro_field: Mapping[str, Any]) -> StructField:
+    name = avro_field["name"]
+    avro_type = avro_field["type"]
+    nullable = False
+    if isinstance(avro_type, list):
+        branches = [t for t in avro_type if t != "null"]
+        nullable = len(branches) < len(avro_type)
+        if len(branches) != 1:
+            raise SchemaError(
+                f"stream {stream!r}: field {name!r} is a union of {avro_type}; the source "
+                'supports only ["null", T]',
+                stream=stream,
+                field=name,
+            )
+        avro_type = branches[0]
+    if isinstance(avro_type, Mapping):
+        logical = avro_type.get("logicalType")
+        if logical in _LOGICAL_TO_SPARK:
+            return StructField(name, _LOGICAL_TO_SPARK[logical], nullable)
+        avro_type = avro_type.get("type")
+    if isinstance(avro_type, str) and avro_type in _AVRO_TO_SPARK:
+        return StructField(name, _AVRO_TO_SPARK[avro_type], nullable)
+    raise SchemaError(
+        f"stream {stream!r}: field {name!r} has Avro type {avro_type!r}, which the source "
+        f"does not map to a Spark column (supported: {sorted(_AVRO_TO_SPARK)} and "
+        f"{sorted(_LOGICAL_TO_SPARK)})",
+        stream=stream,
+        field=name,
+    )
+
+
+def spark_schema(stream: str, schema: RegisteredSchema) -> StructType:
+    """The Spark schema of a stream read by this source.
+
+    Returns:
+        The Avro record's fields in order, then ``event_time`` (timestamp),
+        ``_key`` (binary), ``_partition`` (int), ``_offset`` (long) and
+        ``_timestamp`` (the Kafka record timestamp).
+
+    Raises:
+        SchemaError: a field's Avro type has no Spark column type here, or a field
+            clashes with a metadata column.
+    """
+    fields = [_spark_field(stream, f) for f in schema.schema.get("fields", [])]
+    clash = {f.name for f in fields} & set(METADATA_COLUMNS)
+    if clash:
+        raise SchemaError(
+            f"stream {stream!r}: fields {sorted(clash)} clash with the source's metadata columns",
+            stream=stream,
+        )
+    return StructType(
+        [
+            *fields,
+            StructField("event_time", TimestampType(), True),
+            StructField("_key", BinaryType(), True),
+            StructField("_partition", IntegerType(), False),
+            StructField("_offset", LongType(), False),
+            StructField("_timestamp", TimestampType(), True),
+        ]
+    )

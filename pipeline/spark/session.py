@@ -1,0 +1,152 @@
+"""The query group's SparkSession: Floodgate's defaults, the user's settings on top."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from pipeline.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+#: Spark settings Floodgate applies when neither ``spark-submit`` (``--master``,
+#: ``--conf``), ``spark-defaults.conf``, ``PYSPARK_SUBMIT_ARGS`` nor a query group's
+#: ``[spark]`` section set them (:func:`build_spark_session`).
+SPARK_DEFAULTS: dict[str, str] = {
+    # No web UI or console progress bar: the metrics endpoint and /status report progress.
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    # Aggregations of micro-batches are small (the output queue bounds them).
+    "spark.sql.shuffle.partitions": "2",
+    # Event-time windows (hours, days) are cut in UTC, whatever the host's zone.
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+    # Checkpoints through Hadoop's FileSystem API on the raw local file system, not the
+    # FileContext manager on the checksummed one, which starts a `readlink` and a
+    # `chmod` process (no native Hadoop library in pyspark) for nearly every checkpoint
+    # file: 920 processes and ~130 ms of walCommit and commitOffsets per micro-batch
+    # in a 20 s demo run; with these, 120 processes and ~20 ms (bench/README.md). A
+    # rename stays atomic on a local or HDFS checkpoint; Spark's own checksums of the
+    # state store are unchanged.
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager"
+    ),
+    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+}
+
+
+#: The master ``spark-submit`` runs with when none is set (``SparkSubmitArguments``).
+SPARK_SUBMIT_DEFAULT_MASTER = "local[*]"
+
+
+#: Where a Spark setting of the session came from (:func:`spark_settings`).
+SETTING_SOURCES = ("spark", "query group", "floodgate")
+
+
+_applied_settings: dict[str, tuple[str, str]] = {}
+
+
+def _is_local_master(master: str) -> bool:
+    """Executors on this host: ``local``, ``local[N]``, ``local[N,F]``, ``local-cluster[...]``."""
+    return master == "local" or master.startswith(("local[", "local-cluster["))
+
+
+def build_spark_session(
+    *,
+    app_name: str = "floodgate",
+    master: str = "local[2]",
+    conf: Mapping[str, Any] | None = None,
+) -> SparkSession:
+    """Get or create the process's SparkSession, Floodgate's settings applied where
+    nothing else set a value.
+
+    Precedence, highest first (as for any Spark application):
+
+    1. what Spark itself was given: ``spark-submit --master``/``--conf``/``--properties-file``,
+       ``spark-defaults.conf`` (in ``SPARK_CONF_DIR``), ``PYSPARK_SUBMIT_ARGS`` and the
+       ``MASTER`` environment variable. They are read from the JVM's configuration
+       once the Py4J gateway runs (in a ``spark-submit`` driver it is ``spark-submit``'s
+       own JVM), not from a bare Python ``SparkConf()``, which sees none of them. A
+       ``spark-submit`` driver runs on the master ``spark-submit`` chose, its default
+       ``local[*]`` included; a plain ``python``/``floodgate`` driver takes ``local[*]``
+       as "no master set" (PySpark's launch of the JVM fills it in);
+    2. ``master`` and ``conf`` (a query group file's ``[spark]`` section);
+    3. :data:`SPARK_DEFAULTS`.
+
+    ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` default to this interpreter only
+    when the master runs executors on this host (``local[...]``,
+    ``local-cluster[...]``); on a cluster the executors' Python is the deployment's
+    (``spark.pyspark.python``, ``PYSPARK_PYTHON``; docs/spark-cluster.md).
+
+    When a SparkContext runs already, Spark keeps its static settings and takes the
+    SQL ones (``spark.sql.*``) into the session; :func:`spark_settings` tells what was
+    applied and from where.
+
+    Raises:
+        ConfigError: a value of ``conf`` is not a string, number or boolean.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    # In a spark-submit driver the JVM is spark-submit's, and says where it is.
+    in_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    SparkContext._ensure_initialized()  # the JVM, with spark-submit's settings in it
+    given = SparkConf()  # the JVM's: every spark.* system property
+    given_keys = {key for key, _ in given.getAll()}
+    if not in_spark_submit and given.get("spark.master") == SPARK_SUBMIT_DEFAULT_MASTER:
+        # PySpark's own launch of the JVM fills in spark-submit's default master when
+        # nothing set one: that is not a choice of the user's.
+        given_keys.discard("spark.master")
+    effective_master = (
+        given.get("spark.master") if "spark.master" in given_keys else None
+    ) or master
+    if _is_local_master(effective_master):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    layers: list[tuple[str, Mapping[str, Any]]] = [
+        ("floodgate", SPARK_DEFAULTS),
+        ("query group", {"spark.master": master, **(conf or {})}),
+    ]
+    chosen: dict[str, tuple[str, str]] = {}
+    for source, values in layers:
+        for key, value in values.items():
+            if not isinstance(value, str | int | float | bool):
+                raise ConfigError(
+                    f"spark.conf.{key} = {value!r}: Spark settings are strings, numbers "
+                    "or booleans",
+                    key=f"spark.conf.{key}",
+                    value=value,
+                    allowed="a string, number or boolean",
+                )
+            chosen[key] = (str(value).lower() if isinstance(value, bool) else str(value), source)
+    builder = SparkSession.builder.appName(app_name)
+    for key, (value, _source) in chosen.items():
+        if key in given_keys:
+            chosen[key] = (str(given.get(key)), "spark")
+            continue
+        builder = builder.master(value) if key == "spark.master" else builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    _applied_settings.update(chosen)
+    overridden = sorted(k for k, (_, source) in chosen.items() if source == "spark")
+    log.info(
+        "Spark master %s; Floodgate's settings applied: %s; set by Spark's own "
+        "configuration instead: %s",
+        spark.sparkContext.master,
+        sorted(k for k, (_, source) in chosen.items() if source != "spark"),
+        overridden or "none",
+    )
+    return spark
+
+
+def spark_settings() -> dict[str, dict[str, str]]:
+    """The settings :func:`build_spark_session` chose, by key: ``value`` and
+    ``source`` (one of :data:`SETTING_SOURCES`: ``spark`` when Spark's own
+    configuration set it, which Floodgate then left alone)."""
+    return {k: {"value": v, "source": src} for k, (v, src) in sorted(_applied_settings.items())}

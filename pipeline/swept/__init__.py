@@ -1,0 +1,1 @@
+"""The swept backlog: BLOB files, their catalog, and reading a partition back in order."""
