@@ -24,10 +24,7 @@ input tuples are discarded, and counted).
 
 from __future__ import annotations
 
-import enum
-import json
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,110 +32,26 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
-from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent
+from pyspark.sql.streaming import StreamingQuery
 
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import ConfigError, QueryGroupError, QueryGroupHeld, compact_error
 from pipeline.kafka.topics import ensure_topics
 from pipeline.metrics import QueryGroupMetrics
-from pipeline.offsets import local_checkpoint_path, offsets_to_json
-from pipeline.queues import QueueAge, QueueProbe, QueueSnapshot, StableOffsetWatch
+from pipeline.queues import QueueSnapshot
 from pipeline.serde import SchemaRepository, StreamCodec
 from pipeline.spark.guard import OutputQueueGuard
-from pipeline.spark.late_plan import late_plan
-from pipeline.spark.options import SOURCE_NAME
-from pipeline.spark.session import build_spark_session, spark_settings
-from pipeline.spark.sink import TRANSACTION_TIMEOUT_S, KafkaTransactionalSink
+from pipeline.spark.hold import Hold
+from pipeline.spark.inputs import register_inputs
+from pipeline.spark.progress import ProgressListener, QueryStats
+from pipeline.spark.queue_gauges import QueueGauges
+from pipeline.spark.session import build_spark_session
+from pipeline.spark.sink import KafkaTransactionalSink
 from pipeline.spark.source import KafkaStreamDataSource
+from pipeline.spark.states import QueryGroupState
+from pipeline.spark.status import QueryStatus, group_status
 
 log = logging.getLogger(__name__)
-
-
-class QueryGroupState(enum.StrEnum):
-    """States of a query group (README, "Bounded output stream queues: sleep, retry, hold")."""
-
-    STARTING = "STARTING"
-    EXECUTING = "EXECUTING"
-    SLEEPING = "SLEEPING"
-    HELD = "HELD"
-    STOPPED = "STOPPED"
-    FAILED = "FAILED"
-
-
-@dataclass
-class QueryStats:
-    """What the progress listener saw of one query (updated from listener events).
-
-    Attributes:
-        input_rows: tuples read by the query's source, all batches.
-        batches: micro-batches completed.
-        dropped_by_watermark: rows the stateful operators dropped as late.
-        last_batch_id: id of the last completed micro-batch (-1: none yet).
-        last_duration_ms: wall time of the last micro-batch.
-        input_rows_per_second / processed_rows_per_second: from the last progress.
-    """
-
-    input_rows: int = 0
-    batches: int = 0
-    dropped_by_watermark: int = 0
-    last_batch_id: int = -1
-    last_duration_ms: int = 0
-    input_rows_per_second: float = 0.0
-    processed_rows_per_second: float = 0.0
-
-
-class _JsonProgressCallbacks(JStreamingQueryListener):
-    """PySpark's Java-side listener callbacks, with each progress event read as one
-    JSON string (``QueryProgressEvent.json``, as Spark Connect reads it).
-
-    PySpark's own ``onQueryProgress`` builds the event field by field through py4j:
-    some 40 calls back into the JVM per micro-batch, several of which resolve names by
-    ``Class.forName`` over every jar of Spark's class path. In the flights demo at
-    trigger 0 that was a third of the driver JVM's sampled CPU (JFR, issue 9).
-    Started and idle events are not converted at all: the group ignores them.
-    """
-
-    def onQueryStarted(self, jevent: Any) -> None:
-        pass
-
-    def onQueryProgress(self, jevent: Any) -> None:
-        self.pylistener.onQueryProgress(QueryProgressEvent.fromJson(json.loads(jevent.json())))
-
-    def onQueryIdle(self, jevent: Any) -> None:
-        pass
-
-
-class _ProgressListener(StreamingQueryListener):
-    """Copies query progress into :class:`QueryStats`; never blocks (Spark calls a
-    StreamingQueryListener on its listener bus thread, which a slow callback stalls)."""
-
-    def __init__(self, group: QueryGroup) -> None:
-        self._group = group
-
-    @property
-    def _jlistener(self) -> Any:
-        """The JVM listener ``StreamingQueryManager.addListener`` registers: PySpark's
-        wrapper around :class:`_JsonProgressCallbacks`."""
-        if not hasattr(self, "_jlistenerobj"):
-            jvm: Any = self._group.spark._jvm
-            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(
-                _JsonProgressCallbacks(self)
-            )
-        return self._jlistenerobj
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        progress = event.progress
-        self._group._on_progress(str(progress.id), progress)
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        self._group._on_terminated(str(event.id), str(event.runId), event.exception)
 
 
 @dataclass
@@ -185,40 +98,21 @@ class QueryGroup:
         self._spark: SparkSession | None = None
         self._queries: dict[str, _RunningQuery] = {}
         self._by_id: dict[str, _RunningQuery] = {}
-        self._listener: _ProgressListener | None = None
+        self._listener: ProgressListener | None = None
         self._lock = threading.Lock()
-        #: One queue sample at a time: the monitor thread's and a caller's would
-        #: otherwise interleave, and a length from one snapshot stand beside a lag
-        #: from an older one (length 0, lag 11.7 s, seen in CI).
-        self._sample_lock = threading.Lock()
         self._state_lock = threading.RLock()
         self._state = QueryGroupState.STOPPED
         self.state = QueryGroupState.STOPPED
         self.failure: BaseException | None = None
-        #: Why the group is held (``None`` unless HELD), and since when (epoch seconds).
-        self.held: QueryGroupHeld | None = None
-        self.held_since: float | None = None
-        #: Input tuples skipped on release, per input stream (``on_hold_input = "discard"``).
-        self.discarded: dict[str, int] = {}
+        #: The group's sleeps, hold and release.
+        self.hold = Hold(self, self._state_lock)
+        #: The gauges of its input and output stream queues.
+        self.gauges = QueueGauges(config, bootstrap_servers=bootstrap_servers, metrics=self.metrics)
         #: Set by :meth:`request_stop` (``POST /stop``); whoever runs the group exits.
         self.stop_requested = threading.Event()
-        self._interrupted = threading.Event()
         self._stopping = False
-        self._sleeping: set[tuple[str, str]] = set()
         self._guards: dict[str, OutputQueueGuard] = {}
-        self._probes: dict[str, QueueProbe] = {}
-        self._input_probes: dict[str, QueueProbe] = {}
-        #: ``(output?, stream)`` -> the reader of its oldest tuple's age.
-        self._ages: dict[tuple[bool, str], QueueAge] = {}
-        self._stable_watches: dict[str, StableOffsetWatch] = {}
-        self._hanging_reported: set[str] = set()
-        self._output_queues: dict[str, QueueSnapshot] = {}
-        self._discard_before: dict[str, dict[int, int]] = {}
-        #: Spark run ids of the query runs a hold ended: their exceptions and
-        #: termination events (which may arrive after the release) are no failure.
-        self._retired_runs: set[str] = set()
         self._available_now = False
-        self._holder: threading.Thread | None = None
         self._monitor: threading.Thread | None = None
         self._monitor_stop = threading.Event()
         self._server: Any = None
@@ -234,6 +128,27 @@ class QueryGroup:
     def state(self, value: QueryGroupState) -> None:
         self._state = value
         self.metrics.set_state(self.name, value.value, [s.value for s in QueryGroupState])
+
+    @property
+    def held(self) -> QueryGroupHeld | None:
+        """Why the group is held (``None`` unless HELD)."""
+        return self.hold.held
+
+    @property
+    def held_since(self) -> float | None:
+        """Since when the group is held (epoch seconds; ``None`` unless HELD)."""
+        return self.hold.held_since
+
+    @property
+    def discarded(self) -> dict[str, int]:
+        """Input tuples skipped on release, per input stream (``on_hold_input =
+        "discard"``)."""
+        return self.hold.discarded
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` has begun."""
+        return self._stopping
 
     # -- config checks -------------------------------------------------------
 
@@ -299,15 +214,17 @@ class QueryGroup:
         """
         self.state = QueryGroupState.STARTING
         self._stopping = False
-        self._interrupted.clear()
+        self.hold.interrupted.clear()
         self._available_now = available_now
         client = dict(self.config.kafka.client)
         ensure_topics(self.bootstrap_servers, self.topics(), client=client)
         self._make_guards()
-        self._make_input_probes()
+        self.gauges.add_inputs()
         self._zero_query_series()
         spark = self.spark
-        self._listener = _ProgressListener(self)
+        self._listener = ProgressListener(
+            spark, on_progress=self._on_progress, on_terminated=self._on_terminated
+        )
         spark.streams.addListener(self._listener)
         try:
             self._start_queries()
@@ -326,10 +243,35 @@ class QueryGroup:
         self._monitor.start()
         return self
 
+    def running_queries(self) -> list[StreamingQuery]:
+        """The group's Spark streaming queries as they run now."""
+        with self._lock:
+            return [r.query for r in self._queries.values()]
+
+    def start_queries(self) -> None:
+        """Start every query again from its checkpoint (after a release).
+
+        Raises:
+            QueryGroupError: a query failed to start; the group is FAILED.
+        """
+        try:
+            self._start_queries()
+        except BaseException as exc:
+            self.state = QueryGroupState.FAILED
+            self.failure = exc
+            raise
+
     def _start_queries(self) -> None:
         spark = self.spark
         for name in self.config.queries:
-            self._register_inputs(spark, name)
+            register_inputs(
+                spark,
+                self.config,
+                name,
+                bootstrap_servers=self.bootstrap_servers,
+                schemas=self.schemas,
+                discard_before=self.hold.discard_before,
+            )
             self._start_query(spark, name, available_now=self._available_now)
 
     def _make_guards(self) -> None:
@@ -339,9 +281,7 @@ class QueryGroup:
             if name in self._guards:
                 continue
             settings = self.config.output_settings(name)
-            probe = QueueProbe.for_output_stream(
-                self.config, name, bootstrap_servers=self.bootstrap_servers
-            )
+            probe = self.gauges.add_output(name)
             self._guards[name] = OutputQueueGuard(
                 query_group=self.name,
                 stream=name,
@@ -350,11 +290,9 @@ class QueryGroup:
                 partitions=len(probe.partitions()),
                 sleep_ms=group.sleep_on_over_store_ms,
                 retry_count=group.sleep_on_over_store_retry_count,
-                interrupted=self._interrupted,
+                interrupted=self.hold.interrupted,
                 listener=self,
             )
-            self._probes[name] = probe
-            self.metrics.output_queue_max_size.labels(self.name, name).set(settings.max_queue_size)
             # Series exist at 0 before the first sleep or hold (no "no data" panels).
             for family in (
                 self.metrics.sleeps,
@@ -362,19 +300,6 @@ class QueryGroup:
                 self.metrics.output_queue_check,
             ):
                 family.labels(self.name, name)
-
-    def _make_input_probes(self) -> None:
-        """One :class:`QueueProbe` per input stream, for the input queue gauges."""
-        for name in self.config.input_streams:
-            if name in self._input_probes or not self.config.readers(name):
-                continue
-            self._input_probes[name] = QueueProbe.for_input_stream(
-                self.config, name, bootstrap_servers=self.bootstrap_servers
-            )
-            self.metrics.input_queue_max_size.labels(self.name, name).set(
-                self.config.input_settings(name).max_queue_size
-            )
-            self.metrics.discarded.labels(self.name, name)
 
     def _zero_query_series(self) -> None:
         """Every query's series exist at 0 before its first micro-batch."""
@@ -387,16 +312,6 @@ class QueryGroup:
             ):
                 family.labels(self.name, query)
 
-    def _age(self, stream: str, *, output: bool) -> QueueAge:
-        """The :class:`QueueAge` of an input or output stream queue (made on first use)."""
-        age = self._ages.get((output, stream))
-        if age is None:
-            age = QueueAge.for_stream(
-                self.config, stream, output=output, bootstrap_servers=self.bootstrap_servers
-            )
-            self._ages[(output, stream)] = age
-        return age
-
     def sample_queues(self) -> None:
         """Read every input and output stream queue once: length and lag gauges. The
         monitor thread calls it every ``queue_metrics_interval_ms``.
@@ -404,129 +319,7 @@ class QueryGroup:
         Raises:
             BrokerError: the broker did not answer.
         """
-        with self._sample_lock:
-            self._sample_queues()
-
-    def _sample_queues(self) -> None:
-        for name, probe in list(self._input_probes.items()):
-            snapshot = probe.snapshot()
-            self.metrics.input_queue_length.labels(self.name, name).set(snapshot.length)
-            lag = self._age(name, output=False).lag_seconds(snapshot)
-            self.metrics.input_queue_lag.labels(self.name, name).set(lag)
-        for name, probe in list(self._probes.items()):
-            snapshot = probe.snapshot()
-            self.on_output_queue(name, snapshot)
-            lag = self._age(name, output=True).lag_seconds(snapshot)
-            self.metrics.output_queue_lag.labels(self.name, name).set(lag)
-            stable = probe.last_stable_offsets()
-            highs = {p: q.high for p, q in snapshot.partitions.items()}
-            watch = self._stable_watches.setdefault(name, StableOffsetWatch())
-            unstable = watch.observe(stable, highs, time.monotonic())
-            self.metrics.output_unstable.labels(self.name, name).set(unstable)
-            if unstable <= 2 * TRANSACTION_TIMEOUT_S:
-                self._hanging_reported.discard(name)
-            elif name not in self._hanging_reported:
-                self._hanging_reported.add(name)  # once per hang
-                log.error(
-                    "FG-QG-007 query group %s: output stream %s has a hanging transaction: "
-                    "its last stable offset has not moved for %.0f s (transaction timeout "
-                    "%.0f s); read_committed readers are blocked until it is aborted",
-                    self.name,
-                    name,
-                    unstable,
-                    TRANSACTION_TIMEOUT_S,
-                )
-
-    def _register_inputs(self, spark: SparkSession, query: str) -> None:
-        """(Re)define the input views for ``query``, which is analysed right after.
-
-        Each query reads its inputs with its own source (Spark cannot share one),
-        so each gets views of its own: its source then names the query in
-        dead-letter records and reads with a group of its own.
-        """
-        schemas_json = self.schemas.as_json()
-        late = self._late_window(spark, query)
-        for name, stream in self.config.input_streams.items():
-            settings = self.config.input_settings(name)
-            options = {
-                "bootstrap.servers": self.bootstrap_servers,
-                "topic": stream.topic,
-                "stream": name,
-                "query": query,
-                "schema": stream.schema_,
-                "schemas": schemas_json,
-                # Offsets are committed by the transactional sinks, per query.
-                "group.id": f"{self.config.consumer_group(query)}.reader",
-                "commitOffsets": "false",
-                "startingOffsets": stream.starting_offsets,
-                "deadLetterTopic": self.config.dead_letter_topic,
-                "timestampMode": stream.timestamp_mode,
-                **({"timestampField": stream.timestamp_field} if stream.timestamp_field else {}),
-                **(
-                    {"maxRowsPerTrigger": str(settings.max_rows_per_trigger)}
-                    if settings.max_rows_per_trigger
-                    else {}
-                ),
-                **{f"kafka.{k}": str(v) for k, v in self.config.kafka.client.items()},
-            }
-            # One task per core, not per Kafka partition: a Python data source task
-            # costs ~0.1-0.2 s of Spark's time however little it reads (group_ranges).
-            options["maxTasks"] = str(spark.sparkContext.defaultParallelism)
-            if self.config.query_group.sweep_catalog_url:
-                options["sweepCatalog"] = self.config.query_group.sweep_catalog_url
-            if stream.key:
-                options["keyRequired"] = "true"
-            if stream.timestamp_mode == "data_source":
-                options["maxEventTimeAheadMs"] = str(stream.max_event_time_ahead_ms)
-            if late is not None and late[0] == name:
-                # Tuples Spark's aggregation would drop as late go to the dead-letter
-                # topic instead (reason "late"): same predicate, same watermark.
-                options["watermarkCheckpoint"], options["lateWindow"] = late[1:]
-            if name in self._discard_before:
-                options["discardBefore"] = json.dumps(
-                    offsets_to_json(stream.topic, self._discard_before[name])
-                )
-            df = spark.readStream.format(SOURCE_NAME).options(**options).load()
-            if stream.watermark:
-                df = df.withWatermark("event_time", stream.watermark)
-            df.createOrReplaceTempView(name)
-
-    def _late_window(self, spark: SparkSession, query: str) -> tuple[str, str, str] | None:
-        """``(stream, watermarkCheckpoint, lateWindow)``: the source options for the one
-        input stream ``query`` reads when the query aggregates it over an event-time
-        window (the only operator that drops late tuples the source can foresee:
-        :func:`late_plan`) and the stream has a watermark; else ``None``. Logged,
-        ``FG-QG-006``, when the query has a window the source cannot follow or a
-        checkpoint that is not local: late tuples of that query are then dropped by
-        Spark and only counted."""
-        query_config = self.config.queries[query]
-        if query_config.output_mode == "complete":
-            return None  # nothing is dropped: complete mode keeps all state
-        parser = spark._jsparkSession.sessionState().sqlParser()
-        plan = late_plan(parser.parsePlan(query_config.sql).toJSON())
-        streams_read = [s for s in self.config.input_streams if s.lower() in plan.relations]
-        if len(streams_read) != 1 or not self.config.input_streams[streams_read[0]].watermark:
-            return None  # no stream, several, or no watermark: nothing to foresee
-        stream = streams_read[0]
-        root = self.config.checkpoint_root.rstrip("/")
-        local = local_checkpoint_path(root)
-        why_not = plan.why_not
-        if why_not is None and plan.window is not None and local is None:
-            why_not = f"checkpoint_dir {root} is not local (the source reads its offset log)"
-        if why_not is not None:
-            log.warning(
-                "FG-QG-006 query group %s, query %s: late tuples of stream %s are dropped by "
-                "Spark, not dead-lettered: %s",
-                self.name,
-                query,
-                stream,
-                why_not,
-            )
-            return None
-        if plan.window is None:
-            return None
-        assert local is not None  # a window with a non-local root was refused above
-        return stream, os.path.abspath(f"{local}/{query}"), plan.window.option()
+        self.gauges.sample()
 
     def _start_query(self, spark: SparkSession, name: str, *, available_now: bool) -> None:
         query_config = self.config.queries[name]
@@ -630,7 +423,7 @@ class QueryGroup:
         )
 
     def _on_terminated(self, query_id: str, run_id: str, exception: str | None) -> None:
-        if run_id in self._retired_runs:
+        if run_id in self.hold.retired_runs:
             return  # stopped by a hold; its end may be reported after the release
         if exception and not self._expected_termination():
             with self._lock:
@@ -663,7 +456,7 @@ class QueryGroup:
         if self._expected_termination():
             return
         for name, query in self.queries().items():
-            if str(query.runId) in self._retired_runs:
+            if str(query.runId) in self.hold.retired_runs:
                 continue  # ended by a hold, and not restarted yet: no failure
             exc = query.exception()
             if exc is not None and not self._expected_termination():
@@ -699,27 +492,11 @@ class QueryGroup:
             try:
                 query.processAllAvailable()
             except Exception as exc:
-                self._raise_held()
+                self.hold.raise_held()
                 self.state = QueryGroupState.FAILED
                 raise self._query_failure(name, exc) from exc
-        self._raise_held()
+        self.hold.raise_held()
         self._await_listener()
-
-    def _raise_held(self) -> None:
-        if self._holder is not None:
-            self._holder.join()
-        held = self.held
-        if self.state == QueryGroupState.HELD and held is not None:
-            raise QueryGroupHeld(
-                query_group=self.name,
-                query=held.query,
-                stream=held.stream,
-                batch_id=held.batch_id,
-                required=held.required,
-                free=held.free,
-                max_size=held.max_size,
-                sleeps=held.sleeps,
-            )
 
     def _await_listener(self, timeout_s: float = 10.0) -> None:
         """Wait until the listener has seen each query's last progress.
@@ -763,12 +540,12 @@ class QueryGroup:
                 else:
                     done = query.awaitTermination()  # ended: returns at once, or raises
             except Exception as exc:
-                self._raise_held()
+                self.hold.raise_held()
                 self.state = QueryGroupState.FAILED
                 raise self._query_failure(name, exc) from exc
             if done is False:
                 return False
-        self._raise_held()
+        self.hold.raise_held()
         self._await_listener()
         return True
 
@@ -778,150 +555,29 @@ class QueryGroup:
         self, stream: str, snapshot: QueueSnapshot, check_s: float | None = None
     ) -> None:
         """:class:`~pipeline.spark.guard.GuardListener`: a fresh read of an output queue."""
-        self._output_queues[stream] = snapshot
-        self.metrics.output_queue_length.labels(self.name, stream).set(snapshot.length)
-        if check_s is not None:
-            self.metrics.output_queue_check.labels(self.name, stream).observe(check_s)
+        self.gauges.record_output(stream, snapshot, check_s)
 
     def on_sleep(self, query: str, stream: str, retry: int, sleep_s: float) -> None:
         """:class:`~pipeline.spark.guard.GuardListener`: a query sleeps on a full output queue."""
-        self.metrics.sleeps.labels(self.name, stream).inc()
-        with self._state_lock:
-            self._sleeping.add((query, stream))
-            if self.state == QueryGroupState.EXECUTING:
-                self.state = QueryGroupState.SLEEPING
+        self.hold.on_sleep(query, stream)
 
     def on_awake(self, query: str, stream: str) -> None:
         """:class:`~pipeline.spark.guard.GuardListener`: a sleeping query found room."""
-        with self._state_lock:
-            self._sleeping.discard((query, stream))
-            if self.state == QueryGroupState.SLEEPING and not self._sleeping:
-                self.state = QueryGroupState.EXECUTING
+        self.hold.on_awake(query, stream)
 
     def on_hold(self, held: QueryGroupHeld) -> None:
-        """:class:`~pipeline.spark.guard.GuardListener`: hold the group.
-
-        Called in the holding query's batch thread just before it raises: the group
-        turns HELD, wakes every sleeping query (they give up unwritten), and a
-        thread of its own stops every query -- a query cannot stop itself.
-        """
-        with self._state_lock:
-            if self.state == QueryGroupState.HELD or self._stopping:
-                return
-            self.held = held
-            self.held_since = time.time()
-            self._sleeping.clear()
-            with self._lock:
-                self._retired_runs.update(str(r.query.runId) for r in self._queries.values())
-            self.state = QueryGroupState.HELD
-            self._interrupted.set()
-            self.metrics.holds.labels(self.name, held.stream).inc()
-            self._holder = threading.Thread(
-                target=self._stop_queries, name=f"floodgate-{self.name}-hold", daemon=True
-            )
-            self._holder.start()
-
-    def _stop_queries(self) -> None:
-        for running in list(self._queries.values()):
-            try:
-                running.query.stop()
-            except Exception:
-                log.debug("query %s: stop on hold", running.name, exc_info=True)
+        """:class:`~pipeline.spark.guard.GuardListener`: hold the group
+        (:meth:`Hold.on_hold <pipeline.spark.hold.Hold.on_hold>`)."""
+        self.hold.on_hold(held)
 
     def release(self) -> None:
-        """Release a HELD query group: start its queries again from their checkpoints.
-
-        With ``on_hold_input = "retain"`` the held micro-batch is replayed first (its
-        offsets are in Spark's offset log, its output is not in Kafka); with
-        ``"discard"``, every query skips to the end of its input as it is now, and
-        the skipped tuples are counted (``floodgate_query_group_discarded_tuples_total``,
-        log code ``FG-QG-004``).
+        """Release a HELD query group: start its queries again from their checkpoints
+        (:meth:`Hold.release <pipeline.spark.hold.Hold.release>`).
 
         Raises:
             QueryGroupError: the group is not HELD (the message names its state).
         """
-        self._require_held()
-        # Wait for the hold to finish stopping the queries, outside the state lock:
-        # a stopping query's batch thread may still report to the group.
-        holder = self._holder
-        if holder is not None:
-            holder.join()
-        for running in list(self._queries.values()):
-            while running.query.isActive:
-                time.sleep(0.05)
-        with self._state_lock:
-            self._require_held()
-            if self.config.query_group.on_hold_input == "discard":
-                self._discard_input()
-            held = self.held
-            self.state = QueryGroupState.STARTING
-            self._interrupted.clear()
-            self.held = None
-            self.held_since = None
-            log.info(
-                "FG-QG-003 query group %s released (held on output stream %s, micro-batch %s)",
-                self.name,
-                held.stream if held else "?",
-                held.batch_id if held else "?",
-            )
-            try:
-                self._start_queries()
-            except BaseException as exc:
-                self.state = QueryGroupState.FAILED
-                self.failure = exc
-                raise
-            self.state = QueryGroupState.EXECUTING
-
-    def _require_held(self) -> None:
-        if self.state != QueryGroupState.HELD:
-            raise QueryGroupError(
-                f"cannot release: the query group is {self.state.value}, not HELD",
-                query_group=self.name,
-            )
-
-    def _discard_input(self) -> None:
-        """Skip each input queue to its end now, counting what is skipped (``on_hold_input =
-        "discard"``: a held group's input tuples are discarded on release; README,
-        "Bounded output stream queues: sleep, retry, hold")."""
-        for name in self.config.input_streams:
-            if not self.config.readers(name):
-                continue
-            probe = QueueProbe.for_input_stream(
-                self.config, name, bootstrap_servers=self.bootstrap_servers
-            )
-            snapshot = probe.snapshot()
-            skipped = snapshot.length
-            before = self._discard_before.setdefault(name, {})
-            for p, queue in snapshot.partitions.items():
-                before[p] = max(before.get(p, 0), queue.high)
-            self.discarded[name] = self.discarded.get(name, 0) + skipped
-            self.metrics.discarded.labels(self.name, name).inc(skipped)
-            log.warning(
-                "FG-QG-004 query group %s: discarded %d input tuples of stream %s on release "
-                "(on_hold_input = discard); queries go on from offsets %s",
-                self.name,
-                skipped,
-                name,
-                dict(sorted(before.items())),
-            )
-
-    def _resume_ready(self) -> bool:
-        """Whether every output queue has ``resume_free_queue_size_threshold`` percent
-        free, and the held stream room for the held batch (``auto_release``)."""
-        held = self.held
-        for name, probe in self._probes.items():
-            snapshot = probe.snapshot()
-            self.on_output_queue(name, snapshot)
-            threshold = self.config.output_settings(name).resume_free_queue_size_threshold
-            if snapshot.free_queue_size * 100 < threshold * snapshot.max_queue_size:
-                return False
-            if (
-                held is not None
-                and held.stream == name
-                and snapshot.free_queue_size < held.required
-            ):
-                return False
-        return True
+        self.hold.release()
 
     def _monitor_loop(self) -> None:
         """Refresh output queue and driver heap gauges; release a held group when
@@ -944,15 +600,15 @@ class QueryGroup:
                     log.warning("query group %s: queues not read", self.name, exc_info=True)
             try:
                 if self.state == QueryGroupState.HELD and group.auto_release:
-                    if self._resume_ready():
+                    self.gauges.refresh_outputs()
+                    if self.hold.resume_ready(self.gauges.output_snapshots):
                         log.info("query group %s: output queues drained: auto release", self.name)
                         self.release()
                 elif not sampled and self.state not in (
                     QueryGroupState.HELD,
                     QueryGroupState.STARTING,
                 ):
-                    for name, probe in self._probes.items():
-                        self.on_output_queue(name, probe.snapshot())
+                    self.gauges.refresh_outputs()
             except Exception:
                 log.warning("query group %s: monitor pass failed", self.name, exc_info=True)
 
@@ -967,85 +623,27 @@ class QueryGroup:
     # -- control ---------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        """The group as ``GET /status`` shows it: state, hold, queries, output queues.
-
-        Returns:
-            A JSON-ready dict: ``query_group``, ``state``, ``held`` (``None`` or the
-            stream, micro-batch, required and free space, sleeps, since when),
-            ``queries`` (per query: active, batches, input rows, last batch and its
-            duration in ms, rates in tuples/s, tuples written), ``output_queues``
-            (per stream: length, max and free queue size at the last read),
-            ``discarded`` (per input stream), ``on_hold_input``, ``auto_release``,
-            ``spark`` (master, application id, driver host, executors' block managers
-            (the driver's included), settings chosen with their source).
-        """
-        held = self.held
+        """The group as ``GET /status`` shows it
+        (:func:`~pipeline.spark.status.group_status`)."""
         with self._lock:
             queries = {
-                name: {
-                    "active": bool(r.query.isActive),
-                    "batches": r.stats.batches,
-                    "input_rows": r.stats.input_rows,
-                    "last_batch_id": r.stats.last_batch_id,
-                    "last_duration_ms": r.stats.last_duration_ms,
-                    "input_rows_per_second": r.stats.input_rows_per_second,
-                    "processed_rows_per_second": r.stats.processed_rows_per_second,
-                    "tuples_written": r.sink.tuples_written,
-                }
+                name: QueryStatus(
+                    active=bool(r.query.isActive),
+                    stats=QueryStats(**vars(r.stats)),
+                    tuples_written=r.sink.tuples_written,
+                )
                 for name, r in self._queries.items()
             }
-        return {
-            "query_group": self.name,
-            "state": self.state.value,
-            "held": None
-            if held is None
-            else {
-                "query": held.query,
-                "stream": held.stream,
-                "batch_id": held.batch_id,
-                "required": held.required,
-                "free_queue_size": held.free,
-                "max_queue_size": held.max_size,
-                "sleeps": held.sleeps,
-                "since": self.held_since,
-            },
-            "queries": queries,
-            "output_queues": {
-                name: {
-                    "length": snap.length,
-                    "max_queue_size": snap.max_queue_size,
-                    "free_queue_size": snap.free_queue_size,
-                }
-                for name, snap in sorted(self._output_queues.items())
-            },
-            "discarded": dict(self.discarded),
-            "on_hold_input": self.config.query_group.on_hold_input,
-            "auto_release": self.config.query_group.auto_release,
-            "spark": self._spark_status(),
-        }
-
-    def _spark_status(self) -> dict[str, Any] | None:
-        """Where the group's tasks run: master, application id, the block managers of
-        the driver and executors (Spark's public ``SparkStatusTracker``), and the
-        settings :func:`build_spark_session` chose with their source."""
-        if self._spark is None:
-            return None
-        sc = self._spark.sparkContext
-        try:
-            infos = sc._jsc.sc().statusTracker().getExecutorInfos()
-            executors = [
-                {"host": i.host(), "port": i.port(), "running_tasks": i.numRunningTasks()}
-                for i in infos
-            ]
-        except Exception:  # the context is stopping: no executors to tell
-            executors = []
-        return {
-            "master": sc.master,
-            "application_id": sc.applicationId,
-            "driver_host": sc.getConf().get("spark.driver.host"),
-            "executors": executors,
-            "settings": spark_settings(),
-        }
+        return group_status(
+            self.config,
+            state=self.state.value,
+            held=self.held,
+            held_since=self.held_since,
+            queries=queries,
+            output_queues=self.gauges.output_snapshots,
+            discarded=self.discarded,
+            spark=self._spark,
+        )
 
     def request_stop(self) -> None:
         """Stop the group from another thread (``POST /stop``); sets :attr:`stop_requested`."""
@@ -1091,10 +689,9 @@ class QueryGroup:
 
     def _stop(self) -> None:
         self._stopping = True
-        self._interrupted.set()
+        self.hold.interrupted.set()
         self._monitor_stop.set()
-        if self._holder is not None:
-            self._holder.join()
+        self.hold.join()
         for running in list(self._queries.values()):
             try:
                 running.query.stop()
@@ -1116,14 +713,8 @@ class QueryGroup:
         # broker that is gone); a later start() makes new ones.
         for guard in self._guards.values():
             guard.reader = None
-        for probe in [*self._probes.values(), *self._input_probes.values()]:
-            probe.close()
-        for age in self._ages.values():
-            age.close()
+        self.gauges.close()
         self._guards.clear()
-        self._probes.clear()
-        self._input_probes.clear()
-        self._ages.clear()
         if self._server is not None:
             self._server.stop()
             self._server = None

@@ -1,0 +1,135 @@
+"""The input views of a query: each input stream read with the ``floodgate_kafka`` source.
+
+Each query reads its inputs with its own source (Spark cannot share one), so each
+gets views of its own: its source then names the query in dead-letter records and
+reads with a consumer group of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+from pipeline.config import QueryGroupConfig
+from pipeline.offsets import local_checkpoint_path, offsets_to_json
+from pipeline.serde import SchemaRepository
+from pipeline.spark.late_plan import late_plan
+from pipeline.spark.options import SOURCE_NAME
+
+log = logging.getLogger(__name__)
+
+
+def register_inputs(
+    spark: SparkSession,
+    config: QueryGroupConfig,
+    query: str,
+    *,
+    bootstrap_servers: str,
+    schemas: SchemaRepository,
+    discard_before: Mapping[str, Mapping[int, int]],
+) -> None:
+    """(Re)define the input views for ``query``, which is analysed right after.
+
+    Every input stream of the group becomes a temporary view of the stream's name,
+    read with the ``floodgate_kafka`` source (with a watermark on ``event_time``
+    where the stream has one).
+
+    Args:
+        spark: the group's SparkSession.
+        config: the group's config.
+        query: the query's name.
+        bootstrap_servers: the Kafka cluster.
+        schemas: the schema repository.
+        discard_before: per input stream, the offsets a discarding release skipped
+            to (:attr:`Hold.discard_before <pipeline.spark.hold.Hold.discard_before>`).
+    """
+    schemas_json = schemas.as_json()
+    late = late_window(spark, config, query)
+    for name, stream in config.input_streams.items():
+        settings = config.input_settings(name)
+        options = {
+            "bootstrap.servers": bootstrap_servers,
+            "topic": stream.topic,
+            "stream": name,
+            "query": query,
+            "schema": stream.schema_,
+            "schemas": schemas_json,
+            # Offsets are committed by the transactional sinks, per query.
+            "group.id": f"{config.consumer_group(query)}.reader",
+            "commitOffsets": "false",
+            "startingOffsets": stream.starting_offsets,
+            "deadLetterTopic": config.dead_letter_topic,
+            "timestampMode": stream.timestamp_mode,
+            **({"timestampField": stream.timestamp_field} if stream.timestamp_field else {}),
+            **(
+                {"maxRowsPerTrigger": str(settings.max_rows_per_trigger)}
+                if settings.max_rows_per_trigger
+                else {}
+            ),
+            **{f"kafka.{k}": str(v) for k, v in config.kafka.client.items()},
+        }
+        # One task per core, not per Kafka partition: a Python data source task
+        # costs ~0.1-0.2 s of Spark's time however little it reads (group_ranges).
+        options["maxTasks"] = str(spark.sparkContext.defaultParallelism)
+        if config.query_group.sweep_catalog_url:
+            options["sweepCatalog"] = config.query_group.sweep_catalog_url
+        if stream.key:
+            options["keyRequired"] = "true"
+        if stream.timestamp_mode == "data_source":
+            options["maxEventTimeAheadMs"] = str(stream.max_event_time_ahead_ms)
+        if late is not None and late[0] == name:
+            # Tuples Spark's aggregation would drop as late go to the dead-letter
+            # topic instead (reason "late"): same predicate, same watermark.
+            options["watermarkCheckpoint"], options["lateWindow"] = late[1:]
+        if name in discard_before:
+            options["discardBefore"] = json.dumps(
+                offsets_to_json(stream.topic, discard_before[name])
+            )
+        df = spark.readStream.format(SOURCE_NAME).options(**options).load()
+        if stream.watermark:
+            df = df.withWatermark("event_time", stream.watermark)
+        df.createOrReplaceTempView(name)
+
+
+def late_window(
+    spark: SparkSession, config: QueryGroupConfig, query: str
+) -> tuple[str, str, str] | None:
+    """``(stream, watermarkCheckpoint, lateWindow)``: the source options for the one
+    input stream ``query`` reads when the query aggregates it over an event-time
+    window (the only operator that drops late tuples the source can foresee:
+    :func:`~pipeline.spark.late_plan.late_plan`) and the stream has a watermark;
+    else ``None``. Logged, ``FG-QG-006``, when the query has a window the source cannot follow or a
+    checkpoint that is not local: late tuples of that query are then dropped by
+    Spark and only counted."""
+    query_config = config.queries[query]
+    if query_config.output_mode == "complete":
+        return None  # nothing is dropped: complete mode keeps all state
+    parser = spark._jsparkSession.sessionState().sqlParser()
+    plan = late_plan(parser.parsePlan(query_config.sql).toJSON())
+    streams_read = [s for s in config.input_streams if s.lower() in plan.relations]
+    if len(streams_read) != 1 or not config.input_streams[streams_read[0]].watermark:
+        return None  # no stream, several, or no watermark: nothing to foresee
+    stream = streams_read[0]
+    root = config.checkpoint_root.rstrip("/")
+    local = local_checkpoint_path(root)
+    why_not = plan.why_not
+    if why_not is None and plan.window is not None and local is None:
+        why_not = f"checkpoint_dir {root} is not local (the source reads its offset log)"
+    if why_not is not None:
+        log.warning(
+            "FG-QG-006 query group %s, query %s: late tuples of stream %s are dropped by "
+            "Spark, not dead-lettered: %s",
+            config.name,
+            query,
+            stream,
+            why_not,
+        )
+        return None
+    if plan.window is None:
+        return None
+    assert local is not None  # a window with a non-local root was refused above
+    return stream, os.path.abspath(f"{local}/{query}"), plan.window.option()
