@@ -22,36 +22,29 @@ Results: a table, and JSON in ``bench/out/admission.json``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import common
+import httpx
+import psutil
+import uvicorn
+from common import console
+from rich.table import Table
+from sqlalchemy import insert
 
-import httpx  # noqa: E402
-import psutil  # noqa: E402
-import uvicorn  # noqa: E402
-from common import code_version, machine  # noqa: E402  (bench/common.py)
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-from sqlalchemy import insert  # noqa: E402
+from admission.algorithm import Load
+from admission.api import build_app
+from admission.config import AdmissionSettings
+from admission.service import AdmissionService
+from admission.store import JobState, jobs
 
-from admission.algorithm import Load  # noqa: E402
-from admission.api import build_app  # noqa: E402
-from admission.config import AdmissionSettings  # noqa: E402
-from admission.service import AdmissionService  # noqa: E402
-from admission.store import JobState, jobs  # noqa: E402
-
-console = Console(width=None if sys.stdout.isatty() else 150)
 TRUE = shutil.which("true") or "/bin/true"
 CHECKS = 5
 STEP = 2
@@ -114,7 +107,7 @@ def measure_checks(n: int) -> dict[str, float]:
         if started != CHECKS * STEP:
             raise RuntimeError(f"{started} jobs started in {CHECKS} checks, not {CHECKS * STEP}")
         t0 = time.perf_counter()
-        service._refresh_gauges()
+        service.scheduler.refresh_gauges()
         refresh = time.perf_counter() - t0
         for _ in range(100):  # let the started jobs end before the folder goes
             if not service.runner.running():
@@ -164,11 +157,9 @@ def measure_api(n: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = common.argument_parser(__doc__, "admission.json", repeat=5)
     parser.add_argument("--jobs", type=int, default=100_000, help="the large queue")
-    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--requests", type=int, default=1_000, help="API requests per kind")
-    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "admission.json")
     args = parser.parse_args()
 
     runs: dict[int, list[dict[str, float]]] = {args.jobs: [], 10: []}
@@ -209,21 +200,13 @@ def main() -> None:
         f"{api['submits_per_s']:,.0f} submits/s vs {api['status_per_s']:,.0f} GET /status/s "
         f"({api['submits_per_s'] / api['status_per_s']:.2f}x the HTTP floor)"
     )
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {
-                "benchmark": "admission check, storage per job, API submits (issue 5)",
-                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "machine": machine(),
-                "code": code_version(),
-                "pid": os.getpid(),
-                "runs": {str(n): r for n, r in runs.items()},
-                "check_ratio": round(ratio, 3),
-                "api": api,
-            },
-            indent=2,
-        )
+    common.write_results(
+        args.json,
+        "admission check, storage per job, API submits (issue 5)",
+        pid=os.getpid(),
+        runs={str(n): r for n, r in runs.items()},
+        check_ratio=round(ratio, 3),
+        api=api,
     )
 
 

@@ -19,28 +19,21 @@ Run: ``.venv/bin/python bench/bench_decode.py [--limit 100000] [--repeat 5]``.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import common
+import pyarrow as pa
+from common import console
 
-import pyarrow as pa  # noqa: E402
-from rich.console import Console  # noqa: E402
-
-from pipeline.demo.flights import flight_records, load_flights  # noqa: E402
-from pipeline.serde import BlockDecoder, SchemaRepository, StreamCodec  # noqa: E402
+from pipeline.demo.flights import flight_records, load_flights
+from pipeline.serde import BlockDecoder, SchemaRepository, StreamCodec
 
 CHUNK = 8_192
-console = Console()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--limit", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser = common.argument_parser(__doc__, repeat=5)
+    common.add_flights_arguments(parser, limit=100_000, limit_help="first N flights")
     args = parser.parse_args()
     schemas = SchemaRepository.load()
     codec = StreamCodec("flights", schemas.get("flight"), schemas)

@@ -34,40 +34,20 @@ Results: a table, and JSON in ``bench/out/flights.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import os
 import statistics
 import subprocess
 import sys
-import time
 import uuid
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import common
+from common import ROOT, console
 
-from common import (  # noqa: E402  (bench/common.py)
-    WARMUP_FLIGHTS,
-    add_engine_argument,
-    check_origin_hours,
-    code_version,
-    expected_origin_hours,
-    fresh_broker,
-    machine,
-    rates_table,
-    versions,
-    wait_until_quiet,
-)
-from rich.console import Console  # noqa: E402
+from pipeline.demo.run import run_demo
 
-from pipeline.demo.run import run_demo  # noqa: E402
-from pipeline.spark.session import build_spark_session  # noqa: E402
-
-console = Console(width=None if sys.stdout.isatty() else 150)
 TARGET_RATIO = 5.0
 QUIX_VENV = ROOT / "bench" / ".venv-quix"
 QUIX_PYTHON = QUIX_VENV / "bin" / "python"
@@ -164,17 +144,17 @@ def run_quix(bootstrap: str, topic: str, n: int) -> tuple[dict[str, Any], list[d
 def run_once(spark: Any, limit: int | None, expected: dict[Any, Any], engine: str) -> Run:
     """Floodgate, then Quix Streams over the topic Floodgate's replay wrote, on a broker
     of their own (:func:`common.fresh_broker` says why)."""
-    with fresh_broker(engine) as bootstrap:
-        quiet = wait_until_quiet(None)
+    with common.fresh_broker(engine) as bootstrap:
+        quiet = common.wait_until_quiet(None)
         result = run_demo(bootstrap_servers=bootstrap, limit=limit, spark=spark)
         if not result.balanced:
             raise RuntimeError(f"Floodgate: not every flight was processed: {result.processed}")
-        check_origin_hours("Floodgate", result.origin_hours, expected)
-        wait_until_quiet(None)
+        common.check_origin_hours("Floodgate", result.origin_hours, expected)
+        common.wait_until_quiet(None)
         quix, rows = run_quix(bootstrap, result.input_topic, result.produced)
     if quix["n"] != result.produced:
         raise RuntimeError(f"Quix Streams processed {quix['n']} of {result.produced} flights")
-    check_origin_hours("Quix Streams", rows, expected)
+    common.check_origin_hours("Quix Streams", rows, expected)
     return Run(
         n=result.produced,
         floodgate_s=result.seconds,
@@ -186,26 +166,16 @@ def run_once(spark: Any, limit: int | None, expected: dict[Any, Any], engine: st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument(
-        "--warmup",
-        type=int,
-        default=WARMUP_FLIGHTS,
-        help="flights of the discarded warm-up run (default: all)",
-    )
-    parser.add_argument("--limit", type=int, default=None, help="first N flights (default: all)")
-    add_engine_argument(parser)
-    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "flights.json")
+    parser = common.argument_parser(__doc__, "flights.json")
+    common.add_flights_arguments(parser, warmup=True)
+    common.add_engine_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ensure_quix_venv()
-    expected = expected_origin_hours(args.limit)
-    spark = build_spark_session(app_name="floodgate-bench-flights", master="local[2]")
-    spark.sparkContext.setLogLevel("ERROR")
+    expected = common.expected_origin_hours(args.limit)
+    spark = common.start_spark("floodgate-bench-flights")
     runs: list[Run] = []
     try:
-        with fresh_broker(args.engine) as bootstrap:
+        with common.fresh_broker(args.engine) as bootstrap:
             warm = run_demo(bootstrap_servers=bootstrap, limit=args.warmup, spark=spark)
         console.log(f"warm-up (discarded): {warm.produced / warm.seconds:,.0f} tuples/s")
         for r in range(args.repeat):
@@ -217,7 +187,7 @@ def main() -> None:
                 f"{run.floodgate_blocked_s:.1f} s), Quix Streams {run.quix_tuples_per_s:,.0f} "
                 f"tuples/s ({run.quix_s:.1f} s): {run.ratio:.2f}x; both equal to pandas"
             )
-        java_versions = versions(spark)
+        java_versions = common.versions(spark)
     finally:
         spark.stop()
 
@@ -226,7 +196,7 @@ def main() -> None:
     ratio = statistics.median(r.ratio for r in runs)
     n = runs[0].n
     console.print(
-        rates_table(
+        common.rates_table(
             f"flights end to end: Floodgate vs Quix Streams ({n:,} flights)",
             {
                 "Floodgate (replay + both queries + reception)": fg,
@@ -244,31 +214,15 @@ def main() -> None:
         f"target Floodgate >= {TARGET_RATIO:.0f}x Quix Streams: "
         f"{'met' if ratio >= TARGET_RATIO else 'NOT met'} ({ratio:.2f}x)"
     )
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {
-                "benchmark": "flights end to end: Floodgate vs Quix Streams",
-                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "machine": machine(),
-                "engine": args.engine,
-                "code": code_version(),
-                "versions": java_versions,
-                "n": n,
-                "runs": [
-                    asdict(r)
-                    | {
-                        "floodgate_tuples_per_s": r.floodgate_tuples_per_s,
-                        "quix_tuples_per_s": r.quix_tuples_per_s,
-                        "ratio": r.ratio,
-                    }
-                    for r in runs
-                ],
-                "median_ratio": round(ratio, 3),
-                "target": TARGET_RATIO,
-            },
-            indent=2,
-        )
+    common.write_results(
+        args.json,
+        "flights end to end: Floodgate vs Quix Streams",
+        engine=args.engine,
+        versions=java_versions,
+        n=n,
+        **common.ratio_fields(
+            runs, "floodgate_tuples_per_s", "quix_tuples_per_s", target=TARGET_RATIO
+        ),
     )
 
 

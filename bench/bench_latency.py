@@ -33,12 +33,8 @@ Results: a table, the PNG, and JSON in ``bench/out/latency.json``.
 
 from __future__ import annotations
 
-import argparse
 import bisect
-import json
-import logging
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -47,27 +43,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import common
+from common import ROOT, console
+from rich.table import Table
 
-from common import (  # noqa: E402  (bench/common.py)
-    FLIGHTS_TOML,
-    WARMUP_FLIGHTS,
-    code_version,
-    fresh_broker,
-    machine,
-    origin_hour_key,
-    versions,
-    wait_until_quiet,
-)
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from pipeline.demo.run import read_all, run_demo
+from pipeline.serde import SchemaRepository, StreamCodec
 
-from pipeline.demo.run import read_all, run_demo  # noqa: E402
-from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
-from pipeline.spark.session import build_spark_session  # noqa: E402
-
-console = Console(width=None if sys.stdout.isatty() else 150)
 TRIGGERS_MS = (0, 250, 1_000)
 TARGET_P99_S = 1.0
 STREAM = "delays_by_origin_hour"
@@ -75,9 +57,9 @@ STREAM = "delays_by_origin_hour"
 
 def config_with_trigger(trigger_ms: int | None, directory: Path) -> Path:
     """``conf/flights.toml`` with ``trigger_interval_ms`` replaced (``None``: as it is)."""
-    text = FLIGHTS_TOML.read_text()
+    text = common.FLIGHTS_TOML.read_text()
     if trigger_ms is None:
-        return FLIGHTS_TOML
+        return common.FLIGHTS_TOML
     raw = tomllib.loads(text)
     old = raw["query_group"]["trigger_interval_ms"]
     text = text.replace(f"trigger_interval_ms = {old}", f"trigger_interval_ms = {trigger_ms}", 1)
@@ -101,7 +83,7 @@ class Arrivals:
             return
         with self._lock:
             for t in tuples:
-                self.versions[origin_hour_key(t)].append((now, int(t["flights"])))
+                self.versions[common.origin_hour_key(t)].append((now, int(t["flights"])))
 
 
 def produce_times(bootstrap: str, topic: str) -> dict[tuple[str, int], list[float]]:
@@ -182,33 +164,25 @@ def plot(samples: dict[int, list[float]], path: Path, rate: float, n: int) -> No
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument(
-        "--warmup",
-        type=int,
-        default=WARMUP_FLIGHTS,
-        help="flights of the discarded warm-up run (default: all)",
+    parser = common.argument_parser(__doc__, "latency.json")
+    common.add_flights_arguments(
+        parser, limit=100_000, limit_help="flights a latency run", warmup=True
     )
-    parser.add_argument("--limit", type=int, default=100_000, help="flights a latency run")
     parser.add_argument("--max-rate", type=float, help="tuples/s (default: measured)")
-    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "latency.json")
     parser.add_argument("--png", type=Path, default=ROOT / "bench" / "results" / "latency.png")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    spark = build_spark_session(app_name="floodgate-bench-latency", master="local[2]")
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = common.start_spark("floodgate-bench-latency")
     samples: dict[int, list[float]] = {}
     per_run: dict[int, list[tuple[float, float]]] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="floodgate-latency-") as tmp:
-            with fresh_broker() as bootstrap:
+            with common.fresh_broker() as bootstrap:
                 warm = run_demo(bootstrap_servers=bootstrap, limit=args.warmup, spark=spark)
             console.log(f"warm-up (discarded): {warm.produced / warm.seconds:,.0f} tuples/s")
             rates = [args.max_rate] if args.max_rate else []
             for r in range(0 if args.max_rate else args.repeat):
-                with fresh_broker() as bootstrap:
-                    wait_until_quiet(None)
+                with common.fresh_broker() as bootstrap:
+                    common.wait_until_quiet(None)
                     result = run_demo(bootstrap_servers=bootstrap, spark=spark)
                 rates.append(result.produced / result.seconds)
                 console.log(f"maximum rate run {r + 1}: {rates[-1]:,.0f} tuples/s")
@@ -220,8 +194,8 @@ def main() -> None:
                 samples[trigger], per_run[trigger] = [], []
                 for r in range(args.repeat):
                     arrivals = Arrivals()
-                    with fresh_broker() as bootstrap:
-                        wait_until_quiet(None)
+                    with common.fresh_broker() as bootstrap:
+                        common.wait_until_quiet(None)
                         result = run_demo(
                             bootstrap_servers=bootstrap,
                             limit=args.limit,
@@ -244,7 +218,7 @@ def main() -> None:
                         f"max {max(values):.3f} s ({result.produced / result.seconds:,.0f} "
                         "tuples/s)"
                     )
-        java_versions = versions(spark)
+        java_versions = common.versions(spark)
     finally:
         spark.stop()
 
@@ -270,26 +244,18 @@ def main() -> None:
     )
     plot(samples, args.png, rate, args.limit)
     console.print(f"histogram: {args.png}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {
-                "benchmark": "end-to-end latency of the flights pipeline",
-                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "machine": machine(),
-                "code": code_version(),
-                "versions": java_versions,
-                "flights_per_run": args.limit,
-                "max_rates": rates,
-                "rate": rate,
-                "runs": {
-                    str(t): [{"p50_s": p50, "p99_s": p99} for p50, p99 in runs]
-                    for t, runs in per_run.items()
-                },
-                "target_p99_s": TARGET_P99_S,
-            },
-            indent=2,
-        )
+    common.write_results(
+        args.json,
+        "end-to-end latency of the flights pipeline",
+        versions=java_versions,
+        flights_per_run=args.limit,
+        max_rates=rates,
+        rate=rate,
+        runs={
+            str(t): [{"p50_s": p50, "p99_s": p99} for p50, p99 in runs]
+            for t, runs in per_run.items()
+        },
+        target_p99_s=TARGET_P99_S,
     )
 
 

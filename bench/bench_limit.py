@@ -29,43 +29,20 @@ Results: a table, and JSON in ``bench/out/limit.json``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import multiprocessing
 import statistics
-import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import common
+from bench_put import producer_config  # the same raw producer
+from common import console
 
-from bench_put import producer_config  # noqa: E402  (the same raw producer)
-from common import (  # noqa: E402  (bench/common.py)
-    WARMUP_FLIGHTS,
-    add_engine_argument,
-    check_origin_hours,
-    code_version,
-    expected_origin_hours,
-    flights_key,
-    fresh_broker,
-    machine,
-    produce_waiting,
-    rates_table,
-    versions,
-    wait_until_quiet,
-)
-from rich.console import Console  # noqa: E402
+from pipeline.demo.run import run_demo
+from pipeline.kafka.topics import ensure_topics
 
-from pipeline.demo.run import run_demo  # noqa: E402
-from pipeline.kafka.topics import ensure_topics  # noqa: E402
-from pipeline.spark.session import build_spark_session  # noqa: E402
-
-console = Console(width=None if sys.stdout.isatty() else 150)
 TARGET_RATIO = 0.5
 PARTITIONS = 4
 READY_TIMEOUT_S = 120.0
@@ -89,14 +66,14 @@ def raw_producer(
 
     records = list(flight_records(load_flights(limit)))
     codec = _codec()
-    key_of = flights_key()
+    key_of = common.flights_key()
     producer = Producer(producer_config(bootstrap))
     producer.list_topics(topic, timeout=10)
     ready.set()
     go.wait()
     started = time.time()
     for record in records:
-        produce_waiting(producer, topic, key_of(record), codec.encode(record))
+        common.produce_waiting(producer, topic, key_of(record), codec.encode(record))
         producer.poll(0)
     undelivered = producer.flush(60)
     out.put(("producer", started, time.time(), len(records) - undelivered))
@@ -184,26 +161,16 @@ def run_limit(bootstrap: str, limit: int | None, n: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument(
-        "--warmup",
-        type=int,
-        default=WARMUP_FLIGHTS,
-        help="flights of the discarded warm-up run (default: all)",
-    )
-    parser.add_argument("--limit", type=int, default=None, help="first N flights (default: all)")
-    add_engine_argument(parser)
-    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "limit.json")
+    parser = common.argument_parser(__doc__, "limit.json")
+    common.add_flights_arguments(parser, warmup=True)
+    common.add_engine_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    expected = expected_origin_hours(args.limit)
+    expected = common.expected_origin_hours(args.limit)
     n = sum(v[0] for v in expected.values())
-    spark = build_spark_session(app_name="floodgate-bench-limit", master="local[2]")
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = common.start_spark("floodgate-bench-limit")
     runs: list[Run] = []
     try:
-        with fresh_broker(args.engine) as bootstrap:
+        with common.fresh_broker(args.engine) as bootstrap:
             warm = run_demo(bootstrap_servers=bootstrap, limit=args.warmup, spark=spark)
             console.log(
                 f"warm-up Floodgate (discarded): {warm.produced / warm.seconds:,.0f} tuples/s"
@@ -212,15 +179,15 @@ def main() -> None:
             console.log(f"warm-up limit (discarded): {n / warm_s:,.0f} tuples/s")
         for r in range(args.repeat):
             # A broker per measurement (common.fresh_broker says why).
-            with fresh_broker(args.engine) as bootstrap:
-                quiet = wait_until_quiet(None)
+            with common.fresh_broker(args.engine) as bootstrap:
+                quiet = common.wait_until_quiet(None)
                 limit_s = run_limit(bootstrap, args.limit, n)
-            with fresh_broker(args.engine) as bootstrap:
-                wait_until_quiet(None)
+            with common.fresh_broker(args.engine) as bootstrap:
+                common.wait_until_quiet(None)
                 result = run_demo(bootstrap_servers=bootstrap, limit=args.limit, spark=spark)
             if not result.balanced or result.produced != n:
                 raise RuntimeError(f"Floodgate: not every flight was processed: {result.processed}")
-            check_origin_hours("Floodgate", result.origin_hours, expected)
+            common.check_origin_hours("Floodgate", result.origin_hours, expected)
             run = Run(n=n, limit_s=limit_s, floodgate_s=result.seconds, started_quiet=quiet.quiet)
             runs.append(run)
             console.log(
@@ -228,7 +195,7 @@ def main() -> None:
                 f"({limit_s:.1f} s), Floodgate {run.floodgate_tuples_per_s:,.0f} tuples/s "
                 f"({result.seconds:.1f} s): {run.ratio:.2f}"
             )
-        java_versions = versions(spark)
+        java_versions = common.versions(spark)
     finally:
         spark.stop()
 
@@ -236,7 +203,7 @@ def main() -> None:
     fg = [r.floodgate_tuples_per_s for r in runs]
     ratio = statistics.median(r.ratio for r in runs)
     console.print(
-        rates_table(
+        common.rates_table(
             f"Floodgate end to end vs the raw limit ({n:,} flights)",
             {
                 "limit: raw producer + raw Avro consumer, a process each": lim,
@@ -253,31 +220,15 @@ def main() -> None:
         f"target Floodgate >= {TARGET_RATIO} of the limit: "
         f"{'met' if ratio >= TARGET_RATIO else 'NOT met'} ({ratio:.2f})"
     )
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {
-                "benchmark": "Floodgate end to end vs raw producer + raw Avro consumer",
-                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "machine": machine(),
-                "engine": args.engine,
-                "code": code_version(),
-                "versions": java_versions,
-                "n": n,
-                "runs": [
-                    asdict(r)
-                    | {
-                        "limit_tuples_per_s": r.limit_tuples_per_s,
-                        "floodgate_tuples_per_s": r.floodgate_tuples_per_s,
-                        "ratio": r.ratio,
-                    }
-                    for r in runs
-                ],
-                "median_ratio": round(ratio, 3),
-                "target": TARGET_RATIO,
-            },
-            indent=2,
-        )
+    common.write_results(
+        args.json,
+        "Floodgate end to end vs raw producer + raw Avro consumer",
+        engine=args.engine,
+        versions=java_versions,
+        n=n,
+        **common.ratio_fields(
+            runs, "limit_tuples_per_s", "floodgate_tuples_per_s", target=TARGET_RATIO
+        ),
     )
 
 

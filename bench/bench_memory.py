@@ -31,27 +31,19 @@ Results: a table, and JSON in ``bench/out/memory.json``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import statistics
 import subprocess
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
+import common
 import psutil
+from common import ROOT, console
+from rich.table import Table
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from common import write_results  # noqa: E402  (bench/common.py)
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-console = Console(width=None if sys.stdout.isatty() else 150)
 ROLES = (
     "driver",
     "driver JVM",
@@ -133,10 +125,8 @@ def run_once(limit: int | None) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--limit", type=int, default=None, help="first N flights (default: all)")
-    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "memory.json")
+    parser = common.argument_parser(__doc__, "memory.json")
+    common.add_flights_arguments(parser)
     args = parser.parse_args()
     runs = []
     for r in range(args.repeat):
@@ -163,7 +153,7 @@ def main() -> None:
             f"{statistics.median(figures('largest_process_rss_mib', role)):,.0f}",
         )
     console.print(table)
-    write_results(args.json, "floodgate demo: peak memory by process role", runs=runs)
+    common.write_results(args.json, "floodgate demo: peak memory by process role", runs=runs)
 
 
 if __name__ == "__main__":

@@ -37,46 +37,28 @@ Results: a table, and JSON in ``bench/out/output.json``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import statistics
-import sys
 import tempfile
-import time
 import tomllib
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import common
+from common import console
+from prometheus_client import CollectorRegistry
+from rich.table import Table
 
-from common import (  # noqa: E402  (bench/common.py)
-    FLIGHTS_TOML,
-    Meter,
-    code_version,
-    machine,
-    produce_flights,
-    versions,
-    wait_until_quiet,
-)
-from prometheus_client import CollectorRegistry  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from pipeline.brokers.embedded import EmbeddedBroker
+from pipeline.client.connector import connect
+from pipeline.config import QueryGroupConfig, parse_query_group
+from pipeline.demo.run import Reception
+from pipeline.kafka.topics import ensure_topics
+from pipeline.metrics import stream_total
+from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.spark.query_group import QueryGroup
 
-from pipeline.brokers.embedded import EmbeddedBroker  # noqa: E402
-from pipeline.client.connector import connect  # noqa: E402
-from pipeline.config import QueryGroupConfig, parse_query_group  # noqa: E402
-from pipeline.demo.run import Reception  # noqa: E402
-from pipeline.kafka.topics import ensure_topics  # noqa: E402
-from pipeline.metrics import stream_total  # noqa: E402
-from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
-from pipeline.spark.query_group import QueryGroup  # noqa: E402
-from pipeline.spark.session import build_spark_session  # noqa: E402
-
-console = Console(width=None if sys.stdout.isatty() else 150)
 TARGET_RATIO = 0.95
 RUN_TIMEOUT_S = 900.0
 VARIANTS = {"check off (baseline)": False, "check on": True}
@@ -105,7 +87,7 @@ class Run:
 
 def group_config(topic: str, n: int, checkpoints: Path, *, check: bool) -> QueryGroupConfig:
     """``conf/flights.toml`` reading ``topic``, with fresh names, topics and checkpoint."""
-    raw = tomllib.loads(FLIGHTS_TOML.read_text())
+    raw = tomllib.loads(common.FLIGHTS_TOML.read_text())
     run = uuid.uuid4().hex[:8]
     group = raw["query_group"]
     group.update(
@@ -144,13 +126,13 @@ def run_once(
     )
     ensure_topics(bootstrap, group.topics())
     outputs = sorted({q.output for q in config.queries.values()})
-    quiet = wait_until_quiet(broker_pid)
+    quiet = common.wait_until_quiet(broker_pid)
     with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
         reception = Reception(
             {s: connector.open_stream_output(config.name, s) for s in outputs},
             {s: config.output_streams[s].key for s in outputs},
         ).start()
-        meter = Meter(broker_pid)
+        meter = common.Meter(broker_pid)
         try:
             with meter.measure():
                 group.start(available_now=True)
@@ -185,13 +167,10 @@ def run_once(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bootstrap", help="an existing cluster (default: an embedded broker)")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--limit", type=int, default=None, help="first N flights (default: all)")
-    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "output.json")
+    parser = common.argument_parser(__doc__, "output.json", repeat=5)
+    common.add_flights_arguments(parser, bootstrap=True)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    common.log_warnings()
 
     schemas = SchemaRepository.load()
     codec = StreamCodec("flights", schemas.get("flight"), schemas)
@@ -200,10 +179,9 @@ def main() -> None:
     broker_pid = broker.pid if broker is not None else None
     topic = f"bench.flights.{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, {topic: (4, 1)})
-    n, produce_s = produce_flights(bootstrap, topic, codec, args.limit)
+    n, produce_s = common.produce_flights(bootstrap, topic, codec, args.limit)
     console.log(f"produced {n:,} flights to {topic} in {produce_s:.1f} s")
-    spark = build_spark_session(app_name="floodgate-bench-output", master="local[2]")
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = common.start_spark("floodgate-bench-output")
     runs: dict[str, list[Run]] = {name: [] for name in VARIANTS}
     try:
         with tempfile.TemporaryDirectory(prefix="floodgate-bench-") as tmp:
@@ -228,7 +206,7 @@ def main() -> None:
                         f"{run.holds} holds, {run.output_tuples:,} output tuples, "
                         f"{run.checks} checks taking {run.check_s * 1000:.0f} ms){flag}"
                     )
-            java_versions = versions(spark)
+            java_versions = common.versions(spark)
     finally:
         spark.stop()
         if broker is not None:
@@ -273,30 +251,22 @@ def main() -> None:
         f"target check on >= {TARGET_RATIO:.2f}x check off (median pair ratio): "
         f"{'met' if ratio >= TARGET_RATIO else 'NOT met'} ({ratio:.3f}x)"
     )
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {
-                "benchmark": "output stream queue bound: flights query group, check on vs off",
-                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "machine": machine(),
-                "code": code_version(),
-                "versions": java_versions,
-                "n": n,
-                "warm_up_discarded": asdict(cold),
-                "runs": {
-                    name: [asdict(r) | {"tuples_per_s": r.tuples_per_s} for r in rs]
-                    for name, rs in runs.items()
-                },
-                "median_tuples_per_s": medians,
-                "pair_ratios_on_to_off": [round(r, 4) for r in pair_ratios],
-                "ratio_on_to_off": round(ratio, 4),
-                "ratio_of_medians": round(medians["check on"] / baseline, 4),
-                "check_share_of_run_time": round(check_share, 5),
-                "target": TARGET_RATIO,
-            },
-            indent=2,
-        )
+    common.write_results(
+        args.json,
+        "output stream queue bound: flights query group, check on vs off",
+        versions=java_versions,
+        n=n,
+        warm_up_discarded=asdict(cold),
+        runs={
+            name: [asdict(r) | {"tuples_per_s": r.tuples_per_s} for r in rs]
+            for name, rs in runs.items()
+        },
+        median_tuples_per_s=medians,
+        pair_ratios_on_to_off=[round(r, 4) for r in pair_ratios],
+        ratio_on_to_off=round(ratio, 4),
+        ratio_of_medians=round(medians["check on"] / baseline, 4),
+        check_share_of_run_time=round(check_share, 5),
+        target=TARGET_RATIO,
     )
 
 

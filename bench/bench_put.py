@@ -25,38 +25,24 @@ Results: a table, and JSON in ``bench/out/put.json``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import common
+from common import console
+from confluent_kafka import Producer
+from rich.table import Table
 
-from common import (  # noqa: E402  (bench/common.py)
-    flights_config,
-    flights_key,
-    produce_waiting,
-)
-from confluent_kafka import Producer  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from pipeline.brokers.embedded import EmbeddedBroker  # noqa: E402
-from pipeline.client.connector import connect  # noqa: E402
-from pipeline.demo.flights import flight_records, load_flights  # noqa: E402
-from pipeline.kafka.topics import ensure_topics  # noqa: E402
-from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
+from pipeline.brokers.embedded import EmbeddedBroker
+from pipeline.client.connector import connect
+from pipeline.demo.flights import flight_records, load_flights
+from pipeline.kafka.topics import ensure_topics
+from pipeline.serde import SchemaRepository, StreamCodec
 
 BATCH = 1_000
-console = Console()
 
 
 def producer_config(bootstrap: str) -> dict[str, Any]:
@@ -72,7 +58,7 @@ def producer_config(bootstrap: str) -> dict[str, Any]:
 def run_put(bootstrap: str, records: list[dict[str, Any]], schemas: SchemaRepository) -> float:
     topic = f"bench.put.{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, {topic: (4, 1)})
-    config = flights_config(topic, len(records) + 1)  # never refuses: cost, not waits
+    config = common.flights_config(topic, len(records) + 1)  # never refuses: cost, not waits
     with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
         stream_input = connector.open_stream_input(config.name, "flights")
         stream_input.free_queue_size()  # connected, like the baseline's warm producer
@@ -90,7 +76,7 @@ def run_raw(
     ensure_topics(bootstrap, {topic: (4, 1)})
     producer = Producer(producer_config(bootstrap))
     producer.list_topics(topic, timeout=10)
-    key_of = flights_key()
+    key_of = common.flights_key()
     values = [(key_of(r), codec.encode(r)) for r in records] if pre_encoded else None
     started = time.perf_counter()
     for i in range(0, len(records), BATCH):
@@ -100,18 +86,15 @@ def run_raw(
             else [(key_of(r), codec.encode(r)) for r in records[i : i + BATCH]]
         )
         for key, value in chunk:
-            produce_waiting(producer, topic, key, value)
+            common.produce_waiting(producer, topic, key, value)
         producer.poll(0)
     assert producer.flush(60) == 0
     return time.perf_counter() - started
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bootstrap", help="an existing cluster (default: an embedded broker)")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--limit", type=int, default=None, help="first N flights (default: all)")
-    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "put.json")
+    parser = common.argument_parser(__doc__, "put.json", repeat=5)
+    common.add_flights_arguments(parser, bootstrap=True)
     args = parser.parse_args()
 
     records = list(flight_records(load_flights(args.limit)))
@@ -160,25 +143,14 @@ def main() -> None:
     console.print(
         f"target put >= 0.90x baseline: {'met' if ratio >= 0.90 else 'NOT met'} ({ratio:.2f}x)"
     )
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {
-                "benchmark": "StreamInput.put vs raw produce (issue 3)",
-                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "machine": {
-                    "nproc": os.cpu_count(),
-                    "python": platform.python_version(),
-                    "os": platform.platform(),
-                },
-                "n": len(records),
-                "batch": BATCH,
-                "runs_tuples_per_s": runs,
-                "median_tuples_per_s": medians,
-                "ratio_put_to_baseline": round(ratio, 3),
-            },
-            indent=2,
-        )
+    common.write_results(
+        args.json,
+        "StreamInput.put vs raw produce (issue 3)",
+        n=len(records),
+        batch=BATCH,
+        runs_tuples_per_s=runs,
+        median_tuples_per_s=medians,
+        ratio_put_to_baseline=round(ratio, 3),
     )
 
 

@@ -32,27 +32,20 @@ Results: a table, and JSON in ``bench/out/resume.json``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import common
+from common import console
+from confluent_kafka import Consumer, Producer, TopicPartition
+from rich.table import Table
 
-from common import fresh_broker, write_results  # noqa: E402  (bench/common.py)
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from pipeline.kafka.fetching import rest_until_records, resume_fetching
+from pipeline.kafka.topics import ensure_topics
 
-from pipeline.kafka.fetching import rest_until_records, resume_fetching  # noqa: E402
-from pipeline.kafka.topics import ensure_topics  # noqa: E402
-
-console = Console(width=None if sys.stdout.isatty() else 150)
 WAYS = ("spin", "resume", "resume_fetching", "rest_until_records")
 PARTITIONS = 2
 RECORDS_A_TRANSACTION = 200
@@ -63,7 +56,7 @@ IDLE_S = 0.25
 def one_run(way: str, seconds: float) -> dict[str, Any]:
     """One reader of one way over ``seconds`` of transactions; latencies in seconds."""
     topic = f"resume-{uuid.uuid4().hex[:8]}"
-    with fresh_broker() as bootstrap:
+    with common.fresh_broker() as bootstrap:
         ensure_topics(bootstrap, {topic: (PARTITIONS, 1)})
         producer = Producer(
             {"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-tx", "linger.ms": 5}
@@ -136,10 +129,8 @@ def one_run(way: str, seconds: float) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = common.argument_parser(__doc__, "resume.json")
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "resume.json")
     args = parser.parse_args()
     runs: list[dict[str, Any]] = []
     for r in range(args.repeat):
@@ -168,7 +159,7 @@ def main() -> None:
             f"{median('cpu_s_per_s'):.2f}",
         )
     console.print(table)
-    write_results(args.json, "commit -> read of a reader that pauses when idle", runs=runs)
+    common.write_results(args.json, "commit -> read of a reader that pauses when idle", runs=runs)
 
 
 if __name__ == "__main__":

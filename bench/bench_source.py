@@ -81,34 +81,19 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a file from anywhere, without installing
-    sys.path.insert(0, str(ROOT))
+import common
+from common import console
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from rich.table import Table
 
-from common import (  # noqa: E402  (bench/common.py)
-    Meter,
-    code_version,
-    machine,
-    produce_flights,
-    versions,
-    wait_until_quiet,
-)
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from pipeline.brokers.embedded import EmbeddedBroker  # noqa: E402
-from pipeline.kafka.topics import ensure_topics  # noqa: E402
-from pipeline.serde import SchemaRepository, StreamCodec  # noqa: E402
+from pipeline.brokers.embedded import EmbeddedBroker
+from pipeline.kafka.topics import ensure_topics
+from pipeline.serde import SchemaRepository, StreamCodec
 
 log = logging.getLogger("bench.source")
-# Wide enough for the tables when the output goes to a file.
-console = Console(width=None if sys.stdout.isatty() else 150)
 
-DEFAULT_JSON = ROOT / "bench" / "out" / "source.json"
 #: Partitions of the benchmark topic (the flights input stream's count in conf/flights.toml).
 TOPIC_PARTITIONS = 4
 #: ``consume(num_messages=...)`` of the baseline; the source reads with the same.
@@ -280,8 +265,8 @@ def measure_consumer(
     handle = decode_value if decode else None
     runs = []
     for i in range(repeat):
-        quiet = wait_until_quiet(broker_pid)
-        meter = Meter(broker_pid)
+        quiet = common.wait_until_quiet(broker_pid)
+        meter = common.Meter(broker_pid)
         with meter.measure():
             read = consume_all(bootstrap, topic, n, handle=handle, client=client)
         run = Run(
@@ -327,8 +312,8 @@ def measure_read_in_process(
     source = KafkaStreamDataSource(options)
     runs = []
     for i in range(repeat):
-        quiet = wait_until_quiet(broker_pid)
-        meter = Meter(broker_pid)
+        quiet = common.wait_until_quiet(broker_pid)
+        meter = common.Meter(broker_pid)
         with meter.measure():
             reader = source.streamReader(source.schema())
             try:
@@ -357,7 +342,7 @@ def run_source_once(
     """One AvailableNow query from the source into the ``noop`` sink, with a new checkpoint."""
     from pipeline.spark.options import SOURCE_NAME
 
-    quiet = wait_until_quiet(broker_pid)
+    quiet = common.wait_until_quiet(broker_pid)
     checkpoint = tempfile.mkdtemp(prefix="run-", dir=checkpoint_root)
     df = spark.readStream.format(SOURCE_NAME).options(**options).load()
     writer = (
@@ -366,7 +351,7 @@ def run_source_once(
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
     )
-    meter = Meter(broker_pid)
+    meter = common.Meter(broker_pid)
     with meter.measure():
         query = writer.start()
         finished = query.awaitTermination(RUN_TIMEOUT_S)
@@ -531,18 +516,9 @@ def report(result: dict[str, Any], figures: list[tuple[Figure, bool]], baseline:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--bootstrap", help="an existing Kafka cluster (default: start the embedded broker)"
-    )
-    parser.add_argument(
-        "--repeat", type=int, default=3, help="timed runs per figure; the median is reported"
-    )
-    parser.add_argument(
-        "--limit", type=int, default=None, help="produce only the first N flights (default all)"
-    )
-    parser.add_argument(
-        "--json", type=Path, default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})"
+    parser = common.argument_parser(__doc__, "source.json")
+    common.add_flights_arguments(
+        parser, limit_help="produce only the first N flights (default all)", bootstrap=True
     )
     parser.add_argument(
         "--max-rows-per-trigger",
@@ -569,14 +545,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    common.log_warnings()
     started = dt.datetime.now(dt.UTC)
     result: dict[str, Any] = {
         "benchmark": "source throughput (issue 2)",
         "date": started.isoformat(timespec="seconds"),
     }
-    result["machine"] = machine()
-    result["code"] = code_version()
+    result["machine"] = common.machine()
+    result["code"] = common.code_version()
     broker = None if args.bootstrap else EmbeddedBroker().start()
     checkpoint_root = tempfile.mkdtemp(prefix="floodgate-bench-")
     spark = None
@@ -593,13 +569,13 @@ def main(argv: list[str] | None = None) -> int:
         ensure_topics(bootstrap, {topic: (TOPIC_PARTITIONS, 1)})
 
         console.print(f"[bold]producing flights to {topic}[/bold]")
-        n, produce_s = produce_flights(bootstrap, topic, codec, args.limit)
+        n, produce_s = common.produce_flights(bootstrap, topic, codec, args.limit)
         sizes = topic_high_watermarks(bootstrap, topic)
         if sum(sizes.values()) != n:
             raise RuntimeError(f"topic holds {sum(sizes.values())} tuples, {n} produced")
         if broker_pid is None:
             time.sleep(args.settle_s)  # cannot watch an external broker's CPU
-        waited = wait_until_quiet(broker_pid).waited_s
+        waited = common.wait_until_quiet(broker_pid).waited_s
         console.print(f"  {n:,} tuples in {produce_s:.1f} s; partitions {sizes}")
         console.print(f"  broker and machine quiet after {waited:.1f} s")
         result.update(
@@ -609,11 +585,11 @@ def main(argv: list[str] | None = None) -> int:
             settle_after_produce_s=round(waited, 1),
             repeat=args.repeat,
         )
-        common = {"repeat": args.repeat, "broker_pid": broker_pid}
+        timing = {"repeat": args.repeat, "broker_pid": broker_pid}
 
         console.print("[bold]baseline: one consumer + StreamCodec.decode[/bold]")
         baseline = measure_consumer(
-            "baseline: consumer + decode", bootstrap, topic, n, codec, decode=True, **common
+            "baseline: consumer + decode", bootstrap, topic, n, codec, decode=True, **timing
         )
         figures: list[tuple[Figure, bool]] = [(baseline, False)]
         single = source_options(bootstrap, topic, schemas, max_rows_per_trigger=None)
@@ -624,10 +600,10 @@ def main(argv: list[str] | None = None) -> int:
                 (f"baseline tuned: {TUNING_LABEL}", True, FETCH_TUNING),
             ):
                 figure = measure_consumer(
-                    label, bootstrap, topic, n, codec, decode=decode, client=client, **common
+                    label, bootstrap, topic, n, codec, decode=decode, client=client, **timing
                 )
                 figures.append((figure, False))
-            figures.append((measure_read_in_process(single, n, **common), False))
+            figures.append((measure_read_in_process(single, n, **timing), False))
 
         console.print(
             "[bold]source: floodgate_kafka -> noop, Trigger.AvailableNow, local[2][/bold]"
@@ -640,9 +616,9 @@ def main(argv: list[str] | None = None) -> int:
         spark.dataSource.register(KafkaStreamDataSource)
         result["spark_session_start_s"] = round(time.perf_counter() - session_start, 1)
         result["spark_master"] = spark.sparkContext.master
-        source_common = {**common, "checkpoint_root": checkpoint_root}
+        source_timing = {**timing, "checkpoint_root": checkpoint_root}
         one_batch = measure_source(
-            spark, "source, one batch", single, n, warm_up=True, **source_common
+            spark, "source, one batch", single, n, warm_up=True, **source_timing
         )
         batched_options = source_options(
             bootstrap, topic, schemas, max_rows_per_trigger=args.max_rows_per_trigger
@@ -653,11 +629,11 @@ def main(argv: list[str] | None = None) -> int:
             batched_options,
             n,
             warm_up=False,
-            **source_common,
+            **source_timing,
         )
         figures += [(one_batch, True), (batched, True)]
 
-        result["versions"] = versions(spark)
+        result["versions"] = common.versions(spark)
         result["warm_up"] = "one full run of 'source, one batch', discarded (cold_run_discarded)"
         result["baseline"] = baseline.as_json()
         result["source"] = {

@@ -24,23 +24,19 @@ figures are medians with min-max. Command: ``.venv/bin/python bench/bench_sweep.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import common
+from common import console
 from confluent_kafka import Consumer, KafkaError, TopicPartition
-from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.common import machine, produce_flights
 from pipeline.brokers.local import resolve_broker
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository, StreamCodec
@@ -50,7 +46,6 @@ from pipeline.swept.reading import BlobReader
 from sweeper.policy import SweepRange
 from sweeper.service import SWEEPER_CONSUMER, read_range
 
-console = Console()
 PARTITIONS = 4
 
 
@@ -112,9 +107,8 @@ def unsweep(topic: str, ranges: dict[int, int], catalog: SweepCatalog) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--limit", type=int, default=None, help="flights to produce (all)")
+    parser = common.argument_parser(__doc__)
+    common.add_flights_arguments(parser, limit_help="flights to produce (all)")
     args = parser.parse_args()
     broker = resolve_broker()
     try:
@@ -124,7 +118,7 @@ def main() -> None:
         codec = StreamCodec(
             "flights", SchemaRepository.load().get("flight"), SchemaRepository.load()
         )
-        produced, _ = produce_flights(bootstrap, topic, codec, args.limit)
+        produced, _ = common.produce_flights(bootstrap, topic, codec, args.limit)
         probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench"})
         ranges = {
             p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
@@ -183,7 +177,7 @@ def main() -> None:
             f"(target >= 1.0: {met[ratio_unsweep >= 1.0]}); "
             f"sweep / the sweeper's read alone: {ratio_write:.2f} (what writing BLOBs costs)"
         )
-        info: dict[str, Any] = machine()
+        info: dict[str, Any] = common.machine()
         console.print(f"machine: {info}")
     finally:
         broker.stop()

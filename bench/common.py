@@ -1,13 +1,22 @@
-"""What the benchmark scripts share: the flights stream set up on a topic of their own,
-waiting for a quiet machine, CPU accounting, and the description of the machine and
-the code measured."""
+"""What the benchmark scripts share: their preamble (the console, the arguments every
+script takes, logging, a SparkSession), the flights stream set up on a topic of their
+own, waiting for a quiet machine, CPU accounting, and the description of the machine
+and the code measured.
+
+The scripts run as files (``.venv/bin/python bench/bench_x.py``): Python puts their
+folder first on ``sys.path``, so ``from common import ...`` finds this module, and the
+packages they measure (``pipeline``, ``admission``, ``sweeper``) come from the
+environment's install (``make`` installs the checkout in editable mode).
+"""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import platform
 import subprocess
+import sys
 import time
 import tomllib
 import uuid
@@ -18,6 +27,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo.flights import flight_records, load_flights
@@ -27,6 +38,10 @@ log = logging.getLogger("bench")
 
 ROOT = Path(__file__).resolve().parents[1]
 FLIGHTS_TOML = ROOT / "conf" / "flights.toml"
+#: Where the scripts write their figures as JSON by default (git-ignored).
+OUT_DIR = ROOT / "bench" / "out"
+#: The scripts' console: wide enough for the tables when the output goes to a file.
+console = Console(width=None if sys.stdout.isatty() else 150)
 #: How long producing may wait for the last acknowledgements.
 PRODUCE_TIMEOUT_S = 300.0
 #: Before each timed run: the broker uses under this share of one core, and the
@@ -41,6 +56,70 @@ QUIET_TIMEOUT_S = 60.0
 #: generated code over the first tens of micro-batches, and a run after a 20 000-flight
 #: warm-up spent ~half of the driver JVM's CPU in its compiler threads (issue 9).
 WARMUP_FLIGHTS: int | None = None
+
+
+# --------------------------------------------------------------------------- the preamble
+
+
+def argument_parser(
+    doc: str, results: str | None = None, *, repeat: int = 3
+) -> argparse.ArgumentParser:
+    """A script's argument parser: described by the first paragraph of ``doc`` (its
+    module docstring), with ``--repeat N`` (timed runs, default ``repeat``) and, given
+    ``results`` (a file name such as ``"put.json"``), ``--json PATH`` (default
+    ``bench/out/<results>``)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=repeat, help=f"timed runs (default {repeat})")
+    if results is not None:
+        default = OUT_DIR / results
+        parser.add_argument(
+            "--json", type=Path, default=default, help=f"results file (default {default})"
+        )
+    return parser
+
+
+def add_flights_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    limit: int | None = None,
+    limit_help: str = "first N flights (default: all)",
+    warmup: bool = False,
+    bootstrap: bool = False,
+) -> None:
+    """``--limit N`` (flights, default ``limit``); with ``warmup``, ``--warmup N``
+    (flights of the discarded warm-up run, :data:`WARMUP_FLIGHTS`); with ``bootstrap``,
+    ``--bootstrap H:P`` (an existing cluster instead of an embedded broker)."""
+    parser.add_argument("--limit", type=int, default=limit, help=limit_help)
+    if warmup:
+        parser.add_argument(
+            "--warmup",
+            type=int,
+            default=WARMUP_FLIGHTS,
+            help="flights of the discarded warm-up run (default: all)",
+        )
+    if bootstrap:
+        parser.add_argument(
+            "--bootstrap", help="an existing Kafka cluster (default: an embedded broker)"
+        )
+
+
+def log_warnings() -> None:
+    """Log warnings and errors only, each line naming its level and logger."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def start_spark(app_name: str) -> Any:
+    """:func:`log_warnings`, then a ``local[2]`` SparkSession named ``app_name`` that
+    logs errors only (a ``pyspark.sql.SparkSession``; stop it when done)."""
+    from pipeline.spark.session import build_spark_session
+
+    log_warnings()
+    spark = build_spark_session(app_name=app_name, master="local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+# --------------------------------------------------------------------------- the flights
 
 
 def flights_config(topic: str, max_queue_size: int) -> QueryGroupConfig:
@@ -343,6 +422,24 @@ def produce_waiting(producer: Any, topic: str, key: bytes | None, value: bytes) 
             return
         except BufferError:
             producer.poll(0.05)
+
+
+def ratio_fields(runs: Sequence[Any], *rates: str, target: float) -> dict[str, Any]:
+    """The JSON fields of a comparison (Floodgate against a baseline, one ratio a run):
+    ``runs``, each run's dataclass fields plus its properties named in ``rates``
+    (tuples/s) and its ``ratio``; ``median_ratio`` over the runs (3 decimals); ``target``.
+
+    Raises:
+        statistics.StatisticsError: ``runs`` is empty.
+    """
+    import statistics
+    from dataclasses import asdict
+
+    return {
+        "runs": [asdict(r) | {name: getattr(r, name) for name in (*rates, "ratio")} for r in runs],
+        "median_ratio": round(statistics.median(r.ratio for r in runs), 3),
+        "target": target,
+    }
 
 
 def write_results(path: Path, benchmark: str, **fields: Any) -> None:

@@ -23,18 +23,12 @@ Results: a table (hours of event time), and JSON in ``bench/out/partition_skew.j
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import threading
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from common import code_version, flights_config, fresh_broker, machine  # noqa: E402
+import common
+from common import console
 
 HOUR_MS = 3_600_000
 PARTITIONS = 4
@@ -71,8 +65,8 @@ def one_run(limit: int, *, sequential: bool) -> dict[str, Any]:
     from pipeline.serde import SchemaRepository
 
     records = FlightTuples(load_flights(limit))
-    with fresh_broker() as bootstrap:
-        config = flights_config("flights", max_queue_size=limit)
+    with common.fresh_broker() as bootstrap:
+        config = common.flights_config("flights", max_queue_size=limit)
         ensure_topics(bootstrap, config.topics(), client=dict(config.kafka.client))
         topic = config.input_streams["flights"].topic
         samples: list[tuple[int, ...]] = []
@@ -138,18 +132,15 @@ def one_run(limit: int, *, sequential: bool) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--limit", type=int, default=100_000, help="flights per replay")
-    parser.add_argument("--repeat", type=int, default=3, help="runs, each on a fresh broker")
+    parser = common.argument_parser(__doc__, "partition_skew.json")
+    common.add_flights_arguments(parser, limit=100_000, limit_help="flights per replay")
     parser.add_argument(
         "--sequential",
         action="store_true",
         help="read the heads one partition at a time, as the source did before",
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "partition_skew.json")
     args = parser.parse_args()
 
-    from rich.console import Console
     from rich.progress import track
     from rich.table import Table
 
@@ -175,18 +166,12 @@ def main() -> None:
     table.add_row(
         "median", "", "", "", f"{statistics.median(worst):.0f} ({min(worst):.0f}-{max(worst):.0f})"
     )
-    Console().print(table)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "machine": machine(),
-                "code": code_version(),
-                "sequential": args.sequential,
-                "runs": runs,
-            },
-            indent=2,
-        )
+    console.print(table)
+    common.write_results(
+        args.json,
+        "skew between partition heads during a replay",
+        sequential=args.sequential,
+        runs=runs,
     )
 
 

@@ -104,8 +104,6 @@ from confluent_kafka import KafkaException, Producer
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from admission.config import AdmissionSettings
 from pipeline.brokers.engines import ENGINES, free_port
 from pipeline.brokers.local import LocalBroker, local_broker
