@@ -26,7 +26,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from admission.environment import invalid_reason
-from admission.service import AdmissionError, AdmissionService, JobSpec
+from admission.errors import AdmissionError
+from admission.jobs import JobSpec
+from admission.service import AdmissionService
 from admission.store import JobState
 from pipeline.metrics import add_metrics_route
 from pipeline.services.asgi import RequestGate
@@ -234,7 +236,7 @@ def build_app(service: AdmissionService) -> FastAPI:
     @app.get("/jobs/{job_id}", responses=_refusals(404, 422))
     def job(job_id: Id) -> dict[str, Any]:
         """One job (its env's names only)."""
-        return answer(lambda: service._get(job_id).as_json())
+        return answer(lambda: service.job(job_id).as_json())
 
     @app.post(
         "/jobs/{job_id}/start-now",

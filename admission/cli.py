@@ -19,7 +19,6 @@ The client commands reach ``--url`` (``FLOODGATE_ADMISSION_URL``, default
 from __future__ import annotations
 
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,12 +26,10 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from pipeline.errors import FloodgateError
+from pipeline.commands import Verbose, config_file_option, fail, reports_errors
 from pipeline.services.http_client import error_detail
-from pipeline.services.serving import AppServer, wait_for_signal
 
 app = typer.Typer(
     help="The admission service: starts jobs when CPU and memory allow.", no_args_is_help=True
@@ -47,37 +44,24 @@ Token = Annotated[
 ]
 
 
-def _fail(message: str) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
-    return typer.Exit(code=2)
-
-
 @app.command()
+@reports_errors
 def serve(
-    config: Annotated[
-        Path | None, typer.Option(exists=True, dir_okay=False, help="Admission config (TOML).")
-    ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+    config: Annotated[Path | None, config_file_option("Admission")] = None,
+    verbose: Verbose = False,
 ) -> None:
     """Run the admission service until SIGTERM / Ctrl-C."""
     from admission.api import build_app
     from admission.config import load_admission_config
     from admission.service import AdmissionService
+    from pipeline.services.serving import listen, log_service, serve_until_signal
 
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(message)s"
+    log_service(verbose)
+    settings = load_admission_config(config)
+    service = AdmissionService(settings)
+    server = listen(
+        build_app(service), host=settings.host, port=settings.port, name="admission", what="the API"
     )
-    try:
-        settings = load_admission_config(config)
-        service = AdmissionService(settings)
-    except FloodgateError as exc:
-        raise _fail(str(exc)) from exc
-    try:
-        server = AppServer(
-            build_app(service), host=settings.host, port=settings.port, name="admission"
-        )
-    except OSError as exc:
-        raise _fail(f"the API could not listen on {settings.host}:{settings.port}: {exc}") from exc
     # Bound before the service takes the leadership and records where it answers.
     service.start(address=server.url)
     intake = None
@@ -86,23 +70,23 @@ def serve(
         from admission.intake import KafkaIntake
 
         intake = KafkaIntake(service, bootstrap_servers=bootstrap).start()
-    try:
-        server.start()
-    except FloodgateError as exc:
-        service.stop()
-        raise _fail(str(exc)) from exc
-    # Where it listens, as bound (0.0.0.0: every interface), then one line a
-    # supervisor (or a test) can read the URL from.
-    everywhere = " (every interface)" if server.bound.startswith("0.0.0.0:") else ""
-    print(f"admission API listening on {server.bound}{everywhere}", flush=True)
-    print(f"FLOODGATE_ADMISSION_URL={server.url}", flush=True)
-    try:
-        wait_for_signal()
-    finally:
-        server.stop()
+
+    def stop() -> None:
         if intake is not None:
             intake.stop()
         service.stop()
+
+    # Where it listens, as bound (0.0.0.0: every interface), then one line a
+    # supervisor (or a test) can read the URL from.
+    everywhere = " (every interface)" if server.bound.startswith("0.0.0.0:") else ""
+    serve_until_signal(
+        server,
+        announce=[
+            f"admission API listening on {server.bound}{everywhere}",
+            f"FLOODGATE_ADMISSION_URL={server.url}",
+        ],
+        stop=stop,
+    )
 
 
 def _call(method: str, url: str, path: str, token: str | None, **kwargs: Any) -> Any:
@@ -112,9 +96,9 @@ def _call(method: str, url: str, path: str, token: str | None, **kwargs: Any) ->
             method, f"{url.rstrip('/')}{path}", headers=headers, timeout=30, **kwargs
         )
     except httpx.HTTPError as exc:
-        raise _fail(f"admission service at {url}: {exc}") from exc
+        raise fail(f"admission service at {url}: {exc}") from exc
     if response.status_code >= 400:
-        raise _fail(f"admission service: {response.status_code}: {error_detail(response)}")
+        raise fail(f"admission service: {response.status_code}: {error_detail(response)}")
     return response.json()
 
 

@@ -27,13 +27,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from admission.config import AdmissionSettings
-from admission.service import (
-    AdmissionError,
-    AdmissionQueueFull,
-    AdmissionService,
-    CommandNotAllowed,
-    JobSpec,
-)
+from admission.errors import AdmissionError, AdmissionQueueFull, CommandNotAllowed
+from admission.jobs import JobSpec
+from admission.service import AdmissionService
 from admission.store import Job
 from pipeline.errors import DeserializationError
 from pipeline.kafka.fetching import rest_until_records
