@@ -31,10 +31,10 @@ import typer
 from rich.console import Console, Group
 from rich.live import Live
 from rich.logging import RichHandler
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pipeline.commands import Verbose, reports_errors
 from pipeline.config import DEFAULT_CONTROL_DIR
 from pipeline.errors import FloodgateError
 
@@ -74,12 +74,6 @@ def _setup_logging(verbose: bool) -> None:
     )
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def _fail(exc: BaseException) -> typer.Exit:
-    # One line (soft wrap) so it can be grepped and copied; the message itself is no markup.
-    console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True, highlight=False)
-    return typer.Exit(code=2)
 
 
 class Engine(enum.StrEnum):
@@ -146,6 +140,7 @@ def _bootstrap_servers(bootstrap: str | None, config: Any) -> str:
 
 
 @app.command()
+@reports_errors
 def demo(
     bootstrap: Annotated[
         str | None,
@@ -174,7 +169,7 @@ def demo(
         Path | None, typer.Option(parser=_query_group_file, help=_QUERY_GROUP_FILE_HELP)
     ] = None,
     top: Annotated[int, typer.Option(min=1, help="Rows in each result table.")] = 10,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+    verbose: Verbose = False,
 ) -> None:
     """Replay the NYC 2013 flights through Kafka into the `flights` query group."""
     from pipeline.demo.run import DEFAULT_CONFIG, run_demo
@@ -205,8 +200,6 @@ def demo(
             on_phase=on_phase,
             spark_log_level="WARN" if verbose else "ERROR",
         )
-    except FloodgateError as exc:
-        raise _fail(exc) from exc
     finally:
         status.stop()
         if live.is_started:
@@ -358,13 +351,14 @@ def _stop_on_signals(stop: threading.Event, what: str) -> None:
 
 
 @app.command()
+@reports_errors
 def run(
     config: Annotated[Path, typer.Argument(parser=_query_group_file, help=_QUERY_GROUP_FILE_HELP)],
     bootstrap: _BootstrapOption = None,
     available_now: Annotated[
         bool, typer.Option(help="Process what is available now, then stop (Trigger.AvailableNow).")
     ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+    verbose: Verbose = False,
 ) -> None:
     """Run a query group until it is stopped (SIGTERM/Ctrl-C) or, with --available-now, drained."""
     from pipeline.config import load_query_group
@@ -373,38 +367,36 @@ def run(
     from pipeline.spark.query_group import QueryGroup
 
     _setup_logging(verbose)
+    cfg = load_query_group(config)
+    servers = _bootstrap_servers(bootstrap, cfg)
+    resolve_token()  # a control token that cannot serve is refused before Spark starts
+    group = QueryGroup(cfg, bootstrap_servers=servers)
+    stop = group.stop_requested
+    _stop_on_signals(stop, f"stopping query group {cfg.name}")
+    group.start(available_now=available_now)
+    url = group.serve()
+    console.print(
+        f"query group {cfg.name} {group.state} ({len(cfg.queries)} queries) on {servers}; "
+        f"metrics {url}/metrics, control {url}/status"
+    )
     try:
-        cfg = load_query_group(config)
-        servers = _bootstrap_servers(bootstrap, cfg)
-        resolve_token()  # a control token that cannot serve is refused before Spark starts
-        group = QueryGroup(cfg, bootstrap_servers=servers)
-        stop = group.stop_requested
-        _stop_on_signals(stop, f"stopping query group {cfg.name}")
-        group.start(available_now=available_now)
-        url = group.serve()
-        console.print(
-            f"query group {cfg.name} {group.state} ({len(cfg.queries)} queries) on {servers}; "
-            f"metrics {url}/metrics, control {url}/status"
-        )
-        try:
-            if available_now:
-                while not stop.is_set():
-                    try:
-                        if group.await_termination(0.5):
-                            break
-                    except QueryGroupHeld:
-                        stop.wait(0.5)  # held: wait for release or stop
-            else:
-                while not stop.wait(0.5):
-                    group.check()
-        finally:
-            group.stop()
-        console.print(f"query group {cfg.name} {group.state}")
-    except FloodgateError as exc:
-        raise _fail(exc) from exc
+        if available_now:
+            while not stop.is_set():
+                try:
+                    if group.await_termination(0.5):
+                        break
+                except QueryGroupHeld:
+                    stop.wait(0.5)  # held: wait for release or stop
+        else:
+            while not stop.wait(0.5):
+                group.check()
+    finally:
+        group.stop()
+    console.print(f"query group {cfg.name} {group.state}")
 
 
 @app.command()
+@reports_errors
 def produce(
     config: Annotated[
         Path, typer.Argument(parser=_query_group_file, help=_QUERY_GROUP_FILE_HELP)
@@ -435,7 +427,7 @@ def produce(
     metrics_port: Annotated[
         int, typer.Option(min=0, max=65_535, help="Port of /metrics; 0 picks a free one.")
     ] = 8791,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+    verbose: Verbose = False,
 ) -> None:
     """Replay the flights into a running query group through the back-pressure client
     (the docker-compose stack's demo producer), serving the client's metrics."""
@@ -445,79 +437,72 @@ def produce(
     from pipeline.config import load_query_group
     from pipeline.demo.run import ProducerStatus, run_producer
     from pipeline.metrics import add_metrics_route
-    from pipeline.services.serving import AppServer
+    from pipeline.services.serving import listen
 
     _setup_logging(verbose)
-    try:
-        cfg = load_query_group(config)
-        servers = _bootstrap_servers(bootstrap, cfg)
-        registry = CollectorRegistry()
-        api = FastAPI(title="floodgate producer")
-        add_metrics_route(api, registry)
-        try:
-            server = AppServer(api, host=metrics_host, port=metrics_port, name="producer")
-        except OSError as exc:
-            raise FloodgateError(
-                f"could not listen on {metrics_host}:{metrics_port}: {exc}"
-            ) from exc
-        server.start()
-        console.print(f"FLOODGATE_PRODUCER_URL={server.url}", soft_wrap=True)
-        stop = threading.Event()
-        _stop_on_signals(stop, "stopping the replay")
-        progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[queue]}"),
-            TimeElapsedColumn(),
-            console=console,
-        )
-        task = progress.add_task(f"{stream} round 1", total=None, queue="")
+    cfg = load_query_group(config)
+    servers = _bootstrap_servers(bootstrap, cfg)
+    registry = CollectorRegistry()
+    api = FastAPI(title="floodgate producer")
+    add_metrics_route(api, registry)
+    server = listen(api, host=metrics_host, port=metrics_port, name="producer")
+    server.start()
+    console.print(f"FLOODGATE_PRODUCER_URL={server.url}", soft_wrap=True)
+    stop = threading.Event()
+    _stop_on_signals(stop, "stopping the replay")
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[queue]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    task = progress.add_task(f"{stream} round 1", total=None, queue="")
 
-        last_line = [0.0]
+    last_line = [0.0]
 
-        def on_progress(status: ProducerStatus) -> None:
-            done = status.produced - (status.round - 1) * status.total
-            if not console.is_terminal and time.monotonic() - last_line[0] >= 10:
-                # No live bar in a container's log: a line every 10 s instead.
-                last_line[0] = time.monotonic()
-                received = ", ".join(f"{s} {n:,}" for s, n in sorted(status.received.items()))
-                console.print(
-                    f"round {status.round}: {max(0, done):,}/{status.total:,} {stream}, "
-                    f"{status.produced:,} in all; queue {status.queue_length:,}/"
-                    f"{status.max_queue_size:,}; received {received or '-'}",
-                    soft_wrap=True,
-                )
-            progress.update(
-                task,
-                description=f"{stream} round {status.round}",
-                completed=max(0, done),
-                total=status.total,
-                queue=f"queue {status.queue_length:,}/{status.max_queue_size:,}",
+    def on_progress(status: ProducerStatus) -> None:
+        done = status.produced - (status.round - 1) * status.total
+        if not console.is_terminal and time.monotonic() - last_line[0] >= 10:
+            # No live bar in a container's log: a line every 10 s instead.
+            last_line[0] = time.monotonic()
+            received = ", ".join(f"{s} {n:,}" for s, n in sorted(status.received.items()))
+            console.print(
+                f"round {status.round}: {max(0, done):,}/{status.total:,} {stream}, "
+                f"{status.produced:,} in all; queue {status.queue_length:,}/"
+                f"{status.max_queue_size:,}; received {received or '-'}",
+                soft_wrap=True,
             )
+        progress.update(
+            task,
+            description=f"{stream} round {status.round}",
+            completed=max(0, done),
+            total=status.total,
+            queue=f"queue {status.queue_length:,}/{status.max_queue_size:,}",
+        )
 
-        try:
-            with progress:
-                produced = run_producer(
-                    bootstrap_servers=servers,
-                    config=cfg,
-                    stream=stream,
-                    rate=rate,
-                    limit=limit,
-                    rounds=rounds or None,
-                    read_outputs=read_outputs,
-                    registry=registry,
-                    stop=stop,
-                    on_progress=on_progress,
-                )
-        finally:
-            server.stop()
-        console.print(f"{produced:,} flights produced into {cfg.name}.{stream}")
-    except FloodgateError as exc:
-        raise _fail(exc) from exc
+    try:
+        with progress:
+            produced = run_producer(
+                bootstrap_servers=servers,
+                config=cfg,
+                stream=stream,
+                rate=rate,
+                limit=limit,
+                rounds=rounds or None,
+                read_outputs=read_outputs,
+                registry=registry,
+                stop=stop,
+                on_progress=on_progress,
+            )
+    finally:
+        server.stop()
+    console.print(f"{produced:,} flights produced into {cfg.name}.{stream}")
 
 
 @app.command()
+@reports_errors
 def audit(
     configs: Annotated[
         list[Path] | None,
@@ -539,19 +524,16 @@ def audit(
     from pipeline.config import load_query_group
     from pipeline.services.ledger import reconcile
 
-    try:
-        groups = [load_query_group(p) for p in configs or [_query_group_file("flights")]]
-        if query_group is not None:
-            groups = [g for g in groups if g.name == query_group]
-            if not groups:
-                raise FloodgateError(
-                    f"no query group {query_group!r} in {[str(p) for p in configs or []]}"
-                )
-        rows = []
-        for group in groups:
-            rows.extend(reconcile(group, bootstrap_servers=_bootstrap_servers(bootstrap, group)))
-    except FloodgateError as exc:
-        raise _fail(exc) from exc
+    groups = [load_query_group(p) for p in configs or [_query_group_file("flights")]]
+    if query_group is not None:
+        groups = [g for g in groups if g.name == query_group]
+        if not groups:
+            raise FloodgateError(
+                f"no query group {query_group!r} in {[str(p) for p in configs or []]}"
+            )
+    rows = []
+    for group in groups:
+        rows.extend(reconcile(group, bootstrap_servers=_bootstrap_servers(bootstrap, group)))
     balanced = all(r.balanced for r in rows)
     if as_json:
         typer.echo(
@@ -600,12 +582,16 @@ _CONTROL_DIR_OPTION = typer.Option(
 
 
 def _query_group_call(name: str, action: str, url: str | None, control_dir: str) -> dict[str, Any]:
+    """``action`` (status, release, stop) of the running query group ``name``: its JSON
+    answer.
+
+    Raises:
+        FloodgateError: no endpoint found, or the endpoint refused or did not answer
+            (:func:`pipeline.services.http_client.call`).
+    """
     from pipeline.services.http_client import call
 
-    try:
-        return call(name, action, url=url, control_dir=control_dir)
-    except FloodgateError as exc:
-        raise _fail(exc) from exc
+    return call(name, action, url=url, control_dir=control_dir)
 
 
 def _print_status(status: dict[str, Any]) -> None:
@@ -647,6 +633,7 @@ def _print_status(status: dict[str, Any]) -> None:
 
 
 @query_group_app.command("status")
+@reports_errors
 def query_group_status(
     name: Annotated[str, typer.Argument(help="The query group's name.")],
     url: Annotated[str | None, _URL_OPTION] = None,
@@ -662,6 +649,7 @@ def query_group_status(
 
 
 @query_group_app.command("release")
+@reports_errors
 def query_group_release(
     name: Annotated[str, typer.Argument(help="The query group's name.")],
     url: Annotated[str | None, _URL_OPTION] = None,
@@ -674,6 +662,7 @@ def query_group_release(
 
 
 @query_group_app.command("stop")
+@reports_errors
 def query_group_stop(
     name: Annotated[str, typer.Argument(help="The query group's name.")],
     url: Annotated[str | None, _URL_OPTION] = None,
@@ -722,6 +711,7 @@ def metrics_doc(
 
 
 @app.command()
+@reports_errors
 def broker(
     engine: Annotated[
         Engine,
@@ -771,15 +761,12 @@ def broker(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    try:
-        started: Any
-        if sasl_user:
-            started = _sasl_cluster(engine, sasl_user, nodes=nodes, data_dir=data_dir, port=port)
-        else:
-            started = local_broker(engine.value, nodes=nodes, data_dir=data_dir, port=port)
-        started.start()
-    except FloodgateError as exc:
-        raise _fail(exc) from exc
+    started: Any
+    if sasl_user:
+        started = _sasl_cluster(engine, sasl_user, nodes=nodes, data_dir=data_dir, port=port)
+    else:
+        started = local_broker(engine.value, nodes=nodes, data_dir=data_dir, port=port)
+    started.start()
     if started.engine == "apache-kafka":
         print(f"Apache Kafka {getattr(started, 'version', '')}", flush=True)
     if sasl_user:
@@ -789,7 +776,7 @@ def broker(
     try:
         while not stop.wait(0.5):
             if started.pid is None:
-                raise _fail(FloodgateError(f"broker exited:\n{started.output_tail()}"))
+                raise FloodgateError(f"broker exited:\n{started.output_tail()}")
     finally:
         started.stop()
 

@@ -14,17 +14,15 @@ point (``pyproject.toml``), so ``pipeline/`` does not import this package.
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from pipeline.errors import FloodgateError
+from pipeline.commands import Verbose, config_file_option, fail, reports_errors
 
 app = typer.Typer(
     help="The sweeper service: moves the backlog of slow queues into BLOBs.",
@@ -32,40 +30,29 @@ app = typer.Typer(
 )
 console = Console()
 
-Config = Annotated[
-    Path | None, typer.Option(exists=True, dir_okay=False, help="Sweeper config (TOML).")
-]
-
-
-def _fail(message: str) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
-    return typer.Exit(code=2)
+Config = Annotated[Path | None, config_file_option("Sweeper")]
 
 
 @app.command()
+@reports_errors
 def serve(
     config: Config = None,
     bootstrap: Annotated[
         str | None, typer.Option(help="Kafka bootstrap servers (else the config, the env).")
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+    verbose: Verbose = False,
 ) -> None:
     """Run the sweeper until SIGTERM / Ctrl-C."""
     from fastapi import FastAPI
 
     from pipeline.config import BOOTSTRAP_ENV, bootstrap_from
     from pipeline.metrics import add_metrics_route
-    from pipeline.services.serving import AppServer, wait_for_signal
+    from pipeline.services.serving import listen, log_service, serve_until_signal
     from sweeper.config import load_sweeper_config
     from sweeper.service import Sweeper
 
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(message)s"
-    )
-    try:
-        settings, groups = load_sweeper_config(config)
-    except FloodgateError as exc:
-        raise _fail(str(exc)) from exc
+    log_service(verbose)
+    settings, groups = load_sweeper_config(config)
     servers = (
         bootstrap
         or settings.bootstrap_servers
@@ -73,7 +60,7 @@ def serve(
         or next((b for b in (bootstrap_from(g.kafka) for g in groups) if b), None)
     )
     if not servers:
-        raise _fail(
+        raise fail(
             "no Kafka cluster: pass --bootstrap, set sweeper.bootstrap_servers or "
             "FLOODGATE_KAFKA_BOOTSTRAP"
         )
@@ -89,19 +76,10 @@ def serve(
         return sweeper.status()
 
     add_metrics_route(api, sweeper.registry)
-    try:
-        server = AppServer(api, host=settings.host, port=settings.port, name="sweeper")
-    except OSError as exc:
-        raise _fail(f"could not listen on {settings.host}:{settings.port}: {exc}") from exc
+    server = listen(api, host=settings.host, port=settings.port, name="sweeper")
     sweeper.election.address = server.url
     sweeper.start()
-    server.start()
-    print(f"FLOODGATE_SWEEPER_URL={server.url}", flush=True)
-    try:
-        wait_for_signal()
-    finally:
-        server.stop()
-        sweeper.stop()
+    serve_until_signal(server, announce=[f"FLOODGATE_SWEEPER_URL={server.url}"], stop=sweeper.stop)
 
 
 Verify = Annotated[
@@ -114,6 +92,7 @@ Verify = Annotated[
 
 
 @app.command()
+@reports_errors
 def blobs(config: Config = None, verify: Verify = False) -> None:
     """The BLOB chains of the sweep catalog (with ``--verify``: each BLOB checked,
     issue 26; exit code 1 when one is damaged)."""
@@ -121,10 +100,7 @@ def blobs(config: Config = None, verify: Verify = False) -> None:
     from pipeline.swept.catalog import SweepCatalog, check_blob
     from sweeper.config import load_sweeper_config
 
-    try:
-        settings, _groups = load_sweeper_config(config)
-    except FloodgateError as exc:
-        raise _fail(str(exc)) from exc
+    settings, _groups = load_sweeper_config(config)
     catalog = SweepCatalog(settings.catalog_url)
     table = Table(title=f"BLOBs of {settings.catalog_url}")
     columns = ["topic", "partition", "offsets", "tuples", "bytes", "sha256", "file"]

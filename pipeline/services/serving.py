@@ -3,14 +3,20 @@ thread: the query group's endpoint, the admission and sweeper services.
 
 The socket is bound first, so the URL (port 0 picks a free one) is known before
 anything announces it; :meth:`AppServer.start` returns once the server answers.
+
+A service's ``serve`` command (``floodgate admission serve``, ``floodgate sweeper
+serve``) shares its frame: :func:`log_service` at start, :func:`listen` to bind its
+API, then :func:`serve_until_signal` in the foreground.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pipeline.errors import FloodgateError
@@ -98,3 +104,51 @@ def wait_for_signal() -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     stop.wait()
+
+
+def log_service(verbose: bool) -> None:
+    """Log a service's lines on standard error with their time, at INFO when
+    ``verbose``, else WARNING (``logging.basicConfig``: a no-op once logging is set up)."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(message)s"
+    )
+
+
+def listen(app: Any, *, host: str, port: int, name: str, what: str = "") -> AppServer:
+    """An :class:`AppServer` of ``app`` bound to ``host:port`` (0: a free port), not
+    serving yet.
+
+    Args:
+        what: who listens, leading the error (``"the API"``); empty: nothing.
+
+    Raises:
+        FloodgateError: the port cannot be bound: ``[<what> ]could not listen on
+            <host>:<port>: <the OSError>``.
+    """
+    try:
+        return AppServer(app, host=host, port=port, name=name)
+    except OSError as exc:
+        who = f"{what} " if what else ""
+        raise FloodgateError(f"{who}could not listen on {host}:{port}: {exc}") from exc
+
+
+def serve_until_signal(
+    server: AppServer, *, announce: Iterable[str] = (), stop: Callable[[], None] | None = None
+) -> None:
+    """The foreground of a ``serve`` command: start ``server``, print each line of
+    ``announce`` on standard output (flushed: a supervisor or a test reads them), block
+    until SIGTERM or SIGINT, then stop the server and call ``stop`` (the service's own).
+    The server and ``stop`` are stopped however this ends.
+
+    Raises:
+        FloodgateError: the server did not start (:meth:`AppServer.start`).
+    """
+    try:
+        server.start()
+        for line in announce:
+            print(line, flush=True)
+        wait_for_signal()
+    finally:
+        server.stop()
+        if stop is not None:
+            stop()
