@@ -99,18 +99,18 @@ from typing import Any
 
 import httpx
 import psutil
-import tomli_w
 from confluent_kafka import KafkaException, Producer
 from rich.console import Console
 from rich.table import Table
 
 from admission.config import AdmissionSettings
-from pipeline.brokers.engines import ENGINES, free_port
+from pipeline.brokers.engines import ENGINES
 from pipeline.brokers.local import LocalBroker, local_broker
 from pipeline.client import StreamOutput
 from pipeline.config import QueryGroupConfig, load_query_group
 from pipeline.deadletter import DLQ_QUERY, DLQ_REASON
 from pipeline.demo.run import read_all
+from pipeline.demo.stack import write_stack
 from pipeline.kafka.topics import ensure_topics
 from pipeline.queues import StableOffsetWatch
 from pipeline.spark.sink import TRANSACTION_TIMEOUT_S
@@ -213,17 +213,13 @@ def soak_schemas(target: Path) -> None:
 
 
 def write_layout(out: Path, bootstrap: str, *, max_queue_size: int) -> Layout:
-    """The query group, admission and sweeper files of a run under ``out``."""
-    ports = {name: free_port() for name in ("group", "admission", "sweeper")}
+    """The query group, admission and sweeper files of a run under ``out``
+    (:func:`pipeline.demo.stack.write_stack`)."""
     soak_schemas(out / "schemas")
-    catalog = f"sqlite:///{out / 'sweeper' / 'catalog.db'}"
     raw = tomllib.loads((ROOT / "conf" / "flights.toml").read_text())
     raw["schema_dir"] = str(out / "schemas")
     raw["query_group"].update(
         checkpoint_dir=str(out / "checkpoints" / "{name}"),
-        control_dir=str(out / "run"),
-        metrics_port=ports["group"],
-        sweep_catalog_url=catalog,
         max_queue_size=max_queue_size,
         # The pass-through query writes every tuple: micro-batches within its output queue.
         max_rows_per_trigger=5_000,
@@ -241,41 +237,9 @@ def write_layout(out: Path, bootstrap: str, *, max_queue_size: int) -> Layout:
         "max_queue_size": 40_000,
     }
     raw["queries"]["seen"] = {"output": "seen", "sql": "SELECT producer, seq FROM flights"}
-    group = out / "flights.toml"
-    group.write_text(tomli_w.dumps(raw))
-    admission = out / "admission.toml"
-    admission.write_text(
-        tomli_w.dumps(
-            {
-                "admission": {
-                    "port": ports["admission"],
-                    "allowlist": [FLOODGATE],
-                    "database_url": f"sqlite:///{out / 'admission' / 'jobs.db'}",
-                    "log_dir": str(out / "admission" / "logs"),
-                    "driver_control_dir": str(out / "run"),
-                }
-            }
-        )
-    )
-    sweeper = out / "sweeper.toml"
-    sweeper.write_text(
-        tomli_w.dumps(
-            {
-                "sweeper": {
-                    "port": ports["sweeper"],
-                    "query_groups": [str(group)],
-                    "catalog_url": catalog,
-                    "blob_dir": str(out / "sweeper" / "blobs"),
-                    "sweep_interval_s": 1.0,
-                    "bootstrap_servers": bootstrap,
-                }
-            }
-        )
-    )
-    (out / "admission").mkdir(exist_ok=True)
-    (out / "sweeper").mkdir(exist_ok=True)
+    files = write_stack(out, raw, bootstrap_servers=bootstrap, allowlist=[FLOODGATE])
     (out / "logs").mkdir(exist_ok=True)
-    return Layout(out, bootstrap, group, admission, sweeper, ports)
+    return Layout(out, bootstrap, files.group, files.admission, files.sweeper, files.ports)
 
 
 def spawn(layout: Layout, name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
