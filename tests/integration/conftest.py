@@ -14,6 +14,8 @@
   cluster from the installed server binaries; see ``postgres.py``).
 * ``spark``: one SparkSession for the whole run (``local[2]``, UI off,
   2 shuffle partitions, ``PYSPARK_PYTHON=sys.executable``).
+* ``serve``: a factory of ``floodgate admission serve`` processes (the admission
+  tests, the Kafka SASL test; ``admission_service.py``), each stopped after the test.
 
 Every test gets its own topics, consumer groups and checkpoints (a uuid run id),
 so tests never see each other's data, even on a shared cluster.
@@ -21,14 +23,18 @@ so tests never see each other's data, even on a shared cluster.
 
 from __future__ import annotations
 
-import tomllib
+import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 
 from pipeline.brokers.engines import KafkaEngine, kafka_engine
 from pipeline.brokers.local import Broker, LocalBroker, local_broker, resolve_broker
@@ -37,16 +43,10 @@ from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo.flights import flight_records, load_flights
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository
-from pipeline.spark.query_group import QueryGroup, QueryStats
-
-from .installed import InstalledFloodgate, build_and_install
-from .postgres import postgres_server
-
-ROOT = Path(__file__).resolve().parents[2]
-FLIGHTS_TOML = ROOT / "conf" / "flights.toml"
-
-#: A query that copies every flight to an output stream: an identity to count by.
-PASSTHROUGH_SQL = "SELECT * FROM flights"
+from pipeline.spark.query_group import QueryGroup
+from tests.integration.admission_service import SLEEP, TOKEN, Service
+from tests.integration.helpers import Drained, flights_raw_config
+from tests.integration.postgres import postgres_server
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -147,53 +147,6 @@ def run_id() -> str:
     return uuid.uuid4().hex[:10]
 
 
-def flights_raw_config(
-    run_id: str,
-    checkpoint_dir: Path,
-    *,
-    max_rows_per_trigger: int | None = None,
-    passthrough: bool = False,
-    only_passthrough: bool = False,
-    trigger_interval_ms: int = 100,
-    no_data_micro_batches: bool | None = None,
-    watermark: str = "2 hours",
-) -> dict[str, Any]:
-    """``conf/flights.toml`` with this run's names: topics, group and checkpoints.
-
-    The watermark is 2 hours, not the demo's 60 days (``conf/flights.toml`` says why): a
-    short delay lets a test close an hour with a few thousand flights
-    (``test_refused_tuples``).
-    """
-    raw = tomllib.loads(FLIGHTS_TOML.read_text())
-    raw["input_streams"]["flights"]["watermark"] = watermark
-    group = raw["query_group"]
-    group["name"] = f"t{run_id}"
-    group["checkpoint_dir"] = str(checkpoint_dir)
-    group["trigger_interval_ms"] = trigger_interval_ms
-    if no_data_micro_batches is not None:
-        group["no_data_micro_batches"] = no_data_micro_batches
-    if max_rows_per_trigger is not None:
-        group["max_rows_per_trigger"] = max_rows_per_trigger
-    for section in ("input_streams", "output_streams"):
-        for stream in raw[section].values():
-            stream["topic"] = f"{stream['topic']}.{run_id}"
-    if only_passthrough:
-        raw["queries"] = {}
-        raw["output_streams"] = {}
-    if passthrough or only_passthrough:
-        raw["output_streams"]["flights_copy"] = {
-            "topic": f"flights.copy.{run_id}",
-            "schema": "flight",
-            "key": ["carrier", "flight", "time_hour"],
-        }
-        raw["queries"]["copy"] = {
-            "sql": PASSTHROUGH_SQL,
-            "output": "flights_copy",
-            "output_mode": "append",
-        }
-    return raw
-
-
 @pytest.fixture
 def flights_config(run_id: str, tmp_path: Path) -> Callable[..., QueryGroupConfig]:
     def make(**kwargs: Any) -> QueryGroupConfig:
@@ -202,14 +155,6 @@ def flights_config(run_id: str, tmp_path: Path) -> Callable[..., QueryGroupConfi
         )
 
     return make
-
-
-@dataclass
-class Drained:
-    """What a query group did in one :func:`drain` run."""
-
-    stats: dict[str, QueryStats]
-    batches_written: dict[str, int]
 
 
 @pytest.fixture
@@ -250,7 +195,51 @@ def produce(
     return send
 
 
-@pytest.fixture(scope="session")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> InstalledFloodgate:
-    """This checkout's wheel installed in a virtualenv of its own (``installed.py``)."""
-    return build_and_install(tmp_path_factory.mktemp("installed"))
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[..., Service]]:
+    """Start the service with the settings given (over test defaults); stopped after."""
+    started: list[Service] = []
+
+    def start(*, service_env: dict[str, str] | None = None, **settings: Any) -> Service:
+        config = {
+            "port": 0,
+            "allowlist": [SLEEP, "true", "false"],
+            "database_url": f"sqlite:///{tmp_path / 'jobs.db'}",
+            "log_dir": str(tmp_path / "logs"),
+            **settings,
+        }
+        path = tmp_path / f"admission-{len(started)}.toml"
+        path.write_text(tomli_w.dumps({"admission": config}))
+        log_path = tmp_path / f"service-{len(started)}.log"
+        with open(log_path, "wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "pipeline.cli", "admission", "serve", "--config", str(path)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                # No Kafka intake unless a test names a cluster in its settings.
+                env={
+                    **{k: v for k, v in os.environ.items() if k != "FLOODGATE_KAFKA_BOOTSTRAP"},
+                    "FLOODGATE__ADMISSION__TOKEN": TOKEN,
+                    **(service_env or {}),
+                },
+            )
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None:
+            text = log_path.read_text()
+            for line in text.splitlines():
+                if line.startswith("FLOODGATE_ADMISSION_URL="):
+                    url = line.split("=", 1)[1]
+            assert process.poll() is None, text
+            assert time.monotonic() < deadline, text
+            time.sleep(0.05)
+        service = Service(process, url, log_path)
+        started.append(service)
+        return service
+
+    yield start
+    for service in started:
+        if service.process.poll() is None:
+            service.process.send_signal(signal.SIGTERM)
+            service.process.wait(timeout=30)

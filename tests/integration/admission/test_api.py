@@ -18,13 +18,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from . import test_admission
-from .test_admission import TOKEN, Service
+from tests.integration.admission_service import TOKEN, Service
 
 pytestmark = pytest.mark.no_kafka
-
-#: The fixture that starts `floodgate admission serve` (stopped after each test).
-serve = test_admission.serve
 
 SECRET = "hunter2-do-not-show"
 

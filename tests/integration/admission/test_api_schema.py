@@ -30,13 +30,9 @@ from schemathesis.checks import (
 from schemathesis.core.result import Ok
 from schemathesis.generation import GenerationMode
 
-from . import test_admission
-from .test_admission import TOKEN, Service
+from tests.integration.admission_service import TOKEN, Service
 
 pytestmark = pytest.mark.no_kafka
-
-#: The fixture that starts `floodgate admission serve` (stopped after each test).
-serve = test_admission.serve
 
 #: Examples per operation and generation mode: enough to reach every documented status
 #: of an operation (401 probes, 404 ids, 422 malformed input), in seconds.

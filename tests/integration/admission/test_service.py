@@ -11,106 +11,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import pytest
-import tomli_w
 from sqlalchemy import create_engine, text
 
 from admission.runner import start_since_boot
 from admission.store import JobStore, jobs
-
-from .postgres import fresh_database
-from .promtool import check_metrics
-
-TOKEN = "t0ken-for-tests"
-SLEEP = "/bin/sleep" if os.path.exists("/bin/sleep") else "/usr/bin/sleep"
-
-
-@dataclass
-class Service:
-    """A running `floodgate admission serve`."""
-
-    process: subprocess.Popen[bytes]
-    url: str
-    log_path: Path
-
-    def call(self, method: str, path: str, *, token: str | None = TOKEN, **kw: Any) -> Any:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.request(method, f"{self.url}{path}", headers=headers, timeout=30, **kw)
-
-    def submit(self, argv: list[str], **fields: Any) -> dict[str, Any]:
-        response = self.call("POST", "/jobs", json={"argv": argv, **fields})
-        assert response.status_code == 201, response.text
-        return dict(response.json())
-
-    def job(self, job_id: int) -> dict[str, Any]:
-        return dict(self.call("GET", f"/jobs/{job_id}").json())
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., Service]]:
-    """Start the service with the settings given (over test defaults); stopped after."""
-    started: list[Service] = []
-
-    def start(*, service_env: dict[str, str] | None = None, **settings: Any) -> Service:
-        config = {
-            "port": 0,
-            "allowlist": [SLEEP, "true", "false"],
-            "database_url": f"sqlite:///{tmp_path / 'jobs.db'}",
-            "log_dir": str(tmp_path / "logs"),
-            **settings,
-        }
-        path = tmp_path / f"admission-{len(started)}.toml"
-        path.write_text(tomli_w.dumps({"admission": config}))
-        log_path = tmp_path / f"service-{len(started)}.log"
-        with open(log_path, "wb") as out:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.cli", "admission", "serve", "--config", str(path)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                # No Kafka intake unless a test names a cluster in its settings.
-                env={
-                    **{k: v for k, v in os.environ.items() if k != "FLOODGATE_KAFKA_BOOTSTRAP"},
-                    "FLOODGATE__ADMISSION__TOKEN": TOKEN,
-                    **(service_env or {}),
-                },
-            )
-        deadline = time.monotonic() + 60
-        url = None
-        while url is None:
-            text = log_path.read_text()
-            for line in text.splitlines():
-                if line.startswith("FLOODGATE_ADMISSION_URL="):
-                    url = line.split("=", 1)[1]
-            assert process.poll() is None, text
-            assert time.monotonic() < deadline, text
-            time.sleep(0.05)
-        service = Service(process, url, log_path)
-        started.append(service)
-        return service
-
-    yield start
-    for service in started:
-        if service.process.poll() is None:
-            service.process.send_signal(signal.SIGTERM)
-            service.process.wait(timeout=30)
+from tests.integration.admission_service import SLEEP, TOKEN, Service, wait_for
+from tests.integration.postgres import fresh_database
+from tests.integration.promtool import check_metrics
 
 
 def hard_stall(service: Service, *, lane: str) -> dict[str, Any]:

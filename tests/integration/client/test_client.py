@@ -33,8 +33,7 @@ from pipeline.errors import (
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
-
-from .conftest import flights_raw_config
+from tests.integration.helpers import flights_raw_config
 
 
 def topic_total(bootstrap: str, topic: str) -> int:

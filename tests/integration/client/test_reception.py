@@ -13,8 +13,7 @@ from pipeline.client import connect
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import ConfigError
 from pipeline.serde import SchemaRepository
-
-from .conftest import Drained
+from tests.integration.helpers import Drained
 
 
 def test_get_reads_every_output_tuple_once_and_frees_the_output_queue(

@@ -23,8 +23,7 @@ from typing import Any
 import psutil
 
 from pipeline.brokers.engines import free_port
-
-from .installed import InstalledFloodgate
+from tests.integration.deployment.installed import InstalledFloodgate
 
 #: The class of an executor JVM's main (standalone mode).
 EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.brokers.local import LocalBroker
-
-from .installed import InstalledFloodgate
+from tests.integration.deployment.installed import InstalledFloodgate
 
 pytestmark = [pytest.mark.integration, pytest.mark.deployment]
 

@@ -31,19 +31,18 @@ from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository, StreamCodec
 from pipeline.services.ledger import reconcile
 from sweeper.service import Sweeper
-
-from .conftest import flights_raw_config
-from .installed import InstalledFloodgate
-from .spark_cluster import StandaloneCluster, spark_submit
-from .test_crash_recovery import committed_and_end, wait_until
-from .test_query_group import (
+from tests.integration.deployment.installed import InstalledFloodgate
+from tests.integration.deployment.spark_cluster import StandaloneCluster, spark_submit
+from tests.integration.helpers import flights_raw_config
+from tests.integration.spark.drivers import committed_and_end, wait_until
+from tests.integration.spark.figures import (
     actual,
     assert_same_figures,
     expected_by_carrier_day,
     expected_by_origin_hour,
     read_outputs,
 )
-from .test_sweeper import sample, sequenced, swept_group
+from tests.integration.sweeper.sweeping import sample, sequenced, swept_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.deployment]
 

@@ -39,8 +39,7 @@ from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository, StreamCodec
 from pipeline.services.ledger import reconcile
 from pipeline.spark.query_group import QueryGroup
-
-from .conftest import flights_raw_config
+from tests.integration.helpers import flights_raw_config
 
 pytestmark = pytest.mark.apache_kafka
 

@@ -31,11 +31,8 @@ from pipeline.errors import BrokerError
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository, StreamCodec
 from pipeline.spark.query_group import QueryGroup
-
-from .conftest import flights_raw_config
-from .test_admission import Service, serve, wait_for
-
-__all__ = ["serve"]  # the admission service fixture, used here as there
+from tests.integration.admission_service import Service, wait_for
+from tests.integration.helpers import flights_raw_config
 
 pytestmark = pytest.mark.apache_kafka
 

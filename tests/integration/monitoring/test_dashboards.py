@@ -34,8 +34,8 @@ import pytest
 import tomli_w
 import yaml
 
-from .conftest import flights_raw_config
-from .promtool import ROOT, check_metrics
+from tests.integration.helpers import flights_raw_config
+from tests.integration.promtool import ROOT, check_metrics
 
 DASHBOARDS = ROOT / "grafana" / "dashboards"
 #: How long the stack may take to come up (a cold SparkSession in the driver).

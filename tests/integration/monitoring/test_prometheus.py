@@ -13,8 +13,7 @@ import yaml
 from prometheus_client import generate_latest
 
 from pipeline.metrics import metric_sections
-
-from .promtool import ROOT, check_metrics, promtool
+from tests.integration.promtool import ROOT, check_metrics, promtool
 
 pytestmark = pytest.mark.no_kafka
 

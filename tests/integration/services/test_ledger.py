@@ -20,8 +20,7 @@ from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.services.ledger import reconcile
 from sweeper.config import SweeperSettings
 from sweeper.service import Sweeper
-
-from .conftest import Drained, flights_raw_config
+from tests.integration.helpers import Drained, flights_raw_config
 
 
 def audit(config_path: Path, bootstrap: str) -> tuple[int, list[dict[str, Any]]]:

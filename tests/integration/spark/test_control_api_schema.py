@@ -25,8 +25,7 @@ from schemathesis.core.result import Ok
 from pipeline.config import parse_query_group
 from pipeline.spark.control import ControlServer
 from pipeline.spark.query_group import QueryGroup
-
-from .conftest import flights_raw_config
+from tests.integration.helpers import flights_raw_config
 
 pytestmark = pytest.mark.no_kafka
 

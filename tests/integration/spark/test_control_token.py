@@ -24,8 +24,7 @@ from pipeline.errors import ConfigError, FloodgateError
 from pipeline.services.http_client import CONTROL_TOKEN_ENV, call
 from pipeline.spark.control import ControlServer
 from pipeline.spark.query_group import QueryGroup
-
-from .conftest import flights_raw_config
+from tests.integration.helpers import flights_raw_config
 
 pytestmark = pytest.mark.no_kafka
 

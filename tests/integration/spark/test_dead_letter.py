@@ -13,8 +13,7 @@ from confluent_kafka import Producer
 from pipeline.config import QueryGroupConfig
 from pipeline.demo.run import read_all
 from pipeline.serde import MAGIC, SchemaRepository
-
-from .conftest import Drained
+from tests.integration.helpers import Drained
 
 
 def test_malformed_unknown_fingerprint_and_overflowing_tuples_are_dead_lettered(

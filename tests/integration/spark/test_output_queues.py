@@ -30,8 +30,7 @@ from pipeline.kafka.topics import ensure_topics
 from pipeline.serde import SchemaRepository
 from pipeline.services.http_client import call
 from pipeline.spark.query_group import QueryGroup, QueryGroupState
-
-from .conftest import flights_raw_config
+from tests.integration.helpers import flights_raw_config
 
 OUTPUT_MAX = 700
 BATCH = 250

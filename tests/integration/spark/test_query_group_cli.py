@@ -26,10 +26,9 @@ from pipeline.client import connect
 from pipeline.config import parse_query_group
 from pipeline.demo.run import read_all
 from pipeline.serde import SchemaRepository
-
-from .conftest import flights_raw_config
-from .promtool import check_metrics
-from .test_crash_recovery import DRIVER_TIMEOUT_S, kill_group, start_driver
+from tests.integration.helpers import flights_raw_config
+from tests.integration.promtool import check_metrics
+from tests.integration.spark.drivers import DRIVER_TIMEOUT_S, kill_group, start_driver
 
 runner = CliRunner()
 

@@ -18,8 +18,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.demo.run import read_all
 from pipeline.serde import SchemaRepository, StreamCodec, TupleKey
 from pipeline.services.ledger import reconcile
-
-from .conftest import Drained
+from tests.integration.helpers import Drained
 
 YEAR_MS = 365 * 86_400_000
 

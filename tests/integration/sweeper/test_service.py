@@ -26,7 +26,7 @@ from prometheus_client import generate_latest
 from sqlalchemy import create_engine, text
 
 from pipeline.client import connect
-from pipeline.config import QueryGroupConfig, parse_query_group
+from pipeline.config import QueryGroupConfig
 from pipeline.demo.run import read_all
 from pipeline.errors import BlobIntegrityError, DataLossError, QueueFullError
 from pipeline.kafka.topics import ensure_topics
@@ -39,41 +39,11 @@ from pipeline.swept.reading import RANGE_CONSUMER, read_partition
 from sweeper.config import SweeperSettings
 from sweeper.policy import SweepRange
 from sweeper.service import PartitionOutcome, Sweeper
-
-from .conftest import flights_raw_config
-from .postgres import fresh_database
-from .promtool import check_metrics
+from tests.integration.postgres import fresh_database
+from tests.integration.promtool import check_metrics
+from tests.integration.sweeper.sweeping import sample, sequenced, swept_group
 
 DEADLINE_S = 240.0
-
-
-def sequenced(flights: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    """``n`` flight tuples whose ``flight`` field is the sequence number 0..n-1."""
-    return [{**flights[i % len(flights)], "flight": i} for i in range(n)]
-
-
-def swept_group(
-    run_id: str,
-    tmp_path: Path,
-    *,
-    max_queue_size: int = 1_000_000,
-    output: dict[str, Any] | None = None,
-    **group: Any,
-) -> QueryGroupConfig:
-    """The passthrough query group on one input and one output partition (so output
-    order is input order), its input swept through a catalog in ``tmp_path``;
-    ``output`` updates the output stream's section."""
-    raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
-    raw["query_group"].update(
-        {
-            "sweep_catalog_url": f"sqlite:///{tmp_path / 'catalog.db'}",
-            "output_queue_check": False,
-            **group,
-        }
-    )
-    raw["input_streams"]["flights"].update(partitions=1, max_queue_size=max_queue_size)
-    raw["output_streams"]["flights_copy"].update({"partitions": 1, **(output or {})})
-    return parse_query_group(raw, env={})
 
 
 @pytest.fixture
@@ -106,14 +76,6 @@ def sweeper_for(bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Sweepe
     yield make
     for sweeper in made:
         sweeper.catalog.close()
-
-
-def sample(sweeper: Sweeper) -> tuple[int, int]:
-    """``(backlog, broker-resident backlog)`` of the swept queue's partition 0: tuples
-    not consumed yet, and those of them the broker still holds."""
-    part = sweeper.queues[0].probe.snapshot().partitions[0]
-    committed = part.committed if part.committed is not None else 0
-    return part.high - committed, part.high - part.position
 
 
 def test_a_producer_at_three_times_the_service_rate_is_swept_and_nothing_is_lost(

@@ -9,7 +9,7 @@ import pytest
 from admission.config import load_admission_config
 from pipeline.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "conf" / "admission.toml"
 TOKEN = {"FLOODGATE__ADMISSION__TOKEN": "s3cr3t-t0ken"}
 

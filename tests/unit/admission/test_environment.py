@@ -145,7 +145,7 @@ def test_job_path_must_be_absolute_folders_and_job_env_not_the_services_own() ->
 
 
 def test_docs_admission_lists_every_denied_name_and_prefix() -> None:
-    page = (Path(__file__).resolve().parents[2] / "docs" / "admission.md").read_text()
+    page = (Path(__file__).resolve().parents[3] / "docs" / "admission.md").read_text()
     for prefix in DENIED_PREFIXES:
         assert f"| `{prefix}*` |" in page, prefix
     for name in DENIED_NAMES:

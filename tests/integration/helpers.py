@@ -1,0 +1,73 @@
+"""Plain helpers the integration tests share: the flights query group's config with a
+test's own names, and what :func:`drain` returns. Fixtures are in ``conftest.py``;
+import these by absolute name (``from tests.integration.helpers import ...``)."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.spark.query_group import QueryStats
+
+ROOT = Path(__file__).resolve().parents[2]
+FLIGHTS_TOML = ROOT / "conf" / "flights.toml"
+
+#: A query that copies every flight to an output stream: an identity to count by.
+PASSTHROUGH_SQL = "SELECT * FROM flights"
+
+
+def flights_raw_config(
+    run_id: str,
+    checkpoint_dir: Path,
+    *,
+    max_rows_per_trigger: int | None = None,
+    passthrough: bool = False,
+    only_passthrough: bool = False,
+    trigger_interval_ms: int = 100,
+    no_data_micro_batches: bool | None = None,
+    watermark: str = "2 hours",
+) -> dict[str, Any]:
+    """``conf/flights.toml`` with this run's names: topics, group and checkpoints.
+
+    The watermark is 2 hours, not the demo's 60 days (``conf/flights.toml`` says why): a
+    short delay lets a test close an hour with a few thousand flights
+    (``test_refused_tuples``).
+    """
+    raw = tomllib.loads(FLIGHTS_TOML.read_text())
+    raw["input_streams"]["flights"]["watermark"] = watermark
+    group = raw["query_group"]
+    group["name"] = f"t{run_id}"
+    group["checkpoint_dir"] = str(checkpoint_dir)
+    group["trigger_interval_ms"] = trigger_interval_ms
+    if no_data_micro_batches is not None:
+        group["no_data_micro_batches"] = no_data_micro_batches
+    if max_rows_per_trigger is not None:
+        group["max_rows_per_trigger"] = max_rows_per_trigger
+    for section in ("input_streams", "output_streams"):
+        for stream in raw[section].values():
+            stream["topic"] = f"{stream['topic']}.{run_id}"
+    if only_passthrough:
+        raw["queries"] = {}
+        raw["output_streams"] = {}
+    if passthrough or only_passthrough:
+        raw["output_streams"]["flights_copy"] = {
+            "topic": f"flights.copy.{run_id}",
+            "schema": "flight",
+            "key": ["carrier", "flight", "time_hour"],
+        }
+        raw["queries"]["copy"] = {
+            "sql": PASSTHROUGH_SQL,
+            "output": "flights_copy",
+            "output_mode": "append",
+        }
+    return raw
+
+
+@dataclass
+class Drained:
+    """What a query group did in one :func:`drain` run."""
+
+    stats: dict[str, QueryStats]
+    batches_written: dict[str, int]
