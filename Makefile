@@ -46,7 +46,7 @@ test-apache-kafka: $(STAMP)
 
 # The soak's short mode alone (about 2 minutes; `make test` runs it too).
 test-soak: $(STAMP)
-	$(BIN)/python -m pytest tests/integration/test_soak.py -m soak $(ARGS)
+	$(BIN)/python -m pytest tests/integration/soak/test_soak.py -m soak $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline admission sweeper tests bench

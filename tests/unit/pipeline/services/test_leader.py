@@ -1,6 +1,6 @@
 """Leader election on SQLite (a file lock): one holder at a time, handed over on stop.
 The PostgreSQL advisory lock is tested against a real server in
-tests/integration/test_admission.py."""
+tests/integration/admission/test_service.py."""
 
 from __future__ import annotations
 
