@@ -124,100 +124,43 @@ class SourceOptions:
         """Parse Spark's option map.
 
         Raises:
-            ValueError: a required option is missing or a value is not allowed.
+            ValueError: a required option is missing or a value is not allowed (the
+                message names the option and the allowed values).
         """
-        lower = {str(k).lower(): str(v) for k, v in options.items()}
-
-        def required(key: str) -> str:
-            if not lower.get(key):
-                raise ValueError(f"{SOURCE_NAME}: option {key!r} is required")
-            return lower[key]
-
-        max_rows_text = lower.get("maxrowspertrigger")
-        max_rows = None
-        if max_rows_text:
-            try:
-                max_rows = int(max_rows_text)
-            except ValueError:
-                max_rows = 0
-            if max_rows < 1:
-                raise ValueError(
-                    f"{SOURCE_NAME}: maxRowsPerTrigger = {max_rows_text!r}; "
-                    "allowed: a whole number >= 1"
-                )
-        commit = lower.get("commitoffsets", "true").lower()
-        if commit not in ("true", "false"):
-            raise ValueError(f"{SOURCE_NAME}: commitOffsets = {commit!r}; allowed: true, false")
-        starting = lower.get("startingoffsets", "committed")
-        if starting not in ("committed", "earliest", "latest"):
-            raise ValueError(
-                f"{SOURCE_NAME}: startingOffsets = {starting!r}; "
-                "allowed: committed, earliest, latest"
-            )
-        mode = lower.get("timestampmode", "server")
-        if mode not in ("server", "data_source"):
-            raise ValueError(
-                f"{SOURCE_NAME}: timestampMode = {mode!r}; allowed: server, data_source"
-            )
-        discard_before: dict[int, int] = {}
-        if lower.get("discardbefore"):
-            try:
-                discard_before = offsets_from_json(
-                    required("topic"), json.loads(lower["discardbefore"])
-                )
-            except (ValueError, AttributeError) as exc:
-                raise ValueError(
-                    f"{SOURCE_NAME}: discardBefore = {lower['discardbefore']!r}; allowed: "
-                    'offsets as {"<topic>": {"<partition>": <offset>}}'
-                ) from exc
-        key_required = lower.get("keyrequired", "false").lower()
-        if key_required not in ("true", "false"):
-            raise ValueError(f"{SOURCE_NAME}: keyRequired = {key_required!r}; allowed: true, false")
-        if bool(lower.get("watermarkcheckpoint")) != bool(lower.get("latewindow")):
-            given = [k for k in ("watermarkCheckpoint", "lateWindow") if lower.get(k.lower())]
+        opts = OptionMap(options)
+        topic = opts.required("topic")
+        if bool(opts.get("watermarkCheckpoint")) != bool(opts.get("lateWindow")):
+            given = [k for k in ("watermarkCheckpoint", "lateWindow") if opts.get(k)]
             raise ValueError(
                 f"{SOURCE_NAME}: watermarkCheckpoint and lateWindow go together; given: {given}"
             )
-        ahead_text = lower.get("maxeventtimeaheadms")
-        ahead = None
-        if ahead_text:
-            if not ahead_text.isdigit():
-                raise ValueError(
-                    f"{SOURCE_NAME}: maxEventTimeAheadMs = {ahead_text!r}; "
-                    "allowed: a whole number of milliseconds >= 0"
-                )
-            ahead = int(ahead_text)
-        max_tasks = None
-        if lower.get("maxtasks"):
-            if not lower["maxtasks"].isdigit() or int(lower["maxtasks"]) < 1:
-                raise ValueError(
-                    f"{SOURCE_NAME}: maxTasks = {lower['maxtasks']!r}; allowed: a whole number >= 1"
-                )
-            max_tasks = int(lower["maxtasks"])
+        late_window = opts.get("lateWindow")
         return cls(
-            bootstrap_servers=required("bootstrap.servers"),
-            topic=required("topic"),
-            stream=lower.get("stream") or required("topic"),
-            schema_name=required("schema"),
-            schemas_json=required("schemas"),
-            group_id=required("group.id"),
-            max_rows_per_trigger=max_rows,
-            starting_offsets=starting,
-            dead_letter_topic=lower.get("deadlettertopic") or None,
-            timestamp_mode=mode,
-            timestamp_field=lower.get("timestampfield") or None,
-            commit_offsets=commit == "true",
-            client={k[len("kafka.") :]: v for k, v in lower.items() if k.startswith("kafka.")},
-            query=lower.get("query") or None,
-            discard_before=discard_before,
-            sweep_catalog=lower.get("sweepcatalog") or None,
-            key_required=key_required == "true",
-            max_event_time_ahead_ms=ahead,
-            watermark_checkpoint=lower.get("watermarkcheckpoint") or None,
-            late_window=EventTimeWindow.parse_option(lower["latewindow"])
-            if lower.get("latewindow")
-            else None,
-            max_tasks=max_tasks,
+            bootstrap_servers=opts.required("bootstrap.servers"),
+            topic=topic,
+            stream=opts.get("stream") or topic,
+            schema_name=opts.required("schema"),
+            schemas_json=opts.required("schemas"),
+            group_id=opts.required("group.id"),
+            max_rows_per_trigger=opts.whole("maxRowsPerTrigger", minimum=1),
+            starting_offsets=opts.choice(
+                "startingOffsets", ("committed", "earliest", "latest"), "committed"
+            ),
+            dead_letter_topic=opts.get("deadLetterTopic"),
+            timestamp_mode=opts.choice("timestampMode", ("server", "data_source"), "server"),
+            timestamp_field=opts.get("timestampField"),
+            commit_offsets=opts.flag("commitOffsets", default=True),
+            client=opts.prefixed("kafka."),
+            query=opts.get("query"),
+            discard_before=opts.offsets("discardBefore", topic),
+            sweep_catalog=opts.get("sweepCatalog"),
+            key_required=opts.flag("keyRequired", default=False),
+            max_event_time_ahead_ms=opts.whole(
+                "maxEventTimeAheadMs", minimum=0, unit="milliseconds"
+            ),
+            watermark_checkpoint=opts.get("watermarkCheckpoint"),
+            late_window=EventTimeWindow.parse_option(late_window) if late_window else None,
+            max_tasks=opts.whole("maxTasks", minimum=1),
         )
 
     def consumer_config(self, **extra: Any) -> dict[str, Any]:
@@ -234,3 +177,92 @@ class SourceOptions:
             # partition count (issue 26).
             "allow.auto.create.topics": False,
         }
+
+
+class OptionMap:
+    """Spark's option map for the source, read by kind: option keys are
+    case-insensitive (Spark's ``CaseInsensitiveStringMap``) and values are strings.
+
+    Every reader raises ``ValueError`` naming the option, the value given and what is
+    allowed.
+
+    Args:
+        options: the options as Spark hands them over.
+    """
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._values = {str(k).lower(): str(v) for k, v in options.items()}
+
+    def get(self, key: str) -> str | None:
+        """The value of ``key``, or ``None`` when missing or empty."""
+        return self._values.get(key.lower()) or None
+
+    def required(self, key: str) -> str:
+        """The value of ``key``.
+
+        Raises:
+            ValueError: ``key`` is missing or empty.
+        """
+        value = self.get(key)
+        if value is None:
+            raise ValueError(f"{SOURCE_NAME}: option {key!r} is required")
+        return value
+
+    def choice(self, key: str, allowed: tuple[str, ...], default: str) -> str:
+        """The value of ``key``, one of ``allowed`` (``default`` when missing).
+
+        Raises:
+            ValueError: another value.
+        """
+        value = self._values.get(key.lower(), default)
+        if value not in allowed:
+            raise ValueError(f"{SOURCE_NAME}: {key} = {value!r}; allowed: {', '.join(allowed)}")
+        return value
+
+    def flag(self, key: str, *, default: bool) -> bool:
+        """``true`` or ``false`` (any case).
+
+        Raises:
+            ValueError: another value.
+        """
+        value = self._values.get(key.lower(), str(default)).lower()
+        if value not in ("true", "false"):
+            raise ValueError(f"{SOURCE_NAME}: {key} = {value!r}; allowed: true, false")
+        return value == "true"
+
+    def whole(self, key: str, *, minimum: int, unit: str = "") -> int | None:
+        """A whole number at least ``minimum``, or ``None`` when missing.
+
+        Raises:
+            ValueError: not a whole number, or below ``minimum``.
+        """
+        text = self.get(key)
+        if text is None:
+            return None
+        value = int(text) if text.isdigit() else None
+        if value is None or value < minimum:
+            what = f"a whole number of {unit}" if unit else "a whole number"
+            raise ValueError(f"{SOURCE_NAME}: {key} = {text!r}; allowed: {what} >= {minimum}")
+        return value
+
+    def offsets(self, key: str, topic: str) -> dict[int, int]:
+        """Per-partition offsets of ``topic`` in Spark's Kafka JSON shape
+        (:func:`~pipeline.offsets.offsets_from_json`); empty when missing.
+
+        Raises:
+            ValueError: not that JSON.
+        """
+        text = self.get(key)
+        if text is None:
+            return {}
+        try:
+            return offsets_from_json(topic, json.loads(text))
+        except (ValueError, AttributeError) as exc:
+            raise ValueError(
+                f"{SOURCE_NAME}: {key} = {text!r}; allowed: "
+                'offsets as {"<topic>": {"<partition>": <offset>}}'
+            ) from exc
+
+    def prefixed(self, prefix: str) -> dict[str, str]:
+        """Every option under ``prefix``, the prefix removed (``kafka.<property>``)."""
+        return {k[len(prefix) :]: v for k, v in self._values.items() if k.startswith(prefix)}

@@ -1,19 +1,20 @@
 """Reading one Kafka partition's planned range for a micro-batch, in a Spark task.
 
-The range ``[start, end)`` is read from the swept BLOBs first and then the
-broker, decoded into Arrow record batches; a tuple that does not decode, or
-comes too late for its window, goes to the dead-letter topic with the reason."""
+A micro-batch's planned range ``[start, end)`` of each partition is dealt out to
+Spark tasks as :class:`KafkaInputPartition` ranges, grouped per task in a
+:class:`KafkaTaskPartition`; a task reads its ranges with a
+:class:`PartitionReader`.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import (
     DateType,
@@ -22,18 +23,12 @@ from pyspark.sql.types import (
 )
 
 from pipeline.deadletter import (
-    DLQ_ERROR,
-    DLQ_OFFSET,
-    DLQ_PARTITION,
-    DLQ_QUERY,
-    DLQ_REASON,
-    DLQ_STREAM,
-    DLQ_TOPIC,
-    dead_letter_key,
+    DeadLetterWriter,
 )
-from pipeline.errors import DeserializationError, RefusedTupleError
+from pipeline.errors import DeserializationError
 from pipeline.serde import BlockDecoder, SchemaRepository, StreamCodec
 from pipeline.spark.options import SourceOptions
+from pipeline.spark.refusals import RefusalRules
 from pipeline.swept.catalog import catalog_for
 from pipeline.swept.reading import RANGE_CONSUMER, BlobReader, read_partition
 
@@ -46,11 +41,6 @@ ARROW_BATCH_ROWS = 8192
 
 #: A partition read that makes no progress for this long fails the task.
 READ_STALL_TIMEOUT_S = 60.0
-
-
-def _iso(epoch_ms: int) -> str:
-    """Epoch milliseconds as ISO 8601 UTC, for messages."""
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass(frozen=True)
@@ -85,8 +75,22 @@ class KafkaTaskPartition(InputPartition):
         return sum(r.end - r.start for r in self.ranges)
 
 
-class _PartitionReader:
-    """Reads the :class:`KafkaInputPartition` ranges of one task in a Python worker."""
+class PartitionReader:
+    """Reads the :class:`KafkaInputPartition` ranges of one task in a Python worker.
+
+    Records come from the broker, or from the swept BLOBs where the sweeper moved
+    them; they are decoded 8 192 at a time as one Avro block
+    (:class:`~pipeline.serde.BlockDecoder`), tuple by tuple when the block cannot be
+    vouched for, into Arrow record batches of the stream's columns and the metadata
+    columns. A tuple that does not decode, or that a
+    :class:`~pipeline.spark.refusals.RefusalRules` rule refuses, goes to the
+    dead-letter topic (:class:`~pipeline.deadletter.DeadLetterWriter`) when the task's
+    ranges are read.
+
+    Args:
+        options: the source's options.
+        schema: the source's Spark schema (:func:`~pipeline.spark.schema.spark_schema`).
+    """
 
     #: The range being read (set by :meth:`batches`).
     partition: KafkaInputPartition
@@ -119,12 +123,24 @@ class _PartitionReader:
         self._date_fields = {f.name for f in schema.fields if isinstance(f.dataType, DateType)}
         self._pa = pa
         self._decoder = BlockDecoder(self.codec)
-        self._dead: list[tuple[Any, DeserializationError]] = []
+        self.rules = RefusalRules(options)
+        self.dead = DeadLetterWriter(
+            options.dead_letter_topic,
+            bootstrap_servers=options.bootstrap_servers,
+            stream=options.stream,
+            query=options.query,
+            client=options.client,
+        )
         self._blobs: BlobReader | None = None
 
     def batches(self, ranges: Sequence[KafkaInputPartition]) -> Iterator[Any]:
         """Arrow record batches of ``ranges``, in order, through one consumer; the
-        dead letters of all of them are sent at the end."""
+        dead letters of all of them are sent at the end.
+
+        Raises:
+            DataLossError: an offset neither the broker nor a BLOB holds.
+            KafkaException: the dead letters were not acknowledged.
+        """
         consumer = Consumer(
             # A user's kafka.* properties win over the range reader's.
             self.options.consumer_config(**{**RANGE_CONSUMER, **self.options.client})
@@ -142,7 +158,7 @@ class _PartitionReader:
                     yield from self._convert(pending)
         finally:
             consumer.close()
-        self._send_dead_letters()
+        self.dead.send()
 
     def _convert(self, messages: list[Any]) -> Iterator[Any]:
         """One Arrow record batch of ``messages`` (none if every one was refused).
@@ -157,7 +173,7 @@ class _PartitionReader:
             if batch.num_rows:
                 yield batch
             return
-        dead_before = len(self._dead)
+        dead_before = len(self.dead.pending)
         rows: list[dict[str, Any]] = []
         kept: list[Any] = []
         for message in messages:
@@ -165,7 +181,7 @@ class _PartitionReader:
             if row is not None:
                 rows.append(row)
                 kept.append(message)
-        if len(self._dead) == dead_before and self._decoder.enabled:
+        if len(self.dead.pending) == dead_before and self._decoder.enabled:
             # Every tuple decoded alone, so the block reader is what failed: a type it
             # reads differently. Leave it off for the rest of this range.
             log.info(
@@ -201,26 +217,24 @@ class _PartitionReader:
         else:
             event_col = timestamp_col
         # Rows that may be refused, found by column; each is then judged on its own.
-        suspects = None
-        if options.key_required:
-            suspects = pc.is_null(pa.array(keys, pa.binary()))
-        ahead = options.max_event_time_ahead_ms
-        if ahead is not None and options.timestamp_mode == "data_source":
-            future = pc.greater(event_col, pc.add(timestamp_col, ahead))
-            suspects = future if suspects is None else pc.or_kleene(suspects, future)
         watermark = self.partition.watermark_ms
-        if options.late_window is not None and watermark is not None:
-            early = pc.less(event_col, watermark)
-            suspects = early if suspects is None else pc.or_kleene(suspects, early)
+        suspects = self.rules.suspects(
+            pa.array(keys, pa.binary()), timestamp_col, event_col, watermark
+        )
         refused: list[int] = []
         if suspects is not None:
             for index in pc.indices_nonzero(pc.fill_null(suspects, False)).to_pylist():
                 message = messages[index]
-                error = self._refusal(
-                    message, keys[index], timestamps[index], event_col[index].as_py()
+                error = self.rules.refusal(
+                    message,
+                    keys[index],
+                    timestamps[index],
+                    event_col[index].as_py(),
+                    watermark_ms=watermark,
+                    batch_id=self.partition.batch_id,
                 )
                 if error is not None:
-                    self._dead.append((message, error))
+                    self.dead.add(message, error)
                     refused.append(index)
         columns = [table.column(name).combine_chunks() for name in self.fields]
         columns += [
@@ -263,15 +277,11 @@ class _PartitionReader:
         try:
             row = self.codec.decode(value if value is not None else b"", logical=False)
         except DeserializationError as exc:
-            self._dead.append(
-                (
-                    message,
-                    exc.at(
-                        topic=message.topic(),
-                        partition=message.partition(),
-                        offset=message.offset(),
-                    ),
-                )
+            self.dead.add(
+                message,
+                exc.at(
+                    topic=message.topic(), partition=message.partition(), offset=message.offset()
+                ),
             )
             return None
         ts_type, ts = message.timestamp()
@@ -284,59 +294,18 @@ class _PartitionReader:
             event_time = row["event_time"] = row.get(self.options.timestamp_field or "")
         else:
             event_time = row["event_time"] = timestamp
-        error = self._refusal(message, key, timestamp, event_time)
+        error = self.rules.refusal(
+            message,
+            key,
+            timestamp,
+            event_time,
+            watermark_ms=self.partition.watermark_ms,
+            batch_id=self.partition.batch_id,
+        )
         if error is not None:
-            self._dead.append((message, error))
+            self.dead.add(message, error)
             return None
         return row
-
-    def _refusal(
-        self, message: Any, key: bytes | None, timestamp: int | None, event_time: int | None
-    ) -> RefusedTupleError | None:
-        """Why the source refuses a decoded tuple (``null-key``, ``future-event-time``,
-        ``late``), or ``None`` to keep it. Times are epoch ms."""
-        refusal = None
-        if key is None and self.options.key_required:
-            refusal = ("null-key", "the record has no key; the stream is keyed")
-        elif event_time is not None:
-            ahead = self.options.max_event_time_ahead_ms
-            watermark = self.partition.watermark_ms
-            window = self.options.late_window
-            if (
-                ahead is not None
-                and timestamp is not None
-                and self.options.timestamp_mode == "data_source"
-                and event_time > timestamp + ahead
-            ):
-                refusal = (
-                    "future-event-time",
-                    f"event time {_iso(event_time)} is {(event_time - timestamp) / 1000:,.0f} s "
-                    f"after the record's timestamp {_iso(timestamp)}; at most "
-                    f"{ahead / 1000:,.0f} s is accepted (max_event_time_ahead_ms)",
-                )
-            elif (
-                window is not None
-                and watermark is not None
-                and window.is_late(event_time, watermark)
-            ):
-                refusal = (
-                    "late",
-                    f"event time {_iso(event_time)}: its latest window ended "
-                    f"{_iso(window.last_end(event_time))}, at or before the watermark "
-                    f"{_iso(watermark)} for micro-batch {self.partition.batch_id}; Spark "
-                    "would drop it from the aggregation",
-                )
-        if refusal is None:
-            return None
-        reason, text = refusal
-        return RefusedTupleError(
-            text,
-            reason=reason,
-            stream=self.options.stream,
-            topic=message.topic(),
-            partition=message.partition(),
-            offset=message.offset(),
-        )
 
     def _to_arrow_or_dead_letter(self, rows: list[dict[str, Any]], messages: list[Any]) -> Any:
         """Arrow batch of ``rows``; a row whose values Arrow cannot hold (an Avro ``int``
@@ -352,18 +321,16 @@ class _PartitionReader:
                     self._to_arrow([row])
                     kept.append(row)
                 except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-                    self._dead.append(
-                        (
-                            message,
-                            DeserializationError(
-                                f"a value does not fit its column: {exc}",
-                                reason="bad-value",
-                                stream=self.options.stream,
-                                topic=message.topic(),
-                                partition=message.partition(),
-                                offset=message.offset(),
-                            ),
-                        )
+                    self.dead.add(
+                        message,
+                        DeserializationError(
+                            f"a value does not fit its column: {exc}",
+                            reason="bad-value",
+                            stream=self.options.stream,
+                            topic=message.topic(),
+                            partition=message.partition(),
+                            offset=message.offset(),
+                        ),
                     )
             return self._to_arrow(kept)
 
@@ -384,55 +351,3 @@ class _PartitionReader:
                 column = column.cast(field.type)
             columns.append(column)
         return pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
-
-    def _send_dead_letters(self) -> None:
-        """Send undecodable tuples to the dead-letter topic, then wait for the acks.
-
-        At least once: a retried task sends them again; the record key
-        ``<query>@<topic>/<partition>/<offset>`` lets a reader drop repeats. Each
-        query that reads the stream dead-letters the tuple once, under its name.
-        """
-        if not self._dead:
-            return
-        if not self.options.dead_letter_topic:
-            first = self._dead[0][1]
-            raise first
-        producer = Producer(
-            {
-                "bootstrap.servers": self.options.bootstrap_servers,
-                "enable.idempotence": True,
-                "acks": "all",
-                **self.options.client,
-            }
-        )
-        failures: list[str] = []
-
-        def on_delivery(err: Any, _msg: Any) -> None:
-            if err is not None:
-                failures.append(str(err))
-
-        for message, error in self._dead:
-            headers = [
-                *(message.headers() or []),
-                (DLQ_REASON, error.reason.encode()),
-                (DLQ_ERROR, str(error).encode()),
-                (DLQ_STREAM, self.options.stream.encode()),
-                (DLQ_QUERY, (self.options.query or "").encode()),
-                (DLQ_TOPIC, message.topic().encode()),
-                (DLQ_PARTITION, str(message.partition()).encode()),
-                (DLQ_OFFSET, str(message.offset()).encode()),
-            ]
-            producer.produce(
-                self.options.dead_letter_topic,
-                key=dead_letter_key(self.options.query, message),
-                value=message.value(),
-                headers=headers,
-                on_delivery=on_delivery,
-            )
-            log.warning("FG-SOURCE-001 dead-lettered: %s", error)
-        remaining = producer.flush(30)
-        if remaining or failures:
-            raise KafkaException(
-                f"dead-letter topic {self.options.dead_letter_topic!r}: {remaining} undelivered, "
-                f"errors: {failures[:3]}"
-            )

@@ -64,7 +64,7 @@ from pipeline.spark.options import SOURCE_NAME, SourceOptions
 from pipeline.spark.partition_reader import (
     KafkaInputPartition,
     KafkaTaskPartition,
-    _PartitionReader,
+    PartitionReader,
 )
 from pipeline.spark.schema import spark_schema
 
@@ -311,4 +311,4 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             KafkaException: the broker failed in another way (the task is retried).
         """
         assert isinstance(partition, KafkaTaskPartition)
-        yield from _PartitionReader(self.options, self.schema).batches(partition.ranges)
+        yield from PartitionReader(self.options, self.schema).batches(partition.ranges)
