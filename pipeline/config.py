@@ -185,6 +185,10 @@ class QueryGroupSection(StreamSettings):
     """The ``[query_group]`` section: identity, trigger, and group-level settings."""
 
     name: Identifier
+    """The query group's name: its consumer groups (``<prefix>.<name>.<query>``), its
+    checkpoint root (``{name}`` in ``checkpoint_dir``), its dead-letter topic
+    (``<name>.dead-letter``) and its control file (``<control_dir>/<name>.json``) derive
+    from it."""
     trigger_interval_ms: Annotated[int, Field(ge=0, le=86_400_000)] = 1_000
     """Processing-time trigger interval of every query; 0 starts each micro-batch as soon
     as the previous one ends."""
@@ -251,6 +255,8 @@ class InputStreamConfig(StreamSettings):
     """One ``[input_streams.<name>]`` section. The name is the SQL view name."""
 
     topic: TopicName
+    """The Kafka topic that carries the stream; the query group creates it at start
+    with the stream's ``partitions`` when it is missing."""
     schema_: Identifier = Field(alias="schema")
     """Name of the Avro schema in the schema repository (``schemas/<schema>.avsc``)."""
     timestamp_mode: Literal["server", "data_source"] = "server"
@@ -258,6 +264,8 @@ class InputStreamConfig(StreamSettings):
     event time is the field ``timestamp_field`` of the tuple (the stream data platform's
     two timestamp modes)."""
     timestamp_field: str | None = None
+    """With ``timestamp_mode = "data_source"``: the field of the schema that holds the
+    event time (required then, refused with ``server``)."""
     watermark: str | None = None
     """Spark watermark delay on ``event_time`` (``"2 hours"``); unset: no watermark."""
     starting_offsets: Literal["committed", "earliest", "latest"] = "committed"
@@ -302,7 +310,11 @@ class OutputStreamConfig(StreamSettings):
     """One ``[output_streams.<name>]`` section."""
 
     topic: TopicName
+    """The Kafka topic the stream's query writes to, in Kafka transactions; the query
+    group creates it at start with the stream's ``partitions`` when it is missing."""
     schema_: Identifier = Field(alias="schema")
+    """Name of the Avro schema of the output tuples (``schemas/<schema>.avsc``); the
+    query's columns are matched to its fields by name."""
     key: list[str] = Field(default_factory=list)
     """Columns whose values, joined with ``|``, form the Kafka key (empty: no key)."""
     reception_groups: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
@@ -325,6 +337,8 @@ class QueryConfig(_Strict):
     """One ``[queries.<name>]`` section: a continuous Spark SQL query and its output."""
 
     sql: Annotated[str, Field(min_length=1)]
+    """The Spark SQL query, over views named after the input streams; its columns are
+    written to the ``output`` stream by name."""
     output: Identifier
     """The output stream the query's rows are written to."""
     output_mode: Literal["append", "update", "complete"] = "append"
