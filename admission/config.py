@@ -46,7 +46,7 @@ INTAKE_OWNED_KAFKA_KEYS = {
 
 class AdmissionSettings(BaseModel):
     """``[admission]``: where the service listens, what it may run, and the queue's limits
-    (README, "The admission service", for the limits' defaults)."""
+    (docs/how-to/operate-admission.md says how the limits are applied)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -86,8 +86,12 @@ class AdmissionSettings(BaseModel):
     check_interval_ms: Annotated[int, Field(ge=10, le=60_000)] = 100
     """How often load is sampled and enqueued jobs considered (default 10 times a second)."""
     initial_load_step: Annotated[int, Field(ge=1)] = 2
+    """Enqueued jobs started at one check under low load, at start; the load step then
+    grows by one while the load stays low after a batch and is halved when it rises."""
     min_load_step: Annotated[int, Field(ge=1)] = 1
+    """Smallest load step (at most ``initial_load_step``)."""
     max_load_step: Annotated[int, Field(ge=1)] = 16
+    """Largest load step (at least ``initial_load_step``)."""
     emergency_start_count: Annotated[int, Field(ge=0)] = 1
     """Most jobs started per check in emergency mode."""
     max_queue_size: Annotated[int, Field(ge=0)] = 100_000
