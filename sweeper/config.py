@@ -25,8 +25,8 @@ from pipeline.errors import ConfigError
 
 
 class SweeperSettings(BaseModel):
-    """``[sweeper]``: which queues, where BLOBs go, how often (README, "The sweeper
-    service", for the interval and the front buffer)."""
+    """``[sweeper]``: which queues, where BLOBs go, how often (docs/architecture.md,
+    "The sweeper", for the interval and the front buffer)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
