@@ -51,6 +51,7 @@ test-soak: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline admission sweeper tests bench
 	$(BIN)/ruff format --check pipeline admission sweeper tests bench
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -39,7 +39,7 @@ import os
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -51,9 +51,26 @@ from pipeline.services.http_client import CONTROL_TOKEN_ENV
 from pipeline.services.serving import AppServer
 
 if TYPE_CHECKING:
-    from pipeline.spark.query_group import QueryGroup
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
+
+
+class ControlledGroup(Protocol):
+    """What the control endpoint needs of a query group
+    (:class:`~pipeline.spark.query_group.QueryGroup` is one)."""
+
+    name: str
+    registry: CollectorRegistry
+
+    def status(self) -> dict[str, Any]:
+        """The group as ``GET /status`` shows it."""
+
+    def release(self) -> None:
+        """Release a HELD group (raises ``QueryGroupError`` when it is not HELD)."""
+
+    def request_stop(self) -> None:
+        """Stop the group from another thread."""
 
 
 class Refusal(BaseModel):
@@ -108,7 +125,7 @@ def resolve_token(env: Mapping[str, str] | None = None) -> tuple[str, bool]:
     return token, False
 
 
-def build_app(group: QueryGroup, *, token: str) -> FastAPI:
+def build_app(group: ControlledGroup, *, token: str) -> FastAPI:
     """The ASGI app of a query group's endpoint.
 
     Args:
@@ -211,7 +228,7 @@ class ControlServer:
 
     def __init__(
         self,
-        group: QueryGroup,
+        group: ControlledGroup,
         *,
         host: str,
         port: int,

@@ -1,0 +1,75 @@
+"""The package layout's rules: the client, the sweeper and admission never load
+PySpark; nothing imports upward; no import cycles (pyproject.toml,
+[tool.importlinter]; CONTRIBUTING.md, "Layout")."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("pipeline", "admission", "sweeper")
+
+
+def test_the_client_the_sweeper_and_admission_run_without_pyspark() -> None:
+    code = (
+        "import sys, sweeper.service, admission.service, pipeline.client, pipeline.cli; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", f"PySpark was loaded: {out.stdout.strip()[:300]}"
+
+
+def _cycles(graph: grimp.ImportGraph, modules: set[str]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module) & modules:
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_cycle_among_the_projects_modules() -> None:
+    # Imports under `if TYPE_CHECKING:` count: a cycle there is a cycle of design.
+    graph = grimp.build_graph(*PACKAGES, cache_dir=None)
+    modules = {m for m in graph.modules if m.split(".")[0] in PACKAGES}
+    assert _cycles(graph, modules) == []
+
+
+def test_the_import_contracts_hold() -> None:
+    # `lint-imports` reads [tool.importlinter] of pyproject.toml: no PySpark outside
+    # pipeline.spark's users, pipeline never imports the services, no upward import.
+    lint = Path(sys.executable).with_name("lint-imports")
+    out = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
