@@ -3,7 +3,8 @@ its driver, and the sweeper that sweeps its input queues, each on a free port of
 host, their databases and folders under one directory.
 
 What the soak (``bench/soak.py``) and the dashboards test run, each service its own
-process (``floodgate run``, ``floodgate admission serve``, ``floodgate sweeper serve``).
+process (``floodgate run``, ``floodgate admission serve``, ``floodgate sweeper serve``:
+:func:`spawn`).
 The three files are wired together: the query group and the admission service share
 the control directory (the admission service finds the driver's endpoint there), the
 query group and the sweeper share the sweep catalog, and the sweeper sweeps the query
@@ -18,6 +19,8 @@ group's file. Under ``directory``::
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,3 +114,34 @@ def write_stack(
     }
     files.sweeper.write_text(tomli_w.dumps({"sweeper": sweeper}))
     return files
+
+
+def spawn(
+    argv: Sequence[str], log: Path, *, cwd: Path | None = None, **env: str
+) -> subprocess.Popen[bytes]:
+    """Start a process of a stack in a session, and so a process group, of its own: a
+    signal to the caller's group (Ctrl-C) does not reach it, and ``os.killpg`` of its
+    pid ends it with its children (a driver's JVM and workers).
+
+    Args:
+        argv: the command line.
+        log: the file its standard output and error are appended to (made if missing).
+        cwd: its working directory (default: the caller's).
+        env: variables set on top of this process's environment.
+
+    Returns:
+        The started process; standard input is ``/dev/null``.
+
+    Raises:
+        OSError: the log cannot be opened or the command cannot be started.
+    """
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            list(argv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=cwd,
+            env={**os.environ, **env},
+        )
