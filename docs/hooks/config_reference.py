@@ -24,7 +24,10 @@ import ast
 import enum
 import importlib
 import inspect
+import itertools
+import os
 import re
+import sys
 import textwrap
 import types
 import typing
@@ -162,7 +165,7 @@ def _type_name(annotation: Any) -> str:
     if origin is dict:
         return f"table of {_type_name(typing.get_args(annotation)[1])}"
     if annotation is SecretStr:
-        return "string (secret)"
+        return "secret string"
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         return "string"
     return {str: "string", int: "integer", float: "float", bool: "boolean"}.get(
@@ -182,12 +185,21 @@ def _default(model: type[BaseModel], key: str, info: FieldInfo) -> str:
         shown = "the broker's" if value is None else f"`{_toml(value)}`"
         return f"inherited; system default {shown}"
     if info.default_factory is not None:
-        return f"`{_toml(info.default_factory())}`"  # type: ignore[call-arg]
+        return _machine_free(f"`{_toml(info.default_factory())}`")  # type: ignore[call-arg]
     if info.default is PydanticUndefined:
         return "required"
     if info.default is None:
         return "unset"
-    return f"`{_toml(info.default)}`"
+    return _machine_free(f"`{_toml(info.default)}`")
+
+
+def _machine_free(text: str) -> str:
+    """A default computed from the building machine (``admission.job_path`` starts with
+    the folder of the running Python) shown with that folder named, not its path."""
+    folder = os.path.dirname(os.path.abspath(sys.executable))
+    if folder in text:
+        return text.replace(folder, "<the folder of the service's Python>")
+    return text
 
 
 def _stream_levels() -> tuple[type[BaseModel] | None, Any]:
@@ -206,7 +218,7 @@ def _toml(value: Any) -> str:
     if isinstance(value, str):
         return f'"{value}"'
     if isinstance(value, int):
-        return f"{value:_}".replace("_", " ") if abs(value) >= 10_000 else str(value)
+        return str(value)  # as TOML takes it
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     if isinstance(value, dict):
@@ -315,7 +327,7 @@ def _attribute_docs(model: type[BaseModel]) -> dict[str, str]:
         if not isinstance(body, ast.ClassDef):
             continue
         statements = body.body
-        for current, following in zip(statements, statements[1:], strict=False):
+        for current, following in itertools.pairwise(statements):
             if (
                 isinstance(current, ast.AnnAssign)
                 and isinstance(current.target, ast.Name)

@@ -35,7 +35,5 @@ def on_files(files: Files, config: Any) -> Files:
         files.append(File.generated(config, target, abs_src_path=str(path)))
     for folder in IMAGE_DIRS:
         for image in sorted((root / folder).glob("*.png")):
-            files.append(
-                File.generated(config, f"{folder}/{image.name}", abs_src_path=str(image))
-            )
+            files.append(File.generated(config, f"{folder}/{image.name}", abs_src_path=str(image)))
     return files
