@@ -34,7 +34,8 @@ from admission.store import Job
 from pipeline.errors import DeserializationError
 from pipeline.kafka.fetching import rest_until_records
 from pipeline.kafka.topics import ensure_topics
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 
 log = logging.getLogger(__name__)
 #: How long the intake stops fetching after a read that returned nothing, seconds (a

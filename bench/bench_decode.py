@@ -7,7 +7,7 @@ once with the flights codec (Avro single-object encoding):
   tuple (``fastavro.schemaless_reader``: a dict per tuple), then
   ``pyarrow.RecordBatch.from_pylist`` of each 8 192 rows: the source's read path
   before issue 9, and its fallback since;
-* **block**: :class:`pipeline.serde.BlockDecoder` on each 8 192 values (the bodies
+* **block**: :class:`pipeline.serde.block.BlockDecoder` on each 8 192 values (the bodies
   laid end to end in one in-memory Avro container block with a check field each,
   read by polars into Arrow): the source's read path since issue 9.
 
@@ -26,7 +26,9 @@ import pyarrow as pa
 from common import console
 
 from pipeline.demo.flights import flight_records, load_flights
-from pipeline.serde import BlockDecoder, SchemaRepository, StreamCodec
+from pipeline.serde.block import BlockDecoder
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 
 CHUNK = 8_192
 

@@ -16,7 +16,7 @@ Every run has a broker of its own (``common.fresh_broker`` says why).
 The latency of a flight is the time from its *produce timestamp* (the Kafka record
 timestamp librdkafka sets when the back-pressure client hands it over, read back
 from the input topic after the run) to the moment the demo's reception application
-(:class:`pipeline.demo.run.Reception`, ``StreamOutput.get`` with ``read_committed``)
+(:class:`pipeline.demo.reception.Reception`, ``StreamOutput.get`` with ``read_committed``)
 received the first ``delays_by_origin_hour`` tuple that counts it. The output is an
 aggregate, so a flight is attributed by count: the i-th flight of an origin-hour (in
 produce order) is visible once a tuple of that origin-hour with ``flights >= i`` has
@@ -47,8 +47,10 @@ import common
 from common import ROOT, console
 from rich.table import Table
 
-from pipeline.demo.run import read_all, run_demo
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.demo.reception import read_all
+from pipeline.demo.run import run_demo
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 
 TRIGGERS_MS = (0, 250, 1_000)
 TARGET_P99_S = 1.0

@@ -50,7 +50,8 @@ RUN_TIMEOUT_S = 600.0
 
 
 def _codec() -> Any:
-    from pipeline.serde import SchemaRepository, StreamCodec
+    from pipeline.serde.codec import StreamCodec
+    from pipeline.serde.schemas import SchemaRepository
 
     schemas = SchemaRepository.load()
     return StreamCodec("flights", schemas.get("flight"), schemas)

@@ -14,7 +14,7 @@ every flight (or ``--limit``), produced once beforehand to a 4-partition topic:
   writing without looking.
 
 Both variants run the same reception application as the demo
-(:class:`pipeline.demo.run.Reception`: ``StreamOutput.get`` on both output streams,
+(:class:`pipeline.demo.reception.Reception`: ``StreamOutput.get`` on both output streams,
 latest tuple per key), so both free their output queues the same way. Each run
 has a new query group name (so new consumer groups), new output topics and a new
 checkpoint; it runs with ``Trigger.AvailableNow`` and is timed from
@@ -53,10 +53,11 @@ from rich.table import Table
 from pipeline.brokers.embedded import EmbeddedBroker
 from pipeline.client.connector import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.demo.run import Reception
+from pipeline.demo.reception import Reception
 from pipeline.kafka.topics import ensure_topics
 from pipeline.metrics import stream_total
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 
 TARGET_RATIO = 0.95

@@ -40,7 +40,8 @@ from pipeline.brokers.embedded import EmbeddedBroker
 from pipeline.client.connector import connect
 from pipeline.demo.flights import flight_records, load_flights
 from pipeline.kafka.topics import ensure_topics
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 
 BATCH = 1_000
 

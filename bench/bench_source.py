@@ -19,7 +19,7 @@ process with a confluent-kafka ``Consumer`` assigned to every partition from
 the beginning, looping on ``consume(num_messages=10000)`` (fewer for the last
 call, as the source does: ``consume`` waits out its timeout when fewer than
 ``num_messages`` arrive, which would add up to a second) and decoding each
-tuple with :meth:`pipeline.serde.StreamCodec.decode` (``logical=False``), the
+tuple with :meth:`pipeline.serde.codec.StreamCodec.decode` (``logical=False``), the
 decode the source itself runs, so the ratio is about the pipeline around it.
 The issue's target is a ratio source/baseline >= 1.0 on this 2-core machine.
 
@@ -90,7 +90,8 @@ from rich.table import Table
 
 from pipeline.brokers.embedded import EmbeddedBroker
 from pipeline.kafka.topics import ensure_topics
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 
 log = logging.getLogger("bench.source")
 

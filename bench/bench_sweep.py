@@ -39,7 +39,8 @@ from rich.table import Table
 
 from pipeline.brokers.local import resolve_broker
 from pipeline.kafka.topics import ensure_topics
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.swept.blob import blob_name, write_blob
 from pipeline.swept.catalog import SweepCatalog
 from pipeline.swept.reading import BlobReader

@@ -32,7 +32,7 @@ from rich.console import Console
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo.flights import flight_records, load_flights
-from pipeline.serde import StreamCodec, TupleKey
+from pipeline.serde.codec import StreamCodec, TupleKey
 
 log = logging.getLogger("bench")
 

@@ -10,7 +10,7 @@ and librdkafka sends each partition its own batches (up to ``batch.num.messages`
 tuples), so the heads are not written together.
 
 Per run, on a fresh embedded broker and a fresh ``flights`` topic (4 partitions): the
-demo's replay (:class:`pipeline.demo.run.FlightReplayer`, ``put(block=True)`` through the
+demo's replay (:class:`pipeline.demo.replay.FlightReplayer`, ``put(block=True)`` through the
 back-pressure client, no query group reading) of ``--limit`` flights, while a thread
 reads the four high watermarks over and over. Afterwards every partition is read back
 and decoded, and each sample of heads becomes a skew: the latest event time at any
@@ -60,9 +60,9 @@ def one_run(limit: int, *, sequential: bool) -> dict[str, Any]:
 
     from pipeline.client import connect
     from pipeline.demo.flights import FlightTuples, load_flights
-    from pipeline.demo.run import FlightReplayer
+    from pipeline.demo.replay import FlightReplayer
     from pipeline.kafka.topics import ensure_topics
-    from pipeline.serde import SchemaRepository
+    from pipeline.serde.schemas import SchemaRepository
 
     records = FlightTuples(load_flights(limit))
     with common.fresh_broker() as bootstrap:

@@ -435,7 +435,7 @@ def produce(
     from prometheus_client import CollectorRegistry
 
     from pipeline.config import load_query_group
-    from pipeline.demo.run import ProducerStatus, run_producer
+    from pipeline.demo.producer import ProducerStatus, run_producer
     from pipeline.metrics import add_metrics_route
     from pipeline.services.serving import listen
 

@@ -586,7 +586,7 @@ def _check_schema_fields(config: QueryGroupConfig, source: str) -> None:
             schema's fields.
     """
     from pipeline.errors import SchemaError
-    from pipeline.serde import SchemaRepository  # fastavro: only once a file is loaded
+    from pipeline.serde.schemas import SchemaRepository  # fastavro: only once a file is loaded
 
     try:
         schemas = SchemaRepository.load(config.schema_dir)

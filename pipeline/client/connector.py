@@ -16,9 +16,7 @@ from pipeline.errors import (
 )
 from pipeline.metrics import ClientMetrics
 from pipeline.queues import SweptCounter
-from pipeline.serde import (
-    SchemaRepository,
-)
+from pipeline.serde.schemas import SchemaRepository
 
 if TYPE_CHECKING:
     pass

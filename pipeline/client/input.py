@@ -36,15 +36,9 @@ from pipeline.errors import (
 from pipeline.kafka.retries import transient_kafka_error
 from pipeline.metrics import ClientMetrics
 from pipeline.queues import QueueBudget, QueueProbe, QueueSnapshot, SweptCounter
-from pipeline.serde import (
-    BlockEncoder,
-    SchemaRepository,
-    StreamCodec,
-    TupleKey,
-    epoch_millis,
-    epoch_ms,
-    field_kind,
-)
+from pipeline.serde.block import BlockEncoder, epoch_millis
+from pipeline.serde.codec import StreamCodec, TupleKey, epoch_ms, field_kind
+from pipeline.serde.schemas import SchemaRepository
 
 if TYPE_CHECKING:
     pass
@@ -107,7 +101,7 @@ class PutResult:
 def _epoch_ms(value: Any) -> int | None:
     """An event-time field of a normalised tuple (epoch ms, or a datetime where the
     field is no ``timestamp-millis``) as epoch ms, a naive datetime as UTC
-    (:func:`~pipeline.serde.epoch_ms`); ``None`` for anything else."""
+    (:func:`~pipeline.serde.codec.epoch_ms`); ``None`` for anything else."""
     if isinstance(value, datetime):
         return epoch_ms(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -433,7 +427,7 @@ class StreamInput:
         Args:
             tuples: one tuple (a dict), a list of them, or a ``pyarrow.Table`` (or
                 ``RecordBatch``) whose columns are the stream's fields, a row a tuple.
-                A table is encoded a column at a time (:class:`~pipeline.serde.BlockEncoder`,
+                A table is encoded a column at a time (:class:`~pipeline.serde.block.BlockEncoder`,
                 ~6x less CPU than a list of dicts) when its columns map exactly onto
                 the schema, and row by row as dicts (``to_pylist``) otherwise: the same
                 bytes, keys and errors either way.
@@ -446,7 +440,7 @@ class StreamInput:
         Raises:
             SchemaError: a tuple does not match the schema: names the tuple's index and
                 the field, or the type of what was given instead of a dict; nothing sent.
-                Values are checked strictly (:meth:`~pipeline.serde.StreamCodec.normalise`,
+                Values are checked strictly (:meth:`~pipeline.serde.codec.StreamCodec.normalise`,
                 issue 26): a float with a fraction or a ``bool`` for an ``int``/``long``
                 field is refused, never truncated; ``1545.0`` is the int ``1545``, and a
                 ``datetime`` (naive: UTC) for a ``timestamp-millis`` field is its epoch
@@ -585,7 +579,7 @@ class StreamInput:
 
     @staticmethod
     def _key_column(column: Any, kind: str | None) -> Any | None:
-        """A key column as the row path keys it (:class:`~pipeline.serde.TupleKey` of
+        """A key column as the row path keys it (:class:`~pipeline.serde.codec.TupleKey` of
         normalised tuples): an integer column of an ``int``/``long`` field, a string
         column of a ``string`` field, a ``timestamp-millis`` field's column as epoch ms;
         ``None`` for anything else (row by row)."""

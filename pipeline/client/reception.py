@@ -24,10 +24,8 @@ from pipeline.errors import (
 )
 from pipeline.kafka.fetching import rest_until_records, resume_fetching
 from pipeline.queues import QueueProbe
-from pipeline.serde import (
-    SchemaRepository,
-    StreamCodec,
-)
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 
 if TYPE_CHECKING:
     from pipeline.swept.blob import SweptRecord

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from pipeline.config import QueryGroupConfig
 from pipeline.offsets import local_checkpoint_path, offsets_to_json
-from pipeline.serde import SchemaRepository
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.late_plan import late_plan
 from pipeline.spark.options import SOURCE_NAME
 

@@ -26,7 +26,9 @@ from pipeline.deadletter import (
     DeadLetterWriter,
 )
 from pipeline.errors import DeserializationError
-from pipeline.serde import BlockDecoder, SchemaRepository, StreamCodec
+from pipeline.serde.block import BlockDecoder
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.options import SourceOptions
 from pipeline.spark.refusals import RefusalRules
 from pipeline.swept.catalog import catalog_for
@@ -80,7 +82,7 @@ class PartitionReader:
 
     Records come from the broker, or from the swept BLOBs where the sweeper moved
     them; they are decoded 8 192 at a time as one Avro block
-    (:class:`~pipeline.serde.BlockDecoder`), tuple by tuple when the block cannot be
+    (:class:`~pipeline.serde.block.BlockDecoder`), tuple by tuple when the block cannot be
     vouched for, into Arrow record batches of the stream's columns and the metadata
     columns. A tuple that does not decode, or that a
     :class:`~pipeline.spark.refusals.RefusalRules` rule refuses, goes to the

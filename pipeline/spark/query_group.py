@@ -39,7 +39,8 @@ from pipeline.errors import ConfigError, QueryGroupError, QueryGroupHeld, compac
 from pipeline.kafka.topics import ensure_topics
 from pipeline.metrics import QueryGroupMetrics
 from pipeline.queues import QueueSnapshot
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.guard import OutputQueueGuard
 from pipeline.spark.hold import Hold
 from pipeline.spark.inputs import register_inputs

@@ -21,7 +21,7 @@ from pyspark.sql.types import (
 )
 
 from pipeline.errors import SchemaError
-from pipeline.serde import RegisteredSchema
+from pipeline.serde.schemas import RegisteredSchema
 
 #: Columns the source adds to every stream's own fields.
 METADATA_COLUMNS = ("event_time", "_key", "_partition", "_offset", "_timestamp")

@@ -66,7 +66,7 @@ from pipeline.errors import (
 )
 from pipeline.kafka.retries import BROKER_WAIT_S, transient_kafka_error
 from pipeline.offsets import read_offset_log
-from pipeline.serde import StreamCodec, TupleKey
+from pipeline.serde.codec import StreamCodec, TupleKey
 from pipeline.spark.guard import OutputQueueGuard
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ A micro-batch reads exactly ``[start, end)`` of every partition:
   decodes the Avro tuples into Arrow record batches of the stream's columns,
   plus ``event_time``, ``_key``, ``_partition``, ``_offset`` and ``_timestamp``:
   8 192 at a time as one Avro container block read by polars
-  (:class:`~pipeline.serde.BlockDecoder`, no Python object per tuple but the
+  (:class:`~pipeline.serde.block.BlockDecoder`, no Python object per tuple but the
   Kafka message), tuple by tuple with fastavro when the block cannot be vouched
   for. A tuple that fails to decode is sent to the dead-letter topic with the
   reason, stream, topic, partition and offset in headers, and the batch goes on.
@@ -59,7 +59,7 @@ from pipeline.offsets import (
     offsets_to_json,
     plan_batch_end,
 )
-from pipeline.serde import SchemaRepository
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.options import SOURCE_NAME, SourceOptions
 from pipeline.spark.partition_reader import (
     KafkaInputPartition,

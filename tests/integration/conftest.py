@@ -42,7 +42,7 @@ from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo.flights import flight_records, load_flights
 from pipeline.kafka.topics import ensure_topics
-from pipeline.serde import SchemaRepository
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 from tests.integration.admission_service import SLEEP, TOKEN, Service
 from tests.integration.helpers import Drained, flights_raw_config

@@ -519,8 +519,9 @@ def test_requests_from_the_request_topic_run_and_refusals_are_dead_lettered(
 ) -> None:
     from confluent_kafka import Producer
 
-    from pipeline.demo.run import read_all
-    from pipeline.serde import SchemaRepository, StreamCodec
+    from pipeline.demo.reception import read_all
+    from pipeline.serde.codec import StreamCodec
+    from pipeline.serde.schemas import SchemaRepository
 
     topics = {
         "request_topic": f"admission.requests.{run_id}",

@@ -19,7 +19,7 @@ from pipeline.client import Connector, connect
 from pipeline.client.input import THRESHOLD_MESSAGE_CODE, PutResult, StreamInput
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo.flights import flight_table, load_flights
-from pipeline.demo.run import read_all
+from pipeline.demo.reception import read_all
 from pipeline.errors import (
     BrokerError,
     DeliveryError,
@@ -31,7 +31,7 @@ from pipeline.errors import (
     TupleTooLargeError,
 )
 from pipeline.kafka.topics import ensure_topics
-from pipeline.serde import SchemaRepository
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 from tests.integration.helpers import flights_raw_config
 

@@ -12,7 +12,7 @@ import pytest
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import ConfigError
-from pipeline.serde import SchemaRepository
+from pipeline.serde.schemas import SchemaRepository
 from tests.integration.helpers import Drained
 
 

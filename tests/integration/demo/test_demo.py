@@ -10,8 +10,10 @@ from typing import Any
 import tomli_w
 
 from pipeline.demo.flights import load_flights
-from pipeline.demo.run import DEFAULT_CONFIG, DemoStatus, read_table, run_demo
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.demo.reception import read_table
+from pipeline.demo.run import DEFAULT_CONFIG, DemoStatus, run_demo
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 
 FLIGHTS = 3_000
 

@@ -26,9 +26,10 @@ import tomli_w
 
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.demo.run import read_all
+from pipeline.demo.reception import read_all
 from pipeline.kafka.topics import ensure_topics
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
 from sweeper.service import Sweeper
 from tests.integration.deployment.installed import InstalledFloodgate

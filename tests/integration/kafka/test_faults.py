@@ -33,10 +33,11 @@ from pipeline.brokers.apache_kafka import ApacheKafkaCluster
 from pipeline.brokers.local import LocalBroker
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.demo.run import read_all
+from pipeline.demo.reception import read_all
 from pipeline.errors import BrokerError, DeliveryError
 from pipeline.kafka.topics import ensure_topics
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
 from pipeline.spark.query_group import QueryGroup
 from tests.integration.helpers import flights_raw_config

@@ -26,10 +26,11 @@ from pipeline.brokers.apache_kafka import ApacheKafkaCluster
 from pipeline.brokers.local import resolve_broker
 from pipeline.client import connect
 from pipeline.config import parse_query_group
-from pipeline.demo.run import read_all
+from pipeline.demo.reception import read_all
 from pipeline.errors import BrokerError
 from pipeline.kafka.topics import ensure_topics
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 from tests.integration.admission_service import Service, wait_for
 from tests.integration.helpers import flights_raw_config

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from pipeline.config import QueryGroupConfig
-from pipeline.demo.run import read_table
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.demo.reception import read_table
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 
 
 def expected_by_origin_hour(records: list[dict[str, Any]]) -> pd.DataFrame:

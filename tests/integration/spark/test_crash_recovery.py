@@ -17,8 +17,9 @@ from typing import Any
 import tomli_w
 
 from pipeline.config import parse_query_group
-from pipeline.demo.run import read_all
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.demo.reception import read_all
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.sink import FAILPOINT_ENV
 from tests.integration.helpers import flights_raw_config
 from tests.integration.spark.drivers import (

@@ -11,8 +11,8 @@ import fastavro
 from confluent_kafka import Producer
 
 from pipeline.config import QueryGroupConfig
-from pipeline.demo.run import read_all
-from pipeline.serde import MAGIC, SchemaRepository
+from pipeline.demo.reception import read_all
+from pipeline.serde.schemas import MAGIC, SchemaRepository
 from tests.integration.helpers import Drained
 
 

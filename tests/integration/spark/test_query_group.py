@@ -10,8 +10,9 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from pipeline.config import QueryGroupConfig
-from pipeline.demo.run import read_all
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.demo.reception import read_all
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup, QueryGroupState
 from tests.integration.helpers import Drained
 from tests.integration.spark.figures import (

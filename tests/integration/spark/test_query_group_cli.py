@@ -24,8 +24,8 @@ from admission.load import DriverHeaps
 from pipeline.cli import app
 from pipeline.client import connect
 from pipeline.config import parse_query_group
-from pipeline.demo.run import read_all
-from pipeline.serde import SchemaRepository
+from pipeline.demo.reception import read_all
+from pipeline.serde.schemas import SchemaRepository
 from tests.integration.helpers import flights_raw_config
 from tests.integration.promtool import check_metrics
 from tests.integration.spark.drivers import DRIVER_TIMEOUT_S, kill_group, start_driver

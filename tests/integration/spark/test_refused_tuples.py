@@ -15,8 +15,9 @@ from typing import Any
 from confluent_kafka import Producer
 
 from pipeline.config import QueryGroupConfig
-from pipeline.demo.run import read_all
-from pipeline.serde import SchemaRepository, StreamCodec, TupleKey
+from pipeline.demo.reception import read_all
+from pipeline.serde.codec import StreamCodec, TupleKey
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
 from tests.integration.helpers import Drained
 

@@ -19,7 +19,8 @@ from confluent_kafka import Consumer, TopicPartition
 import pipeline.spark.sink
 from pipeline.brokers.local import LocalBroker
 from pipeline.kafka.topics import ensure_topics
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.sink import KafkaTransactionalSink
 
 KEY = ["carrier", "flight", "time_hour"]

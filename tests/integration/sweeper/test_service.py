@@ -27,11 +27,12 @@ from sqlalchemy import create_engine, text
 
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig
-from pipeline.demo.run import read_all
+from pipeline.demo.reception import read_all
 from pipeline.errors import BlobIntegrityError, DataLossError, QueueFullError
 from pipeline.kafka.topics import ensure_topics
 from pipeline.queues import NothingSwept, QueueProbe
-from pipeline.serde import SchemaRepository, StreamCodec
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 from pipeline.swept.blob import blob_name, read_blob, write_sealed_blob
 from pipeline.swept.catalog import Blob, SweepCatalog

@@ -20,7 +20,7 @@ from pipeline.config import (
     parse_query_group,
 )
 from pipeline.errors import ConfigError
-from pipeline.serde import SchemaRepository
+from pipeline.serde.schemas import SchemaRepository
 from sweeper.config import load_sweeper_config
 
 FLIGHTS_TOML = Path(__file__).resolve().parents[3] / "conf" / "flights.toml"

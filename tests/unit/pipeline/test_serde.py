@@ -20,16 +20,9 @@ from hypothesis import strategies as st
 
 from pipeline.demo.flights import flight_records, flight_table, load_flights
 from pipeline.errors import DeserializationError, SchemaError
-from pipeline.serde import (
-    HEADER_SIZE,
-    MAGIC,
-    BlockDecoder,
-    BlockEncoder,
-    SchemaRepository,
-    StreamCodec,
-    TupleKey,
-    fingerprint,
-)
+from pipeline.serde.block import BlockDecoder, BlockEncoder
+from pipeline.serde.codec import StreamCodec, TupleKey
+from pipeline.serde.schemas import HEADER_SIZE, MAGIC, SchemaRepository, fingerprint
 
 # --------------------------------------------------------------------------- CRC-64-AVRO
 

@@ -18,7 +18,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Tim
 
 from pipeline.errors import SchemaError
 from pipeline.offsets import batch_watermark, offsets_from_json, offsets_to_json, plan_batch_end
-from pipeline.serde import SchemaRepository
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.late_plan import interval_ms
 from pipeline.spark.options import EventTimeWindow, SourceOptions
 from pipeline.spark.partition_reader import KafkaInputPartition

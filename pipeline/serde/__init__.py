@@ -1,0 +1,1 @@
+"""The Avro codec: the local schema registry, stream codecs, whole-batch encoding."""
