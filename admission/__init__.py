@@ -1,6 +1,6 @@
 """The admission service: a load-aware, persistent job queue with a stall array.
 
-README, "The admission service", and docs/admission.md: the job queue (CPU limit,
+docs/architecture.md, "The admission service", and docs/admission.md: the job queue (CPU limit,
 emergency mode, load step, max queue size, start now), the stall array, and the queue
 as an SQL table shared by leader-elected instances. Modules: ``algorithm`` (the
 decisions, pure), ``store`` (jobs, stalls, lanes in SQL), ``runner`` (processes),

@@ -2,8 +2,8 @@
 
 Pure logic, no I/O, no clock, no threads: the service samples the load, counts
 its persistent queue and calls :class:`Admission`; this module only decides.
-The job queue's rules (types of load, emergency mode, the algorithm; README, "The
-admission service"):
+The job queue's rules (types of load, emergency mode, the algorithm;
+docs/architecture.md, "The admission service"):
 
 * **Low load**: system CPU busy ratio ``<= system_cpu_limit`` (0.85).
   **High load**: above it.

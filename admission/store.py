@@ -47,7 +47,7 @@ from pipeline.services.database import create_database_engine, create_tables
 
 
 class JobState(enum.StrEnum):
-    """States of a job (README, "The admission service")."""
+    """States of a job (docs/architecture.md, "The admission service")."""
 
     ENQUEUED = "ENQUEUED"
     RUNNING = "RUNNING"

@@ -312,7 +312,7 @@ class QueryGroupError(FloodgateError, RuntimeError):
 #: ``<this>((.|\r\n|\r|\n)*)(<interruption>)`` (``StreamExecution.PROXY_ERROR``, Spark
 #: 4.3); ``java.util.regex`` recurses once per character of that group, so a text of
 #: about 2 000 characters after it overflows the thread's stack (``StackOverflowError``,
-#: measured in ``tests/integration/test_spark_errors.py``) and the query fails instead
+#: measured in ``tests/integration/spark/test_errors.py``) and the query fails instead
 #: of stopping.
 PY4J_ERROR_PREFIX = "py4j.protocol.Py4JJavaError: An error occurred while calling"
 

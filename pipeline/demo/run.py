@@ -1,6 +1,6 @@
 """The main job: replay the NYC 2013 flights through Kafka into the ``flights`` query group.
 
-:func:`run_demo` (``floodgate demo``, ``make demo``; README.md "The demo"):
+:func:`run_demo` (``floodgate demo``, ``make demo``; docs/tutorials/demo.md):
 
 1. resolves a broker (``--bootstrap``, ``FLOODGATE_KAFKA_BOOTSTRAP``, Docker, or the
    embedded one) and creates the topics;

@@ -4,7 +4,7 @@ catalog, leader election): SQLAlchemy engines made one way.
 SQLite by default (a file, created 0600 in a folder created 0700: jobs' arguments,
 catalog paths and leases are the service user's alone; WAL so readers do not block
 the writer), any SQLAlchemy URL otherwise (PostgreSQL through psycopg 3:
-``postgresql+psycopg://user@host/db``); README.md says which component keeps what.
+``postgresql+psycopg://user@host/db``); docs/architecture.md says which component keeps what.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Leader election through a database lock, for services that run several instances on
-one database (the admission service, the sweeper; README, "The admission service",
+one database (the admission service, the sweeper; docs/architecture.md, "The admission service",
 "Several instances, one leader", and "The sweeper service", "Several sweepers").
 
 The rule is leader-elected consumption, as with Spring Integration's

@@ -83,7 +83,7 @@ class SourceOptions:
     Spark's Kafka shape: tuples before them are skipped, never read -- how a query
     group released with ``on_hold_input = "discard"`` skips its input queue),
     ``sweepCatalog`` (the sweep catalog's SQLAlchemy URL: offsets the broker no longer
-    holds are read back from their BLOBs, README.md "The sweeper service"), ``keyRequired``
+    holds are read back from their BLOBs, docs/architecture.md, "The sweeper"), ``keyRequired``
     (``true``: a record without a key is dead-lettered, reason ``null-key``),
     ``maxEventTimeAheadMs`` (with ``data_source`` timestamps: an event time further
     than this after the record's Kafka timestamp is dead-lettered, reason

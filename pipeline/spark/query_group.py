@@ -1,7 +1,7 @@
 """Run a query group: its continuous Spark SQL queries, in one SparkSession.
 
-A query group (README, "Concepts" and "Configuration") is one config file:
-input streams, read with the ``floodgate_kafka`` source and registered as SQL
+A query group (docs/architecture.md, "Terms", and docs/reference/configuration.md)
+is one config file: input streams, read with the ``floodgate_kafka`` source and registered as SQL
 views (with a watermark on ``event_time`` where configured); Spark SQL queries
 over those views; and the output streams each query writes to through a
 :class:`~pipeline.spark.sink.KafkaTransactionalSink`. All queries of a group run
@@ -9,9 +9,9 @@ together in one SparkSession (a child session of the one given, so temporary
 views and listeners of two groups sharing a SparkContext never mix).
 
 States: STARTING, EXECUTING, SLEEPING, HELD, STOPPED, FAILED. SLEEPING and HELD
-belong to the bounded output stream queues (README, "Bounded output stream queues:
-sleep, retry, hold"; :class:`~pipeline.spark.guard.OutputQueueGuard`): a query whose
-micro-batch output does not fit sleeps (SLEEPING), and after
+belong to the bounded output stream queues (docs/architecture.md, "The hold";
+:class:`~pipeline.spark.guard.OutputQueueGuard` and :class:`~pipeline.spark.hold.Hold`):
+a query whose micro-batch output does not fit sleeps (SLEEPING), and after
 ``sleep_on_over_store_retry_count`` sleeps the group is HELD -- every query stops, the
 batch uncommitted. :meth:`QueryGroup.release` (CLI, HTTP, or ``auto_release``) starts
 them again from their checkpoints, so the held batch is replayed (``on_hold_input =

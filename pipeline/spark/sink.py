@@ -90,7 +90,7 @@ BROKER_GONE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT})
 #: mean a second producer with the same ``transactional.id``: Apache Kafka answered
 #: ``send_offsets_to_transaction`` with "Producer attempted an operation with an old
 #: epoch" after a SIGKILL and restart of a single broker
-#: (``tests/integration/test_kafka_faults.py``), its transaction coordinator having
+#: (``tests/integration/kafka/test_faults.py``), its transaction coordinator having
 #: aborted the open transaction with a bumped epoch.
 FENCED = frozenset(
     {
