@@ -109,7 +109,8 @@ from pipeline.brokers.local import LocalBroker, local_broker
 from pipeline.client import StreamOutput
 from pipeline.config import QueryGroupConfig, load_query_group
 from pipeline.deadletter import DLQ_QUERY, DLQ_REASON
-from pipeline.demo.run import read_all
+from pipeline.demo.reception import read_all
+from pipeline.demo.stack import spawn as spawn_process
 from pipeline.demo.stack import write_stack
 from pipeline.kafka.topics import ensure_topics
 from pipeline.queues import StableOffsetWatch
@@ -243,17 +244,9 @@ def write_layout(out: Path, bootstrap: str, *, max_queue_size: int) -> Layout:
 
 
 def spawn(layout: Layout, name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
-    """A service in a process group of its own, its output appended to ``logs/<name>.log``."""
-    with open(layout.logs / f"{name}.log", "ab") as out:
-        return subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=ROOT,
-            env={**os.environ, **env},
-        )
+    """A service in a process group of its own, its output appended to ``logs/<name>.log``
+    (:func:`pipeline.demo.stack.spawn`)."""
+    return spawn_process(argv, layout.logs / f"{name}.log", cwd=ROOT, **env)
 
 
 def reap(out: Path) -> int:
@@ -831,7 +824,8 @@ def check_exactly_once(
 ) -> dict[str, Any]:
     """Each accepted sequence number in ``seen`` once; each malformed one dead-lettered
     once (for the query ``seen``) with a reason."""
-    from pipeline.serde import SchemaRepository, StreamCodec
+    from pipeline.serde.codec import StreamCodec
+    from pipeline.serde.schemas import SchemaRepository
 
     schemas = SchemaRepository.load(config.schema_dir)
     codec = StreamCodec("seen", schemas.get("soak_seen"), schemas)
