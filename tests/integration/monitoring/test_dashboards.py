@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,9 +30,10 @@ from typing import Any
 
 import httpx
 import pytest
-import tomli_w
 import yaml
 
+from pipeline.brokers.engines import free_port
+from pipeline.demo.stack import spawn, write_stack
 from tests.integration.helpers import flights_raw_config
 from tests.integration.promtool import ROOT, check_metrics
 
@@ -45,12 +45,6 @@ START_TIMEOUT_S = 240.0
 SETTLE_TIMEOUT_S = 90.0
 #: ``$__rate_interval`` as Grafana would set it for a 1 s scrape: 4 scrapes at least.
 RATE_INTERVAL = "15s"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -73,17 +67,7 @@ def processes(tmp_path: Path) -> Iterator[Any]:
 
     def start(name: str, argv: list[str], **env: str) -> Process:
         log = tmp_path / f"{name}.log"
-        with open(log, "wb") as out:
-            popen = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=ROOT,
-                env={**os.environ, **env},
-            )
-        started.append(Process(name, popen, log))
+        started.append(Process(name, spawn(argv, log, cwd=ROOT, **env), log))
         return started[-1]
 
     try:
@@ -180,50 +164,11 @@ def test_every_panel_query_returns_series_from_a_real_prometheus_scraping_the_st
 ) -> None:
     binary = shutil.which("prometheus")
     assert binary, "prometheus is missing: apt-get install prometheus (.ci/run does)"
-    ports = {name: free_port() for name in ("group", "producer", "admission", "sweeper", "prom")}
-    control_dir = tmp_path / "run"
-    catalog = f"sqlite:///{tmp_path / 'sweeper' / 'catalog.db'}"
-
     raw = flights_raw_config(run_id, tmp_path / "checkpoints", max_rows_per_trigger=2_000)
-    raw["query_group"].update(
-        metrics_port=ports["group"],
-        control_dir=str(control_dir),
-        sweep_catalog_url=catalog,
-        queue_metrics_interval_ms=1_000,
-        auto_release=True,
-    )
-    group_path = tmp_path / "group.toml"
-    group_path.write_text(tomli_w.dumps(raw))
+    raw["query_group"].update(queue_metrics_interval_ms=1_000, auto_release=True)
     name = raw["query_group"]["name"]
-    admission_path = tmp_path / "admission.toml"
-    admission_path.write_text(
-        tomli_w.dumps(
-            {
-                "admission": {
-                    "port": ports["admission"],
-                    "allowlist": ["true"],
-                    "database_url": f"sqlite:///{tmp_path / 'jobs.db'}",
-                    "log_dir": str(tmp_path / "logs"),
-                    "driver_control_dir": str(control_dir),
-                }
-            }
-        )
-    )
-    sweeper_path = tmp_path / "sweeper.toml"
-    sweeper_path.write_text(
-        tomli_w.dumps(
-            {
-                "sweeper": {
-                    "port": ports["sweeper"],
-                    "query_groups": [str(group_path)],
-                    "catalog_url": catalog,
-                    "blob_dir": str(tmp_path / "sweeper" / "blobs"),
-                    "sweep_interval_s": 1.0,
-                    "bootstrap_servers": bootstrap,
-                }
-            }
-        )
-    )
+    stack = write_stack(tmp_path, raw, bootstrap_servers=bootstrap, allowlist=["true"])
+    ports = {**stack.ports, "producer": free_port(), "prom": free_port()}
     rules = tmp_path / "rules"
     shutil.copytree(ROOT / "prometheus" / "rules", rules)
     prometheus_yml = tmp_path / "prometheus.yml"
@@ -243,12 +188,12 @@ def test_every_panel_query_returns_series_from_a_real_prometheus_scraping_the_st
     prometheus = f"http://127.0.0.1:{ports['prom']}"
 
     with processes(tmp_path) as (start, started):
-        start("query-group", floodgate("run", str(group_path), "--bootstrap", bootstrap))
+        start("query-group", floodgate("run", str(stack.group), "--bootstrap", bootstrap))
         start(
             "producer",
             floodgate(
                 "produce",
-                str(group_path),
+                str(stack.group),
                 "--bootstrap",
                 bootstrap,
                 "--rate",
@@ -263,10 +208,10 @@ def test_every_panel_query_returns_series_from_a_real_prometheus_scraping_the_st
         )
         start(
             "admission",
-            floodgate("admission", "serve", "--config", str(admission_path)),
+            floodgate("admission", "serve", "--config", str(stack.admission)),
             FLOODGATE__ADMISSION__TOKEN="dashboards-test",
         )
-        start("sweeper", floodgate("sweeper", "serve", "--config", str(sweeper_path)))
+        start("sweeper", floodgate("sweeper", "serve", "--config", str(stack.sweeper)))
         start(
             "prometheus",
             [
