@@ -73,3 +73,21 @@ def test_the_import_contracts_hold() -> None:
     lint = Path(sys.executable).with_name("lint-imports")
     out = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
+
+
+def test_the_wheel_lists_every_package() -> None:
+    # setuptools is given the list (the schemas and configs map into the package from
+    # top-level folders); a package missing from it is missing from the wheel.
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for package in PACKAGES
+        for init in (ROOT / package).rglob("__init__.py")
+    }
+    assert found - listed == set(), (
+        f"pyproject.toml [tool.setuptools] packages lacks {found - listed}"
+    )

@@ -1,0 +1,50 @@
+"""The ``floodgate`` command.
+
+* ``floodgate demo`` -- the main job (``make demo``; :mod:`pipeline.demo`).
+* ``floodgate run CONFIG`` -- run a query group until it is stopped (SIGTERM,
+  Ctrl-C or ``floodgate query-group stop`` stop it cleanly: the micro-batch in
+  flight is not committed and is replayed on the next start). It serves its
+  metrics and control endpoint (:mod:`pipeline.spark.control`).
+* ``floodgate query-group status|release|stop NAME`` -- talk to a running query
+  group's endpoint (found through its control file, or ``--url``); ``release`` and
+  ``stop`` send its control token (``FLOODGATE_CONTROL_TOKEN``, else the group's
+  ``<control_dir>/<name>.token``).
+* ``floodgate broker`` -- run a broker (embedded, or Apache Kafka) in the foreground.
+* ``floodgate metrics-doc`` -- the metrics reference (``docs/metrics.md``).
+* ``floodgate admission ...`` (and any other service's commands) -- registered
+  through the ``floodgate.commands`` entry point group; this package imports none
+  of them.
+"""
+
+from __future__ import annotations
+
+# The command modules register their commands on the app as they are imported, in the
+# order `floodgate --help` lists them.
+# isort: off
+from pipeline.cli import demo  # noqa: F401
+from pipeline.cli import run  # noqa: F401
+from pipeline.cli import audit  # noqa: F401
+from pipeline.cli import query_group  # noqa: F401
+from pipeline.cli import tools  # noqa: F401
+
+# isort: on
+from pipeline.cli.app import app
+
+__all__ = ["app", "main"]
+
+
+def _add_service_commands() -> None:
+    """Sub-commands of the services (``floodgate admission ...``), found through the
+    ``floodgate.commands`` entry point group, so this package imports none of them."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group="floodgate.commands"):
+        app.add_typer(entry.load(), name=entry.name)
+
+
+_add_service_commands()
+
+
+def main() -> None:
+    """Entry point for ``python -m pipeline.cli``."""
+    app()

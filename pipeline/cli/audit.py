@@ -1,0 +1,91 @@
+"""``floodgate audit``: the tuple ledger of a query group's streams."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from pipeline.cli.app import (
+    BootstrapOption,
+    app,
+    bootstrap_servers_for,
+    console,
+    query_group_file,
+)
+from pipeline.commands import reports_errors
+from pipeline.errors import FloodgateError
+
+
+@app.command()
+@reports_errors
+def audit(
+    configs: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            parser=query_group_file,
+            help="Query group files or shipped names (default: the shipped flights).",
+        ),
+    ] = None,
+    query_group: Annotated[
+        str | None, typer.Option("--query-group", help="Audit only this query group.")
+    ] = None,
+    bootstrap: BootstrapOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+) -> None:
+    """The tuple ledger: per input stream partition, tuples written = processed +
+    dead-lettered + swept + queued. Exit status 0 only when every row balances."""
+    import dataclasses
+
+    from pipeline.config import load_query_group
+    from pipeline.services.ledger import reconcile
+
+    groups = [load_query_group(p) for p in configs or [query_group_file("flights")]]
+    if query_group is not None:
+        groups = [g for g in groups if g.name == query_group]
+        if not groups:
+            raise FloodgateError(
+                f"no query group {query_group!r} in {[str(p) for p in configs or []]}"
+            )
+    rows = []
+    for group in groups:
+        rows.extend(reconcile(group, bootstrap_servers=bootstrap_servers_for(bootstrap, group)))
+    balanced = all(r.balanced for r in rows)
+    if as_json:
+        typer.echo(
+            json.dumps([{**dataclasses.asdict(r), "balanced": r.balanced} for r in rows], indent=2)
+        )
+    else:
+        table = Table(title="tuple ledger: written = processed + dead-lettered + swept + queued")
+        columns = ("query group", "stream", "partition", "written", "processed")
+        for column in (*columns, "dead-lettered", "swept", "queued", "unaccounted"):
+            table.add_column(column, justify="left" if column in columns[:2] else "right")
+        for r in rows:
+            table.add_row(
+                r.query_group,
+                r.stream,
+                str(r.partition),
+                f"{r.written:,}",
+                f"{r.processed:,}",
+                f"{r.dead_lettered:,}",
+                f"{r.swept:,}",
+                f"{r.queued:,}",
+                f"{r.unaccounted:,}" if r.balanced else f"[bold red]{r.unaccounted:,}[/]",
+            )
+        console.print(table)
+        if balanced:
+            console.print(f"[bold green]balanced:[/] {len(rows)} partitions, nothing unaccounted")
+        else:
+            lost = [r for r in rows if not r.balanced]
+            for r in lost:
+                console.print(
+                    f"[bold red]unaccounted:[/] {r.unaccounted:,} tuples of "
+                    f"{r.topic}[{r.partition}] between offset {r.committed or 0} (committed) "
+                    f"and {r.log_start} (log start) are in no BLOB: deleted before they "
+                    "were processed (retention.ms / retention.bytes, or DeleteRecords)"
+                )
+    if not balanced:
+        raise typer.Exit(code=1)

@@ -1,0 +1,163 @@
+"""``floodgate broker``, ``floodgate metrics-doc`` and ``floodgate driver-path``."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from pipeline.cli.app import (
+    Engine,
+    app,
+    console,
+    setup_logging,
+)
+from pipeline.commands import reports_errors
+from pipeline.errors import FloodgateError
+
+
+@app.command("driver-path")
+def driver_path() -> None:
+    """Print the path of Floodgate's driver program, the file `spark-submit` runs:
+    spark-submit --master spark://host:7077 "$(floodgate driver-path)" run flights
+    (docs/spark-cluster.md)."""
+    # The package's __main__.py: run as a script, it runs the same app.
+    typer.echo(Path(__file__).resolve().with_name("__main__.py"))
+
+
+@app.command("metrics-doc")
+def metrics_doc(
+    output: Annotated[
+        Path | None, typer.Option(help="Write here (default: print to stdout).")
+    ] = None,
+    check: Annotated[
+        bool, typer.Option(help="Exit 1 when OUTPUT differs from what the code exports.")
+    ] = False,
+) -> None:
+    """The metrics reference (docs/metrics.md), generated from every component's
+    registry: name, type, labels, unit and meaning of each metric."""
+    from pipeline.metrics import metrics_markdown
+
+    text = metrics_markdown()
+    if output is None:
+        typer.echo(text, nl=False)
+    elif check:
+        current = output.read_text(encoding="utf-8") if output.exists() else ""
+        if current != text:
+            console.print(
+                f"[bold red]error:[/] {output} is out of date: "
+                f"run floodgate metrics-doc --output {output}"
+            )
+            raise typer.Exit(code=1)
+    else:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+
+
+@app.command()
+@reports_errors
+def broker(
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            help="noida-db (embedded, Python and Java only) or apache-kafka (Apache "
+            "Kafka's own broker, fetched with Maven on first use).",
+            envvar="FLOODGATE_KAFKA_ENGINE",
+        ),
+    ] = Engine.noida_db,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=9,
+            help="Brokers in the cluster (apache-kafka only; 3 for a replicated cluster).",
+        ),
+    ] = 1,
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65535, help="Kafka port (default: a free one).")
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            file_okay=False,
+            help="Data directory, kept on exit (default: a temporary one, removed).",
+        ),
+    ] = None,
+    sasl_user: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME:PASSWORD of a SASL/PLAIN user (repeat for more; apache-kafka only). "
+            "Given: the broker's listener is SASL_PLAINTEXT and every client must "
+            "authenticate ([kafka] client: security.protocol, sasl.mechanism = PLAIN, "
+            "sasl.username, sasl.password).",
+        ),
+    ] = None,
+) -> None:
+    """Run a Kafka broker (or an Apache Kafka cluster) in the foreground until
+    SIGTERM/Ctrl-C, then stop every process it started.
+
+    Prints ``FLOODGATE_KAFKA_BOOTSTRAP=host:port[,...]`` once it answers, for other
+    processes (or a test run) to use as an existing cluster.
+    """
+    from pipeline.brokers.local import local_broker
+
+    setup_logging(False)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    started: Any
+    if sasl_user:
+        started = _sasl_cluster(engine, sasl_user, nodes=nodes, data_dir=data_dir, port=port)
+    else:
+        started = local_broker(engine.value, nodes=nodes, data_dir=data_dir, port=port)
+    started.start()
+    if started.engine == "apache-kafka":
+        print(f"Apache Kafka {getattr(started, 'version', '')}", flush=True)
+    if sasl_user:
+        users = ", ".join(sorted(u for u in started.sasl_users if u != "floodgate-broker"))
+        print(f"listener SASL_PLAINTEXT, mechanism PLAIN, users: {users}", flush=True)
+    print(f"FLOODGATE_KAFKA_BOOTSTRAP={started.bootstrap_servers}", flush=True)
+    try:
+        while not stop.wait(0.5):
+            if started.pid is None:
+                raise FloodgateError(f"broker exited:\n{started.output_tail()}")
+    finally:
+        started.stop()
+
+
+def _sasl_cluster(
+    engine: Engine, users: list[str], *, nodes: int, data_dir: Path | None, port: int | None
+) -> Any:
+    """An Apache Kafka cluster whose listener requires SASL/PLAIN as one of ``users``
+    (``NAME:PASSWORD`` each).
+
+    Raises:
+        ConfigError: the engine is not apache-kafka (noida-db has no SASL), or a user is
+            not ``NAME:PASSWORD`` (named, the password never shown), or is refused by
+            :func:`pipeline.brokers.apache_kafka.cluster.check_sasl_users`.
+    """
+    from pipeline.brokers.apache_kafka import ApacheKafkaCluster
+    from pipeline.errors import ConfigError
+
+    if engine != Engine.apache_kafka:
+        raise ConfigError(
+            f"--sasl-user needs --engine apache-kafka (the {engine.value} engine has no SASL)",
+            key="engine",
+            value=engine.value,
+            allowed="apache-kafka",
+        )
+    pairs: dict[str, str] = {}
+    for entry in users:
+        name, colon, password = entry.partition(":")
+        if not colon:
+            raise ConfigError(
+                "--sasl-user: an entry has no ':' (not shown: it may be a password); "
+                "give NAME:PASSWORD",
+                key="sasl_user",
+                allowed="NAME:PASSWORD",
+            )
+        pairs[name] = password
+    return ApacheKafkaCluster(nodes=nodes, data_dir=data_dir, port=port, sasl_users=pairs)
