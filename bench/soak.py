@@ -69,7 +69,7 @@ during one (:class:`HangingTransactions` detects it and restarts the broker, its
 abort); and librdkafka (confluent-kafka
 2.16.1) aborts a process whose coordinator admin request is resent across a broker
 restart (``rd_kafka_enq_once_del_source_return: Assertion eonce->refcnt > 0``): queue
-probes read commits through consumers (:class:`pipeline.queues.QueueProbe`), and this
+probes read commits through consumers (:class:`pipeline.queues.probe.QueueProbe`), and this
 script holds its own admin requests while it restarts the broker.
 """
 
@@ -113,7 +113,7 @@ from pipeline.demo.reception import read_all
 from pipeline.demo.stack import spawn as spawn_process
 from pipeline.demo.stack import write_stack
 from pipeline.kafka.topics import ensure_topics
-from pipeline.queues import StableOffsetWatch
+from pipeline.queues.age import StableOffsetWatch
 from pipeline.spark.sink import TRANSACTION_TIMEOUT_S
 
 log = logging.getLogger("soak")
@@ -781,7 +781,7 @@ class Sampler:
     length: high watermark - slowest commit - swept), the output queues."""
 
     def __init__(self, stack: Stack, config: QueryGroupConfig, reception: Reception) -> None:
-        from pipeline.queues import QueueProbe
+        from pipeline.queues.probe import QueueProbe
 
         self.stack = stack
         self.probe = QueueProbe.for_input_stream(
@@ -957,7 +957,7 @@ class HangingTransactions:
     the soak, as the operator (``kafka-transactions.sh abort`` on Kafka), restarts it."""
 
     def __init__(self, config: QueryGroupConfig, bootstrap: str) -> None:
-        from pipeline.queues import QueueProbe
+        from pipeline.queues.probe import QueueProbe
 
         # One probe per output stream for the whole run, as the query group reads them
         # (its floodgate_output_stream_unstable_seconds): the soak only acts on it.

@@ -133,12 +133,12 @@ class QueryGroupMetrics:
       ``floodgate_output_stream_queue_lag_seconds`` (gauges, seconds, ``query_group``,
       ``stream``): the age of the queue's oldest unconsumed tuple, from its Kafka record
       timestamp (or its BLOB's, when swept); 0 for an empty queue
-      (:class:`~pipeline.queues.QueueAge`).
+      (:class:`~pipeline.queues.age.QueueAge`).
     * ``floodgate_output_stream_unstable_seconds`` (gauge, seconds, ``query_group``,
       ``stream``): the longest time one of the output stream's partitions has kept its
       last stable offset unmoved below its high watermark; past twice the transaction
       timeout, a hanging transaction blocks every ``read_committed`` reader
-      (:class:`~pipeline.queues.StableOffsetWatch`; alert
+      (:class:`~pipeline.queues.age.StableOffsetWatch`; alert
       ``FloodgateHangingTransaction``).
     * ``floodgate_output_stream_queue_check_seconds`` (histogram, ``query_group``,
       ``stream``): how long each micro-batch's read of its output stream queue took

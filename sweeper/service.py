@@ -55,7 +55,7 @@ from prometheus_client import CollectorRegistry
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import BlobIntegrityError, DataLossError
 from pipeline.offsets import offsets_from_json, parse_offset_log
-from pipeline.queues import QueueProbe
+from pipeline.queues.probe import QueueProbe
 from pipeline.services.leader import LeaderElection
 from pipeline.services.ledger import DeadLetters, LedgerRow, reconcile
 from pipeline.swept.blob import blob_name, write_sealed_blob

@@ -15,7 +15,7 @@ from pipeline.errors import (
     ConfigError,
 )
 from pipeline.metrics import ClientMetrics
-from pipeline.queues import SweptCounter
+from pipeline.queues.probe import SweptCounter
 from pipeline.serde.schemas import SchemaRepository
 
 if TYPE_CHECKING:

@@ -35,7 +35,9 @@ from pipeline.errors import (
 )
 from pipeline.kafka.retries import transient_kafka_error
 from pipeline.metrics import ClientMetrics
-from pipeline.queues import QueueBudget, QueueProbe, QueueSnapshot, SweptCounter
+from pipeline.queues.budget import QueueBudget
+from pipeline.queues.probe import QueueProbe, SweptCounter
+from pipeline.queues.snapshot import QueueSnapshot
 from pipeline.serde.block import BlockEncoder, epoch_millis
 from pipeline.serde.codec import StreamCodec, TupleKey, epoch_ms, field_kind
 from pipeline.serde.schemas import SchemaRepository

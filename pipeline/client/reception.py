@@ -23,7 +23,7 @@ from pipeline.errors import (
     DeserializationError,
 )
 from pipeline.kafka.fetching import rest_until_records, resume_fetching
-from pipeline.queues import QueueProbe
+from pipeline.queues.probe import QueueProbe
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.errors import BrokerError
-from pipeline.queues import PartitionQueue, QueueProbe
+from pipeline.queues.probe import QueueProbe
+from pipeline.queues.snapshot import PartitionQueue
 
 if TYPE_CHECKING:
     from pipeline.config import QueryGroupConfig

@@ -15,13 +15,13 @@ from pipeline.errors import (
     QueryGroupHeld,
 )
 from pipeline.kafka.retries import BROKER_WAIT_S
-from pipeline.queues import QueueSnapshot
+from pipeline.queues.snapshot import QueueSnapshot
 
 log = logging.getLogger(__name__)
 
 
 class QueueReader(Protocol):
-    """Reads an output stream queue's state (a :class:`~pipeline.queues.QueueProbe`)."""
+    """Reads an output stream queue's state (a :class:`~pipeline.queues.probe.QueueProbe`)."""
 
     def snapshot(self, *, wait_s: float = 0.0) -> QueueSnapshot:
         """The queue now, trying for up to ``wait_s`` seconds while the broker does not

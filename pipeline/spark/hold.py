@@ -20,7 +20,8 @@ from typing import Any, Protocol
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import QueryGroupError, QueryGroupHeld
 from pipeline.metrics import QueryGroupMetrics
-from pipeline.queues import QueueProbe, QueueSnapshot
+from pipeline.queues.probe import QueueProbe
+from pipeline.queues.snapshot import QueueSnapshot
 from pipeline.spark.states import QueryGroupState
 
 log = logging.getLogger(__name__)

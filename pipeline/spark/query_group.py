@@ -38,7 +38,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.errors import ConfigError, QueryGroupError, QueryGroupHeld, compact_error
 from pipeline.kafka.topics import ensure_topics
 from pipeline.metrics import QueryGroupMetrics
-from pipeline.queues import QueueSnapshot
+from pipeline.queues.snapshot import QueueSnapshot
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.guard import OutputQueueGuard

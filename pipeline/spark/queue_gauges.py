@@ -8,7 +8,9 @@ import time
 
 from pipeline.config import QueryGroupConfig
 from pipeline.metrics import QueryGroupMetrics
-from pipeline.queues import QueueAge, QueueProbe, QueueSnapshot, StableOffsetWatch
+from pipeline.queues.age import QueueAge, StableOffsetWatch
+from pipeline.queues.probe import QueueProbe
+from pipeline.queues.snapshot import QueueSnapshot
 from pipeline.spark.sink import TRANSACTION_TIMEOUT_S
 
 log = logging.getLogger(__name__)
@@ -17,11 +19,11 @@ log = logging.getLogger(__name__)
 class QueueGauges:
     """Reads a query group's input and output stream queues and sets their gauges.
 
-    One :class:`~pipeline.queues.QueueProbe` per output stream (shared with the
+    One :class:`~pipeline.queues.probe.QueueProbe` per output stream (shared with the
     stream's :class:`~pipeline.spark.guard.OutputQueueGuard`, which reads it before
     every micro-batch's write) and one per input stream that a query reads. Each
     :meth:`sample` sets, per stream: the queue length (tuples), the lag of its oldest
-    tuple (seconds, :class:`~pipeline.queues.QueueAge`), and for output streams how
+    tuple (seconds, :class:`~pipeline.queues.age.QueueAge`), and for output streams how
     long the last stable offset has not moved (seconds): past twice the transaction
     timeout a hanging transaction is logged once, ``FG-QG-007``, because every
     ``read_committed`` reader of the stream is blocked until Kafka aborts it.

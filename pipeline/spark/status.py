@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from pipeline.config import QueryGroupConfig
     from pipeline.errors import QueryGroupHeld
-    from pipeline.queues import QueueSnapshot
+    from pipeline.queues.snapshot import QueueSnapshot
 
 
 @dataclass(frozen=True)

@@ -270,7 +270,7 @@ class SweepCatalog:
     Args:
         url: SQLAlchemy URL (``sqlite:///path`` by default; the folder is created).
 
-    Also a :class:`pipeline.queues.SweptCounter`: :meth:`swept` is what queue
+    Also a :class:`pipeline.queues.probe.SweptCounter`: :meth:`swept` is what queue
     accounting subtracts, so swept tuples stop counting against a queue's max.
     """
 

@@ -1,5 +1,5 @@
 """Lag in time (issue 7): the age of a queue's oldest unconsumed tuple, read by
-:class:`pipeline.queues.QueueAge` from the record at the slowest consumer group's
+:class:`pipeline.queues.age.QueueAge` from the record at the slowest consumer group's
 committed offset on a real broker, and from the BLOB that holds it once swept."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pipeline.kafka.topics import ensure_topics
-from pipeline.queues import QueueAge, QueueProbe
+from pipeline.queues.age import QueueAge
+from pipeline.queues.probe import QueueProbe
 from pipeline.swept.blob import write_sealed_blob
 from pipeline.swept.catalog import SweepCatalog
 from pipeline.swept.reading import BlobReader, read_partition

@@ -323,7 +323,8 @@ def test_an_open_transaction_holds_the_last_stable_offset_and_the_watch_times_it
     records of an open transaction are past the last stable offset until it commits."""
     from confluent_kafka import Producer
 
-    from pipeline.queues import QueueProbe, StableOffsetWatch
+    from pipeline.queues.age import StableOffsetWatch
+    from pipeline.queues.probe import QueueProbe
 
     topic = f"unstable.{run_id}"
     ensure_topics(bootstrap, {topic: (1, 1)})

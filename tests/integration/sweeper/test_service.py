@@ -30,7 +30,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.demo.reception import read_all
 from pipeline.errors import BlobIntegrityError, DataLossError, QueueFullError
 from pipeline.kafka.topics import ensure_topics
-from pipeline.queues import NothingSwept, QueueProbe
+from pipeline.queues.probe import NothingSwept, QueueProbe
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup

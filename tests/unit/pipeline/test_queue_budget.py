@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.queues import PartitionQueue, QueueBudget, QueueSnapshot, slowest_commits
+from pipeline.queues.budget import QueueBudget
+from pipeline.queues.snapshot import PartitionQueue, QueueSnapshot, slowest_commits
 
 
 @dataclass

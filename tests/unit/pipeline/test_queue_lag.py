@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.queues import PartitionQueue, QueueSnapshot, lag_seconds, oldest_offsets
+from pipeline.queues.age import lag_seconds, oldest_offsets
+from pipeline.queues.snapshot import PartitionQueue, QueueSnapshot
 
 
 def test_oldest_offset_is_the_commit_or_the_log_start_and_empty_partitions_have_none() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.queues import StableOffsetWatch
+from pipeline.queues.age import StableOffsetWatch
 
 
 def test_an_lso_that_moves_or_reaches_the_end_is_never_stuck() -> None:

@@ -9,7 +9,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.queues import PartitionQueue
+from pipeline.queues.snapshot import PartitionQueue
 from pipeline.services.ledger import ledger_row
 
 

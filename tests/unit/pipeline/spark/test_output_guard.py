@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.errors import BatchInterrupted, OversizedBatchError, QueryGroupHeld
-from pipeline.queues import PartitionQueue, QueueSnapshot
+from pipeline.queues.snapshot import PartitionQueue, QueueSnapshot
 from pipeline.spark.guard import OutputQueueGuard, required_space
 
 
