@@ -282,6 +282,16 @@ class InputStreamConfig(StreamSettings):
     (the client refuses the tuple: ``EventTimeError``) or of its record's Kafka
     timestamp (the queries dead-letter it, reason ``future-event-time``), ms. Default:
     one hour, the default of Kafka 4.0's ``log.message.timestamp.after.max.ms``."""
+    max_event_time_drift_ms: Annotated[int, Field(ge=0)] | None = None
+    """Micro-batches aligned in event time: no partition of the stream is read more than
+    this (ms) past the partition that is furthest behind, so the watermark cannot pass
+    tuples a partition has yet to deliver (the micro-batch is planned by offsets, then
+    each partition's end is moved back to its first tuple beyond the bound). Unset: by
+    offsets only, as Spark's Kafka source plans; then ``watermark`` must cover the
+    whole skew of the partitions' heads."""
+    idle_partition_timeout_ms: Annotated[int, Field(ge=0)] = 10_000
+    """With ``max_event_time_drift_ms``: a partition whose head has not moved for this
+    long (ms), with nothing more to read, holds no other partition back."""
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, populate_by_name=True, coerce_numbers_to_str=True

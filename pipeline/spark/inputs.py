@@ -81,6 +81,9 @@ def register_inputs(
             options["keyRequired"] = "true"
         if stream.timestamp_mode == "data_source":
             options["maxEventTimeAheadMs"] = str(stream.max_event_time_ahead_ms)
+        if stream.max_event_time_drift_ms is not None:
+            options["maxEventTimeDriftMs"] = str(stream.max_event_time_drift_ms)
+            options["idlePartitionTimeoutMs"] = str(stream.idle_partition_timeout_ms)
         if late is not None and late[0] == name:
             # Tuples Spark's aggregation would drop as late go to the dead-letter
             # topic instead (reason "late"): same predicate, same watermark.

@@ -94,7 +94,11 @@ class SourceOptions:
     the micro-batch is dead-lettered, reason ``late``: :class:`EventTimeWindow`),
     ``maxTasks`` (most Spark tasks a micro-batch is read with; Kafka partitions are
     dealt out to them, :func:`group_ranges`; default one task per Kafka partition,
-    as Spark's Kafka source), and ``kafka.<property>`` for any librdkafka property.
+    as Spark's Kafka source), ``maxEventTimeDriftMs`` (micro-batches aligned in event
+    time: no partition is read more than this past the least one,
+    :mod:`pipeline.spark.alignment`) with ``idlePartitionTimeoutMs`` (a partition whose
+    head stands still this long holds nobody back; default 10 000), and
+    ``kafka.<property>`` for any librdkafka property.
     """
 
     bootstrap_servers: str
@@ -118,6 +122,8 @@ class SourceOptions:
     watermark_checkpoint: str | None = None
     late_window: EventTimeWindow | None = None
     max_tasks: int | None = None
+    max_event_time_drift_ms: int | None = None
+    idle_partition_timeout_ms: int = 10_000
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -135,6 +141,7 @@ class SourceOptions:
                 f"{SOURCE_NAME}: watermarkCheckpoint and lateWindow go together; given: {given}"
             )
         late_window = opts.get("lateWindow")
+        idle = opts.whole("idlePartitionTimeoutMs", minimum=0, unit="milliseconds")
         return cls(
             bootstrap_servers=opts.required("bootstrap.servers"),
             topic=topic,
@@ -161,6 +168,10 @@ class SourceOptions:
             watermark_checkpoint=opts.get("watermarkCheckpoint"),
             late_window=EventTimeWindow.parse_option(late_window) if late_window else None,
             max_tasks=opts.whole("maxTasks", minimum=1),
+            max_event_time_drift_ms=opts.whole(
+                "maxEventTimeDriftMs", minimum=0, unit="milliseconds"
+            ),
+            idle_partition_timeout_ms=10_000 if idle is None else idle,
         )
 
     def consumer_config(self, **extra: Any) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from pipeline.errors import DeserializationError
 from pipeline.kafka.retries import BROKER_WAIT_S, broker_retrying
 from pipeline.offsets import (
     Offsets,
@@ -59,7 +60,9 @@ from pipeline.offsets import (
     offsets_to_json,
     plan_batch_end,
 )
+from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
+from pipeline.spark.alignment import EventTimeProbe, IdleTracker, align_batch_end
 from pipeline.spark.options import SOURCE_NAME, SourceOptions
 from pipeline.spark.partition_reader import (
     KafkaInputPartition,
@@ -129,6 +132,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._consumer: Consumer | None = None
         self._available_now_target: Offsets | None = None
+        #: Event-time alignment (option ``maxEventTimeDriftMs``): made on first use.
+        self._probe: EventTimeProbe | None = None
+        self._idle = IdleTracker(options.idle_partition_timeout_ms / 1000)
 
     # -- driver side -------------------------------------------------------
 
@@ -233,7 +239,55 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             }
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = plan_batch_end(begin, latest, max_rows)
+        drift = self.options.max_event_time_drift_ms
+        if drift is not None:
+            end = self._aligned(begin, end, latest, drift)
         return offsets_to_json(self.options.topic, end)
+
+    def _aligned(self, begin: Offsets, end: Offsets, latest: Offsets, drift_ms: int) -> Offsets:
+        """``end`` capped so no partition is read more than ``drift_ms`` past the least
+        planned event time (:func:`~pipeline.spark.alignment.align_batch_end`)."""
+        if self._probe is None:
+            self._probe = EventTimeProbe(
+                self.options.consumer_config(), self.options.topic, self._event_time_reader()
+            )
+        idle = self._idle.observe(latest)
+        aligned = align_batch_end(begin, end, latest, self._probe, drift_ms, idle)
+        self._probe.forget_before(begin)
+        if aligned != end:
+            log.debug(
+                "source %s: micro-batch aligned in event time: %s instead of %s (idle: %s)",
+                self.options.stream,
+                aligned,
+                end,
+                sorted(idle),
+            )
+        return aligned
+
+    def _event_time_reader(self) -> Callable[[Any], int | None]:
+        """``(message) -> event time`` (epoch ms) as the tasks read it: the Kafka
+        timestamp, or the decoded ``timestampField``; ``None`` when it has none."""
+        if self.options.timestamp_mode != "data_source":
+
+            def kafka_time(message: Any) -> int | None:
+                kind, ts = message.timestamp()
+                return ts if kind != 0 and ts >= 0 else None
+
+            return kafka_time
+        repository = SchemaRepository.from_json(self.options.schemas_json)
+        codec = StreamCodec(
+            self.options.stream, repository.get(self.options.schema_name), repository
+        )
+        field = self.options.timestamp_field or ""
+
+        def field_time(message: Any) -> int | None:
+            try:
+                value = codec.decode(message.value() or b"", logical=False).get(field)
+            except DeserializationError:
+                return None
+            return value if isinstance(value, int) else None
+
+        return field_time
 
     def _skip_discarded(self, begin: Offsets) -> Offsets:
         """``begin`` moved past what option ``discardBefore`` skips."""
@@ -291,10 +345,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
 
     def stop(self) -> None:
-        """Close the planning consumer."""
+        """Close the planning consumers."""
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
 
     # -- executor side -----------------------------------------------------
 

@@ -1,0 +1,214 @@
+"""Event-time-aligned micro-batches: no partition is read far ahead of the others.
+
+Spark's watermark is the latest event time a query has read, over every partition,
+less the delay (``withWatermark``). A micro-batch that reads one partition far into
+the future moves the watermark past the tuples another partition has yet to
+deliver, and those arrive late (the source dead-letters them, reason ``late``;
+Spark would drop them). Spark's own Kafka source plans by offsets only, so a
+stream's watermark delay must cover the whole skew of its partitions' heads.
+
+With ``maxEventTimeDriftMs`` the source plans a micro-batch by offsets first
+(:func:`~pipeline.offsets.plan_batch_end`), then caps it by event time, as Flink's
+watermark alignment does across splits:
+
+* each partition's *planned event time* is the event time at its planned end (the
+  last tuple it would read), or at its head when it has nothing more to read;
+* the bound is the least planned event time over the partitions, plus the drift;
+* no partition is read past the bound: its end moves back to the first tuple whose
+  event time is beyond it (found by bisection, tuples of a partition being in
+  event-time order as producers write them; where they are not, the cut is at a
+  tuple past the bound, never before one within it);
+* a partition whose head has not moved for ``idlePartitionTimeoutMs`` and that has
+  nothing more to read is idle, and holds nobody back (Flink's ``withIdleness``).
+
+The partition that sets the bound keeps its planned end, so every micro-batch reads
+something whenever there is something to read. Event times are read at planning
+from the broker (:class:`EventTimeProbe`, cached per offset); a tuple the broker no
+longer holds (swept, or deleted) has no known event time and caps nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from pipeline.offsets import Offsets
+
+log = logging.getLogger(__name__)
+
+#: Tuples a probe asks the broker for at once (they fill the cache around the offset).
+PROBE_BATCH = 64
+
+#: Event times cached per partition, most recent offsets kept.
+CACHE_PER_PARTITION = 4096
+
+
+def align_batch_end(
+    begin: Mapping[int, int],
+    end: Mapping[int, int],
+    latest: Mapping[int, int],
+    event_time_at: Callable[[int, int], int | None],
+    drift_ms: int,
+    idle: frozenset[int] = frozenset(),
+) -> Offsets:
+    """Cap a planned micro-batch so no partition is read past the least planned event
+    time plus ``drift_ms``.
+
+    Args:
+        begin: next offset to read per partition.
+        end: the end planned by offsets per partition (``begin[p] <= end[p]``).
+        latest: the high watermark per partition.
+        event_time_at: ``(partition, offset) -> event time`` (epoch ms) of the tuple at
+            ``offset``, or ``None`` when it is unknown (not held, not a tuple).
+        drift_ms: how far (ms) any partition may be read ahead of the least one.
+        idle: partitions that have stopped receiving tuples; with nothing more to read
+            they hold nobody back.
+
+    Returns:
+        The aligned end per partition: ``begin[p] <= aligned[p] <= end[p]``; the
+        partition with the least planned event time keeps ``end[p]``.
+    """
+    planned: dict[int, int] = {}
+    for p, start in begin.items():
+        stop = end.get(p, start)
+        if stop > start:
+            at = event_time_at(p, stop - 1)
+        elif p not in idle and latest.get(p, 0) > 0:
+            at = event_time_at(p, latest[p] - 1)  # caught up: its head is where it is
+        else:
+            at = None
+        if at is not None:
+            planned[p] = at
+    if not planned:
+        return dict(end)
+    bound = min(planned.values()) + drift_ms
+    aligned = dict(end)
+    for p, at in planned.items():
+        start, stop = begin[p], end.get(p, begin[p])
+        if stop <= start or at <= bound:
+            continue
+        aligned[p] = _first_beyond(p, start, stop, bound, event_time_at)
+    return aligned
+
+
+def _first_beyond(
+    partition: int,
+    start: int,
+    stop: int,
+    bound: int,
+    event_time_at: Callable[[int, int], int | None],
+) -> int:
+    """The least offset in ``[start, stop)`` whose tuple's event time is past ``bound``
+    (bisection; ``stop - 1`` is known to be past it). Unknown event times count as
+    within the bound, so an unreadable tuple never stops a partition for good."""
+    low, high = start, stop - 1  # the answer lies in [low, high]
+    while low < high:
+        middle = (low + high) // 2
+        at = event_time_at(partition, middle)
+        if at is not None and at > bound:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+class EventTimeProbe:
+    """Reads the event time of the tuple at an offset, for planning; caches them.
+
+    Args:
+        consumer_config: librdkafka properties of a consumer of the topic
+            (``read_committed``, never subscribing, never committing).
+        topic: the topic.
+        event_time: ``(message) -> event time`` (epoch ms) or ``None``: the Kafka
+            timestamp, or the decoded ``timestampField``.
+        timeout_s: how long one read may wait for the broker.
+    """
+
+    def __init__(
+        self,
+        consumer_config: Mapping[str, Any],
+        topic: str,
+        event_time: Callable[[Any], int | None],
+        *,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.topic = topic
+        self._event_time = event_time
+        self._timeout_s = timeout_s
+        self._consumer = Consumer(
+            {**consumer_config, "enable.auto.commit": False, "enable.partition.eof": True}
+        )
+        self._cache: dict[int, dict[int, int | None]] = {}
+        #: Reads of the broker made, for tests and the planning cost.
+        self.reads = 0
+
+    def __call__(self, partition: int, offset: int) -> int | None:
+        """The event time (epoch ms) of the tuple at ``offset``; for an offset that holds
+        no tuple (a transaction marker, an aborted write), the next tuple's; ``None``
+        when there is none before the high watermark or the broker does not answer."""
+        cached = self._cache.setdefault(partition, {})
+        if offset in cached:
+            return cached[offset]
+        self.reads += 1
+        self._consumer.assign([TopicPartition(self.topic, partition, offset)])
+        deadline = time.monotonic() + self._timeout_s
+        found: int | None = None
+        answered = False
+        while time.monotonic() < deadline and not answered:
+            for message in self._consumer.consume(PROBE_BATCH, timeout=0.5):
+                if message.error() is not None:
+                    answered = True  # end of partition, or an error: no tuple to tell
+                    break
+                at, position = self._event_time(message), int(message.offset() or 0)
+                cached[position] = at
+                if found is None and position >= offset:
+                    found = at
+                answered = True
+        # Offsets without a tuple (markers) take the event time of the next tuple.
+        cached[offset] = found
+        if len(cached) > CACHE_PER_PARTITION:
+            for old in sorted(cached)[: len(cached) - CACHE_PER_PARTITION]:
+                del cached[old]
+        return found
+
+    def forget_before(self, begin: Mapping[int, int]) -> None:
+        """Drop cached offsets that are read already (``< begin[p]``)."""
+        for p, cached in self._cache.items():
+            start = begin.get(p, 0)
+            for old in [o for o in cached if o < start]:
+                del cached[old]
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self._consumer.close()
+
+
+class IdleTracker:
+    """Which partitions have stopped receiving tuples: their high watermark has not moved
+    for ``timeout_s``.
+
+    Args:
+        timeout_s: how long a head may stand still before its partition is idle.
+        clock: monotonic seconds (tests inject one).
+    """
+
+    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self._heads: dict[int, tuple[int, float]] = {}
+
+    def observe(self, latest: Mapping[int, int]) -> frozenset[int]:
+        """Record the high watermarks read now; the partitions idle as of now."""
+        now = self._clock()
+        idle = set()
+        for p, high in latest.items():
+            seen = self._heads.get(p)
+            if seen is None or seen[0] != high:
+                self._heads[p] = (high, now)
+            elif now - seen[1] >= self.timeout_s:
+                idle.add(p)
+        return frozenset(idle)

@@ -1,0 +1,131 @@
+"""Event-time-aligned micro-batches (pipeline.spark.alignment): the rule that caps a
+planned micro-batch by event time, property-tested without a broker, and the idle
+tracker with an injected clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.spark.alignment import IdleTracker, align_batch_end
+
+HOUR = 3_600_000
+
+
+@st.composite
+def partitions(draw: st.DrawFn) -> tuple[dict[int, list[int]], dict[int, int], dict[int, int]]:
+    """Per partition: its tuples' event times (non-decreasing, as producers write them),
+    where reading begins, and the end planned by offsets."""
+    count = draw(st.integers(min_value=1, max_value=6))
+    times: dict[int, list[int]] = {}
+    begin: dict[int, int] = {}
+    end: dict[int, int] = {}
+    for p in range(count):
+        steps = draw(st.lists(st.integers(min_value=0, max_value=3 * HOUR), max_size=60))
+        first = draw(st.integers(min_value=0, max_value=500 * HOUR))
+        series, at = [], first
+        for step in steps:
+            at += step
+            series.append(at)
+        times[p] = series
+        begin[p] = draw(st.integers(min_value=0, max_value=len(series)))
+        end[p] = draw(st.integers(min_value=begin[p], max_value=len(series)))
+    return times, begin, end
+
+
+def lookup(times: dict[int, list[int]]) -> Callable[[int, int], int | None]:
+    def event_time_at(partition: int, offset: int) -> int | None:
+        series = times[partition]
+        return series[offset] if 0 <= offset < len(series) else None
+
+    return event_time_at
+
+
+def planned_times(
+    times: dict[int, list[int]], begin: dict[int, int], end: dict[int, int], idle: frozenset[int]
+) -> dict[int, int]:
+    planned = {}
+    for p in times:
+        if end[p] > begin[p]:
+            planned[p] = times[p][end[p] - 1]
+        elif p not in idle and times[p]:
+            planned[p] = times[p][-1]
+    return planned
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=partitions(), drift=st.integers(min_value=0, max_value=10 * HOUR), st_idle=st.data())
+def test_no_partition_is_read_past_the_least_planned_event_time_plus_the_drift(
+    data: tuple[dict[int, list[int]], dict[int, int], dict[int, int]],
+    drift: int,
+    st_idle: st.DataObject,
+) -> None:
+    times, begin, end = data
+    idle = frozenset(st_idle.draw(st.sets(st.sampled_from(sorted(times)))))
+    latest = {p: len(series) for p, series in times.items()}
+    aligned = align_batch_end(begin, end, latest, lookup(times), drift, idle)
+    planned = planned_times(times, begin, end, idle)
+    for p in times:
+        assert begin[p] <= aligned[p] <= end[p]
+    if not planned:
+        assert aligned == end
+        return
+    bound = min(planned.values()) + drift
+    for p in times:
+        # Every tuple read is within the bound.
+        assert all(t <= bound for t in times[p][begin[p] : aligned[p]])
+        # Nothing within the bound is left out of a capped partition.
+        if aligned[p] < end[p]:
+            assert times[p][aligned[p]] > bound
+    # The partition furthest behind keeps its planned end: the batch always progresses.
+    behind = min(planned, key=lambda p: planned[p])
+    assert aligned[behind] == end[behind]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=partitions())
+def test_an_unbounded_drift_changes_nothing(
+    data: tuple[dict[int, list[int]], dict[int, int], dict[int, int]],
+) -> None:
+    times, begin, end = data
+    latest = {p: len(series) for p, series in times.items()}
+    assert align_batch_end(begin, end, latest, lookup(times), 10**15) == end
+
+
+def test_a_partition_far_ahead_waits_for_the_one_behind() -> None:
+    # Partition 0 is planned up to hour 10, partition 1 up to hour 1000: with 2 hours
+    # of drift, partition 1 reads up to hour 12 only.
+    times = {0: [h * HOUR for h in range(0, 11)], 1: [h * HOUR for h in range(5, 1001)]}
+    begin = {0: 0, 1: 0}
+    end = {0: 11, 1: len(times[1])}
+    latest = {p: len(s) for p, s in times.items()}
+    aligned = align_batch_end(begin, end, latest, lookup(times), 2 * HOUR)
+    assert aligned[0] == 11
+    assert times[1][aligned[1] - 1] == 12 * HOUR and times[1][aligned[1]] == 13 * HOUR
+
+
+def test_an_idle_partition_holds_nobody_back() -> None:
+    times = {0: [0, HOUR], 1: [h * HOUR for h in range(100)]}
+    begin = {0: 2, 1: 0}  # partition 0 has nothing more to read
+    end = {0: 2, 1: 100}
+    latest = {0: 2, 1: 100}
+    held = align_batch_end(begin, end, latest, lookup(times), HOUR)
+    assert held[1] == 3  # its head (hour 1) holds partition 1 at hour 2
+    free = align_batch_end(begin, end, latest, lookup(times), HOUR, frozenset({0}))
+    assert free[1] == 100
+
+
+def test_a_head_that_stands_still_makes_its_partition_idle() -> None:
+    now = [0.0]
+    tracker = IdleTracker(10.0, clock=lambda: now[0])
+    assert tracker.observe({0: 5, 1: 7}) == frozenset()
+    now[0] = 9.0
+    assert tracker.observe({0: 5, 1: 8}) == frozenset()
+    now[0] = 10.0
+    assert tracker.observe({0: 5, 1: 8}) == frozenset({0})
+    now[0] = 11.0
+    assert tracker.observe({0: 6, 1: 8}) == frozenset()  # partition 0 moved again
+    now[0] = 19.0
+    assert tracker.observe({0: 6, 1: 8}) == frozenset({1})
