@@ -28,15 +28,20 @@ def flights_raw_config(
     trigger_interval_ms: int = 100,
     no_data_micro_batches: bool | None = None,
     watermark: str = "2 hours",
+    aligned: bool = False,
 ) -> dict[str, Any]:
     """``conf/flights.toml`` with this run's names: topics, group and checkpoints.
 
-    The watermark is 2 hours, not the demo's 60 days (``conf/flights.toml`` says why): a
-    short delay lets a test close an hour with a few thousand flights
-    (``test_refused_tuples``).
+    The watermark is 2 hours, the demo's: a short delay lets a test close an hour with
+    a few thousand flights (``test_refused_tuples``). Micro-batches are planned by
+    offsets only unless ``aligned`` (the demo aligns them in event time,
+    ``max_event_time_drift_ms``; ``demo/test_demo.py`` runs it so), so a test decides
+    alone which tuples a micro-batch holds.
     """
     raw = tomllib.loads(FLIGHTS_TOML.read_text())
     raw["input_streams"]["flights"]["watermark"] = watermark
+    if not aligned:
+        raw["input_streams"]["flights"].pop("max_event_time_drift_ms", None)
     group = raw["query_group"]
     group["name"] = f"t{run_id}"
     group["checkpoint_dir"] = str(checkpoint_dir)
