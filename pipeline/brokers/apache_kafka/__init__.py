@@ -6,7 +6,7 @@
   as child processes, each stopped by its PID.
 
 ``floodgate broker --engine apache-kafka [--nodes 3]`` runs it in the foreground;
-:func:`pipeline.brokers.local.start_broker` starts it from Python (the tests' fixtures).
+:func:`pipeline.brokers.local.local_broker` starts it from Python (the tests' fixtures).
 """
 
 from pipeline.brokers.apache_kafka.artifacts import APACHE_KAFKA_VERSION, cache_dir, kafka_libs

@@ -25,7 +25,7 @@ BIN = Path(sys.executable).parent
 PROBE = textwrap.dedent(
     """
     import json, sys
-    from pipeline.spark.query_group import build_spark_session, spark_settings
+    from pipeline.spark.session import build_spark_session, spark_settings
 
     spark = build_spark_session(
         app_name="settings-probe", conf={"spark.sql.shuffle.partitions": 5, "spark.app.x": "file"}
