@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration test-apache-kafka test-soak lint typecheck docs bench bench-peers soak clean
+.PHONY: demo test test-unit test-integration test-apache-kafka test-soak lint typecheck docs bench bench-peers bench-spark-kafka soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,13 @@ bench-peers: $(VENV)/.bench
 	$(BIN)/python bench/bench_limit.py $(ARGS)
 	$(BIN)/python bench/bench_latency.py $(ARGS)
 	$(BIN)/python bench/bench_memory.py $(ARGS)
+
+# Issue 28: against Spark's own Kafka connector and from_avro (bench/README.md; about
+# 15 minutes with the default 5 repeats). The peer makes its own virtualenv,
+# bench/.venv-spark-kafka (pyspark 4.2.0), and fetches the connector's jars with Maven
+# into ~/.cache/floodgate/spark-kafka-4.2.0 on first use.
+bench-spark-kafka: $(STAMP)
+	$(BIN)/python bench/bench_spark_kafka.py $(ARGS)
 
 # The fault-injection soak, long mode (bench/README.md); ARGS="--short" for the test's.
 soak: $(VENV)/.bench

@@ -1,0 +1,1010 @@
+"""Benchmark: the flights query group against the Spark-native peer, Spark's own Kafka
+connector and Avro module (issue 28, part 1).
+
+What is measured, per run, on a broker of its own (noida-db, or ``--engine
+apache-kafka``), with the same input topic and bytes:
+
+* **set-up, shared**: every flight (or ``--limit``) produced once to a fresh
+  4-partition topic through the back-pressure client (``common.produce_flights``:
+  Avro single-object encoding, the stream's key). Its CPU is the *producer* role,
+  the same for every system since all of them read these bytes.
+* **Floodgate**: the ``flights`` query group of ``conf/flights.toml`` (both queries,
+  the ``floodgate_kafka`` source, micro-batches of up to ``max_rows_per_trigger`` =
+  150 000 rows, the transactional sink with its output stream queue bound, exactly
+  once), with ``Trigger.AvailableNow``, in a driver process of its own (the project's
+  ``.venv``, pyspark 4.3.0; this script run with ``--floodgate-worker``).
+* **the peer, two outputs** (``bench/spark_kafka_peer.py``, in ``bench/.venv-spark-kafka``
+  with ``pyspark==4.2.0``, the newest PySpark whose connector Maven Central serves; the
+  connector's jars fetched with Maven from ``bench/spark-kafka/pom.xml`` into
+  ``~/.cache/floodgate/spark-kafka-4.2.0/jars`` and passed in ``spark.jars``): the same
+  two queries as a PySpark user writes them, ``spark.readStream.format("kafka")`` with
+  ``maxOffsetsPerTrigger`` = 150 000, the 10-byte single-object header cut off in SQL
+  (``substring(value, 11)``) and the body decoded by ``from_avro`` with the writer
+  schema, the same watermark, ``Trigger.AvailableNow``; output encoded with
+  ``to_avro`` behind the output stream's single-object header, through
+
+  - **(a) Spark's Kafka sink** (``writeStream.format("kafka")``, at least once), or
+  - **(b) ``foreachBatch`` writing one Kafka transaction a micro-batch** (confluent-kafka
+    transactional producer; the batch's input end offsets from the offset log
+    committed with ``send_offsets_to_transaction``; a committed batch skipped on
+    replay): exactly once, the honest peer of Floodgate's sink.
+
+Every system runs with the SparkSession settings of Floodgate's
+(``pipeline.spark.session.SPARK_DEFAULTS``: ``local[2]``, 2 shuffle partitions, UTC,
+the raw local checkpoint file system) and ``noDataMicroBatches`` off, as the flights
+group has it. Both outputs are read by the same reception in this process (the demo's
+:class:`~pipeline.demo.reception.Reception`, ``StreamOutput.get``, ``read_committed``),
+which also frees Floodgate's bounded output stream queues. A run is timed from the
+``run`` command to the driver (queries started) until both queries have terminated
+and the reception has read every output tuple; tuples/s = flights / that time. Each
+query must read every flight, and the latest tuple per origin-hour and per
+carrier-day the reception holds must equal pandas' figures (counts exact, means to
+1e-9 relative), or the script fails.
+
+CPU per role (psutil, sampled every 0.2 s over each process tree during the timed
+window; a process that ends loses at most its last 0.2 s): the driver's Python
+process, the driver JVM (local mode: driver and executors), the Python workers (the
+JVM's Python children: Floodgate's source runners and task workers), the broker, and
+this process (the reception); in CPU seconds per 100 000 flights.
+
+The three systems run one after the other on each run's broker, their order rotated
+from run to run, each once the broker and the machine are quiet. Each driver is a
+long-lived process: one discarded warm-up run of each first (all flights, or
+``--warmup N``: the JVM's JIT compiles over the first runs, :data:`common.WARMUP_FLIGHTS`).
+Headline: the median over runs of Floodgate ÷ peer (b). Target: >= 1.0x.
+
+Run: ``.venv/bin/python bench/bench_spark_kafka.py [--repeat 5] [--limit N] [--engine E]``
+(``make bench-spark-kafka``); it creates ``bench/.venv-spark-kafka`` and fetches the
+jars on first use. Results: a table, and JSON in ``bench/out/spark_kafka.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import queue
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+import traceback
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import common
+from common import OUT_DIR, ROOT, console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+TARGET_RATIO = 1.0
+#: The peer's PySpark, and the version of the connector jars: the newest Spark whose
+#: spark-sql-kafka-0-10_2.13 and spark-avro_2.13 Maven Central serves (4.2.1 and 4.3.0
+#: are not there, checked 2026-11-25).
+PEER_SPARK_VERSION = "4.2.0"
+PEER_VENV = ROOT / "bench" / ".venv-spark-kafka"
+PEER_PYTHON = PEER_VENV / "bin" / "python"
+PEER_SCRIPT = ROOT / "bench" / "spark_kafka_peer.py"
+PEER_REQUIREMENTS = ROOT / "bench" / "requirements-spark-kafka.txt"
+PEER_POM = ROOT / "bench" / "spark-kafka" / "pom.xml"
+#: How long one Maven fetch of the connector may take, seconds (cold: ~20-60 s).
+FETCH_TIMEOUT_S = 900.0
+#: How long a driver may take to start its SparkSession, and a run to finish, seconds.
+START_TIMEOUT_S = 300.0
+RUN_TIMEOUT_S = 900.0
+#: psutil's sampling period over the process trees, seconds.
+SAMPLE_S = 0.2
+PARTITIONS = 4
+MARKER = "@@bench "
+
+#: The systems measured: (name in tables and JSON, driver, the peer's output variant).
+SYSTEMS = {
+    "floodgate": "Floodgate (floodgate_kafka source, transactional sink, bounded queues)",
+    "peer_foreach_batch": "peer (b): Spark Kafka source + from_avro, foreachBatch transaction",
+    "peer_kafka_sink": "peer (a): Spark Kafka source + from_avro, Spark Kafka sink",
+}
+#: CPU roles, in report order.
+ROLES = ("driver JVM", "driver Python", "Python workers", "broker", "reception (bench process)")
+#: Key of each output stream, as Spark SQL over the query's result: the text of
+#: Floodgate's TupleKey (epoch ms for a timestamp, epoch days for a date, joined by "|").
+KEY_SQL = {
+    "delays_by_origin_hour": "concat_ws('|', origin, cast(unix_millis(hour_start) AS STRING))",
+    "delays_by_carrier_day": "concat_ws('|', carrier, cast(unix_date(day) AS STRING))",
+}
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def _spinner() -> Progress:
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def ensure_peer_venv() -> None:
+    """Create ``bench/.venv-spark-kafka`` from ``bench/requirements-spark-kafka.txt`` if
+    missing (about 1.5 minutes: pyspark's ~450 MB package).
+
+    Raises:
+        subprocess.CalledProcessError: venv or pip failed (PyPI unreachable).
+    """
+    if PEER_PYTHON.exists() and (PEER_VENV / ".installed").exists():
+        return
+    with _spinner() as progress:
+        progress.add_task(
+            f"creating {PEER_VENV.relative_to(ROOT)} (pyspark=={PEER_SPARK_VERSION}, "
+            "confluent-kafka; pip)",
+            total=None,
+        )
+        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+        subprocess.run(
+            [str(PEER_PYTHON), "-m", "pip", "install", "-q", "-r", str(PEER_REQUIREMENTS)],
+            check=True,
+        )
+    (PEER_VENV / ".installed").write_text(PEER_REQUIREMENTS.read_text())
+
+
+def connector_dir(version: str = PEER_SPARK_VERSION) -> Path:
+    """``<cache>/spark-kafka-<version>/jars``: where the connector's jars are fetched to
+    (the cache of :func:`pipeline.brokers.apache_kafka.artifacts.cache_dir`,
+    ``~/.cache/floodgate`` by default, outside the checkout)."""
+    from pipeline.brokers.apache_kafka.artifacts import cache_dir
+
+    return cache_dir() / f"spark-kafka-{version}" / "jars"
+
+
+def fetch_connector(version: str = PEER_SPARK_VERSION) -> Path:
+    """Spark's Kafka connector and Avro module of ``version`` and what they add to
+    Spark, fetched with Maven (``bench/spark-kafka/pom.xml``, ``copy-dependencies``
+    with the runtime scope) into :func:`connector_dir` unless already there. As
+    ``pipeline.brokers.apache_kafka.artifacts.kafka_libs`` does for Apache Kafka: a
+    file lock against a second fetch, a ``.complete`` marker, Maven's repository in
+    ``<cache>/m2``.
+
+    Returns:
+        The directory of the jars.
+
+    Raises:
+        RuntimeError: no ``mvn`` on PATH, or Maven failed (with its output's tail).
+    """
+    jars = connector_dir(version)
+    root = jars.parent
+    done = root / ".complete"
+    if done.exists():
+        return jars
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return jars
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise RuntimeError(
+                "the Spark-native peer's connector jars are fetched from Maven Central with "
+                "Maven, and no `mvn` is on PATH: apt-get install -y maven"
+            )
+        staging = Path(tempfile.mkdtemp(prefix="jars-", dir=root))
+        command = [
+            mvn,
+            "--batch-mode",
+            "--no-transfer-progress",
+            "-f",
+            str(PEER_POM),
+            f"-Dmaven.repo.local={root.parent / 'm2'}",
+            f"-Dspark.version={version}",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={staging}",
+            "dependency:copy-dependencies",
+        ]
+        with _spinner() as progress:
+            progress.add_task(
+                f"fetching spark-sql-kafka-0-10_2.13 and spark-avro_2.13 {version} with Maven "
+                f"into {jars}",
+                total=None,
+            )
+            ran = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=FETCH_TIMEOUT_S,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        if ran.returncode != 0 or not any(staging.glob(f"spark-sql-kafka-*{version}.jar")):
+            shutil.rmtree(staging, ignore_errors=True)
+            tail = "\n".join((ran.stdout + ran.stderr).splitlines()[-25:])
+            raise RuntimeError(f"Maven could not fetch the connector {version}:\n{tail}")
+        shutil.rmtree(jars, ignore_errors=True)
+        staging.rename(jars)
+        done.write_text(version + "\n")
+    return jars
+
+
+def _artifact(jar: str) -> str:
+    """``kafka-clients`` of ``kafka-clients-3.9.2.jar``: a jar's name without its version."""
+    return re.sub(r"-\d[^-]*\.jar$", "", jar)
+
+
+def peer_jars(jars: Path) -> list[str]:
+    """The fetched jars the peer's Spark lacks: those whose artifact the peer's pyspark
+    ships are left out (Maven brings Scala, Hadoop's client, lz4, snappy in older
+    versions than Spark's own), as ``--packages`` users get them resolved against
+    Spark's.
+
+    Returns:
+        Absolute paths, sorted: the connector, spark-avro, kafka-clients,
+        commons-pool2, spark-token-provider-kafka.
+    """
+    done = subprocess.run(
+        [str(PEER_PYTHON), "-c", "import pyspark, os; print(os.path.dirname(pyspark.__file__))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    shipped = {_artifact(p.name) for p in (Path(done.stdout.strip()) / "jars").glob("*.jar")}
+    return sorted(str(p) for p in jars.glob("*.jar") if _artifact(p.name) not in shipped)
+
+
+# --------------------------------------------------------------------------- the drivers
+
+
+class Driver:
+    """A long-lived driver process (a SparkSession), driven by JSON lines on its stdin
+    and answering JSON lines behind :data:`MARKER` on its stdout; its stderr goes to
+    ``log_path``.
+
+    Args:
+        name: the system's name (for errors).
+        command: how to start it.
+        hello: the first line it reads (its session's settings).
+        log_path: its stderr.
+        env: its environment.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        hello: Mapping[str, Any],
+        log_path: Path,
+        env: Mapping[str, str],
+    ) -> None:
+        self.name = name
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "w")  # noqa: SIM115 - closed in close()
+        self.process = subprocess.Popen(
+            list(command),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env=dict(env),
+            cwd=ROOT,
+        )
+        self._answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        threading.Thread(target=self._read, name=f"{name}-stdout", daemon=True).start()
+        self._send(hello)
+        self.hello = self._answer(START_TIMEOUT_S)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith(MARKER):
+                self._answers.put(json.loads(line[len(MARKER) :]))
+        self._answers.put(None)
+
+    def _send(self, command: Mapping[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+
+    def _answer(self, timeout_s: float) -> dict[str, Any]:
+        try:
+            answer = self._answers.get(timeout=timeout_s)
+        except queue.Empty:
+            raise RuntimeError(
+                f"{self.name}: no answer in {timeout_s:.0f} s; see {self.log_path}"
+            ) from None
+        if answer is None:
+            raise RuntimeError(f"{self.name}: the driver exited; see {self.log_path}")
+        if not answer.get("ok", True):
+            raise RuntimeError(f"{self.name}: {answer['error']}\n{answer.get('traceback', '')}")
+        return answer
+
+    def call(self, timeout_s: float = RUN_TIMEOUT_S, **command: Any) -> dict[str, Any]:
+        """Send ``command`` and return its answer.
+
+        Raises:
+            RuntimeError: the driver answered an error, exited, or did not answer.
+        """
+        self._send(command)
+        return self._answer(timeout_s)
+
+    def close(self) -> None:
+        """Ask the driver to quit; kill it (by its PID) if it does not within 60 s."""
+        with contextlib.suppress(OSError, ValueError):
+            self._send({"cmd": "quit"})
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+        self._log.close()
+
+
+def answer(**fields: Any) -> None:
+    """Write one answer line to the benchmark (in a driver process)."""
+    sys.stdout.write(MARKER + json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+def progress_figures(query: Any) -> dict[str, float]:
+    """A finished query's figures from its progress: ``input_rows`` (tuples),
+    ``batches`` (micro-batches with data), ``trigger_s`` and ``add_batch_s`` (seconds,
+    summed over micro-batches)."""
+    progress = [p for p in query.recentProgress if p is not None]
+    return {
+        "input_rows": sum(int(p["numInputRows"]) for p in progress),
+        "batches": sum(1 for p in progress if int(p["numInputRows"]) > 0),
+        "trigger_s": sum(p["durationMs"].get("triggerExecution", 0) / 1000 for p in progress),
+        "add_batch_s": sum(p["durationMs"].get("addBatch", 0) / 1000 for p in progress),
+    }
+
+
+def floodgate_worker() -> None:
+    """The Floodgate driver process (``--floodgate-worker``): a ``local[2]`` SparkSession
+    (``common.start_spark``); per run, a :class:`~pipeline.spark.query_group.QueryGroup`
+    of the config the benchmark sends, started with ``Trigger.AvailableNow``."""
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.config import parse_query_group
+    from pipeline.metrics import stream_total
+    from pipeline.serde.schemas import SchemaRepository
+    from pipeline.spark.query_group import QueryGroup
+
+    sys.stdin.readline()  # the hello: Floodgate's session has its own settings
+    spark = common.start_spark("floodgate-bench-spark-kafka")
+    schemas = SchemaRepository.load()
+    answer(ready=True, versions=common.versions(spark))
+    group: Any = None
+    for line in sys.stdin:
+        command = json.loads(line)
+        try:
+            if command["cmd"] == "prepare":
+                config = parse_query_group(command["config"], env={})
+                group = QueryGroup(
+                    config,
+                    bootstrap_servers=command["bootstrap"],
+                    spark=spark,
+                    schemas=schemas,
+                    registry=CollectorRegistry(),
+                )
+                answer(ok=True)
+            elif command["cmd"] == "run":
+                started = time.monotonic()
+                group.start(available_now=True)
+                start_s = time.monotonic() - started
+                if not group.await_termination(RUN_TIMEOUT_S):
+                    raise RuntimeError(f"the query group did not finish in {RUN_TIMEOUT_S} s")
+                run_s = time.monotonic() - started
+                queries = {name: progress_figures(q) for name, q in group.queries().items()}
+                outputs = sorted({q.output for q in group.config.queries.values()})
+                held = {
+                    kind: int(
+                        stream_total(
+                            group.registry,
+                            f"floodgate_query_group_{kind}_total",
+                            query_group=group.name,
+                            streams=outputs,
+                        )
+                    )
+                    for kind in ("sleeps", "holds")
+                }
+                answer(ok=True, start_s=start_s, run_s=run_s, queries=queries, **held)
+            elif command["cmd"] == "stop":
+                if group is not None:
+                    group.stop()
+                group = None
+                answer(ok=True)
+            elif command["cmd"] == "quit":
+                break
+        except Exception as exc:
+            answer(ok=False, error=repr(exc), traceback=traceback.format_exc()[-4000:])
+    spark.stop()
+
+
+def start_drivers(jars: list[str], log_dir: Path) -> dict[str, Driver]:
+    """Floodgate's driver (this script, ``--floodgate-worker``, in the project's
+    ``.venv``) and the peer's (``bench/spark_kafka_peer.py`` in its own virtualenv);
+    both peer variants share the peer's driver. Started one after the other (a cold
+    SparkSession takes 6-12 s)."""
+    from pipeline.spark.session import SPARK_DEFAULTS
+
+    # The peer's pyspark must not find the project's: no venv, SPARK_HOME or Python of ours.
+    ours = ("VIRTUAL_ENV", "PYTHONPATH", "SPARK_HOME", "PYSPARK_SUBMIT_ARGS", "PYSPARK_PYTHON")
+    base = {k: v for k, v in os.environ.items() if k not in (*ours, "PYSPARK_DRIVER_PYTHON")}
+    conf = {**SPARK_DEFAULTS, "spark.sql.streaming.noDataMicroBatches.enabled": "false"}
+    drivers: dict[str, Driver] = {}
+    with _spinner() as progress:
+        progress.add_task("starting Floodgate's driver (SparkSession, pyspark 4.3.0)", total=None)
+        drivers["floodgate"] = Driver(
+            "Floodgate",
+            [sys.executable, str(Path(__file__).resolve()), "--floodgate-worker"],
+            {},
+            log_dir / "spark_kafka-floodgate.log",
+            os.environ,
+        )
+        progress.add_task(
+            f"starting the peer's driver (SparkSession, pyspark {PEER_SPARK_VERSION})", total=None
+        )
+        drivers["peer"] = Driver(
+            "peer",
+            [str(PEER_PYTHON), str(PEER_SCRIPT)],
+            {"conf": conf, "jars": jars},
+            log_dir / "spark_kafka-peer.log",
+            {**base, "PYSPARK_PYTHON": str(PEER_PYTHON)},
+        )
+    return drivers
+
+
+# --------------------------------------------------------------------------- CPU by role
+
+
+class CpuSampler:
+    """CPU seconds by role over one window, from psutil samples of process trees.
+
+    Every :data:`SAMPLE_S` the trees are listed and each process's user + system CPU
+    read; a process's share is its last reading less its reading at the window's
+    start (0 if it started within the window). A process that ends within the window
+    loses what it used after its last sample (at most :data:`SAMPLE_S`).
+
+    Args:
+        driver_pid: the measured driver process (role ``driver Python``); its ``java``
+            descendants are ``driver JVM``, the others ``Python workers``.
+        broker_pid: the broker's process (with its descendants: ``broker``).
+    """
+
+    def __init__(self, driver_pid: int, broker_pid: int | None) -> None:
+        self.driver_pid = driver_pid
+        self.broker_pid = broker_pid
+        self._first: dict[int, float] = {}
+        self._last: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
+
+    def _processes(self) -> Iterator[tuple[str, Any]]:
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            yield "reception (bench process)", psutil.Process(os.getpid())
+        roots = [(self.driver_pid, True)]
+        if self.broker_pid:
+            roots.append((self.broker_pid, False))
+        for pid, is_driver in roots:
+            try:
+                root = psutil.Process(pid)
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for p in tree:
+                if not is_driver:
+                    yield "broker", p
+                elif p.pid == pid:
+                    yield "driver Python", p
+                else:
+                    try:
+                        name = p.name()
+                    except psutil.Error:
+                        continue
+                    yield ("driver JVM" if name == "java" else "Python workers"), p
+
+    def _sample(self, first: bool) -> None:
+        import psutil
+
+        for role, p in self._processes():
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
+            cpu = t.user + t.system
+            if first:
+                self._first[p.pid] = cpu
+            self._last[p.pid] = (role, cpu)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            self._sample(first=False)
+
+    def __enter__(self) -> CpuSampler:
+        self._sample(first=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample(first=False)
+
+    def by_role(self) -> dict[str, float]:
+        """CPU seconds used in the window, by role (every role of :data:`ROLES`)."""
+        out = dict.fromkeys(ROLES, 0.0)
+        for pid, (role, cpu) in self._last.items():
+            out[role] += cpu - self._first.get(pid, 0.0)
+        return out
+
+
+# --------------------------------------------------------------------------- a run
+
+
+@dataclass
+class Measurement:
+    """One system's timed run over one run's topic.
+
+    Attributes:
+        system: a key of :data:`SYSTEMS`.
+        n: flights in the topic (each query must read them all).
+        seconds: ``run`` command to every output tuple read.
+        queries_s: ``run`` command to both queries terminated (the driver's clock).
+        start_s: starting the queries (the driver's clock).
+        batches / trigger_s / add_batch_s: per query: micro-batches with data, and the
+            sums of Spark's ``triggerExecution`` and ``addBatch`` durations (seconds).
+        output_tuples: tuples the reception read, re-emits included.
+        cpu_s: CPU seconds by role in the window.
+        machine_busy: share of both cores busy in the window (0..1).
+        started_quiet: the machine and broker were quiet before it.
+        sleeps / holds: Floodgate's sleeps on and holds by a full output stream queue.
+    """
+
+    system: str
+    n: int
+    seconds: float
+    queries_s: float
+    start_s: float
+    batches: dict[str, int]
+    trigger_s: dict[str, float]
+    add_batch_s: dict[str, float]
+    output_tuples: int
+    cpu_s: dict[str, float]
+    machine_busy: float
+    started_quiet: bool
+    sleeps: int = 0
+    holds: int = 0
+
+    @property
+    def tuples_per_s(self) -> float:
+        return self.n / self.seconds
+
+    def cpu_per_100k(self) -> dict[str, float]:
+        """CPU seconds per 100 000 flights, by role."""
+        return {role: s * 100_000 / self.n for role, s in self.cpu_s.items()}
+
+
+def run_config(topic: str, n: int, checkpoints: Path, system: str) -> dict[str, Any]:
+    """``conf/flights.toml`` as a raw TOML dict reading ``topic``, with fresh names,
+    output topics and checkpoint; the input queue bounded above the ``n`` flights (the
+    topic is produced beforehand)."""
+    raw = tomllib.loads(common.FLIGHTS_TOML.read_text())
+    run = uuid.uuid4().hex[:8]
+    short = {"floodgate": "fg", "peer_foreach_batch": "pb", "peer_kafka_sink": "pa"}[system]
+    raw["query_group"].update(
+        name=f"bench{short}{run}",
+        checkpoint_dir=str(checkpoints / run),
+        control_dir=str(checkpoints / "control"),
+        dead_letter_topic=f"bench.dead-letter.{run}",
+    )
+    raw["input_streams"]["flights"].update(
+        topic=topic, starting_offsets="earliest", max_queue_size=n + 1
+    )
+    for stream in raw["output_streams"].values():
+        stream["topic"] = f"bench.{stream['topic']}.{short}.{run}"
+    return raw
+
+
+def peer_settings(
+    raw: Mapping[str, Any], bootstrap: str, schemas: Any, variant: str
+) -> dict[str, Any]:
+    """The peer's ``prepare`` command for the config ``raw``: the same topics, SQL,
+    watermark, rows per trigger and schemas."""
+    flights = raw["input_streams"]["flights"]
+    queries = {}
+    for name, q in raw["queries"].items():
+        out = raw["output_streams"][q["output"]]
+        registered = schemas.get(out["schema"])
+        queries[name] = {
+            "sql": q["sql"],
+            "topic": out["topic"],
+            "schema": json.dumps(registered.schema),
+            "header_hex": (b"\xc3\x01" + registered.fingerprint).hex(),
+            "key_sql": KEY_SQL[q["output"]],
+        }
+    return {
+        "cmd": "prepare",
+        "variant": variant,
+        "bootstrap": bootstrap,
+        "topic": flights["topic"],
+        "view": "flights",
+        "group": raw["query_group"]["name"],
+        "checkpoint": raw["query_group"]["checkpoint_dir"],
+        "input_schema": json.dumps(schemas.get(flights["schema"]).schema),
+        "timestamp_field": flights["timestamp_field"],
+        "watermark": flights["watermark"],
+        "max_offsets_per_trigger": raw["query_group"]["max_rows_per_trigger"],
+        "queries": queries,
+    }
+
+
+def expected_carrier_days(limit: int | None) -> dict[tuple[str, dt.date], tuple[Any, ...]]:
+    """The per-carrier-per-day figures of the first ``limit`` flights, by pandas:
+    ``{(carrier, day): (flights, departures, mean_dep_delay, mean_arr_delay)}``, a mean
+    ``None`` where no flight of the day has the delay."""
+    from pipeline.demo.flights import load_flights
+
+    df = load_flights(limit)
+    df["day_date"] = [dt.date(y, m, d) for y, m, d in zip(df.year, df.month, df.day, strict=True)]
+    out = df.groupby(["carrier", "day_date"]).agg(
+        flights=("flight", "size"),
+        departures=("dep_time", "count"),
+        mean_dep_delay=("dep_delay", "mean"),
+        mean_arr_delay=("arr_delay", "mean"),
+    )
+    return {
+        (str(c), d): tuple(None if isinstance(v, float) and v != v else v for v in row)
+        for (c, d), row in zip(out.index, out.itertuples(index=False), strict=True)
+    }
+
+
+def check_carrier_days(
+    who: str, rows: list[dict[str, Any]], expected: Mapping[tuple[str, dt.date], tuple[Any, ...]]
+) -> None:
+    """Raise ``AssertionError`` unless ``rows`` (latest per carrier-day) hold exactly
+    the pandas figures (counts equal, means within 1e-9 relative)."""
+    got = {(str(r["carrier"]), r["day"]): r for r in rows}
+    if got.keys() != expected.keys():
+        raise AssertionError(
+            f"{who}: {len(expected.keys() - got.keys())} carrier-days missing, "
+            f"{len(got.keys() - expected.keys())} unexpected"
+        )
+    for key, want in expected.items():
+        for column, w in zip(common.FIGURE_COLUMNS, want, strict=True):
+            g = got[key][column]
+            same = (
+                g is None if w is None else g is not None and abs(g - w) <= 1e-9 * max(1.0, abs(w))
+            )
+            if not same:
+                raise AssertionError(f"{who}: {key} {column} = {g}, pandas says {w}")
+
+
+@dataclass
+class Expected:
+    """What every system's output must hold (pandas)."""
+
+    origin_hours: dict[Any, tuple[Any, ...]]
+    carrier_days: dict[Any, tuple[Any, ...]]
+
+
+def measure(
+    system: str,
+    driver: Driver,
+    broker: Any,
+    topic: str,
+    n: int,
+    checkpoints: Path,
+    expected: Expected | None,
+) -> Measurement:
+    """One timed run of ``system`` over ``topic`` (see the module docstring); the
+    reception and the CPU sampler run in this process."""
+    from pipeline.client.connector import connect
+    from pipeline.config import parse_query_group
+    from pipeline.demo.reception import Reception
+    from pipeline.kafka.topics import ensure_topics
+    from pipeline.serde.schemas import SchemaRepository
+
+    schemas = SchemaRepository.load()
+    raw = run_config(topic, n, checkpoints, system)
+    config = parse_query_group(raw, env={})
+    bootstrap = broker.bootstrap_servers
+    ensure_topics(bootstrap, config.topics())
+    if system == "floodgate":
+        driver.call(cmd="prepare", config=raw, bootstrap=bootstrap)
+    else:
+        variant = system.removeprefix("peer_")
+        driver.call(**peer_settings(raw, bootstrap, schemas, variant))
+    outputs = sorted({q.output for q in config.queries.values()})
+    quiet = common.wait_until_quiet(broker.pid)
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
+        reception = Reception(
+            {s: connector.open_stream_output(config.name, s) for s in outputs},
+            {s: config.output_streams[s].key for s in outputs},
+        ).start()
+        meter = common.Meter(None)
+        try:
+            with CpuSampler(driver.pid, broker.pid) as sampler, meter.measure():
+                ran = driver.call(cmd="run")
+                reception.wait_until_read(RUN_TIMEOUT_S)
+            tables = reception.tables()
+        finally:
+            reception.stop()
+            driver.call(cmd="stop")
+    for query, figures in ran["queries"].items():
+        if figures["input_rows"] != n:
+            raise RuntimeError(f"{system}: query {query} read {figures['input_rows']} of {n}")
+    if expected is not None:  # None: a warm-up over fewer flights
+        common.check_origin_hours(
+            system, list(tables["delays_by_origin_hour"].rows.values()), expected.origin_hours
+        )
+        check_carrier_days(
+            system, list(tables["delays_by_carrier_day"].rows.values()), expected.carrier_days
+        )
+    q = ran["queries"]
+    return Measurement(
+        system=system,
+        n=n,
+        seconds=meter.seconds,
+        queries_s=ran["run_s"],
+        start_s=ran["start_s"],
+        batches={k: int(v["batches"]) for k, v in q.items()},
+        trigger_s={k: round(v["trigger_s"], 3) for k, v in q.items()},
+        add_batch_s={k: round(v["add_batch_s"], 3) for k, v in q.items()},
+        output_tuples=sum(t.received for t in tables.values()),
+        cpu_s={k: round(v, 3) for k, v in sampler.by_role().items()},
+        machine_busy=meter.machine_busy,
+        started_quiet=quiet.quiet,
+        sleeps=int(ran.get("sleeps", 0)),
+        holds=int(ran.get("holds", 0)),
+    )
+
+
+@dataclass
+class Run:
+    """One run: a fresh broker and topic, produced once, then every system over it.
+
+    Attributes:
+        n: flights produced.
+        produce_s: producing them (set-up, not compared).
+        producer_cpu_s: CPU seconds of this process while producing (the producer role).
+        order: the systems in the order they ran.
+        systems: each system's :class:`Measurement`.
+    """
+
+    n: int
+    produce_s: float
+    producer_cpu_s: float
+    order: list[str]
+    systems: dict[str, Measurement] = field(default_factory=dict)
+
+    def ratio(self, peer: str) -> float:
+        """Floodgate ÷ ``peer``, tuples/s."""
+        return self.systems["floodgate"].tuples_per_s / self.systems[peer].tuples_per_s
+
+
+def run_once(
+    drivers: Mapping[str, Driver],
+    engine: str,
+    limit: int | None,
+    expected: Expected | None,
+    order: Sequence[str],
+    on_done: Any,
+) -> Run:
+    """A fresh broker and topic (noida-db slows with all it holds: ``common.fresh_broker``),
+    the flights produced once, then each system of ``order`` over them."""
+    import psutil
+
+    from pipeline.brokers.local import local_broker
+    from pipeline.kafka.topics import ensure_topics
+    from pipeline.serde.codec import StreamCodec
+    from pipeline.serde.schemas import SchemaRepository
+
+    schemas = SchemaRepository.load()
+    codec = StreamCodec("flights", schemas.get("flight"), schemas)
+    broker = local_broker(engine).start()
+    try:
+        topic = f"bench.flights.{uuid.uuid4().hex[:8]}"
+        ensure_topics(broker.bootstrap_servers, {topic: (PARTITIONS, 1)})
+        me = psutil.Process()
+        before = me.cpu_times()
+        n, produce_s = common.produce_flights(broker.bootstrap_servers, topic, codec, limit)
+        after = me.cpu_times()
+        run = Run(
+            n=n,
+            produce_s=produce_s,
+            producer_cpu_s=(after.user + after.system) - (before.user + before.system),
+            order=list(order),
+        )
+        with tempfile.TemporaryDirectory(prefix="floodgate-bench-sk-") as tmp:
+            for system in order:
+                driver = drivers["floodgate" if system == "floodgate" else "peer"]
+                run.systems[system] = measure(system, driver, broker, topic, n, Path(tmp), expected)
+                on_done(system, run.systems[system])
+        return run
+    finally:
+        broker.stop()
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def report(runs: Sequence[Run]) -> dict[str, Any]:
+    """Print the tables; return the summary figures for the JSON."""
+    n = runs[0].n
+    rates = {s: [r.systems[s].tuples_per_s for r in runs] for s in SYSTEMS}
+    console.print(
+        common.rates_table(
+            f"flights, both queries, end to end ({n:,} flights a run)",
+            {SYSTEMS[s]: v for s, v in rates.items()},
+        )
+    )
+    ratios = {
+        peer: [r.ratio(peer) for r in runs] for peer in ("peer_foreach_batch", "peer_kafka_sink")
+    }
+    for peer, values in ratios.items():
+        console.print(
+            f"Floodgate / {peer} per run: "
+            + " ".join(f"{v:.2f}" for v in values)
+            + f"; median {_median(values):.2f}x (min {min(values):.2f}, max {max(values):.2f})"
+        )
+    cpu = Table(title="CPU seconds per 100 000 flights, by role (median over runs)")
+    cpu.add_column("role")
+    for s in SYSTEMS:
+        cpu.add_column(s, justify="right")
+    for role in ROLES:
+        cpu.add_row(
+            role,
+            *(f"{_median([r.systems[s].cpu_per_100k()[role] for r in runs]):.2f}" for s in SYSTEMS),
+        )
+    cpu.add_row(
+        "all roles",
+        *(
+            f"{_median([sum(r.systems[s].cpu_per_100k().values()) for r in runs]):.2f}"
+            for s in SYSTEMS
+        ),
+    )
+    producer = _median([r.producer_cpu_s * 100_000 / r.n for r in runs])
+    console.print(cpu)
+    console.print(
+        f"producer (set-up, shared by all: the back-pressure client, once a run): "
+        f"{producer:.2f} CPU s per 100 000 flights"
+    )
+    spark = Table(title="inside Spark (median over runs, both queries summed)")
+    for column in ("system", "micro-batches", "Σ triggerExecution s", "Σ addBatch s", "start s"):
+        spark.add_column(column, justify="left" if column == "system" else "right")
+    for s in SYSTEMS:
+        ms = [r.systems[s] for r in runs]
+        spark.add_row(
+            s,
+            f"{_median([sum(m.batches.values()) for m in ms]):.0f}",
+            f"{_median([sum(m.trigger_s.values()) for m in ms]):.2f}",
+            f"{_median([sum(m.add_batch_s.values()) for m in ms]):.2f}",
+            f"{_median([m.start_s for m in ms]):.2f}",
+        )
+    console.print(spark)
+    headline = _median(ratios["peer_foreach_batch"])
+    console.print(
+        f"target Floodgate >= {TARGET_RATIO:.1f}x the peer with foreachBatch output: "
+        f"{'met' if headline >= TARGET_RATIO else 'NOT met'} ({headline:.2f}x)"
+    )
+    return {
+        "median_tuples_per_s": {s: round(_median(v)) for s, v in rates.items()},
+        "spread_tuples_per_s": {s: [round(min(v)), round(max(v))] for s, v in rates.items()},
+        "ratios": {p: [round(v, 3) for v in vs] for p, vs in ratios.items()},
+        "median_ratio": {p: round(_median(vs), 3) for p, vs in ratios.items()},
+        "cpu_s_per_100k_median": {
+            s: {
+                role: round(_median([r.systems[s].cpu_per_100k()[role] for r in runs]), 3)
+                for role in ROLES
+            }
+            for s in SYSTEMS
+        },
+        "producer_cpu_s_per_100k_median": round(producer, 3),
+        "target": TARGET_RATIO,
+        "target_met": headline >= TARGET_RATIO,
+    }
+
+
+def main() -> None:
+    parser = common.argument_parser(__doc__, "spark_kafka.json", repeat=5)
+    common.add_flights_arguments(parser, warmup=True)
+    common.add_engine_argument(parser)
+    parser.add_argument("--floodgate-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.floodgate_worker:
+        floodgate_worker()
+        return
+    common.log_warnings()
+    ensure_peer_venv()
+    jars = peer_jars(fetch_connector())
+    console.log(f"connector jars ({PEER_SPARK_VERSION}): {', '.join(Path(j).name for j in jars)}")
+    expected = Expected(common.expected_origin_hours(args.limit), expected_carrier_days(args.limit))
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    console.log(f"uptime at start: {uptime}")
+    systems = list(SYSTEMS)
+    drivers = start_drivers(jars, OUT_DIR)
+    runs: list[Run] = []
+    try:
+        versions = {
+            "floodgate": drivers["floodgate"].hello["versions"],
+            "peer": drivers["peer"].hello["versions"]
+            | {"connector_jars": [Path(j).name for j in jars]},
+        }
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn())
+        with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
+            task = progress.add_task("runs", total=len(systems) * (args.repeat + 1))
+
+            def done(system: str, m: Measurement) -> None:
+                progress.advance(task)
+                flag = "" if m.started_quiet else " (machine was not quiet)"
+                progress.console.log(
+                    f"  {system}: {m.tuples_per_s:,.0f} tuples/s ({m.seconds:.2f} s, "
+                    f"{sum(m.batches.values())} batches, {m.output_tuples:,} output tuples, "
+                    f"CPU {sum(m.cpu_s.values()):.1f} s){flag}"
+                )
+
+            progress.update(task, description="warm-up (discarded)")
+            warm = run_once(drivers, args.engine, args.warmup, None, systems, done)
+            del warm
+            for r in range(args.repeat):
+                order = systems[r % len(systems) :] + systems[: r % len(systems)]
+                progress.update(task, description=f"run {r + 1}/{args.repeat}")
+                run = run_once(drivers, args.engine, args.limit, expected, order, done)
+                runs.append(run)
+                progress.console.log(
+                    f"run {r + 1}/{args.repeat}: Floodgate / peer (b) "
+                    f"{run.ratio('peer_foreach_batch'):.2f}x, "
+                    f"/ peer (a) {run.ratio('peer_kafka_sink'):.2f}x"
+                )
+    finally:
+        for d in drivers.values():
+            d.close()
+    summary = report(runs)
+    common.write_results(
+        args.json,
+        "flights end to end: Floodgate vs Spark's Kafka connector + from_avro",
+        engine=args.engine,
+        uptime_at_start=uptime,
+        versions=versions,
+        n=runs[0].n,
+        **summary,
+        runs=[
+            {
+                "n": r.n,
+                "produce_s": r.produce_s,
+                "producer_cpu_s": r.producer_cpu_s,
+                "order": r.order,
+                "systems": {
+                    s: asdict(m)
+                    | {"tuples_per_s": m.tuples_per_s, "cpu_s_per_100k": m.cpu_per_100k()}
+                    for s, m in r.systems.items()
+                },
+            }
+            for r in runs
+        ],
+    )
+    console.log(f"results in {args.json}")
+
+
+if __name__ == "__main__":
+    main()
