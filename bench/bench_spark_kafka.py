@@ -116,6 +116,16 @@ SYSTEMS = {
 }
 #: CPU roles, in report order.
 ROLES = ("driver JVM", "driver Python", "Python workers", "broker", "reception (bench process)")
+#: Spark's micro-batch phases reported (``durationMs`` of the query progress).
+PHASES = (
+    "triggerExecution",
+    "latestOffset",
+    "queryPlanning",
+    "getBatch",
+    "walCommit",
+    "addBatch",
+    "commitOffsets",
+)
 #: Key of each output stream, as Spark SQL over the query's result: the text of
 #: Floodgate's TupleKey (epoch ms for a timestamp, epoch days for a date, joined by "|").
 KEY_SQL = {
@@ -359,16 +369,20 @@ def answer(**fields: Any) -> None:
     sys.stdout.flush()
 
 
-def progress_figures(query: Any) -> dict[str, float]:
+def progress_figures(query: Any) -> dict[str, Any]:
     """A finished query's figures from its progress: ``input_rows`` (tuples),
-    ``batches`` (micro-batches with data), ``trigger_s`` and ``add_batch_s`` (seconds,
-    summed over micro-batches)."""
+    ``batches`` (micro-batches with data) and ``durations_s`` (each of Spark's
+    ``durationMs`` phases, ``triggerExecution``, ``addBatch``, ``walCommit`` ..., in
+    seconds summed over micro-batches)."""
     progress = [p for p in query.recentProgress if p is not None]
+    durations: dict[str, float] = {}
+    for p in progress:
+        for phase, ms in p["durationMs"].items():
+            durations[phase] = durations.get(phase, 0.0) + ms / 1000
     return {
         "input_rows": sum(int(p["numInputRows"]) for p in progress),
         "batches": sum(1 for p in progress if int(p["numInputRows"]) > 0),
-        "trigger_s": sum(p["durationMs"].get("triggerExecution", 0) / 1000 for p in progress),
-        "add_batch_s": sum(p["durationMs"].get("addBatch", 0) / 1000 for p in progress),
+        "durations_s": durations,
     }
 
 
@@ -477,7 +491,9 @@ class CpuSampler:
     Every :data:`SAMPLE_S` the trees are listed and each process's user + system CPU
     read; a process's share is its last reading less its reading at the window's
     start (0 if it started within the window). A process that ends within the window
-    loses what it used after its last sample (at most :data:`SAMPLE_S`).
+    loses what it used after its last sample (at most :data:`SAMPLE_S`). The JVM's
+    threads are read the same way (``/proc/<pid>/task``), grouped by name: where the
+    driver JVM's CPU goes (the JIT compilers, the GC, Spark's task and stream threads).
 
     Args:
         driver_pid: the measured driver process (role ``driver Python``); its ``java``
@@ -490,6 +506,9 @@ class CpuSampler:
         self.broker_pid = broker_pid
         self._first: dict[int, float] = {}
         self._last: dict[int, tuple[str, float]] = {}
+        self._labels: dict[int, str] = {}
+        self._threads_first: dict[int, float] = {}
+        self._threads_last: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
 
@@ -519,6 +538,39 @@ class CpuSampler:
                         continue
                     yield ("driver JVM" if name == "java" else "Python workers"), p
 
+    def _label(self, role: str, p: Any) -> str:
+        """What a process is: its role, and for a Python worker its module (``-m``),
+        a fork of PySpark's daemon (a task worker) told apart from the daemon."""
+        import psutil
+
+        if role != "Python workers":
+            return role
+        if p.pid not in self._labels:
+            try:
+                cmd = p.cmdline()
+                module = cmd[cmd.index("-m") + 1] if "-m" in cmd else Path(cmd[-1]).name
+                parent = p.parent()
+                if parent is not None and parent.cmdline() == cmd:
+                    module += " (fork)"
+            except (psutil.Error, IndexError, ValueError):
+                module = "?"
+            self._labels[p.pid] = f"Python worker: {module}"
+        return self._labels[p.pid]
+
+    def _sample_threads(self, pid: int, first: bool) -> None:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                text = (task / "stat").read_text()
+            except OSError:
+                continue
+            name = re.sub(r"[\d#\-]+$", "", text[text.index("(") + 1 : text.rindex(")")]).strip()
+            fields = text[text.rindex(")") + 2 :].split()
+            cpu = (int(fields[11]) + int(fields[12])) / common._CLK_TCK
+            tid = int(task.name)
+            if first:
+                self._threads_first[tid] = cpu
+            self._threads_last[tid] = (name, cpu)
+
     def _sample(self, first: bool) -> None:
         import psutil
 
@@ -530,7 +582,9 @@ class CpuSampler:
             cpu = t.user + t.system
             if first:
                 self._first[p.pid] = cpu
-            self._last[p.pid] = (role, cpu)
+            self._last[p.pid] = (self._label(role, p), cpu)
+            if role == "driver JVM":
+                self._sample_threads(p.pid, first)
 
     def _loop(self) -> None:
         while not self._stop.wait(SAMPLE_S):
@@ -546,11 +600,28 @@ class CpuSampler:
         self._thread.join()
         self._sample(first=False)
 
+    def by_label(self) -> dict[str, float]:
+        """CPU seconds used in the window by process kind (the roles, the Python
+        workers by module)."""
+        out: dict[str, float] = {}
+        for pid, (label, cpu) in self._last.items():
+            out[label] = out.get(label, 0.0) + cpu - self._first.get(pid, 0.0)
+        return out
+
     def by_role(self) -> dict[str, float]:
         """CPU seconds used in the window, by role (every role of :data:`ROLES`)."""
         out = dict.fromkeys(ROLES, 0.0)
-        for pid, (role, cpu) in self._last.items():
-            out[role] += cpu - self._first.get(pid, 0.0)
+        for label, cpu in self.by_label().items():
+            role = "Python workers" if label.startswith("Python worker:") else label
+            out[role] += cpu
+        return out
+
+    def jvm_threads(self) -> dict[str, float]:
+        """CPU seconds used in the window by the driver JVM's threads, by thread name
+        (numbers dropped: ``GC Thread``, ``C2 CompilerThre``, ``Executor task l``...)."""
+        out: dict[str, float] = {}
+        for tid, (name, cpu) in self._threads_last.items():
+            out[name] = out.get(name, 0.0) + cpu - self._threads_first.get(tid, 0.0)
         return out
 
 
@@ -567,10 +638,14 @@ class Measurement:
         seconds: ``run`` command to every output tuple read.
         queries_s: ``run`` command to both queries terminated (the driver's clock).
         start_s: starting the queries (the driver's clock).
-        batches / trigger_s / add_batch_s: per query: micro-batches with data, and the
-            sums of Spark's ``triggerExecution`` and ``addBatch`` durations (seconds).
+        batches: per query, micro-batches with data.
+        durations_s: Spark's ``durationMs`` phases summed over both queries' micro-batches
+            (``triggerExecution``, ``latestOffset``, ``queryPlanning``, ``getBatch``,
+            ``walCommit``, ``addBatch``, ``commitOffsets``; seconds).
         output_tuples: tuples the reception read, re-emits included.
         cpu_s: CPU seconds by role in the window.
+        cpu_by_process_s: the same by process kind (Python workers by module).
+        jvm_threads_s: the driver JVM's CPU seconds by thread name.
         machine_busy: share of both cores busy in the window (0..1).
         started_quiet: the machine and broker were quiet before it.
         sleeps / holds: Floodgate's sleeps on and holds by a full output stream queue.
@@ -582,10 +657,11 @@ class Measurement:
     queries_s: float
     start_s: float
     batches: dict[str, int]
-    trigger_s: dict[str, float]
-    add_batch_s: dict[str, float]
+    durations_s: dict[str, float]
     output_tuples: int
     cpu_s: dict[str, float]
+    cpu_by_process_s: dict[str, float]
+    jvm_threads_s: dict[str, float]
     machine_busy: float
     started_quiet: bool
     sleeps: int = 0
@@ -764,10 +840,14 @@ def measure(
         queries_s=ran["run_s"],
         start_s=ran["start_s"],
         batches={k: int(v["batches"]) for k, v in q.items()},
-        trigger_s={k: round(v["trigger_s"], 3) for k, v in q.items()},
-        add_batch_s={k: round(v["add_batch_s"], 3) for k, v in q.items()},
+        durations_s={
+            phase: round(sum(v["durations_s"].get(phase, 0.0) for v in q.values()), 3)
+            for phase in sorted({p for v in q.values() for p in v["durations_s"]})
+        },
         output_tuples=sum(t.received for t in tables.values()),
         cpu_s={k: round(v, 3) for k, v in sampler.by_role().items()},
+        cpu_by_process_s={k: round(v, 3) for k, v in sampler.by_label().items()},
+        jvm_threads_s={k: round(v, 3) for k, v in sampler.jvm_threads().items() if v >= 0.005},
         machine_busy=meter.machine_busy,
         started_quiet=quiet.quiet,
         sleeps=int(ran.get("sleeps", 0)),
@@ -848,6 +928,27 @@ def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def detail_table(title: str, runs: Sequence[Run], attribute: str, prefix: str) -> Table:
+    """CPU seconds per 100 000 flights by the keys of each measurement's ``attribute``
+    (those starting with ``prefix``), median over runs, the 12 largest."""
+    keys = {k for r in runs for m in r.systems.values() for k in getattr(m, attribute)}
+    keys = {k for k in keys if k.startswith(prefix)}
+
+    def per_100k(s: str, key: str) -> float:
+        return _median(
+            [getattr(r.systems[s], attribute).get(key, 0.0) * 100_000 / r.n for r in runs]
+        )
+
+    ranked = sorted(keys, key=lambda k: -max(per_100k(s, k) for s in SYSTEMS))[:12]
+    table = Table(title=f"CPU seconds per 100 000 flights: {title} (median over runs)")
+    table.add_column("what")
+    for s in SYSTEMS:
+        table.add_column(s, justify="right")
+    for key in ranked:
+        table.add_row(key, *(f"{per_100k(s, key):.2f}" for s in SYSTEMS))
+    return table
+
+
 def report(runs: Sequence[Run]) -> dict[str, Any]:
     """Print the tables; return the summary figures for the JSON."""
     n = runs[0].n
@@ -885,20 +986,27 @@ def report(runs: Sequence[Run]) -> dict[str, Any]:
     )
     producer = _median([r.producer_cpu_s * 100_000 / r.n for r in runs])
     console.print(cpu)
+    console.print(detail_table("Python workers by module", runs, "cpu_by_process_s", "Python"))
+    console.print(detail_table("the driver JVM's threads, by name", runs, "jvm_threads_s", ""))
     console.print(
         f"producer (set-up, shared by all: the back-pressure client, once a run): "
         f"{producer:.2f} CPU s per 100 000 flights"
     )
-    spark = Table(title="inside Spark (median over runs, both queries summed)")
-    for column in ("system", "micro-batches", "Σ triggerExecution s", "Σ addBatch s", "start s"):
-        spark.add_column(column, justify="left" if column == "system" else "right")
+    spark = Table(
+        title="inside Spark: seconds of each micro-batch phase, both queries summed "
+        "(median over runs)"
+    )
+    spark.add_column("system")
+    spark.add_column("batches", justify="right")
+    for phase in PHASES:
+        spark.add_column(phase, justify="right")
+    spark.add_column("start", justify="right")
     for s in SYSTEMS:
         ms = [r.systems[s] for r in runs]
         spark.add_row(
             s,
             f"{_median([sum(m.batches.values()) for m in ms]):.0f}",
-            f"{_median([sum(m.trigger_s.values()) for m in ms]):.2f}",
-            f"{_median([sum(m.add_batch_s.values()) for m in ms]):.2f}",
+            *(f"{_median([m.durations_s.get(phase, 0.0) for m in ms]):.2f}" for phase in PHASES),
             f"{_median([m.start_s for m in ms]):.2f}",
         )
     console.print(spark)

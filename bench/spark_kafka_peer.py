@@ -37,7 +37,8 @@ JSON answer a line on stdout, behind the marker ``@@bench`` (the JVM may print o
 stdout too). Commands: ``prepare`` (a run's settings: topics, schemas, SQL,
 variant, checkpoint), ``run`` (start both queries, wait until both have processed
 all input available now and terminated: answers rows read, micro-batches and
-seconds per query), ``stop`` (drop the run's producers), ``quit``.
+the seconds of each of Spark's micro-batch phases per query), ``stop`` (drop the
+run's producers), ``quit``.
 """
 
 from __future__ import annotations
@@ -235,13 +236,14 @@ class Peer:
         figures = {}
         for name, q in queries.items():
             progress = [p for p in q.recentProgress if p is not None]
+            durations: dict[str, float] = {}
+            for p in progress:
+                for phase, ms in p["durationMs"].items():
+                    durations[phase] = durations.get(phase, 0.0) + ms / 1000
             figures[name] = {
                 "input_rows": sum(int(p["numInputRows"]) for p in progress),
                 "batches": sum(1 for p in progress if int(p["numInputRows"]) > 0),
-                "trigger_s": sum(
-                    p["durationMs"].get("triggerExecution", 0) / 1000 for p in progress
-                ),
-                "add_batch_s": sum(p["durationMs"].get("addBatch", 0) / 1000 for p in progress),
+                "durations_s": durations,
             }
         return {"start_s": start_s, "run_s": run_s, "queries": figures}
 
