@@ -61,7 +61,7 @@ fails. Commands::
     .venv/bin/python bench/soak.py --short              # each fault once
     .venv/bin/python bench/soak.py --duration 1800      # the long mode (make soak)
 
-The short mode is ``tests/integration/test_soak.py`` (``make test-soak``); figures in
+The short mode is ``tests/integration/soak/test_soak.py`` (``make test-soak``); figures in
 bench/README.md, "The soak". Three defects outside Floodgate shape it: noida-db 0.2.3
 loses its last acknowledged records when SIGTERM stops it (the embedded broker now
 stops its Kafka service first); it may leave a hanging transaction when it restarts
