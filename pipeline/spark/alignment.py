@@ -15,9 +15,9 @@ watermark alignment does across splits:
   last tuple it would read), or at its head when it has nothing more to read;
 * the bound is the least planned event time over the partitions, plus the drift;
 * no partition is read past the bound: its end moves back to the first tuple whose
-  event time is beyond it (found by bisection, tuples of a partition being in
-  event-time order as producers write them; where they are not, the cut is at a
-  tuple past the bound, never before one within it);
+  event time is beyond it (found by interpolation search, tuples of a partition
+  being in event-time order as producers write them; where they are not, the cut is
+  at a tuple past the bound, never before one within it);
 * a partition whose head has not moved for ``idlePartitionTimeoutMs`` and that has
   nothing more to read is idle, and holds nobody back (Flink's ``withIdleness``).
 
@@ -103,16 +103,37 @@ def _first_beyond(
     event_time_at: Callable[[int, int], int | None],
 ) -> int:
     """The least offset in ``[start, stop)`` whose tuple's event time is past ``bound``
-    (bisection; ``stop - 1`` is known to be past it). Unknown event times count as
-    within the bound, so an unreadable tuple never stops a partition for good."""
-    low, high = start, stop - 1  # the answer lies in [low, high]
+    (``stop - 1``'s is known to be past it).
+
+    Interpolation search, every other step a bisection: replayed or live, a
+    partition's event times grow about evenly with its offsets, so interpolation
+    finds the cut in a few reads of the broker, and the bisections bound the reads
+    by twice ``log2(stop - start)`` whatever the times. Unknown event times count as
+    within the bound, so an unreadable tuple never stops a partition for good.
+    """
+    first = event_time_at(partition, start)
+    if first is not None and first > bound:
+        return start
+    high_time = event_time_at(partition, stop - 1)
+    # The answer lies in [low, high]; (known, known_time) is within the bound.
+    low, high = start + 1, stop - 1
+    known, known_time = start, first
+    interpolate = True
     while low < high:
         middle = (low + high) // 2
+        if interpolate and known_time is not None and high_time is not None:
+            span = high_time - known_time
+            if span > 0:
+                guess = known + (bound - known_time) * (high - known) // span
+                middle = min(max(guess, low), high - 1)
+        interpolate = not interpolate
         at = event_time_at(partition, middle)
         if at is not None and at > bound:
-            high = middle
+            high, high_time = middle, at
         else:
             low = middle + 1
+            if at is not None:
+                known, known_time = middle, at
     return low
 
 
@@ -155,19 +176,21 @@ class EventTimeProbe:
             return cached[offset]
         self.reads += 1
         self._consumer.assign([TopicPartition(self.topic, partition, offset)])
-        deadline = time.monotonic() + self._timeout_s
         found: int | None = None
-        answered = False
-        while time.monotonic() < deadline and not answered:
-            for message in self._consumer.consume(PROBE_BATCH, timeout=0.5):
-                if message.error() is not None:
-                    answered = True  # end of partition, or an error: no tuple to tell
-                    break
-                at, position = self._event_time(message), int(message.offset() or 0)
-                cached[position] = at
-                if found is None and position >= offset:
-                    found = at
-                answered = True
+        # The first record (or the end of the partition) as soon as it comes, then what
+        # the same fetch brought, without waiting: consume(n) alone would wait for n
+        # records, and near the partition's end there are fewer.
+        first = self._consumer.poll(self._timeout_s)
+        messages = [first] if first is not None else []
+        if first is not None and first.error() is None:
+            messages += self._consumer.consume(PROBE_BATCH - 1, timeout=0)
+        for message in messages:
+            if message.error() is not None:
+                break  # the end of the partition, or an error: no tuple to tell
+            at, position = self._event_time(message), int(message.offset() or 0)
+            cached[position] = at
+            if found is None and position >= offset:
+                found = at
         # Offsets without a tuple (markers) take the event time of the next tuple.
         cached[offset] = found
         if len(cached) > CACHE_PER_PARTITION:
