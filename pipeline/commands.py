@@ -2,11 +2,22 @@
 services' (``floodgate admission ...``, ``floodgate sweeper ...``): how an error ends a
 command, and the options they all take.
 
-An error ends a command with one line, ``error: <message>`` (red, never wrapped, so it
-can be grepped and copied; the message is printed as it is, not read as markup), and
-exit status 2. A command decorated with :func:`reports_errors` ends so on any
-:class:`~pipeline.errors.FloodgateError` it raises; :func:`fail` gives the same ending
-for an error of the command line itself.
+Exit status, for every command:
+
+* ``0`` -- done (``floodgate audit``: every row balances);
+* ``1`` (:data:`FAILED`) -- the operation failed: a refused config file or setting, an
+  unreachable broker or service, an endpoint that refused, an unbalanced ledger, a
+  damaged BLOB;
+* ``2`` (:data:`USAGE`) -- the command line itself is wrong: an unknown option, a
+  missing or invalid argument or option value (Click's usage errors, and
+  :func:`usage_error`).
+
+An error ends a command with one line on standard error, ``error: <message>`` (red,
+never wrapped, so it can be grepped and copied; the message is printed as it is, not
+read as markup). A command decorated with :func:`reports_errors` ends so, with status
+1, on any :class:`~pipeline.errors.FloodgateError` it raises; :func:`fail` gives the
+same ending for a failure found by the command itself, :func:`usage_error` for a
+command line it refuses.
 """
 
 from __future__ import annotations
@@ -21,8 +32,10 @@ from rich.markup import escape
 
 from pipeline.errors import FloodgateError
 
-#: The exit status of a command ended by an error.
-ERROR_EXIT_CODE = 2
+#: The exit status of a command whose operation failed.
+FAILED = 1
+#: The exit status of a command refused for its command line (Click's own, too).
+USAGE = 2
 
 #: ``--verbose`` / ``-v``: log at INFO instead of WARNING.
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")]
@@ -30,21 +43,28 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")]
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
-_console = Console()
+_stderr = Console(stderr=True)
 
 
-def fail(message: str) -> typer.Exit:
-    """Print ``error: <message>`` on standard output; the ``typer.Exit`` (status 2) for
-    the caller to raise: ``raise fail("...") from exc``."""
-    _console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
-    return typer.Exit(code=ERROR_EXIT_CODE)
+def fail(message: str, *, code: int = FAILED) -> typer.Exit:
+    """Print ``error: <message>`` on standard error; the ``typer.Exit`` (status ``code``,
+    default 1) for the caller to raise: ``raise fail("...") from exc``."""
+    _stderr.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
+    return typer.Exit(code=code)
+
+
+def usage_error(message: str) -> typer.Exit:
+    """:func:`fail` with status 2: the command line is wrong (options that do not go
+    together, a value the option's parser could not judge alone)."""
+    return fail(message, code=USAGE)
 
 
 def reports_errors(command: Callable[_P, _R]) -> Callable[_P, _R]:
     """Decorate a Typer command (below ``@app.command()``) so that a
     :class:`~pipeline.errors.FloodgateError` it raises ends it through :func:`fail`:
-    its message on one line, exit status 2. Its ``finally`` blocks run first. The
-    command's signature, and so its options, are unchanged."""
+    its message on one line of standard error, exit status 1 (a failed operation;
+    status 2 is left to usage errors of the command line). Its ``finally`` blocks run
+    first. The command's signature, and so its options, are unchanged."""
 
     @functools.wraps(command)
     def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:

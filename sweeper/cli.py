@@ -94,8 +94,8 @@ Verify = Annotated[
 @app.command()
 @reports_errors
 def blobs(config: Config = None, verify: Verify = False) -> None:
-    """The BLOB chains of the sweep catalog (with ``--verify``: each BLOB checked,
-    issue 26; exit code 1 when one is damaged)."""
+    """The BLOB chains of the sweep catalog (with ``--verify``: each BLOB checked
+    against its catalog row; exit status 1 when one is damaged)."""
     from pipeline.errors import BlobIntegrityError
     from pipeline.swept.catalog import SweepCatalog, check_blob
     from sweeper.config import load_sweeper_config

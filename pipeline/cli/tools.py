@@ -12,11 +12,10 @@ import typer
 from pipeline.cli.app import (
     Engine,
     app,
-    console,
     setup_logging,
 )
-from pipeline.commands import reports_errors
-from pipeline.errors import FloodgateError
+from pipeline.commands import fail, reports_errors, usage_error
+from pipeline.errors import ConfigError, FloodgateError
 
 
 @app.command("driver-path")
@@ -47,11 +46,7 @@ def metrics_doc(
     elif check:
         current = output.read_text(encoding="utf-8") if output.exists() else ""
         if current != text:
-            console.print(
-                f"[bold red]error:[/] {output} is out of date: "
-                f"run floodgate metrics-doc --output {output}"
-            )
-            raise typer.Exit(code=1)
+            raise fail(f"{output} is out of date: run floodgate metrics-doc --output {output}")
     else:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")
@@ -110,7 +105,10 @@ def broker(
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     started: Any
     if sasl_user:
-        started = _sasl_cluster(engine, sasl_user, nodes=nodes, data_dir=data_dir, port=port)
+        try:
+            started = _sasl_cluster(engine, sasl_user, nodes=nodes, data_dir=data_dir, port=port)
+        except ConfigError as exc:  # the command line's --sasl-user / --engine
+            raise usage_error(str(exc)) from exc
     else:
         started = local_broker(engine.value, nodes=nodes, data_dir=data_dir, port=port)
     started.start()
@@ -140,7 +138,6 @@ def _sasl_cluster(
             :func:`pipeline.brokers.apache_kafka.cluster.check_sasl_users`.
     """
     from pipeline.brokers.apache_kafka import ApacheKafkaCluster
-    from pipeline.errors import ConfigError
 
     if engine != Engine.apache_kafka:
         raise ConfigError(

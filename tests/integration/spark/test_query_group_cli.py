@@ -84,7 +84,7 @@ def test_status_release_and_stop_reach_a_running_driver_by_name(
         assert "HELD" in shown.output and "flights_copy" in shown.output
 
         refused = cli("stop", "no-such-group", *where)
-        assert refused.exit_code == 2 and "no running endpoint found" in refused.output
+        assert refused.exit_code == 1 and "no running endpoint found" in refused.stderr
 
         # The admission service finds the driver through its control file and reads
         # its JVM heap (counted in the memory usage that decides emergency mode).
@@ -106,14 +106,14 @@ def test_status_release_and_stop_reach_a_running_driver_by_name(
                     releases += 1
         assert releases >= 1
         not_held = cli("release", name, *where)
-        assert not_held.exit_code == 2 and "not HELD" in not_held.output
+        assert not_held.exit_code == 1 and "not HELD" in not_held.stderr
 
         stopped = cli("stop", name, *where)
         assert stopped.exit_code == 0, stopped.output
         assert driver.wait(timeout=60) == 0, log_path.read_text()[-4000:]
         assert not (control_dir / f"{name}.json").exists()
         gone = cli("status", name, *where)
-        assert gone.exit_code == 2 and "no running endpoint found" in gone.output
+        assert gone.exit_code == 1 and "no running endpoint found" in gone.stderr
     finally:
         if driver.poll() is None:
             kill_group(driver)
