@@ -32,7 +32,9 @@ from pipeline.commands import Verbose, config_file_option, fail, reports_errors
 from pipeline.services.http_client import error_detail
 
 app = typer.Typer(
-    help="The admission service: starts jobs when CPU and memory allow.", no_args_is_help=True
+    help="The admission service: starts jobs when CPU and memory allow.",
+    no_args_is_help=True,
+    rich_markup_mode=None,  # help as plain text, "[...]" printed, not read as markup
 )
 console = Console()
 

@@ -27,6 +27,7 @@ from pipeline.commands import Verbose, config_file_option, fail, reports_errors
 app = typer.Typer(
     help="The sweeper service: moves the backlog of slow queues into BLOBs.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # help as plain text, "[...]" printed, not read as markup
 )
 console = Console()
 

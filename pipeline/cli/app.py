@@ -32,6 +32,8 @@ app = typer.Typer(
     help="A back-pressured, Kafka-fronted stream processing pipeline on Spark.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Help as plain text: "[kafka] bootstrap_servers" is printed, not read as markup.
+    rich_markup_mode=None,
 )
 
 
@@ -43,6 +45,7 @@ query_group_app = typer.Typer(
     "release and stop send the control token: FLOODGATE_CONTROL_TOKEN, else the group's "
     "<control_dir>/<name>.token on this host.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 
