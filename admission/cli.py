@@ -28,7 +28,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.commands import Verbose, config_file_option, fail, reports_errors
+from pipeline.commands import Verbose, config_file_option, fail, print_table, reports_errors
 from pipeline.services.http_client import error_detail
 
 app = typer.Typer(
@@ -164,7 +164,7 @@ def jobs(
     if as_json:
         print(json.dumps(found, indent=2))
     else:
-        console.print(_jobs_table(found))
+        print_table(console, _jobs_table(found))
 
 
 @app.command()
@@ -188,7 +188,7 @@ def stalls(
         table.add_column(column)
     for stall in found:
         table.add_row(str(stall["id"]), str(stall["job_id"]), stall["kind"], stall["reason"])
-    console.print(table)
+    print_table(console, table)
 
 
 @app.command("start-now")

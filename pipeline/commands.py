@@ -29,6 +29,9 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
+from rich.segment import Segments
+from rich.table import Table
 
 from pipeline.errors import FloodgateError
 
@@ -74,6 +77,22 @@ def reports_errors(command: Callable[_P, _R]) -> Callable[_P, _R]:
             raise fail(str(exc)) from exc
 
     return run
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table`` with no cell cut short ("fligh…"): in a terminal, at the
+    terminal's width, a cell too long for its column folded onto the next line; anywhere
+    else (a pipe, a file, a container's log), as wide as the table needs, however many
+    columns that is (a reader of a log scrolls; it cannot widen a column afterwards)."""
+    for column in table.columns:
+        if column.overflow == "ellipsis":
+            column.overflow = "fold"
+    if console.is_terminal:
+        console.print(table)
+        return
+    whole = Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+    options = console.options.update_width(max(console.width, whole))
+    console.print(Segments(console.render(table, options)), crop=False)
 
 
 def config_file_option(what: str) -> Any:

@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.commands import Verbose, config_file_option, fail, reports_errors
+from pipeline.commands import Verbose, config_file_option, fail, print_table, reports_errors
 
 app = typer.Typer(
     help="The sweeper service: moves the backlog of slow queues into BLOBs.",
@@ -128,7 +128,7 @@ def blobs(config: Config = None, verify: Verify = False) -> None:
                 row.append(f"DAMAGED ({exc.reason})")
         table.add_row(*row)
     catalog.close()
-    console.print(table)
+    print_table(console, table)
     console.print(f"{len(held)} BLOBs, {sum(b.bytes for b in held):,} bytes")
     if damaged:
         console.print(f"[bold red]{damaged} damaged BLOBs[/] (the log has FG-BLOB-002 lines)")

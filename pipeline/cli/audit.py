@@ -16,7 +16,7 @@ from pipeline.cli.app import (
     console,
     query_group_file,
 )
-from pipeline.commands import reports_errors
+from pipeline.commands import print_table, reports_errors
 from pipeline.errors import FloodgateError
 
 
@@ -75,7 +75,7 @@ def audit(
                 f"{r.queued:,}",
                 f"{r.unaccounted:,}" if r.balanced else f"[bold red]{r.unaccounted:,}[/]",
             )
-        console.print(table)
+        print_table(console, table)
         if balanced:
             console.print(f"[bold green]balanced:[/] {len(rows)} partitions, nothing unaccounted")
         else:

@@ -19,7 +19,7 @@ from pipeline.cli.app import (
     query_group_file,
     setup_logging,
 )
-from pipeline.commands import Verbose, reports_errors
+from pipeline.commands import Verbose, print_table, reports_errors
 
 _HEADINGS = {
     "flights": "flights",
@@ -169,23 +169,25 @@ def _hours_table(title: str, rows: list[dict[str, Any]], figures: tuple[str, ...
 def _print_results(result: Any, top: int) -> None:
     hours = result.origin_hours
     busiest = sorted(hours, key=lambda r: (-r["flights"], r["hour_start"], r["origin"]))[:top]
-    console.print(
+    print_table(
+        console,
         _hours_table(
             f"Busiest origin-hours (top {top})",
             busiest,
             ("flights", "departures", "mean_dep_delay", "mean_arr_delay"),
-        )
+        ),
     )
     delayed = sorted(
         (r for r in hours if r["departures"] >= 10 and r["mean_dep_delay"] is not None),
         key=lambda r: (-r["mean_dep_delay"], r["hour_start"], r["origin"]),
     )[:top]
-    console.print(
+    print_table(
+        console,
         _hours_table(
             f"Most delayed origin-hours, at least 10 departures (top {top})",
             delayed,
             ("departures", "mean_dep_delay", "mean_arr_delay"),
-        )
+        ),
     )
 
     summary = Table(title="Figures", show_header=False)
@@ -217,4 +219,4 @@ def _print_results(result: Any, top: int) -> None:
     )
     summary.add_row("seconds, first tuple to all processed and read", f"{result.seconds:.1f}")
     summary.add_row("tuples/s end to end", f"{result.produced / max(result.seconds, 1e-9):,.0f}")
-    console.print(summary)
+    print_table(console, summary)

@@ -12,7 +12,7 @@ from pipeline.cli.app import (
     console,
     query_group_app,
 )
-from pipeline.commands import reports_errors
+from pipeline.commands import print_table, reports_errors
 from pipeline.config import DEFAULT_CONTROL_DIR
 
 _URL_OPTION = typer.Option(
@@ -65,14 +65,14 @@ def _print_status(status: dict[str, Any]) -> None:
             f"{q['tuples_written']:,}",
             f"{q['processed_rows_per_second']:,.0f}",
         )
-    console.print(queries)
+    print_table(console, queries)
     outputs = Table(title="output stream queues")
     for column in ("stream", "length", "max", "full"):
         outputs.add_column(column, justify="left" if column == "stream" else "right")
     for name, o in status["output_queues"].items():
         full = o["length"] / o["max_queue_size"] if o["max_queue_size"] else 0.0
         outputs.add_row(name, f"{o['length']:,}", f"{o['max_queue_size']:,}", f"{full:.0%}")
-    console.print(outputs)
+    print_table(console, outputs)
     for stream, count in status.get("discarded", {}).items():
         console.print(f"  discarded on release from {stream}: {count:,} tuples")
 
