@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -23,6 +23,9 @@ from pipeline.cli.app import (
     stop_on_signals,
 )
 from pipeline.commands import Verbose, reports_errors
+
+if TYPE_CHECKING:
+    from pipeline.demo.producer import ProducerStatus
 
 
 @app.command()
@@ -110,7 +113,7 @@ def produce(
     from prometheus_client import CollectorRegistry
 
     from pipeline.config import load_query_group
-    from pipeline.demo.producer import ProducerStatus, run_producer
+    from pipeline.demo.producer import run_producer
     from pipeline.metrics import add_metrics_route
     from pipeline.services.serving import listen
 
@@ -136,8 +139,10 @@ def produce(
     task = progress.add_task(f"{stream} round 1", total=None, queue="")
 
     last_line = [0.0]
+    last: list[ProducerStatus] = []
 
     def on_progress(status: ProducerStatus) -> None:
+        last[:] = [status]
         done = status.produced - (status.round - 1) * status.total
         if not console.is_terminal and time.monotonic() - last_line[0] >= 10:
             # No live bar in a container's log: a line every 10 s instead.
@@ -173,4 +178,21 @@ def produce(
             )
     finally:
         server.stop()
-    console.print(f"{produced:,} flights produced into {cfg.name}.{stream}")
+    console.print(
+        produced_line(produced, f"{cfg.name}.{stream}", last[0] if last else None), soft_wrap=True
+    )
+
+
+def produced_line(produced: int, where: str, status: ProducerStatus | None) -> str:
+    """The last line of ``floodgate produce``: tuples produced into ``where``
+    (``<query group>.<stream>``) and, from the final ``status`` (its queue read from the
+    broker after the last delivery), the queue as ``floodgate audit`` counts it: tuples
+    written and not yet processed, of the bound. Without a status (stopped before the
+    first), the count alone."""
+    line = f"{produced:,} flights produced into {where}"
+    if status is None:
+        return line
+    return (
+        f"{line}; queue {status.queue_length:,}/{status.max_queue_size:,} "
+        "(written, not yet processed by the query group)"
+    )

@@ -29,7 +29,9 @@ class ProducerStatus:
         produced: tuples accepted so far, all rounds.
         total: tuples per round.
         received: output tuples the reception read so far, per output stream.
-        queue_length: the input stream queue's length at the client's last read.
+        queue_length: tuples in the input stream queue, written and not yet processed
+            by the query group (the slowest query's commit), read from the broker for
+            this status: what ``floodgate audit`` shows as queued.
         max_queue_size: its bound.
     """
 
@@ -150,6 +152,10 @@ def _producer_status(
     writer: StreamInput,
 ) -> ProducerStatus:
     tables = reception.tables() if reception is not None else {}
+    # Read the queue now: the client reads the broker only when a put needs it, so its
+    # last reading can be the one from before the replay (0 queued at the end, with the
+    # replayed tuples still waiting for the query group).
+    writer.free_queue_size()
     return ProducerStatus(
         round=round_,
         produced=produced,
