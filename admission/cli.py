@@ -28,8 +28,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.commands import Verbose, config_file_option, fail, print_table, reports_errors
+from pipeline.commands import (
+    LogFormatOption,
+    Verbose,
+    config_file_option,
+    fail,
+    print_table,
+    reports_errors,
+)
 from pipeline.services.http_client import error_detail
+from pipeline.services.logs import LogFormat
 
 app = typer.Typer(
     help="The admission service: starts jobs when CPU and memory allow.",
@@ -51,6 +59,7 @@ Token = Annotated[
 def serve(
     config: Annotated[Path | None, config_file_option("Admission")] = None,
     verbose: Verbose = False,
+    log_format: LogFormatOption = LogFormat.text,
 ) -> None:
     """Run the admission service until SIGTERM / Ctrl-C."""
     from admission.api import build_app
@@ -58,7 +67,7 @@ def serve(
     from admission.service import AdmissionService
     from pipeline.services.serving import listen, log_service, serve_until_signal
 
-    log_service(verbose)
+    log_service(verbose, log_format)
     settings = load_admission_config(config)
     service = AdmissionService(settings)
     server = listen(

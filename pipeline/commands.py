@@ -34,6 +34,7 @@ from rich.segment import Segments
 from rich.table import Table
 
 from pipeline.errors import FloodgateError
+from pipeline.services.logs import LOG_FORMAT_ENV, LogFormat
 
 #: The exit status of a command whose operation failed.
 FAILED = 1
@@ -42,6 +43,18 @@ USAGE = 2
 
 #: ``--verbose`` / ``-v``: log at INFO instead of WARNING.
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")]
+
+#: ``--log-format text|json`` of the long-running commands (:mod:`pipeline.services.logs`).
+LogFormatOption = Annotated[
+    LogFormat,
+    typer.Option(
+        "--log-format",
+        envvar=LOG_FORMAT_ENV,
+        case_sensitive=False,
+        help="Log lines on standard error as text (time, level, logger, message) or as "
+        "json (one object a line: time, level, logger, message).",
+    ),
+]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")

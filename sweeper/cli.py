@@ -22,7 +22,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.commands import Verbose, config_file_option, fail, print_table, reports_errors
+from pipeline.commands import (
+    LogFormatOption,
+    Verbose,
+    config_file_option,
+    fail,
+    print_table,
+    reports_errors,
+)
+from pipeline.services.logs import LogFormat
 
 app = typer.Typer(
     help="The sweeper service: moves the backlog of slow queues into BLOBs.",
@@ -42,6 +50,7 @@ def serve(
         str | None, typer.Option(help="Kafka bootstrap servers (else the config, the env).")
     ] = None,
     verbose: Verbose = False,
+    log_format: LogFormatOption = LogFormat.text,
 ) -> None:
     """Run the sweeper until SIGTERM / Ctrl-C."""
     from fastapi import FastAPI
@@ -52,7 +61,7 @@ def serve(
     from sweeper.config import load_sweeper_config
     from sweeper.service import Sweeper
 
-    log_service(verbose)
+    log_service(verbose, log_format)
     settings, groups = load_sweeper_config(config)
     servers = (
         bootstrap

@@ -52,12 +52,29 @@ query_group_app = typer.Typer(
 app.add_typer(query_group_app, name="query-group")
 
 
-def setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(message)s",
-        handlers=[RichHandler(console=Console(stderr=True), show_path=False)],
-    )
+def setup_logging(verbose: bool, log_format: str | None = None) -> None:
+    """Log on standard error at INFO when ``verbose``, else WARNING; a no-op once
+    logging is set up.
+
+    Args:
+        log_format: ``text`` or ``json`` for a long-running command (``floodgate run``):
+            each line with its time, level and logger
+            (:func:`pipeline.services.logs.configure_logging`); ``None``: an
+            interactive command's lines through rich (level, logger, message).
+
+    Raises:
+        ValueError: ``log_format`` is neither ``text``, ``json`` nor ``None``.
+    """
+    from pipeline.services.logs import configure_logging
+
+    if log_format is not None:
+        configure_logging(verbose, log_format)
+    else:
+        logging.basicConfig(
+            level=logging.INFO if verbose else logging.WARNING,
+            format="%(name)s: %(message)s",
+            handlers=[RichHandler(console=Console(stderr=True), show_path=False)],
+        )
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

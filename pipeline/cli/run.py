@@ -22,7 +22,8 @@ from pipeline.cli.app import (
     setup_logging,
     stop_on_signals,
 )
-from pipeline.commands import Verbose, reports_errors
+from pipeline.commands import LogFormatOption, Verbose, reports_errors
+from pipeline.services.logs import LogFormat
 
 if TYPE_CHECKING:
     from pipeline.demo.producer import ProducerStatus
@@ -37,6 +38,7 @@ def run(
         bool, typer.Option(help="Process what is available now, then stop (Trigger.AvailableNow).")
     ] = False,
     verbose: Verbose = False,
+    log_format: LogFormatOption = LogFormat.text,
 ) -> None:
     """Run a query group until it is stopped (SIGTERM/Ctrl-C) or, with --available-now, drained."""
     from pipeline.config import load_query_group
@@ -44,7 +46,7 @@ def run(
     from pipeline.spark.control import resolve_token
     from pipeline.spark.query_group import QueryGroup
 
-    setup_logging(verbose)
+    setup_logging(verbose, log_format)
     cfg = load_query_group(config)
     servers = bootstrap_servers_for(bootstrap, cfg)
     resolve_token()  # a control token that cannot serve is refused before Spark starts

@@ -11,7 +11,6 @@ API, then :func:`serve_until_signal` in the foreground.
 
 from __future__ import annotations
 
-import logging
 import signal
 import socket
 import threading
@@ -49,8 +48,12 @@ class AppServer:
             raise
         self.port = int(sock.getsockname()[1])
         self._socket = sock
+        # log_config=None: uvicorn's own lines go through the root logger, in the
+        # service's format (pipeline.services.logs), not in a format of uvicorn's.
         self._server = uvicorn.Server(
-            uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+            uvicorn.Config(
+                app, log_level="warning", log_config=None, access_log=False, lifespan="off"
+            )
         )
         self._thread: threading.Thread | None = None
 
@@ -106,12 +109,17 @@ def wait_for_signal() -> None:
     stop.wait()
 
 
-def log_service(verbose: bool) -> None:
-    """Log a service's lines on standard error with their time, at INFO when
-    ``verbose``, else WARNING (``logging.basicConfig``: a no-op once logging is set up)."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(message)s"
-    )
+def log_service(verbose: bool, log_format: str = "text") -> None:
+    """Log a service's lines on standard error with their time, level and logger, as
+    ``text`` or ``json`` (:func:`pipeline.services.logs.configure_logging`), at INFO when
+    ``verbose``, else WARNING; a no-op once logging is set up.
+
+    Raises:
+        ValueError: ``log_format`` is neither ``text`` nor ``json``.
+    """
+    from pipeline.services.logs import configure_logging
+
+    configure_logging(verbose, log_format)
 
 
 def listen(app: Any, *, host: str, port: int, name: str, what: str = "") -> AppServer:
