@@ -1,11 +1,17 @@
 # `make demo` and `make test` are the two commands a new user needs (README.md).
 # Both bootstrap .venv on first use and re-install when pyproject.toml changes.
+# Before that, scripts/system-deps checks what pip cannot install (Java; Prometheus
+# and PostgreSQL for the tests; Maven for Apache Kafka) in milliseconds: it installs
+# what is missing with apt-get when run as root (or with passwordless sudo), else
+# stops at once naming the command that does.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration test-apache-kafka test-soak lint typecheck docs bench bench-peers bench-spark-kafka soak clean
+.PHONY: demo test test-unit test-integration test-apache-kafka test-soak \
+	system-deps-demo system-deps-test system-deps-test-integration \
+	system-deps-test-apache-kafka system-deps-test-soak lint typecheck docs bench bench-peers bench-spark-kafka soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,27 +31,32 @@ $(VENV)/.docs: pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
 	touch $@
 
-demo: $(STAMP)
+# First prerequisite of each target that needs them, so a missing tool stops the run
+# before the virtualenv is built, not after minutes of failing tests. test-unit needs none.
+system-deps-demo system-deps-test system-deps-test-integration system-deps-test-apache-kafka system-deps-test-soak:
+	@scripts/system-deps $(@:system-deps-%=%)
+
+demo: system-deps-demo $(STAMP)
 	$(BIN)/floodgate demo $(ARGS)
 
-test: $(STAMP)
+test: system-deps-test $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit $(ARGS)
 
-test-integration: $(STAMP)
+test-integration: system-deps-test-integration $(STAMP)
 	$(BIN)/python -m pytest tests/integration $(ARGS)
 
 # The integration tests (soak included) on Apache Kafka's own broker instead of the
 # embedded one: needs Maven on first use, to fetch the broker's jars (docs/kafka-engines.md).
 # With them, the tests of Floodgate as users deploy it (marker `deployment`): the built
 # wheel in a fresh virtualenv, and a Spark standalone cluster (docs/spark-cluster.md).
-test-apache-kafka: $(STAMP)
+test-apache-kafka: system-deps-test-apache-kafka $(STAMP)
 	FLOODGATE_KAFKA_ENGINE=apache-kafka $(BIN)/python -m pytest tests/integration $(ARGS)
 
 # The soak's short mode alone (about 2 minutes; `make test` runs it too).
-test-soak: $(STAMP)
+test-soak: system-deps-test-soak $(STAMP)
 	$(BIN)/python -m pytest tests/integration/soak/test_soak.py -m soak $(ARGS)
 
 lint: $(STAMP)
