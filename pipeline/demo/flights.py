@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
+import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
@@ -59,6 +60,65 @@ def load_flights(limit: int | None = None) -> pd.DataFrame:
         df = df.iloc[:limit].reset_index(drop=True)
     df["time_hour_ms"] = df["time_hour"].dt.as_unit("ms").astype("int64")
     return df
+
+
+def shift_years(time_hour_ms: Any, years: int) -> Any:
+    """Event times moved ``years`` calendar years later, in UTC: 2013-03-01 10:00 is
+    2016-03-01 10:00 three years on (pure).
+
+    Why calendar years: ``floodgate produce --rounds N`` replays the same 2013 flights
+    round after round, and the same event times (and keys, which hold ``time_hour``)
+    came after the watermark of the round before: from round 2 on, 282 359 of
+    336 776 flights were dead-lettered as ``late``. Round ``r`` (0-based) replays them
+    ``r`` years later, so each round starts after the previous one ended (the data
+    spans 2013-01-01 10:00 to 2014-01-01 04:00 UTC, less than a year) and a stack
+    replays forever with no late tuple. A calendar shift moves each hour onto a whole
+    hour and each UTC day onto a whole UTC day (the demo's ``1 hour`` and ``1 day``
+    windows keep their contents, and ``month``/``day`` stay right), and it keeps the
+    order of times of a non-leap year such as 2013. Fixed lengths would not: 52 weeks
+    (364 days) start the next round on 2013-12-31, before the round ends; 365 days
+    move dates by a day after every 29 February (2016-02-29 for 2013-03-01). A leap
+    year's 29 February gets no flights.
+
+    Args:
+        time_hour_ms: epoch milliseconds (UTC): an int or an int64 array/Series.
+        years: whole years to add, ``>= 0``; 0 returns the times unchanged.
+
+    Returns:
+        The shifted epoch milliseconds, of the same kind as ``time_hour_ms`` (an int for
+        an int, an int64 numpy array otherwise). A 29 February moves to the 28th in a
+        non-leap target year (not in 2013's data).
+
+    Raises:
+        ValueError: ``years`` is negative.
+    """
+    if years < 0:
+        raise ValueError(f"years must be >= 0, got {years}")
+    if years == 0:
+        return time_hour_ms
+    scalar = isinstance(time_hour_ms, int | np.integer)
+    times = pd.to_datetime(np.atleast_1d(np.asarray(time_hour_ms, dtype="int64")), unit="ms")
+    shifted = (times + pd.DateOffset(years=years)).as_unit("ms").asi8
+    return int(shifted[0]) if scalar else shifted
+
+
+def shift_flights(df: pd.DataFrame, years: int) -> pd.DataFrame:
+    """Rows of :func:`load_flights` replayed ``years`` calendar years later
+    (:func:`shift_years`): ``time_hour``, ``time_hour_ms`` and ``year`` move, the local
+    ``month``, ``day``, ``hour`` and ``minute`` stay. ``df`` itself when ``years`` is 0,
+    else a copy.
+
+    The local hour fields are New York time; ``time_hour`` is moved in UTC, so near a
+    daylight-saving change that falls on another date in the target year a flight's
+    ``hour`` and its ``time_hour`` differ by an hour (the queries use ``time_hour``).
+    """
+    if years == 0:
+        return df
+    out = df.copy()
+    out["time_hour_ms"] = shift_years(df["time_hour_ms"].to_numpy(), years)
+    out["time_hour"] = pd.to_datetime(out["time_hour_ms"], unit="ms", utc=True)
+    out["year"] = df["year"] + years
+    return out
 
 
 def flight_records(df: pd.DataFrame) -> Iterator[dict[str, Any]]:
@@ -108,18 +168,25 @@ class FlightTuples(Sequence[dict[str, Any]]):
     """The rows of :func:`load_flights` as ``flight`` tuples, built a slice at a time.
 
     A replay takes a batch at a time; building all 336 776 dicts up front held
-    ~300 MiB in the producer process for the whole replay (``bench/bench_memory.py``,
-    issue 9). Indexing gives the same dicts as :func:`flight_records`.
+    ~300 MiB in the producer process for the whole replay (``bench/bench_memory.py``).
+    Indexing gives the same dicts as :func:`flight_records`.
+
+    Args:
+        df: rows of :func:`load_flights`.
+        years: replay them this many calendar years later (:func:`shift_flights`,
+            one more for each round of ``floodgate produce --rounds``), each slice
+            shifted as it is built.
     """
 
-    def __init__(self, df: pd.DataFrame) -> None:
+    def __init__(self, df: pd.DataFrame, years: int = 0) -> None:
         self.df = df
+        self.years = years
 
     def table(self, start: int, stop: int) -> pa.Table:
         """Rows ``[start, stop)`` as an Arrow table (:func:`flight_table`, built per
         slice: all of it at once held ~55 MiB more in the replay process,
         ``bench/bench_memory.py``): what the demo's replay puts, a column at a time."""
-        return flight_table(self.df.iloc[start:stop])
+        return flight_table(shift_flights(self.df.iloc[start:stop], self.years))
 
     def __len__(self) -> int:
         return len(self.df)
@@ -132,6 +199,6 @@ class FlightTuples(Sequence[dict[str, Any]]):
 
     def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(index, slice):
-            return list(flight_records(self.df.iloc[index]))
-        row = self.df.iloc[[index]]
+            return list(flight_records(shift_flights(self.df.iloc[index], self.years)))
+        row = shift_flights(self.df.iloc[[index]], self.years)
         return next(flight_records(row))

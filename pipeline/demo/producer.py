@@ -71,6 +71,9 @@ def run_producer(
         rate: tuples per second; ``None`` as fast as back-pressure lets it.
         limit: replay only the first ``limit`` flights of each round.
         rounds: replay the flights this many times; ``None`` until ``stop`` is set.
+            Round ``r`` (1-based) replays them ``r - 1`` calendar years later
+            (:func:`~pipeline.demo.flights.shift_years`: event times and so keys), so
+            each round starts after the one before ended and none of it is late.
         read_outputs: read every output stream of the group (frees their bounded
             output stream queues); ``False`` leaves them to other readers.
         registry: where the client's metrics go (default: a registry of its own).
@@ -96,7 +99,8 @@ def run_producer(
             value=stream,
         )
     stop = stop or threading.Event()
-    records = FlightTuples(load_flights(limit))
+    flights = load_flights(limit)
+    records = FlightTuples(flights)
     schemas = SchemaRepository.load(config.schema_dir)
     ensure_topics(bootstrap_servers, config.topics(), client=dict(config.kafka.client))
     produced = 0
@@ -120,6 +124,9 @@ def run_producer(
         round_ = 0
         while not stop.is_set() and (rounds is None or round_ < rounds):
             round_ += 1
+            # Round r replays the flights r - 1 years later: the same event times
+            # would all be behind the watermark the round before left (late).
+            records = FlightTuples(flights, years=round_ - 1)
             replayer = FlightReplayer(writer, records, rate=rate, stop=stop)
             thread = threading.Thread(target=replayer.run, name="flight-replay", daemon=True)
             thread.start()
