@@ -137,7 +137,8 @@ class PartitionReader:
 
     def batches(self, ranges: Sequence[KafkaInputPartition]) -> Iterator[Any]:
         """Arrow record batches of ``ranges``, in order, through one consumer; the
-        dead letters of all of them are sent at the end.
+        dead letters of all of them are sent at the end, and logged as one
+        ``FG-SOURCE-001`` line per reason for the task.
 
         Raises:
             DataLossError: an offset neither the broker nor a BLOB holds.
@@ -160,7 +161,7 @@ class PartitionReader:
                     yield from self._convert(pending)
         finally:
             consumer.close()
-        self.dead.send()
+        self.dead.send(batch_id=ranges[0].batch_id if ranges else None)
 
     def _convert(self, messages: list[Any]) -> Iterator[Any]:
         """One Arrow record batch of ``messages`` (none if every one was refused).
