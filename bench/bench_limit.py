@@ -533,18 +533,37 @@ class SinkTimers:
 
 
 class SparkPhases:
-    """Every micro-batch's progress of the session's queries (a listener on the
-    session): batch id, input rows, start and ``durationMs``."""
+    """Every micro-batch's progress of the query groups run in this process: batch id,
+    input rows, start and ``durationMs``.
 
-    def __init__(self, spark: Any) -> None:
-        from pipeline.spark.progress import ProgressListener
+    A query group runs its queries in a child session of the one given (its listeners
+    and views apart from another group's), and a listener on the parent session's
+    ``StreamingQueryManager`` hears none of them; so this wraps the groups' own
+    progress callback (``QueryGroup._on_progress``), which every micro-batch's
+    ``QueryProgressEvent`` reaches, as :class:`SinkTimers` wraps the sink's methods.
+    """
 
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self.batches: list[dict[str, Any]] = []
-        self._listener = ProgressListener(
-            spark, on_progress=self._on_progress, on_terminated=lambda *_: None
-        )
-        spark.streams.addListener(self._listener)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Wrap ``QueryGroup._on_progress`` for the ``with`` block."""
+        from pipeline.spark.query_group import QueryGroup
+
+        original = QueryGroup._on_progress
+        record = self._on_progress
+
+        def on_progress(group: Any, query_id: str, progress: Any) -> None:
+            record(query_id, progress)
+            original(group, query_id, progress)
+
+        QueryGroup._on_progress = on_progress  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            QueryGroup._on_progress = original  # type: ignore[method-assign]
 
     def _on_progress(self, _query_id: str, progress: Any) -> None:
         started = datetime.fromisoformat(str(progress.timestamp).replace("Z", "+00:00"))
@@ -843,8 +862,11 @@ def where_time_goes(runs: list[Run]) -> dict[str, Any]:
                     p: median_of([f.spark_s.get(q, {}).get(p, 0.0) for f in fg])
                     for p in SPARK_PHASES
                 },
+                # The sink's timers know a query by its own name, Spark's progress by
+                # ``<group>.<query>``.
                 "sink_s": {
-                    p: median_of([f.sink_s.get(q, {}).get(p, 0.0) for f in fg]) for p in SINK_PHASES
+                    p: median_of([f.sink_s.get(q.rpartition(".")[2], {}).get(p, 0.0) for f in fg])
+                    for p in SINK_PHASES
                 },
             }
             for q in queries
@@ -929,7 +951,7 @@ def main() -> None:
     expected = common.expected_origin_hours(args.limit)
     n = sum(v[0] for v in expected.values())
     spark = common.start_spark("floodgate-bench-limit")
-    phases = SparkPhases(spark)
+    phases = SparkPhases()
     timers = SinkTimers()
     runs: list[Run] = []
     columns = (
@@ -942,6 +964,7 @@ def main() -> None:
         with (
             tempfile.TemporaryDirectory(prefix="bench-limit-") as directory,
             timers.installed(),
+            phases.installed(),
             Progress(*columns, console=console) as progress,
         ):
             flights = write_flights(Path(directory), args.limit)
