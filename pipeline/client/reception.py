@@ -22,7 +22,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.errors import (
     DeserializationError,
 )
-from pipeline.kafka.fetching import rest_until_records, resume_fetching
+from pipeline.kafka.fetching import bounded_fetch, rest_until_records, resume_fetching
 from pipeline.queues.probe import QueueProbe
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
@@ -102,6 +102,9 @@ class StreamOutput:
                 "isolation.level": "read_committed",
                 **config.kafka.client,
                 "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
+                # A new reader of a long-running output stream starts at its beginning:
+                # fetches librdkafka can receive however much is there.
+                **bounded_fetch(config.kafka.client),
             }
         )
         self._consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)

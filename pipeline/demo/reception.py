@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.client import StreamOutput
 from pipeline.errors import FloodgateError
+from pipeline.kafka.fetching import bounded_fetch
 from pipeline.serde.codec import StreamCodec
 
 log = logging.getLogger(__name__)
@@ -202,6 +203,7 @@ def read_all(
             "enable.partition.eof": True,
             **(client or {}),
             "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
+            **bounded_fetch(client),  # a whole topic: more than one fetch answer may hold
         }
     )
     try:

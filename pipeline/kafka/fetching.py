@@ -1,12 +1,13 @@
-"""Consumer helpers around librdkafka's fetcher: resume after a pause, rest until records."""
+"""Consumer helpers around librdkafka's fetcher: bounded fetches for readers of whole
+topics, resume after a pause, rest until records."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -14,6 +15,47 @@ if TYPE_CHECKING:
     pass
 
 log = logging.getLogger(__name__)
+
+
+#: librdkafka's default ``receive.message.max.bytes``: the largest response it reads.
+RECEIVE_MESSAGE_MAX_BYTES = 100_000_000
+
+#: What a reader of a whole topic asks of one fetch, all partitions together.
+FETCH_MAX_BYTES = 8 * 2**20
+
+#: ... and of one partition in a fetch (librdkafka's default).
+PARTITION_FETCH_MAX_BYTES = 2**20
+
+
+def bounded_fetch(client: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``fetch.max.bytes``, ``max.partition.fetch.bytes`` and ``receive.message.max.bytes``
+    for a consumer that reads a whole topic (the dead-letter topic, an output topic),
+    to put after a user's ``[kafka.client]`` properties.
+
+    Why: a fetch response larger than ``receive.message.max.bytes`` is refused by
+    librdkafka ("Invalid response size ... increase receive.message.max.bytes"), the
+    connection dropped and the same fetch sent again, forever: ``floodgate audit``
+    printed nothing for a dead-letter topic of 282 359 records, whose fetch answer was
+    118 MB. A fetch asks for at most :data:`FETCH_MAX_BYTES` (8 MiB) and
+    :data:`PARTITION_FETCH_MAX_BYTES` (1 MiB) a partition, both under the receive limit
+    with librdkafka's 512 bytes of protocol overhead; a user's smaller values are kept.
+
+    Args:
+        client: the user's librdkafka properties (``[kafka.client]``), if any.
+
+    Returns:
+        The three properties, each an int: ``fetch.max.bytes <= receive.message.max.bytes
+        - 512`` and ``max.partition.fetch.bytes <= fetch.max.bytes``.
+    """
+    client = client or {}
+    receive = int(client.get("receive.message.max.bytes", RECEIVE_MESSAGE_MAX_BYTES))
+    fetch = min(int(client.get("fetch.max.bytes", FETCH_MAX_BYTES)), receive - 512)
+    partition = min(int(client.get("max.partition.fetch.bytes", PARTITION_FETCH_MAX_BYTES)), fetch)
+    return {
+        "fetch.max.bytes": fetch,
+        "max.partition.fetch.bytes": partition,
+        "receive.message.max.bytes": receive,
+    }
 
 
 #: How long :func:`resume_fetching` waits for each wake-up request's answer. Short:

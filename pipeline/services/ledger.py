@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.errors import BrokerError
+from pipeline.kafka.fetching import bounded_fetch
 from pipeline.queues.probe import QueueProbe
 from pipeline.queues.snapshot import PartitionQueue
 
@@ -134,6 +135,9 @@ class DeadLetters:
     """The offsets in a dead-letter topic, by source topic and partition, read on from
     where the last :meth:`refresh` stopped (the sweeper keeps one per query group).
 
+    Fetches are bounded (:func:`~pipeline.kafka.fetching.bounded_fetch`): the topic of a
+    long-running group holds hundreds of megabytes, more than one fetch answer may hold.
+
     Args:
         bootstrap_servers: the cluster.
         topic: the dead-letter topic.
@@ -157,6 +161,8 @@ class DeadLetters:
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
                 "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
+                # A dead-letter topic grows without bound: fetches librdkafka can receive.
+                **bounded_fetch(client),
             }
         )
         self._positions: dict[int, int] = {}
