@@ -62,6 +62,10 @@ def load_flights(limit: int | None = None) -> pd.DataFrame:
     return df
 
 
+#: 10000-01-01T00:00Z in epoch ms: Spark's timestamps (and Python's datetime) end before.
+_YEAR_10000_MS = 253_402_300_800_000
+
+
 def shift_years(time_hour_ms: Any, years: int) -> Any:
     """Event times moved ``years`` calendar years later, in UTC: 2013-03-01 10:00 is
     2016-03-01 10:00 three years on (pure).
@@ -90,15 +94,32 @@ def shift_years(time_hour_ms: Any, years: int) -> Any:
         non-leap target year (not in 2013's data).
 
     Raises:
-        ValueError: ``years`` is negative.
+        ValueError: ``years`` is negative, or a time would be past 9999 (the last year
+            of Spark's timestamps: 7 986 rounds of the 2013 flights).
     """
     if years < 0:
         raise ValueError(f"years must be >= 0, got {years}")
     if years == 0:
         return time_hour_ms
     scalar = isinstance(time_hour_ms, int | np.integer)
-    times = pd.to_datetime(np.atleast_1d(np.asarray(time_hour_ms, dtype="int64")), unit="ms")
-    shifted = (times + pd.DateOffset(years=years)).as_unit("ms").asi8
+    # numpy's calendar in milliseconds: pandas' nanosecond timestamps end in 2262, some
+    # 250 rounds into a replay that runs for days.
+    times = np.atleast_1d(np.asarray(time_hour_ms, dtype="int64")).astype("datetime64[ms]")
+    months = times.astype("datetime64[M]")
+    into_month = times - months.astype("datetime64[ms]")
+    target = months + np.timedelta64(12 * years, "M")
+    month_days = (target + np.timedelta64(1, "M")).astype("datetime64[D]") - target.astype(
+        "datetime64[D]"
+    )
+    # 29 February into a year without one: the 28th, at the same time of day.
+    into_month = np.where(
+        into_month >= month_days.astype("timedelta64[ms]"),
+        into_month - np.timedelta64(1, "D"),
+        into_month,
+    )
+    shifted = (target.astype("datetime64[ms]") + into_month).astype("int64")
+    if shifted.size and shifted.max() >= _YEAR_10000_MS:
+        raise ValueError(f"{years} years later is past 9999, the last year Spark's timestamps hold")
     return int(shifted[0]) if scalar else shifted
 
 
@@ -116,7 +137,9 @@ def shift_flights(df: pd.DataFrame, years: int) -> pd.DataFrame:
         return df
     out = df.copy()
     out["time_hour_ms"] = shift_years(df["time_hour_ms"].to_numpy(), years)
-    out["time_hour"] = pd.to_datetime(out["time_hour_ms"], unit="ms", utc=True)
+    out["time_hour"] = pd.Series(
+        out["time_hour_ms"].to_numpy().astype("datetime64[ms]"), index=out.index
+    ).dt.tz_localize("UTC")
     out["year"] = df["year"] + years
     return out
 

@@ -99,6 +99,26 @@ def test_a_shift_keeps_order_hours_and_days_and_each_round_follows_the_last(
     assert shift_years(times[0], years) == shifted[0]
 
 
-def test_a_negative_shift_is_refused() -> None:
+def test_a_negative_shift_or_one_past_9999_is_refused() -> None:
     with pytest.raises(ValueError, match="years must be >= 0"):
         shift_years(0, -1)
+    last = load_flights()["time_hour_ms"].to_numpy()[-1:]  # 2014-01-01 04:00
+    assert pd.Timestamp(int(shift_years(last, 7_985)[0]), unit="ms") == pd.Timestamp(
+        "9999-01-01 04:00"
+    )
+    with pytest.raises(ValueError, match="past 9999"):
+        shift_years(last, 7_986)
+
+
+def test_a_replay_runs_past_2262_where_pandas_timestamps_end() -> None:
+    df = load_flights(limit=100)
+    shifted = shift_flights(df, 500)  # 2513
+    assert (shifted["year"] == 2513).all()
+    assert shifted["time_hour"].iloc[0].isoformat() == "2513-01-01T10:00:00+00:00"
+    assert FlightTuples(df, years=500)[0]["time_hour"] == shifted["time_hour_ms"].iloc[0]
+
+
+def test_29_february_moves_to_the_28th_in_a_year_without_one() -> None:
+    leap = int(pd.Timestamp("2016-02-29 13:00").value // 1_000_000)
+    assert shift_years(leap, 1) == pd.Timestamp("2017-02-28 13:00").value // 1_000_000
+    assert shift_years(leap, 4) == pd.Timestamp("2020-02-29 13:00").value // 1_000_000
