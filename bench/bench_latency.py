@@ -1,50 +1,84 @@
-"""Benchmark: end-to-end latency of the flights pipeline (issue 9, comparison 3).
+"""Benchmark: end-to-end latency of the flights pipeline, Floodgate against the
+Spark-native peer (issue 9, comparison 3; issue 28, part 4).
 
-What is measured, on one embedded broker and one SparkSession:
+What is measured, on an embedded broker of its own per run (``common.fresh_broker``
+says why) and this machine's 2 cores:
 
 1. Floodgate's maximum rate: the main job (:func:`pipeline.demo.run.run_demo`) over
    every flight as fast as back-pressure lets the replay go, with
    ``conf/flights.toml`` as it is (what ``bench_flights.py`` measures); flights /
    seconds, the median of ``--repeat`` runs (or ``--max-rate``, given).
-2. Then, for each trigger interval of 0 (as fast as possible), 250 ms and 1 s
-   (``trigger_interval_ms``, everything else as in ``conf/flights.toml``), the same
-   job over the first ``--limit`` flights with the replay paced at **half that
-   maximum rate**, ``--repeat`` runs each.
+2. Then, for each trigger interval of 0 (as fast as possible), 250 ms and 1 s, the
+   first ``--limit`` flights replayed at **half that maximum rate** into each system,
+   ``--repeat`` runs each, the two systems' order alternating from run to run:
 
-Every run has a broker of its own (``common.fresh_broker`` says why).
+   * **Floodgate**: the same job (``trigger_interval_ms`` replaced, everything else
+     as in ``conf/flights.toml``), in this process's SparkSession (pyspark of the
+     project's ``.venv``);
+   * **the peer**: ``bench/spark_kafka_peer.py`` with output (b), the two queries
+     as a PySpark user writes them (Spark's Kafka source, ``from_avro``,
+     ``maxOffsetsPerTrigger`` = Floodgate's ``max_rows_per_trigger``, the same
+     watermark; ``foreachBatch`` writing one Kafka transaction a micro-batch with
+     the batch's input offsets, exactly once), started with
+     ``Trigger.ProcessingTime(trigger)``, in a driver process of its own in
+     ``bench/.venv-spark-kafka`` (``bench_spark_kafka.py`` sets both up). Its session
+     has Floodgate's settings (``SPARK_DEFAULTS``: ``local[2]``, 2 shuffle partitions,
+     the raw local checkpoint file system) and ``noDataMicroBatches`` off, as the
+     flights group has it. The peer's driver gets one discarded warm-up run at
+     trigger 0 (as this process's session gets its warm-up and maximum-rate runs).
+
+   Both are fed alike: the flights topic has 4 partitions, the flights are replayed
+   by the demo's replay process (:class:`pipeline.demo.replay.ReplayProcess`,
+   batches of 1 000 through the back-pressure client, paced at the rate, the input
+   queue never full), and both systems' output is read by the same reception in
+   this process (:class:`pipeline.demo.reception.Reception`, ``StreamOutput.get``,
+   ``read_committed``; the peer writes Floodgate's key and single-object Avro).
 
 The latency of a flight is the time from its *produce timestamp* (the Kafka record
 timestamp librdkafka sets when the back-pressure client hands it over, read back
-from the input topic after the run) to the moment the demo's reception application
-(:class:`pipeline.demo.reception.Reception`, ``StreamOutput.get`` with ``read_committed``)
-received the first ``delays_by_origin_hour`` tuple that counts it. The output is an
-aggregate, so a flight is attributed by count: the i-th flight of an origin-hour (in
-produce order) is visible once a tuple of that origin-hour with ``flights >= i`` has
-been received. Every flight must be attributed, or the run fails.
+from the input topic after the run) to the moment the reception received the first
+``delays_by_origin_hour`` tuple that counts it. The output is an aggregate, so a
+flight is attributed by count: the i-th flight of an origin-hour (in produce order)
+is visible once a tuple of that origin-hour with ``flights >= i`` has been received.
+Every flight must be attributed, and each of the peer's queries must read every
+flight, or the run fails.
 
-Reported per trigger interval: p50 and p99 (median over runs, min-max), and a
-histogram of all flights' latencies, one curve per interval, as
-``bench/results/latency.png``. Target: p99 <= 1 s at the fastest setting (trigger 0).
+Reported per trigger interval and system: p50, p95, p99 and max (median over runs,
+p99's min-max), the runs' end-to-end tuples/s (flights / first produce to all
+output read), Floodgate's p99 / the peer's p99, and Spark's micro-batch phases
+(``durationMs``: medians over the micro-batches with data of both queries, in ms)
+with the batches a run and rows a batch: where the latency goes on each side. A
+histogram of all flights' latencies, one curve per system and interval, goes to
+``--png``. Targets: Floodgate's p99 <= the peer's at every trigger, and p99 <= 1 s
+at trigger 0.
 
-Run: ``.venv/bin/python bench/bench_latency.py [--repeat 3] [--limit 150000]``
-(needs the ``bench`` extra for matplotlib: ``make bench-deps``).
-Results: a table, the PNG, and JSON in ``bench/out/latency.json``.
+Run: ``.venv/bin/python bench/bench_latency.py [--repeat 3] [--limit 100000]
+[--triggers 0,250,1000] [--systems floodgate,peer]`` (needs the ``bench`` extra for
+matplotlib: ``make bench-deps``; the peer's virtualenv and jars as for
+``bench_spark_kafka.py``, made on first use). Results: tables, the PNG, and JSON in
+``bench/out/latency.json`` (``runs``: Floodgate's runs per trigger, as before;
+``peer_runs``: the peer's; ``summary``: per system and trigger).
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import os
 import statistics
 import tempfile
 import threading
 import time
 import tomllib
+import uuid
 from collections import defaultdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import bench_spark_kafka as bsk
 import common
-from common import ROOT, console
+from common import OUT_DIR, ROOT, console
 from rich.table import Table
 
 from pipeline.demo.reception import read_all
@@ -55,6 +89,24 @@ from pipeline.serde.schemas import SchemaRepository
 TRIGGERS_MS = (0, 250, 1_000)
 TARGET_P99_S = 1.0
 STREAM = "delays_by_origin_hour"
+#: The systems measured (names in tables and JSON).
+SYSTEMS = {
+    "floodgate": "Floodgate",
+    "peer": "peer (b): Spark Kafka source + from_avro, foreachBatch transaction",
+}
+#: Spark's micro-batch phases reported (``durationMs`` of the query progress).
+PHASES = (
+    "triggerExecution",
+    "latestOffset",
+    "queryPlanning",
+    "getBatch",
+    "walCommit",
+    "addBatch",
+    "commitOffsets",
+)
+#: How long the reception may take to read the last output tuples, and the peer's
+#: queries to process what is left after the replay, seconds.
+SETTLE_TIMEOUT_S = 300.0
 
 
 def config_with_trigger(trigger_ms: int | None, directory: Path) -> Path:
@@ -126,43 +178,381 @@ def latencies(produced: dict[tuple[str, int], list[float]], arrivals: Arrivals) 
 
 
 def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``: the element at rank ``q * len``."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def plot(samples: dict[int, list[float]], path: Path, rate: float, n: int) -> None:
+@dataclass
+class LatencyRun:
+    """One system's latency run at one trigger.
+
+    Attributes:
+        system: a key of :data:`SYSTEMS`.
+        trigger_ms: the trigger interval (0: as fast as possible).
+        n: flights produced (each has a latency).
+        p50_s / p95_s / p99_s / max_s: of the flights' latencies, seconds.
+        tuples_per_s: flights / (first produce to every output tuple read).
+        batches: micro-batches with data, both queries.
+        phases_ms: per micro-batch with data of both queries, each of Spark's
+            ``durationMs`` phases (:data:`PHASES`), ms, in the order they ran.
+        rows: per micro-batch with data, its input rows (same order).
+        latencies_s: every flight's latency (not written to the JSON).
+    """
+
+    system: str
+    trigger_ms: int
+    n: int
+    p50_s: float
+    p95_s: float
+    p99_s: float
+    max_s: float
+    tuples_per_s: float
+    batches: int
+    phases_ms: dict[str, list[int]] = field(default_factory=dict)
+    rows: list[int] = field(default_factory=list)
+    latencies_s: list[float] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def of(
+        cls,
+        system: str,
+        trigger_ms: int,
+        values: list[float],
+        tuples_per_s: float,
+        batches: list[dict[str, Any]],
+    ) -> LatencyRun:
+        """From the flights' latencies ``values`` and the micro-batches with data
+        (``{"rows": tuples, "ms": {phase: ms}}``)."""
+        return cls(
+            system=system,
+            trigger_ms=trigger_ms,
+            n=len(values),
+            p50_s=percentile(values, 0.5),
+            p95_s=percentile(values, 0.95),
+            p99_s=percentile(values, 0.99),
+            max_s=max(values),
+            tuples_per_s=tuples_per_s,
+            batches=len(batches),
+            phases_ms={ph: [int(b["ms"].get(ph, 0)) for b in batches] for ph in PHASES},
+            rows=[int(b["rows"]) for b in batches],
+            latencies_s=values,
+        )
+
+    def brief(self) -> dict[str, Any]:
+        """The JSON record of the run (without the flights' latencies)."""
+        out = asdict(self)
+        del out["latencies_s"]
+        return out
+
+
+class BatchLog:
+    """Floodgate's micro-batches with data while a run is on, as its query group sees
+    them: :meth:`QueryGroup._on_progress` (the group's own progress listener; a query
+    group runs in a session of its own, whose listener bus a listener added to this
+    process's session does not hear) is wrapped for the run, so that no second
+    listener costs the driver anything."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.batches: list[dict[str, Any]] = []
+        self._original: Any = None
+
+    def __enter__(self) -> BatchLog:
+        from pipeline.spark.query_group import QueryGroup
+
+        original = self._original = QueryGroup._on_progress
+        log = self
+
+        def on_progress(group: Any, query_id: str, progress: Any) -> None:
+            original(group, query_id, progress)
+            rows = int(progress.numInputRows)
+            if rows > 0:
+                with log._lock:
+                    log.batches.append({"rows": rows, "ms": dict(progress.durationMs)})
+
+        QueryGroup._on_progress = on_progress  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from pipeline.spark.query_group import QueryGroup
+
+        QueryGroup._on_progress = self._original  # type: ignore[method-assign]
+
+
+def floodgate_run(
+    spark: Any, trigger: int, path: Path, rate: float, limit: int | None
+) -> LatencyRun:
+    """One Floodgate latency run: the demo at ``rate`` with the config ``path``."""
+    arrivals = Arrivals()
+    with common.fresh_broker() as bootstrap, BatchLog() as batches:
+        common.wait_until_quiet(None)
+        result = run_demo(
+            bootstrap_servers=bootstrap,
+            limit=limit,
+            spark=spark,
+            rate=rate,
+            config_path=path,
+            on_received=arrivals,
+        )
+        produced = produce_times(bootstrap, result.input_topic)
+    if not result.balanced:
+        raise RuntimeError(f"not every flight was processed: {result.processed}")
+    values = latencies(produced, arrivals)
+    if len(values) != result.produced:
+        raise RuntimeError(f"{len(values)} latencies for {result.produced} flights")
+    return LatencyRun.of(
+        "floodgate", trigger, values, result.produced / result.seconds, batches.batches
+    )
+
+
+def start_peer() -> tuple[bsk.Driver, dict[str, Any]]:
+    """The peer's driver (``bench/spark_kafka_peer.py`` in its virtualenv, made and its
+    jars fetched on first use), with Floodgate's session settings.
+
+    Returns:
+        The driver, and its versions (pyspark, Java, the connector's jars).
+    """
+    from pipeline.spark.session import SPARK_DEFAULTS
+
+    bsk.ensure_peer_venv()
+    jars = bsk.peer_jars(bsk.fetch_connector())
+    ours = ("VIRTUAL_ENV", "PYTHONPATH", "SPARK_HOME", "PYSPARK_SUBMIT_ARGS", "PYSPARK_PYTHON")
+    env = {k: v for k, v in os.environ.items() if k not in (*ours, "PYSPARK_DRIVER_PYTHON")}
+    conf = {
+        **SPARK_DEFAULTS,
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        # Every micro-batch's progress kept for the report (the default keeps 100).
+        "spark.sql.streaming.numRecentProgressUpdates": "5000",
+    }
+    driver = bsk.Driver(
+        "peer",
+        [str(bsk.PEER_PYTHON), str(bsk.PEER_SCRIPT)],
+        {"conf": conf, "jars": jars},
+        OUT_DIR / "latency-peer.log",
+        {**env, "PYSPARK_PYTHON": str(bsk.PEER_PYTHON)},
+    )
+    versions = driver.hello["versions"] | {"connector_jars": [Path(j).name for j in jars]}
+    return driver, versions
+
+
+def peer_run(
+    driver: bsk.Driver, trigger: int, rate: float, limit: int | None, checkpoints: Path
+) -> LatencyRun:
+    """One peer latency run: a fresh broker and topics, the peer's queries started
+    with ``trigger``, the flights replayed at ``rate`` as the demo replays them, the
+    output read by the demo's reception (see the module docstring).
+
+    Raises:
+        RuntimeError: a query did not read every flight, a flight is in no received
+            tuple, or the peer failed.
+    """
+    from pipeline.client.connector import connect
+    from pipeline.config import parse_query_group
+    from pipeline.demo.reception import Reception
+    from pipeline.demo.replay import ReplayProcess
+    from pipeline.kafka.topics import ensure_topics
+
+    schemas = SchemaRepository.load()
+    arrivals = Arrivals()
+    topic = f"bench.flights.{uuid.uuid4().hex[:8]}"
+    # The input queue never full nor near it (no consumer group commits for the peer).
+    bound = 10 * (limit or 400_000)
+    raw = bsk.run_config(topic, bound, checkpoints, "peer_foreach_batch")
+    config = parse_query_group(raw, env={})
+    outputs = sorted({q.output for q in config.queries.values()})
+    with common.fresh_broker() as bootstrap:
+        ensure_topics(bootstrap, config.topics())
+        driver.call(**bsk.peer_settings(raw, bootstrap, schemas, "foreach_batch"))
+        common.wait_until_quiet(None)
+        with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
+            reception = Reception(
+                {s: connector.open_stream_output(config.name, s) for s in outputs},
+                {s: config.output_streams[s].key for s in outputs},
+                on_received=arrivals,
+            ).start()
+            try:
+                driver.call(cmd="start", trigger_ms=trigger)
+                replayer = ReplayProcess(
+                    bootstrap_servers=bootstrap, config=config, limit=limit, rate=rate
+                )
+                total = replayer.start()
+                try:
+                    started = time.monotonic()
+                    replayer.go()
+                    while not replayer.wait(0.2):
+                        if reception.error is not None:
+                            raise RuntimeError(f"the reception failed: {reception.error}")
+                    if replayer.error is not None:
+                        raise replayer.error
+                finally:
+                    replayer.stop()
+                drained = driver.call(timeout_s=SETTLE_TIMEOUT_S, cmd="drain")
+                reception.wait_until_read(SETTLE_TIMEOUT_S)
+                seconds = time.monotonic() - started
+            finally:
+                reception.stop()
+                with contextlib.suppress(RuntimeError):
+                    driver.call(cmd="stop")
+        produced = produce_times(bootstrap, topic)
+    n = sum(len(v) for v in produced.values())
+    if n != total:
+        raise RuntimeError(f"{n} flights in the input topic, {total} replayed")
+    batches = []
+    for query, figures in drained["queries"].items():
+        if figures["input_rows"] != n:
+            raise RuntimeError(f"peer: query {query} read {figures['input_rows']} of {n}")
+        batches += figures["per_batch"]
+    values = latencies(produced, arrivals)
+    return LatencyRun.of("peer", trigger, values, n / seconds, batches)
+
+
+def plot(
+    samples: dict[tuple[str, int], list[float]], path: Path, rate: float, n: int | None
+) -> None:
+    """A histogram of the flights' latencies (all runs), one curve per system and
+    trigger: Floodgate solid, the peer dashed, a colour per trigger."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(9, 5))
+    fig, ax = plt.subplots(figsize=(10, 5.5))
     top = max(max(v) for v in samples.values())
-    bins = np.linspace(0, top, 120)
-    for trigger, values in samples.items():
+    bins = np.linspace(0, top, 150)
+    colours = {}
+    for (system, trigger), values in samples.items():
+        colour = colours.setdefault(trigger, f"C{len(colours)}")
         p50, p99 = percentile(values, 0.5), percentile(values, 0.99)
         ax.hist(
             values,
             bins=bins,
             histtype="step",
             linewidth=1.6,
+            linestyle="-" if system == "floodgate" else "--",
+            color=colour,
             density=True,
-            label=f"trigger {trigger} ms: p50 {p50:.2f} s, p99 {p99:.2f} s",
+            label=f"{'Floodgate' if system == 'floodgate' else 'peer (b)'}, trigger "
+            f"{trigger} ms: p50 {p50:.2f} s, p99 {p99:.2f} s",
         )
-    ax.axvline(TARGET_P99_S, color="grey", linestyle="--", linewidth=1)
+    ax.axvline(TARGET_P99_S, color="grey", linestyle=":", linewidth=1)
     ax.text(TARGET_P99_S, ax.get_ylim()[1] * 0.95, " p99 target (trigger 0)", color="grey")
     ax.set_xlabel("produce timestamp -> output tuple received by the reception (s)")
     ax.set_ylabel("share of flights (density)")
     ax.set_title(
-        f"Floodgate flights pipeline: end-to-end latency\nat {rate:,.0f} tuples/s "
-        f"(half the maximum), {n:,} flights a run, all runs",
+        f"flights pipeline end-to-end latency, Floodgate (solid) and the Spark-native peer "
+        f"(dashed)\nat {rate:,.0f} tuples/s (half Floodgate's maximum), "
+        f"{'all' if n is None else f'{n:,}'} flights a run, all runs",
         fontsize=11,
     )
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def report(
+    runs: dict[tuple[str, int], list[LatencyRun]], rate: float, n: int | None
+) -> dict[str, Any]:
+    """Print the tables; return the summary for the JSON (per system, per trigger)."""
+    triggers = sorted({t for _, t in runs})
+    systems = [s for s in SYSTEMS if any(k[0] == s for k in runs)]
+    flights = "all" if n is None else f"{n:,}"
+    table = Table(title=f"end-to-end latency at {rate:,.0f} tuples/s ({flights} flights a run)")
+    for column in (
+        "trigger",
+        "system",
+        "p50",
+        "p95",
+        "p99 (min-max)",
+        "max",
+        "tuples/s of the runs",
+    ):
+        table.add_column(column, justify="left" if column == "system" else "right")
+    summary: dict[str, Any] = {s: {} for s in systems}
+    for trigger in triggers:
+        for system in systems:
+            rs = runs.get((system, trigger), [])
+            if not rs:
+                continue
+            p99s = [r.p99_s for r in rs]
+            figures = {
+                "p50_s": _median([r.p50_s for r in rs]),
+                "p95_s": _median([r.p95_s for r in rs]),
+                "p99_s": _median(p99s),
+                "p99_min_max_s": [min(p99s), max(p99s)],
+                "max_s": _median([r.max_s for r in rs]),
+                "tuples_per_s": [round(r.tuples_per_s) for r in rs],
+                "batches": _median([r.batches for r in rs]),
+                "rows_per_batch": _median([x for r in rs for x in r.rows]),
+                "phases_ms_median": {
+                    ph: _median([x for r in rs for x in r.phases_ms[ph]]) for ph in PHASES
+                },
+                "phases_ms_p95": {
+                    ph: percentile([x for r in rs for x in r.phases_ms[ph]] or [0], 0.95)
+                    for ph in PHASES
+                },
+            }
+            summary[system][str(trigger)] = figures
+            table.add_row(
+                f"{trigger} ms",
+                SYSTEMS[system].split(":")[0],
+                f"{figures['p50_s']:.2f} s",
+                f"{figures['p95_s']:.2f} s",
+                f"{figures['p99_s']:.2f} s ({min(p99s):.2f}-{max(p99s):.2f})",
+                f"{figures['max_s']:.2f} s",
+                " ".join(f"{v:,}" for v in figures["tuples_per_s"]),
+            )
+    console.print(table)
+    phases = Table(
+        title="Spark's micro-batch phases, ms: median (p95) over the micro-batches with data "
+        "of both queries, all runs"
+    )
+    for column in ("trigger", "system", "batches a run", "rows a batch", *PHASES):
+        phases.add_column(column, justify="left" if column == "system" else "right")
+    for trigger in triggers:
+        for system in systems:
+            f = summary[system].get(str(trigger))
+            if f is None:
+                continue
+            phases.add_row(
+                f"{trigger} ms",
+                system,
+                f"{f['batches']:.0f}",
+                f"{f['rows_per_batch']:,.0f}",
+                *(
+                    f"{f['phases_ms_median'][ph]:.0f} ({f['phases_ms_p95'][ph]:.0f})"
+                    for ph in PHASES
+                ),
+            )
+    console.print(phases)
+    targets: dict[str, Any] = {}
+    if "floodgate" in summary and "peer" in summary:
+        for trigger in triggers:
+            fg, peer = summary["floodgate"].get(str(trigger)), summary["peer"].get(str(trigger))
+            if fg is None or peer is None:
+                continue
+            ratio = fg["p99_s"] / peer["p99_s"]
+            targets[str(trigger)] = {"p99_ratio": ratio, "met": fg["p99_s"] <= peer["p99_s"]}
+            console.print(
+                f"trigger {trigger} ms: Floodgate p99 / peer p99 = {fg['p99_s']:.2f} / "
+                f"{peer['p99_s']:.2f} s = {ratio:.2f}: target (<= 1) "
+                f"{'met' if ratio <= 1 else 'NOT met'}"
+            )
+    fastest = summary.get("floodgate", {}).get("0")
+    if fastest is not None:
+        met = fastest["p99_s"] <= TARGET_P99_S
+        targets["floodgate_p99_at_trigger_0"] = {"p99_s": fastest["p99_s"], "met": met}
+        console.print(
+            f"target Floodgate p99 <= {TARGET_P99_S:.1f} s at trigger 0: "
+            f"{'met' if met else 'NOT met'} ({fastest['p99_s']:.3f} s)"
+        )
+    return {"summary": summary, "targets": targets}
 
 
 def main() -> None:
@@ -172,11 +562,31 @@ def main() -> None:
     )
     parser.add_argument("--max-rate", type=float, help="tuples/s (default: measured)")
     parser.add_argument("--png", type=Path, default=ROOT / "bench" / "results" / "latency.png")
+    parser.add_argument(
+        "--triggers",
+        default=",".join(str(t) for t in TRIGGERS_MS),
+        help="trigger intervals, ms, comma-separated (default 0,250,1000)",
+    )
+    parser.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help=f"comma-separated, of {', '.join(SYSTEMS)} (default: both)",
+    )
     args = parser.parse_args()
+    triggers = [int(t) for t in args.triggers.split(",")]
+    systems = [s for s in args.systems.split(",") if s]
+    if unknown := set(systems) - set(SYSTEMS):
+        parser.error(f"unknown systems: {sorted(unknown)}")
+    uptime = Path("/proc/loadavg").read_text().strip()
+    console.log(f"load average at start: {uptime}")
     spark = common.start_spark("floodgate-bench-latency")
-    samples: dict[int, list[float]] = {}
-    per_run: dict[int, list[tuple[float, float]]] = {}
+    driver: bsk.Driver | None = None
+    runs: dict[tuple[str, int], list[LatencyRun]] = defaultdict(list)
+    versions: dict[str, Any] = {}
     try:
+        if "peer" in systems:
+            driver, versions["peer"] = start_peer()
+            console.log(f"peer driver ready: {versions['peer']}")
         with tempfile.TemporaryDirectory(prefix="floodgate-latency-") as tmp:
             with common.fresh_broker() as bootstrap:
                 warm = run_demo(bootstrap_servers=bootstrap, limit=args.warmup, spark=spark)
@@ -191,73 +601,56 @@ def main() -> None:
             max_rate = statistics.median(rates)
             rate = max_rate / 2
             console.log(f"maximum {max_rate:,.0f} tuples/s; measuring latency at {rate:,.0f}")
-            for trigger in TRIGGERS_MS:
+            if driver is not None:
+                warm_peer = peer_run(driver, 0, rate, args.warmup or args.limit, Path(tmp))
+                console.log(
+                    f"peer warm-up at trigger 0 (discarded): p99 {warm_peer.p99_s:.2f} s, "
+                    f"{warm_peer.tuples_per_s:,.0f} tuples/s"
+                )
+            for trigger in triggers:
                 path = config_with_trigger(trigger, Path(tmp))
-                samples[trigger], per_run[trigger] = [], []
                 for r in range(args.repeat):
-                    arrivals = Arrivals()
-                    with common.fresh_broker() as bootstrap:
-                        common.wait_until_quiet(None)
-                        result = run_demo(
-                            bootstrap_servers=bootstrap,
-                            limit=args.limit,
-                            spark=spark,
-                            rate=rate,
-                            config_path=path,
-                            on_received=arrivals,
+                    order = systems if r % 2 == 0 else systems[::-1]
+                    for system in order:
+                        if system == "floodgate":
+                            run = floodgate_run(spark, trigger, path, rate, args.limit)
+                        else:
+                            assert driver is not None
+                            run = peer_run(driver, trigger, rate, args.limit, Path(tmp))
+                        runs[(system, trigger)].append(run)
+                        console.log(
+                            f"trigger {trigger} ms run {r + 1} {system}: p50 {run.p50_s:.3f} s, "
+                            f"p95 {run.p95_s:.3f} s, p99 {run.p99_s:.3f} s, max "
+                            f"{run.max_s:.3f} s ({run.tuples_per_s:,.0f} tuples/s, "
+                            f"{run.batches} batches)"
                         )
-                        produced = produce_times(bootstrap, result.input_topic)
-                    if not result.balanced:
-                        raise RuntimeError(f"not every flight was processed: {result.processed}")
-                    values = latencies(produced, arrivals)
-                    if len(values) != result.produced:
-                        raise RuntimeError(f"{len(values)} latencies for {result.produced} flights")
-                    p50, p99 = percentile(values, 0.5), percentile(values, 0.99)
-                    samples[trigger] += values
-                    per_run[trigger].append((p50, p99))
-                    console.log(
-                        f"trigger {trigger} ms run {r + 1}: p50 {p50:.3f} s, p99 {p99:.3f} s, "
-                        f"max {max(values):.3f} s ({result.produced / result.seconds:,.0f} "
-                        "tuples/s)"
-                    )
-        java_versions = common.versions(spark)
+        versions["floodgate"] = common.versions(spark)
     finally:
+        if driver is not None:
+            driver.close()
         spark.stop()
 
-    table = Table(
-        title=f"end-to-end latency at {rate:,.0f} tuples/s ({args.limit:,} flights a run)"
-    )
-    for column in ("trigger", "p50 median", "p50 min-max", "p99 median", "p99 min-max"):
-        table.add_column(column, justify="right")
-    for trigger, runs in per_run.items():
-        p50s, p99s = [p for p, _ in runs], [p for _, p in runs]
-        table.add_row(
-            f"{trigger} ms",
-            f"{statistics.median(p50s):.3f} s",
-            f"{min(p50s):.3f}-{max(p50s):.3f}",
-            f"{statistics.median(p99s):.3f} s",
-            f"{min(p99s):.3f}-{max(p99s):.3f}",
-        )
-    console.print(table)
-    fastest = statistics.median(p for _, p in per_run[0])
-    console.print(
-        f"target p99 <= {TARGET_P99_S:.1f} s at trigger 0: "
-        f"{'met' if fastest <= TARGET_P99_S else 'NOT met'} ({fastest:.3f} s)"
-    )
+    figures = report(runs, rate, args.limit)
+    samples = {k: [x for r in rs for x in r.latencies_s] for k, rs in runs.items()}
     plot(samples, args.png, rate, args.limit)
     console.print(f"histogram: {args.png}")
     common.write_results(
         args.json,
-        "end-to-end latency of the flights pipeline",
-        versions=java_versions,
+        "end-to-end latency of the flights pipeline, Floodgate and the Spark-native peer",
+        versions=versions.get("floodgate", {}),
+        peer_versions=versions.get("peer", {}),
+        load_average_at_start=uptime,
         flights_per_run=args.limit,
         max_rates=rates,
         rate=rate,
         runs={
-            str(t): [{"p50_s": p50, "p99_s": p99} for p50, p99 in runs]
-            for t, runs in per_run.items()
+            str(t): [{"p50_s": r.p50_s, "p99_s": r.p99_s} | r.brief() for r in rs]
+            for (s, t), rs in runs.items()
+            if s == "floodgate"
         },
+        peer_runs={str(t): [r.brief() for r in rs] for (s, t), rs in runs.items() if s == "peer"},
         target_p99_s=TARGET_P99_S,
+        **figures,
     )
 
 

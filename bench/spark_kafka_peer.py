@@ -37,8 +37,15 @@ JSON answer a line on stdout, behind the marker ``@@bench`` (the JVM may print o
 stdout too). Commands: ``prepare`` (a run's settings: topics, schemas, SQL,
 variant, checkpoint), ``run`` (start both queries, wait until both have processed
 all input available now and terminated: answers rows read, micro-batches and
-the seconds of each of Spark's micro-batch phases per query), ``stop`` (drop the
-run's producers), ``quit``.
+the seconds of each of Spark's micro-batch phases per query), ``stop`` (stop the
+queries still running and drop the run's producers), ``quit``.
+
+Latency mode (``bench/bench_latency.py``): ``start`` (``trigger_ms``: start both
+queries with ``Trigger.ProcessingTime(trigger_ms)``, 0 as fast as possible, and
+answer once each has run its first trigger on the empty topic), then, once the
+benchmark has produced everything, ``drain`` (``processAllAvailable`` on both:
+answers the figures of ``run`` and, per micro-batch with data, its rows and
+``durationMs`` phases in ms), then ``stop``.
 """
 
 from __future__ import annotations
@@ -161,6 +168,7 @@ class Peer:
         self.spark = spark
         self.settings: dict[str, Any] = {}
         self.writers: list[TransactionalWriter] = []
+        self.queries: dict[str, Any] = {}
 
     def input_view(self, query: str) -> Any:
         """The flights as a user reads them with Spark's Kafka source and ``from_avro``,
@@ -201,10 +209,14 @@ class Peer:
             F.concat(F.lit(header), to_avro(F.struct(*columns), out["schema"])).alias("value"),
         )
 
-    def run(self) -> dict[str, Any]:
-        """Start both queries, wait until they have processed all input and terminated."""
+    def start_queries(self, trigger_ms: int | None) -> dict[str, Any]:
+        """Start both queries: ``Trigger.AvailableNow`` for ``None``, else
+        ``Trigger.ProcessingTime(trigger_ms)`` (0: as fast as possible).
+
+        Returns:
+            ``{query name: StreamingQuery}``.
+        """
         s = self.settings
-        started = time.monotonic()
         queries = {}
         for name, out in s["queries"].items():
             checkpoint = str(Path(s["checkpoint"]) / name)
@@ -214,8 +226,11 @@ class Peer:
                 .writeStream.queryName(name)
                 .outputMode("update")
                 .option("checkpointLocation", checkpoint)
-                .trigger(availableNow=True)
             )
+            if trigger_ms is None:
+                writer = writer.trigger(availableNow=True)
+            else:
+                writer = writer.trigger(processingTime=f"{int(trigger_ms)} milliseconds")
             if s["variant"] == "kafka_sink":
                 writer = (
                     writer.format("kafka")
@@ -229,23 +244,86 @@ class Peer:
                 self.writers.append(sink)
                 writer = writer.foreachBatch(sink)
             queries[name] = writer.start()
-        start_s = time.monotonic() - started
-        for q in queries.values():
-            q.awaitTermination()
-        run_s = time.monotonic() - started
-        figures = {}
+        return queries
+
+    @staticmethod
+    def figures(queries: dict[str, Any], per_batch: bool = False) -> dict[str, Any]:
+        """Per query, from its progress: ``input_rows`` (tuples), ``batches``
+        (micro-batches with data), ``durations_s`` (each ``durationMs`` phase in
+        seconds, summed over micro-batches) and, with ``per_batch``, ``per_batch``: a
+        ``{"rows": tuples, "ms": {phase: ms}}`` per micro-batch with data, in order
+        (as many as ``spark.sql.streaming.numRecentProgressUpdates`` keeps)."""
+        out = {}
         for name, q in queries.items():
             progress = [p for p in q.recentProgress if p is not None]
             durations: dict[str, float] = {}
             for p in progress:
                 for phase, ms in p["durationMs"].items():
                     durations[phase] = durations.get(phase, 0.0) + ms / 1000
-            figures[name] = {
+            out[name] = {
                 "input_rows": sum(int(p["numInputRows"]) for p in progress),
                 "batches": sum(1 for p in progress if int(p["numInputRows"]) > 0),
                 "durations_s": durations,
             }
-        return {"start_s": start_s, "run_s": run_s, "queries": figures}
+            if per_batch:
+                out[name]["per_batch"] = [
+                    {
+                        "rows": int(p["numInputRows"]),
+                        "ms": {k: int(v) for k, v in dict(p["durationMs"]).items()},
+                    }
+                    for p in progress
+                    if int(p["numInputRows"]) > 0
+                ]
+        return out
+
+    def run(self) -> dict[str, Any]:
+        """Start both queries, wait until they have processed all input and terminated."""
+        started = time.monotonic()
+        queries = self.start_queries(None)
+        start_s = time.monotonic() - started
+        for q in queries.values():
+            q.awaitTermination()
+        run_s = time.monotonic() - started
+        return {"start_s": start_s, "run_s": run_s, "queries": self.figures(queries)}
+
+    def start(self, trigger_ms: int, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Latency mode: start both queries with ``Trigger.ProcessingTime(trigger_ms)``
+        and wait (at most ``timeout_s``) until each has run its first trigger, so that
+        producing starts against running queries, as Floodgate's demo does.
+
+        Returns:
+            ``start_s``: seconds until then.
+
+        Raises:
+            RuntimeError: a query failed or did not get that far in time.
+        """
+        started = time.monotonic()
+        self.queries = self.start_queries(trigger_ms)
+        deadline = started + timeout_s
+        while True:
+            for name, q in self.queries.items():
+                if q.exception() is not None:
+                    raise RuntimeError(f"query {name} failed: {q.exception()}")
+            waiting = "Waiting for data to arrive"
+            if all(
+                q.lastProgress is not None or q.status.get("message") == waiting
+                for q in self.queries.values()
+            ):
+                return {"start_s": time.monotonic() - started}
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the queries did not run a first trigger in {timeout_s} s")
+            time.sleep(0.1)
+
+    def drain(self) -> dict[str, Any]:
+        """Latency mode: wait until both queries have processed all input available
+        now (``processAllAvailable``); answer their figures, per micro-batch too."""
+        started = time.monotonic()
+        for q in self.queries.values():
+            q.processAllAvailable()
+        return {
+            "drain_s": time.monotonic() - started,
+            "queries": self.figures(self.queries, per_batch=True),
+        }
 
     def stop(self) -> None:
         for q in self.spark.streams.active:
@@ -253,6 +331,7 @@ class Peer:
         for w in self.writers:
             w.close()
         self.writers = []
+        self.queries = {}
 
 
 def main() -> None:
@@ -276,6 +355,10 @@ def main() -> None:
                 answer(ok=True)
             elif command["cmd"] == "run":
                 answer(ok=True, **peer.run())
+            elif command["cmd"] == "start":
+                answer(ok=True, **peer.start(int(command["trigger_ms"])))
+            elif command["cmd"] == "drain":
+                answer(ok=True, **peer.drain())
             elif command["cmd"] == "stop":
                 peer.stop()
                 answer(ok=True)
