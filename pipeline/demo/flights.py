@@ -76,10 +76,11 @@ def shift_years(time_hour_ms: Any, years: int) -> Any:
     336 776 flights were dead-lettered as ``late``. Round ``r`` (0-based) replays them
     ``r`` years later, so each round starts after the previous one ended (the data
     spans 2013-01-01 10:00 to 2014-01-01 04:00 UTC, less than a year) and a stack
-    replays forever with no late tuple. A calendar shift moves each hour onto a whole
-    hour and each UTC day onto a whole UTC day (the demo's ``1 hour`` and ``1 day``
-    windows keep their contents, and ``month``/``day`` stay right), and it keeps the
-    order of times of a non-leap year such as 2013. Fixed lengths would not: 52 weeks
+    replays round after round (7 986 of them, to 9999) with no late tuple. A calendar
+    shift moves each hour onto a whole hour and each UTC day onto a whole UTC day
+    (the demo's ``1 hour`` and ``1 day`` windows keep their contents, and
+    ``month``/``day`` stay right), and it keeps the order of times of a non-leap year
+    such as 2013. Fixed lengths would not: 52 weeks
     (364 days) start the next round on 2013-12-31, before the round ends; 365 days
     move dates by a day after every 29 February (2016-02-29 for 2013-03-01). A leap
     year's 29 February gets no flights.
