@@ -103,9 +103,19 @@ Verify = Annotated[
 
 @app.command()
 @reports_errors
-def blobs(config: Config = None, verify: Verify = False) -> None:
+def blobs(
+    config: Config = None,
+    verify: Verify = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the BLOBs as JSON (the catalog's rows, with 'check')."),
+    ] = False,
+) -> None:
     """The BLOB chains of the sweep catalog (with ``--verify``: each BLOB checked
     against its catalog row; exit status 1 when one is damaged)."""
+    import dataclasses
+    import json
+
     from pipeline.errors import BlobIntegrityError
     from pipeline.swept.catalog import SweepCatalog, check_blob
     from sweeper.config import load_sweeper_config
@@ -118,6 +128,7 @@ def blobs(config: Config = None, verify: Verify = False) -> None:
         table.add_column(column)
     held = catalog.all()
     damaged = 0
+    rows: list[dict[str, Any]] = []
     for blob in held:
         row = [
             blob.topic,
@@ -128,6 +139,7 @@ def blobs(config: Config = None, verify: Verify = False) -> None:
             blob.sha256[:12] if blob.sha256 else "(none)",
             Path(blob.path).name,
         ]
+        fields = dataclasses.asdict(blob)
         if verify:
             try:
                 check_blob(blob)
@@ -135,10 +147,16 @@ def blobs(config: Config = None, verify: Verify = False) -> None:
             except BlobIntegrityError as exc:
                 damaged += 1
                 row.append(f"DAMAGED ({exc.reason})")
+            fields["check"] = row[-1]
         table.add_row(*row)
+        rows.append(fields)
     catalog.close()
-    print_table(console, table)
-    console.print(f"{len(held)} BLOBs, {sum(b.bytes for b in held):,} bytes")
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        print_table(console, table)
+        console.print(f"{len(held)} BLOBs, {sum(b.bytes for b in held):,} bytes")
     if damaged:
-        console.print(f"[bold red]{damaged} damaged BLOBs[/] (the log has FG-BLOB-002 lines)")
+        if not as_json:
+            console.print(f"[bold red]{damaged} damaged BLOBs[/] (the log has FG-BLOB-002 lines)")
         raise typer.Exit(code=1)

@@ -44,3 +44,24 @@ def test_blobs_verify_names_the_damaged_blob_and_exits_1(tmp_path: Path) -> None
     assert damaged.exit_code == 1
     assert damaged.output.count(" ok ") == 1
     assert "DAMAGED" in damaged.output and "1 damaged BLOBs" in damaged.output
+
+
+def test_blobs_json_gives_the_catalog_rows_with_their_check(tmp_path: Path) -> None:
+    import json
+
+    catalog_url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    config = tmp_path / "sweeper.toml"
+    config.write_text(f'[sweeper]\ncatalog_url = "{catalog_url}"\nblob_dir = "{tmp_path}"\n')
+    catalog = SweepCatalog(catalog_url)
+    path = tmp_path / "b0.avro"
+    records = [SweptRecord("t", 0, o, 1, o, None, b"value %d" % o, None) for o in range(10)]
+    seal = write_sealed_blob(path, [records])
+    catalog.register("t", 0, 0, 10, path=str(path), size=seal.bytes, tuples=10, now=0, seal=seal)
+    catalog.close()
+
+    shown = runner.invoke(app, ["blobs", "--config", str(config), "--verify", "--json"])
+
+    assert shown.exit_code == 0, shown.output
+    (row,) = json.loads(shown.stdout)
+    assert (row["topic"], row["start_offset"], row["end_offset"]) == ("t", 0, 10)
+    assert row["path"] == str(path) and row["check"] == "ok"
