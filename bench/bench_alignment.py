@@ -27,6 +27,7 @@ from typing import Any
 
 import common
 import tomli_w
+from bench_limit import SparkPhases
 from common import console
 
 from pipeline.demo.run import DEFAULT_CONFIG, run_demo
@@ -37,13 +38,19 @@ TARGET_COST = 0.05
 @dataclass
 class Variant:
     """One run of one variant: flights, seconds end to end, flights dead-lettered as
-    late (per query, most of the two), rows Spark dropped as late."""
+    late (per query, most of the two), rows Spark dropped as late; where the time went:
+    micro-batches with data (per query, most of the two), Spark's ``latestOffset`` phase
+    summed over them (the source's planning, alignment included; per query, most), the
+    seconds the replay waited on a full input queue."""
 
     aligned: bool
     n: int
     seconds: float
     late: int
     dropped: int
+    batches: int = 0
+    planning_s: float = 0.0
+    blocked_s: float = 0.0
 
     @property
     def tuples_per_s(self) -> float:
@@ -62,11 +69,16 @@ def configs(directory: Path) -> dict[bool, Path]:
     return {True: aligned, False: offsets}
 
 
-def run_variant(spark: Any, config: Path, aligned: bool, limit: int | None, engine: str) -> Variant:
+def run_variant(
+    spark: Any, config: Path, aligned: bool, limit: int | None, engine: str, phases: SparkPhases
+) -> Variant:
     """One demo run of one variant on a fresh broker."""
     with common.fresh_broker(engine) as bootstrap:
         common.wait_until_quiet(None)
+        phases.take()
         result = run_demo(bootstrap_servers=bootstrap, limit=limit, spark=spark, config_path=config)
+    batches = [b for b in phases.take() if b["rows"] > 0]
+    queries = {b["query"] for b in batches}
     if not result.balanced:
         raise RuntimeError(f"not every flight was processed or dead-lettered: {result.processed}")
     return Variant(
@@ -75,6 +87,15 @@ def run_variant(spark: Any, config: Path, aligned: bool, limit: int | None, engi
         seconds=result.seconds,
         late=max(result.dead_lettered.values(), default=0),
         dropped=max(result.dropped_by_watermark.values(), default=0),
+        batches=max((sum(b["query"] == q for b in batches) for q in queries), default=0),
+        planning_s=max(
+            (
+                sum(b["ms"].get("latestOffset", 0) for b in batches if b["query"] == q) / 1000
+                for q in queries
+            ),
+            default=0.0,
+        ),
+        blocked_s=result.blocked_s,
     )
 
 
@@ -90,20 +111,25 @@ def main() -> None:
     args = parser.parse_args()
     spark = common.start_spark("floodgate-bench-alignment")
     runs: list[Variant] = []
-    with tempfile.TemporaryDirectory(prefix="floodgate-alignment-") as tmp:
+    phases = SparkPhases()
+    with tempfile.TemporaryDirectory(prefix="floodgate-alignment-") as tmp, phases.installed():
         paths = configs(Path(tmp))
         try:
-            warm = run_variant(spark, paths[True], True, args.warmup, args.engine)
+            warm = run_variant(spark, paths[True], True, args.warmup, args.engine, phases)
             console.log(f"warm-up (discarded): {warm.tuples_per_s:,.0f} tuples/s")
             for r in range(args.repeat):
                 order = [True] if args.aligned_only else [r % 2 == 0, r % 2 == 1]
                 for aligned in order:
-                    run = run_variant(spark, paths[aligned], aligned, args.limit, args.engine)
+                    run = run_variant(
+                        spark, paths[aligned], aligned, args.limit, args.engine, phases
+                    )
                     runs.append(run)
                     console.log(
                         f"run {r + 1}/{args.repeat} {'aligned' if aligned else 'by offsets'}: "
                         f"{run.tuples_per_s:,.0f} tuples/s ({run.seconds:.1f} s), "
-                        f"{run.late:,} late, {run.dropped:,} dropped by Spark"
+                        f"{run.late:,} late, {run.dropped:,} dropped by Spark; "
+                        f"{run.batches} micro-batches, planning {run.planning_s:.2f} s, "
+                        f"replay blocked {run.blocked_s:.1f} s"
                     )
             versions = common.versions(spark)
         finally:

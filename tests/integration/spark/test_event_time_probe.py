@@ -1,0 +1,63 @@
+"""The planning's event-time probe on a real broker: it reads the event time at an
+offset (the next tuple's past a transaction marker), caches what one fetch brought,
+and leaves no partition assigned between plannings, so its consumer does not fetch
+in the background (an assigned partition is prefetched until unassigned)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Producer
+
+from pipeline.kafka.topics import ensure_topics
+from pipeline.spark.alignment import EventTimeProbe
+from pipeline.spark.options import SourceOptions
+
+BASE_MS = 1_356_998_400_000  # 2013-01-01T00:00:00Z
+HOUR_MS = 3_600_000
+
+
+def kafka_time(message: Any) -> int | None:
+    """The record's Kafka timestamp, as the source reads it with ``timestampField`` unset."""
+    return int(message.timestamp()[1])
+
+
+def test_probe_reads_event_times_and_leaves_nothing_assigned(bootstrap: str) -> None:
+    topic = f"probe-{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (2, 1)})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-tx", "linger.ms": 5}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(200):  # an hour apart, in event-time order, partition by parity
+        producer.produce(topic, b"x", partition=i % 2, timestamp=BASE_MS + i * HOUR_MS)
+    producer.commit_transaction(30)  # a marker after the last tuple of each partition
+    options = SourceOptions.parse(
+        {
+            "bootstrap.servers": bootstrap,
+            "topic": topic,
+            "schema": "flight",
+            "schemas": "{}",
+            "group.id": f"{topic}-group",
+        }
+    )
+    probe = EventTimeProbe(options.consumer_config(), topic, kafka_time, timeout_s=10.0)
+    try:
+        # Partition 0 holds tuples 0, 2, 4, ...: the one at offset k is tuple 2k.
+        assert probe(0, 0) == BASE_MS
+        assert probe(0, 37) == BASE_MS + 74 * HOUR_MS
+        reads = probe.reads
+        assert probe(0, 38) == BASE_MS + 76 * HOUR_MS  # brought by the same fetch
+        assert probe.reads == reads
+        assert probe(1, 99) == BASE_MS + 199 * HOUR_MS
+        # Offset 100 of each partition is the commit marker: no tuple there or after.
+        assert probe(1, 100) is None
+        # Nothing stays assigned, so nothing is fetched between plannings.
+        assert probe._consumer.assignment() == []
+        time.sleep(0.5)
+        assert probe._consumer.assignment() == []
+    finally:
+        probe.close()
