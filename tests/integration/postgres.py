@@ -37,7 +37,7 @@ def _bindir() -> Path:
     if not candidates:
         raise RuntimeError(
             "no PostgreSQL server binaries (initdb) found: install them "
-            "(`apt-get install postgresql`, as .ci/run does) or set "
+            "(`scripts/system-deps test`, which make test runs, installs them) or set "
             f"{ENV_URL} to a server's SQLAlchemy URL"
         )
     return Path(candidates[-1]).parent

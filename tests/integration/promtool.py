@@ -17,7 +17,7 @@ def promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
         AssertionError: promtool is not installed (``.ci/run`` installs it; no skip).
     """
     binary = shutil.which("promtool")
-    assert binary, "promtool is missing: apt-get install prometheus (.ci/run does)"
+    assert binary, "promtool is missing: scripts/system-deps test installs it (make test runs it)"
     return subprocess.run(
         [binary, *args], cwd=ROOT, input=stdin, capture_output=True, text=True, timeout=120
     )

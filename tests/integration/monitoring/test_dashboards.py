@@ -163,7 +163,7 @@ def test_every_panel_query_returns_series_from_a_real_prometheus_scraping_the_st
     bootstrap: str, run_id: str, tmp_path: Path
 ) -> None:
     binary = shutil.which("prometheus")
-    assert binary, "prometheus is missing: apt-get install prometheus (.ci/run does)"
+    assert binary, "prometheus is missing: scripts/system-deps test installs it (make test runs it)"
     raw = flights_raw_config(run_id, tmp_path / "checkpoints", max_rows_per_trigger=2_000)
     raw["query_group"].update(queue_metrics_interval_ms=1_000, auto_release=True)
     name = raw["query_group"]["name"]
