@@ -41,7 +41,8 @@ from the input topic after the run) to the moment the reception received the fir
 flight is attributed by count: the i-th flight of an origin-hour (in produce order)
 is visible once a tuple of that origin-hour with ``flights >= i`` has been received.
 Every flight must be attributed, and each of the peer's queries must read every
-flight, or the run fails.
+flight, or the run fails; a failed run is reported (``failed_runs``) and left out,
+and the others go on.
 
 Reported per trigger interval and system: p50, p95, p99 and max (median over runs,
 p99's min-max), the runs' end-to-end tuples/s (flights / first produce to all
@@ -583,6 +584,7 @@ def main() -> None:
     driver: bsk.Driver | None = None
     runs: dict[tuple[str, int], list[LatencyRun]] = defaultdict(list)
     versions: dict[str, Any] = {}
+    failures: list[str] = []
     try:
         if "peer" in systems:
             driver, versions["peer"] = start_peer()
@@ -612,11 +614,16 @@ def main() -> None:
                 for r in range(args.repeat):
                     order = systems if r % 2 == 0 else systems[::-1]
                     for system in order:
-                        if system == "floodgate":
-                            run = floodgate_run(spark, trigger, path, rate, args.limit)
-                        else:
-                            assert driver is not None
-                            run = peer_run(driver, trigger, rate, args.limit, Path(tmp))
+                        try:
+                            if system == "floodgate":
+                                run = floodgate_run(spark, trigger, path, rate, args.limit)
+                            else:
+                                assert driver is not None
+                                run = peer_run(driver, trigger, rate, args.limit, Path(tmp))
+                        except Exception as exc:  # one run's failure does not lose the others
+                            failures.append(f"trigger {trigger} ms run {r + 1} {system}: {exc!r}")
+                            console.log(f"FAILED: {failures[-1][:2000]}")
+                            continue
                         runs[(system, trigger)].append(run)
                         console.log(
                             f"trigger {trigger} ms run {r + 1} {system}: p50 {run.p50_s:.3f} s, "
@@ -631,6 +638,8 @@ def main() -> None:
         spark.stop()
 
     figures = report(runs, rate, args.limit)
+    for failure in failures:
+        console.print(f"failed run (left out): {failure[:300]}")
     samples = {k: [x for r in rs for x in r.latencies_s] for k, rs in runs.items()}
     plot(samples, args.png, rate, args.limit)
     console.print(f"histogram: {args.png}")
@@ -650,6 +659,7 @@ def main() -> None:
         },
         peer_runs={str(t): [r.brief() for r in rs] for (s, t), rs in runs.items() if s == "peer"},
         target_p99_s=TARGET_P99_S,
+        failed_runs=failures,
         **figures,
     )
 
