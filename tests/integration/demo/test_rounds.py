@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import load_query_group
-from pipeline.demo.producer import run_producer
+from pipeline.demo.flights import load_flights, shift_years
+from pipeline.demo.producer import first_round_years, latest_event_time, run_producer
 from pipeline.demo.reception import read_table
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
@@ -84,4 +85,9 @@ def test_three_rounds_through_a_running_group_have_nothing_late_and_the_audit_ba
     shown = json.loads(result.output)
     assert sum(r["processed"] for r in shown) == 3 * ROUND
     assert sum(r["dead_lettered"] for r in shown) == 0
+    # A producer started again on this stream goes on in 2016, after the three rounds.
+    flights = load_flights(ROUND)["time_hour_ms"]
+    latest = latest_event_time(bootstrap, config, "flights", schemas)
+    assert latest == shift_years(int(flights.max()), 2)
+    assert first_round_years(int(flights.min()), latest) == 3
     print(f"3 rounds of {ROUND:,} flights replayed and processed in {replayed_s:.1f} s")
