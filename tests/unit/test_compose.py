@@ -19,6 +19,7 @@ import re
 import shlex
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ import yaml
 
 from admission.config import load_admission_config
 from pipeline.config import load_query_group
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, FloodgateError
 from pipeline.spark.control import resolve_token
 from sweeper.config import load_sweeper_config
 
@@ -439,3 +440,19 @@ def test_the_image_s_requirements_are_the_runtime_dependencies(tmp_path: Path) -
     for requirement in listed:
         name = re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0]
         assert name not in TEST_TOOLS, requirement
+
+
+def test_the_stack_s_producer_can_replay_every_round_to_9999() -> None:
+    """The demo producer replays round after round, each a year later; with the default
+    hour of event time ahead of now it would stop at round 14 (the present). Under the
+    stack's environment the flights stream takes the last round a replay can reach."""
+    from pipeline.demo.producer import check_ahead
+
+    group = load_query_group(
+        ROOT / "conf" / "flights.toml", env=environment(services()["demo-producer"])
+    )
+    ahead = group.input_streams["flights"].max_event_time_ahead_ms
+    last_ms = int(datetime(9999, 12, 31, 23, tzinfo=UTC).timestamp() * 1000)
+    check_ahead("flights", last_ms, ahead, 7_986)
+    with pytest.raises(FloodgateError, match="max_event_time_ahead_ms"):
+        check_ahead("flights", last_ms, 3_600_000, 7_986)
