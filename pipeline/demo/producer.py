@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import tenacity
 
 from pipeline.client import StreamInput, connect
 from pipeline.config import QueryGroupConfig
@@ -237,12 +238,14 @@ def latest_event_time(
     partition's latest event time. Records that do not decode are passed over.
 
     Raises:
-        KafkaException: the broker did not answer within ``timeout_s``.
+        KafkaException: the broker did not answer within ``timeout_s``, or a partition
+            had no leader for that long (transient errors are asked again until then).
     """
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     from pipeline.errors import DeserializationError
     from pipeline.kafka.fetching import bounded_fetch
+    from pipeline.kafka.retries import transient_kafka_error
     from pipeline.serde.codec import StreamCodec
 
     settings = config.input_streams[stream]
@@ -266,9 +269,19 @@ def latest_event_time(
         found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         if found is None or found.error is not None:
             return None
+        # A topic just created has partitions without a leader for a moment (Apache
+        # Kafka answers NOT_LEADER_FOR_PARTITION until its election): asked again.
+        watermarks = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(transient_kafka_error),
+            stop=tenacity.stop_after_delay(timeout_s),
+            wait=tenacity.wait_exponential(multiplier=0.1, max=1.0),
+            reraise=True,
+        )
         starts = []
         for p in found.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            low, high = watermarks(
+                consumer.get_watermark_offsets, TopicPartition(topic, p), timeout=timeout_s
+            )
             if high > low:
                 starts.append(TopicPartition(topic, p, high - 1))
         if not starts:
