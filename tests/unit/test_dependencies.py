@@ -51,3 +51,27 @@ def test_every_runtime_dependency_is_imported_or_said_to_be_loaded_by_another() 
     ]
 
     assert unused == [], f"declared in pyproject.toml, imported nowhere: {unused}"
+
+
+def test_every_third_party_import_is_a_declared_dependency() -> None:
+    """The other way round: a module of pipeline, admission or sweeper imports only the
+    standard library, the project's own packages, and distributions pyproject.toml
+    declares (a runtime dependency, or an extra for the code that needs it). A package
+    that arrives only as another's dependency (numpy through pandas) can leave with
+    it."""
+    import sys
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = {_distribution(r) for r in project["dependencies"]}
+    for requirements in project["optional-dependencies"].values():
+        declared |= {_distribution(r) for r in requirements}
+    distributions = packages_distributions()
+    ours = set(PACKAGES) | {"tests"}
+    undeclared = sorted(
+        module
+        for module in _imported_top_level_modules()
+        if module not in sys.stdlib_module_names
+        and module not in ours
+        and not {d.lower().replace("_", "-") for d in distributions.get(module, [])} & declared
+    )
+    assert undeclared == [], f"imported, not declared in pyproject.toml: {undeclared}"
