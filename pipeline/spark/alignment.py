@@ -74,8 +74,14 @@ def align_batch_end(
 
     Returns:
         The aligned end per partition: ``begin[p] <= aligned[p] <= end[p]``; the
-        partition with the least planned event time keeps ``end[p]``.
+        partition with the least planned event time keeps ``end[p]``. While a partition
+        that is not idle has never held a tuple (``latest[p] == 0``), ``begin``: its
+        first tuples may be the earliest of all (a producer's first batch to it still
+        on its way), so nobody is read until it has one or is idle, as an empty split
+        holds Flink's watermark back until it is marked idle.
     """
+    if any(latest.get(p, 0) == 0 and p not in idle for p in begin):
+        return dict(begin)
     planned: dict[int, int] = {}
     for p, start in begin.items():
         stop = end.get(p, start)

@@ -252,6 +252,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self.options.consumer_config(), self.options.topic, self._event_time_reader()
             )
         idle = self._idle.observe(latest)
+        if self._available_now_target is not None:
+            # Under Trigger.AvailableNow a partition at its target gets nothing more
+            # in this run: it holds nobody back.
+            idle |= {p for p, o in latest.items() if begin.get(p, 0) >= o}
         aligned = align_batch_end(begin, end, latest, self._probe, drift_ms, idle)
         self._probe.forget_before(begin)
         if aligned != end:

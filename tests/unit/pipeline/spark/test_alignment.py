@@ -69,6 +69,10 @@ def test_no_partition_is_read_past_the_least_planned_event_time_plus_the_drift(
     planned = planned_times(times, begin, end, idle)
     for p in times:
         assert begin[p] <= aligned[p] <= end[p]
+    if any(not times[p] and p not in idle for p in times):
+        # A partition that has never held a tuple holds everyone back until idle.
+        assert aligned == begin
+        return
     if not planned:
         assert aligned == end
         return
@@ -91,7 +95,17 @@ def test_an_unbounded_drift_changes_nothing(
 ) -> None:
     times, begin, end = data
     latest = {p: len(series) for p, series in times.items()}
-    assert align_batch_end(begin, end, latest, lookup(times), 10**15) == end
+    waiting = any(not series for series in times.values())  # an empty partition, not idle
+    assert align_batch_end(begin, end, latest, lookup(times), 10**15) == (begin if waiting else end)
+
+
+def test_a_partition_without_a_tuple_yet_holds_everyone_back_until_idle() -> None:
+    # Partition 1 has received nothing yet: its first tuples may be the earliest of all.
+    times = {0: [h * HOUR for h in range(0, 50)], 1: []}
+    begin, end, latest = {0: 0, 1: 0}, {0: 50, 1: 0}, {0: 50, 1: 0}
+    assert align_batch_end(begin, end, latest, lookup(times), HOUR) == begin
+    # Idle (its head has stood still for the timeout), it holds nobody back.
+    assert align_batch_end(begin, end, latest, lookup(times), HOUR, frozenset({1})) == end
 
 
 def test_a_partition_far_ahead_waits_for_the_one_behind() -> None:
