@@ -81,17 +81,7 @@ KEYED_PARTITIONS = 4
 #: The best case's producer, tuned for throughput on top of the same delivery
 #: guarantees as Floodgate's back-pressure client (idempotent, ``acks=all``); a key's
 #: flights go to one partition (murmur2 of the key), in the order produced.
-KEYED_PRODUCER: dict[str, Any] = {
-    "enable.idempotence": True,
-    "acks": "all",
-    "partitioner": "murmur2_random",
-    "linger.ms": 20,
-    "batch.num.messages": 100_000,
-    "batch.size": 1_000_000,
-    "queue.buffering.max.messages": 1_000_000,
-    "queue.buffering.max.kbytes": 1_048_576,
-    "delivery.report.only.error": True,
-}
+KEYED_PRODUCER: dict[str, Any] = common.THROUGHPUT_PRODUCER
 #: The end markers' event time and local date: 2100-01-01 (quix_flights.END_MS).
 END_MS = 4_102_444_800_000
 

@@ -95,16 +95,7 @@ SYSTEMS = {
     "floodgate": "Floodgate",
     "peer": "peer (b): Spark Kafka source + from_avro, foreachBatch transaction",
 }
-#: Spark's micro-batch phases reported (``durationMs`` of the query progress).
-PHASES = (
-    "triggerExecution",
-    "latestOffset",
-    "queryPlanning",
-    "getBatch",
-    "walCommit",
-    "addBatch",
-    "commitOffsets",
-)
+PHASES = common.SPARK_PHASES
 #: How long the reception may take to read the last output tuples, and the peer's
 #: queries to process what is left after the replay, seconds.
 SETTLE_TIMEOUT_S = 300.0

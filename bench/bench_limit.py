@@ -87,15 +87,7 @@ RUN_TIMEOUT_S = 600.0
 #: The producer as a user would tune it for throughput, on top of Floodgate's delivery
 #: guarantees (the back-pressure client's idempotent ``acks=all`` ``murmur2_random``).
 PRODUCER_TUNING: dict[str, Any] = {
-    "enable.idempotence": True,
-    "acks": "all",
-    "partitioner": "murmur2_random",
-    "linger.ms": 20,
-    "batch.num.messages": 100_000,
-    "batch.size": 1_000_000,
-    "queue.buffering.max.messages": 1_000_000,
-    "queue.buffering.max.kbytes": 1_048_576,
-    "delivery.report.only.error": True,
+    **common.THROUGHPUT_PRODUCER,
     "allow.auto.create.topics": False,
 }
 #: The consumer as a user would tune it for throughput: large fetches, a deep local queue.

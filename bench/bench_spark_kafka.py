@@ -116,16 +116,7 @@ SYSTEMS = {
 }
 #: CPU roles, in report order.
 ROLES = ("driver JVM", "driver Python", "Python workers", "broker", "reception (bench process)")
-#: Spark's micro-batch phases reported (``durationMs`` of the query progress).
-PHASES = (
-    "triggerExecution",
-    "latestOffset",
-    "queryPlanning",
-    "getBatch",
-    "walCommit",
-    "addBatch",
-    "commitOffsets",
-)
+PHASES = common.SPARK_PHASES
 #: Key of each output stream, as Spark SQL over the query's result: the text of
 #: Floodgate's TupleKey (epoch ms for a timestamp, epoch days for a date, joined by "|").
 KEY_SQL = {

@@ -456,3 +456,30 @@ def write_results(path: Path, benchmark: str, **fields: Any) -> None:
         **fields,
     }
     path.write_text(json.dumps(record, indent=2))
+
+
+#: A producer as a user tunes it for throughput (linger, large batches, a deep local
+#: queue), with the delivery guarantees of Floodgate's back-pressure client
+#: (idempotent, ``acks=all``, ``murmur2_random``): the baselines' producers.
+THROUGHPUT_PRODUCER: dict[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "partitioner": "murmur2_random",
+    "linger.ms": 20,
+    "batch.num.messages": 100_000,
+    "batch.size": 1_000_000,
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "delivery.report.only.error": True,
+}
+
+#: Spark's micro-batch phases reported (``durationMs`` of the query progress).
+SPARK_PHASES = (
+    "triggerExecution",
+    "latestOffset",
+    "queryPlanning",
+    "getBatch",
+    "walCommit",
+    "addBatch",
+    "commitOffsets",
+)
