@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from admission.algorithm import StartReason
 from admission.store import JobState, StallKind
-from pipeline.metrics import Families
+from pipeline.metrics import Families, add_build_info
 
 NAMESPACE = "floodgate"
 SUBSYSTEM = "admission"
@@ -36,10 +36,12 @@ class AdmissionMetrics:
       ``in-doubt``;
     * ``floodgate_admission_leader`` (gauge, 0/1): this instance starts jobs;
     * ``floodgate_admission_driver_heap_usage_ratio{query_group}`` (gauge, 0..1): each
-      known Spark driver's heap in use over its max (counted in the memory usage).
+      known Spark driver's heap in use over its max (counted in the memory usage);
+    * ``floodgate_build_info`` (:func:`pipeline.metrics.add_build_info`).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        add_build_info(registry)
         families = Families(registry, SUBSYSTEM)
         gauge, counter = families.gauge, families.counter
 

@@ -25,45 +25,95 @@ from prometheus_client import (
 
 NAMESPACE = "floodgate"
 
+#: The labels of ``floodgate_build_info``, each the version of one distribution.
+BUILD_INFO_LABELS = ("version", "pyspark", "confluent_kafka")
+#: The distribution whose version each label of ``floodgate_build_info`` carries.
+_BUILD_DISTRIBUTIONS = {
+    "version": "floodgate",
+    "pyspark": "pyspark",
+    "confluent_kafka": "confluent-kafka",
+}
+
+
+def build_versions() -> dict[str, str]:
+    """The values of ``floodgate_build_info``'s labels: the installed versions of
+    Floodgate, PySpark and confluent-kafka (``importlib.metadata``, so a service that
+    does not run Spark need not import it; ``unknown`` for one not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {}
+    for label, distribution in _BUILD_DISTRIBUTIONS.items():
+        try:
+            versions[label] = version(distribution)
+        except PackageNotFoundError:
+            versions[label] = "unknown"
+    return versions
+
+
+def add_build_info(registry: CollectorRegistry) -> None:
+    """Register ``floodgate_build_info{version, pyspark, confluent_kafka} 1`` on
+    ``registry`` (Prometheus' ``_info`` convention: a gauge at 1 whose labels carry the
+    information; join it with ``on (instance) group_left``). Every component's metric
+    class calls it; on a registry that has it already (several components sharing
+    one), nothing happens."""
+    try:
+        gauge = Gauge(
+            "build_info",
+            "1, with the versions of Floodgate, PySpark and confluent-kafka as labels.",
+            BUILD_INFO_LABELS,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+    except ValueError as exc:  # prometheus_client: "Duplicated timeseries in CollectorRegistry"
+        if "Duplicated" not in str(exc):
+            raise
+        return
+    gauge.labels(**build_versions()).set(1)
+
 
 class ClientMetrics:
     """Metrics of the back-pressure client (data transmission API), per stream.
 
-    Families (labels ``query_group``, ``stream``):
+    Families (labels ``query_group``, ``stream``; and ``floodgate_build_info``,
+    :func:`add_build_info`):
 
-    * ``floodgate_stream_queue_length`` (gauge, tuples): input stream queue length
-      at the client's last read of the broker.
-    * ``floodgate_stream_queue_max_size`` (gauge, tuples): the configured max.
-    * ``floodgate_stream_queue_free_ratio`` (gauge, 0..1): free / max, as the
+    * ``floodgate_input_stream_queue_length`` (gauge, tuples): input stream queue
+      length at the client's last read of the broker (the query group exports the same
+      quantity under the same name, from its own reads; so a process that runs both
+      gives each a registry of its own, as ``floodgate demo`` does).
+    * ``floodgate_input_stream_queue_max_size`` (gauge, tuples): the configured max.
+    * ``floodgate_input_stream_queue_free_ratio`` (gauge, 0..1): free / max, as the
       client counts it (its own sends included).
     * ``floodgate_stream_put_tuples_total`` (counter, + ``result`` =
       ``accepted`` | ``rejected``): tuples handed to ``put``.
-    * ``floodgate_stream_queue_free_threshold_ratio`` (gauge, 0..1): the configured
-      ``free_input_queue_size_threshold`` (what the near-full alert compares with).
-    * ``floodgate_stream_queue_threshold_crossings_total`` (counter): times the
+    * ``floodgate_input_stream_queue_free_threshold_ratio`` (gauge, 0..1): the
+      configured ``free_input_queue_size_threshold`` (what the near-full alert compares
+      with).
+    * ``floodgate_input_stream_queue_threshold_crossings_total`` (counter): times the
       free space fell to or below ``free_input_queue_size_threshold``.
     * ``floodgate_stream_put_blocked_seconds_total`` (counter, seconds): time
       ``put(block=True)`` spent waiting for space.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        add_build_info(registry)
         labels = ("query_group", "stream")
         self.queue_length = Gauge(
-            "stream_queue_length",
+            "input_stream_queue_length",
             "Input stream queue length (tuples) at the last read of the broker.",
             labels,
             namespace=NAMESPACE,
             registry=registry,
         )
         self.queue_max_size = Gauge(
-            "stream_queue_max_size",
+            "input_stream_queue_max_size",
             "Max queue size of the input stream queue (tuples).",
             labels,
             namespace=NAMESPACE,
             registry=registry,
         )
         self.queue_free_ratio = Gauge(
-            "stream_queue_free_ratio",
+            "input_stream_queue_free_ratio",
             "Free space of the input stream queue as a ratio of its max (0..1).",
             labels,
             namespace=NAMESPACE,
@@ -77,7 +127,7 @@ class ClientMetrics:
             registry=registry,
         )
         self.free_threshold_ratio = Gauge(
-            "stream_queue_free_threshold_ratio",
+            "input_stream_queue_free_threshold_ratio",
             "free_input_queue_size_threshold as a ratio (0..1): producers are told the "
             "queue is filling at or below it.",
             labels,
@@ -85,7 +135,7 @@ class ClientMetrics:
             registry=registry,
         )
         self.threshold_crossings = Counter(
-            "stream_queue_threshold_crossings",
+            "input_stream_queue_threshold_crossings",
             "Times the free space fell to or below free_input_queue_size_threshold.",
             labels,
             namespace=NAMESPACE,
@@ -114,7 +164,7 @@ class QueryGroupMetrics:
     """Metrics of a running query group (its states and queues: docs/architecture.md,
     "The hold").
 
-    Families:
+    Families (and ``floodgate_build_info``, :func:`add_build_info`):
 
     * ``floodgate_query_group_state`` (gauge, labels ``query_group``, ``state``): 1 for
       the group's current state, 0 for the others (one series per state).
@@ -145,10 +195,23 @@ class QueryGroupMetrics:
       (the cost of the bound; sleeps not included).
     * ``floodgate_query_batch_duration_seconds`` (histogram, ``query_group``,
       ``query``): micro-batch durations from StreamingQueryListener progress.
-    * ``floodgate_query_input_rows_per_second`` / ``_processed_rows_per_second``
-      (gauges, ``query_group``, ``query``): from the last progress.
-    * ``floodgate_query_input_rows_total`` (counter, ``query_group``, ``query``):
-      tuples read by the query's sources.
+    * ``floodgate_query_input_tuples_total`` (counter, ``query_group``, ``query``):
+      tuples read by the query's sources (``numInputRows`` of each progress); its
+      ``rate()`` is Spark's input rate, and over
+      ``rate(floodgate_query_batch_duration_seconds_sum)`` Spark's processing rate.
+    * ``floodgate_input_stream_processed_tuples_total`` (counter, ``query_group``,
+      ``stream``): tuples the query group processed, as the ledger counts them: the
+      advance of the slowest reading query's committed offsets, summed over the
+      partitions (dead-lettered tuples included: they were read), from the group's
+      start on (read every ``queue_metrics_interval_ms``;
+      tuples skipped on release with ``on_hold_input = "discard"`` are included, and
+      ``floodgate_query_group_discarded_tuples_total`` counts them apart).
+    * ``floodgate_input_stream_dead_lettered_tuples_total`` (counter, ``query_group``,
+      ``stream``, ``reason``): input tuples in the group's dead-letter topic, each
+      counted once however many queries refused it, read from the topic's start when
+      the group starts (a series appears with its first dead letter, at the count the
+      topic holds: Prometheus sees no increase when a restarted group counts the old
+      ones again).
     * ``floodgate_query_group_jvm_heap_used_bytes`` / ``_max_bytes`` (gauges, bytes,
       ``query_group``): the driver JVM's heap in use (total - free) and its maximum
       (``-Xmx``, ``spark.driver.memory``), from ``java.lang.Runtime``; what the
@@ -156,6 +219,7 @@ class QueryGroupMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        add_build_info(registry)
         by_stream = ("query_group", "stream")
         by_query = ("query_group", "query")
         self.state = Gauge(
@@ -253,24 +317,24 @@ class QueryGroupMetrics:
             registry=registry,
             buckets=BATCH_DURATION_BUCKETS,
         )
-        self.input_rows_per_second = Gauge(
-            "query_input_rows_per_second",
-            "Input rate of the query's last micro-batch (tuples/s).",
+        self.input_tuples = Counter(
+            "query_input_tuples",
+            "Tuples read by the query's sources (numInputRows of each micro-batch).",
             by_query,
             namespace=NAMESPACE,
             registry=registry,
         )
-        self.processed_rows_per_second = Gauge(
-            "query_processed_rows_per_second",
-            "Processing rate of the query's last micro-batch (tuples/s).",
-            by_query,
+        self.processed_tuples = Counter(
+            "input_stream_processed_tuples",
+            "Tuples of the input stream the query group processed (committed offsets' advance).",
+            by_stream,
             namespace=NAMESPACE,
             registry=registry,
         )
-        self.input_rows = Counter(
-            "query_input_rows",
-            "Tuples read by the query's sources.",
-            by_query,
+        self.dead_lettered_tuples = Counter(
+            "input_stream_dead_lettered_tuples",
+            "Input tuples in the query group's dead-letter topic, by reason.",
+            (*by_stream, "reason"),
             namespace=NAMESPACE,
             registry=registry,
         )
@@ -357,10 +421,10 @@ def stream_total(
 
 #: Units read off a family's name (Prometheus naming practice: base units as suffix).
 _UNITS = (
-    ("_per_second", "tuples per second"),
     ("_seconds", "seconds"),
     ("_bytes", "bytes"),
     ("_ratio", "ratio 0..1"),
+    ("_info", "1 (the labels are the information)"),
 )
 
 

@@ -257,8 +257,11 @@ class Sweeper:
                 if output.swept
             ),
         ]
-        for queue in self.queues:
-            self.metrics.add_queue(queue.topic)  # partitions: at the first cycle
+        #: Topic -> the ``(query_group, stream)`` labels of its queue's metrics.
+        self._queue_labels: dict[str, tuple[str, str]] = {}
+        for queue in self.queues:  # partitions: at the first cycle
+            self._queue_labels.setdefault(queue.topic, (queue.query_group, queue.stream))
+            self.metrics.add_queue(queue.query_group, queue.stream)
         self._client = dict(groups[0].kafka.client) if groups else {}
         self.admin = AdminClient({"bootstrap.servers": bootstrap_servers, **self._client})
         self._previous: dict[tuple[str, int], tuple[int, float]] = {}
@@ -323,11 +326,17 @@ class Sweeper:
         if sealed:
             log.info("sealed %d BLOBs registered before checksums (SHA-256, offsets)", sealed)
 
+    def labels(self, topic: str) -> tuple[str, str]:
+        """The ``(query_group, stream)`` labels of ``topic``'s metrics: its queue's, or
+        ``("", topic)`` for a topic no configured queue carries (BLOBs an earlier
+        configuration left in the catalog)."""
+        return self._queue_labels.get(topic, ("", topic))
+
     def _report_damaged(self, blob: Blob, exc: BlobIntegrityError, *, held_at: int | None) -> None:
         if blob.id in self.damaged:
             return
         self.damaged.add(blob.id)
-        self.metrics.damaged.labels(blob.topic, exc.reason).inc()
+        self.metrics.damaged.labels(*self.labels(blob.topic), exc.reason).inc()
         after = (
             f"the broker is not truncated past offset {held_at}: readers read the range "
             "from the broker while it holds it"
@@ -444,12 +453,13 @@ class Sweeper:
         now = self.clock()
         previous = self._previous.get((topic, p))
         self._previous[(topic, p)] = (committed, now)
+        serviced = self.metrics.serviced_tuples.labels(*self.labels(topic), str(p))
         if previous is None:
-            return 0
+            return 0  # the series exists at 0 from the first cycle
         done, at = previous
         elapsed = max(now - at, 1e-9)
         rate = max(0, committed - done) / elapsed
-        self.metrics.service_rate.labels(topic, str(p)).set(rate)
+        serviced.inc(max(0, committed - done))
         return round(rate * self.settings.sweep_interval_s)
 
     def _partition(
@@ -493,18 +503,18 @@ class Sweeper:
         outcome.unswept = view.unswept
         decision = plan(view, front_extra=self.settings.front_extra)
         if isinstance(decision, Skip):
-            self.metrics.skips.labels(topic, decision.value).inc()
+            self.metrics.skips.labels(*self.labels(topic), decision.value).inc()
             outcome.decision = decision.value
             return outcome
         if not self._has_room():
-            self.metrics.skips.labels(topic, "store-full").inc()
+            self.metrics.skips.labels(*self.labels(topic), "store-full").inc()
             outcome.decision = "store-full"
             return outcome
         try:
             outcome.blob = self._sweep(queue, p, decision)
             outcome.decision = "swept"
         except SweepAborted as exc:
-            self.metrics.aborts.labels(topic, exc.reason.value).inc()
+            self.metrics.aborts.labels(*self.labels(topic), exc.reason.value).inc()
             log.warning(
                 "FG-SWP-002 sweep of %s[%d] [%d, %d) aborted (%s): %s",
                 topic,
@@ -610,9 +620,10 @@ class Sweeper:
         except BaseException:
             final.unlink(missing_ok=True)
             raise
-        self.metrics.sweeps.labels(topic).inc()
-        self.metrics.swept_tuples.labels(topic).inc(tuples)
-        self.metrics.swept_bytes.labels(topic).inc(size)
+        labels = self.labels(topic)
+        self.metrics.sweeps.labels(*labels).inc()
+        self.metrics.swept_tuples.labels(*labels).inc(tuples)
+        self.metrics.swept_bytes.labels(*labels).inc(size)
         log.info(
             "FG-SWP-001 swept %s[%d] [%d, %d): %d tuples, %d bytes into %s",
             topic,
@@ -633,7 +644,7 @@ class Sweeper:
             future.result()
         # The BLOBs of the newly truncated range (those truncated before are counted).
         freed = sum(b.bytes for b in chain if log_start < b.end_offset <= target)
-        self.metrics.freed.labels(topic).inc(freed)
+        self.metrics.freed.labels(*self.labels(topic)).inc(freed)
         log.info("FG-SWP-005 truncated %s[%d] to offset %d", topic, p, target)
 
     def _delete(self, blob: Blob, *, unswept: bool) -> None:
@@ -643,7 +654,7 @@ class Sweeper:
         with contextlib.suppress(FileNotFoundError):
             Path(blob.path).unlink()
         if unswept:
-            self.metrics.unswept_tuples.labels(blob.topic).inc(blob.tuples)
+            self.metrics.unswept_tuples.labels(*self.labels(blob.topic)).inc(blob.tuples)
 
     def _refresh_gauges(self) -> None:
         blobs = self.catalog.all()
@@ -651,11 +662,13 @@ class Sweeper:
         for blob in blobs:
             by_topic.setdefault(blob.topic, []).append(blob)
         for topic, held in by_topic.items():
-            self.metrics.blobs.labels(topic).set(len(held))
-            self.metrics.blob_bytes.labels(topic).set(sum(b.bytes for b in held))
+            self.metrics.blobs.labels(*self.labels(topic)).set(len(held))
+            self.metrics.blob_bytes.labels(*self.labels(topic)).set(sum(b.bytes for b in held))
         swept = {(b.topic, b.partition) for b in blobs}
         for topic, p in self._previous:
-            self.metrics.swept_state.labels(topic, str(p)).set(1 if (topic, p) in swept else 0)
+            self.metrics.swept_state.labels(*self.labels(topic), str(p)).set(
+                1 if (topic, p) in swept else 0
+            )
         used = sum(b.bytes for b in blobs)
         self.metrics.store_used.set(used / self.settings.blob_store_max_bytes)
 

@@ -11,6 +11,8 @@
   ``<control_dir>/<name>.token``).
 * ``floodgate broker`` -- run a broker (embedded, or Apache Kafka) in the foreground.
 * ``floodgate metrics-doc`` -- the metrics reference (``docs/metrics.md``).
+* ``floodgate alert-rules`` -- the Prometheus rules (``prometheus/rules/floodgate.yml``),
+  with the runbook URL and lag thresholds given (:mod:`pipeline.alert_rules`).
 * ``floodgate admission ...`` (and any other service's commands) -- registered
   through the ``floodgate.commands`` entry point group; this package imports none
   of them.

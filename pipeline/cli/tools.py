@@ -1,4 +1,5 @@
-"""``floodgate broker``, ``floodgate metrics-doc`` and ``floodgate driver-path``."""
+"""``floodgate broker``, ``floodgate metrics-doc``, ``floodgate alert-rules`` and
+``floodgate driver-path``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from typing import Annotated, Any
 
 import typer
 
+from pipeline.alert_rules import (
+    DEFAULT_INPUT_LAG_THRESHOLD_S,
+    DEFAULT_OUTPUT_LAG_THRESHOLD_S,
+    DEFAULT_RUNBOOK_URL,
+)
 from pipeline.cli.app import (
     Engine,
     app,
@@ -47,6 +53,56 @@ def metrics_doc(
         current = output.read_text(encoding="utf-8") if output.exists() else ""
         if current != text:
             raise fail(f"{output} is out of date: run floodgate metrics-doc --output {output}")
+    else:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+
+
+@app.command("alert-rules")
+@reports_errors
+def alert_rules(
+    output: Annotated[
+        Path | None, typer.Option(help="Write here (default: print to stdout).")
+    ] = None,
+    check: Annotated[
+        bool, typer.Option(help="Exit 1 when OUTPUT differs from what these options make.")
+    ] = False,
+    runbook_url: Annotated[
+        str,
+        typer.Option(
+            help="Absolute URL of the runbook page; each alert's runbook_url is this URL "
+            "and '#' its section (the alert's name in lower case)."
+        ),
+    ] = DEFAULT_RUNBOOK_URL,
+    input_lag_threshold_s: Annotated[
+        float,
+        typer.Option(help="FloodgateInputLagHigh fires when an input stream lags more (seconds)."),
+    ] = DEFAULT_INPUT_LAG_THRESHOLD_S,
+    output_lag_threshold_s: Annotated[
+        float,
+        typer.Option(
+            help="FloodgateOutputLagHigh fires when an output stream lags more (seconds)."
+        ),
+    ] = DEFAULT_OUTPUT_LAG_THRESHOLD_S,
+) -> None:
+    """The Prometheus alerting and recording rules (prometheus/rules/floodgate.yml),
+    with the runbook's URL and the lag thresholds given: floodgate alert-rules
+    --runbook-url https://docs.example.org/runbook/ --output rules/floodgate.yml."""
+    from pipeline.alert_rules import RuleSettings, render_rules
+
+    text = render_rules(
+        RuleSettings(
+            runbook_url=runbook_url,
+            input_lag_threshold_s=input_lag_threshold_s,
+            output_lag_threshold_s=output_lag_threshold_s,
+        )
+    )
+    if output is None:
+        typer.echo(text, nl=False)
+    elif check:
+        current = output.read_text(encoding="utf-8") if output.exists() else ""
+        if current != text:
+            raise fail(f"{output} is out of date: run floodgate alert-rules --output {output}")
     else:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")

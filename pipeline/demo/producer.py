@@ -66,8 +66,9 @@ def run_producer(
     read its output streams as a reception application does.
 
     Unlike :func:`run_demo` it starts no query group and no broker; the client's
-    metrics (``floodgate_stream_*``, docs/metrics.md) go to ``registry``, which
-    ``floodgate produce`` serves on ``/metrics``.
+    metrics (``floodgate_input_stream_queue_*``, ``floodgate_stream_put_*``,
+    docs/metrics.md) go to ``registry``, which ``floodgate produce`` serves on
+    ``/metrics``.
 
     Args:
         bootstrap_servers: the cluster the query group runs on.

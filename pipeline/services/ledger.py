@@ -167,6 +167,8 @@ class DeadLetters:
         )
         self._positions: dict[int, int] = {}
         self._offsets: dict[tuple[str, int], set[int]] = defaultdict(set)
+        #: ``(stream, reason)`` -> tuples, each counted at its first dead letter.
+        self._counts: dict[tuple[str, str], int] = defaultdict(int)
         self._lock = threading.Lock()
 
     def refresh(self, timeout_s: float = 30.0) -> None:
@@ -217,7 +219,7 @@ class DeadLetters:
                         todo.pop(p, None)
 
     def _take(self, message: Any) -> None:
-        from pipeline.deadletter import DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC
+        from pipeline.deadletter import DLQ_OFFSET, DLQ_PARTITION, DLQ_REASON, DLQ_STREAM, DLQ_TOPIC
 
         headers = {k: v for k, v in (message.headers() or []) if v is not None}
         try:
@@ -226,7 +228,21 @@ class DeadLetters:
             offset = int(headers[DLQ_OFFSET])
         except (KeyError, ValueError):
             return  # not a dead letter of an input tuple (no source position)
-        self._offsets[(source, partition)].add(offset)
+        seen = self._offsets[(source, partition)]
+        if offset in seen:
+            return  # a retried task's repeat, or another query's refusal of the tuple
+        seen.add(offset)
+        stream = headers.get(DLQ_STREAM, source.encode()).decode(errors="replace")
+        reason = headers.get(DLQ_REASON, b"unknown").decode(errors="replace")
+        self._counts[(stream, reason)] += 1
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """Input tuples dead-lettered so far by ``(stream, reason)`` (the
+        ``floodgate.stream`` and ``floodgate.reason`` headers), each tuple counted once,
+        at its first dead letter: a retried task's repeats and other queries'
+        refusals of the same tuple are not counted again (a copy)."""
+        with self._lock:
+            return dict(self._counts)
 
     def offsets(self, topic: str, partition: int) -> set[int]:
         """Offsets of ``topic[partition]`` dead-lettered so far (a copy)."""

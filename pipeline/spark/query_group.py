@@ -222,6 +222,10 @@ class QueryGroup:
         self._make_guards()
         self.gauges.add_inputs()
         self._zero_query_series()
+        try:  # before any query runs: the bases of the processed and dead-letter counters
+            self.sample_queues()
+        except Exception:
+            log.warning("query group %s: queues not read at start", self.name, exc_info=True)
         spark = self.spark
         self._listener = ProgressListener(
             spark, on_progress=self._on_progress, on_terminated=self._on_terminated
@@ -307,9 +311,7 @@ class QueryGroup:
         for query in self.config.queries:
             for family in (
                 self.metrics.batch_duration,
-                self.metrics.input_rows,
-                self.metrics.input_rows_per_second,
-                self.metrics.processed_rows_per_second,
+                self.metrics.input_tuples,
             ):
                 family.labels(self.name, query)
 
@@ -415,13 +417,7 @@ class QueryGroup:
         self.metrics.batch_duration.labels(self.name, name).observe(
             int(progress.batchDuration) / 1000.0
         )
-        self.metrics.input_rows.labels(self.name, name).inc(int(progress.numInputRows))
-        self.metrics.input_rows_per_second.labels(self.name, name).set(
-            float(progress.inputRowsPerSecond or 0.0)
-        )
-        self.metrics.processed_rows_per_second.labels(self.name, name).set(
-            float(progress.processedRowsPerSecond or 0.0)
-        )
+        self.metrics.input_tuples.labels(self.name, name).inc(int(progress.numInputRows))
 
     def _on_terminated(self, query_id: str, run_id: str, exception: str | None) -> None:
         if run_id in self.hold.retired_runs:

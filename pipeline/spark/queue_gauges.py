@@ -11,6 +11,7 @@ from pipeline.metrics import QueryGroupMetrics
 from pipeline.queues.age import QueueAge, StableOffsetWatch
 from pipeline.queues.probe import QueueProbe
 from pipeline.queues.snapshot import QueueSnapshot
+from pipeline.services.ledger import DeadLetters
 from pipeline.spark.sink import TRANSACTION_TIMEOUT_S
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,10 @@ class QueueGauges:
     tuple (seconds, :class:`~pipeline.queues.age.QueueAge`), and for output streams how
     long the last stable offset has not moved (seconds): past twice the transaction
     timeout a hanging transaction is logged once, ``FG-QG-007``, because every
-    ``read_committed`` reader of the stream is blocked until Kafka aborts it.
+    ``read_committed`` reader of the stream is blocked until Kafka aborts it. It also
+    counts, per input stream, the tuples processed (the advance of the slowest reading
+    query's committed offsets since the first sample) and the tuples in the group's
+    dead-letter topic, by reason (:class:`~pipeline.services.ledger.DeadLetters`).
 
     Args:
         config: the query group's config.
@@ -51,6 +55,11 @@ class QueueGauges:
         self._ages: dict[tuple[bool, str], QueueAge] = {}
         self._stable_watches: dict[str, StableOffsetWatch] = {}
         self._hanging_reported: set[str] = set()
+        #: ``(input stream, partition)`` -> committed offset at the last sample.
+        self._committed: dict[tuple[str, int], int] = {}
+        self._dead_letters: DeadLetters | None = None
+        #: ``(stream, reason)`` -> dead-lettered tuples already added to the counter.
+        self._dead_counted: dict[tuple[str, str], int] = {}
         #: One sample at a time: the monitor thread's and a caller's would otherwise
         #: interleave, and a length from one snapshot stand beside a lag from an older
         #: one (length 0, lag 11.7 s, seen in CI).
@@ -125,10 +134,48 @@ class QueueGauges:
             self._ages[(output, stream)] = age
         return age
 
+    def _count_processed(self, stream: str, snapshot: QueueSnapshot) -> None:
+        """Add the advance of each partition's committed offset since the last sample
+        to ``floodgate_input_stream_processed_tuples_total``. The first sample of a
+        partition is the base: its committed offset, or its log start before the
+        group's first commit (where the queries start reading); an offset moved back
+        (a reset of the group) is a new base."""
+        counter = self.metrics.processed_tuples.labels(self.name, stream)
+        for p, queue in snapshot.partitions.items():
+            previous = self._committed.get((stream, p))
+            if queue.committed is None:
+                if previous is None:
+                    self._committed[(stream, p)] = queue.log_start
+                continue
+            self._committed[(stream, p)] = queue.committed
+            if previous is not None and queue.committed > previous:
+                counter.inc(queue.committed - previous)
+
+    def _count_dead_letters(self) -> None:
+        """Bring ``floodgate_input_stream_dead_lettered_tuples_total`` up to what the
+        group's dead-letter topic holds (read on from the last sample).
+
+        Raises:
+            BrokerError: the topic cannot be read.
+        """
+        if self._dead_letters is None:
+            self._dead_letters = DeadLetters(
+                self.bootstrap_servers, self.config.dead_letter_topic, self.config.kafka.client
+            )
+        self._dead_letters.refresh()
+        for (stream, reason), n in self._dead_letters.counts().items():
+            if stream not in self.config.input_streams:
+                continue  # another group's, sharing the topic
+            counted = self._dead_counted.get((stream, reason), 0)
+            if n > counted:
+                self.metrics.dead_lettered_tuples.labels(self.name, stream, reason).inc(n - counted)
+                self._dead_counted[(stream, reason)] = n
+
     def _sample(self) -> None:
         for name, probe in list(self.input_probes.items()):
             snapshot = probe.snapshot()
             self.metrics.input_queue_length.labels(self.name, name).set(snapshot.length)
+            self._count_processed(name, snapshot)
             lag = self._age(name, output=False).lag_seconds(snapshot)
             self.metrics.input_queue_lag.labels(self.name, name).set(lag)
         for name, probe in list(self.output_probes.items()):
@@ -154,6 +201,7 @@ class QueueGauges:
                     unstable,
                     TRANSACTION_TIMEOUT_S,
                 )
+        self._count_dead_letters()  # last: a slow dead-letter topic delays no gauge
 
     def close(self) -> None:
         """Close every probe and age reader (their admin clients would keep reconnecting
@@ -162,6 +210,9 @@ class QueueGauges:
             probe.close()
         for age in self._ages.values():
             age.close()
+        if self._dead_letters is not None:
+            self._dead_letters.close()
+            self._dead_letters = None
         self.output_probes.clear()
         self.input_probes.clear()
         self._ages.clear()

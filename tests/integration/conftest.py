@@ -167,9 +167,11 @@ def drain(
         with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
             group.start()
             group.process_all_available()
+            group.sample_queues()
             return Drained(
                 stats=group.stats(),
                 batches_written={q: s.batches_written for q, s in group.sinks().items()},
+                registry=group.registry,
             )
 
     return run

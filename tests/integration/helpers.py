@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from pipeline.spark.query_group import QueryStats
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +74,10 @@ def flights_raw_config(
 
 @dataclass
 class Drained:
-    """What a query group did in one :func:`drain` run."""
+    """What a query group did in one :func:`drain` run; ``registry``: its metrics,
+    its queues read once after the run (the counters of processed and dead-lettered
+    tuples brought up to date)."""
 
     stats: dict[str, QueryStats]
     batches_written: dict[str, int]
+    registry: CollectorRegistry

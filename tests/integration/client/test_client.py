@@ -173,15 +173,15 @@ def test_fill_to_exactly_max_then_one_more_is_refused_and_nothing_reaches_the_to
     sample = registry.get_sample_value
     assert sample("floodgate_stream_put_tuples_total", {**labels, "result": "accepted"}) == 500
     assert sample("floodgate_stream_put_tuples_total", {**labels, "result": "rejected"}) == 1
-    assert sample("floodgate_stream_queue_threshold_crossings_total", labels) == 1
-    assert sample("floodgate_stream_queue_max_size", labels) == 500
+    assert sample("floodgate_input_stream_queue_threshold_crossings_total", labels) == 1
+    assert sample("floodgate_input_stream_queue_max_size", labels) == 500
 
     # Once the queries have processed half, the queue is above the threshold again;
     # filling it past the threshold once more is a second crossing.
     commit_half(bootstrap, config)
     assert stream_input.free_queue_size() >= 240
     stream_input.put(flights[500:700])
-    assert sample("floodgate_stream_queue_threshold_crossings_total", labels) == 2
+    assert sample("floodgate_input_stream_queue_threshold_crossings_total", labels) == 2
 
 
 def test_raise_on_threshold_raises_after_the_tuples_were_accepted(

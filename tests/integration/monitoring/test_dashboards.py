@@ -249,7 +249,7 @@ def test_every_panel_query_returns_series_from_a_real_prometheus_scraping_the_st
         # Tuples flow: the producer puts, the query group processes.
         flowing = (
             f'floodgate:stream_put_tuples:rate1m{{query_group="{name}", result="accepted"}} > 0',
-            f'floodgate_query_input_rows_total{{query_group="{name}"}} > 0',
+            f'floodgate_query_input_tuples_total{{query_group="{name}"}} > 0',
         )
         while not all(query(expr) for expr in flowing):
             for process in started:
@@ -260,6 +260,12 @@ def test_every_panel_query_returns_series_from_a_real_prometheus_scraping_the_st
         # Every live /metrics passes Prometheus' own lint (promtool check metrics).
         for job in targets["data"]["activeTargets"]:
             check_metrics(httpx.get(job["scrapeUrl"], timeout=10).text)
+        # Every target says what it runs: floodgate_build_info, one series at 1 per job.
+        info = {s["metric"]["job"]: s for s in query("floodgate_build_info")}
+        assert set(info) == set(health), info
+        for series in info.values():
+            assert series["value"][1] == "1"
+            assert {"version", "pyspark", "confluent_kafka"} <= set(series["metric"])
 
         # Then every panel query of every dashboard returns at least one series.
         boards = dashboards()
@@ -276,16 +282,22 @@ def test_every_panel_query_returns_series_from_a_real_prometheus_scraping_the_st
         assert not empty, f"{len(empty)} panel queries return no series:\n{listing}\n{logs()}"
 
         # The template variables offer the running query group, its streams, and the
-        # swept topic.
-        values: dict[str, set[str]] = {}
-        for board in boards.values():
+        # swept stream (by its stream name, as every other family labels it).
+        values: dict[tuple[str, str], set[str]] = {}
+        for b, board in boards.items():
             for variable, selector, label in variable_queries(board):
                 series = query(f"group by ({label}) ({at_all(selector)})")
-                values[variable] = {s["metric"][label] for s in series}
-        assert name in values["query_group"]
-        assert {"flights", "delays_by_origin_hour", "delays_by_carrier_day"} <= values["stream"]
-        assert raw["input_streams"]["flights"]["topic"] in values["topic"]
-        assert values["instance"] == {f"127.0.0.1:{ports['admission']}"}
+                values[(b, variable)] = {s["metric"][label] for s in series}
+        overview, sweeper = "floodgate-overview.json", "floodgate-sweeper.json"
+        assert name in values[(overview, "query_group")]
+        assert {"flights", "delays_by_origin_hour", "delays_by_carrier_day"} <= values[
+            (overview, "stream")
+        ]
+        assert values[(sweeper, "query_group")] == {name}
+        assert "flights" in values[(sweeper, "stream")]
+        assert values[("floodgate-admission.json", "instance")] == {
+            f"127.0.0.1:{ports['admission']}"
+        }
 
 
 @pytest.fixture(autouse=True)

@@ -52,7 +52,8 @@ def test_malformed_unknown_fingerprint_and_overflowing_tuples_are_dead_lettered(
     assert producer.flush(30) == 0
     produce(config, good[500:])
 
-    stats = drain(config).stats["copy"]
+    drained = drain(config)
+    stats = drained.stats["copy"]
 
     assert stats.input_rows == len(good)
     assert len(read_all(bootstrap, config.output_streams["flights_copy"].topic)) == len(good)
@@ -74,3 +75,18 @@ def test_malformed_unknown_fingerprint_and_overflowing_tuples_are_dead_lettered(
         assert headers["floodgate.query"] == "copy"
         assert message.value() == bad[reason]  # the original bytes, kept for replay
         assert f"offset {offset}" in headers["floodgate.error"]
+
+    # Counted by the query group, once per tuple, by reason (alert FloodgateDeadLetters).
+    for reason in bad:
+        labels = {"query_group": config.name, "stream": "flights", "reason": reason}
+        assert (
+            drained.registry.get_sample_value(
+                "floodgate_input_stream_dead_lettered_tuples_total", labels
+            )
+            == 1
+        ), reason
+    # Every good tuple processed (committed), and none of the three counted as such twice.
+    assert drained.registry.get_sample_value(
+        "floodgate_input_stream_processed_tuples_total",
+        {"query_group": config.name, "stream": "flights"},
+    ) == len(good) + len(bad)

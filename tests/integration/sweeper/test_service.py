@@ -215,6 +215,13 @@ def test_a_stalled_queue_and_one_within_twice_its_service_rate_are_never_swept(
     commit(bootstrap, queue, 1_000)  # stalled again
     assert cycle(sweeper, clock).decision == "not-serviced"
     assert sweeper.catalog.all() == [] and list(sweeper.blob_dir.iterdir()) == []
+    # x is exported as a counter of the tuples committed, labelled as every family is
+    # (its rate() in PromQL is the service rate), not as a per-second gauge by topic.
+    serviced = sweeper.registry.get_sample_value(
+        "floodgate_sweeper_serviced_tuples_total",
+        {"query_group": queue.name, "stream": "flights", "partition": "0"},
+    )
+    assert serviced == 1_000
 
 
 @pytest.mark.parametrize("reason", ["consumer-reached", "broker-truncated"])
@@ -247,7 +254,7 @@ def test_a_sweep_whose_range_is_reached_meanwhile_is_aborted_and_its_blob_delete
     assert sweeper.catalog.all() == [] and list(sweeper.blob_dir.iterdir()) == []
     aborts = sweeper.registry.get_sample_value(
         "floodgate_sweeper_aborts_total",
-        {"topic": queue.input_streams["flights"].topic, "reason": reason},
+        {"query_group": queue.name, "stream": "flights", "reason": reason},
     )
     assert aborts == 1
 
@@ -457,12 +464,14 @@ def test_a_swept_output_queue_is_read_back_through_the_reception_api_in_order(
     sweep()  # the reception is past every BLOB: they are deleted, counted as unswept
     assert sweeper.catalog.chain(topic, 0) == sweeper.catalog.chain(topic, 1) == []
     unswept = sweeper.registry.get_sample_value(
-        "floodgate_sweeper_unswept_tuples_total", {"topic": topic}
+        "floodgate_sweeper_unswept_tuples_total",
+        {"query_group": config.name, "stream": "flights_copy"},  # the stream, not its topic
     )
     assert unswept == sum(o.blob.tuples for o in outcomes if o.blob is not None)
     # Every BLOB's range was truncated from the broker before its BLOB was deleted.
     freed = sweeper.registry.get_sample_value(
-        "floodgate_sweeper_broker_freed_bytes_total", {"topic": topic}
+        "floodgate_sweeper_broker_freed_bytes_total",
+        {"query_group": config.name, "stream": "flights_copy"},
     )
     assert freed == sum(o.blob.bytes for o in outcomes if o.blob is not None)
     check_metrics(generate_latest(sweeper.registry).decode())  # what /metrics serves
@@ -533,9 +542,8 @@ def test_on_postgresql_one_of_two_sweepers_sweeps_and_the_other_takes_over(
             commit(bootstrap, config, committed)
 
     def sweeps(sweeper: Sweeper) -> float:
-        topic = config.input_streams["flights"].topic
         value = sweeper.registry.get_sample_value(
-            "floodgate_sweeper_sweeps_total", {"topic": topic}
+            "floodgate_sweeper_sweeps_total", {"query_group": config.name, "stream": "flights"}
         )
         return value or 0.0
 
@@ -694,7 +702,8 @@ def test_the_sweeper_does_not_truncate_the_broker_past_a_damaged_blob(
     part = sweeper.queues[-1].probe.snapshot().partitions[0]
     assert part.log_start == 50
     damaged = sweeper.registry.get_sample_value(
-        "floodgate_sweeper_damaged_blobs_total", {"topic": topic, "reason": "sha256"}
+        "floodgate_sweeper_damaged_blobs_total",
+        {"query_group": config.name, "stream": "flights_copy", "reason": "sha256"},
     )
     assert damaged == 1
     assert f"FG-SWP-007 data loss on topic '{topic}' partition 0, offsets [50, 100): BLOB " in (

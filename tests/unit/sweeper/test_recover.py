@@ -60,8 +60,10 @@ def test_recover_seals_intact_old_blobs_and_reports_damaged_ones(
         "FG-SWP-007 data loss on topic 't' partition 0, offsets [10, 20): BLOB "
         f"{moved} ({by_id[moved].path}) fails its integrity check (offset): offset 25 after 9"
     ) in caplog.text
+    # No configured queue carries topic t: its stream label is the topic, no query group.
     damaged = sweeper.registry.get_sample_value(
-        "floodgate_sweeper_damaged_blobs_total", {"topic": "t", "reason": "offset"}
+        "floodgate_sweeper_damaged_blobs_total",
+        {"query_group": "", "stream": "t", "reason": "offset"},
     )
     assert damaged == 1
     sweeper.catalog.close()
