@@ -81,7 +81,13 @@ def planned_skews(
         latest = dict(enumerate(heads))
         end = plan_batch_end(begin, latest, max_rows)
         if drift_ms is not None:
-            end = align_batch_end(begin, end, latest, event_time_at, drift_ms)
+            end = align_batch_end(
+                begin,
+                end,
+                latest,
+                lambda wanted: {p: event_time_at(p, o) for p, o in wanted.items()},
+                drift_ms,
+            )
         at = [event_time_at(p, end[p] - 1) for p in range(PARTITIONS) if end[p] > 0]
         if len(at) == PARTITIONS and all(t is not None for t in at):
             known = [t for t in at if t is not None]

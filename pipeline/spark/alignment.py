@@ -15,7 +15,8 @@ watermark alignment does across splits:
   last tuple it would read), or at its head when it has nothing more to read;
 * the bound is the least planned event time over the partitions, plus the drift;
 * no partition is read past the bound: its end moves back to the first tuple whose
-  event time is beyond it (found by interpolation search, tuples of a partition
+  event time is beyond it (found by interpolation search, the partitions' searches
+  in step so that each step is one round of reads for all, tuples of a partition
   being in event-time order as producers write them; where they are not, the cut is
   at a tuple past the bound, never before one within it);
 * a partition whose head has not moved for ``idlePartitionTimeoutMs`` and that has
@@ -47,6 +48,9 @@ PROBE_BATCH = 64
 #: about 4 KiB of Avro.
 PROBE_FETCH_BYTES = 64 * 1024
 
+#: Consumers a probe reads with at most: partitions beyond share them, one at a time.
+PROBE_CONSUMERS = 8
+
 #: Event times cached per partition, most recent offsets kept.
 CACHE_PER_PARTITION = 4096
 
@@ -55,7 +59,7 @@ def align_batch_end(
     begin: Mapping[int, int],
     end: Mapping[int, int],
     latest: Mapping[int, int],
-    event_time_at: Callable[[int, int], int | None],
+    event_times_at: Callable[[Mapping[int, int]], Mapping[int, int | None]],
     drift_ms: int,
     idle: frozenset[int] = frozenset(),
 ) -> Offsets:
@@ -66,8 +70,10 @@ def align_batch_end(
         begin: next offset to read per partition.
         end: the end planned by offsets per partition (``begin[p] <= end[p]``).
         latest: the high watermark per partition.
-        event_time_at: ``(partition, offset) -> event time`` (epoch ms) of the tuple at
-            ``offset``, or ``None`` when it is unknown (not held, not a tuple).
+        event_times_at: ``{partition: offset} -> {partition: event time}`` (epoch ms)
+            of the tuple at each offset, ``None`` where it is unknown (not held, not a
+            tuple). It is asked for every partition that needs one at once, so that a
+            reader of the broker answers all of them with one fetch (:meth:`EventTimeProbe.many`).
         drift_ms: how far (ms) any partition may be read ahead of the least one.
         idle: partitions that have stopped receiving tuples; with nothing more to read
             they hold nobody back.
@@ -82,69 +88,87 @@ def align_batch_end(
     """
     if any(latest.get(p, 0) == 0 and p not in idle for p in begin):
         return dict(begin)
-    planned: dict[int, int] = {}
+    wanted: dict[int, int] = {}
     for p, start in begin.items():
         stop = end.get(p, start)
         if stop > start:
-            at = event_time_at(p, stop - 1)
+            wanted[p] = stop - 1
         elif p not in idle and latest.get(p, 0) > 0:
-            at = event_time_at(p, latest[p] - 1)  # caught up: its head is where it is
-        else:
-            at = None
-        if at is not None:
-            planned[p] = at
+            wanted[p] = latest[p] - 1  # caught up: its head is where it is
+    planned = {p: at for p, at in event_times_at(wanted).items() if at is not None}
     if not planned:
         return dict(end)
     bound = min(planned.values()) + drift_ms
     aligned = dict(end)
-    for p, at in planned.items():
-        start, stop = begin[p], end.get(p, begin[p])
-        if stop <= start or at <= bound:
-            continue
-        aligned[p] = _first_beyond(p, start, stop, bound, event_time_at)
+    cuts = {
+        p: _Cut(begin[p], end[p], bound, at)
+        for p, at in planned.items()
+        if end.get(p, begin[p]) > begin[p] and at > bound
+    }
+    # The partitions' searches go in step: each step is one read of the broker for all.
+    while cuts:
+        answers = event_times_at({p: cut.asking for p, cut in cuts.items()})
+        for p, cut in list(cuts.items()):
+            cut.observe(answers.get(p))
+            if cut.result is not None:
+                aligned[p] = cut.result
+                del cuts[p]
     return aligned
 
 
-def _first_beyond(
-    partition: int,
-    start: int,
-    stop: int,
-    bound: int,
-    event_time_at: Callable[[int, int], int | None],
-) -> int:
-    """The least offset in ``[start, stop)`` whose tuple's event time is past ``bound``
-    (``stop - 1``'s is known to be past it).
+class _Cut:
+    """One partition's search for the least offset in ``[start, stop)`` whose tuple's
+    event time is past ``bound`` (``stop - 1``'s, ``stop_time``, is known to be past it).
 
-    Interpolation search, every other step a bisection: replayed or live, a
-    partition's event times grow about evenly with its offsets, so interpolation
-    finds the cut in a few reads of the broker, and the bisections bound the reads
-    by twice ``log2(stop - start)`` whatever the times. Unknown event times count as
-    within the bound, so an unreadable tuple never stops a partition for good.
+    First the tuple at ``start``; then an interpolation search, every other step a
+    bisection: replayed or live, a partition's event times grow about evenly with its
+    offsets, so interpolation finds the cut in a few reads of the broker, and the
+    bisections bound the reads by twice ``log2(stop - start)`` whatever the times.
+    Unknown event times count as within the bound, so an unreadable tuple never stops a
+    partition for good. Ask :attr:`asking`, tell :meth:`observe` its event time, until
+    :attr:`result` is set.
     """
-    first = event_time_at(partition, start)
-    if first is not None and first > bound:
-        return start
-    high_time = event_time_at(partition, stop - 1)
-    # The answer lies in [low, high]; (known, known_time) is within the bound.
-    low, high = start + 1, stop - 1
-    known, known_time = start, first
-    interpolate = True
-    while low < high:
-        middle = (low + high) // 2
-        if interpolate and known_time is not None and high_time is not None:
-            span = high_time - known_time
-            if span > 0:
-                guess = known + (bound - known_time) * (high - known) // span
-                middle = min(max(guess, low), high - 1)
-        interpolate = not interpolate
-        at = event_time_at(partition, middle)
-        if at is not None and at > bound:
-            high, high_time = middle, at
+
+    def __init__(self, start: int, stop: int, bound: int, stop_time: int) -> None:
+        self.bound = bound
+        # The answer lies in [low, high]; (known, known_time) is within the bound.
+        self.low, self.high = start + 1, stop - 1
+        self.known = start
+        self.known_time: int | None = None
+        self.high_time: int | None = stop_time
+        self.asking = start
+        self.result: int | None = None
+        self._first = True
+        self._interpolate = True
+
+    def observe(self, at: int | None) -> None:
+        """Take the event time of the tuple at :attr:`asking`; set the next offset to
+        ask, or :attr:`result`."""
+        if self._first:  # the tuple at ``start``
+            self._first = False
+            if at is not None and at > self.bound:
+                self.result = self.known
+                return
+            self.known_time = at
+        elif at is not None and at > self.bound:
+            self.high, self.high_time = self.asking, at
         else:
-            low = middle + 1
+            self.low = self.asking + 1
             if at is not None:
-                known, known_time = middle, at
-    return low
+                self.known, self.known_time = self.asking, at
+        if self.low >= self.high:
+            self.result = self.low
+            return
+        middle = (self.low + self.high) // 2
+        if self._interpolate and self.known_time is not None and self.high_time is not None:
+            span = self.high_time - self.known_time
+            if span > 0:
+                guess = (
+                    self.known + (self.bound - self.known_time) * (self.high - self.known) // span
+                )
+                middle = min(max(guess, self.low), self.high - 1)
+        self._interpolate = not self._interpolate
+        self.asking = middle
 
 
 class EventTimeProbe:
@@ -170,59 +194,111 @@ class EventTimeProbe:
         self.topic = topic
         self._event_time = event_time
         self._timeout_s = timeout_s
-        self._consumer = Consumer(
-            {
-                **consumer_config,
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                # A probe wants PROBE_BATCH tuples; a fetch returns at least one whole
-                # record batch whatever this says (KIP-74). (fetch.max.bytes may not go
-                # under message.max.bytes.)
-                "max.partition.fetch.bytes": PROBE_FETCH_BYTES,
-            }
-        )
+        self._config = {
+            **consumer_config,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            # A probe wants PROBE_BATCH tuples; a fetch returns at least one whole
+            # record batch whatever this says (KIP-74). (fetch.max.bytes may not go
+            # under message.max.bytes.)
+            "max.partition.fetch.bytes": PROBE_FETCH_BYTES,
+        }
+        #: Consumers by slot (``partition % PROBE_CONSUMERS``), made on first use.
+        self._consumers: dict[int, Consumer] = {}
         self._cache: dict[int, dict[int, int | None]] = {}
         #: Reads of the broker made, for tests and the planning cost.
         self.reads = 0
 
     def __call__(self, partition: int, offset: int) -> int | None:
-        """The event time (epoch ms) of the tuple at ``offset``; for an offset that holds
-        no tuple (a transaction marker, an aborted write), the next tuple's; ``None``
-        when there is none before the high watermark or the broker does not answer."""
-        cached = self._cache.setdefault(partition, {})
-        if offset in cached:
-            return cached[offset]
-        self.reads += 1
-        self._consumer.assign([TopicPartition(self.topic, partition, offset)])
-        found: int | None = None
+        """The event time (epoch ms) of the tuple at ``offset`` of ``partition``
+        (:meth:`many` for one partition)."""
+        return self.many({partition: offset})[partition]
+
+    def many(self, wanted: Mapping[int, int]) -> dict[int, int | None]:
+        """The event time (epoch ms) of the tuple at each ``{partition: offset}``; for
+        an offset that holds no tuple (a transaction marker, an aborted write), the next
+        tuple's; ``None`` when there is none before the high watermark or the broker
+        does not answer within ``timeout_s``.
+
+        What is not cached is read at once for all partitions: each partition has a
+        consumer of its own (up to :data:`PROBE_CONSUMERS`), all are assigned before
+        any is polled, so their fetches travel together and a planning step costs one
+        round trip to the broker, not one per partition. (One consumer assigned several
+        partitions would fetch them in one request too, but the embedded noida-db
+        answers such a fetch at offsets inside its partitions with OFFSET_OUT_OF_RANGE.)
+        """
+        found: dict[int, int | None] = {}
+        missing: dict[int, int] = {}
+        for partition, offset in wanted.items():
+            cached = self._cache.get(partition, {})
+            if offset in cached:
+                found[partition] = cached[offset]
+            else:
+                missing[partition] = offset
+        while missing:
+            # One partition per consumer at a time.
+            step: dict[int, tuple[int, int]] = {}
+            for partition, offset in list(missing.items()):
+                slot = partition % PROBE_CONSUMERS
+                if slot not in step:
+                    step[slot] = (partition, offset)
+                    del missing[partition]
+            self.reads += 1
+            found |= self._fetch(step)
+        return found
+
+    def _consumer(self, slot: int) -> Consumer:
+        consumer = self._consumers.get(slot)
+        if consumer is None:
+            consumer = self._consumers[slot] = Consumer(self._config)
+        return consumer
+
+    def _fetch(self, step: Mapping[int, tuple[int, int]]) -> dict[int, int | None]:
+        """Read the first tuples at ``{slot: (partition, offset)}`` from the broker, a
+        consumer per slot; cache what the fetches brought; the event time at each."""
+        for slot, (partition, offset) in step.items():
+            self._consumer(slot).assign([TopicPartition(self.topic, partition, offset)])
+        deadline = time.monotonic() + self._timeout_s
+        found: dict[int, int | None] = {}
         try:
-            # The first record (or the end of the partition) as soon as it comes, then
-            # what the same fetch brought, without waiting: consume(n) alone would wait
-            # for n records, and near the partition's end there are fewer.
-            first = self._consumer.poll(self._timeout_s)
-            messages = [first] if first is not None else []
-            if first is not None and first.error() is None:
-                messages += self._consumer.consume(PROBE_BATCH - 1, timeout=0)
+            for slot, (partition, offset) in step.items():
+                consumer = self._consumers[slot]
+                # The first record (or the end of the partition) as soon as it comes,
+                # then what the same fetch brought, without waiting: consume(n) alone
+                # would wait for n records, and near the partition's end there are fewer.
+                first = consumer.poll(max(0.0, deadline - time.monotonic()))
+                messages = [first] if first is not None else []
+                if first is not None and first.error() is None:
+                    messages += consumer.consume(PROBE_BATCH - 1, timeout=0)
+                found[partition] = self._remember(partition, offset, messages)
         finally:
             # An assigned partition is fetched in the background until unassigned:
             # between plannings that is a reader spinning on the broker for nothing
             # (librdkafka prefetches up to queued.max.messages.kbytes; an embedded
             # broker answers an empty fetch at once). On the demo that reader cost
             # half of the alignment's throughput cost (31-37 % before, 17 % after).
-            self._consumer.unassign()
+            for slot in step:
+                self._consumers[slot].unassign()
+        return found
+
+    def _remember(self, partition: int, offset: int, messages: list[Any]) -> int | None:
+        """Cache the event times of ``messages`` read at ``offset``; the one at it."""
+        cached = self._cache.setdefault(partition, {})
+        at: int | None = None
+        seen = False
         for message in messages:
             if message.error() is not None:
                 break  # the end of the partition, or an error: no tuple to tell
-            at, position = self._event_time(message), int(message.offset() or 0)
-            cached[position] = at
-            if found is None and position >= offset:
-                found = at
+            time_at, position = self._event_time(message), int(message.offset() or 0)
+            cached[position] = time_at
+            if not seen and position >= offset:
+                at, seen = time_at, True
         # Offsets without a tuple (markers) take the event time of the next tuple.
-        cached[offset] = found
+        cached[offset] = at
         if len(cached) > CACHE_PER_PARTITION:
             for old in sorted(cached)[: len(cached) - CACHE_PER_PARTITION]:
                 del cached[old]
-        return found
+        return at
 
     def forget_before(self, begin: Mapping[int, int]) -> None:
         """Drop cached offsets that are read already (``< begin[p]``)."""
@@ -232,8 +308,10 @@ class EventTimeProbe:
                 del cached[old]
 
     def close(self) -> None:
-        """Close the consumer."""
-        self._consumer.close()
+        """Close the consumers."""
+        for consumer in self._consumers.values():
+            consumer.close()
+        self._consumers.clear()
 
 
 class IdleTracker:

@@ -1,7 +1,8 @@
 """The planning's event-time probe on a real broker: it reads the event time at an
-offset (the next tuple's past a transaction marker), caches what one fetch brought,
-and leaves no partition assigned between plannings, so its consumer does not fetch
-in the background (an assigned partition is prefetched until unassigned)."""
+offset (the next tuple's past a transaction marker), at one offset of each of several
+partitions in one fetch, caches what a fetch brought, and leaves no partition
+assigned between plannings, so its consumer does not fetch in the background (an
+assigned partition is prefetched until unassigned)."""
 
 from __future__ import annotations
 
@@ -53,11 +54,17 @@ def test_probe_reads_event_times_and_leaves_nothing_assigned(bootstrap: str) -> 
         assert probe(0, 38) == BASE_MS + 76 * HOUR_MS  # brought by the same fetch
         assert probe.reads == reads
         assert probe(1, 99) == BASE_MS + 199 * HOUR_MS
+        # Both partitions at once: one fetch answers them (one round trip a planning step).
+        reads = probe.reads
+        assert probe.many({0: 80, 1: 10}) == {0: BASE_MS + 160 * HOUR_MS, 1: BASE_MS + 21 * HOUR_MS}
+        assert probe.reads == reads + 1
+        assert probe.many({0: 81, 1: 11}) == {0: BASE_MS + 162 * HOUR_MS, 1: BASE_MS + 23 * HOUR_MS}
+        assert probe.reads == reads + 1  # both brought by that fetch
         # Offset 100 of each partition is the commit marker: no tuple there or after.
         assert probe(1, 100) is None
         # Nothing stays assigned, so nothing is fetched between plannings.
-        assert probe._consumer.assignment() == []
+        assert all(c.assignment() == [] for c in probe._consumers.values())
         time.sleep(0.5)
-        assert probe._consumer.assignment() == []
+        assert all(c.assignment() == [] for c in probe._consumers.values())
     finally:
         probe.close()

@@ -4,7 +4,7 @@ tracker with an injected clock."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -35,12 +35,16 @@ def partitions(draw: st.DrawFn) -> tuple[dict[int, list[int]], dict[int, int], d
     return times, begin, end
 
 
-def lookup(times: dict[int, list[int]]) -> Callable[[int, int], int | None]:
-    def event_time_at(partition: int, offset: int) -> int | None:
-        series = times[partition]
-        return series[offset] if 0 <= offset < len(series) else None
+def lookup(
+    times: dict[int, list[int]],
+) -> Callable[[Mapping[int, int]], dict[int, int | None]]:
+    """The event times at ``{partition: offset}``, as the probe answers them: ``None``
+    past a partition's end."""
 
-    return event_time_at
+    def event_times_at(wanted: Mapping[int, int]) -> dict[int, int | None]:
+        return {p: times[p][o] if 0 <= o < len(times[p]) else None for p, o in wanted.items()}
+
+    return event_times_at
 
 
 def planned_times(
@@ -118,6 +122,32 @@ def test_a_partition_far_ahead_waits_for_the_one_behind() -> None:
     aligned = align_batch_end(begin, end, latest, lookup(times), 2 * HOUR)
     assert aligned[0] == 11
     assert times[1][aligned[1] - 1] == 12 * HOUR and times[1][aligned[1]] == 13 * HOUR
+
+
+def test_the_partitions_searches_go_in_step_one_read_for_all() -> None:
+    # Partition 0 is planned up to hour 10; partitions 1-6 each up to hour 10 000 over
+    # 100 000 tuples, a different cut each. Searched one after the other they would
+    # ask the reader six times as often as one partition alone; in step, as often.
+    def asks(cut_partitions: int) -> int:
+        times = {0: [h * HOUR for h in range(11)]}
+        for p in range(1, cut_partitions + 1):
+            times[p] = [(i * (10 + p)) * HOUR // 100 for i in range(100_000)]
+        begin = dict.fromkeys(times, 0)
+        end = latest = {p: len(s) for p, s in times.items()}
+        calls = []
+        answer = lookup(times)
+
+        def counting(wanted: Mapping[int, int]) -> dict[int, int | None]:
+            calls.append(dict(wanted))
+            return answer(wanted)
+
+        aligned = align_batch_end(begin, end, latest, counting, 2 * HOUR)
+        for p in range(1, cut_partitions + 1):
+            assert times[p][aligned[p] - 1] <= 12 * HOUR < times[p][aligned[p]]
+        return len(calls)
+
+    one = asks(1)
+    assert asks(6) <= one + 2  # the slowest search sets the number of reads, not the sum
 
 
 def test_an_idle_partition_holds_nobody_back() -> None:
