@@ -62,6 +62,7 @@ def align_batch_end(
     event_times_at: Callable[[Mapping[int, int]], Mapping[int, int | None]],
     drift_ms: int,
     idle: frozenset[int] = frozenset(),
+    known: Callable[[Mapping[int, int]], Mapping[int, int | None]] | None = None,
 ) -> Offsets:
     """Cap a planned micro-batch so no partition is read past the least planned event
     time plus ``drift_ms``.
@@ -77,6 +78,9 @@ def align_batch_end(
         drift_ms: how far (ms) any partition may be read ahead of the least one.
         idle: partitions that have stopped receiving tuples; with nothing more to read
             they hold nobody back.
+        known: like ``event_times_at``, but answers only what it knows without reading
+            the broker (:meth:`EventTimeProbe.known`): a search takes those steps first,
+            so that the rounds of reads are shared by as many partitions as can be.
 
     Returns:
         The aligned end per partition: ``begin[p] <= aligned[p] <= end[p]``; the
@@ -107,6 +111,18 @@ def align_batch_end(
     }
     # The partitions' searches go in step: each step is one read of the broker for all.
     while cuts:
+        if known is not None:
+            for p, cut in list(cuts.items()):
+                while cut.result is None:
+                    free = known({p: cut.asking})
+                    if p not in free:
+                        break
+                    cut.observe(free[p])
+                if cut.result is not None:
+                    aligned[p] = cut.result
+                    del cuts[p]
+            if not cuts:
+                break
         answers = event_times_at({p: cut.asking for p, cut in cuts.items()})
         for p, cut in list(cuts.items()):
             cut.observe(answers.get(p))
@@ -245,6 +261,16 @@ class EventTimeProbe:
                     del missing[partition]
             self.reads += 1
             found |= self._fetch(step)
+        return found
+
+    def known(self, wanted: Mapping[int, int]) -> dict[int, int | None]:
+        """The cached event times of ``{partition: offset}``; offsets not cached are
+        left out (nothing is read from the broker)."""
+        found: dict[int, int | None] = {}
+        for partition, offset in wanted.items():
+            cached = self._cache.get(partition, {})
+            if offset in cached:
+                found[partition] = cached[offset]
         return found
 
     def _consumer(self, slot: int) -> Consumer:

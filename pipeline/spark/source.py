@@ -256,7 +256,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Under Trigger.AvailableNow a partition at its target gets nothing more
             # in this run: it holds nobody back.
             idle |= {p for p, o in latest.items() if begin.get(p, 0) >= o}
-        aligned = align_batch_end(begin, end, latest, self._probe.many, drift_ms, idle)
+        aligned = align_batch_end(
+            begin, end, latest, self._probe.many, drift_ms, idle, known=self._probe.known
+        )
         self._probe.forget_before(begin)
         if aligned != end:
             log.debug(
