@@ -172,6 +172,40 @@ class KafkaConfig(_Strict):
     """Extra librdkafka properties for every client (``security.protocol``, ``sasl.*``...)."""
 
 
+class SchemaRegistryConfig(_Strict):
+    """The ``[schema_registry]`` section: the Schema Registry of the streams with
+    ``encoding = "confluent"`` (any registry with Confluent's REST API: Confluent's
+    own, Karapace, Apicurio Registry's ``/apis/ccompat/v7``)."""
+
+    url: str | None = None
+    """The registry's base URL, e.g. ``http://registry:8081``; required when a stream's
+    ``encoding`` is ``confluent``."""
+    basic_auth_user_info: SecretStr | None = None
+    """``user:password`` for HTTP basic authentication (confluent-kafka's
+    ``basic.auth.user.info``); never shown in errors or logs."""
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("must be an http:// or https:// URL, e.g. 'http://registry:8081'")
+        return value
+
+    def client_config(self) -> dict[str, str]:
+        """confluent-kafka's ``SchemaRegistryClient`` configuration (``url``, and
+        ``basic.auth.user.info`` when set); empty when no URL is set."""
+        if self.url is None:
+            return {}
+        conf = {"url": self.url}
+        if self.basic_auth_user_info is not None:
+            conf["basic.auth.user.info"] = self.basic_auth_user_info.get_secret_value()
+        return conf
+
+
+#: The values of a stream's ``encoding`` key (:mod:`pipeline.serde.confluent`).
+Encoding = Literal["single-object", "confluent"]
+
+
 class SparkConfig(_Strict):
     """The ``[spark]`` section."""
 
@@ -259,6 +293,12 @@ class InputStreamConfig(StreamSettings):
     with the stream's ``partitions`` when it is missing."""
     schema_: Identifier = Field(alias="schema")
     """Name of the Avro schema in the schema repository (``schemas/<schema>.avsc``)."""
+    encoding: Encoding = "single-object"
+    """How the stream's tuples are framed on the wire: ``single-object`` (Avro
+    single-object encoding; writer schemas found in ``schema_dir`` by fingerprint) or
+    ``confluent`` (the Confluent wire format, a Schema Registry's schema id and the
+    Avro body, as Kafka Connect, ksqlDB and Confluent's clients read and write it;
+    needs ``[schema_registry] url``; the subject is ``<topic>-value``)."""
     timestamp_mode: Literal["server", "data_source"] = "server"
     """``server``: the event time is the Kafka record timestamp; ``data_source``: the
     event time is the field ``timestamp_field`` of the tuple (the stream data platform's
@@ -325,6 +365,12 @@ class OutputStreamConfig(StreamSettings):
     schema_: Identifier = Field(alias="schema")
     """Name of the Avro schema of the output tuples (``schemas/<schema>.avsc``); the
     query's columns are matched to its fields by name."""
+    encoding: Encoding = "single-object"
+    """How the stream's tuples are framed on the wire: ``single-object`` (Avro
+    single-object encoding; writer schemas found in ``schema_dir`` by fingerprint) or
+    ``confluent`` (the Confluent wire format, a Schema Registry's schema id and the
+    Avro body, as Kafka Connect, ksqlDB and Confluent's clients read and write it;
+    needs ``[schema_registry] url``; the subject is ``<topic>-value``)."""
     key: list[str] = Field(default_factory=list)
     """Columns whose values, joined with ``|``, form the Kafka key (empty: no key)."""
     reception_groups: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
@@ -368,9 +414,22 @@ class QueryGroupConfig(_Strict):
     queries: dict[Identifier, QueryConfig] = Field(min_length=1)
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    schema_registry: SchemaRegistryConfig = Field(default_factory=SchemaRegistryConfig)
     schema_dir: str | None = None
     """Directory of ``.avsc`` files, relative to the query group file unless absolute;
     default: the schemas Floodgate ships (``pipeline/resources.py``)."""
+
+    def stream_registry(self, kind: str, stream: str) -> tuple[str, dict[str, str]]:
+        """``(encoding, SchemaRegistryClient configuration)`` of a stream, as
+        :func:`pipeline.serde.confluent.stream_codec` takes them.
+
+        Args:
+            kind: ``input`` or ``output``.
+            stream: the stream's name.
+        """
+        declared = self.input_streams if kind == "input" else self.output_streams
+        encoding = declared[stream].encoding
+        return encoding, self.schema_registry.client_config() if encoding == "confluent" else {}
 
     @property
     def name(self) -> str:
@@ -577,6 +636,22 @@ def parse_query_group(
                     key=f"output_streams.{output_name}.swept",
                     value=True,
                     allowed="false, or set query_group.sweep_catalog_url",
+                )
+    if config.schema_registry.url is None:
+        streams: list[tuple[str, str, InputStreamConfig | OutputStreamConfig]] = [
+            *(("input_streams", name, s) for name, s in config.input_streams.items()),
+            *(("output_streams", name, s) for name, s in config.output_streams.items()),
+        ]
+        for kind, stream_name, declared in streams:
+            if declared.encoding == "confluent":
+                key = f"{kind}.{stream_name}.encoding"
+                raise ConfigError(
+                    f"{source}: invalid query group file:\n  key {key!r} = 'confluent' "
+                    "needs schema_registry.url (the Schema Registry the stream's schema "
+                    "ids come from); allowed: 'single-object', or set schema_registry.url",
+                    key=key,
+                    value="confluent",
+                    allowed="single-object, or confluent with schema_registry.url",
                 )
     _check_schema_fields(config, source)
     return config

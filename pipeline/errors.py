@@ -279,6 +279,21 @@ class BlobIntegrityError(DataLossError):
         self.offset = offset
 
 
+class SchemaRegistryError(FloodgateError, RuntimeError):
+    """The Schema Registry of a stream with ``encoding = "confluent"`` could not be
+    asked (refused connection, timeout, a server error). Not a fault of the tuple: a
+    put that raises it sent nothing, and a query's task that raises it is retried
+    rather than dead-lettering the tuple.
+
+    Attributes:
+        url: the registry's URL.
+    """
+
+    def __init__(self, message: str, *, url: str) -> None:
+        super().__init__(message)
+        self.url = url
+
+
 class DeliveryError(FloodgateError, RuntimeError):
     """The broker did not acknowledge some produced tuples.
 

@@ -103,8 +103,9 @@ class BlockDecoder:
         writer.flush()
         self._container_header = buffer.getvalue()
         #: ``False`` once polars failed on a block no per-tuple decode faulted: the
-        #: schema has a type polars reads differently, so the fast path stays off.
-        self.enabled = True
+        #: schema has a type polars reads differently, so the fast path stays off;
+        #: off from the start for a stream in another encoding than single-object.
+        self.enabled = codec.encoding == "single-object"
 
     def decode(self, values: Sequence[bytes | None]) -> Any | None:
         """Decode ``values`` (single-object encoded tuples) into one Arrow table.
@@ -248,6 +249,9 @@ class BlockEncoder:
     is answered with ``None``, and the caller encodes tuple by tuple, which raises the
     :class:`~pipeline.errors.SchemaError` that names the field.
 
+    A stream in another encoding than single-object (``confluent``) is never written
+    here: :attr:`enabled` is ``False``.
+
     Args:
         codec: the stream's codec (its schema is the writer schema).
     """
@@ -256,6 +260,9 @@ class BlockEncoder:
         self.codec = codec
         self._header = np.frombuffer(MAGIC + codec.schema.fingerprint, dtype=np.uint8)
         self._fields: list[tuple[str, str, int | None]] | None = []
+        if codec.encoding != "single-object":  # another framing: tuple by tuple
+            self._fields = None
+            return
         for f in codec.schema.schema.get("fields", []):
             plan = self._plan(f["type"])
             if plan is None:

@@ -111,6 +111,10 @@ class StreamCodec:
         repository: where writer schemas are looked up by fingerprint when decoding.
     """
 
+    #: How the stream's tuples are framed: Avro single-object encoding here;
+    #: ``confluent`` for :class:`~pipeline.serde.confluent.ConfluentCodec`.
+    encoding = "single-object"
+
     def __init__(self, stream: str, schema: RegisteredSchema, repository: SchemaRepository) -> None:
         self.stream = stream
         self.schema = schema

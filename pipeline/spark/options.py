@@ -9,6 +9,9 @@ from dataclasses import field as dataclass_field
 from typing import Any
 
 from pipeline.offsets import offsets_from_json
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.confluent import ENCODINGS, stream_codec
+from pipeline.serde.schemas import SchemaRepository
 
 #: Short name to use with ``spark.readStream.format(...)``.
 SOURCE_NAME = "floodgate_kafka"
@@ -97,8 +100,10 @@ class SourceOptions:
     as Spark's Kafka source), ``maxEventTimeDriftMs`` (micro-batches aligned in event
     time: no partition is read more than this past the least one,
     :mod:`pipeline.spark.alignment`) with ``idlePartitionTimeoutMs`` (a partition whose
-    head stands still this long holds nobody back; default 10 000), and
-    ``kafka.<property>`` for any librdkafka property.
+    head stands still this long holds nobody back; default 10 000), ``encoding``
+    (``single-object``|``confluent``: :mod:`pipeline.serde.confluent`) with
+    ``schemaRegistry.<property>`` (the ``SchemaRegistryClient`` configuration, ``url``
+    first), and ``kafka.<property>`` for any librdkafka property.
     """
 
     bootstrap_servers: str
@@ -124,6 +129,8 @@ class SourceOptions:
     max_tasks: int | None = None
     max_event_time_drift_ms: int | None = None
     idle_partition_timeout_ms: int = 10_000
+    encoding: str = "single-object"
+    schema_registry: dict[str, str] = dataclass_field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -172,6 +179,26 @@ class SourceOptions:
                 "maxEventTimeDriftMs", minimum=0, unit="milliseconds"
             ),
             idle_partition_timeout_ms=10_000 if idle is None else idle,
+            encoding=opts.choice("encoding", ENCODINGS, "single-object"),
+            schema_registry=opts.prefixed("schemaregistry."),  # keys come lower-cased
+        )
+
+    def codec(self) -> StreamCodec:
+        """The stream's codec in its ``encoding``, with the schema repository of
+        option ``schemas`` (:func:`~pipeline.serde.confluent.stream_codec`).
+
+        Raises:
+            SchemaError: the schema is not in the repository, or ``confluent``
+                without ``schemaRegistry.url``.
+        """
+        repository = SchemaRepository.from_json(self.schemas_json)
+        return stream_codec(
+            self.stream,
+            repository.get(self.schema_name),
+            repository,
+            encoding=self.encoding,
+            topic=self.topic,
+            registry=self.schema_registry,
         )
 
     def consumer_config(self, **extra: Any) -> dict[str, Any]:

@@ -27,8 +27,6 @@ from pipeline.deadletter import (
 )
 from pipeline.errors import DeserializationError
 from pipeline.serde.block import BlockDecoder
-from pipeline.serde.codec import StreamCodec
-from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.options import SourceOptions
 from pipeline.spark.refusals import RefusalRules
 from pipeline.swept.catalog import catalog_for
@@ -102,8 +100,7 @@ class PartitionReader:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.options = options
-        repository = SchemaRepository.from_json(options.schemas_json)
-        self.codec = StreamCodec(options.stream, repository.get(options.schema_name), repository)
+        self.codec = options.codec()
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         # Timestamps arrive as epoch milliseconds and dates as epoch days (logical types
         # stripped for speed): build with those, then cast the few columns concerned.

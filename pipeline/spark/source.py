@@ -60,7 +60,6 @@ from pipeline.offsets import (
     offsets_to_json,
     plan_batch_end,
 )
-from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.alignment import EventTimeProbe, IdleTracker, align_batch_end
 from pipeline.spark.options import SOURCE_NAME, SourceOptions
@@ -280,10 +279,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return ts if kind != 0 and ts >= 0 else None
 
             return kafka_time
-        repository = SchemaRepository.from_json(self.options.schemas_json)
-        codec = StreamCodec(
-            self.options.stream, repository.get(self.options.schema_name), repository
-        )
+        codec = self.options.codec()
         field = self.options.timestamp_field or ""
 
         def field_time(message: Any) -> int | None:

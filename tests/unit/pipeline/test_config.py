@@ -363,3 +363,53 @@ def test_an_empty_or_invalid_sweeper_host_is_refused(tmp_path: Path, host: str) 
     with pytest.raises(ConfigError, match=r"'sweeper\.host'") as caught:
         load_sweeper_config(path, env={"FLOODGATE__SWEEPER__HOST": host})
     assert caught.value.key == "sweeper.host"
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def test_an_unknown_encoding_names_the_key_and_the_allowed_values(raw: dict[str, Any]) -> None:
+    raw["input_streams"]["flights"]["encoding"] = "avro"
+    error = refused(raw)
+    assert error.key == "input_streams.flights.encoding"
+    assert error.value == "avro"
+    assert "'single-object'" in str(error) and "'confluent'" in str(error)
+
+
+@pytest.mark.parametrize("kind, stream", [("input_streams", "flights"), ("output_streams", "out")])
+def test_confluent_encoding_needs_a_registry_url(
+    raw: dict[str, Any], kind: str, stream: str
+) -> None:
+    raw[kind][stream]["encoding"] = "confluent"
+    error = refused(raw)
+    assert error.key == f"{kind}.{stream}.encoding"
+    assert "schema_registry.url" in str(error)
+
+    raw["schema_registry"] = {"url": "http://registry:8081"}
+    config = parse_query_group(raw, env={})
+    side = "input" if kind == "input_streams" else "output"
+    assert config.stream_registry(side, stream) == ("confluent", {"url": "http://registry:8081"})
+
+
+def test_single_object_is_the_default_encoding_and_needs_no_registry(raw: dict[str, Any]) -> None:
+    config = parse_query_group(raw, env={})
+    assert config.stream_registry("input", "flights") == ("single-object", {})
+    assert config.stream_registry("output", "out") == ("single-object", {})
+
+
+def test_a_registry_url_that_is_no_http_url_is_refused(raw: dict[str, Any]) -> None:
+    raw["schema_registry"] = {"url": "registry:8081"}
+    error = refused(raw)
+    assert error.key == "schema_registry.url"
+    assert "http://" in str(error)
+
+
+def test_registry_basic_auth_is_passed_on_and_never_shown(raw: dict[str, Any]) -> None:
+    raw["input_streams"]["flights"]["encoding"] = "confluent"
+    raw["schema_registry"] = {"url": "https://r:8081", "basic_auth_user_info": "u:s3cret"}
+    config = parse_query_group(raw, env={})
+    assert config.stream_registry("input", "flights")[1] == {
+        "url": "https://r:8081",
+        "basic.auth.user.info": "u:s3cret",
+    }
+    assert "s3cret" not in repr(config)

@@ -1,0 +1,165 @@
+"""A real Schema Registry for the tests of ``encoding = "confluent"``: Apicurio Registry
+with in-memory storage, spoken to through its Confluent-compatible API.
+
+``FLOODGATE_TEST_SCHEMA_REGISTRY_URL`` names an existing registry (a Confluent-API base
+URL, e.g. ``http://localhost:8081``). Otherwise Apicurio Registry is built from Maven
+Central with Maven (``pom.xml`` beside this module: quarkus-maven-plugin packages the
+``io.apicurio:apicurio-registry-app`` jar as a runnable application) into Floodgate's
+cache directory (:func:`pipeline.brokers.apache_kafka.artifacts.cache_dir`, never the
+checkout), once per version, and started with ``java -jar`` on a free loopback port;
+stopped by its PID after. Its Confluent-compatible API is ``/apis/ccompat/v7``; its
+storage is an in-memory H2 database, so every start is empty.
+
+Why not Karapace (the Python registry): it is not on PyPI. Why not Confluent's own:
+its jars are not on Maven Central.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pipeline.brokers.apache_kafka.artifacts import cache_dir, java_command
+from pipeline.brokers.engines import free_port
+
+ENV_URL = "FLOODGATE_TEST_SCHEMA_REGISTRY_URL"
+
+#: The Apicurio Registry release built (``pom.xml`` says why this one).
+APICURIO_VERSION = "2.4.2.Final"
+
+#: The Confluent-compatible API under the registry's root.
+CCOMPAT_PATH = "/apis/ccompat/v7"
+
+#: How long one Maven build may take, seconds (a cold one fetches ~250 MiB: 2-4 min here).
+BUILD_TIMEOUT_S = 900.0
+
+#: How long the registry may take to answer after its start, seconds (~5 s here).
+START_TIMEOUT_S = 120.0
+
+
+def registry_jar(*, timeout_s: float = BUILD_TIMEOUT_S) -> Path:
+    """The runnable registry jar, built with Maven when not cached yet.
+
+    Returns:
+        ``<cache>/apicurio-registry-<version>/floodgate-schema-registry-1-runner.jar``
+        (its libraries in ``lib/`` beside it).
+
+    Raises:
+        RuntimeError: no ``mvn`` on PATH, or the build failed (with Maven's last lines).
+    """
+    root = cache_dir() / f"apicurio-registry-{APICURIO_VERSION}"
+    jar = root / "floodgate-schema-registry-1-runner.jar"
+    done = root / ".complete"
+    if done.exists():
+        return jar
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it
+        if done.exists():
+            return jar
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise RuntimeError(
+                "building Apicurio Registry needs Maven: `scripts/system-deps test` installs it"
+            )
+        build = Path(tempfile.mkdtemp(prefix="build-", dir=root))
+        shutil.copy(Path(__file__).with_name("pom.xml"), build / "pom.xml")
+        command = [
+            mvn,
+            "--batch-mode",
+            "--no-transfer-progress",
+            f"-Dmaven.repo.local={cache_dir() / 'm2'}",
+            "package",
+        ]
+        result = subprocess.run(
+            command,
+            cwd=build,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        target = build / "target"
+        built = target / jar.name
+        if result.returncode != 0 or not built.exists():
+            tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
+            shutil.rmtree(build, ignore_errors=True)
+            raise RuntimeError(
+                f"Maven could not build Apicurio Registry {APICURIO_VERSION} "
+                f"(exit status {result.returncode}):\n{tail}"
+            )
+        shutil.rmtree(root / "lib", ignore_errors=True)
+        (target / "lib").rename(root / "lib")
+        built.rename(jar)
+        shutil.rmtree(build, ignore_errors=True)
+        done.write_text(APICURIO_VERSION + "\n")
+    return jar
+
+
+@contextmanager
+def schema_registry() -> Iterator[str]:
+    """A Schema Registry for the duration; yields its Confluent-API base URL.
+
+    Raises:
+        RuntimeError: the registry could not be built, or did not answer within
+            :data:`START_TIMEOUT_S` (with the end of its log).
+    """
+    if os.environ.get(ENV_URL):
+        yield os.environ[ENV_URL]
+        return
+    jar = registry_jar()
+    port = free_port()
+    workdir = Path(tempfile.mkdtemp(prefix="floodgate-registry-"))
+    log_path = workdir / "registry.log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            [
+                *java_command(),
+                "-Xmx512m",
+                f"-Dquarkus.http.port={port}",
+                "-Dquarkus.http.host=127.0.0.1",
+                "-jar",
+                str(jar),
+            ],
+            cwd=workdir,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    url = f"http://127.0.0.1:{port}{CCOMPAT_PATH}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _answers(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
+                raise RuntimeError(
+                    f"Apicurio Registry did not answer at {url} "
+                    f"(exit status {process.poll()}):\n{tail}"
+                )
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/subjects", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
