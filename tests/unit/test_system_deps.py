@@ -25,7 +25,7 @@ BASH = shutil.which("bash") or "/bin/bash"
 CHMOD = shutil.which("chmod") or "/bin/chmod"
 MKDIR = shutil.which("mkdir") or "/bin/mkdir"
 #: What `make test` needs on PATH; the PostgreSQL binaries are found apart.
-TEST_TOOLS = ("java", "promtool", "prometheus")
+TEST_TOOLS = ("java", "promtool", "prometheus", "mvn")
 #: Each package, and the fake executables its fake installation puts on PATH.
 PROVIDES = {
     "openjdk-17-jre-headless": ("java",),
@@ -140,7 +140,7 @@ def test_a_missing_promtool_without_root_stops_within_seconds_naming_the_command
     machine: Machine,
 ) -> None:
     # The run the issue saw: `make test` on a machine without Debian's prometheus.
-    machine.tools("java")
+    machine.tools("java", "mvn")
     machine.postgres()
     machine.uid(1000)
     machine.apt_get()
@@ -161,7 +161,7 @@ def test_without_sudo_the_command_is_named_too(machine: Machine) -> None:
     assert done.returncode == 1
     assert (
         "    sudo apt-get install -y --no-install-recommends "
-        "openjdk-17-jre-headless prometheus\n" in done.stderr
+        "openjdk-17-jre-headless prometheus maven\n" in done.stderr
     )
     assert machine.calls() == []
 
@@ -169,7 +169,7 @@ def test_without_sudo_the_command_is_named_too(machine: Machine) -> None:
 def test_installing_can_be_refused_and_root_is_told_the_command_without_sudo(
     machine: Machine,
 ) -> None:
-    machine.tools("java")
+    machine.tools("java", "mvn")
     machine.uid(0)
     machine.apt_get()
     done, _ = machine.run("test", FLOODGATE_INSTALL_SYSTEM_DEPS="0")
@@ -190,7 +190,7 @@ def test_a_machine_without_apt_get_is_told_the_debian_command(machine: Machine) 
 
 
 def test_dry_run_as_root_prints_the_apt_get_lines_and_runs_none(machine: Machine) -> None:
-    machine.tools("java")
+    machine.tools("java", "mvn")
     machine.uid(0)
     machine.apt_get()
     done, _ = machine.run("--dry-run", "test")
@@ -203,7 +203,7 @@ def test_dry_run_as_root_prints_the_apt_get_lines_and_runs_none(machine: Machine
 
 
 def test_dry_run_with_passwordless_sudo_goes_through_sudo(machine: Machine) -> None:
-    machine.tools(*TEST_TOOLS)
+    machine.tools("java", "promtool", "prometheus")
     machine.postgres()
     machine.uid(1000)
     machine.apt_get()
@@ -244,21 +244,36 @@ def test_a_failing_apt_get_fails_naming_the_command(machine: Machine) -> None:
     assert "apt-get install -y --no-install-recommends prometheus" in done.stderr
 
 
-def test_maven_only_for_the_apache_kafka_engine(machine: Machine) -> None:
-    machine.tools(*TEST_TOOLS)
+def test_maven_for_the_schema_registry_and_the_apache_kafka_engine(machine: Machine) -> None:
+    machine.tools("java", "promtool", "prometheus")
     machine.postgres()
     machine.uid(1000)
-    assert machine.run("test")[0].returncode == 0
+    assert machine.run("demo")[0].returncode == 0
     for done, _ in (
+        # The encoding = "confluent" tests build Apicurio Registry with Maven.
+        machine.run("test"),
+        machine.run("test-integration"),
         machine.run("test-apache-kafka"),
-        machine.run("test", FLOODGATE_KAFKA_ENGINE="apache-kafka"),
         machine.run("demo", FLOODGATE_KAFKA_ENGINE="apache-kafka"),
     ):
         assert done.returncode == 1
         assert "sudo apt-get install -y --no-install-recommends maven\n" in done.stderr
-    # An existing cluster: no broker to fetch.
+    # A registry of one's own: nothing to build.
+    done, _ = machine.run("test", FLOODGATE_TEST_SCHEMA_REGISTRY_URL="http://h:8081")
+    assert done.returncode == 0, done.stderr
+    # ... but Apache Kafka's jars are still fetched with Maven.
     done, _ = machine.run(
-        "test", FLOODGATE_KAFKA_ENGINE="apache-kafka", FLOODGATE_KAFKA_BOOTSTRAP="h:9092"
+        "test",
+        FLOODGATE_TEST_SCHEMA_REGISTRY_URL="http://h:8081",
+        FLOODGATE_KAFKA_ENGINE="apache-kafka",
+    )
+    assert done.returncode == 1
+    # An existing cluster and registry: nothing to fetch or build.
+    done, _ = machine.run(
+        "test",
+        FLOODGATE_KAFKA_ENGINE="apache-kafka",
+        FLOODGATE_KAFKA_BOOTSTRAP="h:9092",
+        FLOODGATE_TEST_SCHEMA_REGISTRY_URL="http://h:8081",
     )
     assert done.returncode == 0
 
