@@ -17,8 +17,9 @@ watermark alignment does across splits:
 * no partition is read past the bound: its end moves back to the first tuple whose
   event time is beyond it (found by interpolation search, the partitions' searches
   in step so that each step is one round of reads for all, tuples of a partition
-  being in event-time order as producers write them; where they are not, the cut is
-  at a tuple past the bound, never before one within it);
+  being in event-time order as producers write them; the search stops when the cut is
+  known within :data:`CUT_TOLERANCE` of the planned range and cuts at its low end, so
+  a partition may leave that many tuples within the bound to the next micro-batch);
 * a partition whose head has not moved for ``idlePartitionTimeoutMs`` and that has
   nothing more to read is idle, and holds nobody back (Flink's ``withIdleness``).
 
@@ -50,6 +51,10 @@ PROBE_FETCH_BYTES = 64 * 1024
 
 #: Consumers a probe reads with at most: partitions beyond share them, one at a time.
 PROBE_CONSUMERS = 8
+
+#: A capped partition's search stops once the cut is known within this share of its
+#: planned range (and cuts at the low end: it reads a little less, never past the bound).
+CUT_TOLERANCE = 1 / 64
 
 #: Event times cached per partition, most recent offsets kept.
 CACHE_PER_PARTITION = 4096
@@ -139,14 +144,18 @@ class _Cut:
     First the tuple at ``start``; then an interpolation search, every other step a
     bisection: replayed or live, a partition's event times grow about evenly with its
     offsets, so interpolation finds the cut in a few reads of the broker, and the
-    bisections bound the reads by twice ``log2(stop - start)`` whatever the times.
-    Unknown event times count as within the bound, so an unreadable tuple never stops a
-    partition for good. Ask :attr:`asking`, tell :meth:`observe` its event time, until
-    :attr:`result` is set.
+    bisections bound the reads by twice ``log2(stop - start)`` whatever the times. It
+    stops once the cut lies within :data:`CUT_TOLERANCE` of the range and cuts at the
+    low end of what is left: the partition reads up to that many tuples fewer this
+    micro-batch (the next one reads them), and the last reads, the costliest share of
+    the planning, are saved. Unknown event times count as within the bound, so an
+    unreadable tuple never stops a partition for good. Ask :attr:`asking`, tell
+    :meth:`observe` its event time, until :attr:`result` is set.
     """
 
     def __init__(self, start: int, stop: int, bound: int, stop_time: int) -> None:
         self.bound = bound
+        self.tolerance = int((stop - start) * CUT_TOLERANCE)
         # The answer lies in [low, high]; (known, known_time) is within the bound.
         self.low, self.high = start + 1, stop - 1
         self.known = start
@@ -172,7 +181,7 @@ class _Cut:
             self.low = self.asking + 1
             if at is not None:
                 self.known, self.known_time = self.asking, at
-        if self.low >= self.high:
+        if self.high - self.low <= self.tolerance:
             self.result = self.low
             return
         middle = (self.low + self.high) // 2
