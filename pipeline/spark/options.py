@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -72,22 +74,123 @@ class EventTimeWindow:
             ) from exc
 
 
+#: Spark's Kafka source options the source refuses, and why (docs/reference/spark-kafka-options.md).
+REFUSED_OPTIONS: dict[str, str] = {
+    "subscribePattern": (
+        "the source reads one topic (it plans, sweeps, dead-letters and commits per "
+        "topic); name it with subscribe, or union one readStream per topic"
+    ),
+    "endingOffsets": (
+        "it applies to batch queries only (Spark's Kafka source refuses it in streaming "
+        "queries too), and the source is a streaming source"
+    ),
+    "startingTimestamp": "offsets by timestamp are not supported; use startingOffsets",
+    "startingOffsetsByTimestamp": "offsets by timestamp are not supported; use startingOffsets",
+    "startingOffsetsByTimestampStrategy": (
+        "offsets by timestamp are not supported; use startingOffsets"
+    ),
+    "endingTimestamp": "it applies to batch queries only",
+    "endingOffsetsByTimestamp": "it applies to batch queries only",
+    "minPartitions": (
+        "the source never splits a Kafka partition over tasks; it groups them (maxTasks) instead"
+    ),
+    "maxRecordsPerPartition": (
+        "the source never splits a Kafka partition over tasks; bound a micro-batch "
+        "with maxOffsetsPerTrigger"
+    ),
+}
+
+#: ``kafka.<property>`` options the source refuses, and why (as Spark's Kafka source
+#: refuses ``auto.offset.reset``, ``enable.auto.commit``, the deserializers and
+#: interceptors: the source owns what they decide).
+REFUSED_CLIENT_PROPERTIES: dict[str, str] = {
+    "auto.offset.reset": (
+        "the source decides where to start (startingOffsets) and what a lost offset "
+        "does (failOnDataLoss)"
+    ),
+    "enable.auto.commit": "the source commits the offsets of a micro-batch itself (commitOffsets)",
+    "enable.auto.offset.store": "the source commits the offsets of a micro-batch itself",
+    "key.deserializer": "a Java client property: keys are read as bytes",
+    "value.deserializer": "a Java client property: values are read as bytes (decoded with schema)",
+    "interceptor.classes": "a Java client property, which librdkafka does not have",
+}
+
+#: Pairs of keys that say the same thing: Floodgate's own name, then Spark's.
+ALIASES: tuple[tuple[str, str], ...] = (
+    ("bootstrap.servers", "kafka.bootstrap.servers"),
+    ("group.id", "kafka.group.id"),
+    ("maxRowsPerTrigger", "maxOffsetsPerTrigger"),
+)
+
+#: The keys that name what to read; exactly one is given.
+TOPIC_KEYS = ("topic", "subscribe", "assign")
+
+#: Spark's default ``maxTriggerDelay`` with ``minOffsetsPerTrigger``.
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
+
+#: Spark's ``startingOffsets`` JSON: -2 is a partition's earliest offset, -1 its latest.
+EARLIEST, LATEST = -2, -1
+
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000}
+_TIME_UNITS_MS |= {"h": 3_600_000, "d": 86_400_000}
+
+
+def time_string_ms(key: str, text: str) -> int:
+    """Spark's time string (``JavaUtils.timeStringAsMs``: a whole number with an optional
+    unit ``us``, ``ms``, ``s``, ``m``/``min``, ``h``, ``d``; no unit is ms) in ms.
+
+    Raises:
+        ValueError: another text (names ``key``).
+    """
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    if match is None or match.group(2) not in ("", *_TIME_UNITS_MS):
+        raise ValueError(
+            f"{SOURCE_NAME}: {key} = {text!r}; allowed: a whole number with a unit "
+            f"({', '.join(_TIME_UNITS_MS)}; none is ms), as Spark's time strings"
+        )
+    return int(int(match.group(1)) * _TIME_UNITS_MS.get(match.group(2), 1))
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """The source's options, parsed once (Spark hands them over as strings).
 
-    Option keys (case-insensitive): ``bootstrap.servers``, ``topic``, ``stream``,
-    ``schema`` (repository name), ``schemas`` (the repository as JSON),
-    ``group.id``, ``maxRowsPerTrigger``, ``startingOffsets``
-    (``committed``|``earliest``|``latest``), ``deadLetterTopic``,
-    ``timestampMode`` (``server``|``data_source``), ``timestampField``,
-    ``query`` (the reading query's name, for dead-letter headers),
-    ``commitOffsets`` (``true``|``false``), ``discardBefore`` (offsets JSON in
-    Spark's Kafka shape: tuples before them are skipped, never read -- how a query
-    group released with ``on_hold_input = "discard"`` skips its input queue),
-    ``sweepCatalog`` (the sweep catalog's SQLAlchemy URL: offsets the broker no longer
-    holds are read back from their BLOBs, docs/architecture.md, "The sweeper"), ``keyRequired``
-    (``true``: a record without a key is dead-lettered, reason ``null-key``),
+    The source speaks Spark's Kafka source dialect (Structured Streaming Kafka
+    Integration Guide) as well as its own; docs/reference/spark-kafka-options.md maps
+    every Spark option. Keys are case-insensitive.
+
+    What to read, exactly one of: ``topic`` or ``subscribe`` (one topic), ``assign``
+    (Spark's JSON ``{"<topic>": [0, 1]}``: some partitions of one topic). Where, one
+    of ``bootstrap.servers`` / ``kafka.bootstrap.servers``.
+
+    Spark's names: ``maxOffsetsPerTrigger`` (= ``maxRowsPerTrigger``),
+    ``minOffsetsPerTrigger`` with ``maxTriggerDelay`` (default ``15m``: a micro-batch
+    waits for that many new tuples, at most that long, as Spark's
+    ``KafkaMicroBatchStream.delayBatch``), ``startingOffsets`` (``earliest``,
+    ``latest``, or Spark's JSON ``{"<topic>": {"0": 23, "1": -2}}`` with -2 the
+    earliest and -1 the latest offset, every partition named; Floodgate adds
+    ``committed``, the default when a consumer group is named, else ``latest`` as
+    Spark), ``failOnDataLoss`` (default ``true``; ``false``: offsets the broker no
+    longer holds are skipped with a ``FG-SOURCE-004`` warning), ``includeHeaders``
+    (the ``headers`` column), ``groupIdPrefix`` (the consumer group's prefix when
+    none is named: ``spark-kafka-source``), ``kafka.group.id`` (= ``group.id``), and
+    ``kafka.<property>`` for librdkafka properties (:data:`REFUSED_CLIENT_PROPERTIES`
+    are refused). Two keys of :data:`ALIASES` or :data:`TOPIC_KEYS` given together are
+    refused, naming both; :data:`REFUSED_OPTIONS` are refused with the reason.
+
+    Floodgate's own: ``stream``, ``schema`` (repository name) and ``schemas`` (the
+    repository as JSON; without them the columns are Spark's Kafka columns alone,
+    :func:`~pipeline.spark.schema.spark_schema`), ``group.id`` (when named, the
+    source commits each micro-batch's end to it), ``maxRowsPerTrigger``,
+    ``deadLetterTopic``, ``timestampMode`` (``server``|``data_source``, the latter
+    needs ``schema``), ``timestampField``, ``query`` (the reading query's name, for
+    dead-letter headers), ``commitOffsets`` (``true``|``false``; default ``true``
+    when a group is named), ``discardBefore`` (offsets JSON in Spark's Kafka shape:
+    tuples before them are skipped, never read -- how a query group released with
+    ``on_hold_input = "discard"`` skips its input queue), ``sweepCatalog`` (the sweep
+    catalog's SQLAlchemy URL: offsets the broker no longer holds are read back from
+    their BLOBs, docs/architecture.md, "The sweeper"), ``keyRequired`` (``true``: a
+    record without a key is dead-lettered, reason ``null-key``),
     ``maxEventTimeAheadMs`` (with ``data_source`` timestamps: an event time further
     than this after the record's Kafka timestamp is dead-lettered, reason
     ``future-event-time``), ``watermarkCheckpoint`` and ``lateWindow`` (together:
@@ -101,16 +204,16 @@ class SourceOptions:
     time: no partition is read more than this past the least one,
     :mod:`pipeline.spark.alignment`) with ``idlePartitionTimeoutMs`` (a partition whose
     head stands still this long holds nobody back; default 10 000), ``encoding``
-    (``single-object``|``confluent``: :mod:`pipeline.serde.confluent`) with
-    ``schemaRegistry.<property>`` (the ``SchemaRegistryClient`` configuration, ``url``
-    first), and ``kafka.<property>`` for any librdkafka property.
+    (``single-object``|``confluent``: :mod:`pipeline.serde.confluent`; needs
+    ``schema``) with ``schemaRegistry.<property>`` (the ``SchemaRegistryClient``
+    configuration, ``url`` first).
     """
 
     bootstrap_servers: str
     topic: str
     stream: str
-    schema_name: str
-    schemas_json: str
+    schema_name: str | None
+    schemas_json: str | None
     group_id: str
     max_rows_per_trigger: int | None
     starting_offsets: str
@@ -131,40 +234,104 @@ class SourceOptions:
     idle_partition_timeout_ms: int = 10_000
     encoding: str = "single-object"
     schema_registry: dict[str, str] = dataclass_field(default_factory=dict)
+    #: ``startingOffsets`` given as JSON: partition -> offset, -2 earliest, -1 latest.
+    starting_partition_offsets: dict[int, int] = dataclass_field(default_factory=dict)
+    #: ``assign``: the partitions read (``None``: every partition of the topic).
+    assigned_partitions: tuple[int, ...] | None = None
+    min_rows_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+
+    @property
+    def decoded(self) -> bool:
+        """Whether tuples are decoded with a schema (``schema`` given)."""
+        return self.schema_name is not None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Parse Spark's option map.
 
         Raises:
-            ValueError: a required option is missing or a value is not allowed (the
-                message names the option and the allowed values).
+            ValueError: a required option is missing, two keys that say the same thing
+                are both given (naming both), an option is refused (with the reason),
+                or a value is not allowed (naming the option and the allowed values).
         """
         opts = OptionMap(options)
-        topic = opts.required("topic")
+        for key, why in REFUSED_OPTIONS.items():
+            if opts.get(key) is not None:
+                raise ValueError(f"{SOURCE_NAME}: option {key!r} is not supported: {why}")
+        for own, spark in ALIASES:
+            opts.exclusive(own, spark)
+        topic, assigned = opts.topic()
         if bool(opts.get("watermarkCheckpoint")) != bool(opts.get("lateWindow")):
             given = [k for k in ("watermarkCheckpoint", "lateWindow") if opts.get(k)]
             raise ValueError(
                 f"{SOURCE_NAME}: watermarkCheckpoint and lateWindow go together; given: {given}"
             )
+        schema_name = opts.get("schema")
+        schemas_json = opts.get("schemas")
+        if schema_name is not None and schemas_json is None:
+            opts.required("schemas")
+        timestamp_mode = opts.choice("timestampMode", ("server", "data_source"), "server")
+        if schema_name is None:
+            needs = [
+                k for k in ("schemas", "deadLetterTopic", "lateWindow") if opts.get(k) is not None
+            ]
+            if timestamp_mode == "data_source":
+                needs.append("timestampMode")
+            if needs:
+                raise ValueError(
+                    f"{SOURCE_NAME}: options {needs} need option 'schema' (the stream's "
+                    "schema in the repository): without it the source reads raw Kafka "
+                    "columns and decodes nothing"
+                )
+        client = opts.prefixed("kafka.")
+        for key, why in REFUSED_CLIENT_PROPERTIES.items():
+            if key in client:
+                raise ValueError(f"{SOURCE_NAME}: option 'kafka.{key}' is not supported: {why}")
+        bootstrap = client.pop("bootstrap.servers", None) or opts.get("bootstrap.servers")
+        if bootstrap is None:
+            raise ValueError(
+                f"{SOURCE_NAME}: option 'kafka.bootstrap.servers' (or 'bootstrap.servers') "
+                "is required"
+            )
+        group_id = client.pop("group.id", None) or opts.get("group.id")
+        named_group = group_id is not None
+        if group_id is None:
+            # As Spark's Kafka source: a group of its own, nothing committed to it.
+            prefix = opts.get("groupIdPrefix") or "spark-kafka-source"
+            group_id = f"{prefix}-{uuid.uuid4()}"
+        max_rows = opts.whole("maxRowsPerTrigger", minimum=1)
+        if max_rows is None:
+            max_rows = opts.whole("maxOffsetsPerTrigger", minimum=1)
+        starting, partition_offsets = opts.starting_offsets(
+            topic, assigned, default="committed" if named_group else "latest"
+        )
+        fail_on_data_loss = opts.flag("failOnDataLoss", default=True)
+        if not fail_on_data_loss and opts.get("sweepCatalog"):
+            raise ValueError(
+                f"{SOURCE_NAME}: failOnDataLoss = false and sweepCatalog go not together: "
+                "offsets the broker no longer holds are read back from their BLOBs, "
+                "never skipped"
+            )
         late_window = opts.get("lateWindow")
         idle = opts.whole("idlePartitionTimeoutMs", minimum=0, unit="milliseconds")
+        delay = opts.get("maxTriggerDelay") or DEFAULT_MAX_TRIGGER_DELAY
         return cls(
-            bootstrap_servers=opts.required("bootstrap.servers"),
+            bootstrap_servers=bootstrap,
             topic=topic,
             stream=opts.get("stream") or topic,
-            schema_name=opts.required("schema"),
-            schemas_json=opts.required("schemas"),
-            group_id=opts.required("group.id"),
-            max_rows_per_trigger=opts.whole("maxRowsPerTrigger", minimum=1),
-            starting_offsets=opts.choice(
-                "startingOffsets", ("committed", "earliest", "latest"), "committed"
-            ),
+            schema_name=schema_name,
+            schemas_json=schemas_json,
+            group_id=group_id,
+            max_rows_per_trigger=max_rows,
+            starting_offsets=starting,
             dead_letter_topic=opts.get("deadLetterTopic"),
-            timestamp_mode=opts.choice("timestampMode", ("server", "data_source"), "server"),
+            timestamp_mode=timestamp_mode,
             timestamp_field=opts.get("timestampField"),
-            commit_offsets=opts.flag("commitOffsets", default=True),
-            client=opts.prefixed("kafka."),
+            commit_offsets=opts.flag("commitOffsets", default=named_group),
+            client=client,
             query=opts.get("query"),
             discard_before=opts.offsets("discardBefore", topic),
             sweep_catalog=opts.get("sweepCatalog"),
@@ -179,6 +346,12 @@ class SourceOptions:
                 "maxEventTimeDriftMs", minimum=0, unit="milliseconds"
             ),
             idle_partition_timeout_ms=10_000 if idle is None else idle,
+            starting_partition_offsets=partition_offsets,
+            assigned_partitions=assigned,
+            min_rows_per_trigger=opts.whole("minOffsetsPerTrigger", minimum=1),
+            max_trigger_delay_ms=time_string_ms("maxTriggerDelay", delay),
+            fail_on_data_loss=fail_on_data_loss,
+            include_headers=opts.flag("includeHeaders", default=False),
             encoding=opts.choice("encoding", ENCODINGS, "single-object"),
             schema_registry=opts.prefixed("schemaregistry."),  # keys come lower-cased
         )
@@ -191,10 +364,10 @@ class SourceOptions:
             SchemaError: the schema is not in the repository, or ``confluent``
                 without ``schemaRegistry.url``.
         """
-        repository = SchemaRepository.from_json(self.schemas_json)
+        repository = SchemaRepository.from_json(self.schemas_json or "{}")
         return stream_codec(
             self.stream,
-            repository.get(self.schema_name),
+            repository.get(self.schema_name or ""),
             repository,
             encoding=self.encoding,
             topic=self.topic,
@@ -300,6 +473,108 @@ class OptionMap:
                 f"{SOURCE_NAME}: {key} = {text!r}; allowed: "
                 'offsets as {"<topic>": {"<partition>": <offset>}}'
             ) from exc
+
+    def exclusive(self, first: str, second: str) -> None:
+        """Refuse ``first`` and ``second`` given together (two names of one thing).
+
+        Raises:
+            ValueError: both are given; names both.
+        """
+        if self.get(first) is not None and self.get(second) is not None:
+            raise ValueError(
+                f"{SOURCE_NAME}: options {first!r} and {second!r} say the same thing; "
+                "give one of them"
+            )
+
+    def topic(self) -> tuple[str, tuple[int, ...] | None]:
+        """The topic read, from exactly one of :data:`TOPIC_KEYS`, and the partitions
+        ``assign`` names (``None``: all of them).
+
+        ``subscribe`` takes Spark's comma-separated list, of one topic here; ``assign``
+        Spark's JSON ``{"<topic>": [<partition>, ...]}``, of one topic.
+
+        Raises:
+            ValueError: none or several of the keys given (naming them), several
+                topics, or ``assign`` not that JSON.
+        """
+        given = [k for k in TOPIC_KEYS if self.get(k) is not None]
+        if len(given) > 1:
+            raise ValueError(
+                f"{SOURCE_NAME}: options {' and '.join(repr(k) for k in given)} both name "
+                "the topic to read; give one of them"
+            )
+        if not given:
+            raise ValueError(
+                f"{SOURCE_NAME}: option 'subscribe' (or 'topic', or 'assign') is required"
+            )
+        key = given[0]
+        text = self.required(key)
+        if key != "assign":
+            topics = [t.strip() for t in text.split(",") if t.strip()]
+            if len(topics) != 1:
+                raise ValueError(
+                    f"{SOURCE_NAME}: {key} = {text!r}; allowed: one topic (the source "
+                    "reads one topic; union one readStream per topic)"
+                )
+            return topics[0], None
+        allowed = 'allowed: {"<topic>": [<partition>, ...]} for one topic'
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{SOURCE_NAME}: assign = {text!r}; {allowed}") from exc
+        if (
+            not isinstance(value, dict)
+            or len(value) != 1
+            or not isinstance(next(iter(value.values())), list)
+            or not next(iter(value.values()))
+            or not all(
+                isinstance(p, int) and not isinstance(p, bool) and p >= 0
+                for p in next(iter(value.values()))
+            )
+        ):
+            raise ValueError(f"{SOURCE_NAME}: assign = {text!r}; {allowed}")
+        topic, partitions = next(iter(value.items()))
+        return str(topic), tuple(sorted(set(partitions)))
+
+    def starting_offsets(
+        self, topic: str, assigned: tuple[int, ...] | None, *, default: str
+    ) -> tuple[str, dict[int, int]]:
+        """``startingOffsets``: ``committed``, ``earliest``, ``latest`` or Spark's JSON.
+
+        Returns:
+            ``(kind, offsets)``: kind one of the words or ``specific`` (then the
+            offsets per partition, -2 earliest, -1 latest; else empty).
+
+        Raises:
+            ValueError: another word; JSON of another shape or topic, an offset below
+                -2, or (with ``assign``) partitions other than those assigned.
+        """
+        text = self.get("startingOffsets")
+        words = ("committed", "earliest", "latest")
+        if text is None:
+            return default, {}
+        if text.strip().lower() in words:
+            return text.strip().lower(), {}
+        allowed = (
+            f"allowed: {', '.join(words)}, or JSON "
+            f'{{"{topic}": {{"<partition>": <offset>}}}} with -2 for earliest and -1 '
+            "for latest, as Spark's Kafka source"
+        )
+        try:
+            value = json.loads(text)
+            if not isinstance(value, dict) or set(value) != {topic}:
+                raise ValueError(f"topics {sorted(value) if isinstance(value, dict) else []}")
+            offsets = offsets_from_json(topic, value)
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise ValueError(f"{SOURCE_NAME}: startingOffsets = {text!r}; {allowed}") from exc
+        if not offsets or min(offsets.values()) < EARLIEST or min(offsets) < 0:
+            raise ValueError(f"{SOURCE_NAME}: startingOffsets = {text!r}; {allowed}")
+        if assigned is not None and set(offsets) != set(assigned):
+            raise ValueError(
+                f"{SOURCE_NAME}: startingOffsets names partitions {sorted(offsets)} of "
+                f"{topic!r} and assign {list(assigned)}: name the same partitions (as Spark)"
+            )
+        return "specific", offsets
 
     def prefixed(self, prefix: str) -> dict[str, str]:
         """Every option under ``prefix``, the prefix removed (``kafka.<property>``)."""

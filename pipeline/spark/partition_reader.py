@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import (
-    DateType,
     StructType,
-    TimestampType,
 )
 
 from pipeline.deadletter import (
@@ -27,8 +25,10 @@ from pipeline.deadletter import (
 )
 from pipeline.errors import DeserializationError
 from pipeline.serde.block import BlockDecoder
+from pipeline.serde.codec import StreamCodec
 from pipeline.spark.options import SourceOptions
 from pipeline.spark.refusals import RefusalRules
+from pipeline.spark.schema import kafka_columns
 from pipeline.swept.catalog import catalog_for
 from pipeline.swept.reading import RANGE_CONSUMER, BlobReader, read_partition
 
@@ -100,7 +100,7 @@ class PartitionReader:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.options = options
-        self.codec = options.codec()
+        self.codec: StreamCodec | None = options.codec() if options.decoded else None
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         # Timestamps arrive as epoch milliseconds and dates as epoch days (logical types
         # stripped for speed): build with those, then cast the few columns concerned.
@@ -114,14 +114,15 @@ class PartitionReader:
                 for f in self.arrow_schema
             ]
         )
-        self.fields = self.codec.schema.field_names
-        # Columns built from epoch-millisecond longs / epoch-day ints (logical types stripped).
-        self._time_fields = {
-            f.name for f in schema.fields if isinstance(f.dataType, TimestampType)
-        } - {"event_time", "_timestamp"}
-        self._date_fields = {f.name for f in schema.fields if isinstance(f.dataType, DateType)}
+        self.fields = self.codec.schema.field_names if self.codec is not None else []
+        #: Spark's Kafka columns in the schema (those no field of the stream takes).
+        self._kafka_names = [
+            f.name
+            for f in kafka_columns(include_headers=True)
+            if f.name in schema.names and f.name not in self.fields
+        ]
         self._pa = pa
-        self._decoder = BlockDecoder(self.codec)
+        self._decoder = BlockDecoder(self.codec) if self.codec is not None else None
         self.rules = RefusalRules(options)
         self.dead = DeadLetterWriter(
             options.dead_letter_topic,
@@ -147,6 +148,8 @@ class PartitionReader:
         )
         try:
             for part in ranges:
+                if not self.options.fail_on_data_loss:
+                    part = self._past_lost(consumer, part)
                 self.partition = part
                 pending: list[Any] = []
                 for fetched in self._records(consumer):
@@ -160,6 +163,27 @@ class PartitionReader:
             consumer.close()
         self.dead.send(batch_id=ranges[0].batch_id if ranges else None)
 
+    def _past_lost(self, consumer: Consumer, part: KafkaInputPartition) -> KafkaInputPartition:
+        """``part`` from the broker's low watermark on when it starts below it: with
+        ``failOnDataLoss = false`` offsets the broker no longer holds (retention,
+        ``delete_records``) are skipped with a ``FG-SOURCE-004`` warning, as Spark's
+        Kafka source skips them with a warning."""
+        low, _ = consumer.get_watermark_offsets(
+            TopicPartition(part.topic, part.partition), timeout=30
+        )
+        if part.start >= low:
+            return part
+        log.warning(
+            "FG-SOURCE-004 source %s: offsets [%d, %d) of %s[%d] are no longer on the "
+            "broker and are skipped (failOnDataLoss = false)",
+            self.options.stream,
+            part.start,
+            min(low, part.end),
+            part.topic,
+            part.partition,
+        )
+        return replace(part, start=min(low, part.end))
+
     def _convert(self, messages: list[Any]) -> Iterator[Any]:
         """One Arrow record batch of ``messages`` (none if every one was refused).
 
@@ -167,6 +191,11 @@ class PartitionReader:
         block (a malformed tuple, an older writer schema), they are decoded one by
         one, which dead-letters exactly the bad ones.
         """
+        if self._decoder is None:  # raw Kafka columns: nothing to decode
+            batch = self._columns(None, messages)
+            if batch.num_rows:
+                yield batch
+            return
         table = self._decoder.decode([m.value() for m in messages])
         if table is not None:
             batch = self._columns(table, messages)
@@ -195,19 +224,18 @@ class PartitionReader:
             yield self._to_arrow_or_dead_letter(rows, kept)
 
     def _columns(self, table: Any, messages: list[Any]) -> Any:
-        """The source's record batch from a block-decoded ``table`` of ``messages``:
-        the stream's columns, then the metadata columns; tuples the source refuses
-        (:meth:`_refusal`) are dead-lettered and left out."""
+        """The source's record batch from a block-decoded ``table`` of ``messages``
+        (``None``: nothing decoded): the stream's columns, then the metadata columns;
+        tuples the source refuses (:meth:`_refusal`) are dead-lettered and left out."""
         pa = self._pa
         import pyarrow.compute as pc
 
         keys = [m.key() for m in messages]
-        timestamps = [
-            ts if kind != 0 and ts >= 0 else None for kind, ts in (m.timestamp() for m in messages)
-        ]
+        stamps = [m.timestamp() for m in messages]
+        timestamps = [ts if kind != 0 and ts >= 0 else None for kind, ts in stamps]
         timestamp_col = pa.array(timestamps, pa.int64())
         options = self.options
-        if options.timestamp_mode == "data_source":
+        if options.timestamp_mode == "data_source" and table is not None:
             field = options.timestamp_field or ""
             event_col = (
                 pc.cast(table.column(field).combine_chunks(), pa.int64())
@@ -236,15 +264,29 @@ class PartitionReader:
                 if error is not None:
                     self.dead.add(message, error)
                     refused.append(index)
-        columns = [table.column(name).combine_chunks() for name in self.fields]
-        columns += [
-            event_col,
-            pa.array(keys, pa.binary()),
-            pa.array(np.full(len(messages), self.partition.partition, dtype=np.int32)),
-            pa.array([m.offset() for m in messages], pa.int64()),
-            timestamp_col,
-        ]
-        batch = self._cast([c.cast(f.type) for c, f in zip(columns, self._raw_schema, strict=True)])
+        named = {name: table.column(name).combine_chunks() for name in self.fields}
+        key_col = pa.array(keys, pa.binary())
+        partition_col = pa.array(np.full(len(messages), self.partition.partition, dtype=np.int32))
+        offset_col = pa.array([m.offset() for m in messages], pa.int64())
+        named |= {
+            "event_time": event_col,
+            "_key": key_col,
+            "_partition": partition_col,
+            "_offset": offset_col,
+            "_timestamp": timestamp_col,
+        }
+        kafka = {
+            "key": lambda: key_col,
+            "value": lambda: pa.array([m.value() for m in messages], pa.binary()),
+            "topic": lambda: pa.array([self.partition.topic] * len(messages), pa.string()),
+            "partition": lambda: partition_col,
+            "offset": lambda: offset_col,
+            "timestamp": lambda: timestamp_col,
+            "timestampType": lambda: pa.array([kind - 1 for kind, _ in stamps], pa.int32()),
+            "headers": lambda: pa.array([_headers(m) for m in messages]),
+        }
+        named |= {name: kafka[name]() for name in self._kafka_names}
+        batch = self._cast([named[f.name].cast(f.type) for f in self._raw_schema])
         if refused:
             keep = np.ones(len(messages), dtype=bool)
             keep[refused] = False
@@ -273,6 +315,7 @@ class PartitionReader:
         )
 
     def _decode(self, message: Any) -> dict[str, Any] | None:
+        assert self.codec is not None
         value = message.value()
         try:
             row = self.codec.decode(value if value is not None else b"", logical=False)
@@ -290,6 +333,17 @@ class PartitionReader:
         row["_partition"] = message.partition()
         row["_offset"] = message.offset()
         timestamp = row["_timestamp"] = ts if ts_type != 0 and ts >= 0 else None
+        kafka = {
+            "key": key,
+            "value": value,
+            "topic": message.topic(),
+            "partition": message.partition(),
+            "offset": message.offset(),
+            "timestamp": timestamp,
+            "timestampType": ts_type - 1,
+        }
+        for name in self._kafka_names:
+            row[name] = _headers(message) if name == "headers" else kafka[name]
         if self.options.timestamp_mode == "data_source":
             event_time = row["event_time"] = row.get(self.options.timestamp_field or "")
         else:
@@ -351,3 +405,13 @@ class PartitionReader:
                 column = column.cast(field.type)
             columns.append(column)
         return pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
+
+
+def _headers(message: Any) -> list[dict[str, Any]] | None:
+    """A record's headers as Spark's ``headers`` column holds them: a list of
+    ``{key, value}`` in order, ``None`` for a record without headers (as Spark's
+    ``KafkaRecordToRowConverter``)."""
+    headers = message.headers()
+    if not headers:
+        return None
+    return [{"key": k, "value": v} for k, v in headers]

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     DataType,
@@ -23,8 +24,36 @@ from pyspark.sql.types import (
 from pipeline.errors import SchemaError
 from pipeline.serde.schemas import RegisteredSchema
 
-#: Columns the source adds to every stream's own fields.
+#: Columns the source adds to every decoded stream's own fields (Floodgate's names).
 METADATA_COLUMNS = ("event_time", "_key", "_partition", "_offset", "_timestamp")
+
+#: Spark's Kafka source columns (``KafkaRecordToRowConverter.kafkaSchema``), every one
+#: nullable as there: ``key`` and ``value`` binary (raw bytes), ``topic`` string,
+#: ``partition`` int, ``offset`` long, ``timestamp`` timestamp, ``timestampType`` int
+#: (0 CreateTime, 1 LogAppendTime); ``headers`` only with ``includeHeaders``.
+KAFKA_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), True),
+        StructField("topic", StringType(), True),
+        StructField("partition", IntegerType(), True),
+        StructField("offset", LongType(), True),
+        StructField("timestamp", TimestampType(), True),
+        StructField("timestampType", IntegerType(), True),
+    ]
+)
+
+#: Spark's ``headers`` column: ``array<struct<key: string, value: binary>>``.
+HEADERS_FIELD = StructField(
+    "headers",
+    ArrayType(
+        StructType(
+            [StructField("key", StringType(), True), StructField("value", BinaryType(), True)]
+        ),
+        True,
+    ),
+    True,
+)
 
 
 _AVRO_TO_SPARK: dict[str, DataType] = {
@@ -77,18 +106,35 @@ def _spark_field(stream: str, avro_field: Mapping[str, Any]) -> StructField:
     )
 
 
-def spark_schema(stream: str, schema: RegisteredSchema) -> StructType:
+def kafka_columns(include_headers: bool) -> list[StructField]:
+    """Spark's Kafka source columns (:data:`KAFKA_SCHEMA`), ``headers`` last when
+    ``include_headers``."""
+    return [*KAFKA_SCHEMA.fields, *([HEADERS_FIELD] if include_headers else [])]
+
+
+def spark_schema(
+    stream: str, schema: RegisteredSchema | None, *, include_headers: bool = False
+) -> StructType:
     """The Spark schema of a stream read by this source.
 
+    Args:
+        stream: the stream's name (for errors).
+        schema: the stream's Avro schema; ``None`` when the source decodes nothing.
+        include_headers: option ``includeHeaders``: add Spark's ``headers`` column.
+
     Returns:
-        The Avro record's fields in order, then ``event_time`` (timestamp),
-        ``_key`` (binary), ``_partition`` (int), ``_offset`` (long) and
-        ``_timestamp`` (the Kafka record timestamp).
+        Without a schema, Spark's Kafka source columns exactly (:func:`kafka_columns`).
+        With one: the Avro record's fields in order, then ``event_time`` (timestamp),
+        ``_key`` (binary), ``_partition`` (int), ``_offset`` (long) and ``_timestamp``
+        (the Kafka record timestamp), then Spark's Kafka columns but those whose
+        names a field of the stream takes (the stream's field wins).
 
     Raises:
         SchemaError: a field's Avro type has no Spark column type here, or a field
             clashes with a metadata column.
     """
+    if schema is None:
+        return StructType(kafka_columns(include_headers))
     fields = [_spark_field(stream, f) for f in schema.schema.get("fields", [])]
     clash = {f.name for f in fields} & set(METADATA_COLUMNS)
     if clash:
@@ -96,6 +142,7 @@ def spark_schema(stream: str, schema: RegisteredSchema) -> StructType:
             f"stream {stream!r}: fields {sorted(clash)} clash with the source's metadata columns",
             stream=stream,
         )
+    names = {f.name for f in fields}
     return StructType(
         [
             *fields,
@@ -104,5 +151,6 @@ def spark_schema(stream: str, schema: RegisteredSchema) -> StructType:
             StructField("_partition", IntegerType(), False),
             StructField("_offset", LongType(), False),
             StructField("_timestamp", TimestampType(), True),
+            *(f for f in kafka_columns(include_headers) if f.name not in names),
         ]
     )

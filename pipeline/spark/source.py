@@ -62,7 +62,7 @@ from pipeline.offsets import (
 )
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.alignment import EventTimeProbe, IdleTracker, align_batch_end
-from pipeline.spark.options import SOURCE_NAME, SourceOptions
+from pipeline.spark.options import EARLIEST, LATEST, SOURCE_NAME, SourceOptions
 from pipeline.spark.partition_reader import (
     KafkaInputPartition,
     KafkaTaskPartition,
@@ -89,8 +89,11 @@ class KafkaStreamDataSource(DataSource):
     def schema(self) -> StructType:
         """The stream's columns (see :func:`spark_schema`)."""
         opts = SourceOptions.parse(self.options)
-        repository = SchemaRepository.from_json(opts.schemas_json)
-        return spark_schema(opts.stream, repository.get(opts.schema_name))
+        registered = None
+        if opts.schema_name is not None:
+            repository = SchemaRepository.from_json(opts.schemas_json or "{}")
+            registered = repository.get(opts.schema_name)
+        return spark_schema(opts.stream, registered, include_headers=opts.include_headers)
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         """The stream reader (one per streaming query)."""
@@ -134,6 +137,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: Event-time alignment (option ``maxEventTimeDriftMs``): made on first use.
         self._probe: EventTimeProbe | None = None
         self._idle = IdleTracker(options.idle_partition_timeout_ms / 1000)
+        #: When the last micro-batch was let through (``minOffsetsPerTrigger``; ``None``:
+        #: never, so the first is not delayed, as Spark's ``lastTriggerMillis = 0``).
+        self._last_trigger_s: float | None = None
 
     # -- driver side -------------------------------------------------------
 
@@ -150,7 +156,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if topic is None or topic.error is not None:
             error = topic.error if topic is not None else "unknown topic"
             raise KafkaException(f"topic {self.options.topic!r} is not available: {error}")
-        return sorted(topic.partitions)
+        assigned = self.options.assigned_partitions
+        if assigned is None:
+            return sorted(topic.partitions)
+        absent = sorted(set(assigned) - set(topic.partitions))
+        if absent:
+            raise ValueError(
+                f"{SOURCE_NAME}: assign names partitions {absent} of {self.options.topic!r}, "
+                f"which has partitions {sorted(topic.partitions)}"
+            )
+        return list(assigned)
 
     def _broker_read(self, read: Callable[[], _T], what: str) -> _T:
         """``read()``, tried again with exponential backoff (0.1 s to 2 s) for up to
@@ -195,9 +210,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {p: high for p, (_, high) in self._watermarks().items()}
 
     def initialOffset(self) -> dict[str, Any]:
-        """Where a query with a new checkpoint starts (option ``startingOffsets``)."""
+        """Where a query with a new checkpoint starts (option ``startingOffsets``).
+
+        Raises:
+            ValueError: ``startingOffsets`` JSON that does not name every partition read
+                (Spark's Kafka source refuses it too).
+        """
         watermarks = self._watermarks()
-        if self.options.starting_offsets == "latest":
+        if self.options.starting_offsets == "specific":
+            start = self._specific_start(watermarks)
+        elif self.options.starting_offsets == "latest":
             start = {p: high for p, (_, high) in watermarks.items()}
         elif self.options.starting_offsets == "earliest":
             start = {p: low for p, (low, _) in watermarks.items()}
@@ -214,6 +236,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 start[tp.partition] = tp.offset if tp.offset >= 0 else low
         log.info("source %s: initial offsets %s", self.options.stream, start)
         return offsets_to_json(self.options.topic, start)
+
+    def _specific_start(self, watermarks: dict[int, tuple[int, int]]) -> Offsets:
+        """``startingOffsets`` JSON resolved: -2 the low watermark, -1 the high one."""
+        given = self.options.starting_partition_offsets
+        if set(given) != set(watermarks):
+            raise ValueError(
+                f"{SOURCE_NAME}: startingOffsets names partitions {sorted(given)} of "
+                f"{self.options.topic!r}, which reads partitions {sorted(watermarks)}: "
+                "name every one (as Spark's Kafka source requires)"
+            )
+        ends = {EARLIEST: 0, LATEST: 1}
+        return {p: watermarks[p][ends[o]] if o in ends else o for p, o in sorted(given.items())}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``ReadMaxRows(maxRowsPerTrigger)`` when set, else ``ReadAllAvailable``."""
@@ -236,12 +270,33 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = {
                 p: min(o, self._available_now_target.get(p, begin[p])) for p, o in latest.items()
             }
+        if self._delayed(begin, latest):
+            return start
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = plan_batch_end(begin, latest, max_rows)
         drift = self.options.max_event_time_drift_ms
         if drift is not None:
             end = self._aligned(begin, end, latest, drift)
         return offsets_to_json(self.options.topic, end)
+
+    def _delayed(self, begin: Offsets, latest: Offsets) -> bool:
+        """Whether to wait for more tuples before the next micro-batch: fewer than
+        ``minOffsetsPerTrigger`` are new and ``maxTriggerDelay`` has not passed since
+        the last one (Spark's ``KafkaMicroBatchStream.delayBatch``). Never under
+        Trigger.AvailableNow, whose run would otherwise wait for tuples that may never
+        come."""
+        minimum = self.options.min_rows_per_trigger
+        if minimum is None or self._available_now_target is not None:
+            return False
+        now = time.monotonic()
+        delay_s = self.options.max_trigger_delay_ms / 1000
+        if self._last_trigger_s is None or now - self._last_trigger_s >= delay_s:
+            self._last_trigger_s = now
+            return False
+        if sum(max(0, o - begin.get(p, 0)) for p, o in latest.items()) < minimum:
+            return True
+        self._last_trigger_s = now
+        return False
 
     def _aligned(self, begin: Offsets, end: Offsets, latest: Offsets, drift_ms: int) -> Offsets:
         """``end`` capped so no partition is read more than ``drift_ms`` past the least

@@ -1,0 +1,131 @@
+"""The ``floodgate_kafka`` source read with Spark's Kafka source options alone (issue
+29): ``kafka.bootstrap.servers``, ``subscribe``, ``startingOffsets`` as Spark's JSON,
+``maxOffsetsPerTrigger``, ``includeHeaders``, ``failOnDataLoss``; and Spark's columns
+``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``,
+``timestampType``, ``headers``. The same query against Spark's own connector is
+``test_spark_connector_compare.py``."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from pyspark.errors import StreamingQueryException
+
+from pipeline.kafka.topics import ensure_topics
+from pipeline.spark.source import KafkaStreamDataSource
+
+
+def _produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(per_partition * partitions):
+        headers = [("n", str(i).encode()), ("empty", None)] if i % 3 else None
+        producer.produce(
+            topic,
+            key=f"k{i}".encode(),
+            value=f"v{i}".encode(),
+            partition=i % partitions,
+            headers=headers,
+        )
+    assert producer.flush(30) == 0
+
+
+def _read(spark: Any, options: dict[str, str], name: str) -> tuple[list[Any], list[int]]:
+    """Run ``options`` under Trigger.AvailableNow into a memory table.
+
+    Returns:
+        The rows by partition and offset, and each micro-batch's number of rows.
+    """
+    spark.dataSource.register(KafkaStreamDataSource)
+    df = spark.readStream.format("floodgate_kafka").options(**options).load()
+    query = df.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
+    try:
+        query.awaitTermination(180)
+        assert query.exception() is None, query.exception()
+        batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        rows = spark.sql(f"SELECT * FROM {name} ORDER BY partition, offset").collect()
+    finally:
+        query.stop()
+    return rows, batches
+
+
+def test_sparks_options_read_sparks_columns(spark: Any, bootstrap: str) -> None:
+    topic = f"dialect.{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (2, None)})
+    _produce(bootstrap, topic, per_partition=6, partitions=2)
+    rows, batches = _read(
+        spark,
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": topic,
+            "startingOffsets": json.dumps({topic: {"0": -2, "1": 2}}),
+            "maxOffsetsPerTrigger": "4",
+            "includeHeaders": "true",
+            "failOnDataLoss": "true",
+        },
+        "dialect_columns",
+    )
+    assert [(r.partition, r.offset) for r in rows] == [
+        *((0, o) for o in range(6)),
+        *((1, o) for o in range(2, 6)),
+    ]
+    assert batches == [4, 4, 2]  # maxOffsetsPerTrigger tuples a micro-batch, at most
+    first = rows[0]
+    assert (first.key, first.value, first.topic, first.timestampType) == (
+        b"k0",
+        b"v0",
+        topic,
+        0,  # CreateTime: librdkafka's producer stamps the record
+    )
+    assert first.timestamp is not None
+    assert first.headers is None  # record 0 was sent without headers
+    second = rows[1]  # record 2: partition 0, offset 1
+    assert [(h.key, h.value) for h in second.headers] == [("n", b"2"), ("empty", None)]
+    assert spark.table("dialect_columns").columns == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["fail", "skip"])
+def test_offsets_no_longer_on_the_broker_fail_or_are_skipped(
+    spark: Any, bootstrap: str, fail: bool
+) -> None:
+    """``failOnDataLoss``: a micro-batch that starts at offsets the broker deleted
+    fails the query (the default), or starts at the first offset it still holds."""
+    topic = f"dialect.lost.{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (1, None)})
+    _produce(bootstrap, topic, per_partition=8, partitions=1)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 5)]).values():
+        future.result(30)
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "startingOffsets": json.dumps({topic: {"0": 0}}),
+        "failOnDataLoss": str(fail).lower(),
+    }
+    if fail:
+        spark.dataSource.register(KafkaStreamDataSource)
+        df = spark.readStream.format("floodgate_kafka").options(**options).load()
+        query = (
+            df.writeStream.format("memory")
+            .queryName("dialect_lost_fail")
+            .trigger(availableNow=True)
+            .start()
+        )
+        with pytest.raises(StreamingQueryException, match="DataLossError"):
+            query.awaitTermination(180)
+        return
+    rows, _ = _read(spark, options, "dialect_lost_skip")
+    assert [r.offset for r in rows] == [5, 6, 7]

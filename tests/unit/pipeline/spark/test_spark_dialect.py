@@ -1,0 +1,193 @@
+"""The ``floodgate_kafka`` source's options in Spark's Kafka source dialect (issue 29):
+Spark's keys parse to what Floodgate's own do, Spark's offsets JSON, conflicting and
+refused keys, and the columns read without a schema."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pyspark.sql.types import StructType
+
+from pipeline.spark.options import (
+    REFUSED_CLIENT_PROPERTIES,
+    REFUSED_OPTIONS,
+    SourceOptions,
+    time_string_ms,
+)
+from pipeline.spark.schema import spark_schema
+from pipeline.spark.source import KafkaStreamReader
+
+#: The least a Spark user writes for ``format("kafka")``.
+SPARK = {"kafka.bootstrap.servers": "broker:9092", "subscribe": "flights"}
+
+#: Spark's Kafka source schema (Structured Streaming Kafka Integration Guide).
+SPARK_COLUMNS = (
+    "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+    "timestamp:timestamp,timestampType:int"
+)
+
+
+def parse(**extra: str) -> SourceOptions:
+    return SourceOptions.parse({**SPARK, **extra})
+
+
+def test_spark_keys_mean_what_floodgates_own_mean() -> None:
+    spark = parse(**{"maxOffsetsPerTrigger": "500", "kafka.group.id": "g"})
+    own = SourceOptions.parse(
+        {
+            "bootstrap.servers": "broker:9092",
+            "topic": "flights",
+            "maxRowsPerTrigger": "500",
+            "group.id": "g",
+        }
+    )
+    assert spark == own
+    assert (spark.bootstrap_servers, spark.topic, spark.group_id) == ("broker:9092", "flights", "g")
+    assert spark.max_rows_per_trigger == 500
+    assert spark.client == {}  # kafka.bootstrap.servers and kafka.group.id are taken out
+
+
+def test_without_a_group_the_source_uses_its_own_and_commits_nothing_as_spark() -> None:
+    parsed = parse()
+    assert parsed.group_id.startswith("spark-kafka-source-")
+    assert parsed.commit_offsets is False
+    assert parsed.starting_offsets == "latest"  # Spark's default for streaming queries
+    assert parse(groupIdPrefix="mine").group_id.startswith("mine-")
+    named = parse(**{"kafka.group.id": "g"})
+    assert (named.commit_offsets, named.starting_offsets) == (True, "committed")
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "options"),
+    [
+        ("topic", "subscribe", {**SPARK, "topic": "flights"}),
+        ("subscribe", "assign", {**SPARK, "assign": '{"flights": [0]}'}),
+        ("bootstrap.servers", "kafka.bootstrap.servers", {**SPARK, "bootstrap.servers": "b"}),
+        (
+            "maxRowsPerTrigger",
+            "maxOffsetsPerTrigger",
+            {**SPARK, "maxRowsPerTrigger": "5", "maxOffsetsPerTrigger": "5"},
+        ),
+        ("group.id", "kafka.group.id", {**SPARK, "group.id": "g", "kafka.group.id": "g"}),
+    ],
+)
+def test_two_keys_for_one_thing_are_refused_naming_both(
+    first: str, second: str, options: dict[str, str]
+) -> None:
+    with pytest.raises(ValueError) as info:
+        SourceOptions.parse(options)
+    assert repr(first) in str(info.value)
+    assert repr(second) in str(info.value)
+
+
+def test_what_to_read_is_required() -> None:
+    with pytest.raises(ValueError, match="'subscribe'"):
+        SourceOptions.parse({"kafka.bootstrap.servers": "broker:9092"})
+    with pytest.raises(ValueError, match=r"'kafka\.bootstrap\.servers'"):
+        SourceOptions.parse({"subscribe": "flights"})
+
+
+def test_subscribe_takes_one_topic() -> None:
+    with pytest.raises(ValueError, match="one topic"):
+        parse(subscribe="a,b")
+    assert parse(subscribe=" flights ").topic == "flights"
+
+
+def test_assign_names_partitions_of_one_topic() -> None:
+    options = {"kafka.bootstrap.servers": "b:9092", "assign": '{"flights": [2, 0]}'}
+    parsed = SourceOptions.parse(options)
+    assert (parsed.topic, parsed.assigned_partitions) == ("flights", (0, 2))
+    for bad in ('{"a": [0], "b": [1]}', '{"a": []}', '{"a": [-1]}', "[0]", "flights"):
+        with pytest.raises(ValueError, match="assign"):
+            SourceOptions.parse({**options, "assign": bad})
+    with pytest.raises(ValueError, match="same partitions"):
+        SourceOptions.parse({**options, "startingOffsets": '{"flights": {"0": 5}}'})
+
+
+def test_starting_offsets_take_sparks_json_with_minus_two_and_minus_one() -> None:
+    parsed = parse(startingOffsets='{"flights": {"0": 23, "1": -2, "2": -1}}')
+    assert parsed.starting_offsets == "specific"
+    assert parsed.starting_partition_offsets == {0: 23, 1: -2, 2: -1}
+    assert parse(startingOffsets="earliest").starting_offsets == "earliest"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ['{"other": {"0": 1}}', '{"flights": {"0": -3}}', '{"flights": {}}', "{", '{"flights": 3}'],
+)
+def test_other_starting_offsets_are_refused_with_the_allowed_shape(bad: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse(startingOffsets=bad)
+    assert "startingOffsets" in str(info.value)
+    assert '"flights"' in str(info.value)  # the shape, with the topic read
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED_OPTIONS))
+def test_sparks_options_the_source_cannot_honour_are_refused_with_the_reason(key: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse(**{key: "1"})
+    assert repr(key) in str(info.value)
+    assert REFUSED_OPTIONS[key] in str(info.value)
+
+
+@pytest.mark.parametrize("prop", sorted(REFUSED_CLIENT_PROPERTIES))
+def test_client_properties_the_source_owns_are_refused(prop: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"'kafka.{prop}'")):
+        parse(**{f"kafka.{prop}": "x"})
+
+
+def test_fail_on_data_loss() -> None:
+    assert parse().fail_on_data_loss is True
+    assert parse(failOnDataLoss="false").fail_on_data_loss is False
+    with pytest.raises(ValueError, match="allowed: true, false"):
+        parse(failOnDataLoss="maybe")
+    with pytest.raises(ValueError, match="sweepCatalog"):
+        parse(failOnDataLoss="false", sweepCatalog="sqlite://")
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("15m", 900_000), ("5s", 5_000), ("250", 250), ("250ms", 250), ("2h", 7_200_000)],
+)
+def test_trigger_delay_is_a_spark_time_string(text: str, ms: int) -> None:
+    assert time_string_ms("maxTriggerDelay", text) == ms
+
+
+def test_a_bad_trigger_delay_names_the_key() -> None:
+    with pytest.raises(ValueError, match="maxTriggerDelay = '5 parsecs'"):
+        parse(minOffsetsPerTrigger="10", maxTriggerDelay="5 parsecs")
+
+
+def test_min_offsets_wait_for_enough_tuples_until_the_delay_passes() -> None:
+    """Spark's ``delayBatch``: the first micro-batch is never delayed; later ones wait
+    until ``minOffsetsPerTrigger`` tuples are new or ``maxTriggerDelay`` has passed."""
+    patient = KafkaStreamReader(parse(minOffsetsPerTrigger="10", maxTriggerDelay="1h"), SCHEMA)
+    begin = {0: 100, 1: 100}
+    assert not patient._delayed(begin, {0: 101, 1: 100})  # the first one goes
+    assert patient._delayed(begin, {0: 105, 1: 104})  # 9 new: wait
+    assert not patient._delayed(begin, {0: 105, 1: 105})  # 10 new: go
+    hasty = KafkaStreamReader(parse(minOffsetsPerTrigger="10", maxTriggerDelay="0s"), SCHEMA)
+    assert not hasty._delayed(begin, {0: 101, 1: 100})
+    assert not hasty._delayed(begin, {0: 101, 1: 100})  # the delay has always passed
+    assert not KafkaStreamReader(parse(), SCHEMA)._delayed(begin, {0: 100, 1: 100})
+
+
+SCHEMA = StructType()
+
+
+def test_without_a_schema_the_columns_are_sparks_kafka_columns() -> None:
+    assert spark_schema("flights", None).simpleString() == SPARK_COLUMNS + ">"
+    with_headers = spark_schema("flights", None, include_headers=True).simpleString()
+    assert with_headers == SPARK_COLUMNS + ",headers:array<struct<key:string,value:binary>>>"
+    assert all(f.nullable for f in spark_schema("flights", None).fields)  # as Spark's
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"schemas": "{}"}, {"deadLetterTopic": "d"}, {"timestampMode": "data_source"}],
+    ids=["schemas", "deadLetterTopic", "timestampMode"],
+)
+def test_options_that_decode_need_a_schema(extra: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="need option 'schema'"):
+        parse(**extra)
