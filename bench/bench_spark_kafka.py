@@ -15,7 +15,7 @@ apache-kafka``), with the same input topic and bytes:
   ``.venv``, pyspark 4.3.0; this script run with ``--floodgate-worker``).
 * **the peer, two outputs** (``bench/spark_kafka_peer.py``, in ``bench/.venv-spark-kafka``
   with ``pyspark==4.2.0``, the newest PySpark whose connector Maven Central serves; the
-  connector's jars fetched with Maven from ``bench/spark-kafka/pom.xml`` into
+  connector's jars fetched with Maven from ``pipeline/brokers/spark_connector/pom.xml`` into
   ``~/.cache/floodgate/spark-kafka-4.2.0/jars`` and passed in ``spark.jars``): the same
   two queries as a PySpark user writes them, ``spark.readStream.format("kafka")`` with
   ``maxOffsetsPerTrigger`` = 150 000, the 10-byte single-object header cut off in SQL
@@ -63,12 +63,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import fcntl
 import json
 import os
 import queue
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -88,16 +86,18 @@ from common import OUT_DIR, ROOT, console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pipeline.brokers import spark_connector
+from pipeline.brokers.spark_connector import SPARK_CONNECTOR_VERSION, connector_dir
+
 TARGET_RATIO = 1.0
 #: The peer's PySpark, and the version of the connector jars: the newest Spark whose
 #: spark-sql-kafka-0-10_2.13 and spark-avro_2.13 Maven Central serves (4.2.1 and 4.3.0
 #: are not there, checked 2026-11-25).
-PEER_SPARK_VERSION = "4.2.0"
+PEER_SPARK_VERSION = SPARK_CONNECTOR_VERSION
 PEER_VENV = ROOT / "bench" / ".venv-spark-kafka"
 PEER_PYTHON = PEER_VENV / "bin" / "python"
 PEER_SCRIPT = ROOT / "bench" / "spark_kafka_peer.py"
 PEER_REQUIREMENTS = ROOT / "bench" / "requirements-spark-kafka.txt"
-PEER_POM = ROOT / "bench" / "spark-kafka" / "pom.xml"
 #: How long one Maven fetch of the connector may take, seconds (cold: ~20-60 s).
 FETCH_TIMEOUT_S = 900.0
 #: How long a driver may take to start its SparkSession, and a run to finish, seconds.
@@ -161,92 +161,32 @@ def ensure_peer_venv() -> None:
     (PEER_VENV / ".installed").write_text(PEER_REQUIREMENTS.read_text())
 
 
-def connector_dir(version: str = PEER_SPARK_VERSION) -> Path:
-    """``<cache>/spark-kafka-<version>/jars``: where the connector's jars are fetched to
-    (the cache of :func:`pipeline.brokers.apache_kafka.artifacts.cache_dir`,
-    ``~/.cache/floodgate`` by default, outside the checkout)."""
-    from pipeline.brokers.apache_kafka.artifacts import cache_dir
-
-    return cache_dir() / f"spark-kafka-{version}" / "jars"
-
-
 def fetch_connector(version: str = PEER_SPARK_VERSION) -> Path:
-    """Spark's Kafka connector and Avro module of ``version`` and what they add to
-    Spark, fetched with Maven (``bench/spark-kafka/pom.xml``, ``copy-dependencies``
-    with the runtime scope) into :func:`connector_dir` unless already there. As
-    ``pipeline.brokers.apache_kafka.artifacts.kafka_libs`` does for Apache Kafka: a
-    file lock against a second fetch, a ``.complete`` marker, Maven's repository in
-    ``<cache>/m2``.
+    """Spark's Kafka connector and Avro module of ``version``, fetched with Maven on
+    first use (:func:`pipeline.brokers.spark_connector.fetch_connector`, which the
+    test comparing ``format("kafka")`` with ``format("floodgate_kafka")`` shares).
 
     Returns:
         The directory of the jars.
 
     Raises:
-        RuntimeError: no ``mvn`` on PATH, or Maven failed (with its output's tail).
+        BrokerError: no ``mvn`` on PATH, or Maven failed (with its output's tail).
     """
-    jars = connector_dir(version)
-    root = jars.parent
-    done = root / ".complete"
-    if done.exists():
-        return jars
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return jars
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise RuntimeError(
-                "the Spark-native peer's connector jars are fetched from Maven Central with "
-                "Maven, and no `mvn` is on PATH: apt-get install -y maven"
-            )
-        staging = Path(tempfile.mkdtemp(prefix="jars-", dir=root))
-        command = [
-            mvn,
-            "--batch-mode",
-            "--no-transfer-progress",
-            "-f",
-            str(PEER_POM),
-            f"-Dmaven.repo.local={root.parent / 'm2'}",
-            f"-Dspark.version={version}",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={staging}",
-            "dependency:copy-dependencies",
-        ]
-        with _spinner() as progress:
-            progress.add_task(
-                f"fetching spark-sql-kafka-0-10_2.13 and spark-avro_2.13 {version} with Maven "
-                f"into {jars}",
-                total=None,
-            )
-            ran = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                timeout=FETCH_TIMEOUT_S,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-        if ran.returncode != 0 or not any(staging.glob(f"spark-sql-kafka-*{version}.jar")):
-            shutil.rmtree(staging, ignore_errors=True)
-            tail = "\n".join((ran.stdout + ran.stderr).splitlines()[-25:])
-            raise RuntimeError(f"Maven could not fetch the connector {version}:\n{tail}")
-        shutil.rmtree(jars, ignore_errors=True)
-        staging.rename(jars)
-        done.write_text(version + "\n")
-    return jars
-
-
-def _artifact(jar: str) -> str:
-    """``kafka-clients`` of ``kafka-clients-3.9.2.jar``: a jar's name without its version."""
-    return re.sub(r"-\d[^-]*\.jar$", "", jar)
+    if connector_dir(version).parent.joinpath(".complete").exists():
+        return connector_dir(version)
+    with _spinner() as progress:
+        progress.add_task(
+            f"fetching spark-sql-kafka-0-10_2.13 and spark-avro_2.13 {version} with Maven "
+            f"into {connector_dir(version)}",
+            total=None,
+        )
+        return spark_connector.fetch_connector(version, timeout_s=FETCH_TIMEOUT_S)
 
 
 def peer_jars(jars: Path) -> list[str]:
-    """The fetched jars the peer's Spark lacks: those whose artifact the peer's pyspark
-    ships are left out (Maven brings Scala, Hadoop's client, lz4, snappy in older
-    versions than Spark's own), as ``--packages`` users get them resolved against
-    Spark's.
+    """The fetched jars the peer's Spark lacks
+    (:func:`pipeline.brokers.spark_connector.jars_spark_lacks` against the peer's
+    pyspark).
 
     Returns:
         Absolute paths, sorted: the connector, spark-avro, kafka-clients,
@@ -258,8 +198,7 @@ def peer_jars(jars: Path) -> list[str]:
         text=True,
         check=True,
     )
-    shipped = {_artifact(p.name) for p in (Path(done.stdout.strip()) / "jars").glob("*.jar")}
-    return sorted(str(p) for p in jars.glob("*.jar") if _artifact(p.name) not in shipped)
+    return spark_connector.jars_spark_lacks(jars, Path(done.stdout.strip()) / "jars")
 
 
 # --------------------------------------------------------------------------- the drivers

@@ -1,0 +1,79 @@
+"""One query text run on Spark's own Kafka connector (``format("kafka")``) and on
+Floodgate's source (``format("floodgate_kafka")``) with the same options, in a
+SparkSession of its own: Spark's connector jars must be on the JVM's class path when
+it starts (``--jars``), and the test session's JVM started without them.
+
+Run by ``test_spark_connector_compare.py`` as
+``python -m tests.integration.spark.connector_compare <request JSON>``; prints one
+line, ``RESULT <JSON>``: per format, the source's schema and the query's rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+#: The query both sources are read with, over the temporary view ``src``: every column of
+#: Spark's Kafka source schema, the binary ones as text so the rows print as JSON.
+QUERY = """
+SELECT CAST(key AS STRING) AS key,
+       CAST(value AS STRING) AS value,
+       topic, partition, offset,
+       CAST(timestamp AS STRING) AS timestamp,
+       timestampType,
+       transform(headers, h -> named_struct('key', h.key, 'value', CAST(h.value AS STRING)))
+         AS headers
+FROM src
+"""
+
+#: The formats compared.
+FORMATS = ("kafka", "floodgate_kafka")
+
+
+def run(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
+    """``QUERY`` over ``format(fmt)`` with ``options``, run to the end of the topic
+    (Trigger.AvailableNow) into a memory table.
+
+    Returns:
+        ``{"schema": <the source's schema as DDL>, "rows": [<row as a list>, ...]}``,
+        rows by partition and offset.
+    """
+    df = spark.readStream.format(fmt).options(**options).load()
+    df.createOrReplaceTempView("src")
+    table = f"compare_{fmt}"
+    query = (
+        spark.sql(QUERY)
+        .writeStream.format("memory")
+        .queryName(table)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    rows = spark.sql(f"SELECT * FROM {table} ORDER BY partition, offset").collect()
+    return {
+        "schema": df.schema.simpleString(),
+        "rows": [json.loads(json.dumps(row.asDict(recursive=True), default=str)) for row in rows],
+    }
+
+
+def main(request: dict[str, Any]) -> dict[str, Any]:
+    """Run both formats with ``request["options"]``; the session's JVM starts with
+    ``request["jars"]`` (Spark's connector) given to ``--jars`` in
+    ``PYSPARK_SUBMIT_ARGS``, as ``spark-submit --jars`` would: a ``spark.jars`` set
+    once the JVM runs does not reach the class path data sources are looked up in."""
+    from pipeline.spark.session import build_spark_session
+    from pipeline.spark.source import KafkaStreamDataSource
+
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {','.join(request['jars'])} pyspark-shell"
+    spark = build_spark_session(app_name="floodgate-connector-compare", master="local[2]")
+    try:
+        spark.dataSource.register(KafkaStreamDataSource)
+        return {fmt: run(spark, fmt, request["options"]) for fmt in FORMATS}
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    print("RESULT " + json.dumps(main(json.loads(sys.argv[1]))), flush=True)
