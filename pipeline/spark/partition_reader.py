@@ -196,9 +196,10 @@ class PartitionReader:
             if batch.num_rows:
                 yield batch
             return
-        table = self._decoder.decode([m.value() for m in messages])
+        values = [m.value() for m in messages]
+        table = self._decoder.decode(values)
         if table is not None:
-            batch = self._columns(table, messages)
+            batch = self._columns(table, messages, values)
             if batch.num_rows:
                 yield batch
             return
@@ -223,16 +224,18 @@ class PartitionReader:
         if rows:
             yield self._to_arrow_or_dead_letter(rows, kept)
 
-    def _columns(self, table: Any, messages: list[Any]) -> Any:
+    def _columns(self, table: Any, messages: list[Any], values: list[Any] | None = None) -> Any:
         """The source's record batch from a block-decoded ``table`` of ``messages``
         (``None``: nothing decoded): the stream's columns, then the metadata columns;
-        tuples the source refuses (:meth:`_refusal`) are dead-lettered and left out."""
+        tuples the source refuses (:meth:`_refusal`) are dead-lettered and left out.
+        ``values``: the messages' values, when the caller has them already."""
         pa = self._pa
         import pyarrow.compute as pc
 
         keys = [m.key() for m in messages]
-        stamps = [m.timestamp() for m in messages]
-        timestamps = [ts if kind != 0 and ts >= 0 else None for kind, ts in stamps]
+        timestamps = [
+            ts if kind != 0 and ts >= 0 else None for kind, ts in (m.timestamp() for m in messages)
+        ]
         timestamp_col = pa.array(timestamps, pa.int64())
         options = self.options
         if options.timestamp_mode == "data_source" and table is not None:
@@ -277,12 +280,18 @@ class PartitionReader:
         }
         kafka = {
             "key": lambda: key_col,
-            "value": lambda: pa.array([m.value() for m in messages], pa.binary()),
-            "topic": lambda: pa.array([self.partition.topic] * len(messages), pa.string()),
+            "value": lambda: _binary_array(
+                values if values is not None else [m.value() for m in messages]
+            ),
+            "topic": lambda: pa.repeat(pa.scalar(self.partition.topic, pa.string()), len(messages)),
             "partition": lambda: partition_col,
             "offset": lambda: offset_col,
             "timestamp": lambda: timestamp_col,
-            "timestampType": lambda: pa.array([kind - 1 for kind, _ in stamps], pa.int32()),
+            # confluent-kafka's kinds (0 none, 1 CreateTime, 2 LogAppendTime) less one are
+            # Kafka's own ids, which Spark's column holds (-1 none).
+            "timestampType": lambda: pc.subtract(
+                pa.array([m.timestamp()[0] for m in messages], pa.int32()), 1
+            ),
             "headers": lambda: pa.array([_headers(m) for m in messages]),
         }
         named |= {name: kafka[name]() for name in self._kafka_names}
@@ -415,3 +424,20 @@ def _headers(message: Any) -> list[dict[str, Any]] | None:
     if not headers:
         return None
     return [{"key": k, "value": v} for k, v in headers]
+
+
+def _binary_array(values: list[bytes | None]) -> Any:
+    """``values`` as an Arrow binary array, built from one joined buffer and its offsets
+    when none is ``None`` (4x faster than ``pa.array(values, pa.binary())`` for 8 192
+    flights); ``pa.array`` otherwise, and past 2 GiB of bytes, where 32-bit offsets end."""
+    import pyarrow as pa
+
+    if None in values:
+        return pa.array(values, pa.binary())
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    lengths = np.fromiter((len(v) for v in values if v is not None), np.int64, len(values))
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        return pa.array(values, pa.binary())
+    buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(values))]  # type: ignore[arg-type]
+    return pa.Array.from_buffers(pa.binary(), len(values), buffers)

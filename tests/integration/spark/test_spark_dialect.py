@@ -23,7 +23,9 @@ from pipeline.spark.source import KafkaStreamDataSource
 def _produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(per_partition * partitions):
-        headers = [("n", str(i).encode()), ("empty", None)] if i % 3 else None
+        headers: list[tuple[str, str | bytes | None]] | None = (
+            [("n", str(i).encode()), ("empty", None)] if i % 3 else None
+        )
         producer.produce(
             topic,
             key=f"k{i}".encode(),
@@ -34,13 +36,22 @@ def _produce(bootstrap: str, topic: str, per_partition: int, partitions: int) ->
     assert producer.flush(30) == 0
 
 
-def _read(spark: Any, options: dict[str, str], name: str) -> tuple[list[Any], list[int]]:
+def _session(spark: Any) -> Any:
+    """A session of its own with the source registered (as a query group registers it
+    in its own session: a second registration in one session is an error)."""
+    session = spark.newSession()
+    session.dataSource.register(KafkaStreamDataSource)
+    return session
+
+
+def _read(spark: Any, options: dict[str, str], name: str) -> tuple[list[Any], list[int], list[str]]:
     """Run ``options`` under Trigger.AvailableNow into a memory table.
 
     Returns:
-        The rows by partition and offset, and each micro-batch's number of rows.
+        The rows by partition and offset, each micro-batch's number of rows, and the
+        columns.
     """
-    spark.dataSource.register(KafkaStreamDataSource)
+    spark = _session(spark)
     df = spark.readStream.format("floodgate_kafka").options(**options).load()
     query = df.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
     try:
@@ -50,14 +61,14 @@ def _read(spark: Any, options: dict[str, str], name: str) -> tuple[list[Any], li
         rows = spark.sql(f"SELECT * FROM {name} ORDER BY partition, offset").collect()
     finally:
         query.stop()
-    return rows, batches
+    return rows, batches, spark.table(name).columns
 
 
 def test_sparks_options_read_sparks_columns(spark: Any, bootstrap: str) -> None:
     topic = f"dialect.{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, {topic: (2, None)})
     _produce(bootstrap, topic, per_partition=6, partitions=2)
-    rows, batches = _read(
+    rows, batches, columns = _read(
         spark,
         {
             "kafka.bootstrap.servers": bootstrap,
@@ -85,7 +96,7 @@ def test_sparks_options_read_sparks_columns(spark: Any, bootstrap: str) -> None:
     assert first.headers is None  # record 0 was sent without headers
     second = rows[1]  # record 2: partition 0, offset 1
     assert [(h.key, h.value) for h in second.headers] == [("n", b"2"), ("empty", None)]
-    assert spark.table("dialect_columns").columns == [
+    assert columns == [
         "key",
         "value",
         "topic",
@@ -116,8 +127,7 @@ def test_offsets_no_longer_on_the_broker_fail_or_are_skipped(
         "failOnDataLoss": str(fail).lower(),
     }
     if fail:
-        spark.dataSource.register(KafkaStreamDataSource)
-        df = spark.readStream.format("floodgate_kafka").options(**options).load()
+        df = _session(spark).readStream.format("floodgate_kafka").options(**options).load()
         query = (
             df.writeStream.format("memory")
             .queryName("dialect_lost_fail")
@@ -127,5 +137,5 @@ def test_offsets_no_longer_on_the_broker_fail_or_are_skipped(
         with pytest.raises(StreamingQueryException, match="DataLossError"):
             query.awaitTermination(180)
         return
-    rows, _ = _read(spark, options, "dialect_lost_skip")
+    rows, _, _ = _read(spark, options, "dialect_lost_skip")
     assert [r.offset for r in rows] == [5, 6, 7]
