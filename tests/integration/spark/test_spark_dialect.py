@@ -17,6 +17,8 @@ from confluent_kafka.admin import AdminClient
 from pyspark.errors import StreamingQueryException
 
 from pipeline.kafka.topics import ensure_topics
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.source import KafkaStreamDataSource
 
 
@@ -139,3 +141,38 @@ def test_offsets_no_longer_on_the_broker_fail_or_are_skipped(
         return
     rows, _, _ = _read(spark, options, "dialect_lost_skip")
     assert [r.offset for r in rows] == [5, 6, 7]
+
+
+def test_decoded_tuples_carry_sparks_columns_beside_their_fields(
+    spark: Any, bootstrap: str, schemas: SchemaRepository, flights: list[dict[str, Any]]
+) -> None:
+    """With ``schema``, a row holds the stream's decoded fields and, beside them,
+    Spark's columns: the raw ``value`` is the bytes the producer wrote."""
+    topic = f"dialect.decoded.{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (1, None)})
+    codec = StreamCodec("flights", schemas.get("flight"), schemas)
+    values = [codec.encode(f) for f in flights[:5]]
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value in values:
+        producer.produce(topic, key=b"k", value=value)
+    assert producer.flush(30) == 0
+    rows, _, columns = _read(
+        spark,
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": topic,
+            "startingOffsets": "earliest",
+            "schema": "flight",
+            "schemas": schemas.as_json(),
+        },
+        "dialect_decoded",
+    )
+    assert columns[: len(schemas.get("flight").field_names)] == schemas.get("flight").field_names
+    assert [(r.carrier, r.flight) for r in rows] == [
+        (f["carrier"], f["flight"]) for f in flights[:5]
+    ]
+    assert [bytes(r.value) for r in rows] == values
+    assert {(r.topic, r.key, r._key, r.partition, r._partition) for r in rows} == {
+        (topic, b"k", b"k", 0, 0)
+    }
+    assert [r.offset for r in rows] == [r._offset for r in rows] == list(range(5))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql.types import StructType
 
 from pipeline.spark.options import (
@@ -15,6 +17,7 @@ from pipeline.spark.options import (
     SourceOptions,
     time_string_ms,
 )
+from pipeline.spark.partition_reader import _binary_array
 from pipeline.spark.schema import spark_schema
 from pipeline.spark.source import KafkaStreamReader
 
@@ -191,3 +194,16 @@ def test_without_a_schema_the_columns_are_sparks_kafka_columns() -> None:
 def test_options_that_decode_need_a_schema(extra: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="need option 'schema'"):
         parse(**extra)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=50))
+def test_the_value_column_holds_every_value_as_given(values: list[bytes | None]) -> None:
+    """The ``value`` column built from one joined buffer is what Arrow builds from the
+    list (the fast path when no value is ``None``, ``pa.array`` otherwise)."""
+    import pyarrow as pa
+
+    built = _binary_array(values)
+    built.validate(full=True)
+    assert built.type == pa.binary()
+    assert built.to_pylist() == values
