@@ -5,7 +5,8 @@ source and sink and its Avro module.
 Runs in ``bench/.venv-spark-kafka`` (``pyspark==4.2.0``, the newest PySpark whose Kafka
 connector Maven Central serves; ``bench/requirements-spark-kafka.txt``), never in the
 project's ``.venv``: it imports PySpark, confluent-kafka and the standard library only,
-not Floodgate. The connector's jars (``pipeline/brokers/spark_connector/pom.xml``) come in ``--jars``.
+not Floodgate. The connector's jars (``pipeline/brokers/spark_connector/pom.xml``) come
+in ``--jars``.
 
 Per query, as a user would write it:
 
