@@ -50,6 +50,10 @@ from pydantic import (
 
 from pipeline.errors import ConfigError
 
+if typing.TYPE_CHECKING:
+    from pipeline.serde.codec import StreamCodec
+    from pipeline.serde.schemas import SchemaRepository
+
 #: Environment variable naming the Kafka bootstrap servers
 #: (:func:`pipeline.brokers.local.resolve_broker`).
 BOOTSTRAP_ENV = "FLOODGATE_KAFKA_BOOTSTRAP"
@@ -430,6 +434,31 @@ class QueryGroupConfig(_Strict):
         declared = self.input_streams if kind == "input" else self.output_streams
         encoding = declared[stream].encoding
         return encoding, self.schema_registry.client_config() if encoding == "confluent" else {}
+
+    def stream_codec(self, kind: str, stream: str, schemas: SchemaRepository) -> StreamCodec:
+        """The codec of an input or output stream: its schema from ``schemas``, in its
+        encoding (single-object, or the Confluent wire format through the registry).
+
+        Args:
+            kind: ``input`` or ``output``.
+            stream: the stream's name.
+            schemas: the schema repository.
+
+        Raises:
+            SchemaError: the stream's schema is not in ``schemas``.
+        """
+        from pipeline.serde.confluent import stream_codec
+
+        declared = (self.input_streams if kind == "input" else self.output_streams)[stream]
+        encoding, registry = self.stream_registry(kind, stream)
+        return stream_codec(
+            stream,
+            schemas.get(declared.schema_),
+            schemas,
+            encoding=encoding,
+            topic=declared.topic,
+            registry=registry,
+        )
 
     @property
     def name(self) -> str:

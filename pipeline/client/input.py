@@ -40,7 +40,6 @@ from pipeline.queues.probe import QueueProbe, SweptCounter
 from pipeline.queues.snapshot import QueueSnapshot
 from pipeline.serde.block import BlockEncoder, epoch_millis
 from pipeline.serde.codec import TupleKey, epoch_ms, field_kind
-from pipeline.serde.confluent import stream_codec
 from pipeline.serde.schemas import SchemaRepository
 
 if TYPE_CHECKING:
@@ -157,15 +156,7 @@ class StreamInput:
             stream_config.timestamp_field if stream_config.timestamp_mode == "data_source" else None
         )
         self._max_ahead_ms = stream_config.max_event_time_ahead_ms
-        encoding, registry = config.stream_registry("input", stream)
-        self.codec = stream_codec(
-            stream,
-            schemas.get(stream_config.schema_),
-            schemas,
-            encoding=encoding,
-            topic=stream_config.topic,
-            registry=registry,
-        )
+        self.codec = config.stream_codec("input", stream, schemas)
         fields = self.codec.schema.field_names
         for name in self.key.fields:
             if name not in fields:  # checked at load too, against the file's schema_dir

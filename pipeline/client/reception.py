@@ -24,7 +24,6 @@ from pipeline.errors import (
 )
 from pipeline.kafka.fetching import bounded_fetch, rest_until_records, resume_fetching
 from pipeline.queues.probe import QueueProbe
-from pipeline.serde.confluent import stream_codec
 from pipeline.serde.schemas import SchemaRepository
 
 if TYPE_CHECKING:
@@ -80,15 +79,7 @@ class StreamOutput:
         self.settings = config.output_settings(stream)
         groups = config.reception_groups(stream)
         self.group = group or groups[0]
-        encoding, registry = config.stream_registry("output", stream)
-        self.codec = stream_codec(
-            stream,
-            schemas.get(stream_config.schema_),
-            schemas,
-            encoding=encoding,
-            topic=stream_config.topic,
-            registry=registry,
-        )
+        self.codec = config.stream_codec("output", stream, schemas)
         self.probe = QueueProbe.for_output_stream(
             config, stream, bootstrap_servers=bootstrap_servers, also=[self.group]
         )

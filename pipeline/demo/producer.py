@@ -247,21 +247,12 @@ def latest_event_time(
     from pipeline.errors import DeserializationError
     from pipeline.kafka.fetching import bounded_fetch
     from pipeline.kafka.retries import transient_kafka_error
-    from pipeline.serde.confluent import stream_codec
 
     settings = config.input_streams[stream]
     field = settings.timestamp_field
     if settings.timestamp_mode != "data_source" or field is None:
         return None
-    encoding, registry = config.stream_registry("input", stream)
-    codec = stream_codec(
-        stream,
-        schemas.get(settings.schema_),
-        schemas,
-        encoding=encoding,
-        topic=settings.topic,
-        registry=registry,
-    )
+    codec = config.stream_codec("input", stream, schemas)
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap_servers,

@@ -39,7 +39,6 @@ from pipeline.errors import ConfigError, QueryGroupError, QueryGroupHeld, compac
 from pipeline.kafka.topics import ensure_topics
 from pipeline.metrics import QueryGroupMetrics
 from pipeline.queues.snapshot import QueueSnapshot
-from pipeline.serde.confluent import stream_codec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.guard import OutputQueueGuard
 from pipeline.spark.hold import Hold
@@ -355,21 +354,13 @@ class QueryGroup:
         input_topics = [s.topic for s in self.config.input_streams.values()]
         with self._lock:
             previous = self._queries.get(name)
-        encoding, registry = self.config.stream_registry("output", query_config.output)
         sink = (
             previous.sink
             if previous is not None
             else KafkaTransactionalSink(
                 query_group=self.name,
                 query=name,
-                codec=stream_codec(
-                    query_config.output,
-                    schema,
-                    self.schemas,
-                    encoding=encoding,
-                    topic=output.topic,
-                    registry=registry,
-                ),
+                codec=self.config.stream_codec("output", query_config.output, self.schemas),
                 topic=output.topic,
                 key_columns=output.key,
                 input_topics=input_topics,
