@@ -17,8 +17,6 @@ Only the ``apache-kafka`` engine needs Maven; the default embedded engine
 
 from __future__ import annotations
 
-import fcntl
-import logging
 import os
 import re
 import shutil
@@ -28,9 +26,8 @@ from collections.abc import Mapping
 from importlib.resources import as_file, files
 from pathlib import Path
 
+from pipeline.brokers.maven import once, run_maven
 from pipeline.errors import BrokerError
-
-log = logging.getLogger(__name__)
 
 #: The Apache Kafka release the engine runs: the newest 4.x that Maven Central served
 #: here whole (kafka_2.13 and its dependencies) on 2026-11-23.
@@ -47,7 +44,6 @@ FETCH_TIMEOUT_S = 900.0
 MIN_JAVA_MAJOR = 17
 
 _INSTALL_JAVA = "apt-get install -y openjdk-17-jre-headless"
-_INSTALL_MAVEN = "apt-get install -y maven"
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -112,69 +108,33 @@ def kafka_libs(
     """
     root = (cache or cache_dir()) / f"apache-kafka-{version}"
     libs = root / "libs"
-    done_marker = root / ".complete"
-    if done_marker.exists():
-        return libs
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be fetching the same jars
-        if done_marker.exists():
-            return libs
-        _fetch(version, root, libs, timeout_s=timeout_s)
-        done_marker.write_text(version + "\n")
-    return libs
 
-
-def _fetch(version: str, root: Path, libs: Path, *, timeout_s: float) -> None:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise BrokerError(
-            "the apache-kafka engine fetches Apache Kafka's jars from Maven Central with "
-            f"Maven, and no `mvn` is on PATH; install it with: {_INSTALL_MAVEN}"
-        )
-    staging = Path(tempfile.mkdtemp(prefix="libs-", dir=root))
-    log.info("fetching Apache Kafka %s's jars with Maven into %s", version, libs)
-    with as_file(files("pipeline.brokers.apache_kafka").joinpath("pom.xml")) as pom:
-        command = [
-            mvn,
-            "--batch-mode",
-            "--no-transfer-progress",
-            "-f",
-            str(pom),
-            f"-Dmaven.repo.local={root.parent / 'm2'}",
-            f"-Dkafka.version={version}",
-            f"-DoutputDirectory={staging}",
-            "dependency:copy-dependencies",
-        ]
+    def fetch() -> None:
+        staging = Path(tempfile.mkdtemp(prefix="libs-", dir=root))
         try:
-            done = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired as exc:
+            with as_file(files("pipeline.brokers.apache_kafka").joinpath("pom.xml")) as pom:
+                run_maven(
+                    [
+                        "-f",
+                        str(pom),
+                        f"-Dkafka.version={version}",
+                        f"-DoutputDirectory={staging}",
+                        "dependency:copy-dependencies",
+                    ],
+                    what=f"Apache Kafka {version}'s jars",
+                    repository=root.parent / "m2",
+                    timeout_s=timeout_s,
+                )
+            if not any(staging.glob(f"kafka_2.13-{version}.jar")):
+                raise BrokerError(
+                    f"Maven copied no kafka_2.13-{version}.jar: is "
+                    f"org.apache.kafka:kafka_2.13:{version} on Maven Central?"
+                )
+        except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
-            raise BrokerError(
-                f"Maven did not fetch Apache Kafka {version} within {timeout_s:.0f} s",
-                command=command,
-                output=_tail(exc.stdout),
-            ) from exc
-    if done.returncode != 0 or not any(staging.glob(f"kafka_2.13-{version}.jar")):
-        shutil.rmtree(staging, ignore_errors=True)
-        raise BrokerError(
-            f"Maven could not fetch org.apache.kafka:kafka_2.13:{version} "
-            f"(exit status {done.returncode}); is Maven Central reachable?",
-            command=command,
-            output=_tail(done.stdout + done.stderr),
-        )
-    shutil.rmtree(libs, ignore_errors=True)
-    staging.rename(libs)
+            raise
+        shutil.rmtree(libs, ignore_errors=True)
+        staging.rename(libs)
 
-
-def _tail(text: str | bytes | None, lines: int = 25) -> str:
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    return "\n".join((text or "").splitlines()[-lines:])
+    once(root, fetch, version=version)
+    return libs

@@ -15,19 +15,15 @@ on a file lock while the first one fetches, as for Apache Kafka's jars.
 
 from __future__ import annotations
 
-import fcntl
-import logging
 import re
 import shutil
-import subprocess
 import tempfile
 from importlib.resources import as_file, files
 from pathlib import Path
 
 from pipeline.brokers.apache_kafka.artifacts import cache_dir
+from pipeline.brokers.maven import once, run_maven
 from pipeline.errors import BrokerError
-
-log = logging.getLogger(__name__)
 
 #: The newest Spark whose ``spark-sql-kafka-0-10_2.13`` and ``spark-avro_2.13`` Maven
 #: Central serves (4.2.1 and 4.3.0 were not there, checked 2026-11-25 and 2026-11-26).
@@ -35,8 +31,6 @@ SPARK_CONNECTOR_VERSION = "4.2.0"
 
 #: How long one Maven fetch of the connector may take, seconds (cold: ~20-60 s).
 FETCH_TIMEOUT_S = 900.0
-
-_INSTALL_MAVEN = "apt-get install -y maven"
 
 
 def connector_dir(version: str = SPARK_CONNECTOR_VERSION, *, cache: Path | None = None) -> Path:
@@ -65,63 +59,37 @@ def fetch_connector(
     """
     jars = connector_dir(version, cache=cache)
     root = jars.parent
-    done = root / ".complete"
-    if done.exists():
-        return jars
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be fetching the same jars
-        if done.exists():
-            return jars
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise BrokerError(
-                "Spark's Kafka connector is fetched from Maven Central with Maven, and no "
-                f"`mvn` is on PATH; install it with: {_INSTALL_MAVEN}"
-            )
+
+    def fetch() -> None:
         staging = Path(tempfile.mkdtemp(prefix="jars-", dir=root))
-        log.info("fetching Spark's Kafka connector %s with Maven into %s", version, jars)
-        with as_file(files("pipeline.brokers.spark_connector").joinpath("pom.xml")) as pom:
-            command = [
-                mvn,
-                "--batch-mode",
-                "--no-transfer-progress",
-                "-f",
-                str(pom),
-                f"-Dmaven.repo.local={root.parent / 'm2'}",
-                f"-Dspark.version={version}",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={staging}",
-                "dependency:copy-dependencies",
-            ]
-            try:
-                ran = subprocess.run(
-                    command,
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout_s,
-                    check=False,
-                    stdin=subprocess.DEVNULL,
+        try:
+            pom_file = files("pipeline.brokers.spark_connector").joinpath("pom.xml")
+            with as_file(pom_file) as pom:
+                run_maven(
+                    [
+                        "-f",
+                        str(pom),
+                        f"-Dspark.version={version}",
+                        "-DincludeScope=runtime",
+                        f"-DoutputDirectory={staging}",
+                        "dependency:copy-dependencies",
+                    ],
+                    what=f"Spark's Kafka connector {version}",
+                    repository=root.parent / "m2",
+                    timeout_s=timeout_s,
                 )
-            except subprocess.TimeoutExpired as exc:
-                shutil.rmtree(staging, ignore_errors=True)
+            if not any(staging.glob(f"spark-sql-kafka-*{version}.jar")):
                 raise BrokerError(
-                    f"Maven did not fetch Spark's Kafka connector {version} within "
-                    f"{timeout_s:.0f} s",
-                    command=command,
-                ) from exc
-        if ran.returncode != 0 or not any(staging.glob(f"spark-sql-kafka-*{version}.jar")):
+                    f"Maven copied no spark-sql-kafka jar: is "
+                    f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version} on Maven Central?"
+                )
+        except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
-            tail = "\n".join((ran.stdout + ran.stderr).splitlines()[-25:])
-            raise BrokerError(
-                f"Maven could not fetch org.apache.spark:spark-sql-kafka-0-10_2.13:{version} "
-                f"(exit status {ran.returncode}); is Maven Central reachable?",
-                command=command,
-                output=tail,
-            )
+            raise
         shutil.rmtree(jars, ignore_errors=True)
         staging.rename(jars)
-        done.write_text(version + "\n")
+
+    once(root, fetch, version=version)
     return jars
 
 

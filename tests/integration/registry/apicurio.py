@@ -16,7 +16,6 @@ its jars are not on Maven Central.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -29,6 +28,8 @@ from pathlib import Path
 
 from pipeline.brokers.apache_kafka.artifacts import cache_dir, java_command
 from pipeline.brokers.engines import free_port
+from pipeline.brokers.maven import once, run_maven
+from pipeline.errors import BrokerError
 
 ENV_URL = "FLOODGATE_TEST_SCHEMA_REGISTRY_URL"
 
@@ -53,55 +54,33 @@ def registry_jar(*, timeout_s: float = BUILD_TIMEOUT_S) -> Path:
         (its libraries in ``lib/`` beside it).
 
     Raises:
-        RuntimeError: no ``mvn`` on PATH, or the build failed (with Maven's last lines).
+        BrokerError: no ``mvn`` on PATH, or the build failed (with Maven's last lines).
     """
     root = cache_dir() / f"apicurio-registry-{APICURIO_VERSION}"
     jar = root / "floodgate-schema-registry-1-runner.jar"
-    done = root / ".complete"
-    if done.exists():
-        return jar
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it
-        if done.exists():
-            return jar
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise RuntimeError(
-                "building Apicurio Registry needs Maven: `scripts/system-deps test` installs it"
+
+    def build() -> None:
+        workdir = Path(tempfile.mkdtemp(prefix="build-", dir=root))
+        try:
+            shutil.copy(Path(__file__).with_name("pom.xml"), workdir / "pom.xml")
+            run_maven(
+                ["package"],
+                what=f"Apicurio Registry {APICURIO_VERSION}",
+                repository=cache_dir() / "m2",
+                timeout_s=timeout_s,
+                cwd=workdir,
             )
-        build = Path(tempfile.mkdtemp(prefix="build-", dir=root))
-        shutil.copy(Path(__file__).with_name("pom.xml"), build / "pom.xml")
-        command = [
-            mvn,
-            "--batch-mode",
-            "--no-transfer-progress",
-            f"-Dmaven.repo.local={cache_dir() / 'm2'}",
-            "package",
-        ]
-        result = subprocess.run(
-            command,
-            cwd=build,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-        target = build / "target"
-        built = target / jar.name
-        if result.returncode != 0 or not built.exists():
-            tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
-            shutil.rmtree(build, ignore_errors=True)
-            raise RuntimeError(
-                f"Maven could not build Apicurio Registry {APICURIO_VERSION} "
-                f"(exit status {result.returncode}):\n{tail}"
-            )
-        shutil.rmtree(root / "lib", ignore_errors=True)
-        (target / "lib").rename(root / "lib")
-        built.rename(jar)
-        shutil.rmtree(build, ignore_errors=True)
-        done.write_text(APICURIO_VERSION + "\n")
+            target = workdir / "target"
+            built = target / jar.name
+            if not built.exists():
+                raise BrokerError(f"Maven built no {built}")
+            shutil.rmtree(root / "lib", ignore_errors=True)
+            (target / "lib").rename(root / "lib")
+            built.rename(jar)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    once(root, build, version=APICURIO_VERSION)
     return jar
 
 
@@ -110,8 +89,9 @@ def schema_registry() -> Iterator[str]:
     """A Schema Registry for the duration; yields its Confluent-API base URL.
 
     Raises:
-        RuntimeError: the registry could not be built, or did not answer within
-            :data:`START_TIMEOUT_S` (with the end of its log).
+        BrokerError: the registry could not be built (:func:`registry_jar`).
+        RuntimeError: it did not answer within :data:`START_TIMEOUT_S` (with the end
+            of its log).
     """
     if os.environ.get(ENV_URL):
         yield os.environ[ENV_URL]
