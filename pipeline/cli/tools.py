@@ -33,6 +33,21 @@ def driver_path() -> None:
     typer.echo(Path(__file__).resolve().with_name("__main__.py"))
 
 
+def _generated(text: str, output: Path | None, *, check: bool, command: str) -> None:
+    """A generated file's ``text``: printed (no ``output``), compared with ``output``
+    (``check``: exit 1 naming the command that regenerates it when they differ), or
+    written to ``output``."""
+    if output is None:
+        typer.echo(text, nl=False)
+    elif check:
+        current = output.read_text(encoding="utf-8") if output.exists() else ""
+        if current != text:
+            raise fail(f"{output} is out of date: run floodgate {command} --output {output}")
+    else:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+
+
 @app.command("metrics-doc")
 def metrics_doc(
     output: Annotated[
@@ -46,16 +61,7 @@ def metrics_doc(
     registry: name, type, labels, unit and meaning of each metric."""
     from pipeline.metrics import metrics_markdown
 
-    text = metrics_markdown()
-    if output is None:
-        typer.echo(text, nl=False)
-    elif check:
-        current = output.read_text(encoding="utf-8") if output.exists() else ""
-        if current != text:
-            raise fail(f"{output} is out of date: run floodgate metrics-doc --output {output}")
-    else:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
+    _generated(metrics_markdown(), output, check=check, command="metrics-doc")
 
 
 @app.command("alert-rules")
@@ -97,15 +103,7 @@ def alert_rules(
             output_lag_threshold_s=output_lag_threshold_s,
         )
     )
-    if output is None:
-        typer.echo(text, nl=False)
-    elif check:
-        current = output.read_text(encoding="utf-8") if output.exists() else ""
-        if current != text:
-            raise fail(f"{output} is out of date: run floodgate alert-rules --output {output}")
-    else:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
+    _generated(text, output, check=check, command="alert-rules")
 
 
 @app.command()
