@@ -21,7 +21,9 @@ import fcntl
 import logging
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from importlib.resources import as_file, files
 from pathlib import Path
 
 from pipeline.errors import BrokerError
@@ -54,6 +56,65 @@ def once(root: Path, make: Callable[[], None], *, version: str) -> None:
             return
         make()
         done.write_text(version + "\n")
+
+
+def copy_dependencies(
+    target: Path,
+    *,
+    package: str,
+    properties: Mapping[str, str],
+    expect: str,
+    what: str,
+    version: str,
+    timeout_s: float,
+) -> Path:
+    """The jars of the dependencies of the ``pom.xml`` shipped in ``package``, copied by
+    Maven's ``dependency:copy-dependencies`` goal into ``target`` once per machine.
+
+    Args:
+        target: the directory of the jars; its parent is the artefact's directory in
+            the cache (:func:`once`), whose parent holds Maven's repository ``m2``.
+        package: the Python package holding the ``pom.xml``.
+        properties: ``-D`` properties of the run (the versions the pom takes).
+        expect: a glob of a jar the run must have copied (the artefact itself).
+        what: what is fetched, for messages ("Apache Kafka 4.4.0's jars").
+        version: written to the ``.complete`` marker.
+        timeout_s: how long the Maven run may take, seconds.
+
+    Returns:
+        ``target``.
+
+    Raises:
+        BrokerError: as :func:`run_maven`, or Maven copied no jar matching ``expect``.
+    """
+    root = target.parent
+
+    def fetch() -> None:
+        staging = Path(tempfile.mkdtemp(prefix="staging-", dir=root))
+        try:
+            with as_file(files(package).joinpath("pom.xml")) as pom:
+                run_maven(
+                    [
+                        "-f",
+                        str(pom),
+                        *(f"-D{key}={value}" for key, value in properties.items()),
+                        f"-DoutputDirectory={staging}",
+                        "dependency:copy-dependencies",
+                    ],
+                    what=what,
+                    repository=root.parent / "m2",
+                    timeout_s=timeout_s,
+                )
+            if not any(staging.glob(expect)):
+                raise BrokerError(f"Maven copied no {expect} for {what}: is it on Maven Central?")
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+
+    once(root, fetch, version=version)
+    return target
 
 
 def run_maven(

@@ -21,12 +21,10 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Mapping
-from importlib.resources import as_file, files
 from pathlib import Path
 
-from pipeline.brokers.maven import once, run_maven
+from pipeline.brokers.maven import copy_dependencies
 from pipeline.errors import BrokerError
 
 #: The Apache Kafka release the engine runs: the newest 4.x that Maven Central served
@@ -106,35 +104,12 @@ def kafka_libs(
         BrokerError: Maven is missing (names the command that installs it), or the
             fetch failed or timed out (with the tail of Maven's output).
     """
-    root = (cache or cache_dir()) / f"apache-kafka-{version}"
-    libs = root / "libs"
-
-    def fetch() -> None:
-        staging = Path(tempfile.mkdtemp(prefix="libs-", dir=root))
-        try:
-            with as_file(files("pipeline.brokers.apache_kafka").joinpath("pom.xml")) as pom:
-                run_maven(
-                    [
-                        "-f",
-                        str(pom),
-                        f"-Dkafka.version={version}",
-                        f"-DoutputDirectory={staging}",
-                        "dependency:copy-dependencies",
-                    ],
-                    what=f"Apache Kafka {version}'s jars",
-                    repository=root.parent / "m2",
-                    timeout_s=timeout_s,
-                )
-            if not any(staging.glob(f"kafka_2.13-{version}.jar")):
-                raise BrokerError(
-                    f"Maven copied no kafka_2.13-{version}.jar: is "
-                    f"org.apache.kafka:kafka_2.13:{version} on Maven Central?"
-                )
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        shutil.rmtree(libs, ignore_errors=True)
-        staging.rename(libs)
-
-    once(root, fetch, version=version)
-    return libs
+    return copy_dependencies(
+        (cache or cache_dir()) / f"apache-kafka-{version}" / "libs",
+        package="pipeline.brokers.apache_kafka",
+        properties={"kafka.version": version},
+        expect=f"kafka_2.13-{version}.jar",
+        what=f"Apache Kafka {version}'s jars",
+        version=version,
+        timeout_s=timeout_s,
+    )

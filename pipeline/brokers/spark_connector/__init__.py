@@ -16,14 +16,10 @@ on a file lock while the first one fetches, as for Apache Kafka's jars.
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
-from importlib.resources import as_file, files
 from pathlib import Path
 
 from pipeline.brokers.apache_kafka.artifacts import cache_dir
-from pipeline.brokers.maven import once, run_maven
-from pipeline.errors import BrokerError
+from pipeline.brokers.maven import copy_dependencies
 
 #: The newest Spark whose ``spark-sql-kafka-0-10_2.13`` and ``spark-avro_2.13`` Maven
 #: Central serves (4.2.1 and 4.3.0 were not there, checked 2026-11-25 and 2026-11-26).
@@ -57,40 +53,15 @@ def fetch_connector(
         BrokerError: no ``mvn`` on PATH (names the command that installs it), or Maven
             failed or timed out (with the tail of its output).
     """
-    jars = connector_dir(version, cache=cache)
-    root = jars.parent
-
-    def fetch() -> None:
-        staging = Path(tempfile.mkdtemp(prefix="jars-", dir=root))
-        try:
-            pom_file = files("pipeline.brokers.spark_connector").joinpath("pom.xml")
-            with as_file(pom_file) as pom:
-                run_maven(
-                    [
-                        "-f",
-                        str(pom),
-                        f"-Dspark.version={version}",
-                        "-DincludeScope=runtime",
-                        f"-DoutputDirectory={staging}",
-                        "dependency:copy-dependencies",
-                    ],
-                    what=f"Spark's Kafka connector {version}",
-                    repository=root.parent / "m2",
-                    timeout_s=timeout_s,
-                )
-            if not any(staging.glob(f"spark-sql-kafka-*{version}.jar")):
-                raise BrokerError(
-                    f"Maven copied no spark-sql-kafka jar: is "
-                    f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version} on Maven Central?"
-                )
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        shutil.rmtree(jars, ignore_errors=True)
-        staging.rename(jars)
-
-    once(root, fetch, version=version)
-    return jars
+    return copy_dependencies(
+        connector_dir(version, cache=cache),
+        package="pipeline.brokers.spark_connector",
+        properties={"spark.version": version, "includeScope": "runtime"},
+        expect=f"spark-sql-kafka-*{version}.jar",
+        what=f"Spark's Kafka connector {version}",
+        version=version,
+        timeout_s=timeout_s,
+    )
 
 
 def jar_artifact(jar: str) -> str:
