@@ -232,13 +232,15 @@ def test_a_job_that_cannot_be_spawned_ends_as_error_not_running(
     wait_for(lambda: service.job(after["id"])["state"] == "FINISHED_OK", "a job after them")
 
 
+#: A busy loop that ends with the test process: a run stopped by a signal (SIGTERM runs
+#: no fixture's teardown) would otherwise leave the cores busy for every later test.
+BURNER = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
+
+
 @contextlib.contextmanager
 def cpu_burners() -> Iterator[None]:
     """A busy loop on every core for the duration: real CPU load for the job queue's rules."""
-    burners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        for _ in range(os.cpu_count() or 2)
-    ]
+    burners = [subprocess.Popen([sys.executable, "-c", BURNER]) for _ in range(os.cpu_count() or 2)]
     try:
         yield
     finally:
