@@ -284,13 +284,18 @@ class StreamCodec:
                 reason="bad-body",
                 stream=self.stream,
             ) from exc
-        if not isinstance(record, dict):
+        return self._record(record)
+
+    def _record(self, decoded: Any) -> dict[str, Any]:
+        """``decoded`` when it is a record (a dict); else ``DeserializationError``
+        (``bad-body``): a stream's values are Avro records."""
+        if not isinstance(decoded, dict):
             raise DeserializationError(
-                f"Avro body decodes to {type(record).__name__}, not a record",
+                f"Avro body decodes to {type(decoded).__name__}, not a record",
                 reason="bad-body",
                 stream=self.stream,
             )
-        return record
+        return decoded
 
 
 def _short(value: Any) -> str:

@@ -212,12 +212,7 @@ class ConfluentCodec(StreamCodec):
                 reason="bad-body",
                 stream=self.stream,
             ) from exc
-        if not isinstance(record, dict):
-            raise DeserializationError(
-                f"Avro body decodes to {type(record).__name__}, not a record",
-                reason="bad-body",
-                stream=self.stream,
-            )
+        record = self._record(record)
         if not logical:
             for name, kind in self._logical_fields:
                 value = record.get(name)
