@@ -23,11 +23,10 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from admission.environment import invalid_reason
 from admission.errors import AdmissionError
-from admission.jobs import JobSpec
+from admission.jobs import JobRequest, ProcessText
 from admission.service import AdmissionService
 from admission.store import JobState
 from pipeline.metrics import add_metrics_route
@@ -37,67 +36,8 @@ from pipeline.services.asgi import RequestGate
 MAX_ID = 2**63 - 1
 
 
-def process_text(value: str) -> str:
-    """``value``, if a process can be given it: no NUL byte (``execve`` takes
-    NUL-terminated strings) and valid Unicode (no lone surrogate: it cannot be encoded
-    to the bytes of an argument, a variable or a database row).
-
-    Raises:
-        ValueError: it holds a NUL byte or a lone surrogate (pydantic answers 422
-            naming the field).
-    """
-    if "\0" in value:
-        raise ValueError("holds a NUL byte (a process cannot take it)")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError("is not valid Unicode text (it holds a lone surrogate)") from exc
-    return value
-
-
-def process_env(env: dict[str, str]) -> dict[str, str]:
-    """``env``, if a process can be given it: every name non-empty without ``=`` or
-    a NUL byte, every name and value valid text (:func:`process_text`).
-
-    Raises:
-        ValueError: naming the first variable refused (pydantic answers 422).
-    """
-    for name, value in env.items():
-        why = invalid_reason(name, value)
-        if why is not None:
-            raise ValueError(why)
-        for text in (name, value):
-            try:
-                process_text(text)
-            except ValueError as exc:
-                raise ValueError(f"environment variable {name!r}: {exc}") from None
-    return env
-
-
-#: Text a process is given (an argument, a working directory, a lane's name).
-ProcessText = Annotated[str, AfterValidator(process_text)]
-
 #: An id in a path: a positive 64-bit integer.
 Id = Annotated[int, Path(ge=1, le=MAX_ID, description="A positive 64-bit integer.")]
-
-
-class JobRequest(BaseModel):
-    """``POST /jobs``: a job command. Strict: a boolean is ``true`` or ``false``, a
-    number a JSON number (no strings coerced, issue 26)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    argv: Annotated[list[ProcessText], Field(min_length=1)]
-    """The command line; ``argv[0]`` must be on the allowlist."""
-    cwd: ProcessText | None = None
-    env: Annotated[dict[str, str], AfterValidator(process_env)] = Field(default_factory=dict)
-    """Variables over the base set the service builds; names without ``=``, none on
-    the deny-list (403). Reads show their names only."""
-    queueable: bool = True
-    expected_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
-    """Expected run time (seconds, finite); past it the job is flagged long-running."""
-    abnormal_exit: bool = False
-    lane: Annotated[ProcessText, Field(min_length=1, max_length=200)] = "default"
 
 
 class RequestBody(BaseModel):
@@ -200,7 +140,7 @@ def build_app(service: AdmissionService) -> FastAPI:
     )
     def submit(request: JobRequest) -> dict[str, Any]:
         """Submit a job: started at once, enqueued, or refused."""
-        spec = JobSpec(**request.model_dump())
+        spec = request.spec()
         return answer(lambda: service.submit(spec).as_json())
 
     @app.post(
@@ -212,8 +152,8 @@ def build_app(service: AdmissionService) -> FastAPI:
     def submit_request(body: RequestBody) -> dict[str, Any]:
         """Schedule a request part by part; a part that fails to schedule backs out the
         others (409, with what was freed and what is in doubt)."""
-        parts = [JobSpec(**p.model_dump()) for p in body.parts]
-        completion = JobSpec(**body.completion.model_dump()) if body.completion else None
+        parts = [p.spec() for p in body.parts]
+        completion = body.completion.spec() if body.completion else None
 
         def schedule() -> dict[str, Any]:
             request_id, _jobs = service.submit_request(parts, completion)

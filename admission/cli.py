@@ -4,24 +4,27 @@ Registered with the ``floodgate`` command through the ``floodgate.commands`` ent
 point (``pyproject.toml``), so ``pipeline/`` does not import this package.
 
 * ``floodgate admission serve [--config FILE]`` -- run the service (REST API and
-  ``/metrics`` on ``admission.host:port``; with a Kafka cluster named by
-  ``admission.bootstrap_servers`` or ``FLOODGATE_KAFKA_BOOTSTRAP``, the request and
-  events topics too, :mod:`admission.intake`) until SIGTERM / Ctrl-C;
+  ``/metrics`` on ``admission.host:port``; with ``admission.intake`` on, the signed
+  request topic and the events topic too, on the cluster named by
+  ``admission.bootstrap_servers`` or ``FLOODGATE_KAFKA_BOOTSTRAP``,
+  :mod:`admission.intake`) until SIGTERM / Ctrl-C;
 * ``floodgate admission submit [--no-queue] [--lane L] [--expected-s S] -- CMD ...``;
 * ``floodgate admission jobs [--state S]``, ``status``, ``stalls``,
   ``start-now ID``, ``cancel ID``, ``enable-lane NAME``, ``reschedule STALL``.
 
 The client commands reach ``--url`` (``FLOODGATE_ADMISSION_URL``, default
-``http://127.0.0.1:8787``) with the token of ``FLOODGATE__ADMISSION__TOKEN``
-(or ``--token``).
+``http://127.0.0.1:8787``) with the token of ``FLOODGATE__ADMISSION__TOKEN`` or of
+``--token-file`` (``FLOODGATE_ADMISSION_TOKEN_FILE``); ``--token`` is refused, since
+``ps`` shows a process's arguments to every user of the host.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
@@ -35,9 +38,14 @@ from pipeline.commands import (
     fail,
     print_table,
     reports_errors,
+    usage_error,
 )
+from pipeline.errors import ConfigError
 from pipeline.services.http_client import error_detail
 from pipeline.services.logs import LogFormat
+
+if TYPE_CHECKING:
+    from admission.config import AdmissionSettings
 
 app = typer.Typer(
     help="The admission service: starts jobs when CPU and memory allow.",
@@ -48,10 +56,54 @@ console = Console()
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 Url = Annotated[str, typer.Option(envvar="FLOODGATE_ADMISSION_URL", help="The service's base URL.")]
+#: The variable the client commands take the admission token from.
+TOKEN_VARIABLE = "FLOODGATE__ADMISSION__TOKEN"
 Token = Annotated[
     str | None,
-    typer.Option(envvar="FLOODGATE__ADMISSION__TOKEN", help="Bearer token.", show_default=False),
+    typer.Option(
+        "--token",
+        hidden=True,
+        help="Refused: a token in argv is shown by ps. Use the environment or --token-file.",
+        show_default=False,
+    ),
 ]
+TokenFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--token-file",
+        envvar="FLOODGATE_ADMISSION_TOKEN_FILE",
+        help=f"A file holding the bearer token (default: ${TOKEN_VARIABLE}).",
+        show_default=False,
+    ),
+]
+
+
+def bearer_token(token: str | None, token_file: Path | None) -> str | None:
+    """The admission token of a client command: from ``token_file`` (its text, one
+    trailing line break dropped, as a Docker or Kubernetes secret is mounted), else
+    from ``$FLOODGATE__ADMISSION__TOKEN``; never from the command line, where ``ps``
+    and the shell's history show it (as ``kafka-configs --command-config`` and
+    ``curl -H @file`` keep secrets off argv).
+
+    Raises:
+        typer.Exit: ``--token`` was given (status 2, naming both ways), or the file
+            cannot be read or is empty (status 1).
+    """
+    if token is not None:
+        raise usage_error(
+            f"--token is refused: a token on the command line is shown by ps; set "
+            f"{TOKEN_VARIABLE} or pass --token-file FILE"
+        )
+    if token_file is None:
+        return os.environ.get(TOKEN_VARIABLE) or None
+    try:
+        text = token_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"--token-file {token_file}: {exc}") from exc
+    text = text.removesuffix("\n").removesuffix("\r")
+    if not text:
+        raise fail(f"--token-file {token_file} is empty")
+    return text
 
 
 @app.command()
@@ -69,6 +121,8 @@ def serve(
 
     log_service(verbose, log_format)
     settings = load_admission_config(config)
+    if settings.intake:
+        intake_bootstrap(settings)  # refused before anything starts
     service = AdmissionService(settings)
     server = listen(
         build_app(service), host=settings.host, port=settings.port, name="admission", what="the API"
@@ -76,11 +130,16 @@ def serve(
     # Bound before the service takes the leadership and records where it answers.
     service.start(address=server.url)
     intake = None
-    bootstrap = settings.bootstrap_servers or os.environ.get("FLOODGATE_KAFKA_BOOTSTRAP")
-    if bootstrap:
+    if settings.intake:
         from admission.intake import KafkaIntake
 
-        intake = KafkaIntake(service, bootstrap_servers=bootstrap).start()
+        intake = KafkaIntake(service, bootstrap_servers=intake_bootstrap(settings)).start()
+    elif settings.bootstrap_servers or os.environ.get("FLOODGATE_KAFKA_BOOTSTRAP"):
+        logging.getLogger(__name__).warning(
+            "admission intake off: job requests on %s are not read (admission.intake "
+            "turns it on, with admission.intake_key to sign them)",
+            settings.request_topic,
+        )
 
     def stop() -> None:
         if intake is not None:
@@ -98,6 +157,25 @@ def serve(
         ],
         stop=stop,
     )
+
+
+def intake_bootstrap(settings: AdmissionSettings) -> str:
+    """The Kafka cluster of the request intake: ``admission.bootstrap_servers``, else
+    ``FLOODGATE_KAFKA_BOOTSTRAP``.
+
+    Raises:
+        ConfigError: ``admission.intake`` is on and neither names a cluster.
+    """
+    bootstrap = settings.bootstrap_servers or os.environ.get("FLOODGATE_KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        raise ConfigError(
+            "admission.intake is on but no Kafka cluster is named: set "
+            "admission.bootstrap_servers or FLOODGATE_KAFKA_BOOTSTRAP, or turn the "
+            "intake off",
+            key="admission.bootstrap_servers",
+            allowed="host:port[,host:port...]",
+        )
+    return bootstrap
 
 
 def _call(method: str, url: str, path: str, token: str | None, **kwargs: Any) -> Any:
@@ -144,13 +222,14 @@ def submit(
     ] = False,
     url: Url = DEFAULT_URL,
     token: Token = None,
+    token_file: TokenFile = None,
 ) -> None:
     """Submit a job: `floodgate admission submit -- spark-submit app.py`."""
     job = _call(
         "POST",
         url,
         "/jobs",
-        token,
+        bearer_token(token, token_file),
         json={
             "argv": command,
             "queueable": not no_queue,
@@ -205,9 +284,10 @@ def start_now(
     job_id: int,
     url: Url = DEFAULT_URL,
     token: Token = None,
+    token_file: TokenFile = None,
 ) -> None:
     """Start an enqueued job at once, whatever the load."""
-    job = _call("POST", url, f"/jobs/{job_id}/start-now", token)
+    job = _call("POST", url, f"/jobs/{job_id}/start-now", bearer_token(token, token_file))
     console.print(f"job {job['id']}: {job['state']} (forced)")
 
 
@@ -216,16 +296,19 @@ def cancel(
     job_id: int,
     url: Url = DEFAULT_URL,
     token: Token = None,
+    token_file: TokenFile = None,
 ) -> None:
     """Abort a job."""
-    job = _call("POST", url, f"/jobs/{job_id}/cancel", token)
+    job = _call("POST", url, f"/jobs/{job_id}/cancel", bearer_token(token, token_file))
     console.print(f"job {job['id']}: {job['state']}")
 
 
 @app.command("enable-lane")
-def enable_lane(name: str, url: Url = DEFAULT_URL, token: Token = None) -> None:
+def enable_lane(
+    name: str, url: Url = DEFAULT_URL, token: Token = None, token_file: TokenFile = None
+) -> None:
     """Enable a lane disabled by a hard stall."""
-    _call("POST", url, f"/lanes/{name}/enable", token)
+    _call("POST", url, f"/lanes/{name}/enable", bearer_token(token, token_file))
     console.print(f"lane {name} enabled")
 
 
@@ -234,7 +317,8 @@ def reschedule(
     stall_id: int,
     url: Url = DEFAULT_URL,
     token: Token = None,
+    token_file: TokenFile = None,
 ) -> None:
     """Enqueue a hard-stalled job's command again."""
-    job = _call("POST", url, f"/stalls/{stall_id}/reschedule", token)
+    job = _call("POST", url, f"/stalls/{stall_id}/reschedule", bearer_token(token, token_file))
     console.print(f"stall {stall_id} rescheduled as job {job['id']}: {job['state']}")

@@ -3,7 +3,9 @@
 
 Refused at start, naming the key, the value and what is allowed: an unknown key, a
 bad value, a missing token (``token``, or ``FLOODGATE__ADMISSION__TOKEN``), an
-allowlist entry that names no executable.
+allowlist entry that names no executable or a multi-call program, a
+``job_env_allowlist`` entry the deny-list covers, the request intake turned on
+without its signing key.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from admission.environment import invalid_reason
+from admission.environment import allowlist_entry_reason, invalid_reason
 from pipeline.config import DEFAULT_CONTROL_DIR, BindHost, load_service_config
 from pipeline.errors import ConfigError
 from pipeline.services.asgi import DEFAULT_MAX_BODY_BYTES
@@ -30,6 +32,10 @@ DEFAULT_JOB_PATH = ":".join(
     )
 )
 
+
+#: The shortest ``admission.intake_key``: 32 characters (HMAC-SHA256 wants a key of at
+#: least its output's 32 bytes, RFC 2104 section 3).
+MIN_INTAKE_KEY_CHARS = 32
 
 #: librdkafka properties ``admission.kafka_client`` may not set, and why: the intake
 #: sets them from other keys, or its at-least-once reading depends on them.
@@ -64,8 +70,12 @@ class AdmissionSettings(BaseModel):
     it is read further, let alone parsed (issue 26)."""
     allowlist: list[str] = Field(default_factory=list)
     """Executables jobs may run: paths (relative ones from the service's working
-    directory), or names resolved on ``PATH``, at start.
-    A job whose program is not on it is refused (403) and nothing starts."""
+    directory), or names resolved on ``job_path``, at start. A job's program must be
+    one of them exactly, after :func:`resolve_program` (the folder resolved, the
+    file's own name kept: a symlink on the list admits nothing else), and runs by that
+    path with ``argv[0]`` as the job gave it. A job whose program is not on it is
+    refused (403) and nothing starts. Known multi-call programs (busybox, Debian's
+    ``pg_wrapper``: they run whatever their arguments name) are refused as entries."""
     database_url: str = "sqlite:///.floodgate/admission/jobs.db"
     """The persistent job queue (SQLAlchemy URL)."""
     log_dir: str = ".floodgate/admission/logs"
@@ -78,6 +88,12 @@ class AdmissionSettings(BaseModel):
     """Variables set for every job, by the operator (``SPARK_HOME``,
     ``HADOOP_CONF_DIR``, ...): they may name what a job's own ``env`` may not; not the
     service's own ``FLOODGATE__ADMISSION__*``."""
+    job_env_allowlist: list[str] = Field(default_factory=list)
+    """Variables a job's own ``env`` may set: names (matched exactly) and prefixes
+    ending in ``*`` (``APP_*``); ``*`` alone allows any name. Empty (the default): a job
+    sets none, only the base set and ``job_env`` reach it. The deny-list
+    (:mod:`admission.environment`) still refuses what it names, and an entry it wholly
+    covers (``LD_PRELOAD``, ``SPARK_*``) is refused at start."""
     system_cpu_limit: Annotated[float, Field(gt=0, le=1)] = 0.85
     """Low load: system CPU busy ratio at or below this (default 85 %)."""
     memory_usage_limit: Annotated[float, Field(gt=0, le=1)] = 0.90
@@ -110,9 +126,22 @@ class AdmissionSettings(BaseModel):
     leader_check_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     """How often a follower tries the leader lock and the leader checks it holds it
     (several instances on one PostgreSQL database)."""
+    intake: bool = False
+    """Read job commands from ``request_topic`` too (off by default: the REST API only).
+    Every request must then be signed with ``intake_key`` (:mod:`admission.signing`);
+    turning it on without the key is refused at start. On a cluster with ACLs, grant
+    WRITE on the topic only to the principals that may submit jobs."""
+    intake_key: SecretStr | None = None
+    """The key (at least 32 characters; ``openssl rand -hex 32`` makes one) that signs
+    every request of the intake (HMAC-SHA256): required with ``intake``, also from
+    ``FLOODGATE__ADMISSION__INTAKE_KEY``. Give it to the requesters, never to a job."""
+    intake_max_age_s: Annotated[float, Field(ge=1, le=86_400)] = 300.0
+    """How old (or how far ahead of this host's clock) a request's signature may be,
+    seconds (default 5 minutes); an older one is dead-lettered, and a signature seen
+    once is refused again within this window (a replay)."""
     bootstrap_servers: str | None = None
     """Kafka cluster of the request and events topics (default: ``FLOODGATE_KAFKA_BOOTSTRAP``);
-    neither set: no Kafka intake, the REST API only."""
+    needed with ``intake``."""
     request_topic: str = "floodgate.admission.requests"
     """Job commands as Avro ``job_request`` tuples (``schemas/job_request.avsc``); the
     message key comes back in the job's events as ``client_key``."""
@@ -152,6 +181,23 @@ class AdmissionSettings(BaseModel):
                 )
         return value
 
+    @field_validator("allowlist")
+    @classmethod
+    def _check_allowlist(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if not entry or "\0" in entry:
+                raise ValueError(f"allowlist entry {entry!r} is empty or holds a NUL byte")
+        return value
+
+    @field_validator("job_env_allowlist")
+    @classmethod
+    def _check_job_env_allowlist(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            why = allowlist_entry_reason(entry)
+            if why is not None:
+                raise ValueError(f"job_env_allowlist: {why}")
+        return value
+
     @field_validator("job_env")
     @classmethod
     def _check_job_env(cls, value: dict[str, str]) -> dict[str, str]:
@@ -176,29 +222,67 @@ class AdmissionSettings(BaseModel):
         """``{absolute path: as configured}`` of every allowlist entry.
 
         Raises:
-            ConfigError: an entry names no executable file.
+            ConfigError: an entry names no executable file, or a known multi-call
+                program (:data:`MULTI_CALL_PROGRAMS`).
         """
         resolved: dict[str, str] = {}
         for entry in self.allowlist:
-            path = resolve_program(entry)
-            if path is None or not os.access(path, os.X_OK):
+            path = resolve_program(entry, self.job_path)
+            if path is None or not os.path.isfile(path) or not os.access(path, os.X_OK):
                 raise ConfigError(
                     f"admission.allowlist entry {entry!r} names no executable "
-                    "(an absolute path, or a program on PATH)",
+                    "(an absolute path, or a program on admission.job_path)",
                     key="admission.allowlist",
                     value=entry,
-                    allowed="absolute paths or names of programs on PATH",
+                    allowed="absolute paths or names of programs on admission.job_path",
+                )
+            target = os.path.basename(os.path.realpath(path))
+            if target in MULTI_CALL_PROGRAMS:
+                raise ConfigError(
+                    f"admission.allowlist entry {entry!r} is {os.path.realpath(path)}, "
+                    f"{MULTI_CALL_PROGRAMS[target]}: allowlisting it would admit every "
+                    "program it can run; allowlist the real program instead",
+                    key="admission.allowlist",
+                    value=entry,
+                    allowed="programs that run only themselves",
                 )
             resolved[path] = entry
         return resolved
 
 
-def resolve_program(program: str) -> str | None:
-    """The real absolute path a program name stands for: a path (with a ``/``) from the
-    working directory, a bare name on ``PATH``; ``None`` when a name is on no ``PATH``.
-    The allowlist and every job's ``argv[0]`` are resolved the same way."""
-    path = os.path.abspath(program) if os.sep in program else shutil.which(program)
-    return os.path.realpath(path) if path else None
+#: Programs that run another program named by their ``argv[0]`` or ``argv[1]`` (by the
+#: name of the file they are run as: their symlinks), refused as allowlist entries.
+MULTI_CALL_PROGRAMS: Mapping[str, str] = {
+    "busybox": "BusyBox, which runs any of its applets its arguments name",
+    "toybox": "Toybox, which runs any of its commands its arguments name",
+    "coreutils": "the multi-call coreutils, which runs any utility its arguments name",
+    "pg_wrapper": "Debian's PostgreSQL wrapper, which runs any program its arguments name",
+}
+
+
+def resolve_program(program: str, search_path: str | None = None) -> str | None:
+    """The absolute path a program name stands for, as the allowlist and every job's
+    ``argv[0]`` are compared: a path (with a ``/``) from the working directory, a bare
+    name looked up on ``search_path`` (``admission.job_path``; default ``PATH``).
+
+    The folder is resolved (``/bin`` and ``/usr/bin`` are one folder on merged-usr
+    systems); the file's own name is kept, not followed when it is a symlink: a
+    multi-call program dispatches on that name, so ``pg_isready`` and ``pg_dump``,
+    two symlinks to one wrapper, stay two programs.
+
+    Returns:
+        The path, or ``None`` when a name is on no folder of the path, or ``program``
+        is empty or holds a NUL byte (no process can be given it).
+    """
+    if not program or "\0" in program:
+        return None
+    path = (
+        os.path.abspath(program) if os.sep in program else shutil.which(program, path=search_path)
+    )
+    if not path:
+        return None
+    folder, name = os.path.split(path)
+    return os.path.join(os.path.realpath(folder), name)
 
 
 class AdmissionConfig(BaseModel):
@@ -232,5 +316,17 @@ def load_admission_config(
             key="admission.token",
             allowed="a non-empty secret",
         )
+    if settings.intake:
+        key = settings.intake_key.get_secret_value() if settings.intake_key else ""
+        if len(key) < MIN_INTAKE_KEY_CHARS:
+            raise ConfigError(
+                f"{source}: admission.intake is on, so every request on "
+                f"{settings.request_topic} must be signed: admission.intake_key must be "
+                f"a secret of at least {MIN_INTAKE_KEY_CHARS} characters (got "
+                f"{len(key)}); set it in [admission] or FLOODGATE__ADMISSION__INTAKE_KEY, "
+                "or turn admission.intake off",
+                key="admission.intake_key",
+                allowed=f"a secret of at least {MIN_INTAKE_KEY_CHARS} characters",
+            )
     settings.resolved_allowlist()
     return settings

@@ -13,10 +13,16 @@ token among them. So a job's environment is:
    ``JAVA_HOME`` when the service has them (:data:`BASE_NAMES`); then
    ``admission.job_env``, the operator's own fixed variables (``SPARK_HOME``,
    ``HADOOP_CONF_DIR``, ...); and ``FLOODGATE_ADMISSION_JOB_ID``, the job's id;
-2. plus the job's own ``env``, each name checked against the **deny-list**
-   (:func:`denied_reason`): variables that make a loader, an interpreter, a shell,
-   the JVM or Spark's launch scripts load or run something else. A job naming one
-   is refused (403) and nothing is stored or started.
+2. plus the job's own ``env``, each name checked twice: it must be on the
+   operator's **allow-list**, ``admission.job_env_allowlist`` (:func:`env_allowed`:
+   names, and prefixes ending in ``*``; empty by default, so a job sets nothing the
+   operator did not name), and off the **deny-list** (:func:`denied_reason`):
+   variables that make a loader, an interpreter, a shell, the JVM or Spark's launch
+   scripts load or run something else -- glibc's whole list of unsafe variables
+   among them. The deny-list is a second guard the allow-list cannot override: an
+   allow-list entry it wholly covers is refused at start
+   (:func:`allowlist_entry_reason`). A job naming a variable either refuses is
+   refused (403) and nothing is stored or started.
 
 Nothing else of the service's environment reaches a job: not its
 ``FLOODGATE__*`` variables (``FLOODGATE__ADMISSION__TOKEN`` among them), not its
@@ -26,7 +32,7 @@ cloud credentials. The deny-list is matched without regard to case.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 #: The variable that tells a job's process its job id (set by the service, last:
 #: a job cannot set it). Adoption after a restart looks for it (see
@@ -79,6 +85,30 @@ DENIED_NAMES: Mapping[str, str] = {
     "OPENSSL_CONF": "OpenSSL loads engines and providers (shared objects) its file names",
     "OPENSSL_ENGINES": "OpenSSL loads engines (shared objects) from it",
     "OPENSSL_MODULES": "OpenSSL loads providers (shared objects) from it",
+    # glibc's own list of variables unsafe for a privileged program (elf/dl-support and
+    # sysdeps/generic/unsecvars.h), each refused by name; LD_* is refused by prefix.
+    "GETCONF_DIR": "getconf runs the programs in the folder it names (glibc's unsafe list)",
+    "LOCALDOMAIN": "it changes how host names resolve (glibc's unsafe list)",
+    "RES_OPTIONS": "it changes the resolver's options (glibc's unsafe list)",
+    "NIS_PATH": "it changes where NIS+ looks names up (glibc's unsafe list)",
+    "TZDIR": "glibc reads time zone files from it (glibc's unsafe list)",
+    "TMPDIR": "it moves where programs write temporary files (glibc's unsafe list); "
+    "the service passes its own",
+    "MALLOC_TRACE": "glibc's mtrace writes to the file it names (glibc's unsafe list)",
+    # Libraries that load plug-ins or configuration named by a variable.
+    "KRB5_CONFIG": "Kerberos reads its configuration (and the plug-ins it names) from it",
+    "KRB5CCNAME": "Kerberos takes the credentials cache (and its kind) from it",
+    "KRB5_KTNAME": "Kerberos takes the keytab from it",
+    "KRB5_CLIENT_KTNAME": "Kerberos takes the client keytab from it",
+    "KRB5_TRACE": "Kerberos writes a trace to the file it names",
+    "SASL_PATH": "Cyrus SASL loads its mechanisms (shared objects) from it",
+    "SASL_CONF_PATH": "Cyrus SASL reads its configuration (and the plug-ins it names) from it",
+    "GIO_MODULE_DIR": "GLib loads modules (shared objects) from it",
+    "GIO_EXTRA_MODULES": "GLib loads modules (shared objects) from it",
+    "GTK_MODULES": "GTK loads the modules (shared objects) it names",
+    "QT_PLUGIN_PATH": "Qt loads plug-ins (shared objects) from it",
+    "SSLKEYLOGFILE": "TLS libraries write every session's keys to the file it names",
+    "LIBC_FATAL_STDERR_": "it changes where glibc writes its fatal errors",
     JOB_ID_VARIABLE: "the service sets it: it identifies the job's process",
 }
 
@@ -102,6 +132,12 @@ DENIED_PREFIXES: Mapping[str, str] = {
     "LUA_": "lua loads modules from LUA_PATH / LUA_CPATH",
     "XDG_": "programs read their configuration from XDG_CONFIG_HOME and the like",
     "GIT_": "git runs programs GIT_* name (GIT_SSH_COMMAND, GIT_EXEC_PATH, ...)",
+    "MALLOC_": "glibc's allocator takes checks, traces and tunables from MALLOC_* "
+    "(glibc's unsafe list names MALLOC_TRACE)",
+    "GCONV_": "glibc loads character set converters from GCONV_PATH",
+    "KRB5": "Kerberos takes its configuration, plug-ins, keytabs and caches from KRB5*",
+    "SASL_": "Cyrus SASL loads mechanisms and configuration from SASL_*",
+    "GST_PLUGIN": "GStreamer loads plug-ins (shared objects) from GST_PLUGIN_*",
     "FLOODGATE__ADMISSION__": "the admission service's own settings are not a job's",
 }
 
@@ -118,6 +154,49 @@ def denied_reason(name: str) -> str | None:
     for prefix, reason in DENIED_PREFIXES.items():
         if upper.startswith(prefix):
             return reason
+    return None
+
+
+def env_allowed(name: str, allowlist: Sequence[str]) -> bool:
+    """Whether ``admission.job_env_allowlist`` lets a job's ``env`` set ``name``.
+
+    An entry is a variable's name, matched exactly (names are case-sensitive), or a
+    prefix followed by ``*`` (``APP_*`` allows ``APP_MODE``); ``*`` alone allows every
+    name. The deny-list (:func:`denied_reason`) is checked as well, whatever this says.
+    """
+    for entry in allowlist:
+        if entry.endswith("*"):
+            if name.startswith(entry[:-1]):
+                return True
+        elif name == entry:
+            return True
+    return False
+
+
+def allowlist_entry_reason(entry: str) -> str | None:
+    """Why ``entry`` cannot be on ``admission.job_env_allowlist``; ``None`` when it can.
+
+    Refused: an entry the deny-list wholly covers (``LD_PRELOAD``, ``SPARK_*``: the
+    deny-list would refuse every name it allows, so the operator meant something the
+    service will not do), an entry with ``*`` anywhere but at its end, and one that
+    is no valid name (:func:`invalid_reason`).
+    """
+    stem = entry[:-1] if entry.endswith("*") else entry
+    if "*" in stem:
+        return f"{entry!r}: '*' may only end an entry (a prefix)"
+    if stem:
+        invalid = invalid_reason(stem, "")
+        if invalid is not None:
+            return f"{entry!r}: {invalid}"
+    upper = stem.upper()
+    if stem == entry:
+        denied = denied_reason(entry)
+        if denied is not None:
+            return f"{entry!r} is on the deny-list: {denied}"
+        return None
+    for prefix, reason in DENIED_PREFIXES.items():
+        if upper.startswith(prefix):
+            return f"every name {entry!r} allows is on the deny-list: {reason}"
     return None
 
 

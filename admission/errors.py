@@ -77,3 +77,20 @@ class JobConflict(AdmissionError):
     """The job is not in a state that allows the request (e.g. start-now of a running job)."""
 
     status = 409
+
+
+class RequestNotAuthenticated(AdmissionError, PermissionError):
+    """A request on the intake's topic is not signed with ``admission.intake_key``, or
+    its signature is malformed, wrong, too old or too far ahead
+    (:mod:`admission.signing`); nothing was stored. Dead-lettered as
+    ``not-authenticated``."""
+
+    status = 401
+
+
+class RequestReplayed(AdmissionError, PermissionError):
+    """A signed request the intake already took from another offset, written again
+    within ``admission.intake_max_age_s``; nothing was stored. Dead-lettered as
+    ``replayed``."""
+
+    status = 409

@@ -1,20 +1,38 @@
-"""The admission service's Kafka side: job commands from a request topic, job events out.
+"""The admission service's Kafka side: signed job commands from a request topic, job
+events out.
+
+Off unless ``admission.intake`` is on, and then only with ``admission.intake_key``:
+the request topic is a second door to the service, and it must be as shut as the
+REST API's, whose every call needs the admission token.
 
 * **Requests**: Avro ``job_request`` tuples (``schemas/job_request.avsc``, single-object
   encoding as every Floodgate stream) on ``request_topic``, read through
-  ``consumer_group``. Each goes through :meth:`AdmissionService.submit`, so the
-  allowlist and the queue's limits hold as for the REST API. The message key, if
-  any, is kept as the job's ``client_key``.
-* **Refused or undecodable requests** go to ``dead_letter_topic`` with the original
-  key and value and headers ``floodgate.reason`` (``bad-request``, ``not-allowed``,
-  ``queue-full``, ``refused``), ``floodgate.error``, ``floodgate.topic``,
-  ``floodgate.partition``, ``floodgate.offset``: nothing is dropped silently.
+  ``consumer_group``, each signed with ``admission.intake_key``
+  (:mod:`admission.signing`). :class:`RequestTaker` takes one at a time:
+
+  1. it checks the signature before anything else (``not-authenticated``);
+  2. it decodes the tuple and validates it with :class:`~admission.jobs.JobRequest`,
+     the model of ``POST /jobs``, so what REST refuses (422) is refused here too
+     (``bad-request``);
+  3. it records the signature, so the same signed request written again is refused
+     (``replayed``);
+  4. it submits it through :meth:`AdmissionService.submit`: the allowlist, the env
+     rules and the queue's limits hold as for REST (``not-allowed``, ``queue-full``,
+     ``refused``).
+
+  The message key, if any, is kept as the job's ``client_key``.
+* **Refused requests** go to ``dead_letter_topic`` with the original key, value and
+  headers and ``floodgate.reason`` (above; ``error`` for a failure of the service
+  itself), ``floodgate.error``, ``floodgate.topic``, ``floodgate.partition``,
+  ``floodgate.offset``. A request that fails, whatever the reason, is dead-lettered
+  and the rest of its batch still runs: nothing is dropped or skipped silently.
 * **Events**: every change of a job's state, as Avro ``job_event`` tuples keyed by
   job id, on ``events_topic``.
 
 Offsets are committed after a batch of requests was handled: a crash in between
-submits those requests again (at least once). A requester that must not run a job
-twice gives each request a key and watches the events for it.
+submits those requests again (at least once; the same record at the same offset is no
+replay). A requester that must not run a job twice gives each request a key and
+watches the events for it.
 """
 
 from __future__ import annotations
@@ -22,14 +40,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer
+from pydantic import ValidationError
 
 from admission.config import AdmissionSettings
-from admission.errors import AdmissionError, AdmissionQueueFull, CommandNotAllowed
-from admission.jobs import JobSpec
+from admission.errors import (
+    AdmissionError,
+    AdmissionQueueFull,
+    CommandNotAllowed,
+    EnvNotAllowed,
+    InvalidJob,
+    RequestNotAuthenticated,
+    RequestReplayed,
+)
+from admission.jobs import JobRequest
 from admission.service import AdmissionService
+from admission.signing import verify
 from admission.store import Job
 from pipeline.errors import DeserializationError
 from pipeline.kafka.fetching import rest_until_records
@@ -44,9 +74,133 @@ IDLE_S = 0.25
 
 #: ``floodgate.reason`` of a dead-lettered request, by the refusal (else ``refused``).
 _REASONS: dict[type[AdmissionError], str] = {
+    RequestNotAuthenticated: "not-authenticated",
+    RequestReplayed: "replayed",
+    InvalidJob: "bad-request",
     CommandNotAllowed: "not-allowed",
+    EnvNotAllowed: "not-allowed",
     AdmissionQueueFull: "queue-full",
 }
+
+
+@dataclass(frozen=True)
+class IntakeRecord:
+    """One record of the request topic, as the intake takes it.
+
+    Attributes:
+        topic, partition, offset: where it was read.
+        key: the record's key (the job's ``client_key``), or ``None``.
+        value: the encoded ``job_request`` tuple.
+        headers: the record's headers, the signature's among them.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes | str | None]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, message: Message) -> IntakeRecord:
+        """The record a consumed message holds."""
+        headers = message.headers() or []
+        return cls(
+            message.topic() or "",
+            message.partition() or 0,
+            message.offset() or 0,
+            message.key(),
+            message.value() or b"",
+            list(headers.items() if isinstance(headers, dict) else headers),
+        )
+
+    @property
+    def where(self) -> str:
+        """``topic/partition/offset``."""
+        return f"{self.topic}/{self.partition}/{self.offset}"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Why a request was not taken: its ``floodgate.reason`` and ``floodgate.error``."""
+
+    reason: str
+    error: str
+
+
+def validation_message(exc: ValidationError) -> str:
+    """What a refused ``job_request`` got wrong, field by field, without its values
+    (an ``env`` value may be a secret)."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'request'}: {error['msg']}"
+        for error in exc.errors()
+    )
+
+
+class RequestTaker:
+    """Takes one request of the request topic at a time: authenticated, validated as
+    REST validates, recorded against replays, submitted (the module's steps 1-4).
+
+    Args:
+        service: the admission service.
+        codec: the ``job_request`` codec.
+        clock: epoch seconds (the signature's age is measured with it).
+    """
+
+    def __init__(
+        self,
+        service: AdmissionService,
+        codec: StreamCodec,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        settings = service.settings
+        if settings.intake_key is None:
+            raise ValueError("the request intake needs admission.intake_key")
+        self.service = service
+        self.codec = codec
+        self.clock = clock
+        self._key = settings.intake_key.get_secret_value()
+        self._max_age_s = settings.intake_max_age_s
+
+    def take(self, record: IntakeRecord) -> Job | Refused:
+        """Submit one request, or say why not; never raises for a request (a failure of
+        the service itself is ``Refused("error", ...)``: the request is dead-lettered,
+        and the next one is taken)."""
+        try:
+            return self._take(record)
+        except AdmissionError as exc:
+            return Refused(_REASONS.get(type(exc), "refused"), str(exc))
+        except DeserializationError as exc:
+            return Refused("bad-request", str(exc))
+        except ValidationError as exc:
+            return Refused("bad-request", validation_message(exc))
+        except Exception as exc:  # the request fails alone; the batch goes on
+            log.exception("admission intake: request %s failed", record.where)
+            return Refused("error", f"{type(exc).__name__}: {exc}")
+
+    def _take(self, record: IntakeRecord) -> Job:
+        now = self.clock()
+        signature = verify(
+            self._key,
+            topic=record.topic,
+            key=record.key,
+            value=record.value,
+            headers=record.headers,
+            now_ms=int(now * 1000),
+            max_age_ms=int(self._max_age_s * 1000),
+        )
+        request = JobRequest.model_validate(self.codec.decode(record.value))
+        first = self.service.store.take_signature(
+            signature, where=record.where, now=now, expires=now + 2 * self._max_age_s
+        )
+        if first is not None:
+            raise RequestReplayed(
+                f"this signed request was taken from {first} already; a requester signs "
+                "each request anew"
+            )
+        client_key = record.key.decode("utf-8", "replace") if record.key is not None else None
+        return self.service.submit(request.spec(), client_key=client_key)
 
 
 class KafkaIntake:
@@ -56,6 +210,10 @@ class KafkaIntake:
         service: the admission service.
         bootstrap_servers: the Kafka cluster.
         schemas: the schema repository (``job_request``, ``job_event``).
+
+    Raises:
+        ValueError: ``admission.intake_key`` is not set (:func:`load_admission_config
+            <admission.config.load_admission_config>` refuses that at start).
 
     Every Kafka client of the intake (producer, consumer, the admin client that creates
     the topics) takes ``admission.kafka_client``, as every client of a query group
@@ -74,6 +232,7 @@ class KafkaIntake:
         self.bootstrap_servers = bootstrap_servers
         schemas = schemas or SchemaRepository.load()
         self.requests = StreamCodec("job_request", schemas.get("job_request"), schemas)
+        self.taker = RequestTaker(service, self.requests)
         self.events = StreamCodec("job_event", schemas.get("job_event"), schemas)
         #: ``admission.kafka_client`` (``security.protocol``, ``sasl.*``, ``ssl.*``...):
         #: every client of the intake takes it (issue 26).
@@ -145,7 +304,7 @@ class KafkaIntake:
                         if error.code() != KafkaError._PARTITION_EOF:
                             log.warning("request topic: %s", error)
                         continue
-                    self._handle(message)
+                    self._handle(IntakeRecord.of(message))
                     handled = True
                 if handled:
                     self._producer.flush(30)  # dead letters and events before the commit
@@ -154,43 +313,35 @@ class KafkaIntake:
                 log.exception("admission intake: a batch failed; retrying")
                 time.sleep(1.0)
 
-    def _handle(self, message: Message) -> None:
-        key = message.key()
-        client_key = key.decode("utf-8", "replace") if key is not None else None
-        try:
-            record = self.requests.decode(message.value() or b"")
-            spec = JobSpec.from_fields(record)
-            job = self.service.submit(spec, client_key=client_key)
-        except DeserializationError as exc:
-            self._dead_letter(message, "bad-request", str(exc))
-            return
-        except AdmissionError as exc:
-            self._dead_letter(message, _REASONS.get(type(exc), "refused"), str(exc))
+    def _handle(self, record: IntakeRecord) -> None:
+        outcome = self.taker.take(record)
+        if isinstance(outcome, Refused):
+            self._dead_letter(record, outcome)
             return
         self.taken += 1
-        log.info("request %s/%s: job %d", message.partition(), message.offset(), job.id)
+        log.info("request %s: job %d", record.where, outcome.id)
 
-    def _dead_letter(self, message: Message, reason: str, error: str) -> None:
+    def _dead_letter(self, record: IntakeRecord, refused: Refused) -> None:
         self.dead_lettered += 1
         log.warning(
-            "FG-ADM-004 request %s/%d/%d dead-lettered (%s): %s",
-            message.topic(),
-            message.partition() or 0,
-            message.offset() or 0,
-            reason,
-            error,
+            "FG-ADM-004 request %s dead-lettered (%s): %s",
+            record.where,
+            refused.reason,
+            refused.error,
         )
+        # The request's own headers are not copied: the dead letter's floodgate.* are
+        # the intake's alone.
         headers: list[tuple[str, Any]] = [
-            ("floodgate.reason", reason),
-            ("floodgate.error", error[:2000]),
-            ("floodgate.topic", message.topic() or ""),
-            ("floodgate.partition", str(message.partition())),
-            ("floodgate.offset", str(message.offset())),
+            ("floodgate.reason", refused.reason),
+            ("floodgate.error", refused.error[:2000]),
+            ("floodgate.topic", record.topic),
+            ("floodgate.partition", str(record.partition)),
+            ("floodgate.offset", str(record.offset)),
         ]
         self._producer.produce(
             self.settings.dead_letter_topic,
-            key=message.key(),
-            value=message.value(),
+            key=record.key,
+            value=record.value,
             headers=headers,
         )
 

@@ -4,8 +4,9 @@ Each job runs in a session of its own (``start_new_session``), so stopping it st
 everything it started (a ``spark-submit`` and its JVM); its output goes to
 ``<log_dir>/<job id>.log`` (mode 0600, the folder created 0700: a job's output is
 its owner's). The program is the allowlisted absolute path the service resolved, never
-looked up on ``PATH`` again at run time, and the environment is exactly the one the
-service built (:mod:`admission.environment`): nothing of the service's own is added.
+looked up on ``PATH`` again at run time, run with ``argv[0]`` as the job gave it, and
+the environment is exactly the one the service built (:mod:`admission.environment`):
+nothing of the service's own is added.
 
 A process's identity is its pid *and* its start time (:func:`start_since_boot`: the
 kernel's clock ticks from boot to the process's start, which a later process on the
@@ -143,9 +144,18 @@ class ProcessRunner:
         self._lock = threading.Lock()
 
     def start(
-        self, job_id: int, argv: Sequence[str], *, cwd: str | None, env: Mapping[str, str]
+        self,
+        job_id: int,
+        argv: Sequence[str],
+        *,
+        program: str | None = None,
+        cwd: str | None,
+        env: Mapping[str, str],
     ) -> Started:
-        """Start a job's process with exactly ``env`` as its environment.
+        """Start a job's process: the file ``program`` (its allowlisted path; default
+        ``argv[0]``), given ``argv`` as it was submitted (``argv[0]`` too: a program that
+        dispatches on its name sees the name that was allowlisted), with exactly ``env``
+        as its environment.
 
         Returns:
             The process as started (once this returns, it is watched).
@@ -169,6 +179,7 @@ class ProcessRunner:
         try:
             process = subprocess.Popen(
                 list(argv),
+                executable=program,
                 cwd=cwd,
                 env=dict(env),
                 stdin=subprocess.DEVNULL,

@@ -137,7 +137,6 @@ class Scheduler:
     def admit(
         self,
         spec: JobSpec,
-        argv: list[str],
         *,
         request_id: int | None = None,
         role: str | None = None,
@@ -148,7 +147,6 @@ class Scheduler:
 
         Args:
             spec: the job command, checked by :class:`~admission.jobs.JobRules`.
-            argv: its command line with ``argv[0]`` resolved to an absolute path.
             request_id / role: for the parts and the completion step of a request.
             client_key: the key of the request message it came from (Kafka intake).
 
@@ -185,7 +183,7 @@ class Scheduler:
             asap = outcome.start_reason is StartReason.NOT_QUEUEABLE and not self.election.is_leader
             start = start and self.election.is_leader
             job = self.store.add(
-                argv=argv,
+                argv=list(spec.argv),
                 cwd=spec.cwd,
                 env=dict(spec.env),
                 queueable=spec.queueable,
@@ -258,7 +256,8 @@ class Scheduler:
         self.enqueued -= 1
         env = job_environment(self.base_env, job.env, job.id)
         try:
-            started = self.runner.start(job.id, job.argv, cwd=job.cwd, env=env)
+            program = self.rules.resolve(job.argv)  # on the allowlist: refusal_at_start
+            started = self.runner.start(job.id, job.argv, program=program, cwd=job.cwd, env=env)
         except Exception as exc:  # whatever it was, no process runs
             self.store.update(
                 job.id,

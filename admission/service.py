@@ -84,6 +84,10 @@ class AdmissionService:
         registry: where its metrics go.
         sampler: returns the current :class:`Load` (default: the host's).
         clock: epoch seconds (tests inject one).
+
+    Raises:
+        ConfigError: ``log_dir`` is another user's or others can write to it
+            (:class:`~admission.runner.ProcessRunner`); nothing was written.
     """
 
     def __init__(
@@ -111,8 +115,10 @@ class AdmissionService:
         # The limits are the settings of the same names.
         limits = settings.model_dump(include=set(Limits.__dataclass_fields__))
         self.admission = Admission(Limits(**limits))
-        self.store = JobStore(settings.database_url)
+        # The log folder first: one others can change is refused before anything is
+        # written (the job database included).
         self.runner = ProcessRunner(settings.log_dir)
+        self.store = JobStore(settings.database_url)
         #: What every job's environment starts from (never the service's own).
         self.base_env = base_environment(job_path=settings.job_path, job_env=settings.job_env)
         self.election = LeaderElection(
@@ -123,7 +129,12 @@ class AdmissionService:
             check_interval_s=settings.leader_check_interval_s,
         )
         #: What a job may run and carry.
-        self.rules = JobRules(self.allowlist, self.metrics)
+        self.rules = JobRules(
+            self.allowlist,
+            self.metrics,
+            job_path=settings.job_path,
+            env_allowlist=settings.job_env_allowlist,
+        )
         #: Starts jobs, records their ends. Its ``suspended`` flag is kept in the
         #: database, so a restart, or a new leader, stays suspended until resumed.
         self.scheduler = Scheduler(
@@ -280,12 +291,9 @@ class AdmissionService:
                 given (a NUL byte, ``=`` in a variable's name; nothing stored).
             AdmissionQueueFull: ``max_queue_size`` jobs are enqueued already.
         """
-        program = self.rules.resolve(spec.argv)
+        self.rules.resolve(spec.argv)
         self.rules.check_spec(spec)
-        argv = [program, *spec.argv[1:]]
-        job = self.scheduler.admit(
-            spec, argv, request_id=request_id, role=role, client_key=client_key
-        )
+        job = self.scheduler.admit(spec, request_id=request_id, role=role, client_key=client_key)
         self.scheduler.refresh_gauges()
         return job
 

@@ -41,7 +41,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from pipeline.services.database import create_database_engine, create_tables
 
@@ -164,6 +164,17 @@ flags = Table(
     Column("value", Boolean, nullable=False),
     Column("reason", String, nullable=True),
     Column("changed", Float, nullable=False),
+)
+
+#: Signatures of the requests the Kafka intake took (:mod:`admission.signing`), kept
+#: until they could no longer be taken (``expires``, epoch seconds): a signature written
+#: again from another offset is a replay.
+signatures = Table(
+    "floodgate_intake_signatures",
+    metadata,
+    Column("signature", String, primary_key=True),
+    Column("taken_from", String, nullable=False),
+    Column("expires", Float, nullable=False, index=True),
 )
 
 #: Columns added to ``floodgate_jobs`` after its first release: added to a database
@@ -509,6 +520,39 @@ class JobStore:
         with self.engine.connect() as conn:
             rows = conn.execute(select(lanes.c.name, lanes.c.reason).where(~lanes.c.enabled))
             return {name: reason or "" for name, reason in rows}
+
+    # -- intake signatures -----------------------------------------------------
+
+    def take_signature(
+        self, signature: str, *, where: str, now: float, expires: float
+    ) -> str | None:
+        """Record that the intake takes the request signed ``signature`` from ``where``
+        (``topic/partition/offset``), until ``expires`` (epoch seconds); signatures
+        past their time are forgotten first.
+
+        Returns:
+            ``None`` when it may be taken: first seen, or seen before at the same
+            ``where`` (the same record delivered again after a crash, as at-least-once
+            reading does); else the ``where`` it was first taken from (a replay).
+        """
+        for _ in range(2):  # another instance may insert it between the read and ours
+            try:
+                with self._lock, self.engine.begin() as conn:
+                    conn.execute(delete(signatures).where(signatures.c.expires < now))
+                    first = conn.execute(
+                        select(signatures.c.taken_from).where(signatures.c.signature == signature)
+                    ).scalar()
+                    if first is not None:
+                        return None if first == where else str(first)
+                    conn.execute(
+                        insert(signatures).values(
+                            signature=signature, taken_from=where, expires=expires
+                        )
+                    )
+                    return None
+            except IntegrityError:
+                continue
+        raise RuntimeError(f"signature {signature[:12]}... could not be recorded")
 
 
 def _stall(row: Any) -> Stall:

@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 
 TOKEN = "t0ken-for-tests"
+#: ``admission.intake_key`` of the tests that turn the request intake on.
+INTAKE_KEY = "intake-key-for-tests-0123456789abcdef"
 
 
 SLEEP = "/bin/sleep" if os.path.exists("/bin/sleep") else "/usr/bin/sleep"
@@ -50,3 +52,42 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 180.0)
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+def intake_settings(bootstrap: str, run_id: str) -> dict[str, Any]:
+    """``serve`` settings that turn the signed request intake on, on topics and a
+    consumer group of this test's own."""
+    return {
+        "intake": True,
+        "intake_key": INTAKE_KEY,
+        "bootstrap_servers": bootstrap,
+        "consumer_group": f"admission.{run_id}",
+        "request_topic": f"admission.requests.{run_id}",
+        "events_topic": f"admission.events.{run_id}",
+        "dead_letter_topic": f"admission.dead-letter.{run_id}",
+    }
+
+
+def write_request(
+    producer: Any,
+    topic: str,
+    value: bytes,
+    *,
+    key: bytes | None = None,
+    secret: str | None = INTAKE_KEY,
+    headers: list[tuple[str, bytes]] | None = None,
+) -> list[tuple[str, bytes]]:
+    """Write one ``job_request`` record, signed with ``secret`` (``None``: unsigned) as
+    a requester does (:func:`admission.signing.sign`); its headers."""
+    from admission.signing import sign
+
+    if headers is None:
+        headers = (
+            []
+            if secret is None
+            else sign(
+                secret, topic=topic, key=key, value=value, signed_at_ms=int(time.time() * 1000)
+            )
+        )
+    producer.produce(topic, key=key, value=value, headers=headers)
+    return headers

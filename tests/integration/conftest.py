@@ -206,6 +206,8 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Service]]:
         config = {
             "port": 0,
             "allowlist": [SLEEP, "true", "false"],
+            # The variables the tests' jobs set of their own (the default allows none).
+            "job_env_allowlist": ["MARK", "MODE", "PART_SECRET", "DB_PASSWORD"],
             "database_url": f"sqlite:///{tmp_path / 'jobs.db'}",
             "log_dir": str(tmp_path / "logs"),
             **settings,

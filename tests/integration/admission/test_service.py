@@ -20,7 +20,14 @@ from sqlalchemy import create_engine, text
 
 from admission.runner import start_since_boot
 from admission.store import JobStore, jobs
-from tests.integration.admission_service import SLEEP, TOKEN, Service, wait_for
+from tests.integration.admission_service import (
+    SLEEP,
+    TOKEN,
+    Service,
+    intake_settings,
+    wait_for,
+    write_request,
+)
 from tests.integration.postgres import fresh_database
 from tests.integration.promtool import check_metrics
 
@@ -525,20 +532,16 @@ def test_requests_from_the_request_topic_run_and_refusals_are_dead_lettered(
     from pipeline.serde.codec import StreamCodec
     from pipeline.serde.schemas import SchemaRepository
 
-    topics = {
-        "request_topic": f"admission.requests.{run_id}",
-        "events_topic": f"admission.events.{run_id}",
-        "dead_letter_topic": f"admission.dead-letter.{run_id}",
-    }
-    service = serve(bootstrap_servers=bootstrap, consumer_group=f"admission.{run_id}", **topics)
+    settings = intake_settings(bootstrap, run_id)
+    topics = {k: settings[k] for k in ("request_topic", "events_topic", "dead_letter_topic")}
+    service = serve(**settings)
     schemas = SchemaRepository.load()
     codec = StreamCodec("job_request", schemas.get("job_request"), schemas)
     producer = Producer({"bootstrap.servers": bootstrap})
-    producer.produce(topics["request_topic"], key=b"ok-1", value=codec.encode({"argv": ["true"]}))
-    producer.produce(
-        topics["request_topic"], key=b"nope", value=codec.encode({"argv": ["rm", "-rf", "/"]})
-    )
-    producer.produce(topics["request_topic"], key=b"junk", value=b"not avro at all")
+    requests = topics["request_topic"]
+    write_request(producer, requests, codec.encode({"argv": ["true"]}), key=b"ok-1")
+    write_request(producer, requests, codec.encode({"argv": ["rm", "-rf", "/"]}), key=b"nope")
+    write_request(producer, requests, b"not avro at all", key=b"junk")
     assert producer.flush(30) == 0
 
     wait_for(lambda: len(service.call("GET", "/jobs").json()) == 1, "the request to be taken")

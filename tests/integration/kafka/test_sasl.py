@@ -1,5 +1,7 @@
 """Floodgate on a Kafka cluster that requires SASL/PLAIN (issue 26: ``[kafka] client``
-reaches every Kafka client Floodgate makes; the admission intake ignored it).
+reaches every Kafka client Floodgate makes; the admission intake ignored it) and
+authorizes with ACLs (issue 37: only a principal with WRITE on the request topic
+reaches the admission queue).
 
 Apache Kafka's own broker with a ``SASL_PLAINTEXT`` listener (PLAIN mechanism; the
 KRaft controller listener stays PLAINTEXT), started once for this module. A client
@@ -20,9 +22,18 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 
+from admission.signing import sign
 from pipeline.brokers.apache_kafka import ApacheKafkaCluster
+from pipeline.brokers.apache_kafka.cluster import INTER_BROKER_USER
 from pipeline.brokers.local import resolve_broker
 from pipeline.client import connect
 from pipeline.config import parse_query_group
@@ -32,7 +43,13 @@ from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
-from tests.integration.admission_service import Service, wait_for
+from tests.integration.admission_service import (
+    INTAKE_KEY,
+    Service,
+    intake_settings,
+    wait_for,
+    write_request,
+)
 from tests.integration.helpers import flights_raw_config
 
 pytestmark = pytest.mark.apache_kafka
@@ -41,9 +58,24 @@ USER = "floodgate"
 PASSWORD = "sasl-plain-test-password"
 
 
+#: A principal that may write job requests (an ACL grants it WRITE on the request topic).
+REQUESTER = "requester"
+#: Kafka's own authorizer for KRaft clusters (KIP-801), with the ACLs of the test below.
+#: Resources no ACL names stay open to every authenticated user (the other tests here
+#: need no ACLs); the controller listener is PLAINTEXT, its principal ANONYMOUS.
+AUTHORIZER = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "allow.everyone.if.no.acl.found": "true",
+    "super.users": f"User:ANONYMOUS;User:{INTER_BROKER_USER}",
+}
+
+
 @pytest.fixture(scope="module")
 def sasl_cluster() -> Iterator[ApacheKafkaCluster]:
-    cluster = ApacheKafkaCluster(sasl_users={USER: PASSWORD, "reader": "another-password"})
+    cluster = ApacheKafkaCluster(
+        sasl_users={USER: PASSWORD, "reader": "another-password", REQUESTER: "requests-pw"},
+        overrides=AUTHORIZER,
+    )
     cluster.start()
     try:
         yield cluster
@@ -98,29 +130,65 @@ def test_a_named_cluster_is_asked_with_the_client_settings(
         resolve_broker(bootstrap, env={}, timeout_s=3)
 
 
-def test_the_admission_intake_reads_requests_and_writes_events_with_kafka_client(
+def test_only_a_principal_with_write_on_the_request_topic_reaches_the_admission_queue(
     sasl_cluster: ApacheKafkaCluster, serve: Callable[..., Service], run_id: str
 ) -> None:
+    """Issue 37: the request topic was a way around the admission token. On a cluster
+    with SASL and ACLs (StandardAuthorizer) the broker refuses a request from a
+    principal without WRITE on the topic, even one signed with the intake key; the
+    intake, with its own principal in ``admission.kafka_client``, takes the
+    requester's and publishes its events."""
     bootstrap = sasl_cluster.bootstrap_servers
     client = sasl_cluster.client_config(USER)
-    topics = {
-        "request_topic": f"admission.requests.{run_id}",
-        "events_topic": f"admission.events.{run_id}",
-        "dead_letter_topic": f"admission.dead-letter.{run_id}",
-    }
+    settings = intake_settings(bootstrap, run_id)
+    topics = {k: settings[k] for k in ("request_topic", "events_topic", "dead_letter_topic")}
     ensure_topics(bootstrap, {t: (1, 1) for t in topics.values()}, client=client)
-    service = serve(
-        bootstrap_servers=bootstrap,
-        consumer_group=f"admission.{run_id}",
-        kafka_client=client,
-        **topics,
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, **sasl_cluster.client_config(INTER_BROKER_USER)}
     )
+    grants = [(REQUESTER, AclOperation.WRITE), (USER, AclOperation.READ)]
+    created = admin.create_acls(
+        [
+            AclBinding(
+                ResourceType.TOPIC,
+                topics["request_topic"],
+                ResourcePatternType.LITERAL,
+                f"User:{principal}",
+                "*",
+                operation,
+                AclPermissionType.ALLOW,
+            )
+            for principal, operation in grants
+        ],
+        request_timeout=30,
+    )
+    for future in created.values():
+        future.result(timeout=30)
+    service = serve(**settings, kafka_client=client)
     schemas = SchemaRepository.load()
     requests = StreamCodec("job_request", schemas.get("job_request"), schemas)
-    producer = Producer({"bootstrap.servers": bootstrap, **client})
-    producer.produce(
-        topics["request_topic"], key=b"sasl-1", value=requests.encode({"argv": ["true"]})
+    value = requests.encode({"argv": ["true"]})
+
+    refused: list[KafkaError] = []
+    stranger = Producer({"bootstrap.servers": bootstrap, **sasl_cluster.client_config("reader")})
+    stranger.produce(
+        topics["request_topic"],
+        key=b"stranger",
+        value=value,
+        headers=sign(
+            INTAKE_KEY,
+            topic=topics["request_topic"],
+            key=b"stranger",
+            value=value,
+            signed_at_ms=int(time.time() * 1000),
+        ),
+        on_delivery=lambda err, _msg: refused.append(err),
     )
+    stranger.flush(30)
+    assert [e.code() for e in refused] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], refused
+
+    producer = Producer({"bootstrap.servers": bootstrap, **sasl_cluster.client_config(REQUESTER)})
+    write_request(producer, topics["request_topic"], value, key=b"sasl-1")
     assert producer.flush(30) == 0
 
     try:
@@ -139,6 +207,10 @@ def test_the_admission_intake_reads_requests_and_writes_events_with_kafka_client
         ]
 
     wait_for(lambda: states()[-1:] == ["FINISHED_OK"], "the job's events")
+    # The stranger's request never reached the topic: the requester's is its only record.
+    taken = read_all(bootstrap, topics["request_topic"], timeout_s=10, client=client)
+    assert [m.key() for m in taken] == [b"sasl-1"]
+    assert [j["client_key"] for j in service.call("GET", "/jobs").json()] == ["sasl-1"]
 
 
 def test_a_query_group_and_its_producers_and_readers_work_with_kafka_client(

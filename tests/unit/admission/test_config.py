@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from admission.config import load_admission_config
+from admission.config import AdmissionSettings, load_admission_config, resolve_program
 from pipeline.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -123,3 +123,58 @@ def test_the_request_body_limit_defaults_to_one_mib_and_must_be_positive() -> No
     env = {**TOKEN, "FLOODGATE__ADMISSION__MAX_REQUEST_BODY_BYTES": "0"}
     with pytest.raises(ConfigError, match=r"'admission\.max_request_body_bytes' = 0"):
         load_admission_config(CONFIG, env=env)
+
+
+def test_the_request_intake_is_off_by_default_and_refused_on_without_its_key(
+    tmp_path: Path,
+) -> None:
+    """Issue 37: with a cluster named, the intake read unauthenticated requests."""
+    env = {**TOKEN, "FLOODGATE_KAFKA_BOOTSTRAP": "127.0.0.1:9092"}
+    assert load_admission_config(CONFIG, env=env).intake is False
+    on = {**env, "FLOODGATE__ADMISSION__INTAKE": "true"}
+    with pytest.raises(ConfigError, match=r"admission\.intake_key must be") as caught:
+        load_admission_config(CONFIG, env=on)
+    assert caught.value.key == "admission.intake_key"
+    with pytest.raises(ConfigError, match=r"at least 32 characters \(got 5\)"):
+        load_admission_config(CONFIG, env={**on, "FLOODGATE__ADMISSION__INTAKE_KEY": "short"})
+    key = "k" * 32
+    settings = load_admission_config(CONFIG, env={**on, "FLOODGATE__ADMISSION__INTAKE_KEY": key})
+    assert settings.intake and key not in str(settings) + repr(settings)
+
+
+def write_program(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_an_allowlisted_symlink_admits_its_own_name_only(tmp_path: Path) -> None:
+    """Issue 37: every symlink to an allowlisted file was admitted, and the job ran the
+    file the symlink pointed to with that file's name as argv[0]."""
+    wrapper = write_program(tmp_path / "lib" / "wrapper")
+    (tmp_path / "bin").mkdir()
+    for name in ("pg_isready", "pg_dump"):
+        (tmp_path / "bin" / name).symlink_to(wrapper)
+    (tmp_path / "link").symlink_to(tmp_path / "bin")  # a folder's symlink is resolved
+    allowed = str(tmp_path / "bin" / "pg_isready")
+    assert resolve_program(allowed) == allowed
+    assert resolve_program(str(tmp_path / "link" / "pg_isready")) == allowed
+    assert resolve_program(str(tmp_path / "bin" / "pg_dump")) != allowed
+    assert resolve_program("tr\0ue") is None and resolve_program("") is None
+    settings = AdmissionSettings(allowlist=[allowed])
+    assert settings.resolved_allowlist() == {allowed: allowed}
+
+
+@pytest.mark.parametrize("target", ["busybox", "pg_wrapper", "toybox"])
+def test_a_known_multi_call_program_is_refused_as_an_allowlist_entry(
+    tmp_path: Path, target: str
+) -> None:
+    program = write_program(tmp_path / "lib" / target)
+    link = tmp_path / "bin" / "ls"
+    link.parent.mkdir()
+    link.symlink_to(program)
+    for entry in (str(program), str(link)):
+        with pytest.raises(ConfigError, match="would admit every program it can run") as caught:
+            AdmissionSettings(allowlist=[entry]).resolved_allowlist()
+        assert caught.value.key == "admission.allowlist" and target in str(caught.value)

@@ -14,8 +14,10 @@ from admission.environment import (
     DENIED_NAMES,
     DENIED_PREFIXES,
     JOB_ID_VARIABLE,
+    allowlist_entry_reason,
     base_environment,
     denied_reason,
+    env_allowed,
     invalid_reason,
     job_environment,
 )
@@ -150,3 +152,77 @@ def test_docs_admission_lists_every_denied_name_and_prefix() -> None:
         assert f"| `{prefix}*` |" in page, prefix
     for name in DENIED_NAMES:
         assert f"| `{name}` |" in page, name
+
+
+#: glibc's list of variables unsafe for a privileged program (unsecvars.h), and the
+#: variables that make Kerberos or SASL load plug-ins: issue 37 found eight accepted.
+GLIBC_UNSAFE = (
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LD_AUDIT",
+    "LD_DEBUG",
+    "LD_DEBUG_OUTPUT",
+    "LD_DYNAMIC_WEAK",
+    "LD_HWCAP_MASK",
+    "LD_LIBRARY_PATH",
+    "LD_ORIGIN_PATH",
+    "LD_PRELOAD",
+    "LD_PROFILE",
+    "LD_SHOW_AUXV",
+    "LD_USE_LOAD_BIAS",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "MALLOC_TRACE",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+    "TMPDIR",
+    "TZDIR",
+)
+
+
+@pytest.mark.parametrize("name", [*GLIBC_UNSAFE, "KRB5_CONFIG", "KRB5CCNAME", "SASL_PATH"])
+def test_glibcs_unsafe_variables_and_plug_in_loaders_are_denied(name: str) -> None:
+    assert denied_reason(name) is not None
+
+
+@pytest.mark.parametrize(
+    ("entry", "name", "allowed"),
+    [
+        ("MARK", "MARK", True),
+        ("MARK", "mark", False),  # names are case-sensitive
+        ("MARK", "MARKER", False),
+        ("APP_*", "APP_MODE", True),
+        ("APP_*", "APPMODE", False),
+        ("*", "ANYTHING", True),
+    ],
+)
+def test_the_env_allowlist_names_names_and_prefixes(entry: str, name: str, allowed: bool) -> None:
+    assert env_allowed(name, [entry]) is allowed
+    assert not env_allowed(name, [])
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ("LD_PRELOAD", "on the deny-list"),
+        ("SPARK_*", "every name 'SPARK_*' allows is on the deny-list"),
+        ("ld_*", "every name"),
+        ("A*B", "may only end an entry"),
+        ("A=B", "holds '='"),
+    ],
+)
+def test_an_env_allowlist_entry_the_deny_list_covers_is_refused_at_start(
+    entry: str, words: str
+) -> None:
+    assert words in (allowlist_entry_reason(entry) or "")
+    with pytest.raises(ValueError, match="job_env_allowlist"):
+        AdmissionSettings(job_env_allowlist=[entry])
+
+
+@pytest.mark.parametrize("entry", ["MARK", "APP_*", "*", "S*"])
+def test_an_env_allowlist_entry_wider_than_the_deny_list_is_taken(entry: str) -> None:
+    assert allowlist_entry_reason(entry) is None
