@@ -61,6 +61,29 @@ class BrokerError(FloodgateError, RuntimeError):
         self.output = output
 
 
+class UntrustedFileError(FloodgateError, PermissionError):
+    """A file Floodgate would write or trust is not its user's alone: a symbolic link
+    (never followed), not a regular file, owned by another user, or (a file it
+    trusts) writable by others (:mod:`pipeline.services.files`). Nothing was read
+    from it or written to it.
+
+    Attributes:
+        path: the file.
+        uid: its owner's user id (of the link itself for a symbolic link).
+        mode: its permission bits (``0o7777`` of ``st_mode``).
+        reason: what is wrong, in words (``"a symbolic link (to /etc/passwd)"``,
+            ``"another user's (we are uid 1000)"``, ``"writable by others than its
+            owner"``).
+    """
+
+    def __init__(self, message: str, *, path: str, uid: int, mode: int, reason: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.uid = uid
+        self.mode = mode
+        self.reason = reason
+
+
 class SchemaError(FloodgateError, ValueError):
     """An Avro schema cannot be found or parsed, or a tuple does not match it.
 

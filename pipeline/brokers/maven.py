@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import os
 import shutil
 import subprocess
 import tempfile
@@ -27,6 +28,7 @@ from importlib.resources import as_file, files
 from pathlib import Path
 
 from pipeline.errors import BrokerError
+from pipeline.services.files import private_file, write_private_text
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +52,12 @@ def once(root: Path, make: Callable[[], None], *, version: str) -> None:
     if done.exists():
         return
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
+    with os.fdopen(private_file(root / ".lock", os.O_WRONLY), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be making the same one
         if done.exists():
             return
         make()
-        done.write_text(version + "\n")
+        write_private_text(done, version + "\n")
 
 
 def copy_dependencies(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.brokers.engines import free_port
+from pipeline.services.files import private_file, write_private_text
 
 #: The services of a stack, and so the keys of :attr:`StackFiles.ports`.
 SERVICES = ("group", "admission", "sweeper")
@@ -95,7 +96,7 @@ def write_stack(
         sweeper=directory / "sweeper.toml",
         ports=ports,
     )
-    files.group.write_text(tomli_w.dumps(raw))
+    write_private_text(files.group, tomli_w.dumps(raw))
     admission = {
         "port": ports["admission"],
         "allowlist": list(allowlist),
@@ -103,7 +104,7 @@ def write_stack(
         "log_dir": str(directory / "admission" / "logs"),
         "driver_control_dir": str(control_dir),
     }
-    files.admission.write_text(tomli_w.dumps({"admission": admission}))
+    write_private_text(files.admission, tomli_w.dumps({"admission": admission}))
     sweeper = {
         "port": ports["sweeper"],
         "query_groups": [str(files.group)],
@@ -112,7 +113,7 @@ def write_stack(
         "sweep_interval_s": sweep_interval_s,
         "bootstrap_servers": bootstrap_servers,
     }
-    files.sweeper.write_text(tomli_w.dumps({"sweeper": sweeper}))
+    write_private_text(files.sweeper, tomli_w.dumps({"sweeper": sweeper}))
     return files
 
 
@@ -135,7 +136,7 @@ def spawn(
     Raises:
         OSError: the log cannot be opened or the command cannot be started.
     """
-    with open(log, "ab") as out:
+    with os.fdopen(private_file(log, os.O_WRONLY | os.O_APPEND), "ab") as out:
         return subprocess.Popen(
             list(argv),
             stdout=out,

@@ -1,5 +1,6 @@
 """What the query group, the admission service and the sweeper share as services.
 
 Leader election, the tuple ledger, serving HTTP apps and metrics, calling them,
-and the private databases they keep.
+the private databases they keep, and their private files and folders
+(:mod:`pipeline.services.files`).
 """

@@ -1,7 +1,8 @@
 """The SQL databases of the services' state (admission's job queue, the sweep
 catalog, leader election): SQLAlchemy engines made one way.
 
-SQLite by default (a file, created 0600 in a folder created 0700: jobs' arguments,
+SQLite by default (a file, created 0600 in a folder created 0700 by
+:func:`pipeline.services.files.private_file`: jobs' arguments,
 catalog paths and leases are the service user's alone; WAL so readers do not block
 the writer), any SQLAlchemy URL otherwise (PostgreSQL through psycopg 3:
 ``postgresql+psycopg://user@host/db``); docs/architecture.md says which component keeps what.
@@ -12,12 +13,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DBAPIError
+
+# private_file is imported from here by callers of old (pipeline.swept.blob).
+from pipeline.services.files import private_file
 
 
 def create_database_engine(url: str, **kwargs: Any) -> Engine:
@@ -36,38 +39,25 @@ def create_database_engine(url: str, **kwargs: Any) -> Engine:
     return engine
 
 
-def private_file(path: Path | str, *, flags: int = os.O_RDWR) -> int:
-    """Open ``path`` (created if missing, with ``flags`` added to ``O_CREAT |
-    O_CLOEXEC``) readable and writable by its owner only: mode 0600, also when it
-    existed with a wider one; its folder is created 0700 when missing. Returns the
-    file descriptor, which the caller closes (or wraps with :func:`os.fdopen`).
-
-    Raises:
-        OSError: the file cannot be created or opened.
-    """
-    path = Path(path)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 def private_sqlite_file(url: str) -> None:
     """Create a SQLite database file 0600 in a folder created 0700, or set an existing
-    file (and the WAL, shared-memory and journal files an earlier run left) to 0600.
-    SQLite gives the files it creates later the database file's mode. Other URLs:
-    nothing to do (the database server owns its files)."""
+    file (and the WAL, shared-memory and journal files an earlier run left) to 0600,
+    each through :func:`~pipeline.services.files.private_file` (never through a
+    symbolic link). SQLite gives the files it creates later the database file's mode.
+    Other URLs: nothing to do (the database server owns its files).
+
+    Raises:
+        UntrustedFileError: one of the files is a symbolic link, not a regular file, or
+            another user's.
+        OSError: the database file cannot be created.
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return
     os.close(private_file(parsed.database))
     for suffix in ("-wal", "-shm", "-journal"):
         with contextlib.suppress(FileNotFoundError):
-            os.chmod(f"{parsed.database}{suffix}", 0o600)
+            os.close(private_file(f"{parsed.database}{suffix}", create=False))
 
 
 def create_tables(metadata: MetaData, engine: Engine) -> None:

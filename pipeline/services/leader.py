@@ -49,8 +49,8 @@ from pipeline.services.database import (
     advisory_lock_key,
     create_database_engine,
     create_tables,
-    private_file,
 )
+from pipeline.services.files import private_file
 
 log = logging.getLogger(__name__)
 
