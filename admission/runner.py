@@ -2,8 +2,10 @@
 
 Each job runs in a session of its own (``start_new_session``), so stopping it stops
 everything it started (a ``spark-submit`` and its JVM); its output goes to
-``<log_dir>/<job id>.log`` (mode 0600, the folder created 0700: a job's output is
-its owner's). The program is the allowlisted absolute path the service resolved, never
+``<log_dir>/<job id>.log`` (mode 0600, never opened through a symbolic link; the
+folder created 0700, and refused at start when another user owns it or others can
+write to it: a job's output is its owner's; issue 26, finding 4).
+The program is the allowlisted absolute path the service resolved, never
 looked up on ``PATH`` again at run time, run with ``argv[0]`` as the job gave it, and
 the environment is exactly the one the service built (:mod:`admission.environment`):
 nothing of the service's own is added.
@@ -34,12 +36,12 @@ from pathlib import Path
 import psutil
 
 from admission.environment import JOB_ID_VARIABLE
+from pipeline.services.files import private_dir, private_file
 
 log = logging.getLogger(__name__)
 
-#: Mode of the log folder and of each job's log file.
-LOG_DIR_MODE = 0o700
-LOG_FILE_MODE = 0o600
+#: The setting that names the log folder, in refusals.
+LOG_DIR_KEY = "admission.log_dir"
 
 
 @dataclass(frozen=True)
@@ -99,46 +101,22 @@ def process_identity(pid: int) -> tuple[float | None, list[str] | None]:
     return created, _cmdline(process)
 
 
-def open_private(path: Path) -> int:
-    """Open ``path`` to append, created with mode 0600 (and set to 0600 if it existed);
-    a file descriptor.
-
-    Raises:
-        OSError: it cannot be opened.
-    """
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, LOG_FILE_MODE)
-    try:
-        os.fchmod(fd, LOG_FILE_MODE)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
-def make_private_dir(path: Path) -> bool:
-    """Create the folder ``path`` (and its parents) with mode 0700. A folder that exists
-    keeps its mode (it may be shared: the operator chose it).
-
-    Returns:
-        Whether others than its owner can enter it.
-
-    Raises:
-        OSError: it cannot be created.
-    """
-    path.mkdir(mode=LOG_DIR_MODE, parents=True, exist_ok=True)
-    return bool(path.stat().st_mode & 0o077)
-
-
 class ProcessRunner:
     """The job processes of one service.
 
     Args:
-        log_dir: where job output goes.
+        log_dir: where job output goes; made 0700 if missing
+            (:func:`~pipeline.services.files.private_dir`).
+
+    Raises:
+        ConfigError: ``log_dir`` is another user's, or others can write to it (key
+            ``admission.log_dir``; names the path and its mode): a job's log could be
+            swapped for a link to another file.
+        OSError: ``log_dir`` cannot be created.
     """
 
     def __init__(self, log_dir: str | Path) -> None:
-        self.log_dir = Path(log_dir)
-        self._warned = False
+        self.log_dir = private_dir(log_dir, key=LOG_DIR_KEY)
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._adopted: dict[int, psutil.Process] = {}
         self._lock = threading.Lock()
@@ -162,20 +140,16 @@ class ProcessRunner:
 
         Raises:
             OSError: the program could not be started (missing, not executable, a
-                missing ``cwd``, the log not writable).
+                missing ``cwd``, the log not writable); an
+                :class:`~pipeline.errors.UntrustedFileError` when the log's name is a
+                symbolic link, or not a regular file of ours (nothing is written to
+                it).
             ValueError: ``argv``, ``cwd`` or ``env`` holds what ``execve`` cannot carry
                 (a NUL byte, ``=`` in a name). Either way no process runs; the caller
                 records the job as ERROR with the reason.
         """
-        if make_private_dir(self.log_dir) and not self._warned:
-            self._warned = True
-            log.warning(
-                "admission.log_dir %s can be entered by others than its owner: chmod 700 it "
-                "(each job's log is 0600)",
-                self.log_dir,
-            )
         log_path = self.log_dir / f"{job_id}.log"
-        out = open_private(log_path)
+        out = private_file(log_path, os.O_WRONLY | os.O_APPEND)  # an earlier run's: appended
         try:
             process = subprocess.Popen(
                 list(argv),

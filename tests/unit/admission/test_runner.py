@@ -1,10 +1,12 @@
 """Job processes and the job store, with real processes and real files: a job's
 process is adopted after a restart only when it is still the job's (issue 26), and
-what the service writes is private (0600 files, 0700 folders)."""
+what the service writes is private (0600 files, 0700 folders, never through a
+symbolic link; a log folder others can change is refused)."""
 
 from __future__ import annotations
 
 import os
+import pwd
 import sqlite3
 import stat
 import subprocess
@@ -16,9 +18,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from admission.config import AdmissionSettings
 from admission.environment import JOB_ID_VARIABLE
 from admission.runner import Ended, ProcessRunner, start_since_boot
+from admission.service import AdmissionService
 from admission.store import JobState, JobStore
+from pipeline.errors import ConfigError, UntrustedFileError
 
 SLEEP = "/bin/sleep" if os.path.exists("/bin/sleep") else "/usr/bin/sleep"
 
@@ -98,8 +103,8 @@ def test_a_jobs_process_is_adopted_by_its_command_or_by_its_job_id(tmp_path: Pat
 
 
 def test_job_logs_are_0600_in_a_0700_folder(tmp_path: Path) -> None:
-    runner = ProcessRunner(tmp_path / "admission" / "logs")
     (tmp_path / "admission" / "logs").mkdir(parents=True, mode=0o700)
+    runner = ProcessRunner(tmp_path / "admission" / "logs")
     old = tmp_path / "admission" / "logs" / "1.log"
     old.write_text("from an earlier run\n")
     old.chmod(0o644)
@@ -110,6 +115,62 @@ def test_job_logs_are_0600_in_a_0700_folder(tmp_path: Path) -> None:
     assert mode(Path(started.log_path)) == 0o600  # an existing log is made private too
     assert mode(Path(fresh.log_path)) == 0o600
     assert mode(tmp_path / "fresh" / "logs") == 0o700
+
+
+def test_a_symlink_planted_at_the_next_job_s_log_is_not_followed(tmp_path: Path) -> None:
+    """Issue 26, finding 4: a symbolic link at ``<log_dir>/<next id>.log`` sent the job's
+    output into the file it named, and set that file to 0600."""
+    runner = ProcessRunner(tmp_path / "logs")
+    target = tmp_path / "someone-else-s.txt"
+    target.write_text("kept\n")
+    target.chmod(0o644)
+    (tmp_path / "logs" / "15.log").symlink_to(target)
+
+    with pytest.raises(UntrustedFileError, match=r"15\.log is a symbolic link") as refused:
+        runner.start(15, ["echo", "job output"], cwd=None, env={"PATH": "/usr/bin:/bin"})
+
+    assert refused.value.path == str(tmp_path / "logs" / "15.log")
+    assert target.read_text() == "kept\n" and mode(target) == 0o644
+    assert runner.running() == []  # no process runs: the scheduler records ERROR
+
+
+@pytest.mark.parametrize(
+    ("folder_mode", "owner"),
+    [(0o777, None), (0o770, None), (0o1777, None), (0o700, "nobody")],
+    ids=["world-writable", "group-writable", "sticky-tmp-like", "another-user-s"],
+)
+def test_a_log_folder_others_can_change_is_refused_before_anything_is_written(
+    tmp_path: Path, folder_mode: int, owner: str | None
+) -> None:
+    """Issue 26, finding 4: the service only warned of a log folder others could enter,
+    and used one they could write to (where they plant the link above)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    logs.chmod(folder_mode)
+    if owner is not None:
+        if os.geteuid() != 0:
+            pytest.skip("chown to another user needs root")
+        os.chown(logs, pwd.getpwnam(owner).pw_uid, -1)
+    settings = AdmissionSettings(
+        log_dir=str(logs), database_url=f"sqlite:///{tmp_path / 'db' / 'jobs.db'}"
+    )
+
+    with pytest.raises(ConfigError) as refused:
+        AdmissionService(settings)
+
+    assert refused.value.key == "admission.log_dir"
+    assert str(logs) in str(refused.value)
+    assert f"mode {folder_mode:04o}" in str(refused.value)
+    assert not (tmp_path / "db").exists()  # refused before the job database was made
+    assert list(logs.iterdir()) == []
+
+
+def test_a_log_folder_others_can_only_read_is_used(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir(mode=0o755)
+    logs.chmod(0o755)
+    started = ProcessRunner(logs).start(1, ["true"], cwd=None, env={"PATH": "/usr/bin:/bin"})
+    assert mode(Path(started.log_path)) == 0o600 and mode(logs) == 0o755
 
 
 def test_a_process_that_cannot_be_spawned_raises_and_is_not_watched(tmp_path: Path) -> None:
