@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from pipeline.brokers.engines import KafkaEngine, free_port
+from pipeline.brokers.engines import KafkaEngine, free_port, private_data_dir, spawn_broker
 from pipeline.errors import BrokerError
+from pipeline.services.files import PRIVATE_UMASK
 
 if TYPE_CHECKING:
     pass
@@ -42,7 +43,11 @@ class EmbeddedBroker:
         host: the address to bind (loopback by default).
 
     The broker is single-node and keeps topics in memory, saving them to
-    ``data_dir`` as they change.
+    ``data_dir`` as they change. The data is ours alone (it holds every tuple, and
+    admission's requests with their job env values; issue 26, finding 6): the folder
+    is 0700 and the broker runs with umask 077, so its files are 0600. An existing
+    ``data_dir`` that others can enter is set to 0700 (with a warning); one that
+    others can write to, or another user owns, is refused (:meth:`start`).
     """
 
     engine: KafkaEngine = "noida-db"
@@ -115,19 +120,14 @@ class EmbeddedBroker:
         Raises:
             BrokerError: it exited or did not answer in time; names the command and
                 the tail of its output.
+            ConfigError: ``data_dir`` is another user's, or others can write to it
+                (:func:`~pipeline.brokers.engines.private_data_dir`; nothing started).
         """
         if self.pid is not None:
             return self
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_data_dir(self.data_dir)
         command = self.command()
-        with open(self._log_path, "ab") as out:
-            self.process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.process = spawn_broker(command, self._log_path)
         deadline = time.monotonic() + timeout_s
         # Wait for the port first: librdkafka logs every refused connection as an error.
         while self.process.poll() is None and time.monotonic() < deadline:
@@ -210,7 +210,12 @@ class EmbeddedBroker:
         command = [str(self.binary()), "stop", "kafka", "--data-dir", str(self.data_dir)]
         try:
             done = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout_s, check=False
+                command,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+                umask=PRIVATE_UMASK,  # it may write into the data folder too
             )
         except subprocess.TimeoutExpired:
             log.warning("embedded broker: %s did not return in %.0f s", command, timeout_s)

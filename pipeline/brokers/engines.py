@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from pipeline.errors import BrokerError, ConfigError
+from pipeline.services.files import PRIVATE_UMASK, private_dir, private_file
 
 if TYPE_CHECKING:
     pass
@@ -26,6 +29,46 @@ ENGINES: tuple[KafkaEngine, ...] = ("noida-db", "apache-kafka")
 
 #: Environment variable choosing the engine :func:`resolve_broker` starts.
 ENGINE_ENV = "FLOODGATE_KAFKA_ENGINE"
+
+
+def private_data_dir(data_dir: Path) -> Path:
+    """Make a broker's data folder 0700, or check the one that exists (issue 26,
+    finding 6: it holds every tuple, and admission's requests with their job env
+    values). One that others can enter or read is set to 0700 with a warning (files an
+    earlier run wrote may be 0644); one that others can write to, or another user
+    owns, is refused: files planted in it could be there already. The broker itself
+    runs with umask 077 (:data:`pipeline.services.files.PRIVATE_UMASK`), so what it
+    writes is 0600.
+
+    Returns:
+        ``data_dir``.
+
+    Raises:
+        ConfigError: refused (key ``data_dir``: ``floodgate broker --data-dir``;
+            names the path, its owner and mode).
+        OSError: it cannot be created.
+    """
+    return private_dir(data_dir, key="data_dir", tighten=True)
+
+
+def spawn_broker(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start a broker's process in a session of its own (stopped by its pid), its
+    output appended to ``log_path`` (0600, :func:`~pipeline.services.files.private_file`),
+    with umask 077 (:data:`~pipeline.services.files.PRIVATE_UMASK`): what it writes in
+    its data folder is 0600.
+
+    Raises:
+        OSError: the log cannot be opened or the command cannot be started.
+    """
+    with os.fdopen(private_file(log_path, os.O_WRONLY | os.O_APPEND), "ab") as out:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            umask=PRIVATE_UMASK,
+        )
 
 
 def free_port(host: str = "127.0.0.1") -> int:

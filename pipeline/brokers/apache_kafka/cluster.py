@@ -14,6 +14,13 @@ Layout of the data directory::
     <data_dir>/node-<id>/broker.log  what the JVM printed
     <data_dir>/node-<id>/logs/       the node's log directory (log.dirs)
 
+Every file and folder in it is ours alone (issue 26, finding 6: the log directories
+hold every tuple): the folders 0700, the files Floodgate writes 0600
+(:func:`pipeline.services.files.private_file`), and the JVMs (``StorageTool``, each
+node) run with umask 077, so what Kafka writes is 0600 too. An existing data folder
+that others can enter is set to 0700; one others can write to, or another user owns,
+is refused (:func:`pipeline.brokers.engines.private_data_dir`).
+
 Broker settings (:func:`broker_properties`) are Kafka's defaults but for what a test
 machine of 2 cores needs, each said where it is set. With ``sasl_users`` the client
 listener is ``SASL_PLAINTEXT`` with mechanism ``PLAIN`` (KIP-43; Kafka's
@@ -50,7 +57,9 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from pipeline.brokers.apache_kafka.artifacts import APACHE_KAFKA_VERSION, java_command, kafka_libs
+from pipeline.brokers.engines import private_data_dir, spawn_broker
 from pipeline.errors import BrokerError, ConfigError
+from pipeline.services.files import PRIVATE_UMASK, write_private_text
 
 log = logging.getLogger(__name__)
 
@@ -408,7 +417,7 @@ class ApacheKafkaCluster:
                 for n in self.nodes
             ],
         }
-        self._layout_path().write_text(json.dumps(layout, indent=2) + "\n")
+        write_private_text(self._layout_path(), json.dumps(layout, indent=2) + "\n")
 
     def _classpath(self) -> str:
         return str(kafka_libs(self.version) / "*")
@@ -441,7 +450,7 @@ class ApacheKafkaCluster:
         ]
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=120, check=False,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, umask=PRIVATE_UMASK,
         )  # fmt: skip
         if done.returncode != 0:
             raise BrokerError(
@@ -451,7 +460,7 @@ class ApacheKafkaCluster:
             )
 
     def _write_properties(self, node: KafkaNode) -> None:
-        node.directory.mkdir(parents=True, exist_ok=True)
+        private_data_dir(node.directory)
         properties = broker_properties(
             node, self.nodes, host=self.host, overrides=self.overrides, sasl_users=self.sasl_users
         )
@@ -459,11 +468,7 @@ class ApacheKafkaCluster:
             "# Written by Floodgate (pipeline.brokers.apache_kafka.cluster); rewritten at every "
             "start.\n" + "".join(f"{key}={value}\n" for key, value in properties.items())
         )
-        # 0600: with SASL users it holds their passwords.
-        fd = os.open(node.properties_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            os.fchmod(fd, 0o600)
-            out.write(text)
+        write_private_text(node.properties_path, text)  # with SASL users: their passwords
 
     def start(self, *, timeout_s: float = START_TIMEOUT_S) -> ApacheKafkaCluster:
         """Format what is new, start every node that is not running, and wait until
@@ -476,10 +481,13 @@ class ApacheKafkaCluster:
             BrokerError: Java or Maven is missing, the fetch failed, a node exited,
                 or the cluster did not answer in time (names the command and the tail
                 of each node's output). Nodes this call started are stopped again.
+            ConfigError: the data folder (or a node's) is another user's, or others
+                can write to it (:func:`~pipeline.brokers.engines.private_data_dir`);
+                nothing started.
         """
+        private_data_dir(self.data_dir)  # refused before anything is fetched or started
         java = java_command()
         self._classpath()  # fetch before the clock starts
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         self._save_layout()
         for node in self.nodes:
             self._write_properties(node)
@@ -504,14 +512,7 @@ class ApacheKafkaCluster:
 
     def _spawn(self, node: KafkaNode, java: list[str]) -> None:
         command = [*self._jvm(java), "kafka.Kafka", str(node.properties_path)]
-        with open(node.log_path, "ab") as out:
-            node.process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        node.process = spawn_broker(command, node.log_path)
 
     def start_node(self, node: KafkaNode, *, timeout_s: float = START_TIMEOUT_S) -> None:
         """Start one stopped node again on its data (after :meth:`kill_node`), and wait
