@@ -24,6 +24,8 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from admission.algorithm import Load
+from pipeline.errors import UntrustedFileError
+from pipeline.services.files import read_trusted
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +74,10 @@ class DriverHeaps:
     start and stop) plus ``urls`` (``http://host:port``, any host). Each is read every
     ``interval_s`` with a short timeout by a daemon thread, so the check (10 times a
     second) never waits on HTTP; an endpoint that does not answer drops out until it
-    does.
+    does. A control file is trusted only when it is a regular file of the service's
+    own user that others cannot write to, reached without a symbolic link
+    (:func:`~pipeline.services.files.read_trusted`; issue 26, finding 7): another is
+    left out, with one warning naming its path, owner and mode.
 
     Args:
         control_dir: where query groups write their control files (``None``: none).
@@ -94,6 +99,7 @@ class DriverHeaps:
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._ratios: dict[str, float] = {}
+        self._untrusted: set[tuple[str, int, int]] = set()  # warned of already
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -104,10 +110,19 @@ class DriverHeaps:
         if self.control_dir is not None and self.control_dir.is_dir():
             for path in sorted(self.control_dir.glob("*.json")):
                 try:
-                    found.append(str(json.loads(path.read_text())["url"]).rstrip("/"))
+                    found.append(str(json.loads(read_trusted(path))["url"]).rstrip("/"))
+                except UntrustedFileError as exc:
+                    self._warn_untrusted(exc)
                 except (OSError, ValueError, KeyError):
                     continue  # being written or removed: next time
         return list(dict.fromkeys(found))
+
+    def _warn_untrusted(self, exc: UntrustedFileError) -> None:
+        """Warn once of a control file that is not trusted (again if it changes)."""
+        seen = (exc.path, exc.uid, exc.mode)
+        if seen not in self._untrusted:
+            self._untrusted.add(seen)
+            log.warning("driver heap not read: control file %s", exc)
 
     def refresh(self) -> dict[str, float]:
         """Read every endpoint once; the new ``{query group: heap usage ratio}``."""

@@ -43,13 +43,16 @@ def run(
     """Run a query group until it is stopped (SIGTERM/Ctrl-C) or, with --available-now, drained."""
     from pipeline.config import load_query_group
     from pipeline.errors import QueryGroupHeld
-    from pipeline.spark.control import resolve_token
+    from pipeline.spark.control import check_control_dir, resolve_token
     from pipeline.spark.query_group import QueryGroup
 
     setup_logging(verbose, log_format)
     cfg = load_query_group(config)
     servers = bootstrap_servers_for(bootstrap, cfg)
-    resolve_token()  # a control token that cannot serve is refused before Spark starts
+    # A control token that cannot serve, or a control folder others can change, is
+    # refused before Spark starts.
+    resolve_token()
+    check_control_dir(cfg.query_group.control_dir)
     group = QueryGroup(cfg, bootstrap_servers=servers)
     stop = group.stop_requested
     stop_on_signals(stop, f"stopping query group {cfg.name}")

@@ -1,4 +1,11 @@
-"""Calling a Floodgate service's HTTP endpoint from the CLI: URL, token, errors."""
+"""Calling a Floodgate service's HTTP endpoint from the CLI: URL, token, errors.
+
+A query group's control file (``<control_dir>/<name>.json``, the URL its control
+token is sent to) and token file are trusted only when they are regular files of our
+own user that others cannot write to, reached without a symbolic link
+(:func:`pipeline.services.files.read_trusted`; issue 26, finding 7): another is
+refused, naming its path, owner and mode, and nothing is sent.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from pipeline.config import DEFAULT_CONTROL_DIR
-from pipeline.errors import FloodgateError
+from pipeline.errors import FloodgateError, UntrustedFileError
+from pipeline.services.files import read_trusted
 
 if TYPE_CHECKING:
     pass
@@ -38,13 +46,17 @@ def endpoint_url(
 
     Raises:
         FloodgateError: no URL was given and no control file names the group (the
-            message says where it looked).
+            message says where it looked), or the control file is not trusted
+            (another user's, writable by others, a symbolic link: names its path,
+            owner and mode).
     """
     if url:
         return url.rstrip("/")
     path = Path(control_dir) / f"{name}.json"
     try:
-        return str(json.loads(path.read_text())["url"]).rstrip("/")
+        return str(json.loads(read_trusted(path))["url"]).rstrip("/")
+    except UntrustedFileError as exc:
+        raise _untrusted(name, exc) from exc
     except (OSError, ValueError, KeyError) as exc:
         raise FloodgateError(
             f"query group {name!r}: no running endpoint found ({path} is missing or "
@@ -60,15 +72,29 @@ def client_token(
 
     Returns:
         ``(token or None, where it was looked for)`` -- the second for messages.
+
+    Raises:
+        FloodgateError: the token file is not trusted (as :func:`endpoint_url`).
     """
     env = os.environ if env is None else env
     if env.get(CONTROL_TOKEN_ENV):
         return env[CONTROL_TOKEN_ENV], CONTROL_TOKEN_ENV
     path = Path(control_dir) / f"{name}.token"
     try:
-        return path.read_text(), f"{CONTROL_TOKEN_ENV} (unset) or {path}"
-    except OSError:
+        return read_trusted(path), f"{CONTROL_TOKEN_ENV} (unset) or {path}"
+    except UntrustedFileError as exc:
+        raise _untrusted(name, exc) from exc
+    except (OSError, ValueError):
         return None, f"{CONTROL_TOKEN_ENV} (unset) or {path} (missing or unreadable)"
+
+
+def _untrusted(name: str, exc: UntrustedFileError) -> FloodgateError:
+    """The refusal of a query group's control or token file that is not trusted."""
+    return FloodgateError(
+        f"query group {name!r}: {exc}; nothing was sent (a control file names where the "
+        "control token goes): remove it, or pass --url http://host:port with "
+        f"{CONTROL_TOKEN_ENV}"
+    )
 
 
 def call(
@@ -97,7 +123,7 @@ def call(
     Raises:
         FloodgateError: the endpoint cannot be found or reached, or refused (the
             message carries its reason, e.g. "not HELD"; for a 401, where the token
-            was looked for).
+            was looked for); its control or token file is not trusted (nothing sent).
     """
     base = endpoint_url(name, url=url, control_dir=control_dir)
     where = "the token given"

@@ -20,11 +20,15 @@ nothing and show no secret. The token is :data:`CONTROL_TOKEN_ENV` when that is 
 
 **Control files.** On start the server writes ``<control_dir>/<query group>.json``
 (``{"query_group", "url", "pid"}``) and, when it made the token itself,
-``<control_dir>/<query group>.token``; both mode 0600, the folder 0700 when it is
-made. So ``floodgate query-group status|release|stop NAME`` run by the same user on
-the same host finds the endpoint and its token by name (:func:`call`); both files are
-removed on stop. ``--url`` reaches any other endpoint, with the token from
-:data:`CONTROL_TOKEN_ENV`.
+``<control_dir>/<query group>.token``; both mode 0600, replaced atomically, never
+written through a symbolic link, the folder 0700 when it is made. A control folder
+that others can write to, or that another user owns, is refused before the group
+starts (:func:`check_control_dir`; issue 26, finding 7): its files could be swapped.
+So ``floodgate query-group status|release|stop NAME`` run by the same user on the
+same host finds the endpoint and its token by name
+(:func:`pipeline.services.http_client.call`, which trusts only control files of its
+own user); both files are removed on stop. ``--url`` reaches any other endpoint, with
+the token from :data:`CONTROL_TOKEN_ENV`.
 
 FastAPI and uvicorn do the HTTP (a well-kept library over our own code); the server
 runs in a daemon thread of the driver.
@@ -47,6 +51,7 @@ from pydantic import BaseModel
 
 from pipeline.errors import ConfigError, QueryGroupError
 from pipeline.metrics import add_metrics_route
+from pipeline.services.files import private_dir, read_trusted, write_private_text
 from pipeline.services.http_client import CONTROL_TOKEN_ENV
 from pipeline.services.serving import AppServer
 
@@ -195,17 +200,23 @@ def build_app(group: ControlledGroup, *, token: str) -> FastAPI:
     return app
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by its owner only (0600), replacing it
-    atomically; a symlink planted at ``path`` is replaced, never followed."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
+#: The setting that names the control folder, in refusals.
+CONTROL_DIR_KEY = "query_group.control_dir"
+
+
+def check_control_dir(control_dir: str | Path) -> Path:
+    """Make the control folder 0700, or check the one that exists
+    (:func:`~pipeline.services.files.private_dir`).
+
+    Returns:
+        The folder.
+
+    Raises:
+        ConfigError: it is owned by another user or others can write to it (key
+            ``query_group.control_dir``; the message names the path and its mode).
+        OSError: it cannot be created.
+    """
+    return private_dir(control_dir, key=CONTROL_DIR_KEY)
 
 
 class ControlServer:
@@ -222,8 +233,9 @@ class ControlServer:
 
     Raises:
         ConfigError: (from the constructor) :data:`CONTROL_TOKEN_ENV` is set but empty
-            or unusable.
-        OSError: (from :meth:`start`) the port cannot be bound.
+            or unusable, or ``control_dir`` is refused (:func:`check_control_dir`).
+        OSError: (from the constructor) ``control_dir`` cannot be created; (from
+            :meth:`start`) the port cannot be bound.
     """
 
     def __init__(
@@ -238,7 +250,7 @@ class ControlServer:
         self.group = group
         self.host = host
         self.port = port
-        folder = Path(control_dir) if control_dir is not None else None
+        folder = check_control_dir(control_dir) if control_dir is not None else None
         self.control_file = folder / f"{group.name}.json" if folder is not None else None
         self.token_file = folder / f"{group.name}.token" if folder is not None else None
         self.token, self.token_generated = (token, False) if token else resolve_token()
@@ -261,12 +273,11 @@ class ControlServer:
         self.port = self._server.port
         self._server.start(timeout_s)
         if self.control_file is not None and self.token_file is not None:
-            self.control_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             if self.token_generated:
-                _write_private(self.token_file, self.token)
+                write_private_text(self.token_file, self.token)
             else:
                 self.token_file.unlink(missing_ok=True)  # an earlier run's, now wrong
-            _write_private(
+            write_private_text(
                 self.control_file,
                 json.dumps({"query_group": self.group.name, "url": self.url, "pid": os.getpid()}),
             )
@@ -286,10 +297,10 @@ class ControlServer:
         """Stop serving and remove the control files (if they are still this one's)."""
         if self.control_file is not None and self.token_file is not None:
             try:
-                current = json.loads(self.control_file.read_text())
+                current = json.loads(read_trusted(self.control_file))
                 if current.get("pid") == os.getpid() and current.get("url") == self.url:
                     self.control_file.unlink()
-                    if self.token_generated and self.token_file.read_text() == self.token:
+                    if self.token_generated and read_trusted(self.token_file) == self.token:
                         self.token_file.unlink()
             except (OSError, ValueError):
                 pass

@@ -661,7 +661,9 @@ class QueryGroup:
             The endpoint's base URL, ``http://host:port``.
 
         Raises:
-            ConfigError: ``FLOODGATE_CONTROL_TOKEN`` is set but empty or unusable.
+            ConfigError: ``FLOODGATE_CONTROL_TOKEN`` is set but empty or unusable, or
+                ``control_dir`` is another user's or writable by others
+                (:func:`pipeline.spark.control.check_control_dir`).
             OSError: the port cannot be bound.
         """
         from pipeline.spark.control import ControlServer
