@@ -302,6 +302,52 @@ class BlobIntegrityError(DataLossError):
         self.offset = offset
 
 
+class BlobPathError(BlobIntegrityError):
+    """A catalog row names a file that is not the sweeper's BLOB, so it is neither
+    read nor deleted: a catalog row can name any path, and a reader once hashed
+    ``/dev/zero`` for ever and the sweeper deleted files it had not written.
+
+    Nothing was read from the file (a reader fails as on any damaged BLOB: it stops
+    there and commits nothing past it), and the sweeper leaves the file and the row
+    as they are.
+
+    Attributes:
+        blob_dir: the BLOB directory the path was checked against (``None``: the
+            catalog records none yet, so only the kind of file was checked).
+        reason: ``"outside"`` (the path, symbolic links resolved, is not inside
+            ``blob_dir``), ``"not-a-file"`` (a symbolic link, a device, a FIFO, a
+            folder: never opened through), or ``"name"`` (inside ``blob_dir`` but not
+            the name the sweeper gives that BLOB's file: not deleted).
+        blob_id, path, topic, partition, start, end: as :class:`BlobIntegrityError`
+            (``blob_id`` ``None`` for a sweep in progress, not registered).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        blob_id: int | None,
+        path: str,
+        blob_dir: str | None,
+        reason: str,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+    ) -> None:
+        super().__init__(
+            message,
+            blob_id=blob_id,
+            path=path,
+            reason=reason,
+            topic=topic,
+            partition=partition,
+            start=start,
+            end=end,
+        )
+        self.blob_dir = blob_dir
+
+
 class SchemaRegistryError(FloodgateError, RuntimeError):
     """The Schema Registry of a stream with ``encoding = "confluent"`` could not be
     asked (refused connection, timeout, a server error). Not a fault of the tuple: a

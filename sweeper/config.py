@@ -36,7 +36,9 @@ class SweeperSettings(BaseModel):
     """The sweep catalog (SQLAlchemy URL); each query group must name the same in
     ``query_group.sweep_catalog_url``."""
     blob_dir: str = ".floodgate/sweeper/blobs"
-    """The BLOB store: a local directory (one Avro file per BLOB)."""
+    """The BLOB store: a local directory (one Avro file per BLOB). The catalog records
+    it, and readers read BLOBs only from inside it; the sweepers of one catalog share
+    it, one of another catalog is refused (``<blob_dir>/.sweeper.lock``)."""
     blob_store_max_bytes: Annotated[int, Field(ge=1)] = 1 << 30
     """Capacity of the BLOB store; at or above it no new sweep starts (back-pressure
     takes over), logged when it fills and when it clears."""

@@ -45,7 +45,9 @@ class SweeperMetrics:
     * ``floodgate_sweeper_damaged_blobs_total{reason}`` (counter): registered
       BLOBs found not to be what the catalog recorded (issue 26), each counted once
       per sweeper process, ``reason`` as :class:`pipeline.errors.BlobIntegrityError`
-      (``missing``, ``size``, ``sha256``, ``offset``, ``count``, ``unreadable``);
+      (``missing``, ``size``, ``sha256``, ``offset``, ``count``, ``unreadable``;
+      ``outside``, ``not-a-file``, ``name`` for a row naming a file that is not the
+      sweeper's, :class:`pipeline.errors.BlobPathError`);
     * ``floodgate_ledger_unaccounted_tuples{partition}`` (gauge): the tuple ledger's
       unaccounted tuples of each input stream partition of the swept query groups,
       reconciled every cycle (:mod:`pipeline.services.ledger`); 0 when all is well;

@@ -11,11 +11,14 @@ queues of the configured query groups), :meth:`Sweeper.cycle`:
    reached (``delete_records``: the swept range is then read from the BLOB);
 3. asks :func:`sweeper.policy.plan` whether to sweep and which range ``[a, b)``; the
    BLOB store's capacity is checked first (full: no sweep, back-pressure holds);
-4. sweeps: reads ``[a, b)`` from the broker into ``<blob_dir>/.tmp-<name>``, hashing
-   it as it is written, fsyncs, renames it into place, verifies
+4. sweeps: journals the BLOB's file as in progress in the catalog
+   (:meth:`pipeline.swept.catalog.SweepCatalog.begin_write`), reads ``[a, b)`` from the
+   broker into ``<blob_dir>/.tmp-<name>``, hashing it as it is written, fsyncs,
+   renames it into place, verifies
    (:func:`sweeper.policy.verify`) and registers it in the catalog with its seal
-   (SHA-256, size, count, first and last offset: :class:`pipeline.swept.blob.BlobSeal`) --
-   or deletes it and counts the abort by reason.
+   (SHA-256, size, count, first and last offset: :class:`pipeline.swept.blob.BlobSeal`),
+   its journal entry removed in the same transaction -- or deletes it and counts the
+   abort by reason.
 
 Before the broker is truncated past a BLOB's start, the BLOB's size and SHA-256 are
 checked against the catalog (:func:`pipeline.swept.catalog.check_blob`): a damaged BLOB
@@ -24,10 +27,16 @@ at its start, so the broker keeps the range and readers read it from there. At s
 :meth:`Sweeper.recover` seals the BLOBs registered before checksums existed, after
 checking their structure (:func:`pipeline.swept.catalog.seal_blob`).
 
-A ``kill -9`` at any point leaves the catalog naming only whole, verified BLOBs: an
-unregistered file (a temporary one, or one renamed but not registered) is removed by
-:meth:`Sweeper.recover` at the next start. With several sweepers on one catalog, only
-the leader (:mod:`pipeline.services.leader`) runs cycles.
+A ``kill -9`` at any point leaves the catalog naming only whole, verified BLOBs: the
+file of a sweep the journal names as in progress (a temporary one, or one renamed but
+not registered) is removed by :meth:`Sweeper.recover` when a sweeper next takes the
+lead. The sweeper removes no other file: not one the catalog does not name (an
+operator's notes, another sweeper's BLOBs), not one a row names outside ``blob_dir``
+or under another name than the sweeper gives it
+(:func:`pipeline.swept.catalog.owned_files`: refused with a
+:class:`~pipeline.errors.BlobPathError`). With several sweepers on one catalog, only
+the leader (:mod:`pipeline.services.leader`) runs cycles and recovers; they share
+``blob_dir``, which a sweeper of another catalog may not (:mod:`sweeper.lock`).
 
 Stable log codes: ``FG-SWP-001`` a BLOB registered, ``FG-SWP-002`` a sweep aborted,
 ``FG-SWP-003`` the BLOB store is full (no more sweeps), ``FG-SWP-004`` it has room
@@ -53,15 +62,24 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig
-from pipeline.errors import BlobIntegrityError, DataLossError
+from pipeline.errors import BlobIntegrityError, BlobPathError, DataLossError
 from pipeline.offsets import offsets_from_json, parse_offset_log
 from pipeline.queues.probe import QueueProbe
 from pipeline.services.leader import LeaderElection
 from pipeline.services.ledger import DeadLetters, LedgerRow, reconcile
-from pipeline.swept.blob import blob_name, write_sealed_blob
-from pipeline.swept.catalog import Blob, SweepCatalog, check_blob, seal_blob
+from pipeline.swept.blob import BlobSeal, blob_name, write_sealed_blob
+from pipeline.swept.catalog import (
+    Blob,
+    SweepCatalog,
+    WriteCleared,
+    check_blob,
+    check_blob_path,
+    owned_files,
+    seal_blob,
+)
 from pipeline.swept.reading import RANGE_CONSUMER, read_partition
 from sweeper.config import SweeperSettings
+from sweeper.lock import BlobDirLock
 from sweeper.metrics import SweeperMetrics
 from sweeper.policy import (
     Abort,
@@ -202,6 +220,15 @@ class Sweeper:
         on_written: called with ``(topic, partition, range)`` after a BLOB is written
             and before it is verified (the window in which the checks before
             truncation can fail; tests use it to force an abort).
+
+    ``blob_dir`` is made absolute and created 0700; the sweeper holds its lock file
+    (:class:`sweeper.lock.BlobDirLock`) until :meth:`close` or the process ends, and
+    records it in the catalog for the readers.
+
+    Raises:
+        ConfigError: a sweeper of another catalog holds ``blob_dir``, naming the
+            directory and the holder's process id; or the catalog's BLOBs are in
+            another directory (:meth:`SweepCatalog.record_blob_dir`).
     """
 
     def __init__(
@@ -221,8 +248,19 @@ class Sweeper:
         self.clock = clock
         self.on_written = on_written
         self.catalog = SweepCatalog(settings.catalog_url)
-        self.blob_dir = Path(settings.blob_dir)
+        self.blob_dir = Path(os.path.abspath(settings.blob_dir))
         self.blob_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            self.blob_dir_lock = BlobDirLock(self.blob_dir, self.catalog.identity())
+        except BaseException:
+            self.catalog.close()
+            raise
+        try:
+            self.catalog.record_blob_dir(str(self.blob_dir))
+        except BaseException:
+            self.blob_dir_lock.release()
+            self.catalog.close()
+            raise
         self.groups = list(groups)
         self._dead_letters: dict[str, DeadLetters] = {}
         #: The rows of the last reconciliation (:meth:`reconcile`).
@@ -269,7 +307,7 @@ class Sweeper:
         self.election = LeaderElection(
             settings.catalog_url,
             "sweeper",
-            on_granted=lambda: self.metrics.leader.set(1),
+            on_granted=self._granted,
             on_revoked=lambda: self.metrics.leader.set(0),
             check_interval_s=settings.leader_check_interval_s,
         )
@@ -282,19 +320,59 @@ class Sweeper:
     # -- lifecycle -------------------------------------------------------------
 
     def recover(self) -> list[Path]:
-        """Remove BLOB files the catalog does not name (a sweep killed before it
-        registered its BLOB); report registered BLOBs whose file is missing.
+        """Finish what a sweeper killed mid-sweep left, and check the registered BLOBs'
+        files. Run as the lead is granted (never on a follower, whose leader may be
+        sweeping), and by tests.
+
+        * The files of every entry of the catalog's journal -- a sweep in progress,
+          or a forgotten BLOB whose file was not removed yet -- (``<blob_dir>/<name>``
+          and ``<blob_dir>/.tmp-<name>``) are removed and the entry cleared -- only when it is the file the sweeper writes for that
+          range, inside ``blob_dir`` with symbolic links resolved, and a regular
+          file (:func:`pipeline.swept.catalog.owned_files`); an entry naming any
+          other path is cleared and its file left alone, logged as an error. Each
+          entry is cleared before its files are removed, so a sweeper that is still
+          writing it (a deposed leader that has not noticed) cannot register it.
+        * Any other file in ``blob_dir`` is left alone: the catalog not naming a
+          file does not make it the sweeper's (an operator's notes, another
+          sweeper's BLOBs).
+        * A registered BLOB whose path is outside ``blob_dir`` is reported
+          (``FG-SWP-007``, reason ``outside``) and never opened; one whose file is
+          missing is logged.
+        * BLOBs registered before checksums are sealed (:meth:`_seal_unsealed`).
 
         Returns:
             The files removed.
         """
-        registered = {Path(b.path).resolve() for b in self.catalog.all()}
-        removed = []
-        for path in self.blob_dir.iterdir():
-            if path.is_file() and path.resolve() not in registered:
-                path.unlink()
-                removed.append(path)
+        removed: list[Path] = []
+        for write in self.catalog.writes():
+            if not self.catalog.end_write(write.path):
+                continue  # registered, or recovered by another sweeper, meanwhile
+            pending = Blob(
+                0,
+                write.topic,
+                write.partition,
+                write.start_offset,
+                write.end_offset,
+                write.path,
+                0,
+                0,
+                write.since,
+            )
+            try:
+                files = owned_files(pending, str(self.blob_dir))
+            except BlobPathError as exc:
+                log.error("a sweep in progress names a file the sweeper does not own: %s", exc)
+                continue
+            for path in files:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    removed.append(path)
         for blob in self.catalog.all():
+            try:
+                check_blob_path(blob, str(self.blob_dir))
+            except BlobPathError as exc:
+                self._report_damaged(blob, exc, held_at=None)
+                continue
             if not Path(blob.path).exists():
                 log.error(
                     "BLOB %d of %s[%d] [%d, %d) is registered but its file %s is missing",
@@ -306,7 +384,11 @@ class Sweeper:
                     blob.path,
                 )
         if removed:
-            log.warning("removed %d unregistered BLOB files: %s", len(removed), removed)
+            log.warning(
+                "removed %d BLOB files of sweeps killed before they registered: %s",
+                len(removed),
+                removed,
+            )
         self._seal_unsealed()
         self._refresh_gauges()
         return removed
@@ -317,7 +399,9 @@ class Sweeper:
         (``FG-SWP-007``) and left unsealed."""
         sealed = 0
         for blob in self.catalog.all():
-            if blob.sha256 is not None or not Path(blob.path).exists():
+            if blob.sha256 is not None or blob.id in self.damaged:
+                continue
+            if not Path(blob.path).exists():
                 continue
             try:
                 sealed += self.catalog.seal(blob.id, seal_blob(blob))
@@ -337,17 +421,29 @@ class Sweeper:
             return
         self.damaged.add(blob.id)
         self.metrics.damaged.labels(*self.labels(blob.topic), exc.reason).inc()
-        after = (
-            f"the broker is not truncated past offset {held_at}: readers read the range "
-            "from the broker while it holds it"
-            if held_at is not None
-            else "its tuples are lost unless the broker still holds them"
-        )
+        if held_at is not None:
+            after = (
+                f"the broker is not truncated past offset {held_at}: readers read the range "
+                "from the broker while it holds it"
+            )
+        elif isinstance(exc, BlobPathError):
+            after = (
+                "the sweeper neither reads nor deletes that file and keeps the row "
+                "(docs/runbook.md, 'Sweeper refusals')"
+            )
+        else:
+            after = "its tuples are lost unless the broker still holds them"
         log.error("FG-SWP-007 %s; %s", exc, after)
 
-    def start(self) -> Sweeper:
-        """Recover, take the leadership if free, and run a cycle every interval."""
+    def _granted(self) -> None:
+        """The lead is granted (from the election, before this instance acts as the
+        leader): recover what a killed leader left, then count as the leader."""
         self.recover()
+        self.metrics.leader.set(1)
+
+    def start(self) -> Sweeper:
+        """Take the leadership if free (recovering first, :meth:`recover`), and run a
+        cycle every interval while leading."""
         self.election.start()
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="floodgate-sweeper", daemon=True)
@@ -364,6 +460,13 @@ class Sweeper:
         for dead in self._dead_letters.values():
             dead.close()
         self._dead_letters.clear()
+
+    def close(self) -> None:
+        """:meth:`stop`, then release ``blob_dir`` (its lock file) and close the
+        catalog: the instance is done."""
+        self.stop()
+        self.blob_dir_lock.release()
+        self.catalog.close()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.settings.sweep_interval_s):
@@ -489,7 +592,11 @@ class Sweeper:
             outcome.truncated_to = target
             log_start = target
         for i in consumed(ranges, committed=freed):
-            self._delete(chain[i], unswept=True)
+            try:
+                self.delete_blob(chain[i], unswept=True)
+            except BlobPathError as exc:  # not the sweeper's file: reported, kept
+                self._report_damaged(chain[i], exc, held_at=None)
+                continue
             outcome.deleted.append(chain[i].id)
         chain = [b for b in chain if b.id not in outcome.deleted]
         view = PartitionView(
@@ -569,19 +676,14 @@ class Sweeper:
         name = blob_name(topic, p, sweep.start, sweep.end)
         final = self.blob_dir / name
         temporary = self.blob_dir / f".tmp-{name}"
+        try:  # journaled before the file exists: only a journaled file is recovered
+            self.catalog.begin_write(str(final), topic, p, sweep.start, sweep.end, now=time.time())
+        except ValueError as exc:  # another sweeper writes this range now
+            raise SweepAborted(Abort.OVERLAP, str(exc)) from exc
         try:
-            seal = write_sealed_blob(
-                temporary, read_range(self.bootstrap_servers, topic, p, sweep, self._client)
-            )
-        except SweepAborted:
-            temporary.unlink(missing_ok=True)
-            raise
-        except (OSError, KafkaException) as exc:
-            temporary.unlink(missing_ok=True)
-            raise SweepAborted(Abort.WRITE_FAILED, f"{exc.__class__.__name__}: {exc}") from exc
-        os.replace(temporary, final)
-        _fsync_dir(self.blob_dir)
-        try:
+            seal = self._write(topic, p, sweep, temporary)
+            os.replace(temporary, final)
+            _fsync_dir(self.blob_dir)
             if self.on_written is not None:
                 self.on_written(topic, p, sweep)
             snapshot = queue.probe.snapshot().partitions[p]
@@ -614,11 +716,14 @@ class Sweeper:
                     tuples=tuples,
                     now=time.time(),
                     seal=seal,
+                    in_progress=True,
                 )
+            except WriteCleared as exc:  # a new leader's recovery took it
+                raise SweepAborted(Abort.NOT_LEADER, str(exc)) from exc
             except ValueError as exc:  # the catalog keeps each chain disjoint
                 raise SweepAborted(Abort.OVERLAP, str(exc)) from exc
         except BaseException:
-            final.unlink(missing_ok=True)
+            self._forget(final, temporary)
             raise
         labels = self.labels(topic)
         self.metrics.sweeps.labels(*labels).inc()
@@ -636,6 +741,33 @@ class Sweeper:
         )
         return blob
 
+    def _write(self, topic: str, p: int, sweep: SweepRange, temporary: Path) -> BlobSeal:
+        """Read ``sweep`` of ``topic[p]`` from the broker into ``temporary``, sealed.
+
+        Raises:
+            SweepAborted: the broker no longer holds the range, or the read or the
+                write failed (``write-failed``).
+        """
+        try:
+            return write_sealed_blob(
+                temporary, read_range(self.bootstrap_servers, topic, p, sweep, self._client)
+            )
+        except (OSError, KafkaException) as exc:
+            raise SweepAborted(Abort.WRITE_FAILED, f"{exc.__class__.__name__}: {exc}") from exc
+
+    def _forget(self, final: Path, temporary: Path) -> None:
+        """A sweep that is not registered: clear its journal entry, then remove its
+        files -- only when the entry was still this sweep's (a recovery that took it
+        removes them; a crash in between leaves them, journaled no more)."""
+        try:
+            mine = self.catalog.end_write(str(final))
+        except Exception:  # the catalog is down: the entry stays, the next recovery
+            log.warning("sweep of %s not forgotten: the catalog failed", final, exc_info=True)
+            return
+        if mine:
+            temporary.unlink(missing_ok=True)
+            final.unlink(missing_ok=True)
+
     def _truncate(
         self, topic: str, p: int, target: int, chain: list[Blob], *, log_start: int
     ) -> None:
@@ -647,12 +779,30 @@ class Sweeper:
         self.metrics.freed.labels(*self.labels(topic)).inc(freed)
         log.info("FG-SWP-005 truncated %s[%d] to offset %d", topic, p, target)
 
-    def _delete(self, blob: Blob, *, unswept: bool) -> None:
-        """Forget a BLOB, then remove its file (a crash between leaves an orphan file,
-        which :meth:`recover` removes, never a registered BLOB without its file)."""
-        self.catalog.delete(blob.id)
-        with contextlib.suppress(FileNotFoundError):
-            Path(blob.path).unlink()
+    def delete_blob(self, blob: Blob, *, unswept: bool = False) -> None:
+        """Forget a registered BLOB, then remove its file. The row goes in the
+        transaction that journals the file (:meth:`SweepCatalog.delete`), so a crash
+        between leaves a file :meth:`recover` removes, never a registered BLOB without
+        its file.
+
+        Args:
+            blob: the catalog's row.
+            unswept: its tuples were read back by the consumer (counted in
+                ``floodgate_sweeper_unswept_tuples_total``).
+
+        Raises:
+            BlobPathError: the row's file is not the sweeper's to remove: outside
+                ``blob_dir`` with symbolic links resolved (``outside``), not the name
+                the sweeper gives that range's file (``name``), or not a regular
+                file (``not-a-file``); names the BLOB id, the path and ``blob_dir``.
+                Neither the row nor the file is touched.
+        """
+        files = owned_files(blob, str(self.blob_dir))
+        self.catalog.delete(blob.id, journal=True)
+        for path in files:
+            if path.name == Path(blob.path).name:
+                path.unlink(missing_ok=True)
+        self.catalog.end_write(blob.path)
         if unswept:
             self.metrics.unswept_tuples.labels(*self.labels(blob.topic)).inc(blob.tuples)
 

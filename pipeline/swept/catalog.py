@@ -1,17 +1,36 @@
-"""The sweep catalog: which BLOB holds which offsets, and checking a BLOB against it."""
+"""The sweep catalog: which BLOB holds which offsets, and checking a BLOB against it.
+
+Besides the BLOB chains (``floodgate_blobs``), the catalog keeps the sweeper's BLOB
+directory and the catalog's id (``floodgate_blob_store``, one row) and the sweeps in
+progress (``floodgate_blob_writes``, the sweeper's journal: a BLOB file is named
+there before it is written, and the entry goes in the transaction that registers
+it; a deleted BLOB's file is named there in the transaction that forgets its row,
+until the file is gone). The sweeper's recovery removes only the files the journal
+names. Readers check every row's path against the recorded directory before they
+open the file (:func:`check_blob_path`): the directory comes from the catalog, the
+one place the Spark executors, the reception and the sweeper all read, so a row can
+name no file outside it. That guards against a misconfigured or stray row, not
+against whoever can rewrite the catalog itself (they could record another
+directory too): the catalog is the sweeper user's, as its BLOBs are.
+"""
 
 from __future__ import annotations
 
 import array
+import errno
 import functools
 import hashlib
 import itertools
 import logging
 import operator
 import os
+import stat
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -31,22 +50,41 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from pipeline.errors import BlobIntegrityError
+from pipeline.errors import BlobIntegrityError, BlobPathError, ConfigError
 from pipeline.services.database import (
     advisory_lock_key,
     create_database_engine,
     create_tables,
 )
-from pipeline.swept.blob import _UNREADABLE, BlobSeal, SweptRecord, _batch_records, _rows, _unpacked
+from pipeline.swept.blob import (
+    _UNREADABLE,
+    BlobSeal,
+    SweptRecord,
+    _batch_records,
+    _rows,
+    _unpacked,
+    blob_name,
+)
 
 log = logging.getLogger(__name__)
 
 
 #: The ``reason`` of a :class:`~pipeline.errors.BlobIntegrityError` (a metric label).
-DAMAGE_REASONS = ("missing", "size", "sha256", "offset", "count", "unreadable")
+DAMAGE_REASONS = (
+    "missing",
+    "size",
+    "sha256",
+    "offset",
+    "count",
+    "unreadable",
+    # A row naming a file that is not a BLOB of the catalog's (BlobPathError).
+    "outside",
+    "not-a-file",
+    "name",
+)
 
 
 #: Unsealed BLOBs (registered before checksums) already logged by this process.
@@ -71,16 +109,152 @@ def _damaged(
     return error
 
 
-def _open_checked(blob: Blob) -> Any:
-    """The BLOB's file, open at its start, its size and (when sealed) SHA-256 checked.
+def _refused(blob: Blob, blob_dir: str | None, reason: str, message: str) -> BlobPathError:
+    error = BlobPathError(
+        message,
+        blob_id=blob.id or None,
+        path=blob.path,
+        blob_dir=blob_dir,
+        reason=reason,
+        topic=blob.topic,
+        partition=blob.partition,
+        start=blob.start_offset,
+        end=blob.end_offset,
+    )
+    log.error("FG-BLOB-002 %s", error)
+    return error
+
+
+def inside(path: str, directory: str) -> bool:
+    """Whether ``path`` lies inside ``directory`` once both are resolved (symbolic
+    links, ``..``; relative paths from the working directory): what a BLOB path
+    must be, checked before its file is opened or deleted."""
+    base = os.path.realpath(directory)
+    real = os.path.realpath(path)
+    return real != base and os.path.commonpath([real, base]) == base
+
+
+def check_blob_path(blob: Blob, blob_dir: str | None = None) -> None:
+    """Refuse a row whose file is not inside the BLOB directory, symbolic links
+    resolved (``/dev/zero``, a file in ``/tmp``, a link in the directory that points
+    out of it). Nothing is opened.
+
+    Args:
+        blob: the row.
+        blob_dir: the directory to check against; ``None``: the one the catalog
+            recorded when the row was read (``blob.blob_dir``). With neither (a
+            catalog no sweeper has recorded a directory in yet), nothing is checked
+            here; readers still open only a regular file, never through a link.
 
     Raises:
+        BlobPathError: ``reason`` ``"outside"``, naming the BLOB id, its path and
+            the directory; logged as ``FG-BLOB-002``.
+    """
+    directory = blob_dir if blob_dir is not None else blob.blob_dir
+    if directory is not None and not inside(blob.path, directory):
+        raise _refused(
+            blob,
+            directory,
+            "outside",
+            f"its file resolves to {os.path.realpath(blob.path)}, outside the BLOB "
+            f"directory {directory}: not the sweeper's, neither read nor deleted",
+        )
+
+
+def owned_files(blob: Blob, blob_dir: str) -> list[Path]:
+    """The files of a BLOB that the sweeper of ``blob_dir`` may remove: its file and
+    the temporary one it is written to (``.tmp-<name>``), those that exist.
+
+    A row's path is the sweeper's only when it is ``<blob_dir>/<name>`` with symbolic
+    links resolved and ``<name>`` the one :func:`~pipeline.swept.blob.blob_name` gives
+    the row's topic, partition and range; and each file must be a regular one (a
+    symbolic link is not removed either: it is not a file the sweeper wrote).
+
+    Args:
+        blob: a registered row, or a journaled sweep's (``id`` 0).
+        blob_dir: the sweeper's BLOB directory.
+
+    Returns:
+        Up to two paths, the BLOB's file first.
+
+    Raises:
+        BlobPathError: ``reason`` ``"outside"``, ``"name"`` or ``"not-a-file"``,
+            naming the BLOB id, the path and ``blob_dir``; nothing is removed.
+    """
+    check_blob_path(blob, blob_dir)
+    name = blob_name(blob.topic, blob.partition, blob.start_offset, blob.end_offset)
+    path = Path(blob.path)
+    if path.name != name or os.path.realpath(path.parent) != os.path.realpath(blob_dir):
+        raise _refused(
+            blob,
+            blob_dir,
+            "name",
+            f"it is not {os.path.join(blob_dir, name)}, the file the sweeper writes for "
+            "that range: not removed",
+        )
+    found = []
+    for candidate in (path, path.with_name(f".tmp-{name}")):
+        try:
+            mode = os.lstat(candidate).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            raise _refused(
+                blob,
+                blob_dir,
+                "not-a-file",
+                f"{candidate} is not a regular file (mode {stat.filemode(mode)}): not removed",
+            )
+        found.append(candidate)
+    return found
+
+
+def _open_file(blob: Blob) -> Any:
+    """The BLOB's file, open for reading at its start: inside the BLOB directory
+    (:func:`check_blob_path`), opened without following a symbolic link, and a
+    regular file (a device or a FIFO is never read: ``/dev/zero`` would be hashed
+    for ever).
+
+    Raises:
+        BlobPathError: outside the directory, or not a regular file.
+        BlobIntegrityError: the file cannot be opened (``missing``).
+    """
+    check_blob_path(blob)
+    try:
+        # O_NONBLOCK: opening a FIFO planted at the name must not wait for a writer.
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(blob.path, flags)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):  # O_NOFOLLOW met a link
+            raise _refused(
+                blob, blob.blob_dir, "not-a-file", "it is a symbolic link: never followed"
+            ) from exc
+        raise _damaged(blob, "missing", f"{exc.__class__.__name__}: {exc}") from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _refused(
+                blob,
+                blob.blob_dir,
+                "not-a-file",
+                f"it is not a regular file (mode {stat.filemode(mode)}): not read",
+            )
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def _open_checked(blob: Blob) -> Any:
+    """The BLOB's file (:func:`_open_file`), open at its start, its size and (when
+    sealed) SHA-256 checked.
+
+    Raises:
+        BlobPathError: as :func:`_open_file`.
         BlobIntegrityError: the file is missing, or its size or digest differs.
     """
-    try:
-        src = open(blob.path, "rb")  # noqa: SIM115 - the caller closes it
-    except OSError as exc:
-        raise _damaged(blob, "missing", f"{exc.__class__.__name__}: {exc}") from exc
+    src = _open_file(blob)
     try:
         size = os.fstat(src.fileno()).st_size
         if size != blob.bytes:
@@ -126,11 +300,16 @@ def read_registered(blob: Blob) -> Iterator[list[SweptRecord]]:
     seal (registered before checksums) gets every check but the digest and the
     first/last offsets.
 
+    Before the file is opened: its path is inside the catalog's BLOB directory, and
+    it is a regular file reached without a symbolic link (:func:`check_blob_path`).
+
     Raises:
         BlobIntegrityError: a check failed (``reason``: ``missing``, ``size``,
             ``sha256``, ``offset``, ``count``, ``unreadable``); logged as
             ``FG-BLOB-002``. Records of the BLOB yielded before an ``offset`` error
             are inside its range and in order; nothing past the error is read.
+        BlobPathError: (a ``BlobIntegrityError``) the path is outside the BLOB
+            directory or is not a regular file; nothing was read.
     """
     src = _open_checked(blob)
     with src:
@@ -197,7 +376,7 @@ def seal_blob(blob: Blob) -> BlobSeal:
             first = batch[0].offset()
         last = batch[-1].offset()
         count += len(batch)
-    with open(blob.path, "rb") as src:
+    with _open_file(blob) as src:
         digest = hashlib.file_digest(src, "sha256").hexdigest()
     return BlobSeal(digest, blob.bytes, count, first, last)
 
@@ -240,6 +419,38 @@ blobs = Table(
 )
 
 
+#: One row (``id`` 1): the catalog's id and the sweeper's BLOB directory.
+blob_store = Table(
+    "floodgate_blob_store",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    # 32 hex digits: written into the BLOB directory's lock file by its sweepers.
+    Column("catalog_id", String(32), nullable=False),
+    # Absolute, as the sweeper's config names it; NULL until a sweeper records one.
+    Column("blob_dir", String, nullable=True),
+    Column("since", Float, nullable=False),
+)
+
+
+#: The sweeper's journal: a BLOB file being written, named before it is created.
+blob_writes = Table(
+    "floodgate_blob_writes",
+    metadata,
+    Column("path", String, primary_key=True),
+    Column("topic", String, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("start_offset", BigInteger, nullable=False),
+    Column("end_offset", BigInteger, nullable=False),
+    Column("since", Float, nullable=False),
+)
+
+
+#: The recorded BLOB directory, read with every row (``Blob.blob_dir``).
+_STORE_DIR = (
+    select(blob_store.c.blob_dir).where(blob_store.c.id == 1).scalar_subquery().label("blob_dir")
+)
+
+
 #: Columns added to ``floodgate_blobs`` after its first release, with their SQL types:
 #: an existing catalog gets them (NULL) when it is opened.
 _ADDED_COLUMNS = {"sha256": "VARCHAR(64)", "first_offset": "BIGINT", "last_offset": "BIGINT"}
@@ -248,7 +459,10 @@ _ADDED_COLUMNS = {"sha256": "VARCHAR(64)", "first_offset": "BIGINT", "last_offse
 @dataclass(frozen=True)
 class Blob:
     """One registered BLOB: ``[start_offset, end_offset)`` of a topic partition, and
-    its seal (:class:`BlobSeal`; ``sha256`` ``None``: registered before checksums)."""
+    its seal (:class:`BlobSeal`; ``sha256`` ``None``: registered before checksums).
+
+    ``blob_dir`` is the catalog's BLOB directory when the row was read (``None``: no
+    sweeper has recorded one): readers refuse a ``path`` outside it."""
 
     id: int
     topic: str
@@ -262,6 +476,27 @@ class Blob:
     sha256: str | None = None
     first_offset: int | None = None
     last_offset: int | None = None
+    blob_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class BlobWrite:
+    """An entry of the sweeper's journal (``floodgate_blob_writes``): a sweep in
+    progress, or a forgotten BLOB whose file is being removed. ``path`` is the BLOB
+    file (and ``.tmp-<name>`` beside it while it is written), ``[start_offset,
+    end_offset)`` the range of the topic partition, ``since`` epoch seconds."""
+
+    path: str
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    since: float
+
+
+class WriteCleared(ValueError):
+    """A BLOB's in-progress entry was gone when it was to be registered: another
+    sweeper's recovery (:meth:`SweepCatalog.end_write`) took it, and removes the file."""
 
 
 class SweepCatalog:
@@ -311,6 +546,7 @@ class SweepCatalog:
         tuples: int,
         now: float,
         seal: BlobSeal | None = None,
+        in_progress: bool = False,
     ) -> Blob:
         """Add a BLOB at the end of its partition's chain, with its seal.
 
@@ -319,8 +555,12 @@ class SweepCatalog:
             path: its file; size: its bytes; tuples: its records; now: epoch seconds.
             seal: what :func:`write_sealed_blob` returned; ``None``: computed here
                 from the file at ``path`` (read whole and checked).
+            in_progress: ``path`` was journaled by :meth:`begin_write`: its entry is
+                removed in the transaction that registers the BLOB.
 
         Raises:
+            WriteCleared: (a ``ValueError``) ``in_progress`` and the entry is gone:
+                another sweeper's recovery took it; nothing is registered.
             ValueError: the seal disagrees with ``size`` or ``tuples``, or the file
                 cannot be read (``seal`` ``None``); or it overlaps a registered BLOB
                 (the chain stays ordered and
@@ -357,6 +597,14 @@ class SweepCatalog:
                 raise ValueError(
                     f"{topic}[{partition}] [{start}, {end}) overlaps registered BLOB {overlap.id}"
                 )
+            if in_progress:
+                journaled = conn.execute(delete(blob_writes).where(blob_writes.c.path == path))
+                if not journaled.rowcount:
+                    raise WriteCleared(
+                        f"BLOB {path}: its in-progress entry is gone (another sweeper's "
+                        "recovery took it and removes the file): not registered"
+                    )
+            blob_dir = conn.execute(select(_STORE_DIR)).scalar()
             key = conn.execute(
                 insert(blobs).values(
                     topic=topic,
@@ -386,6 +634,7 @@ class SweepCatalog:
             seal.sha256,
             seal.first_offset,
             seal.last_offset,
+            blob_dir,
         )
 
     def seal(self, blob_id: int, seal: BlobSeal) -> bool:
@@ -409,7 +658,7 @@ class SweepCatalog:
     def chain(self, topic: str, partition: int) -> list[Blob]:
         """The partition's BLOBs in offset order."""
         query = (
-            select(blobs)
+            select(blobs, _STORE_DIR)
             .where(blobs.c.topic == topic, blobs.c.partition == partition)
             .order_by(blobs.c.start_offset)
         )
@@ -419,13 +668,15 @@ class SweepCatalog:
     def all(self) -> list[Blob]:
         """Every registered BLOB."""
         with self.engine.connect() as conn:
-            query = select(blobs).order_by(blobs.c.topic, blobs.c.partition, blobs.c.start_offset)
+            query = select(blobs, _STORE_DIR).order_by(
+                blobs.c.topic, blobs.c.partition, blobs.c.start_offset
+            )
             return [Blob(**row._mapping) for row in conn.execute(query)]
 
     def covering(self, topic: str, partition: int, start: int, end: int) -> list[Blob]:
         """The BLOBs that hold offsets of ``[start, end)``, in offset order."""
         query = (
-            select(blobs)
+            select(blobs, _STORE_DIR)
             .where(
                 blobs.c.topic == topic,
                 blobs.c.partition == partition,
@@ -447,10 +698,136 @@ class SweepCatalog:
         with self.engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 
-    def delete(self, blob_id: int) -> None:
-        """Forget a BLOB (its file is the caller's to remove)."""
+    def delete(self, blob_id: int, *, journal: bool = False) -> None:
+        """Forget a BLOB (its file is the caller's to remove).
+
+        Args:
+            blob_id: its row.
+            journal: journal its file in the same transaction, as a sweep in progress
+                is (:meth:`begin_write`): the sweeper's recovery removes it if the
+                caller dies before it does; the caller calls :meth:`end_write` once
+                the file is gone.
+        """
         with self._lock, self.engine.begin() as conn:
+            row = conn.execute(select(blobs).where(blobs.c.id == blob_id)).first()
+            if row is None:
+                return
             conn.execute(delete(blobs).where(blobs.c.id == blob_id))
+            if journal:
+                conn.execute(delete(blob_writes).where(blob_writes.c.path == row.path))
+                _journal(
+                    conn,
+                    row.path,
+                    row.topic,
+                    row.partition,
+                    row.start_offset,
+                    row.end_offset,
+                    since=time.time(),
+                )
+
+    def identity(self) -> str:
+        """The catalog's id, 32 hex digits: made at random the first time it is
+        asked for, then kept (``floodgate_blob_store``). Its sweepers write it into
+        their BLOB directory's lock file: sweepers of one catalog share the
+        directory, one of another catalog is refused."""
+        for _attempt in range(3):
+            with self.engine.connect() as conn:
+                found = conn.execute(
+                    select(blob_store.c.catalog_id).where(blob_store.c.id == 1)
+                ).scalar()
+            if found is not None:
+                return str(found)
+            try:
+                with self._lock, self.engine.begin() as conn:
+                    conn.execute(
+                        insert(blob_store).values(
+                            id=1, catalog_id=uuid.uuid4().hex, blob_dir=None, since=time.time()
+                        )
+                    )
+            except IntegrityError:
+                continue  # another process made it first: read it
+        raise RuntimeError(f"the sweep catalog {self.engine.url!r} keeps no id")
+
+    def blob_dir(self) -> str | None:
+        """The BLOB directory a sweeper recorded (absolute, as its config names it),
+        or ``None``."""
+        with self.engine.connect() as conn:
+            found = conn.execute(select(_STORE_DIR)).scalar()
+        return None if found is None else str(found)
+
+    def record_blob_dir(self, blob_dir: str) -> None:
+        """Record the sweeper's BLOB directory, the one readers check every BLOB path
+        against. The same directory (symbolic links resolved) is kept as recorded.
+
+        Args:
+            blob_dir: the ``sweeper.blob_dir`` setting (made absolute here).
+
+        Raises:
+            ConfigError: another directory is recorded and the catalog still holds
+                BLOBs or sweeps in progress there (its readers would refuse them
+                all); names both directories.
+        """
+        directory = os.path.abspath(blob_dir)
+        self.identity()
+        with self._lock, self.engine.begin() as conn:
+            recorded = conn.execute(select(_STORE_DIR)).scalar()
+            if recorded is not None and os.path.realpath(recorded) == os.path.realpath(directory):
+                return
+            if recorded is not None:
+                held = conn.execute(select(func.count()).select_from(blobs)).scalar_one()
+                held += conn.execute(select(func.count()).select_from(blob_writes)).scalar_one()
+                if held:
+                    raise ConfigError(
+                        f"sweeper.blob_dir is {directory}, but this catalog's {held} BLOBs "
+                        f"and sweeps in progress are in {recorded}, the directory its "
+                        "readers check every BLOB path against: a sweeper of this catalog "
+                        "must use it (another directory only once the catalog is empty)",
+                        key="sweeper.blob_dir",
+                        value=directory,
+                        allowed=recorded,
+                    )
+            conn.execute(
+                update(blob_store)
+                .where(blob_store.c.id == 1)
+                .values(blob_dir=directory, since=time.time())
+            )
+
+    def begin_write(
+        self, path: str, topic: str, partition: int, start: int, end: int, *, now: float
+    ) -> None:
+        """Journal a sweep before its BLOB file is written (committed on return): the
+        file ``path`` (and ``.tmp-<name>`` beside it) of ``[start, end)`` of the
+        topic partition; ``now`` in epoch seconds. Only a journaled file is ever
+        removed by the sweeper's recovery.
+
+        Raises:
+            ValueError: ``path`` is journaled already (another sweeper writes it now,
+                or a killed sweep's entry awaits :meth:`Sweeper.recover`).
+        """
+        try:
+            with self._lock, self.engine.begin() as conn:
+                _journal(conn, path, topic, partition, start, end, since=now)
+        except IntegrityError as exc:
+            raise ValueError(f"BLOB {path} is being written already (journaled)") from exc
+
+    def end_write(self, path: str) -> bool:
+        """Remove a sweep's in-progress entry (its BLOB was deleted, or is being
+        recovered).
+
+        Returns:
+            Whether this call removed it (``False``: gone already: registered, or
+            taken by another sweeper's recovery).
+        """
+        with self._lock, self.engine.begin() as conn:
+            done = conn.execute(delete(blob_writes).where(blob_writes.c.path == path))
+        return bool(done.rowcount)
+
+    def writes(self) -> list[BlobWrite]:
+        """The journal's entries (sweeps in progress, files being removed), oldest
+        first."""
+        with self.engine.connect() as conn:
+            query = select(blob_writes).order_by(blob_writes.c.since, blob_writes.c.path)
+            return [BlobWrite(**row._mapping) for row in conn.execute(query)]
 
     def used_bytes(self) -> int:
         """Bytes of every registered BLOB."""
@@ -459,6 +836,22 @@ class SweepCatalog:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _journal(
+    conn: Connection, path: str, topic: str, partition: int, start: int, end: int, *, since: float
+) -> None:
+    """Add an entry to the sweeper's journal (``floodgate_blob_writes``)."""
+    conn.execute(
+        insert(blob_writes).values(
+            path=path,
+            topic=topic,
+            partition=partition,
+            start_offset=start,
+            end_offset=end,
+            since=since,
+        )
+    )
 
 
 @functools.cache

@@ -38,6 +38,7 @@ from pipeline.swept.blob import blob_name, read_blob, write_sealed_blob
 from pipeline.swept.catalog import Blob, SweepCatalog
 from pipeline.swept.reading import RANGE_CONSUMER, read_partition
 from sweeper.config import SweeperSettings
+from sweeper.lock import LOCK_NAME
 from sweeper.policy import SweepRange
 from sweeper.service import PartitionOutcome, Sweeper
 from tests.integration.postgres import fresh_database
@@ -76,7 +77,12 @@ def sweeper_for(bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Sweepe
 
     yield make
     for sweeper in made:
-        sweeper.catalog.close()
+        sweeper.close()
+
+
+def blob_files(blob_dir: Path) -> list[Path]:
+    """The files of ``blob_dir`` but the sweepers' lock file."""
+    return sorted(p for p in blob_dir.iterdir() if p.name != LOCK_NAME)
 
 
 def test_a_producer_at_three_times_the_service_rate_is_swept_and_nothing_is_lost(
@@ -214,7 +220,7 @@ def test_a_stalled_queue_and_one_within_twice_its_service_rate_are_never_swept(
     )
     commit(bootstrap, queue, 1_000)  # stalled again
     assert cycle(sweeper, clock).decision == "not-serviced"
-    assert sweeper.catalog.all() == [] and list(sweeper.blob_dir.iterdir()) == []
+    assert sweeper.catalog.all() == [] and blob_files(sweeper.blob_dir) == []
     # x is exported as a counter of the tuples committed, labelled as every family is
     # (its rate() in PromQL is the service rate), not as a per-second gauge by topic.
     serviced = sweeper.registry.get_sample_value(
@@ -251,7 +257,7 @@ def test_a_sweep_whose_range_is_reached_meanwhile_is_aborted_and_its_blob_delete
     commit(bootstrap, queue, 100)  # x = 100, y = 2 900 > 2x: sweep [205, 3000)
     outcome = cycle(sweeper, clock)
     assert outcome.decision == f"aborted:{reason}"
-    assert sweeper.catalog.all() == [] and list(sweeper.blob_dir.iterdir()) == []
+    assert sweeper.catalog.all() == [] and blob_files(sweeper.blob_dir) == []
     aborts = sweeper.registry.get_sample_value(
         "floodgate_sweeper_aborts_total",
         {"query_group": queue.name, "stream": "flights", "reason": reason},
@@ -345,6 +351,12 @@ def test_a_sweeper_killed_during_a_write_leaves_a_consistent_catalog_and_loses_n
     path = tmp_path / "group.toml"
     path.write_text(tomli_w.dumps(queue.model_dump(mode="json", by_alias=True, exclude_none=True)))
     blob_dir = tmp_path / "blobs"
+    # Files the sweeper did not write (finding 5: recovery deleted them).
+    blob_dir.mkdir()
+    notes = blob_dir / "operator-notes.txt"
+    notes.write_text("do not delete\n")
+    foreign = blob_dir / blob_name("another-stream", 0, 0, 100)
+    foreign.write_bytes(b"another sweeper's BLOB")
     killed = subprocess.run(
         [sys.executable, "-c", KILLED_SWEEPER, str(path), bootstrap, str(blob_dir)],
         capture_output=True,
@@ -353,14 +365,15 @@ def test_a_sweeper_killed_during_a_write_leaves_a_consistent_catalog_and_loses_n
     )
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
     assert "written 205 3000" in killed.stdout
-    orphans = list(blob_dir.iterdir())
+    orphans = [p for p in blob_files(blob_dir) if p not in (notes, foreign)]
     assert len(orphans) == 1  # a whole file, renamed into place, never registered
 
     clock = Clock()
     sweeper = sweeper_for(queue, clock=clock)
     assert sweeper.catalog.all() == []
     assert sweeper.recover() == orphans
-    assert list(blob_dir.iterdir()) == []
+    assert blob_files(blob_dir) == sorted([notes, foreign])
+    assert notes.read_text() == "do not delete\n" and sweeper.catalog.writes() == []
     # Sweeping goes on, and every offset is held by the broker or a whole BLOB.
     cycle(sweeper, clock)
     commit(bootstrap, queue, 200)
@@ -694,7 +707,7 @@ def test_the_sweeper_does_not_truncate_the_broker_past_a_damaged_blob(
     to the BLOB's start), the sweeper logs FG-SWP-007 and counts it, and the reception
     reads the range from the broker, every tuple as produced."""
     config = swept_group(run_id, tmp_path, output={"swept": True, "reception_groups": [run_id]})
-    topic, blob = _damaged_blob_of(bootstrap, schemas, run_id, flights, config, tmp_path / "b")
+    topic, blob = _damaged_blob_of(bootstrap, schemas, run_id, flights, config, tmp_path / "blobs")
     sweeper = sweeper_for(config)
     with caplog.at_level(logging.ERROR, logger="sweeper.service"):
         (outcome,) = [o for o in sweeper.cycle() if o.topic == topic]
