@@ -11,9 +11,8 @@ catalog: the first takes it exclusively, writes its catalog's id and its process
 into the file, and turns it into a shared lock; the next one of the same catalog
 takes it shared and finds its catalog's id there; one of another catalog finds
 another id and is refused. The kernel drops a lock when its process ends, ``kill
--9`` included. The file is opened as :func:`pipeline.services.database.private_file`
-opens files (0600, its folder 0700 when missing), never through a symbolic link
-(``O_NOFOLLOW``).
+-9`` included. The file is opened by :func:`pipeline.services.files.private_file`
+(0600, its folder 0700 when missing, never through a symbolic link: ``O_NOFOLLOW``).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pipeline.errors import ConfigError
-from pipeline.services.database import private_file
+from pipeline.services.files import private_file
 
 #: The lock file's name in ``blob_dir`` (the sweeper's recovery never removes it: it
 #: removes only the files its journal names).
@@ -71,15 +70,15 @@ class BlobDirLock:
         ConfigError: a sweeper of another catalog holds the directory (key
             ``sweeper.blob_dir``; the message names the directory, the lock file and,
             when the file says so, the holder's process id and host).
-        OSError: the lock file cannot be opened or created (a symbolic link at its
-            name is refused, ``ELOOP``).
+        UntrustedFileError: (a ``PermissionError``) a symbolic link, or something
+            other than a regular file of our user, is at the lock file's name.
+        OSError: the lock file cannot be opened or created otherwise.
     """
 
     def __init__(self, blob_dir: Path, catalog_id: str) -> None:
         self.path = blob_dir / LOCK_NAME
         self.catalog_id = catalog_id
-        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
-        self._file: IO[bytes] | None = os.fdopen(private_file(self.path, flags=flags), "r+b")
+        self._file: IO[bytes] | None = os.fdopen(private_file(self.path), "r+b")
         try:
             self._take()
         except BaseException:
@@ -124,11 +123,6 @@ class BlobDirLock:
             value=str(self.path.parent),
             allowed="a directory no sweeper of another catalog holds",
         )
-
-    @property
-    def held(self) -> bool:
-        """Whether this instance still holds the lock."""
-        return self._file is not None
 
     def release(self) -> None:
         """Give the lock up (closing the file drops it)."""

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.errors import BlobPathError, ConfigError
+from pipeline.errors import BlobPathError, ConfigError, UntrustedFileError
 from pipeline.swept.blob import BlobSeal, SweptRecord, blob_name, write_sealed_blob
 from pipeline.swept.catalog import Blob, SweepCatalog, check_blob
 from pipeline.swept.reading import BlobReader
@@ -239,7 +239,7 @@ def test_a_symbolic_link_at_the_lock_files_name_is_refused(tmp_path: Path) -> No
     blob_dir.mkdir()
     target = tmp_path / "target"
     (blob_dir / LOCK_NAME).symlink_to(target)
-    with pytest.raises(OSError):
+    with pytest.raises(UntrustedFileError, match="a symbolic link"):
         _sweeper(tmp_path, blob_dir)
     assert not target.exists()
 
