@@ -65,6 +65,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.errors import BlobIntegrityError, BlobPathError, DataLossError
 from pipeline.offsets import offsets_from_json, parse_offset_log
 from pipeline.queues.probe import QueueProbe
+from pipeline.services.files import private_dir
 from pipeline.services.leader import LeaderElection
 from pipeline.services.ledger import DeadLetters, LedgerRow, reconcile
 from pipeline.swept.blob import BlobSeal, blob_name, write_sealed_blob
@@ -228,7 +229,9 @@ class Sweeper:
     Raises:
         ConfigError: a sweeper of another catalog holds ``blob_dir``, naming the
             directory and the holder's process id; or the catalog's BLOBs are in
-            another directory (:meth:`SweepCatalog.record_blob_dir`).
+            another directory (:meth:`SweepCatalog.record_blob_dir`); or ``blob_dir``
+            is another user's or others can write to it
+            (:func:`~pipeline.services.files.private_dir`; nothing was written).
     """
 
     def __init__(
@@ -247,9 +250,10 @@ class Sweeper:
         self.metrics = SweeperMetrics(self.registry)
         self.clock = clock
         self.on_written = on_written
+        # The BLOB folder first: one another user owns or others can write to is refused
+        # before anything is written (the catalog included).
+        self.blob_dir = private_dir(os.path.abspath(settings.blob_dir), key="sweeper.blob_dir")
         self.catalog = SweepCatalog(settings.catalog_url)
-        self.blob_dir = Path(os.path.abspath(settings.blob_dir))
-        self.blob_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             self.blob_dir_lock = BlobDirLock(self.blob_dir, self.catalog.identity())
         except BaseException:
@@ -326,11 +330,12 @@ class Sweeper:
 
         * The files of every entry of the catalog's journal -- a sweep in progress,
           or a forgotten BLOB whose file was not removed yet -- (``<blob_dir>/<name>``
-          and ``<blob_dir>/.tmp-<name>``) are removed and the entry cleared -- only when it is the file the sweeper writes for that
-          range, inside ``blob_dir`` with symbolic links resolved, and a regular
-          file (:func:`pipeline.swept.catalog.owned_files`); an entry naming any
-          other path is cleared and its file left alone, logged as an error. Each
-          entry is cleared before its files are removed, so a sweeper that is still
+          and ``<blob_dir>/.tmp-<name>``) are removed and the entry cleared -- only
+          when it is the file the sweeper writes for that range, inside
+          ``blob_dir`` with symbolic links resolved, and a regular file
+          (:func:`pipeline.swept.catalog.owned_files`); an entry naming any other
+          path is cleared and its file left alone, logged as an error. Each entry
+          is cleared before its files are removed, so a sweeper that is still
           writing it (a deposed leader that has not noticed) cannot register it.
         * Any other file in ``blob_dir`` is left alone: the catalog not naming a
           file does not make it the sweeper's (an operator's notes, another

@@ -234,6 +234,18 @@ def test_a_sweeper_of_another_catalog_is_refused_the_blob_dir(
     sweepers.append(_sweeper(tmp_path, blob_dir, "b.db"))  # free again
 
 
+def test_a_blob_dir_others_can_write_to_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    blob_dir = tmp_path / "blobs"
+    blob_dir.mkdir()
+    blob_dir.chmod(0o777)
+    with pytest.raises(ConfigError, match=r"sweeper\.blob_dir") as refused:
+        _sweeper(tmp_path, blob_dir)
+    assert "777" in str(refused.value)
+    assert list(blob_dir.iterdir()) == [] and not (tmp_path / "catalog.db").exists()
+
+
 def test_a_symbolic_link_at_the_lock_files_name_is_refused(tmp_path: Path) -> None:
     blob_dir = tmp_path / "blobs"
     blob_dir.mkdir()
