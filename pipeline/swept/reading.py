@@ -125,10 +125,21 @@ class BlobReader:
 #: a reset; partition ends are reported. And librdkafka prefetches up to 100 000
 #: messages by default: with the embedded broker that costs it 2.8 s of CPU per 336 776
 #: tuples against 0.2 s at 10 000 (bench/README.md), and a range is read to a known end.
+#:
+#: With so low a threshold, ``fetch.queue.backoff.ms`` must be low too: librdkafka
+#: (>= 2.1) postpones a partition's next fetch by it, 1 000 ms by default, once its
+#: queue holds ``queued.min.messages``; a reader asking for 10 000 records at a time
+#: then waits out that second between fetches whenever the broker answers a fetch with
+#: fewer (Apache Kafka caps an answer at ``max.partition.fetch.bytes``; the embedded
+#: broker does not). Measured on Apache Kafka 4.4.0, librdkafka 2.16.0, 2-core
+#: machine: 25 000 flights of one partition read in 1.0-2.0 s, in steps of exactly
+#: 1 s, against 0.02-0.11 s with 10 ms (librdkafka's own advice: "may need to be
+#: decreased if the queue thresholds are set low").
 RANGE_CONSUMER: dict[str, Any] = {
     "auto.offset.reset": "error",
     "enable.partition.eof": True,
     "queued.min.messages": 10_000,
+    "fetch.queue.backoff.ms": 10,
 }
 
 
