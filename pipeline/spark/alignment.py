@@ -227,6 +227,14 @@ class EventTimeProbe:
             # record batch whatever this says (KIP-74). (fetch.max.bytes may not go
             # under message.max.bytes.)
             "max.partition.fetch.bytes": PROBE_FETCH_BYTES,
+            # A probe reads what is there, never waits for more: no long poll at the
+            # log end (Apache Kafka holds such a fetch for fetch.wait.max.ms, 500 ms by
+            # default, and the slot's next probe queues behind it), and no prefetch past
+            # the first fetch (kept until the next planning, it would be stale; with a
+            # low threshold, a short fetch.queue.backoff.ms: pipeline.swept.reading).
+            "fetch.wait.max.ms": 10,
+            "queued.min.messages": PROBE_BATCH,
+            "fetch.queue.backoff.ms": 10,
         }
         #: Consumers by slot (``partition % PROBE_CONSUMERS``), made on first use.
         self._consumers: dict[int, Consumer] = {}

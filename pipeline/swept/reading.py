@@ -135,11 +135,20 @@ class BlobReader:
 #: machine: 25 000 flights of one partition read in 1.0-2.0 s, in steps of exactly
 #: 1 s, against 0.02-0.11 s with 10 ms (librdkafka's own advice: "may need to be
 #: decreased if the queue thresholds are set low").
+#:
+#: And a range reader never waits for new records: its range ends at or below the high
+#: watermark. So ``fetch.wait.max.ms`` is 10, not librdkafka's 500: a fetch at the log
+#: end that Apache Kafka holds for that long (a long poll; the embedded broker answers
+#: at once) keeps the consumer's next request behind it, the first fetch of the next
+#: range and its ListOffsets among them. One consumer reading four 10 000-flight
+#: ranges to the end, one after the other: 0.55-1.12 s, in steps of 0.5 s, against
+#: 0.05-0.06 s with 10 ms (same machine).
 RANGE_CONSUMER: dict[str, Any] = {
     "auto.offset.reset": "error",
     "enable.partition.eof": True,
     "queued.min.messages": 10_000,
     "fetch.queue.backoff.ms": 10,
+    "fetch.wait.max.ms": 10,
 }
 
 

@@ -10,7 +10,7 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pipeline.kafka.topics import ensure_topics
 from pipeline.spark.alignment import EventTimeProbe
@@ -36,6 +36,27 @@ def test_probe_reads_event_times_and_leaves_nothing_assigned(bootstrap: str) -> 
     for i in range(200):  # an hour apart, in event-time order, partition by parity
         producer.produce(topic, b"x", partition=i % 2, timestamp=BASE_MS + i * HOUR_MS)
     producer.commit_transaction(30)  # a marker after the last tuple of each partition
+    # The planning probes offsets below the last stable offset it planned against;
+    # Apache Kafka writes the commit markers after commit_transaction returns, so wait
+    # until read_committed readers see the tuples (the LSO past the markers, 101).
+    committed = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{topic}-lso",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while any(
+            committed.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+            < 101
+            for p in (0, 1)
+        ):
+            assert time.monotonic() < deadline, "the commit markers were not written"
+            time.sleep(0.05)
+    finally:
+        committed.close()
     options = SourceOptions.parse(
         {
             "bootstrap.servers": bootstrap,
