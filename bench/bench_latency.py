@@ -54,11 +54,13 @@ histogram of all flights' latencies, one curve per system and interval, goes to
 at trigger 0.
 
 Run: ``.venv/bin/python bench/bench_latency.py [--repeat 3] [--limit 100000]
-[--triggers 0,250,1000] [--systems floodgate,peer]`` (needs the ``bench`` extra for
-matplotlib: ``make bench-deps``; the peer's virtualenv and jars as for
-``bench_spark_kafka.py``, made on first use). Results: tables, the PNG, and JSON in
+[--triggers 0,250,1000] [--systems floodgate,peer]`` (the peer's virtualenv and jars
+as for ``bench_spark_kafka.py``, made on first use). Results: tables, JSON in
 ``bench/out/latency.json`` (``runs``: Floodgate's runs per trigger, as before;
-``peer_runs``: the peer's; ``summary``: per system and trigger).
+``peer_runs``: the peer's; ``summary``: per system and trigger), written first, then
+the PNG when matplotlib is installed (the ``bench`` extra: ``.venv/bin/pip install -e
+'.[bench]'``, or ``make bench-peers``; without it the script says so and the JSON
+stands).
 """
 
 from __future__ import annotations
@@ -632,8 +634,6 @@ def main() -> None:
     for failure in failures:
         console.print(f"failed run (left out): {failure[:300]}")
     samples = {k: [x for r in rs for x in r.latencies_s] for k, rs in runs.items()}
-    plot(samples, args.png, rate, args.limit)
-    console.print(f"histogram: {args.png}")
     common.write_results(
         args.json,
         "end-to-end latency of the flights pipeline, Floodgate and the Spark-native peer",
@@ -653,6 +653,10 @@ def main() -> None:
         failed_runs=failures,
         **figures,
     )
+    console.print(f"results: {args.json}")
+    # The JSON first: a missing matplotlib must not lose minutes of measurements.
+    if common.plot_if_possible(lambda: plot(samples, args.png, rate, args.limit), args.png):
+        console.print(f"histogram: {args.png}")
 
 
 if __name__ == "__main__":

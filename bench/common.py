@@ -20,7 +20,7 @@ import sys
 import time
 import tomllib
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -440,6 +440,28 @@ def ratio_fields(runs: Sequence[Any], *rates: str, target: float) -> dict[str, A
         "median_ratio": round(statistics.median(r.ratio for r in runs), 3),
         "target": target,
     }
+
+
+def plot_if_possible(draw: Callable[[], None], path: Path) -> bool:
+    """Draw a figure to ``path`` with ``draw`` when matplotlib is installed; else say how
+    to get it and go on. A plot comes after the script's JSON, which never needs it:
+    the ``bench`` extra (``pip install -e '.[bench]'``; ``make bench-peers`` and
+    ``make soak`` install it) is not in the virtualenv ``make test`` makes.
+
+    Returns:
+        Whether the figure was drawn.
+    """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        console.print(
+            f"no figure at {path}: matplotlib is not installed "
+            "(.venv/bin/pip install -e '.[bench]', or make bench-peers)",
+            markup=False,
+        )
+        return False
+    draw()
+    return True
 
 
 def write_results(path: Path, benchmark: str, **fields: Any) -> None:

@@ -1161,7 +1161,10 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         report["rss_bounds_mib"] = RSS_BOUNDS_MIB
         (out / "samples.json").write_text(json.dumps([asdict(s) for s in sampler.samples]))
         if not plan.short:
-            plot(sampler.samples, plan, out / "soak.png")
+            try:  # after the JSON, which never needs it: the bench extra may be missing
+                plot(sampler.samples, plan, out / "soak.png")
+            except ImportError as exc:
+                print(f"no {out / 'soak.png'}: {exc} (.venv/bin/pip install -e '.[bench]')")
     finally:
         stop.set()
         watch_stop.set()
