@@ -76,7 +76,7 @@ class DriverHeaps:
     second) never waits on HTTP; an endpoint that does not answer drops out until it
     does. A control file is trusted only when it is a regular file of the service's
     own user that others cannot write to, reached without a symbolic link
-    (:func:`~pipeline.services.files.read_trusted`; issue 26, finding 7): another is
+    (:func:`~pipeline.services.files.read_trusted`; issue 37, finding 7): another is
     left out, with one warning naming its path, owner and mode.
 
     Args:

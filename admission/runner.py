@@ -4,7 +4,7 @@ Each job runs in a session of its own (``start_new_session``), so stopping it st
 everything it started (a ``spark-submit`` and its JVM); its output goes to
 ``<log_dir>/<job id>.log`` (mode 0600, never opened through a symbolic link; the
 folder created 0700, and refused at start when another user owns it or others can
-write to it: a job's output is its owner's; issue 26, finding 4).
+write to it: a job's output is its owner's; issue 37, finding 4).
 The program is the allowlisted absolute path the service resolved, never
 looked up on ``PATH`` again at run time, run with ``argv[0]`` as the job gave it, and
 the environment is exactly the one the service built (:mod:`admission.environment`):

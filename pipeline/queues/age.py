@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import Consumer, KafkaException
 
 from pipeline.errors import BrokerError
-from pipeline.queues.probe import _catalog
+from pipeline.queues.probe import group_catalog
 from pipeline.queues.snapshot import QueueSnapshot
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ class QueueAge:
         if swept:
             from pipeline.swept.reading import BlobReader
 
-            blobs = BlobReader(_catalog(config))
+            blobs = BlobReader(group_catalog(config))
         return cls(
             bootstrap_servers=bootstrap_servers,
             topic=topic,

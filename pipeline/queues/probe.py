@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _catalog(config: QueryGroupConfig) -> SweepCatalog:
+def group_catalog(config: QueryGroupConfig) -> SweepCatalog:
     """The query group's sweep catalog (one per URL per process)."""
     from pipeline.swept.catalog import catalog_for  # SQLAlchemy, only for swept groups
 
@@ -124,7 +124,7 @@ class QueueProbe:
         queries that read the stream, bounded by its resolved ``max_queue_size``; swept
         tuples are counted from ``swept``, else from the group's sweep catalog."""
         if swept is None and config.query_group.sweep_catalog_url:
-            swept = _catalog(config)
+            swept = group_catalog(config)
         return cls(
             bootstrap_servers=bootstrap_servers,
             stream=stream,
@@ -150,7 +150,7 @@ class QueueProbe:
         ``swept`` output stream, swept tuples are counted from ``swept``, else from the
         group's sweep catalog."""
         if swept is None and config.output_streams[stream].swept:
-            swept = _catalog(config)
+            swept = group_catalog(config)
         groups = config.reception_groups(stream)
         return cls(
             bootstrap_servers=bootstrap_servers,

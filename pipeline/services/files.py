@@ -1,5 +1,5 @@
 """Private files and folders: what the services and the CLI write is their user's
-alone, and what they trust was written by that user (issue 26, findings 4, 6, 7).
+alone, and what they trust was written by that user (issue 37, findings 4, 6, 7).
 
 * :func:`private_file` opens every file Floodgate creates: the SQLite databases and
   their ``.leader`` lock files, job logs, a query group's control and token files,

@@ -3,7 +3,7 @@
 A query group's control file (``<control_dir>/<name>.json``, the URL its control
 token is sent to) and token file are trusted only when they are regular files of our
 own user that others cannot write to, reached without a symbolic link
-(:func:`pipeline.services.files.read_trusted`; issue 26, finding 7): another is
+(:func:`pipeline.services.files.read_trusted`; issue 37, finding 7): another is
 refused, naming its path, owner and mode, and nothing is sent.
 """
 

@@ -23,7 +23,7 @@ nothing and show no secret. The token is :data:`CONTROL_TOKEN_ENV` when that is 
 ``<control_dir>/<query group>.token``; both mode 0600, replaced atomically, never
 written through a symbolic link, the folder 0700 when it is made. A control folder
 that others can write to, or that another user owns, is refused before the group
-starts (:func:`check_control_dir`; issue 26, finding 7): its files could be swapped.
+starts (:func:`check_control_dir`; issue 37, finding 7): its files could be swapped.
 So ``floodgate query-group status|release|stop NAME`` run by the same user on the
 same host finds the endpoint and its token by name
 (:func:`pipeline.services.http_client.call`, which trusts only control files of its

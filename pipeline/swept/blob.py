@@ -148,7 +148,7 @@ def _packed(typecode: str, values: Iterable[int]) -> bytes:
     return packed.tobytes()
 
 
-def _unpacked(typecode: str, data: bytes) -> array.array[int]:
+def unpack_column(typecode: str, data: bytes) -> array.array[int]:
     unpacked = array.array(typecode)
     unpacked.frombytes(data)
     if not _LITTLE:
@@ -219,12 +219,12 @@ def _batch_row(batch: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-def _batch_records(row: dict[str, Any], topic: str, partition: int) -> list[SweptRecord]:
+def records_of_batch(row: dict[str, Any], topic: str, partition: int) -> list[SweptRecord]:
     """The records of one BLOB batch (the inverse of :func:`_batch_row`)."""
-    offsets = _unpacked("q", row["offsets"])
-    timestamps = _unpacked("q", row["timestamps"])
-    keys = _split(_unpacked("i", row["key_lengths"]), row["keys"])
-    values = _split(_unpacked("i", row["value_lengths"]), row["values"])
+    offsets = unpack_column("q", row["offsets"])
+    timestamps = unpack_column("q", row["timestamps"])
+    keys = _split(unpack_column("i", row["key_lengths"]), row["keys"])
+    values = _split(unpack_column("i", row["value_lengths"]), row["values"])
     n = len(offsets)
     headers: list[list[tuple[str, bytes | None]] | None] = [None] * n
     for header in row["headers"]:
@@ -235,7 +235,7 @@ def _batch_records(row: dict[str, Any], topic: str, partition: int) -> list[Swep
         held.append((header["key"], header["value"]))
     if not (len(timestamps) == len(row["timestamp_types"]) == len(keys) == len(values) == n):
         raise ValueError("the columns of a BLOB batch differ in length")
-    with _gc_paused():
+    with gc_paused():
         return list(
             map(
                 SweptRecord,
@@ -252,7 +252,7 @@ def _batch_records(row: dict[str, Any], topic: str, partition: int) -> list[Swep
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """No cyclic GC pass while a batch of records is built.
 
     A batch is up to 10 000 new objects that stay alive together and hold no
@@ -362,7 +362,7 @@ def batched(records: Iterable[Any], size: int = BLOB_BATCH_RECORDS) -> Iterator[
         yield batch
 
 
-def _rows(src: Any) -> Iterator[dict[str, Any]]:
+def blob_rows(src: Any) -> Iterator[dict[str, Any]]:
     """The Avro records of an open BLOB file.
 
     Raises:
@@ -378,7 +378,7 @@ def _rows(src: Any) -> Iterator[dict[str, Any]]:
 
 
 #: What a damaged BLOB file makes the Avro reader or the column decoding raise.
-_UNREADABLE = (OSError, EOFError, ValueError, KeyError, TypeError, StopIteration)
+UNREADABLE = (OSError, EOFError, ValueError, KeyError, TypeError, StopIteration)
 
 
 def read_blob_batches(path: str | Path, topic: str, partition: int) -> Iterator[list[SweptRecord]]:
@@ -391,9 +391,9 @@ def read_blob_batches(path: str | Path, topic: str, partition: int) -> Iterator[
     """
     try:
         with open(path, "rb") as src:
-            for row in _rows(src):
-                yield _batch_records(row, topic, partition)
-    except _UNREADABLE as exc:
+            for row in blob_rows(src):
+                yield records_of_batch(row, topic, partition)
+    except UNREADABLE as exc:
         raise DataLossError(
             f"BLOB {path} cannot be read: {exc.__class__.__name__}: {exc}",
             topic=topic,

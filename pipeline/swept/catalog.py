@@ -60,13 +60,13 @@ from pipeline.services.database import (
     create_tables,
 )
 from pipeline.swept.blob import (
-    _UNREADABLE,
+    UNREADABLE,
     BlobSeal,
     SweptRecord,
-    _batch_records,
-    _rows,
-    _unpacked,
     blob_name,
+    blob_rows,
+    records_of_batch,
+    unpack_column,
 )
 
 log = logging.getLogger(__name__)
@@ -316,8 +316,8 @@ def read_registered(blob: Blob) -> Iterator[list[SweptRecord]]:
         count = 0
         previous = blob.start_offset - 1
         try:
-            for row in _rows(src):
-                offsets = _unpacked("q", row["offsets"])
+            for row in blob_rows(src):
+                offsets = unpack_column("q", row["offsets"])
                 if not offsets:
                     continue
                 first = offsets[0]
@@ -338,10 +338,10 @@ def read_registered(blob: Blob) -> Iterator[list[SweptRecord]]:
                         bad,
                     )
                 previous = offsets[-1]
-                batch = _batch_records(row, blob.topic, blob.partition)
+                batch = records_of_batch(row, blob.topic, blob.partition)
                 count += len(batch)
                 yield batch
-        except _UNREADABLE as exc:
+        except UNREADABLE as exc:
             raise _damaged(blob, "unreadable", f"{exc.__class__.__name__}: {exc}") from exc
         if count != blob.tuples:
             raise _damaged(blob, "count", f"it holds {count} records, the catalog {blob.tuples}")

@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipeline.errors import DataLossError
-from pipeline.swept.blob import BLOB_BATCH_RECORDS, SweptRecord, _gc_paused
+from pipeline.swept.blob import BLOB_BATCH_RECORDS, SweptRecord, gc_paused
 from pipeline.swept.catalog import Blob, SweepCatalog, read_registered
 
 log = logging.getLogger(__name__)
@@ -203,7 +203,7 @@ def read_partition(
         consumer.assign([TopicPartition(topic, partition, next_offset)])
         last_progress = time.monotonic()
         while next_offset < end:
-            with _gc_paused():  # up to batch_records new Message objects, no cycles
+            with gc_paused():  # up to batch_records new Message objects, no cycles
                 messages = consumer.consume(
                     num_messages=min(batch_records, end - next_offset), timeout=1.0
                 )
