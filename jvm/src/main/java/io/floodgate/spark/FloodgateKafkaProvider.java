@@ -1,0 +1,60 @@
+package io.floodgate.spark;
+
+import io.floodgate.spark.serde.SchemaRepository;
+import io.floodgate.spark.serde.StreamSchema;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import org.apache.avro.Schema;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * {@code spark.readStream.format("floodgate_kafka")}: one Kafka topic of Avro tuples, as a Spark
+ * streaming source on the JVM. Registered through {@code
+ * META-INF/services/org.apache.spark.sql.sources.DataSourceRegister}, like Spark's own {@code
+ * kafka} source; its options are documented in docs/reference/spark-kafka-options.md.
+ */
+public final class FloodgateKafkaProvider implements TableProvider, DataSourceRegister {
+  @Override
+  public String shortName() {
+    return SourceOptions.SOURCE_NAME;
+  }
+
+  /**
+   * The stream's columns: the Avro record's fields, then the metadata columns; without option
+   * {@code schema}, Spark's Kafka source columns.
+   *
+   * @throws IllegalArgumentException bad options, or a schema the source cannot map
+   */
+  @Override
+  public StructType inferSchema(CaseInsensitiveStringMap options) {
+    SourceOptions parsed = SourceOptions.parse(options.asCaseSensitiveMap());
+    List<String> decoded = null;
+    if (parsed.fields != null) {
+      decoded = new ArrayList<>(parsed.fields);
+      if (parsed.timestampField != null) {
+        decoded.add(parsed.timestampField);
+      }
+    }
+    return StreamSchema.of(parsed.stream, avroSchema(parsed), parsed.includeHeaders, decoded);
+  }
+
+  @Override
+  public Table getTable(
+      StructType schema, Transform[] partitioning, Map<String, String> properties) {
+    return new FloodgateKafkaTable(schema, properties);
+  }
+
+  /** The stream's Avro schema, {@code null} when the source decodes nothing. */
+  static Schema avroSchema(SourceOptions options) {
+    if (!options.decoded()) {
+      return null;
+    }
+    return new SchemaRepository(options.schemasJson).get(options.schemaName);
+  }
+}

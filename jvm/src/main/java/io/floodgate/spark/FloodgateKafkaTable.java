@@ -1,0 +1,45 @@
+package io.floodgate.spark;
+
+import java.util.EnumSet;
+import java.util.Map;
+import java.util.Set;
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/** The topic as a table Spark reads in micro-batches. */
+final class FloodgateKafkaTable implements SupportsRead {
+  private final StructType schema;
+  private final Map<String, String> properties;
+
+  FloodgateKafkaTable(StructType schema, Map<String, String> properties) {
+    this.schema = schema;
+    this.properties = properties;
+  }
+
+  @Override
+  public String name() {
+    return SourceOptions.SOURCE_NAME
+        + "("
+        + properties.getOrDefault("subscribe", properties.getOrDefault("topic", ""))
+        + ")";
+  }
+
+  @Override
+  @SuppressWarnings("deprecation")
+  public StructType schema() {
+    return schema;
+  }
+
+  @Override
+  public Set<TableCapability> capabilities() {
+    return EnumSet.of(TableCapability.MICRO_BATCH_READ);
+  }
+
+  @Override
+  public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+    return new KafkaScanBuilder(schema, SourceOptions.parse(options.asCaseSensitiveMap()));
+  }
+}

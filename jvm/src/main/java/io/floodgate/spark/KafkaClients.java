@@ -1,0 +1,45 @@
+package io.floodgate.spark;
+
+import java.util.Map;
+import java.util.Properties;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+
+/**
+ * The Kafka client properties of the source's consumers and producers: the source's own, then the
+ * user's {@code kafka.*} options (Spark's dialect; the Java client's property names), then what the
+ * source must decide itself.
+ *
+ * <p>The Python source passes {@code kafka.*} to librdkafka, whose names mostly match the Java
+ * client's; the few that differ are translated by {@link ClientProperties}.
+ */
+public final class KafkaClients {
+  private KafkaClients() {}
+
+  /** Properties of a consumer of the source: read committed, no auto commit, no topic creation. */
+  public static Properties consumer(SourceOptions options, Map<String, String> extra) {
+    Properties props = new Properties();
+    props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, options.bootstrapServers);
+    props.put(ConsumerConfig.GROUP_ID_CONFIG, options.groupId);
+    props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+    props.putAll(extra);
+    props.putAll(ClientProperties.forJava(options.client));
+    props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+    props.put(ConsumerConfig.ALLOW_AUTO_CREATE_TOPICS_CONFIG, "false");
+    props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "none");
+    return props;
+  }
+
+  /** Properties of a producer (the dead letters): the cluster and its security only. */
+  public static Properties producer(SourceOptions options) {
+    Properties props = new Properties();
+    props.put("bootstrap.servers", options.bootstrapServers);
+    Map<String, String> client = ClientProperties.forJava(options.client);
+    client.forEach(
+        (k, v) -> {
+          if (ClientProperties.isShared(k)) {
+            props.put(k, v);
+          }
+        });
+    return props;
+  }
+}

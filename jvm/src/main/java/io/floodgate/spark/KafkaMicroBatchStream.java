@@ -1,0 +1,380 @@
+package io.floodgate.spark;
+
+import io.floodgate.spark.alignment.EventTimeAligner;
+import io.floodgate.spark.alignment.IdleTracker;
+import io.floodgate.spark.offsets.BatchPlanner;
+import io.floodgate.spark.offsets.SourceOffset;
+import io.floodgate.spark.offsets.WatermarkLog;
+import io.floodgate.spark.read.KafkaRange;
+import io.floodgate.spark.read.KafkaTask;
+import io.floodgate.spark.read.RangeReaderFactory;
+import io.floodgate.spark.read.RowLayout;
+import io.floodgate.spark.read.SourceAccumulators;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Set;
+import java.util.SortedMap;
+import java.util.TreeMap;
+import java.util.TreeSet;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.spark.SparkContext;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.connector.read.streaming.Offset;
+import org.apache.spark.sql.connector.read.streaming.ReadLimit;
+import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
+import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
+import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
+import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Plans the micro-batches of one streaming query over a Kafka topic, on the driver.
+ *
+ * <ul>
+ *   <li>{@link #latestOffset(Offset, ReadLimit)}: the available offsets capped by the read limit
+ *       ({@code maxOffsetsPerTrigger}; {@link BatchPlanner}), delayed by {@code
+ *       minOffsetsPerTrigger}/{@code maxTriggerDelay}, capped in event time ({@code
+ *       maxEventTimeDriftMs}), and never past the target of a Trigger.AvailableNow run;
+ *   <li>{@link #planInputPartitions}: a task per Kafka partition with tuples in {@code [start,
+ *       end)}, or at most {@code maxTasks} tasks ({@link KafkaTask#group});
+ *   <li>{@link #commit}: the end offsets to the consumer group ({@code commitOffsets}).
+ * </ul>
+ *
+ * <p>Offsets are {@link SourceOffset}s, the Python source's JSON byte for byte.
+ */
+public final class KafkaMicroBatchStream
+    implements MicroBatchStream,
+        SupportsAdmissionControl,
+        SupportsTriggerAvailableNow,
+        ReportsSourceMetrics {
+  private static final Logger LOG = LoggerFactory.getLogger(KafkaMicroBatchStream.class);
+
+  private final SourceOptions options;
+  private final StructType schema;
+  private final RowLayout layout;
+  private final SourceAccumulators accumulators;
+  private final EventTimeAligner aligner;
+  private final IdleTracker idle;
+  private KafkaConsumer<byte[], byte[]> consumer;
+  private SortedMap<Integer, Long> availableNowTarget;
+
+  /** When the last micro-batch was let through (minOffsetsPerTrigger); 0: never. */
+  private long lastTriggerMs;
+
+  private SortedMap<Integer, Long> lastLatest = new TreeMap<>();
+
+  KafkaMicroBatchStream(
+      SourceOptions options, StructType schema, RowLayout layout, EventTimeAligner aligner) {
+    this.options = options;
+    this.schema = schema;
+    this.layout = layout;
+    this.aligner = aligner;
+    this.idle = new IdleTracker(options.idlePartitionTimeoutMs);
+    SparkContext context = SparkContext.getOrCreate();
+    this.accumulators = SourceAccumulators.register(context, options.stream);
+  }
+
+  private KafkaConsumer<byte[], byte[]> consumer() {
+    if (consumer == null) {
+      consumer =
+          new KafkaConsumer<>(
+              KafkaClients.consumer(options, Map.of()),
+              new ByteArrayDeserializer(),
+              new ByteArrayDeserializer());
+    }
+    return consumer;
+  }
+
+  private List<Integer> partitions() {
+    List<PartitionInfo> infos = consumer().partitionsFor(options.topic, Duration.ofSeconds(30));
+    if (infos == null || infos.isEmpty()) {
+      throw new IllegalStateException(
+          "topic '" + options.topic + "' is not available: unknown topic");
+    }
+    TreeSet<Integer> all = new TreeSet<>();
+    infos.forEach(i -> all.add(i.partition()));
+    if (options.assignedPartitions == null) {
+      return new ArrayList<>(all);
+    }
+    TreeSet<Integer> absent = new TreeSet<>(options.assignedPartitions);
+    absent.removeAll(all);
+    if (!absent.isEmpty()) {
+      throw SourceOptions.refuse(
+          "assign names partitions "
+              + absent
+              + " of '"
+              + options.topic
+              + "', which has partitions "
+              + all);
+    }
+    return options.assignedPartitions;
+  }
+
+  private List<TopicPartition> topicPartitions() {
+    List<TopicPartition> out = new ArrayList<>();
+    partitions().forEach(p -> out.add(new TopicPartition(options.topic, p)));
+    return out;
+  }
+
+  /** The last stable offsets (read committed) per partition. */
+  private SortedMap<Integer, Long> latest() {
+    SortedMap<Integer, Long> out = new TreeMap<>();
+    consumer()
+        .endOffsets(topicPartitions(), Duration.ofSeconds(60))
+        .forEach((tp, o) -> out.put(tp.partition(), o));
+    lastLatest = out;
+    return out;
+  }
+
+  private SortedMap<Integer, Long> earliest(List<TopicPartition> tps) {
+    SortedMap<Integer, Long> out = new TreeMap<>();
+    consumer()
+        .beginningOffsets(tps, Duration.ofSeconds(60))
+        .forEach((tp, o) -> out.put(tp.partition(), o));
+    return out;
+  }
+
+  @Override
+  public Offset initialOffset() {
+    List<TopicPartition> tps = topicPartitions();
+    SortedMap<Integer, Long> start;
+    switch (options.startingOffsets) {
+      case "latest" -> start = latest();
+      case "earliest" -> start = earliest(tps);
+      case "specific" -> {
+        SortedMap<Integer, Long> low = earliest(tps);
+        SortedMap<Integer, Long> high = latest();
+        if (!options.startingPartitionOffsets.keySet().equals(low.keySet())) {
+          throw SourceOptions.refuse(
+              "startingOffsets names partitions "
+                  + options.startingPartitionOffsets.keySet()
+                  + " of '"
+                  + options.topic
+                  + "', which reads partitions "
+                  + low.keySet()
+                  + ": name every one (as Spark's Kafka source requires)");
+        }
+        start = new TreeMap<>();
+        for (Map.Entry<Integer, Long> e : options.startingPartitionOffsets.entrySet()) {
+          long o = e.getValue();
+          start.put(
+              e.getKey(),
+              o == SourceOptions.EARLIEST
+                  ? low.get(e.getKey())
+                  : o == SourceOptions.LATEST ? high.get(e.getKey()) : o);
+        }
+      }
+      default -> {
+        SortedMap<Integer, Long> low = earliest(tps);
+        Map<TopicPartition, OffsetAndMetadata> committed =
+            consumer().committed(new HashSet<>(tps), Duration.ofSeconds(60));
+        start = new TreeMap<>();
+        for (TopicPartition tp : tps) {
+          OffsetAndMetadata c = committed.get(tp);
+          start.put(tp.partition(), c != null ? c.offset() : low.get(tp.partition()));
+        }
+      }
+    }
+    LOG.info("source {}: initial offsets {}", options.stream, start);
+    return new SourceOffset(options.topic, start);
+  }
+
+  @Override
+  public Offset deserializeOffset(String json) {
+    return SourceOffset.parse(options.topic, json);
+  }
+
+  @Override
+  public ReadLimit getDefaultReadLimit() {
+    return options.maxRowsPerTrigger != null
+        ? ReadLimit.maxRows(options.maxRowsPerTrigger)
+        : ReadLimit.allAvailable();
+  }
+
+  @Override
+  public Offset latestOffset() {
+    throw new UnsupportedOperationException(
+        "latestOffset(Offset, ReadLimit) should be called instead of this method");
+  }
+
+  @Override
+  public Offset latestOffset(Offset start, ReadLimit limit) {
+    SortedMap<Integer, Long> begin = skipDiscarded(SourceOffset.of(options.topic, start).offsets());
+    SortedMap<Integer, Long> latest = latest();
+    for (int p : latest.keySet()) {
+      begin.putIfAbsent(p, 0L);
+    }
+    if (availableNowTarget != null) {
+      SortedMap<Integer, Long> capped = new TreeMap<>();
+      latest.forEach(
+          (p, o) -> capped.put(p, Math.min(o, availableNowTarget.getOrDefault(p, begin.get(p)))));
+      latest = capped;
+    }
+    if (delayed(begin, latest)) {
+      return start;
+    }
+    Long maxRows = limit instanceof ReadMaxRows max ? max.maxRows() : null;
+    SortedMap<Integer, Long> end = BatchPlanner.planBatchEnd(begin, latest, maxRows);
+    if (options.maxEventTimeDriftMs != null) {
+      Set<Integer> idlePartitions = idle.observe(latest);
+      if (availableNowTarget != null) {
+        for (Map.Entry<Integer, Long> e : latest.entrySet()) {
+          if (begin.getOrDefault(e.getKey(), 0L) >= e.getValue()) {
+            idlePartitions.add(e.getKey());
+          }
+        }
+      }
+      end = aligner.align(begin, end, latest, idlePartitions);
+    }
+    return new SourceOffset(options.topic, end);
+  }
+
+  /**
+   * Whether to wait for more tuples: fewer than {@code minOffsetsPerTrigger} are new and {@code
+   * maxTriggerDelay} has not passed since the last micro-batch (Spark's {@code
+   * KafkaMicroBatchStream.delayBatch}); never under Trigger.AvailableNow.
+   */
+  private boolean delayed(Map<Integer, Long> begin, Map<Integer, Long> latest) {
+    Long minimum = options.minRowsPerTrigger;
+    if (minimum == null || availableNowTarget != null) {
+      return false;
+    }
+    long now = System.currentTimeMillis();
+    if (lastTriggerMs == 0 || now - lastTriggerMs >= options.maxTriggerDelayMs) {
+      lastTriggerMs = now;
+      return false;
+    }
+    long waiting = 0;
+    for (Map.Entry<Integer, Long> e : latest.entrySet()) {
+      waiting += Math.max(0, e.getValue() - begin.getOrDefault(e.getKey(), 0L));
+    }
+    if (waiting < minimum) {
+      return true;
+    }
+    lastTriggerMs = now;
+    return false;
+  }
+
+  private SortedMap<Integer, Long> skipDiscarded(Map<Integer, Long> begin) {
+    SortedMap<Integer, Long> moved = new TreeMap<>(begin);
+    options.discardBefore.forEach((p, o) -> moved.merge(p, o, Math::max));
+    return moved;
+  }
+
+  @Override
+  public Offset reportLatestOffset() {
+    return new SourceOffset(options.topic, latest());
+  }
+
+  @Override
+  public void prepareForTriggerAvailableNow() {
+    availableNowTarget = latest();
+  }
+
+  @Override
+  public InputPartition[] planInputPartitions(Offset start, Offset end) {
+    SortedMap<Integer, Long> begin = skipDiscarded(SourceOffset.of(options.topic, start).offsets());
+    SortedMap<Integer, Long> finish = SourceOffset.of(options.topic, end).offsets();
+    Long watermark = null;
+    Long batch = null;
+    if (options.watermarkCheckpoint != null) {
+      long[] logged =
+          WatermarkLog.batchWatermark(options.watermarkCheckpoint, options.topic, finish, 8);
+      if (logged == null) {
+        LOG.warn(
+            "FG-SOURCE-002 source {}: no offset log entry for {} under {}: late tuples of this"
+                + " micro-batch are not dead-lettered (Spark drops them)",
+            options.stream,
+            finish,
+            options.watermarkCheckpoint);
+      } else {
+        batch = logged[0];
+        watermark = logged[1];
+      }
+    }
+    List<KafkaRange> ranges = new ArrayList<>();
+    for (Map.Entry<Integer, Long> e : finish.entrySet()) {
+      long from = begin.getOrDefault(e.getKey(), 0L);
+      if (e.getValue() > from) {
+        ranges.add(new KafkaRange(options.topic, e.getKey(), from, e.getValue(), watermark, batch));
+      }
+    }
+    List<InputPartition> tasks = new ArrayList<>();
+    for (KafkaRange[] task : KafkaTask.group(ranges, options.maxTasks)) {
+      tasks.add(new KafkaTask(task, new String[0]));
+    }
+    return tasks.toArray(new InputPartition[0]);
+  }
+
+  @Override
+  public PartitionReaderFactory createReaderFactory() {
+    return new RangeReaderFactory(options, schema, layout, accumulators);
+  }
+
+  @Override
+  public void commit(Offset end) {
+    if (!options.commitOffsets) {
+      return;
+    }
+    Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+    SourceOffset.of(options.topic, end)
+        .offsets()
+        .forEach(
+            (p, o) -> offsets.put(new TopicPartition(options.topic, p), new OffsetAndMetadata(o)));
+    if (!offsets.isEmpty()) {
+      consumer().commitSync(offsets, Duration.ofSeconds(60));
+    }
+  }
+
+  /**
+   * The source's metrics in every {@code StreamingQueryProgress}: {@code lag} (offsets from the
+   * consumed offsets to the last high watermarks seen, summed over partitions), {@code
+   * alignmentCaps}, {@code deadLettered}, {@code sweptRead} and {@code rowsRead} (totals since the
+   * query started, from the tasks).
+   */
+  @Override
+  public Map<String, String> metrics(Optional<Offset> latestConsumedOffset) {
+    Map<String, String> out = new HashMap<>();
+    if (latestConsumedOffset.isPresent()) {
+      SortedMap<Integer, Long> consumed =
+          SourceOffset.of(options.topic, latestConsumedOffset.get()).offsets();
+      long lag = 0;
+      for (Map.Entry<Integer, Long> e : lastLatest.entrySet()) {
+        lag += Math.max(0, e.getValue() - consumed.getOrDefault(e.getKey(), 0L));
+      }
+      out.put("lag", Long.toString(lag));
+    }
+    out.put("alignmentCaps", Long.toString(aligner.capped()));
+    out.put("deadLettered", Long.toString(accumulators.deadLettered().sum()));
+    out.put("sweptRead", Long.toString(accumulators.sweptRead().sum()));
+    out.put("rowsRead", Long.toString(accumulators.rowsRead().sum()));
+    return out;
+  }
+
+  @Override
+  public void stop() {
+    if (consumer != null) {
+      consumer.close(Duration.ofSeconds(5));
+      consumer = null;
+    }
+    aligner.close();
+  }
+
+  @Override
+  public String toString() {
+    return "FloodgateKafka[" + options.topic + "]";
+  }
+}

@@ -1,0 +1,45 @@
+package io.floodgate.spark;
+
+import io.floodgate.spark.alignment.EventTimeAligner;
+import io.floodgate.spark.alignment.EventTimeAligners;
+import io.floodgate.spark.read.RowLayout;
+import org.apache.spark.sql.connector.metric.CustomMetric;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.types.StructType;
+
+/** A scan of the topic: the micro-batch stream of one streaming query. */
+final class KafkaScan implements Scan {
+  private final StructType schema;
+  private final StructType required;
+  private final SourceOptions options;
+
+  KafkaScan(StructType schema, StructType required, SourceOptions options) {
+    this.schema = schema;
+    this.required = required;
+    this.options = options;
+  }
+
+  @Override
+  public StructType readSchema() {
+    return required;
+  }
+
+  @Override
+  public String description() {
+    return "floodgate_kafka[" + options.topic + "]";
+  }
+
+  @Override
+  public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+    RowLayout layout = new RowLayout(required, FloodgateKafkaProvider.avroSchema(options), options);
+    EventTimeAligner aligner =
+        options.maxEventTimeDriftMs == null ? EventTimeAligner.NONE : EventTimeAligners.of(options);
+    return new KafkaMicroBatchStream(options, required, layout, aligner);
+  }
+
+  @Override
+  public CustomMetric[] supportedCustomMetrics() {
+    return new CustomMetric[0];
+  }
+}

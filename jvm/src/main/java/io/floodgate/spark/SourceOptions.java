@@ -1,0 +1,457 @@
+package io.floodgate.spark;
+
+import io.floodgate.spark.offsets.PartitionOffsets;
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.SortedMap;
+import java.util.TreeMap;
+import java.util.UUID;
+
+/**
+ * The options of the {@code floodgate_kafka} source, parsed and checked once: Spark's Kafka dialect
+ * ({@code subscribe}, {@code kafka.bootstrap.servers}, {@code startingOffsets}, {@code
+ * maxOffsetsPerTrigger}, ...) and Floodgate's own ({@code schema}, {@code schemas}, {@code
+ * deadLetterTopic}, ...), with the same names, defaults and refusals as the Python source's {@code
+ * pipeline.spark.options.SourceOptions} (docs/reference/spark-kafka-options.md).
+ *
+ * <p>Every refusal is an {@link IllegalArgumentException} whose message starts with {@code
+ * floodgate_kafka:} and names the option, the value given and what is allowed.
+ */
+public final class SourceOptions implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  /** The source's short name, as registered with Spark. */
+  public static final String SOURCE_NAME = "floodgate_kafka";
+
+  /** Spark's {@code startingOffsets} JSON: -2 a partition's earliest offset, -1 its latest. */
+  public static final long EARLIEST = -2;
+
+  public static final long LATEST = -1;
+
+  /** Spark's default {@code maxTriggerDelay} with {@code minOffsetsPerTrigger}. */
+  public static final String DEFAULT_MAX_TRIGGER_DELAY = "15m";
+
+  /** Spark's Kafka options the source refuses, and why. */
+  static final Map<String, String> REFUSED_OPTIONS = new LinkedHashMap<>();
+
+  /** {@code kafka.<property>} options the source refuses, and why. */
+  static final Map<String, String> REFUSED_CLIENT_PROPERTIES = new LinkedHashMap<>();
+
+  static {
+    REFUSED_OPTIONS.put(
+        "subscribePattern",
+        "the source reads one topic (it plans, sweeps, dead-letters and commits per topic); name"
+            + " it with subscribe, or union one readStream per topic");
+    REFUSED_OPTIONS.put(
+        "endingOffsets",
+        "it applies to batch queries only (Spark's Kafka source refuses it in streaming queries"
+            + " too), and the source is a streaming source");
+    REFUSED_OPTIONS.put(
+        "startingTimestamp", "offsets by timestamp are not supported; use startingOffsets");
+    REFUSED_OPTIONS.put(
+        "startingOffsetsByTimestamp",
+        "offsets by timestamp are not supported; use startingOffsets");
+    REFUSED_OPTIONS.put(
+        "startingOffsetsByTimestampStrategy",
+        "offsets by timestamp are not supported; use startingOffsets");
+    REFUSED_OPTIONS.put("endingTimestamp", "it applies to batch queries only");
+    REFUSED_OPTIONS.put("endingOffsetsByTimestamp", "it applies to batch queries only");
+    REFUSED_OPTIONS.put(
+        "minPartitions",
+        "the source never splits a Kafka partition over tasks; it groups them (maxTasks)"
+            + " instead");
+    REFUSED_OPTIONS.put(
+        "maxRecordsPerPartition",
+        "the source never splits a Kafka partition over tasks; bound a micro-batch with"
+            + " maxOffsetsPerTrigger");
+    REFUSED_CLIENT_PROPERTIES.put(
+        "auto.offset.reset",
+        "the source decides where to start (startingOffsets) and what a lost offset does"
+            + " (failOnDataLoss)");
+    REFUSED_CLIENT_PROPERTIES.put(
+        "enable.auto.commit",
+        "the source commits the offsets of a micro-batch itself (commitOffsets)");
+    REFUSED_CLIENT_PROPERTIES.put(
+        "enable.auto.offset.store", "the source commits the offsets of a micro-batch itself");
+    REFUSED_CLIENT_PROPERTIES.put(
+        "key.deserializer", "a Java client property: keys are read as bytes");
+    REFUSED_CLIENT_PROPERTIES.put(
+        "value.deserializer",
+        "a Java client property: values are read as bytes (decoded with schema)");
+    REFUSED_CLIENT_PROPERTIES.put(
+        "interceptor.classes", "a Java client property, which librdkafka does not have");
+  }
+
+  public final String bootstrapServers;
+  public final String topic;
+  public final String stream;
+  public final String schemaName;
+  public final String schemasJson;
+  public final String groupId;
+  public final Long maxRowsPerTrigger;
+
+  /** {@code committed}, {@code earliest}, {@code latest} or {@code specific}. */
+  public final String startingOffsets;
+
+  public final SortedMap<Integer, Long> startingPartitionOffsets;
+  public final String deadLetterTopic;
+
+  /** {@code server} (the Kafka timestamp) or {@code data_source} ({@code timestampField}). */
+  public final String timestampMode;
+
+  public final String timestampField;
+  public final boolean commitOffsets;
+
+  /** {@code kafka.*} options without the prefix: the client's properties, as the user wrote. */
+  public final Map<String, String> client;
+
+  public final String query;
+  public final SortedMap<Integer, Long> discardBefore;
+  public final String sweepCatalog;
+  public final boolean keyRequired;
+  public final Long maxEventTimeAheadMs;
+  public final String watermarkCheckpoint;
+  public final EventTimeWindow lateWindow;
+  public final Integer maxTasks;
+  public final Long maxEventTimeDriftMs;
+  public final long idlePartitionTimeoutMs;
+
+  /** {@code single-object} or {@code confluent}. */
+  public final String encoding;
+
+  public final Map<String, String> schemaRegistry;
+
+  /** The partitions {@code assign} names, sorted; {@code null}: all of the topic's. */
+  public final List<Integer> assignedPartitions;
+
+  public final Long minRowsPerTrigger;
+  public final long maxTriggerDelayMs;
+  public final boolean failOnDataLoss;
+  public final boolean includeHeaders;
+
+  /**
+   * The stream's fields the queries read ({@code fields}, comma-separated; {@code null}: all). The
+   * columns of the others stay in the schema and read null: Spark plans a streaming scan without
+   * pushing its projection down, so the query group passes it.
+   */
+  public final List<String> fields;
+
+  private SourceOptions(OptionMap opts) {
+    for (Map.Entry<String, String> refused : REFUSED_OPTIONS.entrySet()) {
+      if (opts.get(refused.getKey()) != null) {
+        throw refuse("option '" + refused.getKey() + "' is not supported: " + refused.getValue());
+      }
+    }
+    opts.exclusive("bootstrap.servers", "kafka.bootstrap.servers");
+    opts.exclusive("group.id", "kafka.group.id");
+    opts.exclusive("maxRowsPerTrigger", "maxOffsetsPerTrigger");
+    Object[] named = opts.topic();
+    topic = (String) named[0];
+    @SuppressWarnings("unchecked")
+    List<Integer> assigned = (List<Integer>) named[1];
+    assignedPartitions = assigned;
+    if ((opts.get("watermarkCheckpoint") != null) != (opts.get("lateWindow") != null)) {
+      List<String> given = new ArrayList<>();
+      for (String k : List.of("watermarkCheckpoint", "lateWindow")) {
+        if (opts.get(k) != null) {
+          given.add(k);
+        }
+      }
+      throw refuse("watermarkCheckpoint and lateWindow go together; given: " + given);
+    }
+    schemaName = opts.get("schema");
+    schemasJson = opts.get("schemas");
+    if (schemaName != null && schemasJson == null) {
+      opts.required("schemas");
+    }
+    timestampMode = opts.choice("timestampMode", List.of("server", "data_source"), "server");
+    if (schemaName == null) {
+      List<String> needs = new ArrayList<>();
+      for (String k : List.of("schemas", "deadLetterTopic", "lateWindow")) {
+        if (opts.get(k) != null) {
+          needs.add(k);
+        }
+      }
+      if (timestampMode.equals("data_source")) {
+        needs.add("timestampMode");
+      }
+      if (!needs.isEmpty()) {
+        throw refuse(
+            "options "
+                + needs
+                + " need option 'schema' (the stream's schema in the repository): without it"
+                + " the source reads raw Kafka columns and decodes nothing");
+      }
+    }
+    Map<String, String> clientProps = opts.prefixed("kafka.");
+    for (Map.Entry<String, String> refused : REFUSED_CLIENT_PROPERTIES.entrySet()) {
+      if (clientProps.containsKey(refused.getKey())) {
+        throw refuse(
+            "option 'kafka." + refused.getKey() + "' is not supported: " + refused.getValue());
+      }
+    }
+    String bootstrap = clientProps.remove("bootstrap.servers");
+    if (bootstrap == null) {
+      bootstrap = opts.get("bootstrap.servers");
+    }
+    if (bootstrap == null) {
+      throw refuse("option 'kafka.bootstrap.servers' (or 'bootstrap.servers') is required");
+    }
+    bootstrapServers = bootstrap;
+    String group = clientProps.remove("group.id");
+    if (group == null) {
+      group = opts.get("group.id");
+    }
+    boolean namedGroup = group != null;
+    if (group == null) {
+      String prefix = opts.get("groupIdPrefix");
+      group = (prefix != null ? prefix : "spark-kafka-source") + "-" + UUID.randomUUID();
+    }
+    groupId = group;
+    client = Collections.unmodifiableMap(clientProps);
+    Long maxRows = opts.whole("maxRowsPerTrigger", 1, "");
+    maxRowsPerTrigger = maxRows != null ? maxRows : opts.whole("maxOffsetsPerTrigger", 1, "");
+    Object[] starting = opts.startingOffsets(topic, assigned, namedGroup ? "committed" : "latest");
+    startingOffsets = (String) starting[0];
+    @SuppressWarnings("unchecked")
+    SortedMap<Integer, Long> partitionOffsets = (SortedMap<Integer, Long>) starting[1];
+    startingPartitionOffsets = partitionOffsets;
+    failOnDataLoss = opts.flag("failOnDataLoss", true);
+    if (!failOnDataLoss && opts.get("sweepCatalog") != null) {
+      throw refuse(
+          "failOnDataLoss = false and sweepCatalog go not together: offsets the broker no"
+              + " longer holds are read back from their BLOBs, never skipped");
+    }
+    String stream = opts.get("stream");
+    this.stream = stream != null ? stream : topic;
+    deadLetterTopic = opts.get("deadLetterTopic");
+    timestampField = opts.get("timestampField");
+    commitOffsets = opts.flag("commitOffsets", namedGroup);
+    query = opts.get("query");
+    discardBefore = opts.offsets("discardBefore", topic);
+    sweepCatalog = opts.get("sweepCatalog");
+    keyRequired = opts.flag("keyRequired", false);
+    maxEventTimeAheadMs = opts.whole("maxEventTimeAheadMs", 0, "milliseconds");
+    watermarkCheckpoint = opts.get("watermarkCheckpoint");
+    String late = opts.get("lateWindow");
+    lateWindow = late != null ? EventTimeWindow.parseOption(late) : null;
+    Long tasks = opts.whole("maxTasks", 1, "");
+    maxTasks = tasks != null ? Math.toIntExact(tasks) : null;
+    maxEventTimeDriftMs = opts.whole("maxEventTimeDriftMs", 0, "milliseconds");
+    Long idle = opts.whole("idlePartitionTimeoutMs", 0, "milliseconds");
+    idlePartitionTimeoutMs = idle != null ? idle : 10_000L;
+    minRowsPerTrigger = opts.whole("minOffsetsPerTrigger", 1, "");
+    String delay = opts.get("maxTriggerDelay");
+    maxTriggerDelayMs =
+        TimeStrings.toMillis("maxTriggerDelay", delay != null ? delay : DEFAULT_MAX_TRIGGER_DELAY);
+    includeHeaders = opts.flag("includeHeaders", false);
+    encoding = opts.choice("encoding", List.of("single-object", "confluent"), "single-object");
+    schemaRegistry = Collections.unmodifiableMap(opts.prefixed("schemaregistry."));
+    String wanted = opts.get("fields");
+    fields = wanted == null ? null : List.copyOf(Arrays.asList(wanted.split(",")));
+  }
+
+  /**
+   * Parse Spark's option map (keys in any case).
+   *
+   * @throws IllegalArgumentException a required option is missing, two keys that say the same thing
+   *     are both given, an option is refused (with the reason), or a value is not allowed
+   */
+  public static SourceOptions parse(Map<String, String> options) {
+    return new SourceOptions(new OptionMap(options));
+  }
+
+  /** Whether tuples are decoded with a schema (option {@code schema} given). */
+  public boolean decoded() {
+    return schemaName != null;
+  }
+
+  static IllegalArgumentException refuse(String what) {
+    return new IllegalArgumentException(SOURCE_NAME + ": " + what);
+  }
+
+  /** The option map, read by kind; keys are case-insensitive, as Spark's. */
+  static final class OptionMap {
+    private final Map<String, String> values = new LinkedHashMap<>();
+
+    OptionMap(Map<String, String> options) {
+      options.forEach((k, v) -> values.put(k.toLowerCase(Locale.ROOT), v));
+    }
+
+    String get(String key) {
+      String value = values.get(key.toLowerCase(Locale.ROOT));
+      return value == null || value.isEmpty() ? null : value;
+    }
+
+    String required(String key) {
+      String value = get(key);
+      if (value == null) {
+        throw refuse("option '" + key + "' is required");
+      }
+      return value;
+    }
+
+    String choice(String key, List<String> allowed, String fallback) {
+      String value = values.getOrDefault(key.toLowerCase(Locale.ROOT), fallback);
+      if (!allowed.contains(value)) {
+        throw refuse(key + " = '" + value + "'; allowed: " + String.join(", ", allowed));
+      }
+      return value;
+    }
+
+    boolean flag(String key, boolean fallback) {
+      String value =
+          values
+              .getOrDefault(key.toLowerCase(Locale.ROOT), String.valueOf(fallback))
+              .toLowerCase(Locale.ROOT);
+      if (!value.equals("true") && !value.equals("false")) {
+        throw refuse(key + " = '" + value + "'; allowed: true, false");
+      }
+      return value.equals("true");
+    }
+
+    Long whole(String key, long minimum, String unit) {
+      String text = get(key);
+      if (text == null) {
+        return null;
+      }
+      Long value = text.chars().allMatch(Character::isDigit) ? parseLong(text) : null;
+      if (value == null || value < minimum) {
+        String what = unit.isEmpty() ? "a whole number" : "a whole number of " + unit;
+        throw refuse(key + " = '" + text + "'; allowed: " + what + " >= " + minimum);
+      }
+      return value;
+    }
+
+    private static Long parseLong(String text) {
+      try {
+        return Long.parseLong(text);
+      } catch (NumberFormatException e) {
+        return null;
+      }
+    }
+
+    SortedMap<Integer, Long> offsets(String key, String topic) {
+      String text = get(key);
+      if (text == null) {
+        return new TreeMap<>();
+      }
+      try {
+        return PartitionOffsets.fromJson(topic, text);
+      } catch (IllegalArgumentException e) {
+        throw refuse(
+            key
+                + " = '"
+                + text
+                + "'; allowed: offsets as {\"<topic>\": {\"<partition>\": <offset>}}");
+      }
+    }
+
+    void exclusive(String first, String second) {
+      if (get(first) != null && get(second) != null) {
+        throw refuse(
+            "options '" + first + "' and '" + second + "' say the same thing; give one of them");
+      }
+    }
+
+    Map<String, String> prefixed(String prefix) {
+      Map<String, String> out = new LinkedHashMap<>();
+      values.forEach(
+          (k, v) -> {
+            if (k.startsWith(prefix)) {
+              out.put(k.substring(prefix.length()), v);
+            }
+          });
+      return out;
+    }
+
+    /** {@code [topic, assigned partitions or null]}. */
+    Object[] topic() {
+      List<String> given = new ArrayList<>();
+      for (String k : List.of("topic", "subscribe", "assign")) {
+        if (get(k) != null) {
+          given.add(k);
+        }
+      }
+      if (given.size() > 1) {
+        throw refuse(
+            "options '"
+                + String.join("' and '", given)
+                + "' both name the topic to read; give one of them");
+      }
+      if (given.isEmpty()) {
+        throw refuse("option 'subscribe' (or 'topic', or 'assign') is required");
+      }
+      String key = given.get(0);
+      String text = required(key);
+      if (!key.equals("assign")) {
+        List<String> topics = new ArrayList<>();
+        for (String t : text.split(",")) {
+          if (!t.strip().isEmpty()) {
+            topics.add(t.strip());
+          }
+        }
+        if (topics.size() != 1) {
+          throw refuse(
+              key
+                  + " = '"
+                  + text
+                  + "'; allowed: one topic (the source reads one topic; union one readStream"
+                  + " per topic)");
+        }
+        return new Object[] {topics.get(0), null};
+      }
+      return Assignment.parse(text);
+    }
+
+    /** {@code [kind, partition offsets]}. */
+    Object[] startingOffsets(String topic, List<Integer> assigned, String fallback) {
+      String text = get("startingOffsets");
+      List<String> words = List.of("committed", "earliest", "latest");
+      if (text == null) {
+        return new Object[] {fallback, new TreeMap<Integer, Long>()};
+      }
+      String word = text.strip().toLowerCase(Locale.ROOT);
+      if (words.contains(word)) {
+        return new Object[] {word, new TreeMap<Integer, Long>()};
+      }
+      String allowed =
+          "allowed: "
+              + String.join(", ", words)
+              + ", or JSON {\""
+              + topic
+              + "\": {\"<partition>\": <offset>}} with -2 for earliest and -1 for latest, as"
+              + " Spark's Kafka source";
+      SortedMap<Integer, Long> offsets;
+      try {
+        offsets = Assignment.startingOffsets(topic, text);
+      } catch (IllegalArgumentException e) {
+        throw refuse("startingOffsets = '" + text + "'; " + allowed);
+      }
+      boolean bad = offsets.isEmpty() || offsets.firstKey() < 0;
+      for (long o : offsets.values()) {
+        bad |= o < EARLIEST;
+      }
+      if (bad) {
+        throw refuse("startingOffsets = '" + text + "'; " + allowed);
+      }
+      if (assigned != null && !new ArrayList<>(offsets.keySet()).equals(assigned)) {
+        throw refuse(
+            "startingOffsets names partitions "
+                + offsets.keySet()
+                + " of '"
+                + topic
+                + "' and assign "
+                + assigned
+                + ": name the same partitions (as Spark)");
+      }
+      return new Object[] {"specific", offsets};
+    }
+  }
+}

@@ -1,0 +1,84 @@
+package io.floodgate.spark.offsets;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
+import java.util.Iterator;
+import java.util.Map;
+import java.util.SortedMap;
+import java.util.TreeMap;
+
+/**
+ * A topic's offsets per partition, the <em>next</em> offset to read of each, in the JSON the source
+ * writes to Spark's offset log: {@code {"flights": {"0": 1200, "1": 1187}}}.
+ *
+ * <p>The text is byte-identical to the Python source's ({@code json.dumps} of {@code {topic:
+ * {str(partition): offset}}}, partitions in numeric order, {@code ": "} and {@code ", "}
+ * separators), so a checkpoint written by one source resumes under the other (docs/formats.md,
+ * golden files in {@code tests/golden/offsets}). Spark's own Kafka source writes the same shape
+ * without the spaces; both parse either.
+ */
+public final class PartitionOffsets {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private PartitionOffsets() {}
+
+  /**
+   * The offset log's text of {@code offsets}.
+   *
+   * @param topic the topic (a Kafka topic name: {@code [a-zA-Z0-9._-]}, nothing to escape)
+   * @param offsets partition to next offset
+   * @return {@code {"<topic>": {"<p>": <offset>, ...}}}
+   */
+  public static String toJson(String topic, Map<Integer, Long> offsets) {
+    StringBuilder out = new StringBuilder(32 + 16 * offsets.size());
+    out.append("{\"").append(topic).append("\": {");
+    String separator = "";
+    for (Map.Entry<Integer, Long> e : new TreeMap<>(offsets).entrySet()) {
+      out.append(separator).append('"').append(e.getKey()).append("\": ").append(e.getValue());
+      separator = ", ";
+    }
+    return out.append("}}").toString();
+  }
+
+  /**
+   * The offsets of {@code topic} in an offset log's text; an absent topic is an empty map.
+   *
+   * @throws IllegalArgumentException the text is not JSON of that shape (the message quotes it)
+   */
+  public static SortedMap<Integer, Long> fromJson(String topic, String json) {
+    JsonNode root;
+    try {
+      root = JSON.readTree(json);
+    } catch (IOException e) {
+      throw new IllegalArgumentException("offsets are not JSON: " + json, e);
+    }
+    SortedMap<Integer, Long> offsets = new TreeMap<>();
+    if (root == null || !root.isObject()) {
+      throw new IllegalArgumentException("offsets are not a JSON object: " + json);
+    }
+    JsonNode perPartition = root.get(topic);
+    if (perPartition == null) {
+      return offsets;
+    }
+    if (!perPartition.isObject()) {
+      throw new IllegalArgumentException(
+          "offset for topic '" + topic + "' is not an object: " + json);
+    }
+    Iterator<Map.Entry<String, JsonNode>> fields = perPartition.fields();
+    while (fields.hasNext()) {
+      Map.Entry<String, JsonNode> field = fields.next();
+      try {
+        offsets.put(Integer.parseInt(field.getKey()), field.getValue().asLong());
+      } catch (NumberFormatException e) {
+        throw new IllegalArgumentException(
+            "offset partition '" + field.getKey() + "' is not a number: " + json, e);
+      }
+      if (!field.getValue().canConvertToLong()) {
+        throw new IllegalArgumentException(
+            "offset of partition " + field.getKey() + " is not a whole number: " + json);
+      }
+    }
+    return offsets;
+  }
+}

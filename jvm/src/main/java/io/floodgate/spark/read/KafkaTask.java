@@ -1,0 +1,71 @@
+package io.floodgate.spark.read;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.List;
+import org.apache.spark.sql.connector.read.InputPartition;
+
+/**
+ * One Spark task of a micro-batch: Kafka partition ranges read one after the other, in partition
+ * order.
+ *
+ * <p>A JVM task costs Spark milliseconds, so by default every Kafka partition is a task of its own,
+ * as in Spark's Kafka source; option {@code maxTasks} deals the ranges out to fewer tasks, as the
+ * Python source does ({@link #group}).
+ */
+public record KafkaTask(KafkaRange[] ranges, String[] preferredExecutors)
+    implements InputPartition {
+
+  @Override
+  public String[] preferredLocations() {
+    return preferredExecutors;
+  }
+
+  /**
+   * Deal {@code ranges} out to at most {@code maxTasks} tasks ({@code null}: one range a task),
+   * largest range first to the task with the fewest offsets so far (LPT scheduling), as the Python
+   * source's {@code group_ranges}.
+   *
+   * @return the tasks, in the order of their first partition; none empty
+   */
+  public static List<KafkaRange[]> group(List<KafkaRange> ranges, Integer maxTasks) {
+    List<KafkaRange[]> out = new ArrayList<>();
+    if (maxTasks == null || maxTasks >= ranges.size()) {
+      ranges.forEach(r -> out.add(new KafkaRange[] {r}));
+      return out;
+    }
+    List<List<KafkaRange>> tasks = new ArrayList<>();
+    long[] sizes = new long[maxTasks];
+    for (int i = 0; i < maxTasks; i++) {
+      tasks.add(new ArrayList<>());
+    }
+    List<KafkaRange> bySize = new ArrayList<>(ranges);
+    bySize.sort(
+        Comparator.comparingLong((KafkaRange r) -> -r.size())
+            .thenComparingInt(KafkaRange::partition));
+    for (KafkaRange r : bySize) {
+      int least = 0;
+      for (int i = 1; i < maxTasks; i++) {
+        if (sizes[i] < sizes[least]) {
+          least = i;
+        }
+      }
+      tasks.get(least).add(r);
+      sizes[least] += r.size();
+    }
+    for (List<KafkaRange> task : tasks) {
+      if (!task.isEmpty()) {
+        task.sort(Comparator.comparingInt(KafkaRange::partition));
+        out.add(task.toArray(new KafkaRange[0]));
+      }
+    }
+    out.sort(Comparator.comparingInt(t -> t[0].partition()));
+    return out;
+  }
+
+  @Override
+  public String toString() {
+    return "KafkaTask" + Arrays.toString(ranges);
+  }
+}

@@ -1,0 +1,102 @@
+package io.floodgate.spark.read;
+
+import io.floodgate.spark.SourceOptions;
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.avro.Schema;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * Where each column of the source's rows comes from: a field of the stream's Avro record (decoded,
+ * or left null when no query reads it), or the Kafka record (metadata and Spark's Kafka columns).
+ */
+public final class RowLayout implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  /** What fills a column. */
+  public enum Column {
+    FIELD,
+    SKIPPED_FIELD,
+    EVENT_TIME,
+    KEY,
+    PARTITION,
+    OFFSET,
+    TIMESTAMP,
+    VALUE,
+    TOPIC,
+    TIMESTAMP_TYPE,
+    HEADERS
+  }
+
+  final Column[] columns;
+
+  /** The decoded fields, in schema order, and their ordinals. */
+  final List<String> decodedFields = new ArrayList<>();
+
+  final int[] decodedOrdinals;
+
+  /** Ordinal of {@code timestampField} and whether its column is a Spark timestamp (micros). */
+  final int timestampFieldOrdinal;
+
+  final boolean timestampFieldIsMicros;
+
+  /**
+   * @param schema the rows' Spark schema (the stream's, {@code StreamSchema.of})
+   * @param avro the stream's Avro schema, {@code null} when nothing is decoded
+   * @param options the source's options ({@code fields}, {@code timestampField})
+   */
+  public RowLayout(StructType schema, Schema avro, SourceOptions options) {
+    StructField[] fields = schema.fields();
+    columns = new Column[fields.length];
+    List<Integer> ordinals = new ArrayList<>();
+    List<String> avroNames = new ArrayList<>();
+    if (avro != null) {
+      avro.getFields().forEach(f -> avroNames.add(f.name()));
+    }
+    int tsOrdinal = -1;
+    boolean tsMicros = false;
+    for (int i = 0; i < fields.length; i++) {
+      String name = fields[i].name();
+      if (avroNames.contains(name)) {
+        boolean wanted =
+            options.fields == null
+                || options.fields.contains(name)
+                || name.equals(options.timestampField);
+        columns[i] = wanted ? Column.FIELD : Column.SKIPPED_FIELD;
+        if (wanted) {
+          decodedFields.add(name);
+          ordinals.add(i);
+        }
+        if (name.equals(options.timestampField)) {
+          tsOrdinal = i;
+          tsMicros = fields[i].dataType().equals(DataTypes.TimestampType);
+        }
+        continue;
+      }
+      columns[i] =
+          switch (name) {
+            case "event_time" -> Column.EVENT_TIME;
+            case "_key", "key" -> Column.KEY;
+            case "_partition", "partition" -> Column.PARTITION;
+            case "_offset", "offset" -> Column.OFFSET;
+            case "_timestamp", "timestamp" -> Column.TIMESTAMP;
+            case "value" -> Column.VALUE;
+            case "topic" -> Column.TOPIC;
+            case "timestampType" -> Column.TIMESTAMP_TYPE;
+            case "headers" -> Column.HEADERS;
+            default -> throw new IllegalArgumentException("no source of column " + name);
+          };
+    }
+    decodedOrdinals = ordinals.stream().mapToInt(Integer::intValue).toArray();
+    timestampFieldOrdinal = tsOrdinal;
+    timestampFieldIsMicros = tsMicros;
+  }
+
+  static boolean isTimestamp(DataType type) {
+    return type.equals(DataTypes.TimestampType);
+  }
+}
