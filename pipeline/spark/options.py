@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from pipeline.offsets import offsets_from_json
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.confluent import ENCODINGS, stream_codec
 from pipeline.serde.schemas import SchemaRepository
@@ -131,13 +130,21 @@ DEFAULT_MAX_TRIGGER_DELAY = "15m"
 #: Spark's ``startingOffsets`` JSON: -2 is a partition's earliest offset, -1 its latest.
 EARLIEST, LATEST = -2, -1
 
+#: The largest whole number an option takes, and the range of an offset: a Java ``long``,
+#: as the JVM source (``io.floodgate.spark.SourceOptions``) and Spark's Kafka source read them.
+MAX_WHOLE = 2**63 - 1
+
+#: The largest Kafka partition number (a Java ``int``).
+MAX_PARTITION = 2**31 - 1
+
 _TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000}
 _TIME_UNITS_MS |= {"h": 3_600_000, "d": 86_400_000}
 
 
 def time_string_ms(key: str, text: str) -> int:
     """Spark's time string (``JavaUtils.timeStringAsMs``: a whole number with an optional
-    unit ``us``, ``ms``, ``s``, ``m``/``min``, ``h``, ``d``; no unit is ms) in ms.
+    unit ``us``, ``ms``, ``s``, ``m``/``min``, ``h``, ``d``; no unit is ms) in ms, at
+    most :data:`MAX_WHOLE` (as Spark's ``TimeUnit.convert`` saturates).
 
     Raises:
         ValueError: another text (names ``key``).
@@ -148,7 +155,37 @@ def time_string_ms(key: str, text: str) -> int:
             f"{SOURCE_NAME}: {key} = {text!r}; allowed: a whole number with a unit "
             f"({', '.join(_TIME_UNITS_MS)}; none is ms), as Spark's time strings"
         )
-    return int(int(match.group(1)) * _TIME_UNITS_MS.get(match.group(2), 1))
+    return min(int(int(match.group(1)) * _TIME_UNITS_MS.get(match.group(2), 1)), MAX_WHOLE)
+
+
+def json_offsets(topic: str, value: Any) -> dict[int, int]:
+    """The offsets of ``topic`` in Spark's Kafka JSON ``{"<topic>": {"<partition>":
+    <offset>}}`` as an option gives them, strictly: partitions are decimal texts of a
+    Java ``int``, offsets JSON whole numbers of a Java ``long`` (as Spark's Kafka source
+    reads them with json4s); a missing topic is an empty dict. Where
+    :func:`~pipeline.offsets.offsets_from_json` would take ``"5"``, ``5.7`` or ``true``
+    as an offset, this refuses them, as the JVM source does.
+
+    Raises:
+        ValueError: another shape.
+    """
+    if not isinstance(value, dict):
+        raise ValueError(f"not a JSON object: {value!r}")
+    per_partition = value.get(topic, {})
+    if not isinstance(per_partition, dict):
+        raise ValueError(f"offsets of topic {topic!r} are not an object: {per_partition!r}")
+    offsets: dict[int, int] = {}
+    for partition, offset in per_partition.items():
+        if (
+            re.fullmatch(r"-?[0-9]+", partition) is None
+            or not -MAX_PARTITION - 1 <= int(partition) <= MAX_PARTITION
+            or isinstance(offset, bool)
+            or not isinstance(offset, int)
+            or not -MAX_WHOLE - 1 <= offset <= MAX_WHOLE
+        ):
+            raise ValueError(f"partition {partition!r}: offset {offset!r}")
+        offsets[int(partition)] = offset
+    return offsets
 
 
 @dataclass(frozen=True)
@@ -206,7 +243,14 @@ class SourceOptions:
     head stands still this long holds nobody back; default 10 000), ``encoding``
     (``single-object``|``confluent``: :mod:`pipeline.serde.confluent`; needs
     ``schema``) with ``schemaRegistry.<property>`` (the ``SchemaRegistryClient``
-    configuration, ``url`` first).
+    configuration, ``url`` first), ``fields`` (the stream's fields the queries read,
+    comma-separated: the JVM source decodes only those and reads the others as null;
+    this source checks the option and decodes every field, so one option map serves
+    both).
+
+    Whole numbers are at most :data:`MAX_WHOLE`; offsets JSON is read by
+    :func:`json_offsets`. ``tests/golden/options/cases.json`` holds what this parser
+    makes of many option maps; the JVM source's tests check its parser against it.
     """
 
     bootstrap_servers: str
@@ -242,6 +286,9 @@ class SourceOptions:
     max_trigger_delay_ms: int = 15 * 60_000
     fail_on_data_loss: bool = True
     include_headers: bool = False
+    #: ``fields``: the stream's fields the queries read (``None``: all). The JVM source
+    #: decodes only these; this source decodes every field and ignores the option.
+    fields: tuple[str, ...] | None = None
 
     @property
     def decoded(self) -> bool:
@@ -354,6 +401,7 @@ class SourceOptions:
             include_headers=opts.flag("includeHeaders", default=False),
             encoding=opts.choice("encoding", ENCODINGS, "single-object"),
             schema_registry=opts.prefixed("schemaregistry."),  # keys come lower-cased
+            fields=opts.names("fields"),
         )
 
     def codec(self) -> StreamCodec:
@@ -451,14 +499,14 @@ class OptionMap:
         if text is None:
             return None
         value = int(text) if text.isdigit() else None
-        if value is None or value < minimum:
+        if value is None or not minimum <= value <= MAX_WHOLE:
             what = f"a whole number of {unit}" if unit else "a whole number"
             raise ValueError(f"{SOURCE_NAME}: {key} = {text!r}; allowed: {what} >= {minimum}")
         return value
 
     def offsets(self, key: str, topic: str) -> dict[int, int]:
         """Per-partition offsets of ``topic`` in Spark's Kafka JSON shape
-        (:func:`~pipeline.offsets.offsets_from_json`); empty when missing.
+        (:func:`json_offsets`); empty when missing.
 
         Raises:
             ValueError: not that JSON.
@@ -467,8 +515,8 @@ class OptionMap:
         if text is None:
             return {}
         try:
-            return offsets_from_json(topic, json.loads(text))
-        except (ValueError, AttributeError) as exc:
+            return json_offsets(topic, json.loads(text))
+        except ValueError as exc:
             raise ValueError(
                 f"{SOURCE_NAME}: {key} = {text!r}; allowed: "
                 'offsets as {"<topic>": {"<partition>": <offset>}}'
@@ -528,7 +576,7 @@ class OptionMap:
             or not isinstance(next(iter(value.values())), list)
             or not next(iter(value.values()))
             or not all(
-                isinstance(p, int) and not isinstance(p, bool) and p >= 0
+                isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= MAX_PARTITION
                 for p in next(iter(value.values()))
             )
         ):
@@ -564,8 +612,8 @@ class OptionMap:
             value = json.loads(text)
             if not isinstance(value, dict) or set(value) != {topic}:
                 raise ValueError(f"topics {sorted(value) if isinstance(value, dict) else []}")
-            offsets = offsets_from_json(topic, value)
-        except (ValueError, AttributeError, TypeError) as exc:
+            offsets = json_offsets(topic, value)
+        except ValueError as exc:
             raise ValueError(f"{SOURCE_NAME}: startingOffsets = {text!r}; {allowed}") from exc
         if not offsets or min(offsets.values()) < EARLIEST or min(offsets) < 0:
             raise ValueError(f"{SOURCE_NAME}: startingOffsets = {text!r}; {allowed}")
@@ -575,6 +623,20 @@ class OptionMap:
                 f"{topic!r} and assign {list(assigned)}: name the same partitions (as Spark)"
             )
         return "specific", offsets
+
+    def names(self, key: str) -> tuple[str, ...] | None:
+        """A comma-separated list of names (each stripped), or ``None`` when missing.
+
+        Raises:
+            ValueError: no name in it.
+        """
+        text = self.get(key)
+        if text is None:
+            return None
+        names = tuple(name.strip() for name in text.split(",") if name.strip())
+        if not names:
+            raise ValueError(f"{SOURCE_NAME}: {key} = {text!r}; allowed: names separated by commas")
+        return names
 
     def prefixed(self, prefix: str) -> dict[str, str]:
         """Every option under ``prefix``, the prefix removed (``kafka.<property>``)."""

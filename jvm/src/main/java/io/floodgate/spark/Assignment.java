@@ -1,47 +1,63 @@
 package io.floodgate.spark;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import io.floodgate.spark.offsets.PartitionOffsets;
-import java.io.IOException;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Map;
 import java.util.SortedMap;
+import java.util.TreeMap;
 import java.util.TreeSet;
+import java.util.regex.Pattern;
 
-/** Spark's Kafka JSON options: {@code assign} and {@code startingOffsets}. */
+/**
+ * Spark's Kafka JSON options, {@code assign}, {@code startingOffsets} and {@code discardBefore},
+ * read as the Python source's {@code pipeline.spark.options} reads them ({@code OptionMap.topic},
+ * {@code json_offsets}).
+ */
 final class Assignment {
-  private static final ObjectMapper JSON = new ObjectMapper();
+  /** Python's {@code json.loads}: one JSON value, nothing after it. */
+  private static final ObjectMapper JSON =
+      new ObjectMapper().enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
+
+  /** A partition's key in offsets JSON: a decimal number, as Spark writes it. */
+  private static final Pattern PARTITION = Pattern.compile("-?[0-9]+");
 
   private Assignment() {}
 
   /**
-   * {@code assign}: {@code {"<topic>": [<partition>, ...]}} of one topic.
+   * {@code assign}: {@code {"<topic>": [<partition>, ...]}} of one topic, partitions JSON whole
+   * numbers from 0 to {@code Integer.MAX_VALUE}.
    *
    * @return {@code [topic, sorted distinct partitions]}
-   * @throws IllegalArgumentException another shape
+   * @throws IllegalArgumentException another shape (the message names the option and its value)
    */
   static Object[] parse(String text) {
-    String allowed = "allowed: {\"<topic>\": [<partition>, ...]} for one topic";
+    String refusal =
+        "assign = "
+            + SourceOptions.repr(text)
+            + "; allowed: {\"<topic>\": [<partition>, ...]} for one topic";
     JsonNode value;
     try {
-      value = JSON.readTree(text);
-    } catch (IOException e) {
-      throw SourceOptions.refuse("assign = '" + text + "'; " + allowed);
+      value = readJson(text);
+    } catch (IllegalArgumentException e) {
+      throw SourceOptions.refuse(refusal);
     }
-    if (value == null || !value.isObject() || value.size() != 1) {
-      throw SourceOptions.refuse("assign = '" + text + "'; " + allowed);
+    if (!value.isObject() || value.size() != 1) {
+      throw SourceOptions.refuse(refusal);
     }
     String topic = value.fieldNames().next();
     JsonNode list = value.get(topic);
     if (!list.isArray() || list.isEmpty()) {
-      throw SourceOptions.refuse("assign = '" + text + "'; " + allowed);
+      throw SourceOptions.refuse(refusal);
     }
     TreeSet<Integer> partitions = new TreeSet<>();
     for (JsonNode p : list) {
-      if (!p.isIntegralNumber() || p.asLong() < 0 || p.asLong() > Integer.MAX_VALUE) {
-        throw SourceOptions.refuse("assign = '" + text + "'; " + allowed);
+      if (!p.isIntegralNumber() || !p.canConvertToInt() || p.asInt() < 0) {
+        throw SourceOptions.refuse(refusal);
       }
       partitions.add(p.asInt());
     }
@@ -49,26 +65,56 @@ final class Assignment {
   }
 
   /**
-   * {@code startingOffsets} JSON naming {@code topic} and only it.
+   * One JSON value, as Python's {@code json.loads} reads it (text after it refused).
    *
-   * @throws IllegalArgumentException another shape or topic
+   * @throws IllegalArgumentException not JSON
    */
-  static SortedMap<Integer, Long> startingOffsets(String topic, String text) {
-    JsonNode value;
+  static JsonNode readJson(String text) {
     try {
-      value = JSON.readTree(text);
-    } catch (IOException e) {
-      throw new IllegalArgumentException("not JSON", e);
+      JsonNode value = JSON.readTree(text);
+      if (value == null || value.isMissingNode()) {
+        throw new IllegalArgumentException("no JSON value");
+      }
+      return value;
+    } catch (JsonProcessingException e) {
+      throw new IllegalArgumentException("not JSON: " + e.getOriginalMessage(), e);
     }
-    if (value == null || !value.isObject() || value.size() != 1 || !value.has(topic)) {
-      throw new IllegalArgumentException("not of topic " + topic);
+  }
+
+  /**
+   * The offsets of {@code topic} in Spark's Kafka JSON {@code {"<topic>": {"<partition>":
+   * <offset>}}}, strictly, as the Python {@code json_offsets}: partitions decimal texts of an
+   * {@code int}, offsets JSON whole numbers of a {@code long}; a missing topic is an empty map.
+   *
+   * @throws IllegalArgumentException another shape
+   */
+  static SortedMap<Integer, Long> offsets(String topic, JsonNode value) {
+    if (!value.isObject()) {
+      throw new IllegalArgumentException("not a JSON object");
     }
-    Iterator<JsonNode> offsets = value.get(topic).elements();
-    while (offsets.hasNext()) {
-      if (!offsets.next().isIntegralNumber()) {
-        throw new IllegalArgumentException("not whole numbers");
+    SortedMap<Integer, Long> offsets = new TreeMap<>();
+    JsonNode perPartition = value.get(topic);
+    if (perPartition == null) {
+      return offsets;
+    }
+    if (!perPartition.isObject()) {
+      throw new IllegalArgumentException("offsets of topic " + topic + " are not an object");
+    }
+    Iterator<Map.Entry<String, JsonNode>> fields = perPartition.fields();
+    while (fields.hasNext()) {
+      Map.Entry<String, JsonNode> field = fields.next();
+      JsonNode offset = field.getValue();
+      if (!PARTITION.matcher(field.getKey()).matches()
+          || !offset.isIntegralNumber()
+          || !offset.canConvertToLong()) {
+        throw new IllegalArgumentException("partition " + field.getKey() + ": offset " + offset);
+      }
+      try {
+        offsets.put(Integer.parseInt(field.getKey()), offset.asLong());
+      } catch (NumberFormatException e) {
+        throw new IllegalArgumentException("partition " + field.getKey() + " is not an int", e);
       }
     }
-    return PartitionOffsets.fromJson(topic, text);
+    return offsets;
   }
 }

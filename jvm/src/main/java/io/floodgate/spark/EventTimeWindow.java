@@ -1,6 +1,8 @@
 package io.floodgate.spark;
 
 import java.io.Serializable;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * The event-time window of a query's streaming aggregation, {@code window(event_time, duration,
@@ -36,8 +38,14 @@ public record EventTimeWindow(long durationMs, long slideMs, long startMs) imple
     return watermarkMs > 0 && lastEnd(eventTimeMs) <= watermarkMs;
   }
 
+  /** One part of {@code lateWindow}, as Python's {@code int(text)} reads a text. */
+  private static final Pattern WHOLE =
+      Pattern.compile("\\s*([+-]?\\d+(?:_\\d+)*)\\s*", Pattern.UNICODE_CHARACTER_CLASS);
+
   /**
-   * Option {@code lateWindow}: {@code <duration ms>,<slide ms>,<start ms>}.
+   * Option {@code lateWindow}: {@code <duration ms>,<slide ms>,<start ms>}, as the Python {@code
+   * EventTimeWindow.parse_option}: three whole numbers as Python's {@code int} reads them (spaces
+   * around, a sign, digits grouped by {@code _}).
    *
    * @throws IllegalArgumentException not three whole numbers, duration and slide >= 1
    */
@@ -45,19 +53,24 @@ public record EventTimeWindow(long durationMs, long slideMs, long startMs) imple
     String[] parts = text.split(",", -1);
     try {
       if (parts.length != 3) {
-        throw new IllegalArgumentException("not three numbers");
+        throw new IllegalArgumentException("expected 3 values, got " + parts.length);
       }
-      return new EventTimeWindow(
-          Long.parseLong(parts[0].strip()),
-          Long.parseLong(parts[1].strip()),
-          Long.parseLong(parts[2].strip()));
+      return new EventTimeWindow(whole(parts[0]), whole(parts[1]), whole(parts[2]));
     } catch (IllegalArgumentException e) {
       throw SourceOptions.refuse(
-          "lateWindow = '"
-              + text
-              + "'; allowed: '<duration ms>,<slide ms>,<start ms>' with duration and slide >= 1 ("
+          "lateWindow = "
+              + SourceOptions.repr(text)
+              + "; allowed: '<duration ms>,<slide ms>,<start ms>' with duration and slide >= 1 ("
               + e.getMessage()
               + ")");
     }
+  }
+
+  private static long whole(String text) {
+    Matcher match = WHOLE.matcher(text);
+    if (!match.matches()) {
+      throw new IllegalArgumentException("not a whole number: " + SourceOptions.repr(text));
+    }
+    return Long.parseLong(match.group(1).replace("_", ""));
   }
 }

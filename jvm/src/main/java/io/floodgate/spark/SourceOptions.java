@@ -1,9 +1,8 @@
 package io.floodgate.spark;
 
-import io.floodgate.spark.offsets.PartitionOffsets;
+import com.fasterxml.jackson.databind.JsonNode;
 import java.io.Serializable;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -118,7 +117,10 @@ public final class SourceOptions implements Serializable {
   public final Long maxEventTimeAheadMs;
   public final String watermarkCheckpoint;
   public final EventTimeWindow lateWindow;
-  public final Integer maxTasks;
+
+  /** Most tasks a micro-batch is read with ({@code null}: one per Kafka partition). */
+  public final Long maxTasks;
+
   public final Long maxEventTimeDriftMs;
   public final long idlePartitionTimeoutMs;
 
@@ -163,7 +165,7 @@ public final class SourceOptions implements Serializable {
           given.add(k);
         }
       }
-      throw refuse("watermarkCheckpoint and lateWindow go together; given: " + given);
+      throw refuse("watermarkCheckpoint and lateWindow go together; given: " + pyList(given));
     }
     schemaName = opts.get("schema");
     schemasJson = opts.get("schemas");
@@ -184,7 +186,7 @@ public final class SourceOptions implements Serializable {
       if (!needs.isEmpty()) {
         throw refuse(
             "options "
-                + needs
+                + pyList(needs)
                 + " need option 'schema' (the stream's schema in the repository): without it"
                 + " the source reads raw Kafka columns and decodes nothing");
       }
@@ -196,7 +198,8 @@ public final class SourceOptions implements Serializable {
             "option 'kafka." + refused.getKey() + "' is not supported: " + refused.getValue());
       }
     }
-    String bootstrap = clientProps.remove("bootstrap.servers");
+    // As Python's `client.pop(...) or opts.get(...)`: an empty value is a missing one.
+    String bootstrap = emptyAsNull(clientProps.remove("bootstrap.servers"));
     if (bootstrap == null) {
       bootstrap = opts.get("bootstrap.servers");
     }
@@ -204,7 +207,7 @@ public final class SourceOptions implements Serializable {
       throw refuse("option 'kafka.bootstrap.servers' (or 'bootstrap.servers') is required");
     }
     bootstrapServers = bootstrap;
-    String group = clientProps.remove("group.id");
+    String group = emptyAsNull(clientProps.remove("group.id"));
     if (group == null) {
       group = opts.get("group.id");
     }
@@ -228,6 +231,9 @@ public final class SourceOptions implements Serializable {
           "failOnDataLoss = false and sweepCatalog go not together: offsets the broker no"
               + " longer holds are read back from their BLOBs, never skipped");
     }
+    // The rest in the order the Python parser reads them, so the first refusal is the same.
+    Long idle = opts.whole("idlePartitionTimeoutMs", 0, "milliseconds");
+    idlePartitionTimeoutMs = idle != null ? idle : 10_000L;
     String stream = opts.get("stream");
     this.stream = stream != null ? stream : topic;
     deadLetterTopic = opts.get("deadLetterTopic");
@@ -241,11 +247,8 @@ public final class SourceOptions implements Serializable {
     watermarkCheckpoint = opts.get("watermarkCheckpoint");
     String late = opts.get("lateWindow");
     lateWindow = late != null ? EventTimeWindow.parseOption(late) : null;
-    Long tasks = opts.whole("maxTasks", 1, "");
-    maxTasks = tasks != null ? Math.toIntExact(tasks) : null;
+    maxTasks = opts.whole("maxTasks", 1, "");
     maxEventTimeDriftMs = opts.whole("maxEventTimeDriftMs", 0, "milliseconds");
-    Long idle = opts.whole("idlePartitionTimeoutMs", 0, "milliseconds");
-    idlePartitionTimeoutMs = idle != null ? idle : 10_000L;
     minRowsPerTrigger = opts.whole("minOffsetsPerTrigger", 1, "");
     String delay = opts.get("maxTriggerDelay");
     maxTriggerDelayMs =
@@ -253,8 +256,7 @@ public final class SourceOptions implements Serializable {
     includeHeaders = opts.flag("includeHeaders", false);
     encoding = opts.choice("encoding", List.of("single-object", "confluent"), "single-object");
     schemaRegistry = Collections.unmodifiableMap(opts.prefixed("schemaregistry."));
-    String wanted = opts.get("fields");
-    fields = wanted == null ? null : List.copyOf(Arrays.asList(wanted.split(",")));
+    fields = opts.names("fields");
   }
 
   /**
@@ -274,6 +276,69 @@ public final class SourceOptions implements Serializable {
 
   static IllegalArgumentException refuse(String what) {
     return new IllegalArgumentException(SOURCE_NAME + ": " + what);
+  }
+
+  private static String emptyAsNull(String value) {
+    return value == null || value.isEmpty() ? null : value;
+  }
+
+  /**
+   * {@code text} as Python's {@code repr} writes a string, so that refusals quote a value as the
+   * Python source's do: in single quotes, or double ones when it holds a single quote and no double
+   * one; backslash, the quote and what Python does not print ({@code str.isprintable}) escaped.
+   */
+  static String repr(String text) {
+    char quote = text.indexOf('\'') >= 0 && text.indexOf('"') < 0 ? '"' : '\'';
+    StringBuilder out = new StringBuilder(text.length() + 2).append(quote);
+    text.codePoints()
+        .forEach(
+            cp -> {
+              if (cp == quote || cp == '\\') {
+                out.append('\\').appendCodePoint(cp);
+              } else if (cp == '\n') {
+                out.append("\\n");
+              } else if (cp == '\r') {
+                out.append("\\r");
+              } else if (cp == '\t') {
+                out.append("\\t");
+              } else if (printable(cp)) {
+                out.appendCodePoint(cp);
+              } else if (cp <= 0xff) {
+                out.append(String.format("\\x%02x", cp));
+              } else if (cp <= 0xffff) {
+                out.append(String.format("\\u%04x", cp));
+              } else {
+                out.append(String.format("\\U%08x", cp));
+              }
+            });
+    return out.append(quote).toString();
+  }
+
+  /** Python's {@code str.isprintable} of one code point. */
+  private static boolean printable(int cp) {
+    if (cp == ' ') {
+      return true;
+    }
+    switch (Character.getType(cp)) {
+      case Character.CONTROL,
+      Character.FORMAT,
+      Character.SURROGATE,
+      Character.PRIVATE_USE,
+      Character.UNASSIGNED,
+      Character.LINE_SEPARATOR,
+      Character.PARAGRAPH_SEPARATOR,
+      Character.SPACE_SEPARATOR:
+        return false;
+      default:
+        return true;
+    }
+  }
+
+  /** A list of names as Python writes it: {@code ['a', 'b']}. */
+  static String pyList(List<String> names) {
+    List<String> quoted = new ArrayList<>();
+    names.forEach(n -> quoted.add(repr(n)));
+    return "[" + String.join(", ", quoted) + "]";
   }
 
   /** The option map, read by kind; keys are case-insensitive, as Spark's. */
@@ -300,7 +365,7 @@ public final class SourceOptions implements Serializable {
     String choice(String key, List<String> allowed, String fallback) {
       String value = values.getOrDefault(key.toLowerCase(Locale.ROOT), fallback);
       if (!allowed.contains(value)) {
-        throw refuse(key + " = '" + value + "'; allowed: " + String.join(", ", allowed));
+        throw refuse(key + " = " + repr(value) + "; allowed: " + String.join(", ", allowed));
       }
       return value;
     }
@@ -311,7 +376,7 @@ public final class SourceOptions implements Serializable {
               .getOrDefault(key.toLowerCase(Locale.ROOT), String.valueOf(fallback))
               .toLowerCase(Locale.ROOT);
       if (!value.equals("true") && !value.equals("false")) {
-        throw refuse(key + " = '" + value + "'; allowed: true, false");
+        throw refuse(key + " = " + repr(value) + "; allowed: true, false");
       }
       return value.equals("true");
     }
@@ -324,7 +389,7 @@ public final class SourceOptions implements Serializable {
       Long value = text.chars().allMatch(Character::isDigit) ? parseLong(text) : null;
       if (value == null || value < minimum) {
         String what = unit.isEmpty() ? "a whole number" : "a whole number of " + unit;
-        throw refuse(key + " = '" + text + "'; allowed: " + what + " >= " + minimum);
+        throw refuse(key + " = " + repr(text) + "; allowed: " + what + " >= " + minimum);
       }
       return value;
     }
@@ -343,14 +408,37 @@ public final class SourceOptions implements Serializable {
         return new TreeMap<>();
       }
       try {
-        return PartitionOffsets.fromJson(topic, text);
+        return Assignment.offsets(topic, Assignment.readJson(text));
       } catch (IllegalArgumentException e) {
         throw refuse(
             key
-                + " = '"
-                + text
-                + "'; allowed: offsets as {\"<topic>\": {\"<partition>\": <offset>}}");
+                + " = "
+                + repr(text)
+                + "; allowed: offsets as {\"<topic>\": {\"<partition>\": <offset>}}");
       }
+    }
+
+    /**
+     * A comma-separated list of names, each stripped, empty ones left out; {@code null} when
+     * missing (as the Python {@code OptionMap.names}).
+     *
+     * @throws IllegalArgumentException no name in it
+     */
+    List<String> names(String key) {
+      String text = get(key);
+      if (text == null) {
+        return null;
+      }
+      List<String> names = new ArrayList<>();
+      for (String name : text.split(",")) {
+        if (!name.strip().isEmpty()) {
+          names.add(name.strip());
+        }
+      }
+      if (names.isEmpty()) {
+        throw refuse(key + " = " + repr(text) + "; allowed: names separated by commas");
+      }
+      return List.copyOf(names);
     }
 
     void exclusive(String first, String second) {
@@ -400,9 +488,9 @@ public final class SourceOptions implements Serializable {
         if (topics.size() != 1) {
           throw refuse(
               key
-                  + " = '"
-                  + text
-                  + "'; allowed: one topic (the source reads one topic; union one readStream"
+                  + " = "
+                  + repr(text)
+                  + "; allowed: one topic (the source reads one topic; union one readStream"
                   + " per topic)");
         }
         return new Object[] {topics.get(0), null};
@@ -430,24 +518,28 @@ public final class SourceOptions implements Serializable {
               + " Spark's Kafka source";
       SortedMap<Integer, Long> offsets;
       try {
-        offsets = Assignment.startingOffsets(topic, text);
+        JsonNode value = Assignment.readJson(text);
+        if (!value.isObject() || value.size() != 1 || !value.has(topic)) {
+          throw new IllegalArgumentException("not the offsets of topic " + topic + " alone");
+        }
+        offsets = Assignment.offsets(topic, value);
       } catch (IllegalArgumentException e) {
-        throw refuse("startingOffsets = '" + text + "'; " + allowed);
+        throw refuse("startingOffsets = " + repr(text) + "; " + allowed);
       }
       boolean bad = offsets.isEmpty() || offsets.firstKey() < 0;
       for (long o : offsets.values()) {
         bad |= o < EARLIEST;
       }
       if (bad) {
-        throw refuse("startingOffsets = '" + text + "'; " + allowed);
+        throw refuse("startingOffsets = " + repr(text) + "; " + allowed);
       }
       if (assigned != null && !new ArrayList<>(offsets.keySet()).equals(assigned)) {
         throw refuse(
             "startingOffsets names partitions "
                 + offsets.keySet()
-                + " of '"
-                + topic
-                + "' and assign "
+                + " of "
+                + repr(topic)
+                + " and assign "
                 + assigned
                 + ": name the same partitions (as Spark)");
       }

@@ -7,45 +7,56 @@ import java.util.regex.Pattern;
 
 /**
  * Spark's time strings ({@code JavaUtils.timeStringAsMs}), as options such as {@code
- * maxTriggerDelay} take them.
+ * maxTriggerDelay} take them; read as the Python source's {@code
+ * pipeline.spark.options.time_string_ms} reads them.
  */
 final class TimeStrings {
-  private static final Pattern TEXT = Pattern.compile("\\s*(\\d+)\\s*([a-z]*)\\s*");
-  private static final Map<String, Double> UNIT_MS =
-      Map.of(
-          "us",
-          0.001,
-          "ms",
-          1.0,
-          "s",
-          1000.0,
-          "m",
-          60_000.0,
-          "min",
-          60_000.0,
-          "h",
-          3_600_000.0,
-          "d",
-          86_400_000.0);
+  /** Python's {@code \s*(\d+)\s*([a-z]*)\s*}: its {@code \d} and {@code \s} are Unicode's. */
+  private static final Pattern TEXT =
+      Pattern.compile("\\s*(\\d+)\\s*([a-z]*)\\s*", Pattern.UNICODE_CHARACTER_CLASS);
+
+  /** Milliseconds of each unit but {@code us} (a thousandth of one). */
+  private static final Map<String, Long> UNIT_MS =
+      Map.of("ms", 1L, "s", 1000L, "m", 60_000L, "min", 60_000L, "h", 3_600_000L, "d", 86_400_000L);
 
   private TimeStrings() {}
 
   /**
-   * A whole number with an optional unit ({@code us, ms, s, m, min, h, d}; none is ms), in ms.
+   * A whole number with an optional unit ({@code us, ms, s, m, min, h, d}; none is ms), in ms:
+   * exact for every unit but {@code us}, whose value is {@code (long) (n * 0.001)} in doubles as
+   * Python's {@code int(n * 0.001)}; beyond {@code Long.MAX_VALUE} ms it is {@code Long.MAX_VALUE}
+   * (as Spark's {@code TimeUnit.convert}, and the Python source).
    *
+   * @param key the option, named in the refusal
+   * @param text the option's value
+   * @return milliseconds, {@code >= 0}
    * @throws IllegalArgumentException another text (names {@code key})
    */
   static long toMillis(String key, String text) {
     Matcher match = TEXT.matcher(text.toLowerCase(Locale.ROOT));
-    if (!match.matches() || !(match.group(2).isEmpty() || UNIT_MS.containsKey(match.group(2)))) {
+    String unit = match.matches() ? match.group(2) : null;
+    if (unit == null || !(unit.isEmpty() || unit.equals("us") || UNIT_MS.containsKey(unit))) {
       throw SourceOptions.refuse(
           key
-              + " = '"
-              + text
-              + "'; allowed: a whole number with a unit (us, ms, s, m, min, h, d; none is ms), as"
+              + " = "
+              + SourceOptions.repr(text)
+              + "; allowed: a whole number with a unit (us, ms, s, m, min, h, d; none is ms), as"
               + " Spark's time strings");
     }
-    double unit = match.group(2).isEmpty() ? 1.0 : UNIT_MS.get(match.group(2));
-    return (long) (Long.parseLong(match.group(1)) * unit);
+    long count;
+    try {
+      count = Long.parseLong(match.group(1));
+    } catch (NumberFormatException e) {
+      return Long.MAX_VALUE; // more digits than a long holds
+    }
+    if (unit.equals("us")) {
+      return (long) (count * 0.001);
+    }
+    long ms = unit.isEmpty() ? 1L : UNIT_MS.get(unit);
+    try {
+      return Math.multiplyExact(count, ms);
+    } catch (ArithmeticException e) {
+      return Long.MAX_VALUE;
+    }
   }
 }

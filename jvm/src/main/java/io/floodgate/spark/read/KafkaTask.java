@@ -25,19 +25,22 @@ public record KafkaTask(KafkaRange[] ranges, String[] preferredExecutors)
   /**
    * Deal {@code ranges} out to at most {@code maxTasks} tasks ({@code null}: one range a task),
    * largest range first to the task with the fewest offsets so far (LPT scheduling), as the Python
-   * source's {@code group_ranges}.
+   * source's {@code group_ranges} (tests/golden/planning/plan_batch_end.json holds cases of both).
    *
+   * @param ranges the micro-batch's ranges, one per Kafka partition
+   * @param maxTasks most tasks ({@code >= 1}), or {@code null}
    * @return the tasks, in the order of their first partition; none empty
    */
-  public static List<KafkaRange[]> group(List<KafkaRange> ranges, Integer maxTasks) {
+  public static List<KafkaRange[]> group(List<KafkaRange> ranges, Long maxTasks) {
     List<KafkaRange[]> out = new ArrayList<>();
     if (maxTasks == null || maxTasks >= ranges.size()) {
       ranges.forEach(r -> out.add(new KafkaRange[] {r}));
       return out;
     }
+    int count = maxTasks.intValue(); // below ranges.size()
     List<List<KafkaRange>> tasks = new ArrayList<>();
-    long[] sizes = new long[maxTasks];
-    for (int i = 0; i < maxTasks; i++) {
+    long[] sizes = new long[count];
+    for (int i = 0; i < count; i++) {
       tasks.add(new ArrayList<>());
     }
     List<KafkaRange> bySize = new ArrayList<>(ranges);
@@ -46,7 +49,7 @@ public record KafkaTask(KafkaRange[] ranges, String[] preferredExecutors)
             .thenComparingInt(KafkaRange::partition));
     for (KafkaRange r : bySize) {
       int least = 0;
-      for (int i = 1; i < maxTasks; i++) {
+      for (int i = 1; i < count; i++) {
         if (sizes[i] < sizes[least]) {
           least = i;
         }
