@@ -1,5 +1,6 @@
 package io.floodgate.spark.offsets;
 
+import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
@@ -19,7 +20,9 @@ import java.util.TreeMap;
  * without the spaces; both parse either.
  */
 public final class PartitionOffsets {
-  private static final ObjectMapper JSON = new ObjectMapper();
+  /** Python's {@code json.loads}: one JSON value, nothing after it. */
+  private static final ObjectMapper JSON =
+      new ObjectMapper().enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
 
   private PartitionOffsets() {}
 
@@ -42,8 +45,12 @@ public final class PartitionOffsets {
   }
 
   /**
-   * The offsets of {@code topic} in an offset log's text; an absent topic is an empty map.
+   * The offsets of {@code topic} in an offset log's text, with or without spaces; an absent topic
+   * is an empty map (as the Python {@code offsets_from_json}).
    *
+   * @param topic the topic
+   * @param json one source's line of the offset log
+   * @return partition to next offset, in partition order
    * @throws IllegalArgumentException the text is not JSON of that shape (the message quotes it)
    */
   public static SortedMap<Integer, Long> fromJson(String topic, String json) {
