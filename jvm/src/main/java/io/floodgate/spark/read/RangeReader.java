@@ -6,6 +6,9 @@ import io.floodgate.spark.deadletter.DeadLetterWriter;
 import io.floodgate.spark.serde.SchemaRepository;
 import io.floodgate.spark.serde.TupleDecoder;
 import io.floodgate.spark.serde.TupleRejected;
+import io.floodgate.spark.swept.SweepCatalogReader;
+import io.floodgate.spark.swept.SweptRanges;
+import io.floodgate.spark.swept.SweptRecords;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -37,7 +40,9 @@ import org.slf4j.LoggerFactory;
  * dead-lettered at the end of the task ({@link DeadLetterWriter}), and the task goes on.
  *
  * <p>Offsets the broker no longer holds fail the task ({@code failOnDataLoss}, the default), or are
- * skipped with a {@code FG-SOURCE-004} warning, as Spark's Kafka source does.
+ * skipped with a {@code FG-SOURCE-004} warning, as Spark's Kafka source does. With a sweep catalog
+ * ({@code sweepCatalog}), offsets below the broker's log start are read from the swept BLOBs first
+ * ({@link SweptRanges}), as the Python source's {@code read_partition} does.
  */
 public final class RangeReader implements PartitionReader<InternalRow> {
   private static final Logger LOG = LoggerFactory.getLogger(RangeReader.class);
@@ -68,6 +73,9 @@ public final class RangeReader implements PartitionReader<InternalRow> {
   private Iterator<ConsumerRecord<byte[], byte[]>> fetched = java.util.Collections.emptyIterator();
   private boolean rangeDone = true;
   private long rowsRead;
+  private SweptRanges swept;
+  private SweptRecords sweptRecords;
+  private long sweptRead;
 
   RangeReader(
       SourceOptions options,
@@ -139,6 +147,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
       if (metrics != null) {
         metrics.deadLettered().add(refused);
         metrics.rowsRead().add(rowsRead);
+        metrics.sweptRead().add(sweptRead);
       }
     } finally {
       if (consumer != null) {
@@ -162,13 +171,17 @@ public final class RangeReader implements PartitionReader<InternalRow> {
     if (!options.failOnDataLoss) {
       start = pastLost(tp);
     }
-    consumer.seek(tp, start);
     fetched = java.util.Collections.emptyIterator();
-    rangeDone = start >= range.end();
+    if (options.sweepCatalog != null) {
+      start = unsweep(tp, start, consumer.beginningOffsets(List.of(tp)).get(tp));
+    }
+    consumer.seek(tp, start);
+    rangeDone = start >= range.end() && !fetched.hasNext();
     return true;
   }
 
   private void finishRange() {
+    endSwept();
     if (consumer != null && range != null) {
       ConsumerPool.release(consumerProperties, range.topic(), range.partition(), consumer);
       consumer = null;
@@ -194,12 +207,25 @@ public final class RangeReader implements PartitionReader<InternalRow> {
 
   private void poll() {
     TopicPartition tp = new TopicPartition(range.topic(), range.partition());
+    if (sweptRecords != null && consumer.position(tp) >= range.end()) {
+      rangeDone = true; // the rest of the range came from BLOBs
+      return;
+    }
     long deadline = System.currentTimeMillis() + READ_STALL_TIMEOUT_MS;
     while (true) {
       ConsumerRecords<byte[], byte[]> records;
       try {
         records = consumer.poll(Duration.ofMillis(200));
       } catch (OffsetOutOfRangeException e) {
+        if (options.sweepCatalog != null) {
+          // Swept while this range was reading: BLOBs hold the rest up to the log start.
+          long from = e.offsetOutOfRangePartitions().getOrDefault(tp, consumer.position(tp));
+          long low = consumer.beginningOffsets(List.of(tp)).get(tp);
+          if (from < low) {
+            consumer.seek(tp, unsweep(tp, from, low));
+            return;
+          }
+        }
         throw new IllegalStateException(
             "FG-SOURCE-005 data loss: offsets from "
                 + consumer.position(tp, Duration.ofSeconds(30))
@@ -236,6 +262,36 @@ public final class RangeReader implements PartitionReader<InternalRow> {
                 + " s at offset "
                 + consumer.position(tp));
       }
+    }
+  }
+
+  /**
+   * With a sweep catalog, the records of {@code [from, min(range end, low))} come from the BLOB
+   * chain: {@link #fetched} is set to them (counted in {@code sweptRead}).
+   *
+   * @param low the broker's log start offset
+   * @return the offset to read the broker from
+   * @throws io.floodgate.spark.swept.DataLossException {@code from} is below {@code low} and in no
+   *     BLOB
+   */
+  private long unsweep(TopicPartition tp, long from, long low) {
+    if (from >= low) {
+      return from;
+    }
+    if (swept == null) {
+      swept = new SweptRanges(new SweepCatalogReader(options.sweepCatalog));
+    }
+    endSwept();
+    sweptRecords = swept.read(tp.topic(), tp.partition(), from, range.end(), low);
+    fetched = sweptRecords;
+    return sweptRecords.brokerFrom();
+  }
+
+  private void endSwept() {
+    if (sweptRecords != null) {
+      sweptRead += sweptRecords.count();
+      sweptRecords.close();
+      sweptRecords = null;
     }
   }
 
