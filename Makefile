@@ -9,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration test-apache-kafka test-soak \
+.PHONY: jar test-jvm demo test test-unit test-integration test-apache-kafka test-soak \
 	system-deps-demo system-deps-test system-deps-test-integration \
 	system-deps-test-apache-kafka system-deps-test-soak lint typecheck docs bench bench-peers bench-spark-kafka soak clean
 
@@ -31,38 +31,56 @@ $(VENV)/.docs: pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
 	touch $@
 
+# The floodgate_kafka source's jar (jvm/, Java 17 and Maven), copied into the package
+# where build_spark_session finds it; rebuilt when a file under jvm/ changes. An
+# installed wheel carries it (setup.py builds it in the wheel's build step).
+JAR := pipeline/spark/jars/floodgate-spark.jar
+JVM_SOURCES := jvm/pom.xml $(shell find jvm/src -type f 2>/dev/null)
+
+$(JAR): $(JVM_SOURCES)
+	scripts/build-jar --skip-tests
+
+jar: $(JAR)
+
+# The JUnit tests of the jar (`make test` runs them first).
+test-jvm:
+	cd jvm && mvn -B -q --no-transfer-progress -Dstyle.color=never \
+		-Dmaven.repo.local=$${FLOODGATE_MAVEN_REPO:-$$HOME/.cache/floodgate/m2} test
+
 # First prerequisite of each target that needs them, so a missing tool stops the run
 # before the virtualenv is built, not after minutes of failing tests. test-unit needs none.
 system-deps-demo system-deps-test system-deps-test-integration system-deps-test-apache-kafka system-deps-test-soak:
 	@scripts/system-deps $(@:system-deps-%=%)
 
-demo: system-deps-demo $(STAMP)
+demo: system-deps-demo $(STAMP) $(JAR)
 	$(BIN)/floodgate demo $(ARGS)
 
-test: system-deps-test $(STAMP)
+test: system-deps-test $(STAMP) $(JAR) test-jvm
 	$(BIN)/python -m pytest $(ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit $(ARGS)
 
-test-integration: system-deps-test-integration $(STAMP)
+test-integration: system-deps-test-integration $(STAMP) $(JAR)
 	$(BIN)/python -m pytest tests/integration $(ARGS)
 
 # The integration tests (soak included) on Apache Kafka's own broker instead of the
 # embedded one: needs Maven on first use, to fetch the broker's jars (docs/kafka-engines.md).
 # With them, the tests of Floodgate as users deploy it (marker `deployment`): the built
 # wheel in a fresh virtualenv, and a Spark standalone cluster (docs/spark-cluster.md).
-test-apache-kafka: system-deps-test-apache-kafka $(STAMP)
+test-apache-kafka: system-deps-test-apache-kafka $(STAMP) $(JAR)
 	FLOODGATE_KAFKA_ENGINE=apache-kafka $(BIN)/python -m pytest tests/integration $(ARGS)
 
 # The soak's short mode alone (about 2 minutes; `make test` runs it too).
-test-soak: system-deps-test-soak $(STAMP)
+test-soak: system-deps-test-soak $(STAMP) $(JAR)
 	$(BIN)/python -m pytest tests/integration/soak/test_soak.py -m soak $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline admission sweeper tests bench
 	$(BIN)/ruff format --check pipeline admission sweeper tests bench
 	$(BIN)/lint-imports
+	cd jvm && mvn -B -q --no-transfer-progress -Dstyle.color=never \
+		-Dmaven.repo.local=$${FLOODGATE_MAVEN_REPO:-$$HOME/.cache/floodgate/m2} spotless:check
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -72,7 +90,7 @@ typecheck: $(STAMP)
 docs: $(VENV)/.docs
 	$(BIN)/mkdocs build --strict
 
-bench: $(STAMP)
+bench: $(STAMP) $(JAR)
 	$(BIN)/python bench/bench_source.py $(ARGS)
 	$(BIN)/python bench/bench_put.py $(ARGS)
 	$(BIN)/python bench/bench_output.py $(ARGS)
@@ -90,11 +108,11 @@ bench-peers: $(VENV)/.bench
 # 15 minutes with the default 5 repeats). The peer makes its own virtualenv,
 # bench/.venv-spark-kafka (pyspark 4.2.0), and fetches the connector's jars with Maven
 # into ~/.cache/floodgate/spark-kafka-4.2.0 on first use.
-bench-spark-kafka: $(STAMP)
+bench-spark-kafka: $(STAMP) $(JAR)
 	$(BIN)/python bench/bench_spark_kafka.py $(ARGS)
 
 # The fault-injection soak, long mode (bench/README.md); ARGS="--short" for the test's.
-soak: $(VENV)/.bench
+soak: $(VENV)/.bench $(JAR)
 	$(BIN)/python bench/soak.py $(ARGS)
 
 clean:

@@ -18,7 +18,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.offsets import local_checkpoint_path, offsets_to_json
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.late_plan import late_plan
-from pipeline.spark.options import SOURCE_NAME
+from pipeline.spark.options import PYTHON_SOURCE_NAME, SOURCE_NAME
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,10 @@ def register_inputs(
     """(Re)define the input views for ``query``, which is analysed right after.
 
     Every input stream of the group becomes a temporary view of the stream's name,
-    read with the ``floodgate_kafka`` source (with a watermark on ``event_time``
-    where the stream has one).
+    read with the group's source (``query_group.source``: ``floodgate_kafka`` on the
+    JVM, or ``floodgate_kafka_python``), with a watermark on ``event_time`` where the
+    stream has one. The JVM source then decodes only the fields the query reads
+    (option ``fields``, :func:`read_fields`).
 
     Args:
         spark: the group's SparkSession.
@@ -49,6 +51,8 @@ def register_inputs(
     """
     schemas_json = schemas.as_json()
     late = late_window(spark, config, query)
+    jvm = config.query_group.source == "jvm"
+    views: dict[str, dict[str, str]] = {}
     for name, stream in config.input_streams.items():
         settings = config.input_settings(name)
         options = {
@@ -96,10 +100,74 @@ def register_inputs(
             options["discardBefore"] = json.dumps(
                 offsets_to_json(stream.topic, discard_before[name])
             )
-        df = spark.readStream.format(SOURCE_NAME).options(**options).load()
-        if stream.watermark:
-            df = df.withWatermark("event_time", stream.watermark)
-        df.createOrReplaceTempView(name)
+        views[name] = options
+        _define_view(spark, config, name, options)
+    if not jvm:
+        return
+    fields = read_fields(
+        spark,
+        config.queries[query].sql,
+        {name: schemas.get(s.schema_).field_names for name, s in config.input_streams.items()},
+    )
+    for name, options in views.items():
+        if name in fields:
+            _define_view(spark, config, name, {**options, "fields": ",".join(fields[name])})
+
+
+def _define_view(
+    spark: SparkSession, config: QueryGroupConfig, name: str, options: Mapping[str, str]
+) -> None:
+    """The temporary view ``name``: the input stream read with ``options``."""
+    source = SOURCE_NAME if config.query_group.source == "jvm" else PYTHON_SOURCE_NAME
+    df = spark.readStream.format(source).options(**options).load()
+    watermark = config.input_streams[name].watermark
+    if watermark:
+        df = df.withWatermark("event_time", watermark)
+    df.createOrReplaceTempView(name)
+
+
+def read_fields(
+    spark: SparkSession, sql: str, stream_fields: Mapping[str, list[str]]
+) -> dict[str, list[str]]:
+    """The fields of each input stream that the query ``sql`` reads, in schema order.
+
+    Spark plans a streaming scan without pushing the query's projection down to the
+    source, so the query group finds it: Spark's optimizer, run on the analysed plan,
+    prunes the columns each operator needs down to the relations (``ColumnPruning``),
+    and the attributes left name the fields. By name, so a field is kept if any
+    stream's column of that name is read (a superset, never too few).
+
+    Returns:
+        ``{stream: [field, ...]}``; a stream is missing (decode every field) when the
+        plan could not be optimized here (logged at DEBUG).
+    """
+    try:
+        session = spark._jsparkSession  # type: ignore[attr-defined]
+        analysed = spark.sql(sql)._jdf.queryExecution().analyzed()
+        optimized = session.sessionState().optimizer().execute(analysed)
+        plan = json.loads(optimized.toJSON())
+    except Exception as exc:  # an optimisation only: every field is decoded
+        log.debug("the fields of query %r are not known (%s): every field is decoded", sql, exc)
+        return {}
+    referenced: set[str] = set()
+    _attribute_names(plan, referenced)
+    return {
+        stream: [f for f in fields if f in referenced] for stream, fields in stream_fields.items()
+    }
+
+
+def _attribute_names(node: object, names: set[str]) -> None:
+    """The names of every attribute an operator of a plan's JSON refers to; a relation's
+    own ``output`` (every column it has) is not a reference."""
+    if isinstance(node, dict):
+        if str(node.get("class", "")).endswith(".AttributeReference"):
+            names.add(str(node.get("name")))
+        for key, value in node.items():
+            if key != "output":
+                _attribute_names(value, names)
+    elif isinstance(node, list):
+        for item in node:
+            _attribute_names(item, names)
 
 
 def late_window(

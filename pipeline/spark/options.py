@@ -14,8 +14,17 @@ from pipeline.serde.codec import StreamCodec
 from pipeline.serde.confluent import ENCODINGS, stream_codec
 from pipeline.serde.schemas import SchemaRepository
 
-#: Short name to use with ``spark.readStream.format(...)``.
+#: Short name to use with ``spark.readStream.format(...)``: the source on the JVM
+#: (``jvm/``, :mod:`pipeline.spark.jvm`), whose jar every Floodgate session loads.
 SOURCE_NAME = "floodgate_kafka"
+
+#: The Python source's name (:class:`~pipeline.spark.source.KafkaStreamDataSource`),
+#: the reference implementation, chosen per query group with ``source = "python"``:
+#: Spark refuses a Python data source under a name a JVM source already has.
+PYTHON_SOURCE_NAME = "floodgate_kafka_python"
+
+#: The sources a query group reads its input streams with (``query_group.source``).
+SOURCES = ("jvm", "python")
 
 
 @dataclass(frozen=True)

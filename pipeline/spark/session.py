@@ -11,6 +11,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from pipeline.errors import ConfigError
+from pipeline.spark.jvm import check_spark_version, source_jar
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,10 @@ def build_spark_session(
     2. ``master`` and ``conf`` (a query group file's ``[spark]`` section);
     3. :data:`SPARK_DEFAULTS`.
 
+    Whatever the layers say, the ``floodgate_kafka`` source's jar
+    (:func:`~pipeline.spark.jvm.source_jar`) is appended to ``spark.jars``, after the
+    user's jars; a SparkContext that runs already without it gets it through ``ADD JAR``.
+
     ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` default to this interpreter only
     when the master runs executors on this host (``local[...]``,
     ``local-cluster[...]``); on a cluster the executors' Python is the deployment's
@@ -90,7 +95,9 @@ def build_spark_session(
     applied and from where.
 
     Raises:
-        ConfigError: a value of ``conf`` is not a string, number or boolean.
+        ConfigError: a value of ``conf`` is not a string, number or boolean; the
+            source's jar is missing (a checkout without ``make jar``); or the running
+            Spark is not one the jar runs on (:func:`~pipeline.spark.jvm.check_spark_version`).
     """
     from pyspark import SparkConf, SparkContext
 
@@ -131,7 +138,15 @@ def build_spark_session(
             chosen[key] = (str(given.get(key)), "spark")
             continue
         builder = builder.master(value) if key == "spark.master" else builder.config(key, value)
+    jar = str(source_jar())
+    user_jars = chosen["spark.jars"][0] if "spark.jars" in chosen else given.get("spark.jars", "")
+    jars = [j for j in (user_jars or "").split(",") if j.strip()]
+    if jar not in jars:
+        jars.append(jar)
+    builder = builder.config("spark.jars", ",".join(jars))
     spark = builder.getOrCreate()
+    check_spark_version(spark.version)
+    _load_source_jar(spark, jar)
     spark.sparkContext.setLogLevel("WARN")
     _applied_settings.update(chosen)
     overridden = sorted(k for k, (_, source) in chosen.items() if source == "spark")
@@ -143,6 +158,30 @@ def build_spark_session(
         overridden or "none",
     )
     return spark
+
+
+def _load_source_jar(spark: SparkSession, jar: str) -> None:
+    """Make the driver and the executors load ``jar``, whenever the JVM started.
+
+    ``spark.jars`` reaches the driver's class path only when spark-submit launches the
+    JVM with it; PySpark's gateway is often up before the session's settings are known
+    (:func:`build_spark_session` reads Spark's own configuration from it), and a
+    ``spark-submit`` driver's JVM is spark-submit's. So the jar is added to the class
+    loader every Py4J thread of the driver shares (spark-submit's
+    ``MutableURLClassLoader``, the one ``--jars`` fills), and to the SparkContext's jars
+    when it is not among them already (Spark ships those to every executor).
+    """
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    url = jvm.java.io.File(jar).toURI().toURL()
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    if loader.getClass().getName().endswith("MutableURLClassLoader") and not any(
+        u.equals(url) for u in loader.getURLs()
+    ):
+        loader.addURL(url)
+    context = spark._jsc.sc()  # type: ignore[attr-defined]
+    listed = str(context.listJars().mkString("\n")).splitlines()
+    if not any(j.endswith("/" + os.path.basename(jar)) for j in listed):
+        context.addJar(jar)
 
 
 def spark_settings() -> dict[str, dict[str, str]]:

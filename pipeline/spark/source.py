@@ -1,8 +1,12 @@
-"""The Spark streaming data source that reads one Kafka topic (``floodgate_kafka``).
+"""The Python streaming data source that reads one Kafka topic (``floodgate_kafka_python``).
 
-Spark's own Kafka connector is a JVM jar that is not in the ``pyspark`` wheel;
-this source is a Python streaming data source (``pyspark.sql.datasource``,
-Spark >= 4.2 for admission control) and reads Kafka with confluent-kafka.
+Floodgate's source runs on the JVM (``floodgate_kafka``, ``jvm/``); this one is its
+reference implementation in Python, with the same options, columns, offsets and
+behaviour, chosen per query group with ``source = "python"``. It is a Python
+streaming data source (``pyspark.sql.datasource``, Spark >= 4.2 for admission
+control) and reads Kafka with confluent-kafka; it goes once the JVM source has run
+as the default for a release with nothing found that it does differently
+(docs/kafka-engines.md, "The two sources").
 
 Offsets are per-partition JSON in the shape Spark's Kafka source uses, the
 *next* offset to read of each partition: ``{"flights": {"0": 1200, "1": 1187}}``.
@@ -62,7 +66,13 @@ from pipeline.offsets import (
 )
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.alignment import EventTimeProbe, IdleTracker, align_batch_end
-from pipeline.spark.options import EARLIEST, LATEST, SOURCE_NAME, SourceOptions
+from pipeline.spark.options import (
+    EARLIEST,
+    LATEST,
+    PYTHON_SOURCE_NAME,
+    SOURCE_NAME,
+    SourceOptions,
+)
 from pipeline.spark.partition_reader import (
     KafkaInputPartition,
     KafkaTaskPartition,
@@ -76,15 +86,17 @@ _T = TypeVar("_T")
 
 
 class KafkaStreamDataSource(DataSource):
-    """``spark.readStream.format("floodgate_kafka")``: one Kafka topic of Avro tuples.
+    """``spark.readStream.format("floodgate_kafka_python")``: one Kafka topic of Avro
+    tuples, read in Python; the reference for the JVM source ``floodgate_kafka``, with
+    the same options, columns and behaviour.
 
     Register it once per SparkSession with ``spark.dataSource.register(KafkaStreamDataSource)``.
     """
 
     @classmethod
     def name(cls) -> str:
-        """The format name."""
-        return SOURCE_NAME
+        """The format name (not ``floodgate_kafka``: the JVM source has that one)."""
+        return PYTHON_SOURCE_NAME
 
     def schema(self) -> StructType:
         """The stream's columns (see :func:`spark_schema`)."""
