@@ -1,6 +1,7 @@
 package io.floodgate.spark.serde;
 
 import java.io.IOException;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.HexFormat;
 import java.util.List;
@@ -24,6 +25,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  * (the peer's {@code from_avro} decodes every field). A tuple written with an older schema of the
  * repository is resolved to the stream's (Avro's rules: promotions, defaults for added fields); one
  * whose fingerprint the repository does not know is refused, {@code unknown-fingerprint}.
+ *
+ * <p>The framing is a subclass's to change: {@link #writerKey} reads what names the writer schema,
+ * {@link #headerSize} says where the body starts, {@link #writerSchema} finds the schema of a key
+ * (once per key and decoder), as {@link ConfluentDecoder} does for the Confluent wire format.
  *
  * <p>Not thread-safe: one per task.
  */
@@ -53,6 +58,28 @@ public class TupleDecoder {
       SchemaRepository repository,
       List<String> fields,
       int[] ordinals) {
+    this(stream, schema, fields, ordinals, repository);
+  }
+
+  /**
+   * A decoder whose framing names its writer schemas elsewhere (a subclass's {@link #writerKey} and
+   * {@link #writerSchema}).
+   *
+   * @param stream the stream's name (for errors)
+   * @param schema the stream's schema (the reader schema)
+   * @param fields the stream's fields to decode
+   * @param ordinals the row ordinal of each field
+   */
+  protected TupleDecoder(String stream, Schema schema, List<String> fields, int[] ordinals) {
+    this(stream, schema, fields, ordinals, null);
+  }
+
+  private TupleDecoder(
+      String stream,
+      Schema schema,
+      List<String> fields,
+      int[] ordinals,
+      SchemaRepository repository) {
     this.stream = stream;
     this.repository = repository;
     this.readerSchema = projection(schema, fields);
@@ -100,16 +127,39 @@ public class TupleDecoder {
    * Decode {@code data} into {@code row}: each decoded field at its ordinal.
    *
    * @throws TupleRejected {@code bad-marker}, {@code unknown-fingerprint} or {@code bad-body}
+   *     (single-object encoding; a subclass's framing has its own reasons)
    */
   public void decode(byte[] data, InternalRow row) throws TupleRejected {
-    long fingerprint = fingerprint(data);
-    decodeBody(fingerprint, data, HEADER_SIZE, data.length - HEADER_SIZE, row);
+    long key = writerKey(data);
+    int header = headerSize();
+    decodeBody(key, data, header, data.length - header, row);
   }
 
-  /** Decode a body written with the schema of {@code fingerprint}. */
-  protected void decodeBody(long fingerprint, byte[] data, int start, int length, InternalRow row)
+  /**
+   * The framing: what names the writer schema of {@code data} (here its fingerprint), checked
+   * before the body is read; {@code data} is at least {@link #headerSize()} bytes when this
+   * returns.
+   *
+   * @throws TupleRejected the tuple is not in the framing ({@code bad-marker} here)
+   */
+  protected long writerKey(byte[] data) throws TupleRejected {
+    return fingerprint(data);
+  }
+
+  /** Bytes of the framing before the body: {@link #HEADER_SIZE} here. */
+  protected int headerSize() {
+    return HEADER_SIZE;
+  }
+
+  /** The writer schema of {@code key}, as errors name it. */
+  protected String writerName(long key) {
+    return "schema '" + repository.nameOf(key) + "'";
+  }
+
+  /** Decode a body written with the schema of {@code key} (a {@link #writerKey}). */
+  protected void decodeBody(long key, byte[] data, int start, int length, InternalRow row)
       throws TupleRejected {
-    ResolvingDecoder resolver = resolver(fingerprint);
+    ResolvingDecoder resolver = resolver(key);
     binary = DecoderFactory.get().binaryDecoder(data, start, length, binary);
     try {
       resolver.configure(binary);
@@ -120,9 +170,9 @@ public class TupleDecoder {
     } catch (IOException | RuntimeException e) {
       throw new TupleRejected(
           "bad-body",
-          "Avro body does not decode with schema '"
-              + repository.nameOf(fingerprint)
-              + "': "
+          "Avro body does not decode with "
+              + writerName(key)
+              + ": "
               + e.getClass().getSimpleName()
               + ": "
               + e.getMessage(),
@@ -130,22 +180,27 @@ public class TupleDecoder {
     }
   }
 
-  private ResolvingDecoder resolver(long fingerprint) throws TupleRejected {
-    ResolvingDecoder resolver = resolvers.get(fingerprint);
+  private ResolvingDecoder resolver(long key) throws TupleRejected {
+    ResolvingDecoder resolver = resolvers.get(key);
     if (resolver == null) {
-      Schema writer = writerSchema(fingerprint);
+      Schema writer = writerSchema(key);
       try {
         resolver = DecoderFactory.get().resolvingDecoder(writer, readerSchema, null);
       } catch (IOException | RuntimeException e) {
         throw new TupleRejected(
             "bad-body", "writer schema does not resolve to the stream's: " + e.getMessage(), e);
       }
-      resolvers.put(fingerprint, resolver);
+      resolvers.put(key, resolver);
     }
     return resolver;
   }
 
-  /** The writer schema of {@code fingerprint}; subclasses look elsewhere (a registry). */
+  /**
+   * The writer schema of {@code fingerprint}, asked once per key and decoder; subclasses look
+   * elsewhere (a registry).
+   *
+   * @throws TupleRejected no such schema ({@code unknown-fingerprint} here)
+   */
   protected Schema writerSchema(long fingerprint) throws TupleRejected {
     Schema writer = repository.byFingerprint(fingerprint);
     if (writer == null) {
@@ -310,10 +365,15 @@ public class TupleDecoder {
       super(ordinal);
     }
 
+    /**
+     * A copy of the text's bytes: {@code scratch} is read into again by the next string, and {@code
+     * UTF8String.clone()} would share its array when the text fills it exactly.
+     */
     @Override
     void read(ResolvingDecoder in, InternalRow row, Utf8 scratch) throws IOException {
       Utf8 text = in.readString(scratch);
-      row.update(ordinal, UTF8String.fromBytes(text.getBytes(), 0, text.getByteLength()).clone());
+      row.update(
+          ordinal, UTF8String.fromBytes(Arrays.copyOf(text.getBytes(), text.getByteLength())));
     }
   }
 
