@@ -1,15 +1,34 @@
 package io.floodgate.spark.read;
 
 import io.floodgate.spark.SourceOptions;
+import io.floodgate.spark.serde.ConfluentDecoder;
+import io.floodgate.spark.serde.SchemaRegistryClient;
 import io.floodgate.spark.serde.SchemaRepository;
 import io.floodgate.spark.serde.TupleDecoder;
 import java.util.List;
 import org.apache.avro.Schema;
 
-/** The decoder of a source's {@code encoding}. */
+/**
+ * The decoder of a source's {@code encoding}, as the Python source's {@code
+ * pipeline.serde.confluent.stream_codec} picks its codec.
+ */
 final class Decoders {
   private Decoders() {}
 
+  /**
+   * A decoder for one task.
+   *
+   * @param options the source's options ({@code encoding}, {@code schemaRegistry.*}, the topic)
+   * @param schema the stream's schema
+   * @param repository the schemas of option {@code schemas} (single-object writer schemas)
+   * @param fields the stream's fields to decode
+   * @param ordinals the row ordinal of each field
+   * @return {@code single-object}: a {@link TupleDecoder}; {@code confluent}: a {@link
+   *     ConfluentDecoder} asking the JVM's shared {@link SchemaRegistryClient} of {@code
+   *     schemaRegistry.*}
+   * @throws IllegalArgumentException {@code confluent} without {@code schemaRegistry.url}, or a
+   *     {@code schemaRegistry.*} option refused (named)
+   */
   static TupleDecoder forOptions(
       SourceOptions options,
       Schema schema,
@@ -17,9 +36,13 @@ final class Decoders {
       List<String> fields,
       int[] ordinals) {
     if (options.encoding.equals("confluent")) {
-      throw new IllegalArgumentException(
-          "floodgate_kafka: encoding = 'confluent' is not read by the JVM source yet; set the"
-              + " query group's source = \"python\" for this stream");
+      return new ConfluentDecoder(
+          options.stream,
+          options.topic,
+          schema,
+          SchemaRegistryClient.shared(options.schemaRegistry),
+          fields,
+          ordinals);
     }
     return new TupleDecoder(options.stream, schema, repository, fields, ordinals);
   }
