@@ -1,13 +1,41 @@
 package io.floodgate.spark.alignment;
 
+import io.floodgate.spark.KafkaClients;
 import io.floodgate.spark.SourceOptions;
+import java.time.Duration;
+import java.util.Map;
 
 /** The event-time aligner of a source's options. */
 public final class EventTimeAligners {
+  /**
+   * How long one read of the broker at planning may wait (the Python probe's {@code timeout_s}).
+   */
+  static final Duration READ_TIMEOUT = Duration.ofSeconds(10);
+
   private EventTimeAligners() {}
 
-  /** The aligner of option {@code maxEventTimeDriftMs} (set). */
+  /**
+   * The aligner of option {@code maxEventTimeDriftMs}: {@link EventTimeAligner#NONE} when it is not
+   * set; else one that reads event times at planning, the Kafka timestamp with Kafka's time index
+   * for the cuts ({@code timestampMode = server}), or the decoded {@code timestampField} with an
+   * interpolation search ({@code data_source}). Its consumers connect on first use.
+   *
+   * @throws IllegalArgumentException {@code data_source} with {@code encoding = confluent} and
+   *     {@code schemaRegistry.*} options the registry client refuses
+   */
   public static EventTimeAligner of(SourceOptions options) {
-    return EventTimeAligner.NONE;
+    if (options.maxEventTimeDriftMs == null) {
+      return EventTimeAligner.NONE;
+    }
+    RecordEventTime eventTime = RecordEventTime.of(options);
+    EventTimeProbe probe =
+        new EventTimeProbe(
+            KafkaClients.consumer(options, Map.of()), options.topic, eventTime, READ_TIMEOUT);
+    KafkaTimeIndex index =
+        options.timestampMode.equals("server")
+            ? new KafkaTimeIndex(
+                KafkaClients.consumer(options, Map.of()), options.topic, READ_TIMEOUT)
+            : null;
+    return new ProbingAligner(options.stream, options.maxEventTimeDriftMs, probe, index);
   }
 }

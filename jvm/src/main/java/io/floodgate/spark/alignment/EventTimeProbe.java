@@ -1,0 +1,237 @@
+package io.floodgate.spark.alignment;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+
+/**
+ * Reads the event time of the tuple at an offset, for planning, and caches it: the Python source's
+ * {@code pipeline.spark.alignment.EventTimeProbe}.
+ *
+ * <p>One consumer, assigned every partition it has probed and paused between reads: a read seeks
+ * and resumes the partitions it needs, so their fetches travel in one request to each broker (a
+ * planning step costs one round trip, not one per partition), and a paused partition is not fetched
+ * in the background between plannings (the Python probe unassigns for the same reason, commit
+ * 15bae0c). It never long-polls ({@code fetch.max.wait.ms} = 10, as the Python probes' {@code
+ * fetch.wait.max.ms}, commit 774de2b) and asks for {@link #PROBE_FETCH_BYTES} a partition.
+ *
+ * <p>Not thread-safe: the driver's planning thread uses it.
+ */
+public final class EventTimeProbe implements AutoCloseable {
+  /** Tuples a read keeps of a partition's fetch (they fill the cache around the offset). */
+  public static final int PROBE_BATCH = 64;
+
+  /** Bytes a read's fetch asks for of a partition: {@link #PROBE_BATCH} flights are ~4 KiB. */
+  public static final int PROBE_FETCH_BYTES = 64 * 1024;
+
+  /** Event times cached per partition, most recent offsets kept. */
+  public static final int CACHE_PER_PARTITION = 4096;
+
+  private final String topic;
+  private final RecordEventTime eventTime;
+  private final Duration timeout;
+  private final Properties properties;
+  private KafkaConsumer<byte[], byte[]> consumer;
+  private final Set<TopicPartition> assigned = new HashSet<>();
+  private final Map<Integer, TreeMap<Long, Long>> cache = new HashMap<>();
+
+  /** The last stable offset per partition the planning works below: nothing is read at or past. */
+  private Map<Integer, Long> limits = Map.of();
+
+  private long reads;
+
+  /**
+   * @param consumerProperties a consumer of the topic (read committed, never subscribing, never
+   *     committing: {@code KafkaClients.consumer}); the probe's own fetch settings go on top
+   * @param topic the topic
+   * @param eventTime a record's event time
+   * @param timeout how long one read may wait for the broker
+   */
+  public EventTimeProbe(
+      Properties consumerProperties, String topic, RecordEventTime eventTime, Duration timeout) {
+    this.topic = topic;
+    this.eventTime = eventTime;
+    this.timeout = timeout;
+    this.properties = new Properties();
+    properties.putAll(consumerProperties);
+    properties.putAll(settings());
+  }
+
+  /** The probe's consumer settings, over the user's: never wait, fetch little. */
+  static Map<String, String> settings() {
+    return Map.of(
+        ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "10",
+        ConsumerConfig.FETCH_MIN_BYTES_CONFIG, "1",
+        ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG, Integer.toString(PROBE_FETCH_BYTES),
+        ConsumerConfig.MAX_POLL_RECORDS_CONFIG, Integer.toString(PROBE_BATCH * 16),
+        ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+  }
+
+  /** Set the offsets the planning works below (its last stable offsets). */
+  public void limit(Map<Integer, Long> latest) {
+    this.limits = Map.copyOf(latest);
+  }
+
+  /** Rounds of reads of the broker made (for tests and the planning's cost). */
+  public long reads() {
+    return reads;
+  }
+
+  /**
+   * The event time of the tuple at each {@code {partition: offset}}; for an offset that holds no
+   * tuple (a transaction marker, an aborted write), the next tuple's; {@code null} when there is
+   * none before the limit ({@link #limit}) or the broker does not answer within the timeout. What
+   * is not cached is read at once, in one round of fetches for all partitions.
+   *
+   * @return the event time (epoch ms, or {@code null}) of every partition asked
+   */
+  public Map<Integer, Long> many(Map<Integer, Long> wanted) {
+    Map<Integer, Long> found = new HashMap<>();
+    Map<Integer, Long> missing = new TreeMap<>();
+    for (Map.Entry<Integer, Long> e : wanted.entrySet()) {
+      TreeMap<Long, Long> cached = cache.get(e.getKey());
+      if (cached != null && cached.containsKey(e.getValue())) {
+        found.put(e.getKey(), cached.get(e.getValue()));
+      } else if (e.getValue() < 0 || e.getValue() >= limits.getOrDefault(e.getKey(), 0L)) {
+        found.put(e.getKey(), null);
+      } else {
+        missing.put(e.getKey(), e.getValue());
+      }
+    }
+    if (!missing.isEmpty()) {
+      reads++;
+      found.putAll(fetch(missing));
+    }
+    return found;
+  }
+
+  /** The cached event times of {@code {partition: offset}}; offsets not cached are left out. */
+  public Map<Integer, Long> known(Map<Integer, Long> wanted) {
+    Map<Integer, Long> found = new HashMap<>();
+    for (Map.Entry<Integer, Long> e : wanted.entrySet()) {
+      TreeMap<Long, Long> cached = cache.get(e.getKey());
+      if (cached != null && cached.containsKey(e.getValue())) {
+        found.put(e.getKey(), cached.get(e.getValue()));
+      }
+    }
+    return found;
+  }
+
+  /** Drop cached offsets that are read already ({@code < begin[p]}). */
+  public void forgetBefore(Map<Integer, Long> begin) {
+    cache.forEach((p, cached) -> cached.headMap(begin.getOrDefault(p, 0L)).clear());
+  }
+
+  private KafkaConsumer<byte[], byte[]> consumer() {
+    if (consumer == null) {
+      consumer =
+          new KafkaConsumer<>(properties, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+    }
+    return consumer;
+  }
+
+  /**
+   * Read the first tuples at each {@code {partition: offset}}: seek, resume, poll until every
+   * partition has records or has moved to its limit (markers, aborted writes), pause.
+   */
+  private Map<Integer, Long> fetch(Map<Integer, Long> missing) {
+    KafkaConsumer<byte[], byte[]> c = consumer();
+    Map<TopicPartition, Long> open = new HashMap<>();
+    missing.forEach((p, o) -> open.put(new TopicPartition(topic, p), o));
+    if (!assigned.containsAll(open.keySet())) {
+      assigned.addAll(open.keySet());
+      c.assign(assigned);
+      c.pause(assigned);
+    }
+    open.forEach(c::seek);
+    c.resume(open.keySet());
+    Map<Integer, Long> found = new HashMap<>();
+    long deadline = System.nanoTime() + timeout.toNanos();
+    try {
+      while (!open.isEmpty()) {
+        long left = deadline - System.nanoTime();
+        if (left <= 0) {
+          break;
+        }
+        ConsumerRecords<byte[], byte[]> records = c.poll(Duration.ofNanos(left));
+        List<TopicPartition> done = new ArrayList<>();
+        for (TopicPartition tp : records.partitions()) {
+          Long offset = open.get(tp);
+          if (offset != null) {
+            found.put(tp.partition(), remember(tp.partition(), offset, records.records(tp)));
+            done.add(tp);
+          }
+        }
+        for (Map.Entry<TopicPartition, Long> e : open.entrySet()) {
+          if (!done.contains(e.getKey())
+              && c.position(e.getKey(), timeout)
+                  >= limits.getOrDefault(e.getKey().partition(), 0L)) {
+            // Nothing but markers or aborted writes up to the limit: no tuple to tell.
+            found.put(
+                e.getKey().partition(), remember(e.getKey().partition(), e.getValue(), List.of()));
+            done.add(e.getKey());
+          }
+        }
+        c.pause(done);
+        done.forEach(open::remove);
+      }
+    } finally {
+      c.pause(c.assignment());
+    }
+    for (TopicPartition tp : open.keySet()) {
+      found.put(tp.partition(), null); // the broker did not answer in time
+    }
+    return found;
+  }
+
+  /** Cache the event times of {@code records} read at {@code offset}; the one at it. */
+  private Long remember(int partition, long offset, List<ConsumerRecord<byte[], byte[]>> records) {
+    TreeMap<Long, Long> cached = cache.computeIfAbsent(partition, p -> new TreeMap<>());
+    Long at = null;
+    boolean seen = false;
+    int kept = 0;
+    for (ConsumerRecord<byte[], byte[]> r : records) {
+      if (r.offset() < offset) {
+        continue;
+      }
+      Long time = eventTime.of(r);
+      cached.put(r.offset(), time);
+      if (!seen) {
+        at = time;
+        seen = true;
+      }
+      if (++kept >= PROBE_BATCH) {
+        break;
+      }
+    }
+    // Offsets without a tuple (markers) take the event time of the next tuple.
+    cached.put(offset, at);
+    for (Iterator<Long> it = cached.keySet().iterator();
+        cached.size() > CACHE_PER_PARTITION && it.hasNext(); ) {
+      it.next();
+      it.remove();
+    }
+    return at;
+  }
+
+  @Override
+  public void close() {
+    if (consumer != null) {
+      consumer.close(Duration.ofSeconds(5));
+      consumer = null;
+    }
+  }
+}

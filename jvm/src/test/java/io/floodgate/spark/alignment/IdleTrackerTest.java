@@ -1,0 +1,36 @@
+package io.floodgate.spark.alignment;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.atomic.AtomicLong;
+import org.junit.jupiter.api.Test;
+
+/** {@link IdleTracker}, as the Python source's test of its {@code IdleTracker}. */
+class IdleTrackerTest {
+  @Test
+  void aHeadThatStandsStillMakesItsPartitionIdle() {
+    AtomicLong now = new AtomicLong();
+    IdleTracker tracker = new IdleTracker(10_000, now::get);
+    assertEquals(Set.of(), tracker.observe(Map.of(0, 5L, 1, 7L)));
+    now.set(9_000);
+    assertEquals(Set.of(), tracker.observe(Map.of(0, 5L, 1, 8L)));
+    now.set(10_000);
+    assertEquals(Set.of(0), tracker.observe(Map.of(0, 5L, 1, 8L)));
+    now.set(11_000);
+    assertEquals(Set.of(), tracker.observe(Map.of(0, 6L, 1, 8L))); // partition 0 moved again
+    now.set(19_000);
+    assertEquals(Set.of(1), tracker.observe(Map.of(0, 6L, 1, 8L)));
+  }
+
+  @Test
+  void headsAboveTheBoxedLongCacheAreComparedByValue() {
+    // Long.valueOf caches -128..127 only: heads must compare by value, not by reference.
+    AtomicLong now = new AtomicLong();
+    IdleTracker tracker = new IdleTracker(1_000, now::get);
+    tracker.observe(Map.of(0, Long.valueOf(1_000_000L)));
+    now.set(1_000);
+    assertEquals(Set.of(0), tracker.observe(Map.of(0, Long.valueOf(1_000_000L))));
+  }
+}
