@@ -8,13 +8,19 @@ apache-kafka``), with the same input topic and bytes:
   4-partition topic through the back-pressure client (``common.produce_flights``:
   Avro single-object encoding, the stream's key). Its CPU is the *producer* role,
   the same for every system since all of them read these bytes.
-* **Floodgate**: the ``flights`` query group of ``conf/flights.toml`` (both queries,
-  the ``floodgate_kafka`` source, micro-batches of up to ``max_rows_per_trigger`` =
-  150 000 rows, the transactional sink with its output stream queue bound, exactly
+* **Floodgate**, twice: the ``flights`` query group of ``conf/flights.toml`` (both
+  queries, micro-batches of up to ``max_rows_per_trigger`` = 150 000 rows, event-time
+  alignment on, the transactional sink with its output stream queue bound, exactly
   once), with ``Trigger.AvailableNow``, in a driver process of its own (the project's
-  ``.venv``, pyspark 4.3.0; this script run with ``--floodgate-worker``).
-* **the peer, two outputs** (``bench/spark_kafka_peer.py``, in ``bench/.venv-spark-kafka``
-  with ``pyspark==4.2.0``, the newest PySpark whose connector Maven Central serves; the
+  ``.venv``; this script run with ``--floodgate-worker``), reading with
+  ``floodgate_jvm``: the ``floodgate_kafka`` source on the JVM (``query_group.source =
+  "jvm"``, the default), and ``floodgate_python``: its Python reference
+  (``source = "python"``).
+* **the peer, two outputs** (``bench/spark_kafka_peer.py``; by default in the project's
+  ``.venv``, so on the same PySpark as Floodgate, with Spark's Kafka connector and Avro
+  module 4.2.0, the newest Maven Central serves, which run on PySpark 4.3 as the test
+  comparing ``format("kafka")`` with ``format("floodgate_kafka")`` shows; with
+  ``--peer-spark 4.2`` in ``bench/.venv-spark-kafka``, ``pyspark==4.2.0``; the
   connector's jars fetched with Maven from ``pipeline/brokers/spark_connector/pom.xml`` into
   ``~/.cache/floodgate/spark-kafka-4.2.0/jars`` and passed in ``spark.jars``): the same
   two queries as a PySpark user writes them, ``spark.readStream.format("kafka")`` with
@@ -51,7 +57,7 @@ The three systems run one after the other on each run's broker, their order rota
 from run to run, each once the broker and the machine are quiet. Each driver is a
 long-lived process: one discarded warm-up run of each first (all flights, or
 ``--warmup N``: the JVM's JIT compiles over the first runs, :data:`common.WARMUP_FLIGHTS`).
-Headline: the median over runs of Floodgate ÷ peer (b). Target: >= 1.0x.
+Headline: the median over runs of Floodgate's JVM source ÷ peer (b). Target: >= 1.0x.
 
 Run: ``.venv/bin/python bench/bench_spark_kafka.py [--repeat 5] [--limit N] [--engine E]``
 (``make bench-spark-kafka``); it creates ``bench/.venv-spark-kafka`` and fetches the
@@ -110,7 +116,8 @@ MARKER = "@@bench "
 
 #: The systems measured: (name in tables and JSON, driver, the peer's output variant).
 SYSTEMS = {
-    "floodgate": "Floodgate (floodgate_kafka source, transactional sink, bounded queues)",
+    "floodgate_jvm": "Floodgate, JVM source (floodgate_kafka, transactional sink, bounded queues)",
+    "floodgate_python": "Floodgate, Python source (floodgate_kafka_python, the same sink)",
     "peer_foreach_batch": "peer (b): Spark Kafka source + from_avro, foreachBatch transaction",
     "peer_kafka_sink": "peer (a): Spark Kafka source + from_avro, Spark Kafka sink",
 }
@@ -183,7 +190,7 @@ def fetch_connector(version: str = PEER_SPARK_VERSION) -> Path:
         return spark_connector.fetch_connector(version, timeout_s=FETCH_TIMEOUT_S)
 
 
-def peer_jars(jars: Path) -> list[str]:
+def peer_jars(jars: Path, peer_python: Path) -> list[str]:
     """The fetched jars the peer's Spark lacks
     (:func:`pipeline.brokers.spark_connector.jars_spark_lacks` against the peer's
     pyspark).
@@ -193,7 +200,7 @@ def peer_jars(jars: Path) -> list[str]:
         commons-pool2, spark-token-provider-kafka.
     """
     done = subprocess.run(
-        [str(PEER_PYTHON), "-c", "import pyspark, os; print(os.path.dirname(pyspark.__file__))"],
+        [str(peer_python), "-c", "import pyspark, os; print(os.path.dirname(pyspark.__file__))"],
         capture_output=True,
         text=True,
         check=True,
@@ -378,7 +385,7 @@ def floodgate_worker() -> None:
     spark.stop()
 
 
-def start_drivers(jars: list[str], log_dir: Path) -> dict[str, Driver]:
+def start_drivers(jars: list[str], log_dir: Path, peer_python: Path) -> dict[str, Driver]:
     """Floodgate's driver (this script, ``--floodgate-worker``, in the project's
     ``.venv``) and the peer's (``bench/spark_kafka_peer.py`` in its own virtualenv);
     both peer variants share the peer's driver. Started one after the other (a cold
@@ -399,15 +406,13 @@ def start_drivers(jars: list[str], log_dir: Path) -> dict[str, Driver]:
             log_dir / "spark_kafka-floodgate.log",
             os.environ,
         )
-        progress.add_task(
-            f"starting the peer's driver (SparkSession, pyspark {PEER_SPARK_VERSION})", total=None
-        )
+        progress.add_task(f"starting the peer's driver (SparkSession, {peer_python})", total=None)
         drivers["peer"] = Driver(
             "peer",
-            [str(PEER_PYTHON), str(PEER_SCRIPT)],
+            [str(peer_python), str(PEER_SCRIPT)],
             {"conf": conf, "jars": jars},
             log_dir / "spark_kafka-peer.log",
-            {**base, "PYSPARK_PYTHON": str(PEER_PYTHON)},
+            {**base, "PYSPARK_PYTHON": str(peer_python)},
         )
     return drivers
 
@@ -612,13 +617,20 @@ def run_config(topic: str, n: int, checkpoints: Path, system: str) -> dict[str, 
     topic is produced beforehand)."""
     raw = tomllib.loads(common.FLIGHTS_TOML.read_text())
     run = uuid.uuid4().hex[:8]
-    short = {"floodgate": "fg", "peer_foreach_batch": "pb", "peer_kafka_sink": "pa"}[system]
+    short = {
+        "floodgate_jvm": "fj",
+        "floodgate_python": "fp",
+        "peer_foreach_batch": "pb",
+        "peer_kafka_sink": "pa",
+    }[system]
     raw["query_group"].update(
         name=f"bench{short}{run}",
         checkpoint_dir=str(checkpoints / run),
         control_dir=str(checkpoints / "control"),
         dead_letter_topic=f"bench.dead-letter.{run}",
     )
+    if system.startswith("floodgate_"):
+        raw["query_group"]["source"] = system.removeprefix("floodgate_")
     raw["input_streams"]["flights"].update(
         topic=topic, starting_offsets="earliest", max_queue_size=n + 1
     )
@@ -731,7 +743,7 @@ def measure(
     config = parse_query_group(raw, env={})
     bootstrap = broker.bootstrap_servers
     ensure_topics(bootstrap, config.topics())
-    if system == "floodgate":
+    if system.startswith("floodgate_"):
         driver.call(cmd="prepare", config=raw, bootstrap=bootstrap)
     else:
         variant = system.removeprefix("peer_")
@@ -803,9 +815,9 @@ class Run:
     order: list[str]
     systems: dict[str, Measurement] = field(default_factory=dict)
 
-    def ratio(self, peer: str) -> float:
-        """Floodgate ÷ ``peer``, tuples/s."""
-        return self.systems["floodgate"].tuples_per_s / self.systems[peer].tuples_per_s
+    def ratio(self, peer: str, floodgate: str = "floodgate_jvm") -> float:
+        """``floodgate`` (a Floodgate system) ÷ ``peer``, tuples/s."""
+        return self.systems[floodgate].tuples_per_s / self.systems[peer].tuples_per_s
 
 
 def run_once(
@@ -843,7 +855,7 @@ def run_once(
         )
         with tempfile.TemporaryDirectory(prefix="floodgate-bench-sk-") as tmp:
             for system in order:
-                driver = drivers["floodgate" if system == "floodgate" else "peer"]
+                driver = drivers["floodgate" if system.startswith("floodgate_") else "peer"]
                 run.systems[system] = measure(system, driver, broker, topic, n, Path(tmp), expected)
                 on_done(system, run.systems[system])
         return run
@@ -892,9 +904,12 @@ def report(runs: Sequence[Run]) -> dict[str, Any]:
     ratios = {
         peer: [r.ratio(peer) for r in runs] for peer in ("peer_foreach_batch", "peer_kafka_sink")
     }
+    ratios["python_source_vs_peer_foreach_batch"] = [
+        r.ratio("peer_foreach_batch", "floodgate_python") for r in runs
+    ]
     for peer, values in ratios.items():
         console.print(
-            f"Floodgate / {peer} per run: "
+            f"Floodgate (JVM source unless named) / {peer} per run: "
             + " ".join(f"{v:.2f}" for v in values)
             + f"; median {_median(values):.2f}x (min {min(values):.2f}, max {max(values):.2f})"
         )
@@ -942,7 +957,8 @@ def report(runs: Sequence[Run]) -> dict[str, Any]:
     console.print(spark)
     headline = _median(ratios["peer_foreach_batch"])
     console.print(
-        f"target Floodgate >= {TARGET_RATIO:.1f}x the peer with foreachBatch output: "
+        f"target Floodgate's JVM source >= {TARGET_RATIO:.1f}x the peer with foreachBatch "
+        "output: "
         f"{'met' if headline >= TARGET_RATIO else 'NOT met'} ({headline:.2f}x)"
     )
     return {
@@ -967,20 +983,30 @@ def main() -> None:
     parser = common.argument_parser(__doc__, "spark_kafka.json", repeat=5)
     common.add_flights_arguments(parser, warmup=True)
     common.add_engine_argument(parser)
+    parser.add_argument(
+        "--peer-spark",
+        choices=("same", PEER_SPARK_VERSION.rsplit(".", 1)[0]),
+        default="same",
+        help="the peer's PySpark: the project's, as Floodgate's (same, the default), or "
+        f"{PEER_SPARK_VERSION} in bench/.venv-spark-kafka",
+    )
     parser.add_argument("--floodgate-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floodgate_worker:
         floodgate_worker()
         return
     common.log_warnings()
-    ensure_peer_venv()
-    jars = peer_jars(fetch_connector())
+    peer_python = Path(sys.executable)
+    if args.peer_spark != "same":
+        ensure_peer_venv()
+        peer_python = PEER_PYTHON
+    jars = peer_jars(fetch_connector(), peer_python)
     console.log(f"connector jars ({PEER_SPARK_VERSION}): {', '.join(Path(j).name for j in jars)}")
     expected = Expected(common.expected_origin_hours(args.limit), expected_carrier_days(args.limit))
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     console.log(f"uptime at start: {uptime}")
     systems = list(SYSTEMS)
-    drivers = start_drivers(jars, OUT_DIR)
+    drivers = start_drivers(jars, OUT_DIR, peer_python)
     runs: list[Run] = []
     try:
         versions = {
@@ -1010,9 +1036,10 @@ def main() -> None:
                 run = run_once(drivers, args.engine, args.limit, expected, order, done)
                 runs.append(run)
                 progress.console.log(
-                    f"run {r + 1}/{args.repeat}: Floodgate / peer (b) "
+                    f"run {r + 1}/{args.repeat}: Floodgate JVM / peer (b) "
                     f"{run.ratio('peer_foreach_batch'):.2f}x, "
-                    f"/ peer (a) {run.ratio('peer_kafka_sink'):.2f}x"
+                    f"/ peer (a) {run.ratio('peer_kafka_sink'):.2f}x; Python source / peer (b) "
+                    f"{run.ratio('peer_foreach_batch', 'floodgate_python'):.2f}x"
                 )
     finally:
         for d in drivers.values():
