@@ -6,6 +6,7 @@ import io.floodgate.spark.deadletter.DeadLetterWriter;
 import io.floodgate.spark.serde.SchemaRepository;
 import io.floodgate.spark.serde.TupleDecoder;
 import io.floodgate.spark.serde.TupleRejected;
+import io.floodgate.spark.swept.DataLossException;
 import io.floodgate.spark.swept.SweepCatalogReader;
 import io.floodgate.spark.swept.SweptRanges;
 import io.floodgate.spark.swept.SweptRecords;
@@ -226,18 +227,23 @@ public final class RangeReader implements PartitionReader<InternalRow> {
             return;
           }
         }
-        throw new IllegalStateException(
-            "FG-SOURCE-005 data loss: offsets from "
-                + consumer.position(tp, Duration.ofSeconds(30))
-                + " of "
-                + tp
-                + " are no longer on the broker (retention or delete-records), and no BLOB holds"
-                + " them; micro-batch range ["
-                + range.start()
-                + ", "
-                + range.end()
-                + "). Set failOnDataLoss = false to skip them, as Spark's Kafka source allows",
-            e);
+        long next = consumer.position(tp, Duration.ofSeconds(30));
+        long low = consumer.beginningOffsets(List.of(tp)).get(tp);
+        DataLossException lost =
+            new DataLossException(
+                "the broker no longer holds offset "
+                    + next
+                    + " (log start "
+                    + low
+                    + "; retention or delete-records) and no BLOB holds it. Set failOnDataLoss"
+                    + " = false to skip such offsets, as Spark's Kafka source allows",
+                range.topic(),
+                range.partition(),
+                next,
+                range.end(),
+                low);
+        lost.initCause(e);
+        throw lost;
       }
       List<ConsumerRecord<byte[], byte[]>> got = records.records(tp);
       if (!got.isEmpty()) {

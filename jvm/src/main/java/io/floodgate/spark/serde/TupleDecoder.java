@@ -7,6 +7,7 @@ import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeSet;
+import org.apache.avro.InvalidNumberEncodingException;
 import org.apache.avro.Schema;
 import org.apache.avro.io.BinaryDecoder;
 import org.apache.avro.io.DecoderFactory;
@@ -167,6 +168,11 @@ public class TupleDecoder {
         writers[f.pos()].read(resolver, row, scratch);
       }
       resolver.drain();
+    } catch (InvalidNumberEncodingException | ArithmeticException e) {
+      // A varint too long for an Avro int or long (a careless producer's 40-bit int), or a
+      // timestamp beyond Spark's range: the Python source meets these when the value does
+      // not fit its Arrow column, reason bad-value.
+      throw new TupleRejected("bad-value", "a value does not fit its column: " + e.getMessage(), e);
     } catch (IOException | RuntimeException e) {
       throw new TupleRejected(
           "bad-body",
