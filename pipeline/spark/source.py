@@ -6,7 +6,7 @@ behaviour, chosen per query group with ``source = "python"``. It is a Python
 streaming data source (``pyspark.sql.datasource``, Spark >= 4.2 for admission
 control) and reads Kafka with confluent-kafka; it goes once the JVM source has run
 as the default for a release with nothing found that it does differently
-(docs/kafka-engines.md, "The two sources").
+(docs/spark-source.md, "When the Python source goes").
 
 Offsets are per-partition JSON in the shape Spark's Kafka source uses, the
 *next* offset to read of each partition: ``{"flights": {"0": 1200, "1": 1187}}``.
