@@ -69,6 +69,7 @@ import bisect
 import contextlib
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -81,6 +82,7 @@ from typing import Any
 
 import bench_spark_kafka as bsk
 import common
+import tomli_w
 from common import OUT_DIR, ROOT, console
 from rich.table import Table
 
@@ -103,18 +105,15 @@ PHASES = common.SPARK_PHASES
 SETTLE_TIMEOUT_S = 300.0
 
 
-def config_with_trigger(trigger_ms: int | None, directory: Path) -> Path:
-    """``conf/flights.toml`` with ``trigger_interval_ms`` replaced (``None``: as it is)."""
-    text = common.FLIGHTS_TOML.read_text()
-    if trigger_ms is None:
-        return common.FLIGHTS_TOML
-    raw = tomllib.loads(text)
-    old = raw["query_group"]["trigger_interval_ms"]
-    text = text.replace(f"trigger_interval_ms = {old}", f"trigger_interval_ms = {trigger_ms}", 1)
-    if tomllib.loads(text)["query_group"]["trigger_interval_ms"] != trigger_ms:
-        raise RuntimeError("could not set trigger_interval_ms in conf/flights.toml")
-    path = directory / f"flights-trigger-{trigger_ms}.toml"
-    path.write_text(text)
+def config_with_trigger(trigger_ms: int | None, directory: Path, source: str = "jvm") -> Path:
+    """``conf/flights.toml`` with ``trigger_interval_ms`` replaced (``None``: as it is)
+    and the group's ``source`` (``jvm``, the default, or ``python``)."""
+    raw = tomllib.loads(common.FLIGHTS_TOML.read_text())
+    if trigger_ms is not None:
+        raw["query_group"]["trigger_interval_ms"] = trigger_ms
+    raw["query_group"]["source"] = source
+    path = directory / f"flights-trigger-{trigger_ms}-{source}.toml"
+    path.write_text(tomli_w.dumps(raw))
     return path
 
 
@@ -301,16 +300,17 @@ def floodgate_run(
 
 
 def start_peer() -> tuple[bsk.Driver, dict[str, Any]]:
-    """The peer's driver (``bench/spark_kafka_peer.py`` in its virtualenv, made and its
-    jars fetched on first use), with Floodgate's session settings.
+    """The peer's driver (``bench/spark_kafka_peer.py`` on the project's PySpark, as
+    Floodgate, with Spark's 4.2.0 connector, its jars fetched on first use), with
+    Floodgate's session settings.
 
     Returns:
         The driver, and its versions (pyspark, Java, the connector's jars).
     """
     from pipeline.spark.session import SPARK_DEFAULTS
 
-    bsk.ensure_peer_venv()
-    jars = bsk.peer_jars(bsk.fetch_connector())
+    peer_python = Path(sys.executable)
+    jars = bsk.peer_jars(bsk.fetch_connector(), peer_python)
     ours = ("VIRTUAL_ENV", "PYTHONPATH", "SPARK_HOME", "PYSPARK_SUBMIT_ARGS", "PYSPARK_PYTHON")
     env = {k: v for k, v in os.environ.items() if k not in (*ours, "PYSPARK_DRIVER_PYTHON")}
     conf = {
@@ -321,10 +321,10 @@ def start_peer() -> tuple[bsk.Driver, dict[str, Any]]:
     }
     driver = bsk.Driver(
         "peer",
-        [str(bsk.PEER_PYTHON), str(bsk.PEER_SCRIPT)],
+        [str(peer_python), str(bsk.PEER_SCRIPT)],
         {"conf": conf, "jars": jars},
         OUT_DIR / "latency-peer.log",
-        {**env, "PYSPARK_PYTHON": str(bsk.PEER_PYTHON)},
+        {**env, "PYSPARK_PYTHON": str(peer_python)},
     )
     versions = driver.hello["versions"] | {"connector_jars": [Path(j).name for j in jars]}
     return driver, versions
@@ -566,6 +566,12 @@ def main() -> None:
         default=",".join(SYSTEMS),
         help=f"comma-separated, of {', '.join(SYSTEMS)} (default: both)",
     )
+    parser.add_argument(
+        "--source",
+        choices=("jvm", "python"),
+        default="jvm",
+        help="Floodgate's source (query_group.source; default jvm, the floodgate_kafka jar)",
+    )
     args = parser.parse_args()
     triggers = [int(t) for t in args.triggers.split(",")]
     systems = [s for s in args.systems.split(",") if s]
@@ -603,7 +609,7 @@ def main() -> None:
                     f"{warm_peer.tuples_per_s:,.0f} tuples/s"
                 )
             for trigger in triggers:
-                path = config_with_trigger(trigger, Path(tmp))
+                path = config_with_trigger(trigger, Path(tmp), args.source)
                 for r in range(args.repeat):
                     order = systems if r % 2 == 0 else systems[::-1]
                     for system in order:
@@ -637,6 +643,7 @@ def main() -> None:
     common.write_results(
         args.json,
         "end-to-end latency of the flights pipeline, Floodgate and the Spark-native peer",
+        source=args.source,
         versions=versions.get("floodgate", {}),
         peer_versions=versions.get("peer", {}),
         load_average_at_start=uptime,
