@@ -279,7 +279,7 @@ class QueryGroupSection(StreamSettings):
     metrics_port: Annotated[int, Field(ge=0, le=65_535)] = 0
     """Port of the metrics and control endpoint (``/metrics``, ``/status``, ``/release``,
     ``/stop``); 0 picks a free one, announced in the log and the control file."""
-    source: Literal["jvm", "python"] = "python"
+    source: Literal["jvm", "python"] = "jvm"
     """The Spark source the queries read their input streams with: ``jvm``, the
     ``floodgate_kafka`` source on the JVM (``jvm/``, shipped as a jar in the wheel), or
     ``python``, its reference implementation in Python (``floodgate_kafka_python``).

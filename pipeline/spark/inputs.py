@@ -110,7 +110,7 @@ def register_inputs(
         {name: schemas.get(s.schema_).field_names for name, s in config.input_streams.items()},
     )
     for name, options in views.items():
-        if name in fields:
+        if fields.get(name):  # none read: decode them all (option fields takes one or more)
             _define_view(spark, config, name, {**options, "fields": ",".join(fields[name])})
 
 
@@ -142,7 +142,7 @@ def read_fields(
         plan could not be optimized here (logged at DEBUG).
     """
     try:
-        session = spark._jsparkSession  # type: ignore[attr-defined]
+        session = spark._jsparkSession
         analysed = spark.sql(sql)._jdf.queryExecution().analyzed()
         optimized = session.sessionState().optimizer().execute(analysed)
         plan = json.loads(optimized.toJSON())

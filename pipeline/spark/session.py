@@ -171,14 +171,14 @@ def _load_source_jar(spark: SparkSession, jar: str) -> None:
     ``MutableURLClassLoader``, the one ``--jars`` fills), and to the SparkContext's jars
     when it is not among them already (Spark ships those to every executor).
     """
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm: Any = spark._jvm
     url = jvm.java.io.File(jar).toURI().toURL()
     loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
     if loader.getClass().getName().endswith("MutableURLClassLoader") and not any(
         u.equals(url) for u in loader.getURLs()
     ):
         loader.addURL(url)
-    context = spark._jsc.sc()  # type: ignore[attr-defined]
+    context = spark._jsc.sc()
     listed = str(context.listJars().mkString("\n")).splitlines()
     if not any(j.endswith("/" + os.path.basename(jar)) for j in listed):
         context.addJar(jar)

@@ -49,14 +49,13 @@ class InstalledFloodgate:
         return environ
 
 
-def build_and_install(workdir: Path) -> InstalledFloodgate:
-    """Build the wheel of this checkout and install it into ``workdir/venv``.
+def build_wheel(workdir: Path) -> Path:
+    """Build the wheel of this checkout into ``workdir/dist`` (its build step builds the
+    floodgate_kafka jar with Maven when it is stale: setup.py).
 
     Raises:
-        subprocess.CalledProcessError: the build or the install failed (pip's output
-            is in the error).
+        subprocess.CalledProcessError: the build failed (pip's output is in the error).
     """
-    started = time.monotonic()
     dist = workdir / "dist"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(ROOT)],
@@ -66,14 +65,34 @@ def build_and_install(workdir: Path) -> InstalledFloodgate:
         timeout=600,
     )
     (wheel,) = dist.glob("floodgate-*.whl")
-    venv = workdir / "venv"
+    return wheel
+
+
+def install(wheel: Path, venv: Path, *pins: str) -> InstalledFloodgate:
+    """Install ``wheel`` with its ``demo`` extra into a new virtualenv ``venv``, with
+    ``pins`` (``pyspark==4.2.0``, say) given to the same pip command.
+
+    Raises:
+        subprocess.CalledProcessError: the install failed (pip's output is in the error).
+    """
+    started = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", f"{wheel}[demo]"],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", f"{wheel}[demo]", *pins],
         check=True,
         capture_output=True,
         text=True,
         timeout=900,
-        cwd=workdir,
+        cwd=venv.parent,
     )
     return InstalledFloodgate(wheel, venv, time.monotonic() - started)
+
+
+def build_and_install(workdir: Path) -> InstalledFloodgate:
+    """Build the wheel of this checkout and install it into ``workdir/venv``.
+
+    Raises:
+        subprocess.CalledProcessError: the build or the install failed (pip's output
+            is in the error).
+    """
+    return install(build_wheel(workdir), workdir / "venv")

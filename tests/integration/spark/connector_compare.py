@@ -1,5 +1,6 @@
 """One query text run on Spark's own Kafka connector (``format("kafka")``) and on
-Floodgate's source (``format("floodgate_kafka")``) with the same options, in a
+Floodgate's two sources (``format("floodgate_kafka")``, on the JVM, and
+``format("floodgate_kafka_python")``) with the same options, in a
 SparkSession of its own: Spark's connector jars must be on the JVM's class path when
 it starts (``--jars``), and the test session's JVM started without them.
 
@@ -29,7 +30,7 @@ FROM src
 """
 
 #: The formats compared.
-FORMATS = ("kafka", "floodgate_kafka")
+FORMATS = ("kafka", "floodgate_kafka", "floodgate_kafka_python")
 
 
 def run(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
@@ -59,8 +60,8 @@ def run(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
 
 
 def main(request: dict[str, Any]) -> dict[str, Any]:
-    """Run both formats with ``request["options"]``; the session's JVM starts with
-    ``request["jars"]`` (Spark's connector) given to ``--jars`` in
+    """Run every format of :data:`FORMATS` with ``request["options"]``; the session's
+    JVM starts with ``request["jars"]`` (Spark's connector) given to ``--jars`` in
     ``PYSPARK_SUBMIT_ARGS``, as ``spark-submit --jars`` would: a ``spark.jars`` set
     once the JVM runs does not reach the class path data sources are looked up in."""
     from pipeline.spark.session import build_spark_session

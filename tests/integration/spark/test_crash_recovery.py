@@ -41,7 +41,11 @@ def copies(bootstrap: str, topic: str, schemas: SchemaRepository) -> Counter[tup
 
 
 def setup_group(
-    run_id: str, tmp_path: Path, produce: Callable[..., None], records: list[dict[str, Any]]
+    run_id: str,
+    tmp_path: Path,
+    produce: Callable[..., None],
+    records: list[dict[str, Any]],
+    source: str | None = None,
 ) -> tuple[Any, Path]:
     raw = flights_raw_config(
         run_id,
@@ -49,6 +53,7 @@ def setup_group(
         max_rows_per_trigger=250,
         only_passthrough=True,
         trigger_interval_ms=0,
+        source=source,
     )
     config_path = tmp_path / "group.toml"
     config_path.write_text(tomli_w.dumps(raw))
@@ -132,9 +137,10 @@ def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing(
     run_id: str,
     tmp_path: Path,
     produce: Any,
+    source: str,
 ) -> None:
     records = flights[:3_000]
-    config, config_path = setup_group(run_id, tmp_path, produce, records)
+    config, config_path = setup_group(run_id, tmp_path, produce, records, source)
     log_path = tmp_path / "driver.log"
     topic = config.input_streams["flights"].topic
     group = config.consumer_group("copy")

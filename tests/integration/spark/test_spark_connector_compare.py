@@ -93,7 +93,8 @@ def test_one_query_reads_the_same_rows_from_sparks_connector_and_floodgates_sour
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stderr[-5000:]
     result = json.loads(lines[-1].removeprefix("RESULT "))
-    spark, floodgate = result["kafka"], result["floodgate_kafka"]
-    assert floodgate["schema"] == spark["schema"]
+    spark = result["kafka"]
     assert len(spark["rows"]) == 23 - 2  # partition 1 from offset 2
-    assert floodgate["rows"] == spark["rows"]
+    for source in ("floodgate_kafka", "floodgate_kafka_python"):
+        assert result[source]["schema"] == spark["schema"], source
+        assert result[source]["rows"] == spark["rows"], source

@@ -46,15 +46,18 @@ def _session(spark: Any) -> Any:
     return session
 
 
-def _read(spark: Any, options: dict[str, str], name: str) -> tuple[list[Any], list[int], list[str]]:
-    """Run ``options`` under Trigger.AvailableNow into a memory table.
+def _read(
+    spark: Any, options: dict[str, str], name: str, fmt: str
+) -> tuple[list[Any], list[int], list[str]]:
+    """Run ``options`` with source ``fmt`` under Trigger.AvailableNow into a memory table.
 
     Returns:
         The rows by partition and offset, each micro-batch's number of rows, and the
         columns.
     """
     spark = _session(spark)
-    df = spark.readStream.format("floodgate_kafka").options(**options).load()
+    df = spark.readStream.format(fmt).options(**options).load()
+    name = f"{name}_{fmt}"
     query = df.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
     try:
         query.awaitTermination(180)
@@ -66,7 +69,7 @@ def _read(spark: Any, options: dict[str, str], name: str) -> tuple[list[Any], li
     return rows, batches, spark.table(name).columns
 
 
-def test_sparks_options_read_sparks_columns(spark: Any, bootstrap: str) -> None:
+def test_sparks_options_read_sparks_columns(spark: Any, bootstrap: str, source_format: str) -> None:
     topic = f"dialect.{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, {topic: (2, None)})
     _produce(bootstrap, topic, per_partition=6, partitions=2)
@@ -81,6 +84,7 @@ def test_sparks_options_read_sparks_columns(spark: Any, bootstrap: str) -> None:
             "failOnDataLoss": "true",
         },
         "dialect_columns",
+        source_format,
     )
     assert [(r.partition, r.offset) for r in rows] == [
         *((0, o) for o in range(6)),
@@ -112,7 +116,7 @@ def test_sparks_options_read_sparks_columns(spark: Any, bootstrap: str) -> None:
 
 @pytest.mark.parametrize("fail", [True, False], ids=["fail", "skip"])
 def test_offsets_no_longer_on_the_broker_fail_or_are_skipped(
-    spark: Any, bootstrap: str, fail: bool
+    spark: Any, bootstrap: str, fail: bool, source_format: str
 ) -> None:
     """``failOnDataLoss``: a micro-batch that starts at offsets the broker deleted
     fails the query (the default), or starts at the first offset it still holds."""
@@ -129,22 +133,27 @@ def test_offsets_no_longer_on_the_broker_fail_or_are_skipped(
         "failOnDataLoss": str(fail).lower(),
     }
     if fail:
-        df = _session(spark).readStream.format("floodgate_kafka").options(**options).load()
+        df = _session(spark).readStream.format(source_format).options(**options).load()
         query = (
             df.writeStream.format("memory")
-            .queryName("dialect_lost_fail")
+            .queryName(f"dialect_lost_fail_{source_format}")
             .trigger(availableNow=True)
             .start()
         )
-        with pytest.raises(StreamingQueryException, match="DataLossError"):
+        # The Python source raises DataLossError, the JVM one DataLossException.
+        with pytest.raises(StreamingQueryException, match=r"DataLoss(Error|Exception)"):
             query.awaitTermination(180)
         return
-    rows, _, _ = _read(spark, options, "dialect_lost_skip")
+    rows, _, _ = _read(spark, options, "dialect_lost_skip", source_format)
     assert [r.offset for r in rows] == [5, 6, 7]
 
 
 def test_decoded_tuples_carry_sparks_columns_beside_their_fields(
-    spark: Any, bootstrap: str, schemas: SchemaRepository, flights: list[dict[str, Any]]
+    spark: Any,
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    source_format: str,
 ) -> None:
     """With ``schema``, a row holds the stream's decoded fields and, beside them,
     Spark's columns: the raw ``value`` is the bytes the producer wrote."""
@@ -166,6 +175,7 @@ def test_decoded_tuples_carry_sparks_columns_beside_their_fields(
             "schemas": schemas.as_json(),
         },
         "dialect_decoded",
+        source_format,
     )
     assert columns[: len(schemas.get("flight").field_names)] == schemas.get("flight").field_names
     assert [(r.carrier, r.flight) for r in rows] == [
