@@ -25,9 +25,12 @@ BASH = shutil.which("bash") or "/bin/bash"
 CHMOD = shutil.which("chmod") or "/bin/chmod"
 MKDIR = shutil.which("mkdir") or "/bin/mkdir"
 #: What `make test` needs on PATH; the PostgreSQL binaries are found apart.
-TEST_TOOLS = ("java", "promtool", "prometheus", "mvn")
+TEST_TOOLS = ("java", "javac", "promtool", "prometheus", "mvn")
+#: What `make demo` needs: Spark's Java, and the JDK and Maven that build the source's jar.
+JAR_TOOLS = ("java", "javac", "mvn")
 #: Each package, and the fake executables its fake installation puts on PATH.
 PROVIDES = {
+    "openjdk-17-jdk-headless": ("java", "javac"),
     "openjdk-17-jre-headless": ("java",),
     "prometheus": ("promtool", "prometheus"),
     "maven": ("mvn",),
@@ -140,7 +143,7 @@ def test_a_missing_promtool_without_root_stops_within_seconds_naming_the_command
     machine: Machine,
 ) -> None:
     # The run the issue saw: `make test` on a machine without Debian's prometheus.
-    machine.tools("java", "mvn")
+    machine.tools(*JAR_TOOLS)
     machine.postgres()
     machine.uid(1000)
     machine.apt_get()
@@ -161,7 +164,7 @@ def test_without_sudo_the_command_is_named_too(machine: Machine) -> None:
     assert done.returncode == 1
     assert (
         "    sudo apt-get install -y --no-install-recommends "
-        "openjdk-17-jre-headless prometheus maven\n" in done.stderr
+        "openjdk-17-jdk-headless prometheus maven\n" in done.stderr
     )
     assert machine.calls() == []
 
@@ -169,7 +172,7 @@ def test_without_sudo_the_command_is_named_too(machine: Machine) -> None:
 def test_installing_can_be_refused_and_root_is_told_the_command_without_sudo(
     machine: Machine,
 ) -> None:
-    machine.tools("java", "mvn")
+    machine.tools(*JAR_TOOLS)
     machine.uid(0)
     machine.apt_get()
     done, _ = machine.run("test", FLOODGATE_INSTALL_SYSTEM_DEPS="0")
@@ -181,7 +184,7 @@ def test_installing_can_be_refused_and_root_is_told_the_command_without_sudo(
 
 
 def test_a_machine_without_apt_get_is_told_the_debian_command(machine: Machine) -> None:
-    machine.tools("java")
+    machine.tools("java", "javac")
     machine.postgres()
     machine.uid(0)
     done, _ = machine.run("test")
@@ -190,7 +193,7 @@ def test_a_machine_without_apt_get_is_told_the_debian_command(machine: Machine) 
 
 
 def test_dry_run_as_root_prints_the_apt_get_lines_and_runs_none(machine: Machine) -> None:
-    machine.tools("java", "mvn")
+    machine.tools(*JAR_TOOLS)
     machine.uid(0)
     machine.apt_get()
     done, _ = machine.run("--dry-run", "test")
@@ -203,7 +206,7 @@ def test_dry_run_as_root_prints_the_apt_get_lines_and_runs_none(machine: Machine
 
 
 def test_dry_run_with_passwordless_sudo_goes_through_sudo(machine: Machine) -> None:
-    machine.tools("java", "promtool", "prometheus")
+    machine.tools("java", "javac", "promtool", "prometheus")
     machine.postgres()
     machine.uid(1000)
     machine.apt_get()
@@ -226,7 +229,7 @@ def test_as_root_it_installs_what_is_missing_then_checks_again(machine: Machine)
     assert machine.calls() == [
         "apt-get update -qq",
         "apt-get install -y --no-install-recommends "
-        "openjdk-17-jre-headless prometheus postgresql maven -qq",
+        "openjdk-17-jdk-headless prometheus postgresql maven -qq",
     ]
     done, _ = machine.run("test", "test-apache-kafka")
     assert (done.returncode, done.stderr) == (0, "")
@@ -234,7 +237,7 @@ def test_as_root_it_installs_what_is_missing_then_checks_again(machine: Machine)
 
 
 def test_a_failing_apt_get_fails_naming_the_command(machine: Machine) -> None:
-    machine.tools("java")
+    machine.tools("java", "javac")
     machine.postgres()
     machine.uid(0)
     machine.apt_get(fails=True)
@@ -244,38 +247,34 @@ def test_a_failing_apt_get_fails_naming_the_command(machine: Machine) -> None:
     assert "apt-get install -y --no-install-recommends prometheus" in done.stderr
 
 
-def test_maven_for_the_schema_registry_and_the_apache_kafka_engine(machine: Machine) -> None:
+def test_the_jdk_and_maven_for_the_sources_jar(machine: Machine) -> None:
+    # Every target that starts Spark from a checkout builds the floodgate_kafka jar
+    # (make jar): Java's compiler and Maven, whatever broker or registry is named.
     machine.tools("java", "promtool", "prometheus")
     machine.postgres()
     machine.uid(1000)
-    assert machine.run("demo")[0].returncode == 0
     for done, _ in (
-        # The encoding = "confluent" tests build Apicurio Registry with Maven.
+        machine.run("demo"),
         machine.run("test"),
         machine.run("test-integration"),
         machine.run("test-apache-kafka"),
-        machine.run("demo", FLOODGATE_KAFKA_ENGINE="apache-kafka"),
+        machine.run("test-soak"),
+        machine.run(
+            "test",
+            FLOODGATE_KAFKA_ENGINE="apache-kafka",
+            FLOODGATE_KAFKA_BOOTSTRAP="h:9092",
+            FLOODGATE_TEST_SCHEMA_REGISTRY_URL="http://h:8081",
+        ),
     ):
         assert done.returncode == 1
-        assert "sudo apt-get install -y --no-install-recommends maven\n" in done.stderr
-    # A registry of one's own: nothing to build.
-    done, _ = machine.run("test", FLOODGATE_TEST_SCHEMA_REGISTRY_URL="http://h:8081")
-    assert done.returncode == 0, done.stderr
-    # ... but Apache Kafka's jars are still fetched with Maven.
-    done, _ = machine.run(
-        "test",
-        FLOODGATE_TEST_SCHEMA_REGISTRY_URL="http://h:8081",
-        FLOODGATE_KAFKA_ENGINE="apache-kafka",
-    )
-    assert done.returncode == 1
-    # An existing cluster and registry: nothing to fetch or build.
-    done, _ = machine.run(
-        "test",
-        FLOODGATE_KAFKA_ENGINE="apache-kafka",
-        FLOODGATE_KAFKA_BOOTSTRAP="h:9092",
-        FLOODGATE_TEST_SCHEMA_REGISTRY_URL="http://h:8081",
-    )
-    assert done.returncode == 0
+        assert (
+            "sudo apt-get install -y --no-install-recommends openjdk-17-jdk-headless maven\n"
+            in done.stderr
+        )
+    machine.tools("javac", "mvn")
+    for target in ("demo", "test", "test-apache-kafka", "test-soak"):
+        done, _ = machine.run(target)
+        assert done.returncode == 0, (target, done.stderr)
 
 
 def test_what_each_target_needs(machine: Machine) -> None:
@@ -283,9 +282,9 @@ def test_what_each_target_needs(machine: Machine) -> None:
     assert machine.run("test-unit")[0].returncode == 0  # nothing
     demo, _ = machine.run("demo")
     assert demo.returncode == 1
-    assert "install -y --no-install-recommends openjdk-17-jre-headless\n" in demo.stderr
+    assert "install -y --no-install-recommends openjdk-17-jdk-headless maven\n" in demo.stderr
     soak, _ = machine.run("test-soak")
-    assert "install -y --no-install-recommends openjdk-17-jre-headless\n" in soak.stderr
+    assert "install -y --no-install-recommends openjdk-17-jdk-headless maven\n" in soak.stderr
     machine.tools(*TEST_TOOLS)
     # A server of one's own instead of a private cluster: no PostgreSQL binaries needed.
     done, _ = machine.run("test", FLOODGATE_TEST_POSTGRES_URL="postgresql+psycopg://h/db")
@@ -304,8 +303,16 @@ def test_java_home_is_what_spark_starts(machine: Machine) -> None:
     machine.uid(1000)
     jdk = machine.root / "jdk"
     (jdk / "bin").mkdir(parents=True)
+    machine.tools("mvn")
     (jdk / "bin" / "java").write_text("#!/bin/sh\n")
     (jdk / "bin" / "java").chmod(0o755)
+    # Its compiler is the one Maven builds the jar with: JAVA_HOME's, not PATH's.
+    machine.tools("javac")
+    done, _ = machine.run("demo", JAVA_HOME=str(jdk))
+    assert done.returncode == 1
+    assert "openjdk-17-jdk-headless" in done.stderr
+    (jdk / "bin" / "javac").write_text("#!/bin/sh\n")
+    (jdk / "bin" / "javac").chmod(0o755)
     assert machine.run("demo", JAVA_HOME=str(jdk))[0].returncode == 0
     machine.tools("java")
     done, _ = machine.run("demo", JAVA_HOME=str(machine.root / "nowhere"))
