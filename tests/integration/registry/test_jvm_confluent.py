@@ -5,21 +5,13 @@ the stream's rows; a tuple that is not Confluent-framed and one naming an id the
 registry does not know go to the dead-letter topic with their reasons and original bytes;
 a registry that does not answer fails the query and dead-letters nothing.
 
-The Spark session is a child process of its own (``python -m
-tests.integration.registry.test_jvm_confluent <request JSON>``, as
-``tests/integration/spark/connector_compare.py``): the source's jar must be on the JVM's
-class path when it starts, and the test session's shared SparkSession may already run
-without it. The jar is ``FLOODGATE_SOURCE_JAR`` when set (a build of one's own), else
-the package's (:func:`pipeline.spark.jvm.source_jar`). The source is named by its class,
-not by ``floodgate_kafka``, which the Python source also answers to.
+It runs in the test session's shared SparkSession, which loads the package's jar
+(:func:`pipeline.spark.session.build_spark_session`), in a session of its own.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,22 +28,11 @@ from pipeline.serde.codec import epoch_ms
 from pipeline.serde.confluent import stream_codec
 from pipeline.serde.schemas import SchemaRepository
 
-ROOT = Path(__file__).resolve().parents[3]
-
-#: This module, as the child process runs it.
-MODULE = "tests.integration.registry.test_jvm_confluent"
-
-#: The source's DataSource V2 provider (``jvm/``).
-PROVIDER_CLASS = "io.floodgate.spark.FloodgateKafkaProvider"
-
-#: Environment variable naming a jar of the source to test instead of the package's.
-JAR_ENV = "FLOODGATE_SOURCE_JAR"
-
 #: Fields an older writer schema of the stream lacks (nullable in the stream's schema,
 #: default null: Avro's resolution fills them in).
 DROPPED = ("tailnum", "air_time")
 
-#: The query the child runs over the source's rows (time as epoch milliseconds, so no
+#: The query run over the source's rows (time as epoch milliseconds, so no
 #: time zone is involved).
 QUERY = """
 SELECT carrier, flight, origin, tailnum, unix_millis(time_hour) AS time_hour_ms,
@@ -70,36 +51,21 @@ def _older(schema: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "fields": [f for f in schema["fields"] if f["name"] not in DROPPED]}
 
 
-def _source_jar() -> str:
-    if os.environ.get(JAR_ENV):
-        return os.environ[JAR_ENV]
-    from pipeline.spark.jvm import source_jar
-
-    return str(source_jar())
-
-
-def read_with_jvm_source(request: dict[str, Any]) -> dict[str, Any]:
+def read_with_jvm_source(shared: Any, request: dict[str, Any]) -> dict[str, Any]:
     """Run :data:`QUERY` over the JVM source to the end of the topic (Trigger.AvailableNow)
-    in a SparkSession whose JVM starts with ``request["jar"]`` (``spark.jars``): once with
+    in a session of its own of the shared SparkSession ``shared``: once with
     ``request["options"]``, once with ``request["outage_options"]``.
 
     Returns:
         ``{"rows": [<row>, ...] by partition and offset, "outage": <the second query's
-        error, or None>}``.
+        error, or None>}``, through JSON as a driver would report them.
     """
-    from pyspark.sql import SparkSession
+    from pipeline.spark.options import SOURCE_NAME
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("floodgate-jvm-confluent")
-        .config("spark.jars", request["jar"])
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    spark = shared.newSession()
 
     def run(name: str, options: dict[str, str]) -> str | None:
-        df = spark.readStream.format(PROVIDER_CLASS).options(**options).load()
+        df = spark.readStream.format(SOURCE_NAME).options(**options).load()
         df.createOrReplaceTempView("src")
         query = (
             spark.sql(QUERY)
@@ -115,17 +81,15 @@ def read_with_jvm_source(request: dict[str, Any]) -> dict[str, Any]:
             return str(exc)
         return None if query.exception() is None else str(query.exception())
 
-    try:
-        failed = run("jvm_confluent", request["options"])
-        if failed is not None:
-            raise RuntimeError(f"the query failed: {failed}")
-        rows = spark.sql("SELECT * FROM jvm_confluent ORDER BY _partition, _offset").collect()
-        return {
-            "rows": [row.asDict() for row in rows],
-            "outage": run("jvm_confluent_outage", request["outage_options"]),
-        }
-    finally:
-        spark.stop()
+    failed = run("jvm_confluent", request["options"])
+    if failed is not None:
+        raise RuntimeError(f"the query failed: {failed}")
+    rows = spark.sql("SELECT * FROM jvm_confluent ORDER BY _partition, _offset").collect()
+    result = {
+        "rows": [row.asDict() for row in rows],
+        "outage": run("jvm_confluent_outage", request["outage_options"]),
+    }
+    return dict(json.loads(json.dumps(result)))
 
 
 def test_the_jvm_source_reads_the_confluent_wire_format(
@@ -135,6 +99,7 @@ def test_the_jvm_source_reads_the_confluent_wire_format(
     flights: list[dict[str, Any]],
     run_id: str,
     tmp_path: Path,
+    spark: Any,
 ) -> None:
     topic, dead_topic = f"flights.jvm-confluent.{run_id}", f"dead.jvm-confluent.{run_id}"
     outage_dead_topic = f"{dead_topic}.outage"
@@ -196,7 +161,6 @@ def test_the_jvm_source_reads_the_confluent_wire_format(
     # dead-lettered (an outage is no refusal of a tuple).
     dead_url = f"http://127.0.0.1:{free_port()}"
     request = {
-        "jar": _source_jar(),
         "checkpoint": str(tmp_path / "checkpoint"),
         "options": options,
         "outage_options": {
@@ -206,17 +170,7 @@ def test_the_jvm_source_reads_the_confluent_wire_format(
             "schemaRegistry.max.retries": "0",
         },
     }
-    child = subprocess.run(
-        [sys.executable, "-m", MODULE, json.dumps(request)],
-        cwd=ROOT,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    result = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
-    assert child.returncode == 0 and result, child.stderr[-4000:]
-    answer = json.loads(result[-1].removeprefix("RESULT "))
+    answer = read_with_jvm_source(spark, request)
     rows = answer["rows"]
 
     expected = [dict(codec.normalise(r)) for r in current] + [
@@ -240,7 +194,3 @@ def test_the_jvm_source_reads_the_confluent_wire_format(
     assert outage is not None, "the query read on with no registry to ask"
     assert f"the Schema Registry at {dead_url} could not be asked" in outage, outage
     assert read_all(bootstrap, outage_dead_topic) == []
-
-
-if __name__ == "__main__":
-    print("RESULT " + json.dumps(read_with_jvm_source(json.loads(sys.argv[1]))), flush=True)

@@ -16,20 +16,13 @@ from the broker's time index); with ``data_source`` it is the field ``at`` (the 
 from the interpolation search over decoded tuples), the Kafka timestamp the time of
 the produce.
 
-The Spark session is a child process of its own (``python -m
-tests.integration.spark.test_jvm_alignment <request JSON>``, as
-``tests/integration/registry/test_jvm_confluent.py``): the source's jar must be on the
-JVM's class path when it starts. The jar is ``FLOODGATE_SOURCE_JAR`` when set (a build
-of one's own), else the package's (:func:`pipeline.spark.jvm.source_jar`); the source
-is named by its provider class.
+It runs in the test session's shared SparkSession, which loads the package's jar
+(:func:`pipeline.spark.session.build_spark_session`), in a session of its own.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -45,14 +38,6 @@ from pipeline.serde.schemas import SchemaRepository
 #: Event times a minute apart, ending before the produce: a broker deletes records by
 #: their timestamps (``retention.ms``, 7 days by default), so under ``server`` the tuples
 #: must be recent ones, or they are gone before the query starts.
-#: This module, as the child process runs it, and the checkout it runs in.
-MODULE = "tests.integration.spark.test_jvm_alignment"
-ROOT = Path(__file__).resolve().parents[3]
-
-#: The source's DataSource V2 provider (``jvm/``), and a jar of it to test instead of the
-#: package's.
-PROVIDER_CLASS = "io.floodgate.spark.FloodgateKafkaProvider"
-JAR_ENV = "FLOODGATE_SOURCE_JAR"
 
 STEP_MS = 60_000
 BASE_MS = (int(time.time() * 1000) // STEP_MS - 240) * STEP_MS
@@ -99,15 +84,6 @@ def produce_skewed(bootstrap: str, topic: str, mode: str) -> SchemaRepository:
     return repository
 
 
-def source_jar() -> str:
-    """The jar to test: ``FLOODGATE_SOURCE_JAR``, else the package's."""
-    if os.environ.get(JAR_ENV):
-        return os.environ[JAR_ENV]
-    from pipeline.spark.jvm import source_jar as package_jar
-
-    return str(package_jar())
-
-
 def source_options(
     bootstrap: str, topic: str, mode: str, repository: SchemaRepository
 ) -> dict[str, str]:
@@ -127,25 +103,18 @@ def source_options(
     return options
 
 
-def read_aligned(request: dict[str, Any]) -> dict[str, Any]:
-    """Read with ``request["options"]`` under Trigger.AvailableNow, in a SparkSession
-    whose JVM starts with ``request["jar"]``.
+def read_aligned(shared: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """Read with ``request["options"]`` under Trigger.AvailableNow, in a session of its
+    own of the shared SparkSession ``shared``.
 
     Returns:
         ``{"batches": [[[partition, offset, event time ms], ...], ...] in batch order
         (micro-batches without rows left out), "metrics": the last progress's source
         metrics}``.
     """
-    from pyspark.sql import SparkSession
+    from pipeline.spark.options import SOURCE_NAME
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("floodgate-jvm-alignment")
-        .config("spark.jars", request["jar"])
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    spark = shared.newSession()
     batches: dict[int, list[tuple[int, int, int]]] = {}
 
     def keep(df: Any, batch_id: int) -> None:
@@ -154,25 +123,23 @@ def read_aligned(request: dict[str, Any]) -> dict[str, Any]:
         ).collect()
         batches[batch_id] = [(int(r[0]), int(r[1]), int(r[2])) for r in rows]
 
+    df = spark.readStream.format(SOURCE_NAME).options(**request["options"]).load()
+    query = (
+        df.writeStream.foreachBatch(keep)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", request["checkpoint"])
+        .start()
+    )
     try:
-        df = spark.readStream.format(PROVIDER_CLASS).options(**request["options"]).load()
-        query = (
-            df.writeStream.foreachBatch(keep)
-            .trigger(availableNow=True)
-            .option("checkpointLocation", request["checkpoint"])
-            .start()
-        )
-        try:
-            query.awaitTermination(300)
-            if query.exception() is not None:
-                raise RuntimeError(f"the query failed: {query.exception()}")
-            progress = [p for p in query.recentProgress if p["sources"]]
-            metrics = dict(progress[-1]["sources"][0].get("metrics") or {}) if progress else {}
-        finally:
-            query.stop()
+        query.awaitTermination(300)
+        if query.exception() is not None:
+            raise RuntimeError(f"the query failed: {query.exception()}")
+        progress = [p for p in query.recentProgress if p["sources"]]
+        metrics = dict(progress[-1]["sources"][0].get("metrics") or {}) if progress else {}
     finally:
-        spark.stop()
-    return {"batches": [batches[b] for b in sorted(batches) if batches[b]], "metrics": metrics}
+        query.stop()
+    result = {"batches": [batches[b] for b in sorted(batches) if batches[b]], "metrics": metrics}
+    return dict(json.loads(json.dumps(result)))
 
 
 def check_aligned(batches: list[list[list[int]]]) -> None:
@@ -201,33 +168,18 @@ def check_aligned(batches: list[list[list[int]]]) -> None:
 
 @pytest.mark.parametrize("mode", ["server", "data_source"])
 def test_no_micro_batch_reads_a_partition_more_than_the_drift_past_the_other(
-    bootstrap: str, mode: str, tmp_path: Path
+    bootstrap: str, mode: str, tmp_path: Path, spark: Any
 ) -> None:
     topic = f"jvm-align-{mode.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, {topic: (2, 1)})
     repository = produce_skewed(bootstrap, topic, mode)
     request = {
-        "jar": source_jar(),
         "checkpoint": str(tmp_path / "checkpoint"),
         "options": source_options(bootstrap, topic, mode, repository),
     }
-    child = subprocess.run(
-        [sys.executable, "-m", MODULE, json.dumps(request)],
-        cwd=ROOT,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    result = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
-    assert child.returncode == 0 and result, child.stderr[-4000:]
-    answer = json.loads(result[-1].removeprefix("RESULT "))
+    answer = read_aligned(spark, request)
     check_aligned(answer["batches"])
     # Partition 1 was held back: planned by offsets, the first micro-batches would have
     # read it 50 minutes ahead of partition 0.
     assert int(answer["metrics"]["alignmentCaps"]) > 0, answer["metrics"]
     assert len(answer["batches"]) >= 2 * PER_PARTITION // PER_TRIGGER
-
-
-if __name__ == "__main__":
-    print("RESULT " + json.dumps(read_aligned(json.loads(sys.argv[1]))), flush=True)
