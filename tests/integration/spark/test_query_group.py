@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from pipeline.config import QueryGroupConfig
@@ -74,6 +75,11 @@ def test_flights_figures_equal_an_independent_pandas_computation(
         assert [tp.offset for tp in committed] == highs, query
 
 
+@pytest.mark.parametrize(
+    "sources",
+    [("jvm", "jvm"), ("python", "jvm", "python")],
+    ids=["restart", "python-jvm-python"],
+)
 def test_stop_and_restart_from_the_checkpoint_loses_and_duplicates_nothing(
     bootstrap: str,
     drain: Callable[[QueryGroupConfig], Drained],
@@ -81,56 +87,28 @@ def test_stop_and_restart_from_the_checkpoint_loses_and_duplicates_nothing(
     flights: list[dict[str, Any]],
     flights_config: Callable[..., QueryGroupConfig],
     produce: Callable[..., None],
+    sources: tuple[str, ...],
 ) -> None:
-    config = flights_config(max_rows_per_trigger=500, passthrough=True)
-    half = len(flights) // 2
-    produce(config, flights[:half])
-
-    first_run = drain(config).stats
-    assert all(s.input_rows == half for s in first_run.values())
-
-    produce(config, flights[half:])
-    second_run = drain(config).stats
-    # The restarted group went on from the checkpoint: it read only the second half.
-    assert all(s.input_rows == len(flights) - half for s in second_run.values())
+    """The group stopped and restarted on its checkpoint goes on where it stopped, also
+    when it restarts with the other source: both write the same offsets JSON, byte for
+    byte (docs/formats.md), so Spark takes the logged offsets of one as the other's."""
+    size = len(flights) // len(sources)
+    parts = [flights[i * size : (i + 1) * size] for i in range(len(sources) - 1)]
+    parts.append(flights[(len(sources) - 1) * size :])
+    config = None
+    for source, part in zip(sources, parts, strict=True):
+        config = flights_config(max_rows_per_trigger=500, passthrough=True, source=source)
+        produce(config, part)
+        # The restarted group went on from the checkpoint: it read only the new part.
+        stats = drain(config).stats
+        assert all(s.input_rows == len(part) for s in stats.values()), (source, stats)
+    assert config is not None
 
     copies = [m for m in read_all(bootstrap, config.output_streams["flights_copy"].topic)]
     codec = StreamCodec("flights", schemas.get("flight"), schemas)
     got = Counter(_identity(codec.decode(m.value(), logical=False)) for m in copies)
     assert got == Counter(_identity(r) for r in flights)  # a duplicate would count twice
 
-    outputs = read_outputs(bootstrap, config, schemas)
-    assert_same_figures(
-        actual(outputs["delays_by_origin_hour"], ["origin", "hour_start"]),
-        expected_by_origin_hour(flights),
-    )
-
-
-def test_a_checkpoint_moves_from_one_source_to_the_other_and_back_mid_stream(
-    bootstrap: str,
-    drain: Callable[[QueryGroupConfig], Drained],
-    schemas: SchemaRepository,
-    flights: list[dict[str, Any]],
-    flights_config: Callable[..., QueryGroupConfig],
-    produce: Callable[..., None],
-) -> None:
-    """The group restarted on its checkpoint with the other source goes on where the
-    first stopped: both write the same offsets JSON, byte for byte (docs/formats.md),
-    so Spark takes the logged offsets of one as the other's. Python, then the JVM,
-    then Python again: 0 lost, 0 duplicated."""
-    third = len(flights) // 3
-    parts = [flights[:third], flights[third : 2 * third], flights[2 * third :]]
-    config = None
-    for source, part in zip(("python", "jvm", "python"), parts, strict=True):
-        config = flights_config(max_rows_per_trigger=500, passthrough=True, source=source)
-        produce(config, part)
-        stats = drain(config).stats
-        assert all(s.input_rows == len(part) for s in stats.values()), (source, stats)
-    assert config is not None
-    copies = read_all(bootstrap, config.output_streams["flights_copy"].topic)
-    codec = StreamCodec("flights", schemas.get("flight"), schemas)
-    got = Counter(_identity(codec.decode(m.value(), logical=False)) for m in copies)
-    assert got == Counter(_identity(r) for r in flights)
     outputs = read_outputs(bootstrap, config, schemas)
     assert_same_figures(
         actual(outputs["delays_by_origin_hour"], ["origin", "hour_start"]),
