@@ -12,20 +12,21 @@ says why) and this machine's 2 cores:
    first ``--limit`` flights replayed at **half that maximum rate** into each system,
    ``--repeat`` runs each, the two systems' order alternating from run to run:
 
-   * **Floodgate**: the same job (``trigger_interval_ms`` replaced, everything else
-     as in ``conf/flights.toml``), in this process's SparkSession (pyspark of the
-     project's ``.venv``);
+   * **Floodgate**: the flights group (``trigger_interval_ms`` replaced, everything
+     else as in ``conf/flights.toml``; ``--source``, default the JVM source) in a driver
+     process of its own (``bench_spark_kafka.py --floodgate-worker``, the project's
+     ``.venv``), as the peer's: neither driver shares its process with the reception;
    * **the peer**: ``bench/spark_kafka_peer.py`` with output (b), the two queries
      as a PySpark user writes them (Spark's Kafka source, ``from_avro``,
      ``maxOffsetsPerTrigger`` = Floodgate's ``max_rows_per_trigger``, the same
      watermark; ``foreachBatch`` writing one Kafka transaction a micro-batch with
      the batch's input offsets, exactly once), started with
-     ``Trigger.ProcessingTime(trigger)``, in a driver process of its own in
-     ``bench/.venv-spark-kafka`` (``bench_spark_kafka.py`` sets both up). Its session
+     ``Trigger.ProcessingTime(trigger)``, in a driver process of its own on the same
+     PySpark (Spark's 4.2.0 connector in ``spark.jars``; ``bench_spark_kafka.py``
+     fetches it). Its session
      has Floodgate's settings (``SPARK_DEFAULTS``: ``local[2]``, 2 shuffle partitions,
      the raw local checkpoint file system) and ``noDataMicroBatches`` off, as the
-     flights group has it. The peer's driver gets one discarded warm-up run at
-     trigger 0 (as this process's session gets its warm-up and maximum-rate runs).
+     flights group has it. Each driver gets one discarded warm-up run at trigger 0.
 
    Both are fed alike: the flights topic has 4 partitions, the flights are replayed
    by the demo's replay process (:class:`pipeline.demo.replay.ReplayProcess`,
@@ -73,7 +74,6 @@ import sys
 import tempfile
 import threading
 import time
-import tomllib
 import uuid
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -82,7 +82,6 @@ from typing import Any
 
 import bench_spark_kafka as bsk
 import common
-import tomli_w
 from common import OUT_DIR, ROOT, console
 from rich.table import Table
 
@@ -103,18 +102,6 @@ PHASES = common.SPARK_PHASES
 #: How long the reception may take to read the last output tuples, and the peer's
 #: queries to process what is left after the replay, seconds.
 SETTLE_TIMEOUT_S = 300.0
-
-
-def config_with_trigger(trigger_ms: int | None, directory: Path, source: str = "jvm") -> Path:
-    """``conf/flights.toml`` with ``trigger_interval_ms`` replaced (``None``: as it is)
-    and the group's ``source`` (``jvm``, the default, or ``python``)."""
-    raw = tomllib.loads(common.FLIGHTS_TOML.read_text())
-    if trigger_ms is not None:
-        raw["query_group"]["trigger_interval_ms"] = trigger_ms
-    raw["query_group"]["source"] = source
-    path = directory / f"flights-trigger-{trigger_ms}-{source}.toml"
-    path.write_text(tomli_w.dumps(raw))
-    return path
 
 
 class Arrivals:
@@ -239,64 +226,36 @@ class LatencyRun:
         return out
 
 
-class BatchLog:
-    """Floodgate's micro-batches with data while a run is on, as its query group sees
-    them: :meth:`QueryGroup._on_progress` (the group's own progress listener; a query
-    group runs in a session of its own, whose listener bus a listener added to this
-    process's session does not hear) is wrapped for the run, so that no second
-    listener costs the driver anything."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.batches: list[dict[str, Any]] = []
-        self._original: Any = None
-
-    def __enter__(self) -> BatchLog:
-        from pipeline.spark.query_group import QueryGroup
-
-        original = self._original = QueryGroup._on_progress
-        log = self
-
-        def on_progress(group: Any, query_id: str, progress: Any) -> None:
-            original(group, query_id, progress)
-            rows = int(progress.numInputRows)
-            if rows > 0:
-                with log._lock:
-                    log.batches.append({"rows": rows, "ms": dict(progress.durationMs)})
-
-        QueryGroup._on_progress = on_progress  # type: ignore[method-assign]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        from pipeline.spark.query_group import QueryGroup
-
-        QueryGroup._on_progress = self._original  # type: ignore[method-assign]
-
-
 def floodgate_run(
-    spark: Any, trigger: int, path: Path, rate: float, limit: int | None
+    driver: bsk.Driver,
+    trigger: int,
+    rate: float,
+    limit: int | None,
+    checkpoints: Path,
+    source: str,
 ) -> LatencyRun:
-    """One Floodgate latency run: the demo at ``rate`` with the config ``path``."""
-    arrivals = Arrivals()
-    with common.fresh_broker() as bootstrap, BatchLog() as batches:
-        common.wait_until_quiet(None)
-        result = run_demo(
-            bootstrap_servers=bootstrap,
-            limit=limit,
-            spark=spark,
-            rate=rate,
-            config_path=path,
-            on_received=arrivals,
-        )
-        produced = produce_times(bootstrap, result.input_topic)
-    if not result.balanced:
-        raise RuntimeError(f"not every flight was processed: {result.processed}")
-    values = latencies(produced, arrivals)
-    if len(values) != result.produced:
-        raise RuntimeError(f"{len(values)} latencies for {result.produced} flights")
-    return LatencyRun.of(
-        "floodgate", trigger, values, result.produced / result.seconds, batches.batches
+    """One Floodgate latency run: the flights group with ``trigger`` and ``source`` in
+    its own driver process, the flights replayed at ``rate`` and the output read here,
+    exactly as :func:`peer_run` runs the peer."""
+    return _run(driver, "floodgate", trigger, rate, limit, checkpoints, source)
+
+
+def start_floodgate() -> tuple[bsk.Driver, dict[str, Any]]:
+    """Floodgate's driver, a process of its own as the peer's is (``bench_spark_kafka.py
+    --floodgate-worker``: its SparkSession and query groups, nothing else), so that
+    neither shares its Python process with the reception that reads its output.
+
+    Returns:
+        The driver, and its versions (pyspark, Java, ...).
+    """
+    driver = bsk.Driver(
+        "Floodgate",
+        [sys.executable, str(Path(bsk.__file__).resolve()), "--floodgate-worker"],
+        {},
+        OUT_DIR / "latency-floodgate.log",
+        os.environ,
     )
+    return driver, driver.hello["versions"]
 
 
 def start_peer() -> tuple[bsk.Driver, dict[str, Any]]:
@@ -333,13 +292,27 @@ def start_peer() -> tuple[bsk.Driver, dict[str, Any]]:
 def peer_run(
     driver: bsk.Driver, trigger: int, rate: float, limit: int | None, checkpoints: Path
 ) -> LatencyRun:
-    """One peer latency run: a fresh broker and topics, the peer's queries started
-    with ``trigger``, the flights replayed at ``rate`` as the demo replays them, the
-    output read by the demo's reception (see the module docstring).
+    """One peer latency run (see :func:`_run`)."""
+    return _run(driver, "peer", trigger, rate, limit, checkpoints)
+
+
+def _run(
+    driver: bsk.Driver,
+    system: str,
+    trigger: int,
+    rate: float,
+    limit: int | None,
+    checkpoints: Path,
+    source: str = "jvm",
+) -> LatencyRun:
+    """One latency run of ``system`` (``floodgate`` or ``peer``): a fresh broker and
+    topics, the system's queries started with ``trigger`` in its own driver process,
+    the flights replayed at ``rate`` as the demo replays them, the output read by the
+    demo's reception in this process (see the module docstring).
 
     Raises:
         RuntimeError: a query did not read every flight, a flight is in no received
-            tuple, or the peer failed.
+            tuple, or the driver failed.
     """
     from pipeline.client.connector import connect
     from pipeline.config import parse_query_group
@@ -352,12 +325,17 @@ def peer_run(
     topic = f"bench.flights.{uuid.uuid4().hex[:8]}"
     # The input queue never full nor near it (no consumer group commits for the peer).
     bound = 10 * (limit or 400_000)
-    raw = bsk.run_config(topic, bound, checkpoints, "peer_foreach_batch")
+    name = "peer_foreach_batch" if system == "peer" else f"floodgate_{source}"
+    raw = bsk.run_config(topic, bound, checkpoints, name)
+    raw["query_group"]["trigger_interval_ms"] = trigger
     config = parse_query_group(raw, env={})
     outputs = sorted({q.output for q in config.queries.values()})
     with common.fresh_broker() as bootstrap:
         ensure_topics(bootstrap, config.topics())
-        driver.call(**bsk.peer_settings(raw, bootstrap, schemas, "foreach_batch"))
+        if system == "peer":
+            driver.call(**bsk.peer_settings(raw, bootstrap, schemas, "foreach_batch"))
+        else:
+            driver.call(cmd="prepare", config=raw, bootstrap=bootstrap)
         common.wait_until_quiet(None)
         with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
             reception = Reception(
@@ -395,10 +373,10 @@ def peer_run(
     batches = []
     for query, figures in drained["queries"].items():
         if figures["input_rows"] != n:
-            raise RuntimeError(f"peer: query {query} read {figures['input_rows']} of {n}")
+            raise RuntimeError(f"{system}: query {query} read {figures['input_rows']} of {n}")
         batches += figures["per_batch"]
     values = latencies(produced, arrivals)
-    return LatencyRun.of("peer", trigger, values, n / seconds, batches)
+    return LatencyRun.of(system, trigger, values, n / seconds, batches)
 
 
 def plot(
@@ -581,6 +559,7 @@ def main() -> None:
     console.log(f"load average at start: {uptime}")
     spark = common.start_spark("floodgate-bench-latency")
     driver: bsk.Driver | None = None
+    floodgate: bsk.Driver | None = None
     runs: dict[tuple[str, int], list[LatencyRun]] = defaultdict(list)
     versions: dict[str, Any] = {}
     failures: list[str] = []
@@ -588,6 +567,9 @@ def main() -> None:
         if "peer" in systems:
             driver, versions["peer"] = start_peer()
             console.log(f"peer driver ready: {versions['peer']}")
+        if "floodgate" in systems:
+            floodgate, versions["floodgate"] = start_floodgate()
+            console.log(f"Floodgate's driver ready: {versions['floodgate']}")
         with tempfile.TemporaryDirectory(prefix="floodgate-latency-") as tmp:
             with common.fresh_broker() as bootstrap:
                 warm = run_demo(bootstrap_servers=bootstrap, limit=args.warmup, spark=spark)
@@ -608,14 +590,24 @@ def main() -> None:
                     f"peer warm-up at trigger 0 (discarded): p99 {warm_peer.p99_s:.2f} s, "
                     f"{warm_peer.tuples_per_s:,.0f} tuples/s"
                 )
+            if floodgate is not None:
+                warm_fg = floodgate_run(
+                    floodgate, 0, rate, args.warmup or args.limit, Path(tmp), args.source
+                )
+                console.log(
+                    f"Floodgate warm-up at trigger 0 (discarded): p99 {warm_fg.p99_s:.2f} s, "
+                    f"{warm_fg.tuples_per_s:,.0f} tuples/s"
+                )
             for trigger in triggers:
-                path = config_with_trigger(trigger, Path(tmp), args.source)
                 for r in range(args.repeat):
                     order = systems if r % 2 == 0 else systems[::-1]
                     for system in order:
                         try:
                             if system == "floodgate":
-                                run = floodgate_run(spark, trigger, path, rate, args.limit)
+                                assert floodgate is not None
+                                run = floodgate_run(
+                                    floodgate, trigger, rate, args.limit, Path(tmp), args.source
+                                )
                             else:
                                 assert driver is not None
                                 run = peer_run(driver, trigger, rate, args.limit, Path(tmp))
@@ -630,10 +622,11 @@ def main() -> None:
                             f"{run.max_s:.3f} s ({run.tuples_per_s:,.0f} tuples/s, "
                             f"{run.batches} batches)"
                         )
-        versions["floodgate"] = common.versions(spark)
+        versions.setdefault("floodgate", common.versions(spark))
     finally:
-        if driver is not None:
-            driver.close()
+        for process in (driver, floodgate):
+            if process is not None:
+                process.close()
         spark.stop()
 
     figures = report(runs, rate, args.limit)

@@ -323,10 +323,28 @@ def progress_figures(query: Any) -> dict[str, Any]:
     }
 
 
+def batch_figures(query: Any) -> list[dict[str, Any]]:
+    """``{"rows": tuples, "ms": {phase: ms}}`` of each of ``query``'s micro-batches with
+    data, in order (as many as ``spark.sql.streaming.numRecentProgressUpdates`` keeps),
+    as the peer's driver reports them (``spark_kafka_peer.py``)."""
+    return [
+        {
+            "rows": int(p["numInputRows"]),
+            "ms": {k: int(v) for k, v in dict(p["durationMs"]).items()},
+        }
+        for p in query.recentProgress
+        if p is not None and int(p["numInputRows"]) > 0
+    ]
+
+
 def floodgate_worker() -> None:
     """The Floodgate driver process (``--floodgate-worker``): a ``local[2]`` SparkSession
     (``common.start_spark``); per run, a :class:`~pipeline.spark.query_group.QueryGroup`
-    of the config the benchmark sends, started with ``Trigger.AvailableNow``."""
+    of the config the benchmark sends, started with ``Trigger.AvailableNow`` (``run``),
+    or, for ``bench_latency.py``, with its processing-time trigger (``start``, then
+    ``drain``: all input available processed, the figures of every micro-batch), as the
+    peer's driver is run: the reception and the replay stay in the benchmark's process,
+    never in the driver's."""
     from prometheus_client import CollectorRegistry
 
     from pipeline.config import parse_query_group
@@ -373,6 +391,29 @@ def floodgate_worker() -> None:
                     for kind in ("sleeps", "holds")
                 }
                 answer(ok=True, start_s=start_s, run_s=run_s, queries=queries, **held)
+            elif command["cmd"] == "start":
+                # Every micro-batch's progress kept for the report (the default keeps 100).
+                group.spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "5000")
+                started = time.monotonic()
+                group.start()
+                deadline = started + START_TIMEOUT_S
+                waiting = "Waiting for data to arrive"
+                while not all(
+                    q.lastProgress is not None or q.status.get("message") == waiting
+                    for q in group.queries().values()
+                ):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the queries did not run a first trigger in time")
+                    time.sleep(0.1)
+                answer(ok=True, start_s=time.monotonic() - started)
+            elif command["cmd"] == "drain":
+                started = time.monotonic()
+                group.process_all_available()
+                queries = {
+                    name: {**progress_figures(q), "per_batch": batch_figures(q)}
+                    for name, q in group.queries().items()
+                }
+                answer(ok=True, drain_s=time.monotonic() - started, queries=queries)
             elif command["cmd"] == "stop":
                 if group is not None:
                     group.stop()
