@@ -10,6 +10,8 @@ import io.floodgate.spark.read.KafkaTask;
 import io.floodgate.spark.read.RangeReaderFactory;
 import io.floodgate.spark.read.RowLayout;
 import io.floodgate.spark.read.SourceAccumulators;
+import java.io.InterruptedIOException;
+import java.io.UncheckedIOException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -21,10 +23,12 @@ import java.util.Set;
 import java.util.SortedMap;
 import java.util.TreeMap;
 import java.util.TreeSet;
+import java.util.function.Supplier;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.spark.SparkContext;
 import org.apache.spark.sql.connector.read.InputPartition;
@@ -147,8 +151,32 @@ public final class KafkaMicroBatchStream
     return out;
   }
 
+  /**
+   * {@code call()}, the Kafka client's {@code InterruptException} turned into the {@code
+   * InterruptedIOException} Spark takes for a stop ({@code
+   * StreamExecution.isInterruptionException}): Spark interrupts the stream thread to stop a query,
+   * and a planning call then in the consumer would otherwise end the query "with error". Spark's
+   * own Kafka source plans in an {@code UninterruptibleThread} instead.
+   */
+  private static <T> T stoppable(Supplier<T> call) {
+    try {
+      return call.get();
+    } catch (InterruptException e) {
+      Thread.currentThread().interrupt();
+      InterruptedIOException stop =
+          new InterruptedIOException(
+              "floodgate_kafka: interrupted while planning (query stopping)");
+      stop.initCause(e);
+      throw new UncheckedIOException(stop);
+    }
+  }
+
   @Override
   public Offset initialOffset() {
+    return stoppable(this::startingOffset);
+  }
+
+  private Offset startingOffset() {
     List<TopicPartition> tps = topicPartitions();
     SortedMap<Integer, Long> start;
     switch (options.startingOffsets) {
@@ -212,6 +240,10 @@ public final class KafkaMicroBatchStream
 
   @Override
   public Offset latestOffset(Offset start, ReadLimit limit) {
+    return stoppable(() -> plan(start, limit));
+  }
+
+  private Offset plan(Offset start, ReadLimit limit) {
     SortedMap<Integer, Long> begin = skipDiscarded(SourceOffset.of(options.topic, start).offsets());
     SortedMap<Integer, Long> latest = latest();
     for (int p : latest.keySet()) {
@@ -276,12 +308,12 @@ public final class KafkaMicroBatchStream
 
   @Override
   public Offset reportLatestOffset() {
-    return new SourceOffset(options.topic, latest());
+    return stoppable(() -> new SourceOffset(options.topic, latest()));
   }
 
   @Override
   public void prepareForTriggerAvailableNow() {
-    availableNowTarget = latest();
+    availableNowTarget = stoppable(this::latest);
   }
 
   @Override
@@ -335,7 +367,11 @@ public final class KafkaMicroBatchStream
         .forEach(
             (p, o) -> offsets.put(new TopicPartition(options.topic, p), new OffsetAndMetadata(o)));
     if (!offsets.isEmpty()) {
-      consumer().commitSync(offsets, Duration.ofSeconds(60));
+      stoppable(
+          () -> {
+            consumer().commitSync(offsets, Duration.ofSeconds(60));
+            return null;
+          });
     }
   }
 

@@ -48,6 +48,15 @@ import org.slf4j.LoggerFactory;
 public final class RangeReader implements PartitionReader<InternalRow> {
   private static final Logger LOG = LoggerFactory.getLogger(RangeReader.class);
 
+  /**
+   * How long one poll waits for records before the reader checks its position. Short: a range that
+   * ends at the log's end (a run's last micro-batch) has nothing past its end to fetch, and at 200
+   * ms a poll its last micro-batch took 0.6-0.7 s longer than the others in bench_latency.py
+   * (1.3-1.4 s for 13 000 rows against 0.7 s for 22 000); at 20 ms it takes no longer. A poll
+   * returns as soon as records come, so nothing waits on it while data flows.
+   */
+  static final long POLL_MS = 20;
+
   /** A range that makes no progress for this long fails the task. */
   static final long READ_STALL_TIMEOUT_MS = 60_000;
 
@@ -216,7 +225,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
     while (true) {
       ConsumerRecords<byte[], byte[]> records;
       try {
-        records = consumer.poll(Duration.ofMillis(200));
+        records = consumer.poll(Duration.ofMillis(POLL_MS));
       } catch (OffsetOutOfRangeException e) {
         if (options.sweepCatalog != null) {
           // Swept while this range was reading: BLOBs hold the rest up to the log start.
