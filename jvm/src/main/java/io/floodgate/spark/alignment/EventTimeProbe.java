@@ -14,6 +14,7 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
@@ -166,7 +167,21 @@ public final class EventTimeProbe implements AutoCloseable {
         if (left <= 0) {
           break;
         }
-        ConsumerRecords<byte[], byte[]> records = c.poll(Duration.ofNanos(left));
+        ConsumerRecords<byte[], byte[]> records;
+        try {
+          records = c.poll(Duration.ofNanos(left));
+        } catch (OffsetOutOfRangeException e) {
+          // Swept (the sweeper truncated the topic behind its BLOBs) or deleted: a tuple the
+          // broker no longer holds has no known event time and caps nothing, as in the
+          // Python source's probe.
+          for (TopicPartition tp : e.partitions()) {
+            if (open.remove(tp) != null) {
+              found.put(tp.partition(), null);
+              c.pause(List.of(tp));
+            }
+          }
+          continue;
+        }
         List<TopicPartition> done = new ArrayList<>();
         for (TopicPartition tp : records.partitions()) {
           Long offset = open.get(tp);
