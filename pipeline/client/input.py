@@ -63,7 +63,7 @@ DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
 FIRST_READING_WAIT_S = 30.0
 
 
-def _require_stream(config: QueryGroupConfig, kind: str, stream: str) -> None:
+def require_stream(config: QueryGroupConfig, kind: str, stream: str) -> None:
     """Raise ConfigError naming the known streams when ``stream`` is not declared."""
     declared = config.input_streams if kind == "input" else config.output_streams
     if stream not in declared:
@@ -145,7 +145,7 @@ class StreamInput:
         on_threshold: Callable[[PutResult], None] | None = None,
         raise_on_threshold: bool = False,
     ) -> None:
-        _require_stream(config, "input", stream)
+        require_stream(config, "input", stream)
         self.query_group = config.name
         self.stream = stream
         stream_config = config.input_streams[stream]

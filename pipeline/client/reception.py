@@ -17,7 +17,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from pipeline.client.input import _require_stream
+from pipeline.client.input import require_stream
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import (
     DeserializationError,
@@ -71,7 +71,7 @@ class StreamOutput:
         schemas: SchemaRepository,
         group: str | None = None,
     ) -> None:
-        _require_stream(config, "output", stream)
+        require_stream(config, "output", stream)
         self.query_group = config.name
         self.stream = stream
         stream_config = config.output_streams[stream]

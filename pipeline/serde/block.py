@@ -15,7 +15,7 @@ import fastavro
 import numpy as np
 from fastavro.schema import parse_schema
 
-from pipeline.serde.codec import StreamCodec, _check_values, _int_fields
+from pipeline.serde.codec import StreamCodec, int_fields
 from pipeline.serde.schemas import HEADER_SIZE, MAGIC, strip_logical_types
 
 #: Name of the check field the block decoder appends to every record (never a user field:
@@ -41,6 +41,10 @@ def _zigzag_varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+#: The encoded check values built so far (:func:`_checks`), shared by every encoder.
+_check_values: list[bytes] = []
 
 
 def _checks(n: int) -> list[bytes]:
@@ -92,7 +96,7 @@ class BlockDecoder:
         # An Avro int and long have the same zig-zag varint on the wire; polars would
         # wrap an int varint beyond 32 bits silently, so ints are read as longs and
         # narrowed with an overflow check (the per-tuple path calls that ``bad-value``).
-        self._int_fields = _int_fields(record)
+        self._int_fields = int_fields(record)
         fields = [
             {**f, "type": _widen_int(f["type"])} if f["name"] in self._int_fields else f
             for f in record["fields"]

@@ -121,7 +121,7 @@ class StreamCodec:
         self.repository = repository
         self._header = MAGIC + schema.fingerprint
         self._writer = schema.parsed(logical=True)
-        self._int_fields = _int_fields(schema.schema)
+        self._int_fields = int_fields(schema.schema)
         self._checks = _field_checks(schema.schema)
 
     def normalise(self, record: Any) -> Mapping[str, Any]:
@@ -427,7 +427,7 @@ def field_kind(schema: Schema, name: str) -> str | None:
     return None
 
 
-def _int_fields(schema: Schema) -> list[str]:
+def int_fields(schema: Schema) -> list[str]:
     """Top-level fields whose type is Avro ``int`` (or ``["null", "int"]``), logical or not."""
     names = []
     for f in schema.get("fields", []):
@@ -452,7 +452,7 @@ def _offending_field(schema: RegisteredSchema, record: Mapping[str, Any]) -> str
             continue
         value = record[name]
         if (
-            name in _int_fields(schema.schema)
+            name in int_fields(schema.schema)
             and isinstance(value, int)
             and not _INT_MIN <= value <= _INT_MAX
         ):
@@ -471,6 +471,3 @@ def _field_schema(schema: RegisteredSchema, name: str) -> Any:
         if f["name"] == name:
             return f["type"]
     raise KeyError(name)
-
-
-_check_values: list[bytes] = []
