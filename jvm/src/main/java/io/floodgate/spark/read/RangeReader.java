@@ -150,6 +150,19 @@ public final class RangeReader implements PartitionReader<InternalRow> {
   @Override
   public void close() {
     try {
+      if (!rangeDone && consumer != null) {
+        // The task ends inside a range: it failed, was killed, or Spark stopped early. A
+        // consumer left mid-fetch, or by an exception, is closed, not pooled, as Spark's
+        // KafkaDataConsumer does for a failed or interrupted task. The dead letters below are
+        // sent whatever this close throws.
+        KafkaConsumer<byte[], byte[]> unfinished = consumer;
+        consumer = null;
+        try {
+          unfinished.close(Duration.ZERO);
+        } catch (RuntimeException e) {
+          LOG.warn("closing the consumer of an unfinished range failed", e);
+        }
+      }
       finishRange();
       Long batch = ranges.length > 0 ? ranges[0].batchId() : null;
       int refused = dead.size();
