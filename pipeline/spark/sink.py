@@ -109,7 +109,12 @@ VISIBLE_WAIT_S = 30.0
 #: Fault injection for crash tests: ``FLOODGATE_FAILPOINT=after-commit:<batch>`` kills the
 #: driver's whole process group with SIGKILL right after the output transaction of that
 #: micro-batch commits and before Spark records the batch as done -- the window in which
-#: a replay must be recognised and skipped. Unset in production.
+#: a replay must be recognised and skipped. ``records-sent:<batch>`` kills it once the
+#: batch's records are delivered (acknowledged) in its open transaction, before its input
+#: offsets are sent and it commits: a kill -9 mid-transaction. A spec ending in ``:stop``
+#: (``records-sent:<batch>:stop``) stops the process group with SIGSTOP there instead,
+#: once per process, for a test to start a second driver and resume this one, a zombie,
+#: with SIGCONT. Unset in production.
 FAILPOINT_ENV = "FLOODGATE_FAILPOINT"
 
 
@@ -118,6 +123,21 @@ def _failpoint(name: str, batch_id: int) -> None:
     if spec and spec == f"{name}:{batch_id}":
         log.error("failpoint %s reached at batch %d: killing the driver", name, batch_id)
         os.killpg(os.getpgid(0), signal.SIGKILL)
+    elif spec and spec == f"{name}:{batch_id}:stop":
+        _stop_once(spec)
+
+
+_stopped_at: set[str] = set()
+
+
+def _stop_once(spec: str) -> None:
+    """Stop the driver's process group with SIGSTOP at failpoint ``spec``, the first time
+    this process reaches it; it goes on where it stopped once sent SIGCONT."""
+    if spec in _stopped_at:
+        return
+    _stopped_at.add(spec)
+    log.error("failpoint %s reached: stopping the driver (SIGSTOP)", spec)
+    os.killpg(os.getpgid(0), signal.SIGSTOP)
 
 
 def for_spark(exc: BaseException, *, query_group: str, query: str, batch_id: int) -> BaseException:
@@ -498,6 +518,7 @@ class KafkaTransactionalSink:
                 if undelivered or self._broker_gone:
                     self._renew_producer(batch_id, attempt, "while its records were sent")
                     continue
+                _failpoint("records-sent", batch_id)
                 if offsets:
                     group_metadata = self._get_consumer().consumer_group_metadata()
                     _bounded(
