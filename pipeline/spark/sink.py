@@ -114,8 +114,18 @@ VISIBLE_WAIT_S = 30.0
 #: offsets are sent and it commits: a kill -9 mid-transaction. A spec ending in ``:stop``
 #: (``records-sent:<batch>:stop``) stops the process group with SIGSTOP there instead,
 #: once per process, for a test to start a second driver and resume this one, a zombie,
-#: with SIGCONT. Unset in production.
+#: with SIGCONT. A spec ending in ``:wait=<path>`` (``before-commit:<batch>:wait=<path>``)
+#: pauses the batch there instead: the sink creates ``<path>.reached`` and waits until
+#: ``<path>`` exists (at most :data:`FAILPOINT_WAIT_S`) before it goes on, so that a test
+#: does its fault (kills a broker, stops one) while the batch stands still, then creates
+#: ``<path>``. ``before-commit:<batch>`` is right before ``commit_transaction``: the
+#: batch's records delivered and its input offsets sent to the consumer group in the open
+#: transaction. Unset in production.
 FAILPOINT_ENV = "FLOODGATE_FAILPOINT"
+
+#: How long a ``:wait=`` failpoint waits for its release file, seconds; then the batch
+#: goes on (a test that died meanwhile does not hold the driver for ever).
+FAILPOINT_WAIT_S = 600.0
 
 
 def _failpoint(name: str, batch_id: int) -> None:
@@ -125,6 +135,19 @@ def _failpoint(name: str, batch_id: int) -> None:
         os.killpg(os.getpgid(0), signal.SIGKILL)
     elif spec and spec == f"{name}:{batch_id}:stop":
         _stop_once(spec)
+    elif spec and spec.startswith(f"{name}:{batch_id}:wait="):
+        _wait_for_release(spec, spec.split(":wait=", 1)[1])
+
+
+def _wait_for_release(spec: str, release: str) -> None:
+    """Create ``<release>.reached``, then block until the file ``release`` exists, for up
+    to :data:`FAILPOINT_WAIT_S`."""
+    log.error("failpoint %s reached: waiting for %s", spec, release)
+    with open(f"{release}.reached", "a"):
+        pass
+    deadline = time.monotonic() + FAILPOINT_WAIT_S
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 _stopped_at: set[str] = set()
@@ -531,6 +554,7 @@ class KafkaTransactionalSink:
                         group_metadata,
                         TRANSACTION_TIMEOUT_S,
                     )
+                _failpoint("before-commit", batch_id)
                 try:
                     _bounded(
                         "commit_transaction", producer.commit_transaction, TRANSACTION_TIMEOUT_S
