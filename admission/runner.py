@@ -18,6 +18,12 @@ is still the job's: its command line as recorded, or -- when the program has sin
 ``exec``'d another (``spark-submit`` becomes ``spark-class``, then ``java``) -- the
 job's id in its environment (``FLOODGATE_ADMISSION_JOB_ID``). A pid reused by an
 unrelated process is not adopted, so cancelling the job never signals it (issue 26).
+
+A service killed after it started a job's process and before it recorded the pid
+(issue 39) leaves a RUNNING job with no pid: :meth:`ProcessRunner.find` finds its
+process by what only that process has -- it leads a session of its own, carries the
+job's id in its environment, writes its output to the job's log, and started after
+the job was claimed.
 """
 
 from __future__ import annotations
@@ -148,7 +154,7 @@ class ProcessRunner:
                 (a NUL byte, ``=`` in a name). Either way no process runs; the caller
                 records the job as ERROR with the reason.
         """
-        log_path = self.log_dir / f"{job_id}.log"
+        log_path = self.log_path(job_id)
         out = private_file(log_path, os.O_WRONLY | os.O_APPEND)  # an earlier run's: appended
         try:
             process = subprocess.Popen(
@@ -210,6 +216,54 @@ class ProcessRunner:
             )
         with self._lock:
             self._adopted[job_id] = process
+        return None
+
+    def log_path(self, job_id: int) -> Path:
+        """Where the job's output goes; created just before its process starts
+        (:meth:`start`), so a job whose log is missing was never started."""
+        return self.log_dir / f"{job_id}.log"
+
+    def find(self, job_id: int, *, claimed: float) -> Started | None:
+        """Find and watch the process of a job started by an earlier run of the service
+        that was killed before it recorded the pid (issue 39).
+
+        The job's process is the one that leads a session of its own (:meth:`start`
+        makes one per job), carries ``FLOODGATE_ADMISSION_JOB_ID=<job_id>``, has the
+        job's log (:meth:`log_path`) as its standard output, and started at or after
+        ``claimed``: another service's job of the same id writes to another log, and
+        the job's own children lead no session.
+
+        Args:
+            job_id: the job.
+            claimed: when the job was claimed (epoch seconds, the ``started`` column),
+                before its process started.
+
+        Returns:
+            The process, now watched (as :meth:`adopt` would), or ``None`` when no live
+            process is the job's (it never started, or it ended). Never raises.
+        """
+        path = self.log_path(job_id)
+        log_path = str(path.resolve())
+        # The claim in seconds since boot, as the kernel counts a process's start (the
+        # wall clock's start time psutil derives is up to 1 s early: whole-second boot
+        # time); a second's slack for a clock step since.
+        since_boot = claimed - time.time() + time.clock_gettime(time.CLOCK_BOOTTIME)
+        for process in psutil.process_iter():
+            try:
+                if os.getsid(process.pid) != process.pid:
+                    continue
+                if process.environ().get(JOB_ID_VARIABLE) != str(job_id):
+                    continue
+                if os.readlink(f"/proc/{process.pid}/fd/1") != log_path:
+                    continue
+                created = start_since_boot(process)
+                if created < since_boot - 1.0 or not _alive(process):
+                    continue
+            except (psutil.Error, OSError):
+                continue  # gone meanwhile, or not ours to read: not the job's
+            with self._lock:
+                self._adopted[job_id] = process
+            return Started(process.pid, str(path), created, _cmdline(process))
         return None
 
     @staticmethod

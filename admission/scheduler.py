@@ -15,6 +15,8 @@ disabled until an operator enables it (``FG-ADM-005``).
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +36,21 @@ log = logging.getLogger(__name__)
 
 #: The flag (``floodgate_flags``) that keeps a suspension across restarts.
 SUSPENDED = "suspended"
+
+#: Fault injection for crash tests (issue 39), the variable the query group's sink reads
+#: too: ``FLOODGATE_FAILPOINT=claimed:<job id>`` kills the service (its own process
+#: alone, with SIGKILL) right after it claimed the job (``ENQUEUED -> RUNNING``) and
+#: before it starts the job's process; ``spawned:<job id>`` right after the process
+#: started and before its pid is recorded. A restart recovers both (the service's
+#: ``_recover``). Unset in production; a job never sees it (its environment is built,
+#: not inherited).
+FAILPOINT_ENV = "FLOODGATE_FAILPOINT"
+
+
+def _failpoint(name: str, job_id: int) -> None:
+    if os.environ.get(FAILPOINT_ENV) == f"{name}:{job_id}":
+        log.error("failpoint %s reached at job %d: killing the service", name, job_id)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Scheduler:
@@ -254,6 +271,7 @@ class Scheduler:
         if not self.store.claim(job.id, now=now, how=how.value, instance=self.election.instance):
             return self.get(job.id)
         self.enqueued -= 1
+        _failpoint("claimed", job.id)
         env = job_environment(self.base_env, job.env, job.id)
         try:
             program = self.rules.resolve(job.argv)  # on the allowlist: refusal_at_start
@@ -271,6 +289,7 @@ class Scheduler:
             if job.request_id is not None and job.role == "part":
                 self.on_part_ended(job.request_id)
             return self.get(job.id)
+        _failpoint("spawned", job.id)
         self.store.update(
             job.id,
             pid=started.pid,

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -217,7 +218,9 @@ class AdmissionService:
 
         A job stored RUNNING whose process is gone becomes UNKNOWN; one whose process
         is still there is watched again (its exit status cannot be known: it ends
-        UNKNOWN). Enqueued jobs stay enqueued.
+        UNKNOWN). A RUNNING job with no pid recorded (the service was killed while it
+        started it) is found, enqueued again, or UNKNOWN (:meth:`_recover_unrecorded`).
+        Enqueued jobs stay enqueued.
         """
         self.metrics.leader.set(1)
         with self.scheduler.lock:
@@ -233,7 +236,7 @@ class AdmissionService:
             if job.id in watched:
                 continue
             why = (
-                "no pid was recorded"
+                self._recover_unrecorded(job)
                 if job.pid is None
                 else self.runner.adopt(
                     job.id, job.pid, created=job.pid_created, cmdline=job.pid_cmdline
@@ -249,6 +252,60 @@ class AdmissionService:
                 )
                 log.warning("job %d: was RUNNING, not adopted (%s): UNKNOWN", job.id, why)
         self.scheduler.enqueued = self.store.count_enqueued()
+
+    def _recover_unrecorded(self, job: Job) -> str | None:
+        """Recover a RUNNING job with no pid: a service killed between claiming it and
+        recording its process (issue 39). Claimed on this host, it is either
+
+        * started: its process is found (:meth:`ProcessRunner.find
+          <admission.runner.ProcessRunner.find>`), recorded and watched;
+        * never started: its log, created just before the process starts, is missing;
+          it is enqueued again (to start at once if it was not queueable), so it runs
+          once;
+        * in doubt: its log exists and no process is the job's. It may have run and
+          ended while no service watched it, so it is not started again.
+
+        Returns:
+            ``None`` when recovered; otherwise why not (the job becomes UNKNOWN).
+        """
+        host = (job.started_by or "").split(":", 1)[0]
+        if host != socket.gethostname():
+            return f"no pid was recorded, and it was started on host {host or 'unknown'}"
+        found = self.runner.find(job.id, claimed=job.started or 0.0)
+        if found is not None:
+            self.store.update(
+                job.id,
+                pid=found.pid,
+                log_path=found.log_path,
+                pid_created=found.created,
+                pid_cmdline=found.cmdline,
+            )
+            log.warning(
+                "job %d: its process (pid %d) started before the service stopped and was "
+                "not recorded: found by its job id, watched again",
+                job.id,
+                found.pid,
+            )
+            return None
+        if not self.runner.log_path(job.id).exists():
+            if self.store.update(
+                job.id,
+                expect=[JobState.RUNNING],
+                state=JobState.ENQUEUED.value,
+                started=None,
+                start_reason=None,
+                started_by=None,
+                asap=not job.queueable,
+            ):
+                log.warning(
+                    "job %d: claimed but never started before the service stopped: enqueued again",
+                    job.id,
+                )
+            return None
+        return (
+            "no pid was recorded and no process is the job's: it may have run and ended "
+            "while no service watched it, so it is not started again"
+        )
 
     def _revoked(self) -> None:
         """Leadership lost: nothing more starts here. Processes this instance started go
