@@ -87,6 +87,27 @@ def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode()`` of ``text``: ``s[0]*31^(n-1) + ... + s[n-1]`` over
+    its UTF-16 code units, as a signed 32-bit int."""
+    h = 0
+    units = text.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def coordinator_partition(key: str, partitions: int) -> int:
+    """The partition of an internal topic that holds consumer group or transactional id
+    ``key``: ``Utils.abs(key.hashCode()) % partitions``, as Kafka's
+    ``GroupCoordinator.partitionFor`` (``__consumer_offsets``) and
+    ``TransactionStateManager.partitionFor`` (``__transaction_state``) compute it
+    (``Utils.abs`` maps ``Integer.MIN_VALUE`` to 0). Its leader is the key's coordinator.
+    """
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
 @dataclass
 class KafkaNode:
     """One JVM of the cluster: a combined KRaft controller and broker.
@@ -395,6 +416,103 @@ class ApacheKafkaCluster:
                         latest = (match.group(1), int(match.group(2)))
                     break
         return latest[1] if latest else None
+
+    # -- coordinators and replicas -------------------------------------------
+
+    def _admin(self) -> AdminClient:
+        return AdminClient(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "socket.timeout.ms": 2000,
+                **self.client_config(INTER_BROKER_USER if self.sasl_users else None),
+            }
+        )
+
+    def partition_leaders(self, topic: str, *, timeout_s: float = 10.0) -> dict[int, int]:
+        """``{partition: leader's node.id}`` of ``topic`` in the metadata a client sees
+        (``-1``: no leader now).
+
+        Raises:
+            KafkaException: the metadata request failed.
+            KeyError: the cluster has no such topic.
+        """
+        metadata = self._admin().list_topics(topic, timeout=timeout_s)
+        described = metadata.topics.get(topic)
+        if described is None or described.error is not None:
+            raise KeyError(topic)
+        return {p.id: p.leader for p in described.partitions.values()}
+
+    def _coordinator(self, internal_topic: str, key: str) -> int:
+        leaders = self.partition_leaders(internal_topic)
+        return leaders[coordinator_partition(key, len(leaders))]
+
+    def transaction_coordinator(self, transactional_id: str) -> int:
+        """The ``node.id`` of the transaction coordinator of ``transactional_id``: the
+        leader of its partition of ``__transaction_state`` (Kafka's
+        ``TransactionStateManager.partitionFor``, :func:`coordinator_partition`).
+
+        Raises:
+            KeyError: ``__transaction_state`` does not exist yet (no transactional
+                producer has started on this cluster).
+            KafkaException: the metadata request failed.
+        """
+        return self._coordinator("__transaction_state", transactional_id)
+
+    def group_coordinator(self, group_id: str) -> int:
+        """The ``node.id`` of the group coordinator of consumer group ``group_id``: the
+        leader of its partition of ``__consumer_offsets`` (Kafka's
+        ``GroupCoordinator.partitionFor``, :func:`coordinator_partition`).
+
+        Raises:
+            KeyError: ``__consumer_offsets`` does not exist yet (no group has
+                committed on this cluster).
+            KafkaException: the metadata request failed.
+        """
+        return self._coordinator("__consumer_offsets", group_id)
+
+    def out_of_sync(self, node: KafkaNode, *, timeout_s: float = 10.0) -> list[str]:
+        """The partitions (``topic/partition``, internal topics included) that have
+        ``node`` among their replicas but not in their in-sync replica set (ISR), in
+        the metadata a client sees; empty when ``node`` is in sync everywhere.
+
+        Raises:
+            KafkaException: the metadata request failed.
+        """
+        metadata = self._admin().list_topics(timeout=timeout_s)
+        return sorted(
+            f"{topic.topic}/{p.id}"
+            for topic in metadata.topics.values()
+            for p in topic.partitions.values()
+            if node.node_id in p.replicas and node.node_id not in p.isrs
+        )
+
+    def wait_in_sync(self, node: KafkaNode, *, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Block until ``node`` is back in the ISR of every partition it replicates
+        (:meth:`out_of_sync` empty): a restarted broker is registered at once
+        (:meth:`start_node`), but rejoins a partition's ISR only once its follower has
+        fetched up to the leader's high watermark (Kafka's ``replica.lag.time.max.ms``
+        rule); until then one more node lost leaves a partition below
+        ``min.insync.replicas``.
+
+        Raises:
+            BrokerError: the node exited, or it was not in sync within ``timeout_s``
+                (names the partitions still out of sync).
+        """
+        deadline = time.monotonic() + timeout_s
+        behind: list[str] = ["(no metadata yet)"]
+        while True:
+            self._check_alive(node)
+            with contextlib.suppress(KafkaException):  # a node coming back
+                behind = self.out_of_sync(node, timeout_s=2.0)
+            if not behind:
+                return
+            if time.monotonic() > deadline:
+                raise BrokerError(
+                    f"Apache Kafka node {node.node_id} was not back in the ISR within "
+                    f"{timeout_s:.0f} s; out of sync: {', '.join(behind[:10])}",
+                    output=self.output_tail(node),
+                )
+            time.sleep(0.2)
 
     # -- start ----------------------------------------------------------------
 
