@@ -1,7 +1,8 @@
 """Apache Kafka's own broker, run by Floodgate: one KRaft node, or a 3-node cluster.
 
 Each node is one JVM running ``kafka.Kafka`` with ``process.roles=broker,controller``
-(KRaft combined mode) on loopback, its controller quorum fixed by
+(KRaft combined mode) on loopback (or, with ``node_hosts``, each on an address of its
+own, e.g. in a network namespace of its own), its controller quorum fixed by
 ``controller.quorum.voters``. A node's log directory is formatted with Kafka's
 ``StorageTool`` on its first start and kept across restarts. Clients reach the
 cluster at :attr:`ApacheKafkaCluster.bootstrap_servers`; every node is stopped by its
@@ -47,7 +48,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -118,6 +119,10 @@ class KafkaNode:
         controller_port: the controller's listener (KRaft quorum traffic only).
         directory: ``<data_dir>/node-<node_id>``.
         process: the running JVM, while it runs.
+        host: the node's own address (``None``: the cluster's ``host``).
+        command_prefix: words run before the JVM's command, e.g.
+            ``("ip", "netns", "exec", "<namespace>")`` for a node in a network
+            namespace of its own (empty: the JVM runs as it is).
     """
 
     node_id: int
@@ -125,6 +130,8 @@ class KafkaNode:
     controller_port: int
     directory: Path
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    host: str | None = None
+    command_prefix: tuple[str, ...] = ()
 
     @property
     def pid(self) -> int | None:
@@ -220,7 +227,8 @@ def broker_properties(
     n = len(nodes)
     replicas = min(n, 3)
     min_isr = 2 if replicas >= 3 else 1
-    voters = ",".join(f"{x.node_id}@{host}:{x.controller_port}" for x in nodes)
+    voters = ",".join(f"{x.node_id}@{x.host or host}:{x.controller_port}" for x in nodes)
+    host = node.host or host
     properties = {
         "process.roles": "broker,controller",
         "node.id": str(node.node_id),
@@ -285,9 +293,16 @@ class ApacheKafkaCluster:
         overrides: ``server.properties`` entries over :func:`broker_properties`.
         sasl_users: ``{name: password}``: clients must authenticate with SASL/PLAIN
             as one of them (:meth:`client_config`); ``None``: a PLAINTEXT listener.
+        node_hosts: each node's own address, one per node (e.g. each in a network
+            namespace of its own, where ``host`` is not local); every node then
+            listens on ``port`` (default 9092) and its controller on 9093. ``None``:
+            every node on ``host``, on ports of its own.
+        node_command_prefixes: words run before each node's JVM command, one tuple
+            per node (:attr:`KafkaNode.command_prefix`), e.g. ``ip netns exec <ns>``.
 
     Raises:
-        ValueError: ``nodes`` < 1.
+        ValueError: ``nodes`` < 1, or ``node_hosts`` / ``node_command_prefixes`` not
+            one per node.
         ConfigError: a SASL user or password Kafka cannot take
             (:func:`check_sasl_users`).
     """
@@ -305,9 +320,17 @@ class ApacheKafkaCluster:
         heap_mb: int = HEAP_MB,
         overrides: Mapping[str, str] | None = None,
         sasl_users: Mapping[str, str] | None = None,
+        node_hosts: Sequence[str] | None = None,
+        node_command_prefixes: Sequence[Sequence[str]] | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes must be 1 or more, got {nodes}")
+        if node_hosts is not None and len(node_hosts) != nodes:
+            raise ValueError(f"node_hosts: one per node ({nodes}), got {len(node_hosts)}")
+        if node_command_prefixes is not None and len(node_command_prefixes) != nodes:
+            raise ValueError(
+                f"node_command_prefixes: one per node ({nodes}), got {len(node_command_prefixes)}"
+            )
         if sasl_users is not None:
             check_sasl_users(sasl_users)
         #: ``{name: password}`` of the SASL/PLAIN listener, the brokers' own user
@@ -336,6 +359,8 @@ class ApacheKafkaCluster:
         self.nodes: list[KafkaNode] = []
         for i in range(nodes):
             ports = saved["nodes"][i] if saved else {}
+            if node_hosts is not None:  # alone on its address: the same ports everywhere
+                ports = {"port": port or 9092, "controller_port": 9093}
             broker_port = port if (i == 0 and port) else ports.get("port") or _free_port(host)
             self.nodes.append(
                 KafkaNode(
@@ -343,6 +368,10 @@ class ApacheKafkaCluster:
                     port=int(broker_port),
                     controller_port=int(ports.get("controller_port") or _free_port(host)),
                     directory=self.data_dir / f"node-{i + 1}",
+                    host=node_hosts[i] if node_hosts is not None else None,
+                    command_prefix=tuple(node_command_prefixes[i])
+                    if node_command_prefixes is not None
+                    else (),
                 )
             )
 
@@ -351,7 +380,11 @@ class ApacheKafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         """``host:port,...`` of every node's broker listener."""
-        return ",".join(f"{self.host}:{node.port}" for node in self.nodes)
+        return ",".join(self.address(node) for node in self.nodes)
+
+    def address(self, node: KafkaNode) -> str:
+        """``host:port`` of ``node``'s broker listener."""
+        return f"{node.host or self.host}:{node.port}"
 
     def client_config(self, user: str | None = None) -> dict[str, str]:
         """The librdkafka properties a client needs besides ``bootstrap.servers``:
@@ -629,7 +662,7 @@ class ApacheKafkaCluster:
         return self
 
     def _spawn(self, node: KafkaNode, java: list[str]) -> None:
-        command = [*self._jvm(java), "kafka.Kafka", str(node.properties_path)]
+        command = [*node.command_prefix, *self._jvm(java), "kafka.Kafka", str(node.properties_path)]
         node.process = spawn_broker(command, node.log_path)
 
     def start_node(self, node: KafkaNode, *, timeout_s: float = START_TIMEOUT_S) -> None:
@@ -655,7 +688,7 @@ class ApacheKafkaCluster:
             while True:
                 self._check_alive(node)
                 try:
-                    socket.create_connection((self.host, node.port), timeout=0.5).close()
+                    socket.create_connection((node.host or self.host, node.port), 0.5).close()
                     break
                 except OSError:
                     if time.monotonic() > deadline:
@@ -664,7 +697,7 @@ class ApacheKafkaCluster:
         wanted = {node.node_id for node in running}
         admin = AdminClient(
             {
-                "bootstrap.servers": ",".join(f"{self.host}:{n.port}" for n in running),
+                "bootstrap.servers": ",".join(self.address(n) for n in running),
                 "socket.timeout.ms": 2000,
                 **self.client_config(INTER_BROKER_USER if self.sasl_users else None),
             }

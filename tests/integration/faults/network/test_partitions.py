@@ -1,0 +1,375 @@
+"""Network partitions on Apache Kafka: the driver, the producer and each broker on an
+address of its own (``conftest.py``), a partition a silent blackhole of the network's
+hub (``netns.py``), while the ``flights`` query group runs in the test session's
+SparkSession and a producer writes through the back-pressure client.
+
+The cases (issue 39, item 1), on one 3-node cluster (replication factor 3,
+``min.insync.replicas=2``):
+
+(a) the driver cut from every broker for less than any timeout of its clients
+    (:data:`SHORT_CUT_S`: under the consumer session timeout, 45 s, and the
+    transaction timeout, 60 s), then healed;
+(b) the same for longer than the transaction timeout, set short for the group
+    (``[kafka] client`` ``transaction.timeout.ms``, :data:`TRANSACTION_TIMEOUT_MS`);
+(c) one-sided: only the leader of the output partition unreachable from the driver
+    (the rest of the cluster still reaches it, so nothing elects another leader);
+(d) one broker cut from the other two: the cluster fences it and the ISR shrinks to
+    ``min.insync.replicas``; healed, it catches up and rejoins the ISR.
+
+Each checks: every tuple put is in the pass-through copy exactly once (by key and
+record by record, ``read_committed``); the tuple ledger balances; every output
+partition's last stable offset reaches its high watermark (no transaction left open);
+the producer never had a put refused or a tuple unacknowledged; and the query group is
+in the state ``docs/runbook.md`` ("Network partitions") promises.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from confluent_kafka import Consumer, IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from pipeline.config import QueryGroupConfig, parse_query_group
+from pipeline.demo.reception import read_all
+from pipeline.kafka.topics import ensure_topics
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
+from pipeline.services.ledger import reconcile
+from pipeline.spark.query_group import QueryGroup
+from pipeline.spark.states import QueryGroupState
+from tests.integration.faults.network.conftest import Lab
+from tests.integration.faults.network.producer import FIRST, read_state
+from tests.integration.helpers import flights_raw_config
+
+pytestmark = pytest.mark.apache_kafka
+
+log = logging.getLogger(__name__)
+
+#: Tuples each case puts (the first producer.FIRST at once, the rest paced).
+TUPLES = 3_000
+
+#: Seconds between the producer's paced puts of 100: the rest of TUPLES takes
+#: 24 puts, so about 12 s of writing at 0.5 s.
+PACE_S = 0.5
+
+#: Case (a)'s partition, seconds: under every timeout of the driver's clients
+#: (librdkafka's and the Java consumer's request and session timeouts, 30-60 s; the
+#: transaction timeout, 60 s).
+SHORT_CUT_S = 15.0
+
+#: How long a case may take to get somewhere after a fault healed, seconds.
+SETTLE_S = 300.0
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` (an exception counts as not yet) until it is true.
+
+    Raises:
+        AssertionError: not true within ``timeout_s`` (names ``what``).
+    """
+    deadline = time.monotonic() + timeout_s
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception as exc:
+            last = exc
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
+
+
+def key_of(record: dict[str, Any]) -> tuple[Any, ...]:
+    """A flight by its stream key (``carrier``, ``flight``, ``time_hour``)."""
+    return (record["carrier"], record["flight"], record["time_hour"])
+
+
+def whole(record: dict[str, Any]) -> tuple[Any, ...]:
+    """A flight by all its fields."""
+    return tuple(sorted(record.items()))
+
+
+class Case:
+    """One case's query group, producer and checks, on the lab's cluster.
+
+    Args:
+        lab: the network and cluster.
+        spark: the session's SparkSession (the driver, in the root namespace).
+        schemas: the schema repository.
+        flights: the session's flights (the producer loads the same first TUPLES).
+        run_id: names of this case's topics and consumer groups.
+        tmp_path: its checkpoints, config and the producer's state and log.
+        client: ``[kafka] client`` settings of the group (librdkafka properties).
+    """
+
+    def __init__(
+        self,
+        lab: Lab,
+        spark: Any,
+        schemas: SchemaRepository,
+        flights: list[dict[str, Any]],
+        run_id: str,
+        tmp_path: Path,
+        client: dict[str, Any] | None = None,
+    ) -> None:
+        self.lab, self.spark, self.schemas = lab, spark, schemas
+        self.records = flights[:TUPLES]
+        # The copy query alone: the partitions are the sink's and the source's business,
+        # which every query has alike; the aggregations would triple a case's time.
+        raw = flights_raw_config(
+            run_id, tmp_path / "checkpoints", only_passthrough=True, max_rows_per_trigger=300
+        )
+        # One output partition: "the output partition's leader" is one broker.
+        raw["output_streams"]["flights_copy"]["partitions"] = 1
+        if client:
+            raw["kafka"] = {"client": client}
+        self.config_path = tmp_path / "group.toml"
+        self.config_path.write_text(tomli_w.dumps(raw))
+        self.config: QueryGroupConfig = parse_query_group(raw, env={})
+        self.state_path = tmp_path / "producer.json"
+        self.producer_log = tmp_path / "producer.log"
+        self.group: QueryGroup | None = None
+        self.producer: subprocess.Popen[bytes] | None = None
+        self.copy_topic = self.config.output_streams["flights_copy"].topic
+        self.started = time.monotonic()
+        #: ``(seconds since the case began, what)`` of each step, for the failures' text.
+        self.marks: list[tuple[float, str]] = []
+
+    def mark(self, what: str) -> None:
+        """Note a step of the case (shown when a check fails, and in the log)."""
+        self.marks.append((time.monotonic() - self.started, what))
+        log.info("partition case %s: %.1f s: %s", self.config.name, *self.marks[-1])
+
+    def timeline(self) -> str:
+        """The steps so far, and the micro-batches that took over 5 s with where their
+        time went (Spark's ``durationMs``)."""
+        steps = "; ".join(f"{t:.1f} s {what}" for t, what in self.marks)
+        slow = []
+        for name, query in (self.group.queries() if self.group else {}).items():
+            for progress in query.recentProgress:
+                took = progress.get("durationMs", {})
+                if took.get("triggerExecution", 0) > 5_000:
+                    slow.append(f"{name} batch {progress.get('batchId')} at "
+                                f"{progress.get('timestamp')}: {took}")  # fmt: skip
+        return steps + "".join(f"\n  slow: {line}" for line in slow)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.lab.bootstrap
+
+    def start(self) -> Case:
+        """Create the topics (replication 3), start the group and the producer; return
+        once the group wrote its first output, the producer paused after FIRST."""
+        ensure_topics(self.bootstrap, self.config.topics())
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        wait_until(
+            lambda: set(self.config.topics()) <= admin.list_topics(timeout=10).topics.keys(),
+            60,
+            "the new topics in the cluster's metadata",
+        )
+        self.group = QueryGroup(
+            self.config, bootstrap_servers=self.bootstrap, spark=self.spark, schemas=self.schemas
+        )
+        self.group.start()
+        self.mark("group started")
+        with open(self.producer_log, "ab") as log:
+            self.producer = subprocess.Popen(
+                self.lab.producer_command(
+                    str(self.config_path),
+                    self.bootstrap,
+                    str(self.state_path),
+                    str(TUPLES),
+                    "--pace-s",
+                    str(PACE_S),
+                ),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_until(
+            lambda: self.output_count() > 0 or self._producer_failed(), 180, "the first output"
+        )
+        self.mark("first output")
+        return self
+
+    def _producer_failed(self) -> bool:
+        assert self.producer is not None
+        if self.producer.poll() not in (None, 0):
+            raise AssertionError(f"the producer failed:\n{self.producer_log.read_text()[-4000:]}")
+        return False
+
+    def go(self) -> None:
+        """Let the producer put the rest, paced; return once it is under way."""
+        self.state_path.with_suffix(".go").touch()
+        wait_until(lambda: read_state(self.state_path)["put"] > FIRST, 60, "paced puts")
+        self.mark("paced puts")
+
+    def put(self) -> int:
+        """Tuples put so far."""
+        return int(read_state(self.state_path)["put"])
+
+    def output_count(self) -> int:
+        return len(read_all(self.bootstrap, self.copy_topic))
+
+    # -- checks -----------------------------------------------------------------
+
+    def wait_producer(self) -> None:
+        """Wait for the producer to exit; it must have put every tuple, none again."""
+        assert self.producer is not None
+        try:
+            code = self.producer.wait(timeout=SETTLE_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"the producer did not finish:\n{self.producer_log.read_text()[-4000:]}"
+            ) from None
+        assert code == 0, self.producer_log.read_text()[-4000:]
+        state = read_state(self.state_path)
+        assert state["done"], state
+        assert not state["retries"], "\n\n".join(state["retries"])
+
+    def committed_all(self) -> bool:
+        """Whether every query's consumer group has committed the input's ends."""
+        topic = self.config.input_streams["flights"].topic
+        partitions = self.config.input_settings("flights").partitions
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        reader = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "partitions-check"})
+        try:
+            ends = [reader.get_watermark_offsets(tp, timeout=10)[1] for tp in tps]
+            for query in self.config.queries:
+                probe = Consumer(
+                    {
+                        "bootstrap.servers": self.bootstrap,
+                        "group.id": self.config.consumer_group(query),
+                    }
+                )
+                try:
+                    if [tp.offset for tp in probe.committed(tps, timeout=10)] != ends:
+                        return False
+                finally:
+                    probe.close()
+            return True
+        finally:
+            reader.close()
+
+    def open_transactions(self) -> dict[str, tuple[int, int]]:
+        """Output and dead-letter partitions whose last stable offset is below their
+        high watermark: ``{"topic/partition": (LSO, HW)}`` (empty: none open)."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        topics = [s.topic for s in self.config.output_streams.values()]
+        topics.append(self.config.dead_letter_topic)
+        metadata = admin.list_topics(timeout=10)
+        tps = [TopicPartition(t, p) for t in topics for p in metadata.topics[t].partitions]
+
+        def offsets(level: IsolationLevel) -> dict[str, int]:
+            futures = admin.list_offsets(
+                {tp: OffsetSpec.latest() for tp in tps}, isolation_level=level, request_timeout=30
+            )
+            return {f"{tp.topic}/{tp.partition}": f.result().offset for tp, f in futures.items()}
+
+        stable = offsets(IsolationLevel.READ_COMMITTED)
+        high = offsets(IsolationLevel.READ_UNCOMMITTED)
+        return {tp: (stable[tp], high[tp]) for tp in high if stable[tp] < high[tp]}
+
+    def check(self, *, state: QueryGroupState | None = None) -> None:
+        """The case's checks, once the fault healed: the producer done, every tuple
+        processed once, the ledger balanced, no transaction open, and the group in
+        ``state`` (default: running, neither FAILED, HELD nor STOPPED)."""
+        assert self.group is not None
+        self.wait_producer()
+        self.mark("producer done")
+        wait_until(self.committed_all, SETTLE_S, "every query to commit the input's ends")
+        self.mark("input committed")
+        if state is None:
+            assert self.group.state not in (
+                QueryGroupState.FAILED,
+                QueryGroupState.HELD,
+                QueryGroupState.STOPPED,
+            ), self.group.state
+        else:
+            assert self.group.state is state, self.group.state
+        codec = StreamCodec("flights", self.schemas.get("flight"), self.schemas)
+        out = [
+            codec.decode(m.value(), logical=False)
+            for m in read_all(self.bootstrap, self.copy_topic)
+        ]
+        assert Counter(key_of(r) for r in out) == Counter(key_of(r) for r in self.records)
+        assert Counter(whole(r) for r in out) == Counter(whole(r) for r in self.records)
+        rows = reconcile(self.config, bootstrap_servers=self.bootstrap)
+        assert all(row.balanced for row in rows), rows
+        assert sum(row.written for row in rows) == len(self.records)
+        assert sum(row.processed for row in rows) == len(self.records)
+        last: dict[str, tuple[int, int]] = {}
+
+        def none_open() -> bool:
+            last.clear()
+            last.update(self.open_transactions())
+            return not last
+
+        try:
+            wait_until(none_open, 60, "every output partition's LSO to reach its HW")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; open (LSO, HW): {last}") from None
+        self.mark("checked")
+        log.info("partition case %s: %s", self.config.name, self.timeline())
+
+    def close(self) -> None:
+        """Heal, stop the group and the producer (by its PID)."""
+        self.lab.network.heal()
+        try:
+            if self.group is not None:
+                self.group.stop()
+        finally:
+            if self.producer is not None and self.producer.poll() is None:
+                self.producer.kill()
+                self.producer.wait(timeout=30)
+
+
+@pytest.fixture
+def case(
+    lab: Lab,
+    spark: Any,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Path,
+) -> Iterator[Callable[..., Case]]:
+    made: list[Case] = []
+
+    def make(**kwargs: Any) -> Case:
+        one = Case(lab, spark, schemas, flights, run_id, tmp_path, **kwargs)
+        made.append(one)
+        return one
+
+    yield make
+    for one in made:
+        one.close()
+
+
+def cut_driver_from_every_broker(lab: Lab) -> None:
+    for broker in lab.brokers.values():
+        lab.network.cut(lab.driver, broker)
+
+
+def test_a_driver_cut_from_every_broker_for_less_than_its_timeouts_goes_on(
+    lab: Lab, case: Callable[..., Case]
+) -> None:
+    one = case().start()
+    one.go()
+    cut_driver_from_every_broker(lab)
+    one.mark("cut")
+    put_before = one.put()
+    time.sleep(SHORT_CUT_S)
+    assert one.put() > put_before, "the producer did not write during the partition"
+    lab.network.heal()
+    one.mark("healed")
+    one.check()
