@@ -1,5 +1,7 @@
 """A query group's driver as ``floodgate run`` in a process group of its own, as the
-crash-recovery, query-group CLI and Spark cluster tests start, kill and watch it."""
+crash-recovery, zombie-driver, query-group CLI and Spark cluster tests start, kill,
+stop and watch it; and the pass-through group they run, with its output read back as a
+multiset (a tuple written twice counts twice)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import psutil
+import tomli_w
 from confluent_kafka import Consumer, TopicPartition
+
+from pipeline.config import parse_query_group
+from pipeline.demo.reception import read_all
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
+from tests.integration.helpers import flights_raw_config
 
 DRIVER_TIMEOUT_S = 240.0
 
@@ -65,3 +77,54 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, log_p
     raise AssertionError(
         f"timed out waiting for {what}; driver log:\n{log_path.read_text()[-4000:]}"
     )
+
+
+def stopped(process: subprocess.Popen[bytes]) -> bool:
+    """Whether ``process`` is stopped (SIGSTOP: state ``T`` in ``/proc``)."""
+    try:
+        return bool(psutil.Process(process.pid).status() == psutil.STATUS_STOPPED)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def copies(bootstrap: str, topic: str, schemas: SchemaRepository) -> Counter[tuple[Any, ...]]:
+    """The output tuples a ``read_committed`` reader sees, as a multiset: a duplicate
+    counts twice. Read to each partition's high watermark, so a transaction left open
+    (the last stable offset short of it) fails the read with ``TimeoutError``."""
+    codec = StreamCodec("flights", schemas.get("flight"), schemas)
+    return Counter(
+        tuple(sorted(codec.decode(m.value(), logical=False).items()))
+        for m in read_all(bootstrap, topic)
+    )
+
+
+def sent(bootstrap: str, topic: str) -> int:
+    """Tuples in ``topic``'s log, committed, aborted or in an open transaction alike
+    (a ``read_uncommitted`` reader's count; transaction markers are not tuples)."""
+    return len(read_all(bootstrap, topic, client={"isolation.level": "read_uncommitted"}))
+
+
+def setup_group(
+    run_id: str,
+    tmp_path: Path,
+    produce: Callable[..., None],
+    records: list[dict[str, Any]],
+    source: str | None = None,
+) -> tuple[Any, Path]:
+    """The flights group with the pass-through query alone (``copy`` to
+    ``flights_copy``: one output tuple per input tuple), 250 tuples a micro-batch and no
+    trigger interval, written to ``<tmp_path>/group.toml``; ``records`` produced into
+    its input stream. Returns ``(config, config path)``."""
+    raw = flights_raw_config(
+        run_id,
+        tmp_path / "checkpoints",
+        max_rows_per_trigger=250,
+        only_passthrough=True,
+        trigger_interval_ms=0,
+        source=source,
+    )
+    config_path = tmp_path / "group.toml"
+    config_path.write_text(tomli_w.dumps(raw))
+    config = parse_query_group(raw, env={})
+    produce(config, records)
+    return config, config_path

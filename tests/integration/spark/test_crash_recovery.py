@@ -1,7 +1,10 @@
 """A driver killed with SIGKILL, restarted from its checkpoint: no tuple lost or written twice.
 
 The driver is ``floodgate run`` in its own process group (Python driver, its JVM and
-its Python workers); a kill takes the whole group down, as a crashed host would.
+its Python workers); a kill takes the whole group down, as a crashed host would. The
+kill lands at a failpoint of the sink (:data:`~pipeline.spark.sink.FAILPOINT_ENV`):
+right after a batch's transaction commits, or in the middle of one, its records sent
+and acknowledged, its commit not yet asked; or at a moment the test picks.
 """
 
 from __future__ import annotations
@@ -9,7 +12,6 @@ from __future__ import annotations
 import signal
 import subprocess
 from collections import Counter
-from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -20,53 +22,28 @@ from pipeline.config import parse_query_group
 from pipeline.demo.reception import read_all
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
+from pipeline.services.ledger import reconcile
 from pipeline.spark.sink import FAILPOINT_ENV
 from tests.integration.helpers import flights_raw_config
 from tests.integration.spark.drivers import (
     DRIVER_TIMEOUT_S,
     committed_and_end,
+    copies,
     kill_group,
+    sent,
+    setup_group,
     start_driver,
     wait_until,
 )
 
 
-def copies(bootstrap: str, topic: str, schemas: SchemaRepository) -> Counter[tuple[Any, ...]]:
-    """The output tuples as a multiset: a duplicate counts twice."""
-    codec = StreamCodec("flights", schemas.get("flight"), schemas)
-    return Counter(
-        tuple(sorted(codec.decode(m.value(), logical=False).items()))
-        for m in read_all(bootstrap, topic)
-    )
-
-
-def setup_group(
-    run_id: str,
-    tmp_path: Path,
-    produce: Callable[..., None],
-    records: list[dict[str, Any]],
-    source: str | None = None,
-) -> tuple[Any, Path]:
-    raw = flights_raw_config(
-        run_id,
-        tmp_path / "checkpoints",
-        max_rows_per_trigger=250,
-        only_passthrough=True,
-        trigger_interval_ms=0,
-        source=source,
-    )
-    config_path = tmp_path / "group.toml"
-    config_path.write_text(tomli_w.dumps(raw))
-    config = parse_query_group(raw, env={})
-    produce(config, records)
-    return config, config_path
-
-
-def crash_after_commit(config_path: Path, bootstrap: str, log_path: Path, batch: int) -> None:
-    """Run a driver that kills itself right after batch ``batch``'s transaction
-    commits, before Spark logs the batch as done."""
+def crash_after_commit(
+    config_path: Path, bootstrap: str, log_path: Path, batch: int, failpoint: str = "after-commit"
+) -> None:
+    """Run a driver that kills itself at ``failpoint`` of batch ``batch``: by default
+    right after the batch's transaction commits, before Spark logs the batch as done."""
     driver = start_driver(
-        config_path, bootstrap, log_path, **{FAILPOINT_ENV: f"after-commit:{batch}"}
+        config_path, bootstrap, log_path, **{FAILPOINT_ENV: f"{failpoint}:{batch}"}
     )
     try:
         assert driver.wait(timeout=DRIVER_TIMEOUT_S) == -signal.SIGKILL, log_path.read_text()[
@@ -128,6 +105,38 @@ def test_crash_after_the_output_commit_replays_without_duplicates(
     assert written == 3 * 250  # batches 0, 1 and 2 are in the output, nothing more
 
     drain_and_check(config, config_path, bootstrap, schemas, records, log_path)
+
+
+def test_kill_9_mid_transaction_with_its_records_sent_then_restart_writes_each_once(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Path,
+    produce: Any,
+) -> None:
+    """Issue 39: the driver killed between the first produce and the commit of batch 2,
+    its 250 records acknowledged by the broker in the open transaction. The restarted
+    driver's producer (same ``transactional.id``) aborts that transaction and writes the
+    batch again: a ``read_committed`` reader sees each tuple once, reads every partition
+    to its high watermark (no transaction left open), and the ledger balances."""
+    records = flights[:2_000]
+    config, config_path = setup_group(run_id, tmp_path, produce, records)
+    output = config.output_streams["flights_copy"].topic
+    log_path = tmp_path / "driver.log"
+
+    crash_after_commit(config_path, bootstrap, log_path, 2, failpoint="records-sent")
+    committed, _ = committed_and_end(
+        bootstrap, config.consumer_group("copy"), config.input_streams["flights"].topic
+    )
+    assert committed == 2 * 250  # batches 0 and 1 committed, batch 2 not
+    assert sent(bootstrap, output) == 3 * 250  # batch 2's records are in the log, uncommitted
+
+    drain_and_check(config, config_path, bootstrap, schemas, records, log_path)
+    assert sent(bootstrap, output) == len(records) + 250  # batch 2 twice: aborted, then committed
+    rows = reconcile(config, bootstrap_servers=bootstrap)
+    assert all(row.balanced for row in rows), rows
+    assert sum(row.processed for row in rows) == sum(row.written for row in rows) == len(records)
 
 
 def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing(
