@@ -18,7 +18,10 @@ queues of the configured query groups), :meth:`Sweeper.cycle`:
    (:func:`sweeper.policy.verify`) and registers it in the catalog with its seal
    (SHA-256, size, count, first and last offset: :class:`pipeline.swept.blob.BlobSeal`),
    its journal entry removed in the same transaction -- or deletes it and counts the
-   abort by reason.
+   abort by reason. A full disk (``ENOSPC``) aborts the sweep as ``write-failed``
+   before the rename: ``FG-SWP-002`` names the file and the bytes free in ``blob_dir``,
+   the temporary file is removed and the catalog names no BLOB of the range; the broker
+   keeps it, so back-pressure holds the producers until the disk has room again.
 
 Before the broker is truncated past a BLOB's start, the BLOB's size and SHA-256 are
 checked against the catalog (:func:`pipeline.swept.catalog.check_blob`): a damaged BLOB
@@ -751,13 +754,20 @@ class Sweeper:
 
         Raises:
             SweepAborted: the broker no longer holds the range, or the read or the
-                write failed (``write-failed``).
+                write failed (``write-failed``; a failed write names ``temporary`` and
+                the bytes free in ``blob_dir``, which a full disk's ``OSError`` does not).
         """
         try:
             return write_sealed_blob(
                 temporary, read_range(self.bootstrap_servers, topic, p, sweep, self._client)
             )
-        except (OSError, KafkaException) as exc:
+        except OSError as exc:  # a full disk says neither which file nor how full
+            raise SweepAborted(
+                Abort.WRITE_FAILED,
+                f"{exc.__class__.__name__}: {exc} writing {temporary} "
+                f"({_free_bytes(self.blob_dir)} bytes free in {self.blob_dir})",
+            ) from exc
+        except KafkaException as exc:
             raise SweepAborted(Abort.WRITE_FAILED, f"{exc.__class__.__name__}: {exc}") from exc
 
     def _forget(self, final: Path, temporary: Path) -> None:
@@ -910,6 +920,16 @@ def read_range(
         raise
     finally:
         consumer.close()
+
+
+def _free_bytes(path: Path) -> int | str:
+    """Bytes an unprivileged writer may still write on ``path``'s file system
+    (``statvfs``), or ``"unknown"``."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return "unknown"
+    return st.f_bavail * st.f_frsize
 
 
 def _fsync_dir(path: Path) -> None:

@@ -62,8 +62,12 @@ def register_inputs(
             "query": query,
             "schema": stream.schema_,
             "schemas": schemas_json,
-            # Offsets are committed by the transactional sinks, per query.
-            "group.id": f"{config.consumer_group(query)}.reader",
+            # Offsets are committed by the transactional sinks, per query, to this
+            # group; the source commits nothing, and reads the group's commits where a
+            # new checkpoint starts (startingOffsets "committed"). A group of its own
+            # here had no commits: a new checkpoint started at the log start, output
+            # again what the query had written and skipped what was swept into BLOBs.
+            "group.id": config.consumer_group(query),
             "commitOffsets": "false",
             "startingOffsets": stream.starting_offsets,
             "deadLetterTopic": config.dead_letter_topic,

@@ -1,0 +1,188 @@
+"""What the full-disk tests share: the query group, its output counted per tuple, and
+waits with deadlines."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from pipeline.client import connect
+from pipeline.config import QueryGroupConfig, parse_query_group
+from pipeline.demo.reception import read_all
+from pipeline.errors import BrokerError, DeliveryError
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
+from pipeline.services.ledger import reconcile
+from tests.integration.helpers import flights_raw_config
+
+
+def group_config(
+    run_id: str, checkpoint_dir: Path, *, max_rows_per_trigger: int = 200
+) -> QueryGroupConfig:
+    """The flights group (both aggregations, with state) and the pass-through copy to
+    count each tuple by, in small micro-batches so that a fault lands mid-stream."""
+    raw = flights_raw_config(
+        run_id, checkpoint_dir, passthrough=True, max_rows_per_trigger=max_rows_per_trigger
+    )
+    return parse_query_group(raw, env={})
+
+
+def key_of(record: dict[str, Any]) -> tuple[Any, ...]:
+    """A tuple by all its fields (the flights have no unique key field)."""
+    return tuple(sorted(record.items()))
+
+
+def copies(bootstrap: str, config: QueryGroupConfig, schemas: SchemaRepository) -> Counter[Any]:
+    """The copy query's output tuples by key (``read_committed``): a tuple written twice
+    counts twice."""
+    codec = StreamCodec("flights", schemas.get("flight"), schemas)
+    return Counter(
+        key_of(codec.decode(m.value(), logical=False))
+        for m in read_all(bootstrap, config.output_streams["flights_copy"].topic)
+    )
+
+
+def output_tuples(bootstrap: str, config: QueryGroupConfig) -> int:
+    return len(read_all(bootstrap, config.output_streams["flights_copy"].topic))
+
+
+def committed_all(bootstrap: str, config: QueryGroupConfig) -> bool:
+    """Whether every query's consumer group has committed the input's high watermarks."""
+    topic = config.input_streams["flights"].topic
+    partitions = config.input_settings("flights").partitions
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "disk-faults-check"})
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        ends = [consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps]
+        for query in config.queries:
+            probe = Consumer(
+                {"bootstrap.servers": bootstrap, "group.id": config.consumer_group(query)}
+            )
+            try:
+                committed = [tp.offset for tp in probe.committed(tps, timeout=10)]
+            finally:
+                probe.close()
+            if committed != ends:
+                return False
+        return True
+    finally:
+        consumer.close()
+
+
+def wait_until(
+    predicate: Callable[[], bool], timeout_s: float, what: str, *, tolerate: bool = False
+) -> None:
+    """Poll ``predicate`` every 0.25 s until it holds.
+
+    Args:
+        tolerate: an exception of ``predicate`` counts as "not yet" (a broker coming
+            back); else it is raised.
+
+    Raises:
+        AssertionError: ``timeout_s`` passed, naming ``what``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception:
+            if not tolerate:
+                raise
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def check_exactly_once(
+    bootstrap: str,
+    config: QueryGroupConfig,
+    schemas: SchemaRepository,
+    records: list[dict[str, Any]],
+) -> None:
+    """Every tuple put is in the copy's output once, and the tuple ledger balances with
+    every tuple written and processed."""
+    wait_until(
+        lambda: committed_all(bootstrap, config), 300, "every query to commit its input",
+        tolerate=True,
+    )  # fmt: skip
+    assert copies(bootstrap, config, schemas) == Counter(key_of(r) for r in records)
+    rows = reconcile(config, bootstrap_servers=bootstrap)
+    assert all(row.balanced for row in rows), rows
+    assert sum(row.written for row in rows) == len(records)
+    assert sum(row.processed for row in rows) == len(records)
+
+
+class Producing:
+    """A data transmission application on its own thread: puts ``records`` in puts of
+    ``put_size`` with ``block=True``, the first ``first`` at once and the rest one put
+    every ``pace_s`` after :meth:`go` (so a fault lands while it writes). A put refused
+    on a :class:`~pipeline.errors.BrokerError` (the queue could not be read) is put
+    again, and tuples ``put_end`` reports unacknowledged are put again: both are what
+    the client's errors are for, and each is recorded in :attr:`retries`."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        config: QueryGroupConfig,
+        schemas: SchemaRepository,
+        records: list[dict[str, Any]],
+        *,
+        first: int,
+        put_size: int = 100,
+        pace_s: float = 0.3,
+    ) -> None:
+        self.bootstrap, self.config, self.schemas = bootstrap, config, schemas
+        self.records, self.first, self.put_size, self.pace_s = records, first, put_size, pace_s
+        self._go = threading.Event()
+        self.put_count = 0
+        self.retries: list[str] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="producing", daemon=True)
+
+    def start(self) -> Producing:
+        self.thread.start()
+        return self
+
+    def go(self) -> None:
+        self._go.set()
+
+    def _run(self) -> None:
+        try:
+            with connect(
+                bootstrap_servers=self.bootstrap, config=self.config, schemas=self.schemas
+            ) as connector:
+                stream_input = connector.open_stream_input(self.config.name, "flights")
+                pending = list(self.records)
+                while pending:
+                    for i in range(0, len(pending), self.put_size):
+                        chunk = pending[i : i + self.put_size]
+                        while True:
+                            try:
+                                stream_input.put(chunk, block=True, timeout_s=300)
+                                break
+                            except BrokerError as exc:
+                                self.retries.append(f"put: {exc}")
+                                time.sleep(0.5)
+                        self.put_count += len(chunk)
+                        if self.put_count >= self.first:
+                            self._go.wait()
+                            time.sleep(self.pace_s)
+                    try:
+                        stream_input.put_end(timeout_s=300)
+                        pending = []
+                    except DeliveryError as exc:
+                        self.retries.append(f"put_end: {exc}")
+                        pending = [dict(t) for t, _ in exc.failed]
+        except BaseException as exc:
+            self.error = exc
+
+    def join(self, timeout_s: float) -> None:
+        self.thread.join(timeout_s)
+        assert not self.thread.is_alive(), "the producer did not finish"
+        assert self.error is None, repr(self.error)
