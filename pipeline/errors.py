@@ -568,6 +568,63 @@ class OversizedBatchError(QueryGroupError):
         self.max_size = max_size
 
 
+#: What a full disk makes the JVM and Python say: ``strerror(ENOSPC)`` on Linux, in
+#: Java's ``IOException`` (wrapped in Hadoop's ``FSError`` for a local file) as in
+#: Python's ``OSError``.
+NO_SPACE = "No space left on device"
+
+
+class CheckpointDiskFullError(QueryGroupError):
+    """A query failed on a full disk (``ENOSPC``) while writing its checkpoint (the
+    offset or commit log, a state store's files) or Spark's local files (message
+    code ``FG-QG-010``).
+
+    Spark writes every checkpoint file to a temporary name and renames it whole into
+    place (``CheckpointFileManager.createAtomic``), and a micro-batch counts as done
+    only once its commit-log entry is in place; so nothing the failed write left is
+    taken as done, and the group started again on the same checkpoint, with room on
+    the disk, replays the batch (the transactional sink skips output it had already
+    committed).
+
+    Attributes:
+        checkpoint: the query's checkpoint location.
+        free_bytes: bytes free for the driver's user on that location's file system
+            when the failure was read (``statvfs``); ``None`` when the location is not
+            a local path.
+        batch_id: the micro-batch that failed, when the error names one.
+
+    The message ends with ``cause``: the query's own error or Spark's, in one line
+    (:func:`compact_error`).
+    """
+
+    def __init__(
+        self,
+        *,
+        query_group: str,
+        query: str | None,
+        checkpoint: str,
+        free_bytes: int | None,
+        batch_id: int | None,
+        cause: str,
+    ) -> None:
+        if free_bytes is None:
+            free = "free bytes unknown (not a local path)"
+        else:
+            free = f"{free_bytes} bytes free there"
+        at = f" at micro-batch {batch_id}" if batch_id is not None else ""
+        super().__init__(
+            f"FG-QG-010 no space left on device{at}: checkpoint {checkpoint} ({free}); "
+            "the batch is not committed and is replayed on restart. Free space on that "
+            "disk (or on Spark's local directory, spark.local.dir, if the checkpoint's has "
+            f"room) and start the group again on the same checkpoint. Cause: {cause}",
+            query_group=query_group,
+            query=query,
+        )
+        self.checkpoint = checkpoint
+        self.free_bytes = free_bytes
+        self.batch_id = batch_id
+
+
 class QueueFullError(FloodgateError, queue.Full):
     """A put does not fit in the free space of the stream queue; nothing of it was sent.
 

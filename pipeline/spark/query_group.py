@@ -25,6 +25,7 @@ input tuples are discarded, and counted).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,7 +36,16 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from pipeline.config import QueryGroupConfig
-from pipeline.errors import ConfigError, QueryGroupError, QueryGroupHeld, compact_error
+from pipeline.errors import (
+    NO_SPACE,
+    CheckpointDiskFullError,
+    ConfigError,
+    MicroBatchError,
+    QueryGroupError,
+    QueryGroupHeld,
+    compact_error,
+)
+from pipeline.kafka.retries import BROKER_WAIT_S
 from pipeline.kafka.topics import ensure_topics
 from pipeline.metrics import QueryGroupMetrics
 from pipeline.queues.snapshot import QueueSnapshot
@@ -52,6 +62,24 @@ from pipeline.spark.states import QueryGroupState
 from pipeline.spark.status import QueryStatus, group_status
 
 log = logging.getLogger(__name__)
+
+
+def free_bytes(location: str) -> int | None:
+    """Bytes an unprivileged writer may still write on the file system of ``location``
+    (a local path or a ``file:`` URI; ``statvfs`` of its nearest existing folder),
+    ``None`` for another scheme (``hdfs://``, ``s3a://``) or when it cannot be read."""
+    if location.startswith("file:"):
+        location = "/" + location.removeprefix("file:").lstrip("/")
+    elif "://" in location:
+        return None
+    path = os.path.abspath(location)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 @dataclass
@@ -217,7 +245,8 @@ class QueryGroup:
         self.hold.interrupted.clear()
         self._available_now = available_now
         client = dict(self.config.kafka.client)
-        ensure_topics(self.bootstrap_servers, self.topics(), client=client)
+        # A driver started while its broker restarts waits for it (FG-BROKER-002).
+        ensure_topics(self.bootstrap_servers, self.topics(), client=client, wait_s=BROKER_WAIT_S)
         self._make_guards()
         self.gauges.add_inputs()
         self._zero_query_series()
@@ -426,6 +455,8 @@ class QueryGroup:
                 running = self._by_id.get(query_id)
             where = running.name if running else query_id
             log.error("query group %s: query %s failed: %s", self.name, where, exception)
+            if running is not None and NO_SPACE in exception:
+                log.error("%s", self._disk_full(running.name, exception))
             self.state = QueryGroupState.FAILED
 
     def stats(self) -> dict[str, QueryStats]:
@@ -466,11 +497,30 @@ class QueryGroup:
         with self._lock:
             running = self._queries.get(name)
         own = running.sink.last_error if running is not None else None
+        if own is not None and NO_SPACE in str(own):
+            return self._disk_full(name, own)
+        if NO_SPACE in str(exc):
+            return self._disk_full(name, exc)
         if isinstance(own, QueryGroupError):
             return own
         log.error("query group %s query %s failed: %s", self.name, name, exc)
         return QueryGroupError(
             compact_error(own if own is not None else exc), query_group=self.name, query=name
+        )
+
+    def _disk_full(self, name: str, cause: BaseException | str) -> CheckpointDiskFullError:
+        """The error of a query that failed on a full disk (``ENOSPC``): its checkpoint
+        and the bytes free there now (``FG-QG-010``); ``cause``: the query's own error
+        or Spark's (an exception, or the listener's text of one)."""
+        checkpoint = f"{self.config.checkpoint_root.rstrip('/')}/{name}"
+        text = compact_error(cause if isinstance(cause, BaseException) else RuntimeError(cause))
+        return CheckpointDiskFullError(
+            query_group=self.name,
+            query=name,
+            checkpoint=checkpoint,
+            free_bytes=free_bytes(checkpoint),
+            batch_id=cause.batch_id if isinstance(cause, MicroBatchError) else None,
+            cause=text,
         )
 
     def _expected_termination(self) -> bool:
