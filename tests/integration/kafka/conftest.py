@@ -1,0 +1,57 @@
+"""Fixtures of the broker fault tests: query groups run in the session's SparkSession,
+and a failpoint that pauses a micro-batch right before its commit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.config import QueryGroupConfig
+from pipeline.serde.schemas import SchemaRepository
+from pipeline.spark.query_group import QueryGroup
+from pipeline.spark.sink import FAILPOINT_ENV
+from tests.integration.kafka.fault_checks import PausedCommit
+
+
+@pytest.fixture
+def running_group(
+    spark: Any, schemas: SchemaRepository
+) -> Iterator[Callable[[QueryGroupConfig, str], QueryGroup]]:
+    """Start a query group (in the session's SparkSession); every group started is
+    stopped when the test ends."""
+    groups: list[QueryGroup] = []
+
+    def start(config: QueryGroupConfig, bootstrap: str) -> QueryGroup:
+        group = QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas)
+        groups.append(group)
+        group.start()
+        return group
+
+    yield start
+    for group in groups:
+        group.stop()
+
+
+@pytest.fixture
+def pause_before_commit(
+    running_group: Callable[[QueryGroupConfig, str], QueryGroup],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[Callable[[int], PausedCommit]]:
+    """Arm the failpoint for micro-batch ``batch_id`` of every query group this test
+    starts. Released when the test ends, before its groups are stopped (this fixture
+    depends on ``running_group``, so it is torn down first)."""
+    armed: list[PausedCommit] = []
+
+    def arm(batch_id: int) -> PausedCommit:
+        paused = PausedCommit(batch_id, tmp_path / f"release-before-commit-{batch_id}")
+        monkeypatch.setenv(FAILPOINT_ENV, f"before-commit:{batch_id}:wait={paused.release_path}")
+        armed.append(paused)
+        return paused
+
+    yield arm
+    for paused in armed:
+        paused.release()
