@@ -7,10 +7,12 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import tenacity
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline.errors import BrokerError, ConfigError
+from pipeline.kafka.retries import transient_kafka_error
 
 if TYPE_CHECKING:
     pass
@@ -24,6 +26,7 @@ def ensure_topics(
     *,
     client: Mapping[str, Any] | None = None,
     timeout_s: float = 30.0,
+    wait_s: float = 0.0,
 ) -> None:
     """Create topics that do not exist yet.
 
@@ -33,6 +36,13 @@ def ensure_topics(
             of ``None`` is the broker's ``default.replication.factor`` (KIP-464).
         client: extra librdkafka properties.
         timeout_s: how long to wait for the topics to appear in metadata.
+        wait_s: how long the first metadata read is asked again, with backoff, while
+            the broker answers a transient error (a broker restarting answers
+            ``_TRANSPORT``: :func:`~pipeline.kafka.retries.transient_kafka_error`),
+            logging ``FG-BROKER-002`` before each new try; 0: not asked again. The
+            query group's start waits 60 s: a driver started while its broker
+            restarted failed at once with "Failed to get metadata: Local: Broker
+            transport failure" (the soak, with Apache Kafka killed by SIGKILL).
 
     An existing topic is never changed (Kafka cannot shrink a topic, and growing one
     re-maps keys to partitions, so the tuples of a key written before and after would
@@ -44,9 +54,26 @@ def ensure_topics(
         ConfigError: a topic exists with fewer partitions than configured; names the
             topic and both counts (``key`` ``partitions``). Nothing is created.
         BrokerError: a topic could not be created, or did not appear in time.
+        KafkaException: the metadata could not be read (after ``wait_s`` when the
+            error is transient).
     """
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client or {})})
-    existing = admin.list_topics(timeout=timeout_s).topics
+    started = time.monotonic()
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(transient_kafka_error),
+        stop=tenacity.stop_after_delay(wait_s),
+        wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
+        before_sleep=lambda state: log.warning(
+            "FG-BROKER-002 broker %s not answering, retrying its metadata "
+            "(attempt %d, %.1f s so far): %s",
+            bootstrap_servers,
+            state.attempt_number,
+            time.monotonic() - started,
+            state.outcome.exception() if state.outcome else None,
+        ),
+        reraise=True,
+    )
+    existing = retrying(lambda: admin.list_topics(timeout=timeout_s).topics)
     new = [
         NewTopic(name, num_partitions=parts, replication_factor=-1 if repl is None else repl)
         for name, (parts, repl) in topics.items()

@@ -161,6 +161,35 @@ def test_topics_are_created_with_the_configured_partition_count(bootstrap: str) 
     }
 
 
+def test_topics_are_ensured_through_a_broker_restart(
+    tmp_path: Path, new_broker: Callable[..., LocalBroker]
+) -> None:
+    """A query group's start (``ensure_topics`` with ``wait_s``) waits for a broker that
+    is restarting instead of failing on its ``_TRANSPORT`` (FG-BROKER-002): the soak's
+    driver, started while Apache Kafka restarted after a SIGKILL, exited with
+    "Failed to get metadata: Local: Broker transport failure". Without ``wait_s`` it
+    still fails at once."""
+    from confluent_kafka import KafkaException
+
+    broker = new_broker(data_dir=tmp_path / "broker").start()
+    try:
+        broker.stop(remove_data=False)
+        with pytest.raises(KafkaException):
+            ensure_topics(broker.bootstrap_servers, {"later": (2, 1)}, timeout_s=2.0)
+        starter = threading.Timer(3.0, broker.start)
+        starter.start()
+        try:
+            ensure_topics(broker.bootstrap_servers, {"later": (2, 1)}, timeout_s=2.0, wait_s=120)
+        finally:
+            starter.join()
+        topics = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(
+            timeout=10
+        )
+        assert len(topics.topics["later"].partitions) == 2
+    finally:
+        broker.stop()
+
+
 def test_the_sources_offset_reads_wait_out_a_broker_restart(
     tmp_path: Path, new_broker: Callable[..., LocalBroker]
 ) -> None:
