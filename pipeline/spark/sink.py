@@ -45,6 +45,7 @@ are read again through a transient broker error.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -477,10 +478,23 @@ class KafkaTransactionalSink:
         _failpoint("after-commit", batch_id)
 
     def _on_error(self, error: KafkaError) -> None:
-        """librdkafka's ``error_cb`` (served on the calling thread by ``poll``/``flush``)."""
+        """librdkafka's ``error_cb`` (served on the calling thread by ``poll``/``flush``).
+
+        When the broker goes away (:data:`BROKER_GONE`) the open transaction is
+        abandoned (:meth:`_transaction` writes the batch again with a new producer),
+        so the records this producer still holds, queued or in flight, are purged at
+        once: none is retried to the broker when it is back. noida-db 0.2.3 took such
+        retried records into a transaction its coordinator does not know, which no
+        producer ends (the soak's hanging transactions; its last stable offset stayed
+        below the high watermark until the broker's next start).
+        """
         if error.code() in BROKER_GONE:
             self._broker_gone.append(error)
             self._broker_lost_since_commit = True
+            producer = self._producer
+            if producer is not None:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    producer.purge(in_queue=True, in_flight=True)
 
     def _transaction(
         self, encoded: Sequence[tuple[Any, bytes]], batch_id: int, offsets: Sequence[TopicPartition]
@@ -497,8 +511,10 @@ class KafkaTransactionalSink:
         long soak run 3). So when ``error_cb`` reported the broker gone
         (:data:`BROKER_GONE`) before the commit, nothing is committed: the producer
         is dropped, and a new one's ``init_transactions`` bumps the epoch (fencing
-        the old one: Kafka aborts its transaction; noida-db leaves its stray records
-        open until its next start, which aborts them) and writes the batch again. Not
+        the old one: Kafka aborts its transaction; noida-db leaves stray records
+        open until its next start, so the old one's records are purged as soon as
+        ``error_cb`` reports the broker gone, :meth:`_on_error`, and none is retried
+        into such a transaction) and writes the batch again. Not
         an abort and a retry on the same producer: noida-db's commit marker would
         then also commit the stray records (measured: 2 499 duplicates of 5 000).
         When the broker went away during the commit itself, the records are read back
