@@ -17,13 +17,21 @@ adds both unless told otherwise. Nothing but iproute2 (``ip netns``, ``ip link``
 
 Every namespace and link this module makes is removed by :meth:`PrivateNetwork.close`
 (the root namespace's veth goes with the hub, and with it its routes), which the
-fixtures call whatever happened. It needs root (``CAP_NET_ADMIN``).
+fixtures call whatever happened. One thing stays until the test process has exited:
+an ``unreachable`` route for the subnet in the root namespace (below the spokes' routes
+while they exist), so that a client the process still holds after the teardown (an
+abandoned librdkafka producer, a pooled consumer of the shared SparkSession, which
+live until the interpreter's very end) fails at once instead of sending to the
+machine's default route: without it, such a client reached something outside the
+machine that answered on port 9092 with HTTP. A small watcher process started with it
+removes it once the test process is gone. It needs root (``CAP_NET_ADMIN``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import secrets
 import subprocess
 from collections.abc import Iterator
@@ -37,6 +45,10 @@ HUB_HOST = 254
 
 #: The first ``ip rule`` preference this module uses (below the main table's 32766).
 RULE_PREFERENCE = 1000
+
+#: The metric of the root namespace's ``unreachable`` route for the subnet: above the
+#: spokes' routes (metric 0), which win while they exist.
+FENCE_METRIC = 4000
 
 
 class NetworkError(RuntimeError):
@@ -112,6 +124,7 @@ class PrivateNetwork:
         self._namespaces: list[str] = []
         self._rules: list[tuple[str, str]] = []
         self._next_host = 1
+        self._fence()
         try:
             self._add_namespace(self.hub)
             ip("netns", "exec", self.hub, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
@@ -223,6 +236,23 @@ class PrivateNetwork:
         self._rules.clear()
         if failures:
             raise NetworkError("; ".join(failures))
+
+    def _fence(self) -> None:
+        """The root namespace's ``unreachable`` route for the subnet, and a watcher
+        (``sh``, in a session of its own) that deletes it once this process is gone."""
+        route = ["route", "add", "unreachable", str(self.subnet), "metric", str(FENCE_METRIC)]
+        ip(*route)
+        script = (
+            f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; "
+            f"ip route del unreachable {self.subnet} metric {FENCE_METRIC}"
+        )
+        subprocess.Popen(
+            ["sh", "-c", script],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def __enter__(self) -> PrivateNetwork:
         return self

@@ -10,7 +10,11 @@ The cases (issue 39, item 1), on one 3-node cluster (replication factor 3,
     (:data:`SHORT_CUT_S`: under the consumer session timeout, 45 s, and the
     transaction timeout, 60 s), then healed;
 (b) the same for longer than the transaction timeout, set short for the group
-    (``[kafka] client`` ``transaction.timeout.ms``, :data:`TRANSACTION_TIMEOUT_MS`);
+    (``[kafka] client`` ``transaction.timeout.ms``, :data:`TRANSACTION_TIMEOUT_MS`),
+    while a micro-batch's transaction is open at its coordinator (held by the sink's
+    ``before-commit`` failpoint): the coordinator aborts it, the commit is fenced, the
+    group is FAILED with the fence named, and a restart on its checkpoint loses and
+    duplicates nothing;
 (c) one-sided: only the leader of the output partition unreachable from the driver
     (the rest of the cluster still reaches it, so nothing elects another leader);
 (d) one broker cut from the other two: the cluster fences it and the ISR shrinks to
@@ -40,11 +44,13 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo.reception import read_all
+from pipeline.errors import QueryGroupError
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
 from pipeline.spark.query_group import QueryGroup
+from pipeline.spark.sink import FAILPOINT_ENV
 from pipeline.spark.states import QueryGroupState
 from tests.integration.faults.network.conftest import Lab
 from tests.integration.faults.network.producer import FIRST, read_state
@@ -322,6 +328,17 @@ class Case:
         self.mark("checked")
         log.info("partition case %s: %s", self.config.name, self.timeline())
 
+    def restart(self) -> None:
+        """Stop the group and start it again on its checkpoint (what the runbook says
+        an operator does with a FAILED group)."""
+        assert self.group is not None
+        self.group.stop()
+        self.group = QueryGroup(
+            self.config, bootstrap_servers=self.bootstrap, spark=self.spark, schemas=self.schemas
+        )
+        self.group.start()
+        self.mark("restarted")
+
     def close(self) -> None:
         """Heal, stop the group and the producer (by its PID)."""
         self.lab.network.heal()
@@ -372,4 +389,130 @@ def test_a_driver_cut_from_every_broker_for_less_than_its_timeouts_goes_on(
     assert one.put() > put_before, "the producer did not write during the partition"
     lab.network.heal()
     one.mark("healed")
+    one.check()
+
+
+#: Case (b)'s transaction timeout, ms (librdkafka's ``transaction.timeout.ms``; the
+#: broker's coordinator aborts a transaction left open longer, and the lab's looks
+#: every second).
+TRANSACTION_TIMEOUT_MS = 10_000
+
+#: Case (b)'s partition, seconds: over twice the transaction timeout.
+LONG_CUT_S = 25.0
+
+#: The micro-batch case (b) holds before its commit: one after the producer's first
+#: tuples (batches 0 and 1 at 300 rows a trigger), while the paced puts go on.
+HELD_BATCH = 3
+
+
+def test_b_driver_cut_from_every_broker_for_longer_than_the_transaction_timeout(
+    lab: Lab, case: Callable[..., Case], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The cut falls while a micro-batch's transaction is open at its coordinator: the
+    # sink's failpoint holds the batch right before commit_transaction (its records
+    # delivered, its offsets sent) until the partition has healed.
+    release = tmp_path / "release"
+    monkeypatch.setenv(FAILPOINT_ENV, f"before-commit:{HELD_BATCH}:wait={release}")
+    one = case(client={"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}).start()
+    one.go()
+    wait_until(Path(f"{release}.reached").exists, SETTLE_S, f"batch {HELD_BATCH}'s commit")
+    cut_driver_from_every_broker(lab)
+    one.mark(f"batch {HELD_BATCH} held before its commit; cut")
+    time.sleep(LONG_CUT_S)
+    lab.network.heal()
+    release.touch()
+    one.mark("healed, batch released")
+    assert one.group is not None
+    group = one.group
+    # The coordinator aborted the transaction past its timeout and bumped the
+    # producer's epoch: the commit is fenced, with no broker loss the sink could have
+    # seen (its connections were idle), which is what a second driver looks like. The
+    # query fails, as docs/runbook.md says, and a restart resumes from the checkpoint.
+    wait_until(lambda: group.state is QueryGroupState.FAILED, SETTLE_S, "the group to fail")
+    one.mark("FAILED")
+    error = group.sinks()["copy"].last_error
+    assert isinstance(error, QueryGroupError), repr(error)
+    assert f"batch {HELD_BATCH}" in str(error) and "fenced" in str(error), str(error)
+    monkeypatch.delenv(FAILPOINT_ENV)
+    one.restart()
+    one.check()
+
+
+def test_c_only_the_output_partitions_leader_unreachable_from_the_driver(
+    lab: Lab, case: Callable[..., Case]
+) -> None:
+    one = case().start()
+    leader = lab.cluster.partition_leaders(one.copy_topic)[0]
+    one.go()
+    lab.network.cut(lab.driver, lab.brokers[leader], both_ways=False)
+    one.mark(f"cut driver -> broker {leader}")
+    time.sleep(LONG_CUT_S)
+    lab.network.heal()
+    one.mark("healed")
+    one.check()
+
+
+def in_sync_replicas(lab: Lab, topic: str, via: list[int]) -> set[int]:
+    """The ISR of ``topic``'s partition 0, asked of the brokers ``via`` only."""
+    admin = AdminClient(
+        {
+            "bootstrap.servers": ",".join(
+                lab.cluster.address(lab.cluster.node_of_broker(i)) for i in via
+            )
+        }
+    )
+    return set(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs)
+
+
+def high_watermark(lab: Lab, topic: str, via: list[int]) -> int:
+    """The high watermark of ``topic``'s partition 0, asked of the brokers ``via``."""
+    nodes = [lab.cluster.node_of_broker(i) for i in via]
+    reader = Consumer(
+        {
+            "bootstrap.servers": ",".join(lab.cluster.address(n) for n in nodes),
+            "group.id": "partitions-check",
+        }
+    )
+    try:
+        return int(reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        reader.close()
+
+
+def test_d_one_broker_cut_from_the_other_two(lab: Lab, case: Callable[..., Case]) -> None:
+    one = case().start()
+    controller = lab.cluster.active_controller()
+    # The output partition's leader, unless it is the active controller (whose loss
+    # means a controller election too: another case); then another broker.
+    leader = lab.cluster.partition_leaders(one.copy_topic)[0]
+    alone = leader if leader != controller else next(i for i in lab.brokers if i != controller)
+    others = [i for i in lab.brokers if i != alone]
+    one.go()
+    for other in others:
+        lab.network.cut(lab.brokers[alone], lab.brokers[other])
+    one.mark(f"cut broker {alone} from {others} (controller {controller}, leader {leader})")
+    wait_until(
+        lambda: in_sync_replicas(lab, one.copy_topic, others) == set(others),
+        120,
+        f"the output partition's ISR to shrink to {others}",
+    )
+    one.mark("ISR shrank")
+    # The group and the producer write on with the ISR at min.insync.replicas: the
+    # output partition's high watermark, asked of the two, moves.
+    seen: list[int] = []  # the first answer, once the two have elected a leader
+    wait_until(
+        lambda: bool(seen.append(high_watermark(lab, one.copy_topic, others)) or seen),
+        SETTLE_S,
+        "the output partition's high watermark from the two",
+    )
+    wait_until(
+        lambda: high_watermark(lab, one.copy_topic, others) > seen[0],
+        SETTLE_S,
+        "an output transaction committed with two in-sync replicas",
+    )
+    one.mark("output written with the ISR at 2")
+    lab.network.heal()
+    one.mark("healed")
+    lab.cluster.wait_in_sync(lab.cluster.node_of_broker(alone))
+    one.mark("back in sync")
     one.check()
