@@ -1,9 +1,9 @@
 """A query group whose checkpoint disk fills mid-stream (docs/runbook.md, "Full disks").
 
-The flights group (two aggregations with state stores, and the pass-through copy to
-count each tuple by) runs in the test session's SparkSession with its checkpoints on
-a tmpfs of 8 MiB. Once the copy has written output, the disk is filled to the last
-byte and more tuples are put. Expected:
+The flights group (its per-origin-hour aggregation, with state stores, and the
+pass-through copy to count each tuple by) runs in the test session's SparkSession
+with its checkpoints on a tmpfs of 8 MiB. Once the copy has written output, the disk
+is filled to the last byte and more tuples are put. Expected:
 
 * every query that writes to the full disk fails, and the group is FAILED with
   ``CheckpointDiskFullError``: ``FG-QG-010``, the query's checkpoint, the bytes free
