@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 #: The private range the networks take a /24 of (RFC 1918; checked free at start).
-RANGE = ipaddress.ip_network("10.213.0.0/16")
+RANGE = ipaddress.IPv4Network("10.213.0.0/16")
 
 #: The hub's own address on every spoke link (the spokes' gateway).
 HUB_HOST = 254

@@ -479,6 +479,16 @@ def high_watermark(lab: Lab, topic: str, via: list[int]) -> int:
         reader.close()
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason=(
+        "known bug (issue 39, part 1): when the cut broker led the output partition, the "
+        "sink's records to it time out (librdkafka _MSG_TIMED_OUT after the transaction "
+        "timeout) and flush() counts them as done; send_offsets_to_transaction then fails "
+        "with an abortable _TIMED_OUT and the sink fails the batch instead of writing it "
+        "again with a new producer: the group is FAILED. Passes when the heal comes first."
+    ),
+)
 def test_d_one_broker_cut_from_the_other_two(lab: Lab, case: Callable[..., Case]) -> None:
     one = case().start()
     controller = lab.cluster.active_controller()
@@ -500,11 +510,12 @@ def test_d_one_broker_cut_from_the_other_two(lab: Lab, case: Callable[..., Case]
     # The group and the producer write on with the ISR at min.insync.replicas: the
     # output partition's high watermark, asked of the two, moves.
     seen: list[int] = []  # the first answer, once the two have elected a leader
-    wait_until(
-        lambda: bool(seen.append(high_watermark(lab, one.copy_topic, others)) or seen),
-        SETTLE_S,
-        "the output partition's high watermark from the two",
-    )
+
+    def first_answer() -> bool:
+        seen.append(high_watermark(lab, one.copy_topic, others))
+        return True
+
+    wait_until(first_answer, SETTLE_S, "the output partition's high watermark from the two")
     wait_until(
         lambda: high_watermark(lab, one.copy_topic, others) > seen[0],
         SETTLE_S,
