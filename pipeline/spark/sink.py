@@ -87,6 +87,24 @@ TRANSACTION_ATTEMPTS = 5
 BROKER_GONE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT})
 
 
+#: Delivery errors of a record that a new producer may write again: the record timed
+#: out in librdkafka (``message.timeout.ms``, bounded by the transaction timeout) or
+#: the broker answered with a retriable error (``KafkaError.retriable()``, e.g.
+#: NOT_ENOUGH_REPLICAS while the ISR is below ``min.insync.replicas``). Found by a
+#: network partition that cut the output partition's leader from the other brokers:
+#: its records timed out, ``flush()`` does not count such records, and the
+#: transaction's ``send_offsets_to_transaction`` then failed with an abortable
+#: ``_TIMED_OUT``. Any other delivery error (too large, not authorized) fails the batch.
+TRANSIENT_DELIVERY = frozenset(
+    {
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+    }
+)
+
+
 #: Broker errors that fence a transactional producer. After a broker loss they do not
 #: mean a second producer with the same ``transactional.id``: Apache Kafka answered
 #: ``send_offsets_to_transaction`` with "Producer attempted an operation with an old
@@ -127,6 +145,12 @@ FAILPOINT_ENV = "FLOODGATE_FAILPOINT"
 #: How long a ``:wait=`` failpoint waits for its release file, seconds; then the batch
 #: goes on (a test that died meanwhile does not hold the driver for ever).
 FAILPOINT_WAIT_S = 600.0
+
+
+def _transient_delivery(error: KafkaError) -> bool:
+    """Whether a record's delivery ``error`` lets a new producer write the batch again
+    (:data:`TRANSIENT_DELIVERY`, or a retriable broker error)."""
+    return error.code() in TRANSIENT_DELIVERY or bool(error.retriable())
 
 
 def _failpoint(name: str, batch_id: int) -> None:
@@ -539,12 +563,18 @@ class KafkaTransactionalSink:
                 producer.poll(0)
             self._broker_gone.clear()
             delivered: dict[int, set[int]] = {}
+            failed: list[KafkaError] = []
 
             def on_delivery(
-                err: KafkaError | None, msg: Any, delivered: dict[int, set[int]] = delivered
+                err: KafkaError | None,
+                msg: Any,
+                delivered: dict[int, set[int]] = delivered,
+                failed: list[KafkaError] = failed,
             ) -> None:
                 if err is None:
                     delivered.setdefault(msg.partition(), set()).add(msg.offset())
+                else:
+                    failed.append(err)
 
             try:
                 producer.begin_transaction()
@@ -554,8 +584,26 @@ class KafkaTransactionalSink:
                         producer.poll(0)
                 _failpoint("mid-transaction", batch_id)
                 undelivered = producer.flush(TRANSACTION_TIMEOUT_S)
-                if undelivered or self._broker_gone:
-                    self._renew_producer(batch_id, attempt, "while its records were sent")
+                lasting = [e for e in failed if not _transient_delivery(e)]
+                if lasting:
+                    exc = KafkaException(lasting[0])
+                    self._abort(producer, exc)
+                    raise QueryGroupError(
+                        f"batch {batch_id}: {len(failed)} of {len(encoded)} record(s) to "
+                        f"{self.topic!r} were refused and the transaction was aborted: "
+                        f"{lasting[0]}",
+                        query_group=self.query_group,
+                        query=self.query,
+                    )
+                if undelivered or failed or self._broker_gone:
+                    # Records still queued, or timed out (flush counts those as done):
+                    # a new producer fences this one, whose transaction Kafka aborts.
+                    self._renew_producer(
+                        batch_id,
+                        attempt,
+                        "while its records were sent"
+                        + (f" ({len(failed)} timed out: {failed[0]})" if failed else ""),
+                    )
                     continue
                 _failpoint("records-sent", batch_id)
                 if offsets:
