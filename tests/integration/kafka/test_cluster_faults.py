@@ -125,20 +125,23 @@ def cluster(shared_cluster: ApacheKafkaCluster) -> Iterator[ApacheKafkaCluster]:
             shared_cluster.start_node(node, timeout_s=NODE_WAIT_S)
 
 
-def wait_for_topics(bootstrap: str, config: QueryGroupConfig) -> None:
-    """Wait until every broker's metadata lists the group's topics, each partition with
-    3 replicas (KRaft brokers learn new topics from the metadata log, not at once)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def wait_for_topics(cluster: ApacheKafkaCluster, config: QueryGroupConfig) -> None:
+    """Wait until each broker's metadata lists the group's topics, each partition with
+    3 replicas (KRaft brokers learn new topics from the metadata log, not at once: a
+    broker that lagged answered a query group's start that its output topic did not
+    exist)."""
+    for node in cluster.nodes:
+        admin = AdminClient({"bootstrap.servers": f"{cluster.host}:{node.port}"})
 
-    def listed() -> bool:
-        metadata = admin.list_topics(timeout=10)
-        return all(
-            topic in metadata.topics
-            and all(len(p.replicas) == 3 for p in metadata.topics[topic].partitions.values())
-            for topic in config.topics()
-        )
+        def listed(admin: AdminClient = admin) -> bool:
+            metadata = admin.list_topics(timeout=10)
+            return all(
+                topic in metadata.topics
+                and all(len(p.replicas) == 3 for p in metadata.topics[topic].partitions.values())
+                for topic in config.topics()
+            )
 
-    wait_until(listed, 60, "the group's topics with 3 replicas each")
+        wait_until(listed, 60, f"node {node.node_id} to list the group's topics, 3 replicas each")
 
 
 def fenced(cluster: ApacheKafkaCluster, node: KafkaNode) -> bool:
@@ -212,7 +215,7 @@ def start_writing(
 ) -> tuple[QueryGroup, Producing]:
     bootstrap = cluster.bootstrap_servers
     ensure_topics(bootstrap, config.topics())  # the cluster's default replication: 3
-    wait_for_topics(bootstrap, config)
+    wait_for_topics(cluster, config)
     group = running_group(config, bootstrap)
     assert group.sinks()["copy"].transactional_id == transactional_id(config, "copy")
     return group, Producing(bootstrap, config, schemas, records, pace_s=pace_s).start()
