@@ -101,6 +101,12 @@ TRANSIENT_DELIVERY = frozenset(
         KafkaError._TIMED_OUT,
         KafkaError._TRANSPORT,
         KafkaError._ALL_BROKERS_DOWN,
+        # Purged by the sink itself when the broker went away (_on_error): the batch
+        # is written again, never refused (a kill -9 of one node of three failed the
+        # group with "refused ... Purged in queue", tests/integration/kafka/
+        # test_cluster_faults.py).
+        KafkaError._PURGE_QUEUE,
+        KafkaError._PURGE_INFLIGHT,
     }
 )
 
