@@ -555,9 +555,13 @@ class KafkaTransactionalSink:
                 went away during every attempt.
         """
         marker = self._marker(batch_id)
+        unknown = False  # the last attempt's commit may have gone through
         for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
             producer = self._get_producer()
             producer.poll(0)  # what happened before this transaction is not its concern
+            if unknown and self._decided_committed(batch_id, offsets):
+                self._committed()
+                return
             if self._broker_lost_since_commit and self._committed_once:
                 # A broker went away since the last commit: a new producer, so that no
                 # coordinator cached before the loss is asked (librdkafka issue 5511:
@@ -632,9 +636,11 @@ class KafkaTransactionalSink:
                 except _StuckCall:
                     # The commit's outcome is unknown: its records tell.
                     self._producer = None
-                    if delivered and self._visible(delivered):
+                    visible = self._visible(delivered) if delivered else False
+                    if visible:
                         self._committed()
                         return
+                    unknown = visible is None
                     raise
                 producer.poll(0)
             except _StuckCall as stuck:
@@ -645,9 +651,11 @@ class KafkaTransactionalSink:
                 if self._fenced_by_broker_loss(exc):
                     # The coordinator aborted the transaction (or, on a commit retried
                     # across the loss, committed it: then its records are visible).
-                    if delivered and self._visible(delivered):
+                    visible = self._visible(delivered) if delivered else False
+                    if visible:
                         self._committed()
                         return
+                    unknown = visible is None
                     self._renew_producer(batch_id, attempt, f"and fenced the producer ({exc})")
                     continue
                 self._abort(producer, exc)
@@ -657,9 +665,17 @@ class KafkaTransactionalSink:
                     query_group=self.query_group,
                     query=self.query,
                 ) from exc
-            if self._broker_gone and not self._visible(delivered):
-                self._renew_producer(batch_id, attempt, "during its commit")
-                continue
+            if self._broker_gone:
+                visible = self._visible(delivered)
+                if not visible:
+                    # Committed by the broker, but maybe without its records (noida-db
+                    # 0.2.3, see above), or no answer from the broker yet: a commit
+                    # that returned is decided, so the next producer, once its
+                    # init_transactions has let the coordinator finish it, reads the
+                    # consumer group's offsets first (:meth:`_decided_committed`).
+                    unknown = visible is None
+                    self._renew_producer(batch_id, attempt, "during its commit")
+                    continue
             self._committed()
             return
         raise QueryGroupError(
@@ -697,9 +713,38 @@ class KafkaTransactionalSink:
         self._producer = None  # the next init_transactions fences this one
         self.transactions_renewed += 1
 
-    def _visible(self, delivered: Mapping[int, set[int]]) -> bool:
+    def _decided_committed(self, batch_id: int, offsets: Sequence[TopicPartition]) -> bool:
+        """After a commit whose outcome was unknown: whether it went through, read from
+        the consumer group's committed offsets (:meth:`already_written`).
+
+        Called once a new producer's ``init_transactions`` has returned: Kafka's
+        transaction coordinator answers it only after it has completed the transaction
+        the old producer left in ``PrepareCommit`` or ``PrepareAbort`` (and aborts an
+        ongoing one), and the input offsets were sent in that transaction, so they are
+        committed with its records or not at all. Spark's own Kafka sink has no such
+        check: it is at least once.
+        """
+        written = self.already_written(batch_id, offsets)
+        log.warning(
+            "FG-QG-008 query group %s query %s: batch %d's commit had no answer; the "
+            "consumer group says it %s",
+            self.query_group,
+            self.query,
+            batch_id,
+            "went through: not written again" if written else "did not: written again",
+        )
+        return written
+
+    def _visible(self, delivered: Mapping[int, set[int]]) -> bool | None:
         """Whether every record at ``delivered`` (partition -> offsets) is visible to a
-        ``read_committed`` reader, read back for up to :data:`VISIBLE_WAIT_S`."""
+        ``read_committed`` reader, read back for up to :data:`VISIBLE_WAIT_S`.
+
+        Returns:
+            True when every record was read; False when the reader read past one that
+            it never saw (aborted, or lost); None when the deadline passed first (the
+            broker did not answer, or the transaction's markers are not written yet):
+            the outcome is unknown.
+        """
         if not delivered:
             return True
         missing = {p: set(offsets) for p, offsets in delivered.items()}
@@ -734,7 +779,11 @@ class KafkaTransactionalSink:
                     pending.discard(partition)  # read past them: aborted ones were skipped
         finally:
             reader.close()
-        return not any(missing.values())
+        if not any(missing.values()):
+            return True
+        if any(offsets for p, offsets in missing.items() if p not in pending):
+            return False  # read past a record it never saw
+        return None
 
     def _abort(self, producer: Producer, exc: KafkaException) -> None:
         error = exc.args[0] if exc.args else None
