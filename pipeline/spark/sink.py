@@ -103,8 +103,8 @@ TRANSIENT_DELIVERY = frozenset(
         KafkaError._ALL_BROKERS_DOWN,
         # Purged by the sink itself when the broker went away (_on_error): the batch
         # is written again, never refused (a kill -9 of one node of three failed the
-        # group with "refused ... Purged in queue", tests/integration/kafka/
-        # test_cluster_faults.py).
+        # group with "refused ... Purged in queue",
+        # tests/integration/faults/kafka/test_cluster.py).
         KafkaError._PURGE_QUEUE,
         KafkaError._PURGE_INFLIGHT,
     }
@@ -115,7 +115,7 @@ TRANSIENT_DELIVERY = frozenset(
 #: mean a second producer with the same ``transactional.id``: Apache Kafka answered
 #: ``send_offsets_to_transaction`` with "Producer attempted an operation with an old
 #: epoch" after a SIGKILL and restart of a single broker
-#: (``tests/integration/kafka/test_faults.py``), its transaction coordinator having
+#: (``tests/integration/faults/kafka/test_single_broker.py``), its transaction coordinator having
 #: aborted the open transaction with a bumped epoch.
 FENCED = frozenset(
     {

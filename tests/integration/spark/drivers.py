@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +21,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from pipeline.config import parse_query_group
 from pipeline.demo.reception import read_all
-from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
+from tests.integration.faults import checks
 from tests.integration.helpers import flights_raw_config
 
 DRIVER_TIMEOUT_S = 240.0
@@ -69,14 +68,12 @@ def committed_and_end(bootstrap: str, group: str, topic: str) -> tuple[int, int]
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, log_path: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.25)
-    raise AssertionError(
-        f"timed out waiting for {what}; driver log:\n{log_path.read_text()[-4000:]}"
-    )
+    """:func:`tests.integration.faults.checks.wait_until` (an exception of ``predicate``
+    is raised), with the driver's log in the timeout's message."""
+    try:
+        checks.wait_until(predicate, timeout_s, what, tolerate=False)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; driver log:\n{log_path.read_text()[-4000:]}") from None
 
 
 def stopped(process: subprocess.Popen[bytes]) -> bool:
@@ -88,14 +85,11 @@ def stopped(process: subprocess.Popen[bytes]) -> bool:
 
 
 def copies(bootstrap: str, topic: str, schemas: SchemaRepository) -> Counter[tuple[Any, ...]]:
-    """The output tuples a ``read_committed`` reader sees, as a multiset: a duplicate
-    counts twice. Read to each partition's high watermark, so a transaction left open
-    (the last stable offset short of it) fails the read with ``TimeoutError``."""
-    codec = StreamCodec("flights", schemas.get("flight"), schemas)
-    return Counter(
-        tuple(sorted(codec.decode(m.value(), logical=False).items()))
-        for m in read_all(bootstrap, topic)
-    )
+    """The output tuples a ``read_committed`` reader sees, as a multiset
+    (:func:`tests.integration.faults.checks.flights_in`): a duplicate counts twice. Read
+    to each partition's high watermark, so a transaction left open (the last stable
+    offset short of it) fails the read with ``TimeoutError``."""
+    return checks.flights_in(bootstrap, topic, schemas)
 
 
 def sent(bootstrap: str, topic: str) -> int:

@@ -12,7 +12,7 @@ log's) offline, the broker halts. Expected, and checked:
 * meanwhile the producer's puts wait or are refused with ``BrokerError`` and are put
   again (the test's producer does what the client's errors ask), and the query
   group waits for the broker, as after a ``kill -9``
-  (``tests/integration/kafka/test_faults.py``): each broker step of a micro-batch
+  (``tests/integration/faults/kafka/test_single_broker.py``): each broker step of a micro-batch
   is retried for up to 60 s, so the group goes on if the broker is back by then,
   and fails by name (a ``QueryGroupError`` naming the ``KafkaError``) if it is not;
 * with the filler removed and the broker started again on the same data (and the
@@ -40,15 +40,15 @@ from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 from pipeline.spark.states import QueryGroupState
-from tests.integration.faults.disk.conftest import SmallDisk
-from tests.integration.faults.disk.faults import (
+from tests.integration.faults.checks import (
     Producing,
     check_exactly_once,
     committed_all,
-    group_config,
     output_tuples,
     wait_until,
 )
+from tests.integration.faults.disk.conftest import SmallDisk
+from tests.integration.faults.disk.faults import group_config
 
 pytestmark = pytest.mark.apache_kafka
 
@@ -84,7 +84,7 @@ def test_a_full_log_dir_stops_the_broker_and_after_a_restart_nothing_is_lost(
     ensure_topics(bootstrap, config.topics())
     records = flights[:TUPLES]
     group = QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas)
-    producing = Producing(bootstrap, config, schemas, records, first=400).start()
+    producing = Producing(bootstrap, config, schemas, records, first=400, pace_s=0.3).start()
     try:
         group.start()
         wait_until(lambda: output_tuples(bootstrap, config) > 0, 180, "the first output")

@@ -32,13 +32,13 @@ from pipeline.offsets import parse_offset_log
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 from pipeline.spark.states import QueryGroupState
-from tests.integration.faults.disk.conftest import SmallDisk
-from tests.integration.faults.disk.faults import (
+from tests.integration.faults.checks import (
     check_exactly_once,
-    group_config,
     output_tuples,
     wait_until,
 )
+from tests.integration.faults.disk.conftest import SmallDisk
+from tests.integration.faults.disk.faults import group_config
 
 DEADLINE_S = 180.0
 

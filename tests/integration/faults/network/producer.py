@@ -6,9 +6,10 @@ driver leaves it writing.
 puts the first ``TUPLES`` flights (:func:`pipeline.demo.flights.load_flights`) into
 the ``flights`` input stream of the query group in ``CONFIG`` (a TOML file), with
 ``put(block=True)``: :data:`FIRST` of them at once, then, once the file ``STATE.go``
-exists, one put of :data:`PUT_SIZE` every ``--pace-s``; then ``put_end``. A put the
-client refused because the broker could not be reached (``BrokerError``), or tuples
-the broker did not acknowledge (``DeliveryError``), are put again, each time recorded.
+exists, one put of :data:`PUT_SIZE` every ``--pace-s``; then ``put_end``
+(:func:`tests.integration.faults.checks.put_all`). A put the client refused because
+the broker could not be reached (``BrokerError``), or tuples the broker did not
+acknowledge (``DeliveryError``), are put again, each time recorded.
 After every put it writes ``STATE`` (JSON, replaced whole): ``{"put": tuples put so
 far, "retries": [what failed], "done": bool}``. Exit status 0 once every tuple is
 acknowledged.
@@ -21,18 +22,14 @@ import json
 import os
 import time
 import tomllib
-import traceback
 from pathlib import Path
 from typing import Any
 
 from pipeline.client import connect
 from pipeline.config import parse_query_group
 from pipeline.demo.flights import flight_records, load_flights
-from pipeline.errors import BrokerError, DeliveryError
 from pipeline.serde.schemas import SchemaRepository
-
-#: Tuples a put carries.
-PUT_SIZE = 100
+from tests.integration.faults.checks import PUT_SIZE, put_all
 
 #: Tuples put at once, before the paced rest.
 FIRST = 600
@@ -67,31 +64,25 @@ def main(argv: list[str] | None = None) -> int:
     records = list(flight_records(load_flights(args.tuples)))
     go = args.state.with_suffix(".go")
     state: dict[str, Any] = {"put": 0, "retries": [], "done": False}
+    reput: list[dict[str, Any]] = []
+
+    def after_put(put: int) -> None:
+        state["put"] = put
+        write_state(args.state, state)
+        if put >= FIRST:
+            while not go.exists():
+                time.sleep(0.1)
+            time.sleep(args.pace_s)
+
     with connect(bootstrap_servers=args.bootstrap, config=config, schemas=schemas) as connector:
-        stream_input = connector.open_stream_input(config.name, "flights")
-        pending = records
-        while pending:
-            for i in range(0, len(pending), PUT_SIZE):
-                chunk = pending[i : i + PUT_SIZE]
-                while True:
-                    try:
-                        stream_input.put(chunk, block=True, timeout_s=300)
-                        break
-                    except BrokerError:
-                        state["retries"].append(f"put: {traceback.format_exc()}")
-                        time.sleep(0.5)
-                state["put"] += len(chunk)
-                write_state(args.state, state)
-                if state["put"] >= FIRST:
-                    while not go.exists():
-                        time.sleep(0.1)
-                    time.sleep(args.pace_s)
-            try:
-                stream_input.put_end(timeout_s=300)
-                pending = []
-            except DeliveryError as exc:
-                state["retries"].append(f"put_end: {exc}")
-                pending = [dict(t) for t, _ in exc.failed]
+        put_all(
+            connector.open_stream_input(config.name, "flights"),
+            records,
+            after_put=after_put,
+            retries=state["retries"],
+            reput=reput,
+            put_size=PUT_SIZE,
+        )
     state["done"] = True
     write_state(args.state, state)
     return 0

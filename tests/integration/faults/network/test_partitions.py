@@ -32,26 +32,23 @@ from __future__ import annotations
 import logging
 import subprocess
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tomli_w
-from confluent_kafka import Consumer, IsolationLevel, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient
 
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo.reception import read_all
 from pipeline.errors import QueryGroupError
 from pipeline.kafka.topics import ensure_topics
-from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.services.ledger import reconcile
 from pipeline.spark.query_group import QueryGroup
 from pipeline.spark.sink import FAILPOINT_ENV
 from pipeline.spark.states import QueryGroupState
+from tests.integration.faults.checks import SETTLE_S, check_exactly_once, committed_all, wait_until
 from tests.integration.faults.network.conftest import Lab
 from tests.integration.faults.network.producer import FIRST, read_state
 from tests.integration.helpers import flights_raw_config
@@ -71,37 +68,6 @@ PACE_S = 0.5
 #: (librdkafka's and the Java consumer's request and session timeouts, 30-60 s; the
 #: transaction timeout, 60 s).
 SHORT_CUT_S = 15.0
-
-#: How long a case may take to get somewhere after a fault healed, seconds.
-SETTLE_S = 300.0
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``predicate`` (an exception counts as not yet) until it is true.
-
-    Raises:
-        AssertionError: not true within ``timeout_s`` (names ``what``).
-    """
-    deadline = time.monotonic() + timeout_s
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except Exception as exc:
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
-
-
-def key_of(record: dict[str, Any]) -> tuple[Any, ...]:
-    """A flight by its stream key (``carrier``, ``flight``, ``time_hour``)."""
-    return (record["carrier"], record["flight"], record["time_hour"])
-
-
-def whole(record: dict[str, Any]) -> tuple[Any, ...]:
-    """A flight by all its fields."""
-    return tuple(sorted(record.items()))
 
 
 class Case:
@@ -243,49 +209,6 @@ class Case:
         assert state["done"], state
         assert not state["retries"], "\n\n".join(state["retries"])
 
-    def committed_all(self) -> bool:
-        """Whether every query's consumer group has committed the input's ends."""
-        topic = self.config.input_streams["flights"].topic
-        partitions = self.config.input_settings("flights").partitions
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        reader = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "partitions-check"})
-        try:
-            ends = [reader.get_watermark_offsets(tp, timeout=10)[1] for tp in tps]
-            for query in self.config.queries:
-                probe = Consumer(
-                    {
-                        "bootstrap.servers": self.bootstrap,
-                        "group.id": self.config.consumer_group(query),
-                    }
-                )
-                try:
-                    if [tp.offset for tp in probe.committed(tps, timeout=10)] != ends:
-                        return False
-                finally:
-                    probe.close()
-            return True
-        finally:
-            reader.close()
-
-    def open_transactions(self) -> dict[str, tuple[int, int]]:
-        """Output and dead-letter partitions whose last stable offset is below their
-        high watermark: ``{"topic/partition": (LSO, HW)}`` (empty: none open)."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        topics = [s.topic for s in self.config.output_streams.values()]
-        topics.append(self.config.dead_letter_topic)
-        metadata = admin.list_topics(timeout=10)
-        tps = [TopicPartition(t, p) for t in topics for p in metadata.topics[t].partitions]
-
-        def offsets(level: IsolationLevel) -> dict[str, int]:
-            futures = admin.list_offsets(
-                {tp: OffsetSpec.latest() for tp in tps}, isolation_level=level, request_timeout=30
-            )
-            return {f"{tp.topic}/{tp.partition}": f.result().offset for tp, f in futures.items()}
-
-        stable = offsets(IsolationLevel.READ_COMMITTED)
-        high = offsets(IsolationLevel.READ_UNCOMMITTED)
-        return {tp: (stable[tp], high[tp]) for tp in high if stable[tp] < high[tp]}
-
     def check(self, *, state: QueryGroupState | None = None) -> None:
         """The case's checks, once the fault healed: the producer done, every tuple
         processed once, the ledger balanced, no transaction open, and the group in
@@ -293,7 +216,11 @@ class Case:
         assert self.group is not None
         self.wait_producer()
         self.mark("producer done")
-        wait_until(self.committed_all, SETTLE_S, "every query to commit the input's ends")
+        wait_until(
+            lambda: committed_all(self.bootstrap, self.config),
+            SETTLE_S,
+            "every query to commit the input's ends",
+        )
         self.mark("input committed")
         if state is None:
             assert self.group.state not in (
@@ -303,28 +230,7 @@ class Case:
             ), self.group.state
         else:
             assert self.group.state is state, self.group.state
-        codec = StreamCodec("flights", self.schemas.get("flight"), self.schemas)
-        out = [
-            codec.decode(m.value(), logical=False)
-            for m in read_all(self.bootstrap, self.copy_topic)
-        ]
-        assert Counter(key_of(r) for r in out) == Counter(key_of(r) for r in self.records)
-        assert Counter(whole(r) for r in out) == Counter(whole(r) for r in self.records)
-        rows = reconcile(self.config, bootstrap_servers=self.bootstrap)
-        assert all(row.balanced for row in rows), rows
-        assert sum(row.written for row in rows) == len(self.records)
-        assert sum(row.processed for row in rows) == len(self.records)
-        last: dict[str, tuple[int, int]] = {}
-
-        def none_open() -> bool:
-            last.clear()
-            last.update(self.open_transactions())
-            return not last
-
-        try:
-            wait_until(none_open, 60, "every output partition's LSO to reach its HW")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; open (LSO, HW): {last}") from None
+        check_exactly_once(self.bootstrap, self.config, self.schemas, self.records)
         self.mark("checked")
         log.info("partition case %s: %s", self.config.name, self.timeline())
 

@@ -46,20 +46,23 @@ from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 from pipeline.spark.states import QueryGroupState
-from tests.integration.helpers import flights_raw_config
-from tests.integration.kafka.fault_checks import (
-    GROUP,
-    TRANSACTION,
-    TUPLES,
-    PausedCommit,
+from tests.integration.faults.checks import (
     Producing,
     check_exactly_once,
-    find_coordinator,
-    group_config,
     open_transactions,
     output_tuples,
     wait_until,
 )
+from tests.integration.faults.kafka.faults import (
+    FIRST,
+    GROUP,
+    TRANSACTION,
+    TUPLES,
+    PausedCommit,
+    find_coordinator,
+    group_config,
+)
+from tests.integration.helpers import flights_raw_config
 
 pytestmark = pytest.mark.apache_kafka
 
@@ -218,7 +221,7 @@ def start_writing(
     wait_for_topics(cluster, config)
     group = running_group(config, bootstrap)
     assert group.sinks()["copy"].transactional_id == transactional_id(config, "copy")
-    return group, Producing(bootstrap, config, schemas, records, pace_s=pace_s).start()
+    return group, Producing(bootstrap, config, schemas, records, first=FIRST, pace_s=pace_s).start()
 
 
 def finish(
@@ -231,7 +234,7 @@ def finish(
 ) -> None:
     producing.join(timeout_s=400)
     assert not producing.retries, "\n\n".join(producing.retries)
-    check_exactly_once(cluster.bootstrap_servers, config, schemas, group, records)
+    check_exactly_once(cluster.bootstrap_servers, config, schemas, records, group=group)
 
 
 def leader_node(cluster: ApacheKafkaCluster, topic: str) -> int:
@@ -403,7 +406,7 @@ def test_sigstop_of_an_output_leader_past_the_transaction_timeout_loses_and_dupl
         # and writes the abort markers to them: then no transaction is open.
         wait_until(lambda: fenced(cluster, node), NODE_WAIT_S, f"node {stopped} to be fenced")
         wait_until(
-            lambda: not open_transactions(cluster.bootstrap_servers, output),
+            lambda: not open_transactions(cluster.bootstrap_servers, [output]),
             NODE_WAIT_S,
             "the coordinator to abort the paused batch's transaction",
         )

@@ -13,7 +13,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 from pipeline.spark.sink import FAILPOINT_ENV
-from tests.integration.kafka.fault_checks import PausedCommit
+from tests.integration.faults.kafka.faults import PausedCommit
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ on the same data directory: every tuple produced is in the output exactly once
 balances, and the producer's ``put(block=True)`` never fails.
 
 The faults of a 3-node cluster (partition leaders, coordinators, the controller) are
-in ``test_cluster_faults.py``. These run on the ``apache-kafka`` engine only:
+in ``test_cluster.py``. These run on the ``apache-kafka`` engine only:
 ``noida-db`` loses acknowledged records to a SIGKILL (it keeps topics in memory and
 saves them every few seconds), which is why the embedded broker is only ever stopped
 gracefully.
@@ -29,15 +29,14 @@ from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 from pipeline.spark.states import QueryGroupState
-from tests.integration.kafka.fault_checks import (
-    TUPLES,
+from tests.integration.faults.checks import (
     Producing,
     check_exactly_once,
     committed_all,
-    group_config,
     output_tuples,
     wait_until,
 )
+from tests.integration.faults.kafka.faults import FIRST, TUPLES, group_config
 
 pytestmark = pytest.mark.apache_kafka
 
@@ -61,7 +60,7 @@ def test_kill_9_of_the_broker_mid_stream_loses_and_duplicates_nothing(
     ensure_topics(bootstrap, config.topics())
     records = flights[:TUPLES]
     group = running_group(config, bootstrap)
-    producing = Producing(bootstrap, config, schemas, records, pace_s=0.5).start()
+    producing = Producing(bootstrap, config, schemas, records, first=FIRST, pace_s=0.5).start()
 
     wait_until(lambda: output_tuples(bootstrap, config) > 0, 180, "the first output")
     producing.go()
@@ -90,4 +89,4 @@ def test_kill_9_of_the_broker_mid_stream_loses_and_duplicates_nothing(
         )
         group.stop()
         group = running_group(config, bootstrap)
-    check_exactly_once(bootstrap, config, schemas, group, records)
+    check_exactly_once(bootstrap, config, schemas, records, group=group)
