@@ -30,6 +30,7 @@ from admission.load import DriverHeaps
 from admission.metrics import AdmissionMetrics
 from admission.runner import ProcessRunner
 from admission.store import Job, JobState, JobStore, StallKind
+from pipeline.failpoints import armed
 from pipeline.services.leader import LeaderElection
 
 log = logging.getLogger(__name__)
@@ -37,18 +38,17 @@ log = logging.getLogger(__name__)
 #: The flag (``floodgate_flags``) that keeps a suspension across restarts.
 SUSPENDED = "suspended"
 
-#: Fault injection for crash tests (issue 39), the variable the query group's sink reads
-#: too: ``FLOODGATE_FAILPOINT=claimed:<job id>`` kills the service (its own process
-#: alone, with SIGKILL) right after it claimed the job (``ENQUEUED -> RUNNING``) and
-#: before it starts the job's process; ``spawned:<job id>`` right after the process
-#: started and before its pid is recorded. A restart recovers both (the service's
-#: ``_recover``). Unset in production; a job never sees it (its environment is built,
-#: not inherited).
-FAILPOINT_ENV = "FLOODGATE_FAILPOINT"
+#: The scheduler's failpoints (:mod:`pipeline.failpoints`), for crash tests:
+#: ``FLOODGATE_FAILPOINT=claimed:<job id>`` kills the service (its own process alone,
+#: with SIGKILL) right after it claimed the job (``ENQUEUED -> RUNNING``) and before it
+#: starts the job's process; ``spawned:<job id>`` right after the process started and
+#: before its pid is recorded. A restart recovers both (the service's ``_recover``).
+#: Unset in production; a job never sees it (its environment is built, not inherited).
+FAILPOINTS = ("claimed", "spawned")
 
 
 def _failpoint(name: str, job_id: int) -> None:
-    if os.environ.get(FAILPOINT_ENV) == f"{name}:{job_id}":
+    if armed(name, job_id) == "":
         log.error("failpoint %s reached at job %d: killing the service", name, job_id)
         os.kill(os.getpid(), signal.SIGKILL)
 

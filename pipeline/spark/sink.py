@@ -65,6 +65,7 @@ from pipeline.errors import (
     MicroBatchError,
     QueryGroupError,
 )
+from pipeline.failpoints import armed
 from pipeline.kafka.retries import BROKER_WAIT_S, transient_kafka_error
 from pipeline.offsets import read_offset_log
 from pipeline.serde.codec import StreamCodec, TupleKey
@@ -131,7 +132,8 @@ FENCED = frozenset(
 VISIBLE_WAIT_S = 30.0
 
 
-#: Fault injection for crash tests: ``FLOODGATE_FAILPOINT=after-commit:<batch>`` kills the
+#: The sink's failpoints (:mod:`pipeline.failpoints`), for crash tests:
+#: ``FLOODGATE_FAILPOINT=after-commit:<batch>`` kills the
 #: driver's whole process group with SIGKILL right after the output transaction of that
 #: micro-batch commits and before Spark records the batch as done -- the window in which
 #: a replay must be recognised and skipped. ``records-sent:<batch>`` kills it once the
@@ -146,7 +148,7 @@ VISIBLE_WAIT_S = 30.0
 #: ``<path>``. ``before-commit:<batch>`` is right before ``commit_transaction``: the
 #: batch's records delivered and its input offsets sent to the consumer group in the open
 #: transaction. Unset in production.
-FAILPOINT_ENV = "FLOODGATE_FAILPOINT"
+FAILPOINTS = ("mid-transaction", "records-sent", "before-commit", "after-commit")
 
 #: How long a ``:wait=`` failpoint waits for its release file, seconds; then the batch
 #: goes on (a test that died meanwhile does not hold the driver for ever).
@@ -160,14 +162,14 @@ def _transient_delivery(error: KafkaError) -> bool:
 
 
 def _failpoint(name: str, batch_id: int) -> None:
-    spec = os.environ.get(FAILPOINT_ENV)
-    if spec and spec == f"{name}:{batch_id}":
+    action = armed(name, batch_id)
+    if action == "":
         log.error("failpoint %s reached at batch %d: killing the driver", name, batch_id)
         os.killpg(os.getpgid(0), signal.SIGKILL)
-    elif spec and spec == f"{name}:{batch_id}:stop":
-        _stop_once(spec)
-    elif spec and spec.startswith(f"{name}:{batch_id}:wait="):
-        _wait_for_release(spec, spec.split(":wait=", 1)[1])
+    elif action == "stop":
+        _stop_once(f"{name}:{batch_id}:stop")
+    elif action is not None and action.startswith("wait="):
+        _wait_for_release(f"{name}:{batch_id}:{action}", action.removeprefix("wait="))
 
 
 def _wait_for_release(spec: str, release: str) -> None:

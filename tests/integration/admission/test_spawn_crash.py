@@ -20,8 +20,8 @@ import psutil
 import pytest
 
 from admission.environment import JOB_ID_VARIABLE
-from admission.scheduler import FAILPOINT_ENV
 from admission.store import JobStore
+from pipeline.failpoints import FAILPOINT_ENV
 from tests.integration.admission_service import SLEEP, Service, wait_for
 
 

@@ -2,7 +2,7 @@
 
 The driver is ``floodgate run`` in its own process group (Python driver, its JVM and
 its Python workers); a kill takes the whole group down, as a crashed host would. The
-kill lands at a failpoint of the sink (:data:`~pipeline.spark.sink.FAILPOINT_ENV`):
+kill lands at a failpoint of the sink (:data:`~pipeline.spark.sink.FAILPOINTS`):
 right after a batch's transaction commits, or in the middle of one, its records sent
 and acknowledged, its commit not yet asked; or at a moment the test picks.
 """
@@ -20,10 +20,10 @@ import tomli_w
 
 from pipeline.config import parse_query_group
 from pipeline.demo.reception import read_all
+from pipeline.failpoints import FAILPOINT_ENV
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
-from pipeline.spark.sink import FAILPOINT_ENV
 from tests.integration.helpers import flights_raw_config
 from tests.integration.spark.drivers import (
     committed_and_end,

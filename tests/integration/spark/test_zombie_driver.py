@@ -20,9 +20,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from pipeline.failpoints import FAILPOINT_ENV
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
-from pipeline.spark.sink import FAILPOINT_ENV
 from tests.integration.spark.drivers import (
     committed_and_end,
     copies,

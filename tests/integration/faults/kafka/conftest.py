@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from pipeline.config import QueryGroupConfig
+from pipeline.failpoints import FAILPOINT_ENV
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
-from pipeline.spark.sink import FAILPOINT_ENV
 from tests.integration.faults.kafka.faults import PausedCommit
 
 

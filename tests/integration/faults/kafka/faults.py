@@ -45,7 +45,7 @@ def group_config(
 @dataclass
 class PausedCommit:
     """The sink's ``before-commit:<batch>:wait=<release>`` failpoint
-    (:data:`pipeline.spark.sink.FAILPOINT_ENV`): the batch stands right before its
+    (:data:`pipeline.failpoints.FAILPOINT_ENV`): the batch stands right before its
     ``commit_transaction``, its records delivered and its offsets sent, until
     :meth:`release`."""
 

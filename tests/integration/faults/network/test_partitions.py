@@ -43,10 +43,10 @@ from confluent_kafka.admin import AdminClient
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo.reception import read_all
 from pipeline.errors import QueryGroupError
+from pipeline.failpoints import FAILPOINT_ENV
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
-from pipeline.spark.sink import FAILPOINT_ENV
 from pipeline.spark.states import QueryGroupState
 from tests.integration.faults.checks import SETTLE_S, check_exactly_once, committed_all, wait_until
 from tests.integration.faults.network.conftest import Lab
