@@ -168,11 +168,45 @@ def test_a_head_that_stands_still_makes_its_partition_idle() -> None:
     now = [0.0]
     tracker = IdleTracker(10.0, clock=lambda: now[0])
     assert tracker.observe({0: 5, 1: 7}) == frozenset()
+    now[0] = 4.5
+    assert tracker.observe({0: 5, 1: 7}) == frozenset()
     now[0] = 9.0
     assert tracker.observe({0: 5, 1: 8}) == frozenset()
     now[0] = 10.0
     assert tracker.observe({0: 5, 1: 8}) == frozenset({0})
     now[0] = 11.0
     assert tracker.observe({0: 6, 1: 8}) == frozenset()  # partition 0 moved again
+    now[0] = 15.0
+    assert tracker.observe({0: 6, 1: 8}) == frozenset()
     now[0] = 19.0
     assert tracker.observe({0: 6, 1: 8}) == frozenset({1})
+
+
+def test_time_the_source_did_not_watch_does_not_count() -> None:
+    """A broker away for 15 s: no planning meanwhile. Its partitions are not idle when it
+    is back, and one whose producer has yet to deliver becomes idle only a whole timeout
+    later."""
+    now = [0.0]
+    tracker = IdleTracker(10.0, clock=lambda: now[0])
+    tracker.observe({0: 5, 1: 7})
+    now[0] = 1.0
+    tracker.observe({0: 6, 1: 7})
+    now[0] = 16.0
+    assert tracker.observe({0: 9, 1: 7}) == frozenset()
+    now[0] = 20.0
+    assert tracker.observe({0: 9, 1: 7}) == frozenset()
+    for t in range(21, 26):
+        now[0] = float(t)
+        assert tracker.observe({0: 10, 1: 7}) == frozenset()
+    now[0] = 26.0
+    assert tracker.observe({0: 11, 1: 7}) == frozenset({1})
+
+
+def test_steady_gaps_of_a_long_trigger_interval_count() -> None:
+    now = [0.0]
+    tracker = IdleTracker(10.0, clock=lambda: now[0])
+    tracker.observe({0: 5, 1: 7})
+    now[0] = 30.0
+    assert tracker.observe({0: 6, 1: 7}) == frozenset()
+    now[0] = 60.0
+    assert tracker.observe({0: 6, 1: 7}) == frozenset({0, 1})
