@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: jar test-jvm demo test test-unit test-integration test-apache-kafka test-soak \
 	system-deps-demo system-deps-test system-deps-test-integration \
-	system-deps-test-apache-kafka system-deps-test-soak lint typecheck docs bench bench-peers bench-spark-kafka soak clean
+	system-deps-test-apache-kafka system-deps-test-soak lint typecheck docs bench bench-peers bench-spark-kafka soak soak-long clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -115,6 +115,12 @@ bench-spark-kafka: $(STAMP) $(JAR)
 # The fault-injection soak, long mode (bench/README.md); ARGS="--short" for the test's.
 soak: $(VENV)/.bench $(JAR)
 	$(BIN)/python bench/soak.py $(ARGS)
+
+# The soak at scale, on Apache Kafka: ten rounds of the flights (3.4 M tuples) under every
+# fault; tuples/s and peak memory per round, and a plot of memory, file descriptors and
+# threads over time (bench/out/soak-<time>/soak.png; bench/README.md, "The soak at scale").
+soak-long: system-deps-test-soak $(VENV)/.bench $(JAR)
+	FLOODGATE_KAFKA_ENGINE=apache-kafka $(BIN)/python bench/soak.py --rounds 10 --duration 14400 $(ARGS)
 
 clean:
 	rm -rf .floodgate .pytest_cache .mypy_cache .ruff_cache

@@ -68,11 +68,15 @@ At the end, producers stopped, the pipeline drained, with no tolerance
   :func:`wait_for_filler_jobs`).
 
 The report is printed and written as JSON (``<out>/soak.json``); the long mode
-plots RSS and backlog over time to ``<out>/soak.png``. Exit status 1 when a check
-fails. Commands::
+plots memory, file descriptors, threads and backlog over time to ``<out>/soak.png``.
+With ``--rounds N`` the chaos goes on until N rounds of the flights are accepted, and
+the report gives each round's tuples/s and peak memory, and the last round's against
+the first's (:func:`rounds_report`): what stays flat over a long run. Exit status 1
+when a check fails. Commands::
 
     .venv/bin/python bench/soak.py --short              # each fault once
     .venv/bin/python bench/soak.py --duration 1800      # the long mode (make soak)
+    make soak-long                                      # 10 rounds on Apache Kafka
 
 The short mode is ``tests/integration/soak/test_soak.py`` (``make test-soak``); figures in
 bench/README.md, "The soak". Two defects outside Floodgate shape it: noida-db 0.2.3
@@ -546,11 +550,12 @@ def produce(
     stop: Any,
     summary_path: str,
     threads: int = 2,
+    accepted_total: Any = None,
 ) -> None:
     """The producer process: ``threads`` threads share one :class:`StreamInput` and one
     sequence of batches; the offered rate is ``rate.value`` tuples/s (0: not measured
-    yet, see ``pace``).
-    Writes what it did to ``summary_path`` (JSON) when ``stop`` is set."""
+    yet, see ``pace``); ``accepted_total`` (a shared value, or None) counts the tuples
+    accepted so far. Writes what it did to ``summary_path`` (JSON) when ``stop`` is set."""
     from pipeline.client import connect
     from pipeline.demo.flights import flight_records, load_flights
     from pipeline.errors import DeliveryError, QueueFullError
@@ -656,6 +661,8 @@ def produce(
                 with turn:
                     accepted.append((first, first + len(tuples)))
                     counts["accepted"] += len(tuples)
+                    if accepted_total is not None:
+                        accepted_total.value = counts["accepted"]
                     next_put[0] = first + len(tuples)
                     turn.notify_all()
                 break
@@ -762,10 +769,17 @@ class Reception:
 
 @dataclass
 class Sample:
+    """One second of the soak: per role, memory (PSS, MiB), open file descriptors and
+    threads; the input queue's backlog and the tuples its slowest query committed
+    (``None`` while the broker restarts); the output queues' lengths."""
+
     t: float
     rss_mib: dict[str, float]
     backlog: int | None
     outputs: dict[str, int] = field(default_factory=dict)
+    fds: dict[str, float] = field(default_factory=dict)
+    threads: dict[str, float] = field(default_factory=dict)
+    committed: int | None = None
 
 
 def memory(process: psutil.Process) -> float:
@@ -780,13 +794,21 @@ def rss_by_role(stack: Stack, producer_pid: int | None) -> dict[str, float]:
     """Resident memory (PSS, :func:`memory`) of each process of the stack, MiB; the
     driver split into its Python process, its JVM and the JVM's Python workers and
     streaming source runners (summed)."""
+    return by_role(stack, producer_pid, memory)
+
+
+def by_role(
+    stack: Stack, producer_pid: int | None, measure: Callable[[psutil.Process], float]
+) -> dict[str, float]:
+    """``measure`` of each process of the stack, summed per role (see
+    :func:`rss_by_role`)."""
     roles: dict[str, float] = Counter()
 
     def rss(pid: int | None) -> float:
         if pid is None:
             return 0.0
         with contextlib.suppress(psutil.Error):
-            return memory(psutil.Process(pid))
+            return measure(psutil.Process(pid))
         return 0.0
 
     roles["broker"] = rss(stack.broker.pid)
@@ -798,12 +820,12 @@ def rss_by_role(stack: Stack, producer_pid: int | None) -> dict[str, float]:
     if driver is not None:
         with contextlib.suppress(psutil.Error):
             process = psutil.Process(driver)
-            roles["driver"] = memory(process)
+            roles["driver"] = measure(process)
             for child in process.children(recursive=True):
                 with contextlib.suppress(psutil.Error):
                     role = driver_child_role(child, driver)
                     if role is not None:
-                        roles[role] += memory(child)
+                        roles[role] += measure(child)
     return dict(roles)
 
 
@@ -827,8 +849,9 @@ def driver_child_role(child: psutil.Process, driver: int) -> str | None:
 
 
 class Sampler:
-    """Every second: RSS per role, the input queue's broker-resident backlog (its
-    length: high watermark - slowest commit - swept), the output queues."""
+    """Every second: RSS, file descriptors and threads per role, the input queue's
+    broker-resident backlog (its length: high watermark - slowest commit - swept) and
+    its slowest commit, the output queues."""
 
     def __init__(self, stack: Stack, config: QueryGroupConfig, reception: Reception) -> None:
         from pipeline.queues.probe import QueueProbe
@@ -848,21 +871,34 @@ class Sampler:
     def _run(self) -> None:
         while not self.stop.wait(1.0):
             backlog: int | None = None
+            committed: int | None = None
             outputs: dict[str, int] = {}
             try:
                 with self.stack.admin_lock:
-                    backlog = self.probe.snapshot().length
+                    snapshot = self.probe.snapshot()
+                    backlog = snapshot.length
+                    committed = sum(p.committed or 0 for p in snapshot.partitions.values())
                     outputs = self.reception.queue_lengths()
             except Exception:
                 self.missed += 1  # the broker is restarting
             try:
                 memory_mib = rss_by_role(self.stack, self.producer_pid)
+                fds = by_role(self.stack, self.producer_pid, lambda p: float(p.num_fds()))
+                threads = by_role(self.stack, self.producer_pid, lambda p: float(p.num_threads()))
             except Exception:  # a process of the stack between stop and start
                 log.warning("sampler: memory not read", exc_info=True)
                 self.missed += 1
                 continue
             self.samples.append(
-                Sample(time.monotonic() - self.started, memory_mib, backlog, outputs)
+                Sample(
+                    time.monotonic() - self.started,
+                    memory_mib,
+                    backlog,
+                    outputs,
+                    fds=fds,
+                    threads=threads,
+                    committed=committed,
+                )
             )
 
 
@@ -983,6 +1019,10 @@ class Plan:
     #: The broker's engine (``noida-db`` or ``apache-kafka``); ``None``:
     #: ``FLOODGATE_KAFKA_ENGINE``, else ``noida-db``.
     engine: str | None = None
+    #: Rounds of the flights to put (``--rounds``, ``make soak-long``): the chaos goes on
+    #: until the producer has had this many times the flights accepted (``duration_s``
+    #: is then only a bound); 0: for ``duration_s``.
+    rounds: int = 0
 
 
 def chaos(
@@ -1121,6 +1161,13 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
     report: dict[str, Any] = {"plan": asdict(plan), "out": str(out), "engine": broker.engine}
     ctx = multiprocessing.get_context("spawn")
     rate = ctx.Value("d", 0.0)
+    accepted_total = ctx.Value("q", 0)
+    per_round = 0
+    if plan.rounds:
+        from pipeline.demo.flights import load_flights
+
+        per_round = len(load_flights())
+    target = plan.rounds * per_round
     producer_stop = ctx.Event()
     summary_path = out / "producer.json"
     producer = ctx.Process(
@@ -1130,6 +1177,7 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         # queues' worth ran out within the warm-up once idle readers stopped spinning,
         # and the soak then measured (and offered twice) the producer's pace.
         args=(str(layout.group), layout.bootstrap, rate, producer_stop, str(summary_path)),
+        kwargs={"accepted_total": accepted_total},
         name="producer",
     )
     reception: Reception | None = None
@@ -1187,12 +1235,19 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         for thread in threads:
             thread.start()
         soak_started = time.monotonic()
-        with progress(plan.duration_s) as advance:
+        with progress(target or plan.duration_s, "tuples" if target else "s") as advance:
             while time.monotonic() - soak_started < plan.duration_s:
                 if plan.short and not threads[0].is_alive():
                     break
+                if target and accepted_total.value >= target:
+                    break
                 time.sleep(1.0)
-                advance(time.monotonic() - soak_started)
+                advance(accepted_total.value if target else time.monotonic() - soak_started)
+        if target and accepted_total.value < target:
+            raise RuntimeError(
+                f"{accepted_total.value:,} of {target:,} tuples accepted in "
+                f"{plan.duration_s:.0f} s: the rounds did not finish"
+            )
         stop.set()
         threads[0].join()
         report["soak_s"] = round(time.monotonic() - soak_started, 1)
@@ -1247,10 +1302,12 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
                 peaks[role] = max(peaks.get(role, 0.0), mib)
         report["peak_rss_mib"] = {k: round(v) for k, v in sorted(peaks.items())}
         report["rss_bounds_mib"] = RSS_BOUNDS_MIB
+        if plan.rounds:
+            report["rounds"] = rounds_report(sampler.samples, per_round, plan.rounds)
         (out / "samples.json").write_text(json.dumps([asdict(s) for s in sampler.samples]))
         if not plan.short:
             try:  # after the JSON, which never needs it: the bench extra may be missing
-                plot(sampler.samples, plan, out / "soak.png")
+                plot(sampler.samples, plan, out / "soak.png", report.get("rounds"))
             except ImportError as exc:
                 print(f"no {out / 'soak.png'}: {exc} (.venv/bin/pip install -e '.[bench]')")
     finally:
@@ -1267,6 +1324,55 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         reap(out)
     report["checks"] = checks(report)
     return report
+
+
+def rounds_report(samples: list[Sample], per_round: int, rounds: int) -> dict[str, Any]:
+    """Each round of the flights as the pipeline processed it: round ``k`` ends when the
+    slowest query has committed the malformed tuples and ``k`` rounds of flights. Per
+    round: its tuples/s, each role's peak PSS (MiB), and its file descriptors and
+    threads at the round's end; and how the last round compares with the first (the
+    flatness ``make soak-long`` reports: a leak grows, a slowdown shrinks).
+
+    Returns:
+        ``{"per_round": [...], "last_over_first": {...}}``; rounds the samples never
+        saw end (the run stopped first) are left out.
+    """
+    ends: list[tuple[float, int]] = []  # (t, index of the sample) per round end
+    k = 1
+    for i, sample in enumerate(samples):
+        while k <= rounds and (sample.committed or 0) >= MALFORMED + k * per_round:
+            ends.append((sample.t, i))
+            k += 1
+    rows: list[dict[str, Any]] = []
+    start_t, start_i = (samples[0].t, 0) if samples else (0.0, 0)
+    for number, (end_t, end_i) in enumerate(ends, start=1):
+        window = samples[start_i : end_i + 1]
+        peak: dict[str, float] = {}
+        for sample in window:
+            for role, mib in sample.rss_mib.items():
+                peak[role] = max(peak.get(role, 0.0), mib)
+        last = samples[end_i]
+        rows.append(
+            {
+                "round": number,
+                "seconds": round(end_t - start_t, 1),
+                "tuples_per_s": round(per_round / max(end_t - start_t, 1e-9)),
+                "peak_rss_mib": {r: round(v) for r, v in sorted(peak.items())},
+                "fds": {r: int(v) for r, v in sorted(last.fds.items())},
+                "threads": {r: int(v) for r, v in sorted(last.threads.items())},
+            }
+        )
+        start_t, start_i = end_t, end_i
+    flat: dict[str, Any] = {}
+    if len(rows) >= 2:
+        first, final = rows[0], rows[-1]
+        flat["tuples_per_s"] = round(final["tuples_per_s"] / max(first["tuples_per_s"], 1), 2)
+        flat["peak_rss_mib"] = {
+            role: round(final["peak_rss_mib"].get(role, 0) / mib, 2)
+            for role, mib in first["peak_rss_mib"].items()
+            if mib
+        }
+    return {"per_round": rows, "last_over_first": flat}
 
 
 def checks(report: dict[str, Any]) -> dict[str, bool]:
@@ -1298,44 +1404,70 @@ def checks(report: dict[str, Any]) -> dict[str, bool]:
 
 
 @contextlib.contextmanager
-def progress(total_s: float) -> Iterator[Callable[[float], None]]:
+def progress(total: float, unit: str = "s") -> Iterator[Callable[[float], None]]:
+    """A rich progress bar to ``total`` (seconds of chaos, or tuples accepted)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
         TextColumn("[bold]soak[/]"),
         BarColumn(),
+        TextColumn(f"{{task.completed:,.0f}} / {{task.total:,.0f}} {unit}"),
         TimeElapsedColumn(),
         console=console,
         transient=True,
     ) as bar:
-        task = bar.add_task("soak", total=total_s)
+        task = bar.add_task("soak", total=total)
         yield lambda done: bar.update(task, completed=done)
 
 
-def plot(samples: list[Sample], plan: Plan, path: Path) -> None:
-    """RSS per process and the input queue's backlog over the soak."""
+def plot(
+    samples: list[Sample], plan: Plan, path: Path, rounds: dict[str, Any] | None = None
+) -> None:
+    """RSS, file descriptors and threads per process, and the input queue's backlog,
+    over the soak; with ``rounds`` (``--rounds``), each round's end as a dotted line and
+    its tuples/s in a panel of its own."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), sharex=True)
+    panels = 5 if rounds else 4
+    fig, axes = plt.subplots(panels, 1, figsize=(11, 3 * panels))
     t = [s.t for s in samples]
-    roles = sorted({r for s in samples for r in s.rss_mib})
-    for role in roles:
-        top.plot(t, [s.rss_mib.get(role, 0.0) for s in samples], label=role, linewidth=1)
-    top.set_ylabel("RSS, MiB")
-    top.legend(loc="upper left", ncol=4, fontsize=8)
-    top.set_title("Floodgate soak: RSS per process, sampled every second")
-    bottom.plot(
+    series = (
+        ("PSS, MiB", "RSS (PSS) per process, sampled every second", lambda s: s.rss_mib),
+        ("open file descriptors", "file descriptors per process", lambda s: s.fds),
+        ("threads", "threads per process", lambda s: s.threads),
+    )
+    for ax, (label, title, of) in zip(axes, series, strict=False):
+        roles = sorted({r for s in samples for r in of(s)})
+        for role in roles:
+            ax.plot(t, [of(s).get(role, 0.0) for s in samples], label=role, linewidth=1)
+        ax.set_ylabel(label)
+        ax.set_title(f"Floodgate soak: {title}")
+        ax.legend(loc="upper left", ncol=4, fontsize=8)
+    backlog = axes[3]
+    backlog.plot(
         t,
         [s.backlog if s.backlog is not None else float("nan") for s in samples],
         label="input queue backlog",
     )
-    bottom.axhline(plan.max_queue_size, color="red", linestyle="--", label="max queue size")
-    bottom.set_ylabel("tuples")
-    bottom.set_xlabel("seconds")
-    bottom.legend(loc="upper left", fontsize=8)
+    backlog.axhline(plan.max_queue_size, color="red", linestyle="--", label="max queue size")
+    backlog.set_ylabel("tuples")
+    backlog.set_xlabel("seconds")
+    backlog.legend(loc="upper left", fontsize=8)
+    if rounds:
+        ends = itertools.accumulate(r["seconds"] for r in rounds["per_round"])
+        for end in ends:
+            for ax in axes[:4]:
+                ax.axvline(t[0] + end if t else end, color="grey", linestyle=":", linewidth=0.8)
+        bars = axes[4]
+        numbers = [r["round"] for r in rounds["per_round"]]
+        bars.bar(numbers, [r["tuples_per_s"] for r in rounds["per_round"]])
+        bars.set_xticks(numbers)
+        bars.set_xlabel("round of the flights")
+        bars.set_ylabel("tuples/s")
+        bars.set_title("tuples/s per round (input committed by the slowest query)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -1372,6 +1504,10 @@ def show(report: dict[str, Any]) -> None:
         ("peak RSS, MiB", ", ".join(f"{k} {v}" for k, v in report["peak_rss_mib"].items())),
         ("audit exit status", str(report["audit"]["exit_status"])),
     ]
+    if "rounds" in report:
+        per_round = report["rounds"]["per_round"]
+        rows.append(("tuples/s per round", ", ".join(f"{r['tuples_per_s']:,}" for r in per_round)))
+        rows.append(("last round / first", str(report["rounds"]["last_over_first"])))
     for name, value in rows:
         table.add_row(name, value)
     for name, ok in report["checks"].items():
@@ -1387,6 +1523,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--fault-interval", type=float, default=30.0, help="mean seconds between faults"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        help="put this many rounds of the flights (10: make soak-long), under the chaos; "
+        "--duration is then only a bound",
     )
     parser.add_argument("--max-queue-size", type=int, default=60_000)
     parser.add_argument("--seed", type=int, default=8)
@@ -1412,6 +1555,7 @@ def main() -> None:
         seed=args.seed,
         drain_timeout_s=420.0 if args.short else 900.0,
         engine=args.engine,
+        rounds=args.rounds,
     )
     out = args.out or ROOT / "bench" / "out" / time.strftime("soak-%Y%m%d-%H%M%S")
     report = soak(plan, out)
