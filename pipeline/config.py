@@ -341,7 +341,9 @@ class InputStreamConfig(StreamSettings):
     whole skew of the partitions' heads."""
     idle_partition_timeout_ms: Annotated[int, Field(ge=0)] = 10_000
     """With ``max_event_time_drift_ms``: a partition whose head has not moved for this
-    long (ms), with nothing more to read, holds no other partition back."""
+    long (ms), with nothing more to read, holds no other partition back. Only time the
+    source watched counts: a gap in planning (a broker away, a long micro-batch) starts
+    the clock again (``IdleTracker``)."""
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, populate_by_name=True, coerce_numbers_to_str=True
