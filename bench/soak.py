@@ -1243,11 +1243,10 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
                     break
                 time.sleep(1.0)
                 advance(accepted_total.value if target else time.monotonic() - soak_started)
-        if target and accepted_total.value < target:
-            raise RuntimeError(
-                f"{accepted_total.value:,} of {target:,} tuples accepted in "
-                f"{plan.duration_s:.0f} s: the rounds did not finish"
-            )
+        if target:
+            # Bounded by --duration: a run that did not put every round still drains and
+            # is checked, and fails "every round put".
+            report["rounds_target"] = target
         stop.set()
         threads[0].join()
         report["soak_s"] = round(time.monotonic() - soak_started, 1)
@@ -1400,6 +1399,7 @@ def checks(report: dict[str, Any]) -> dict[str, bool]:
             mib <= RSS_BOUNDS_MIB.get(role, 0) for role, mib in report["peak_rss_mib"].items()
         ),
         "every job reached a final state": not set(report["filler_jobs"]) & PENDING_STATES,
+        "every round put": exactly["accepted"] >= report.get("rounds_target", 0),
     }
 
 
