@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import tenacity
 from confluent_kafka import (
     KafkaError,
     KafkaException,
@@ -33,7 +32,7 @@ from pipeline.errors import (
     SchemaError,
     TupleTooLargeError,
 )
-from pipeline.kafka.retries import transient_kafka_error
+from pipeline.kafka.retries import broker_retrying, transient_kafka_error
 from pipeline.metrics import ClientMetrics
 from pipeline.queues.budget import QueueBudget
 from pipeline.queues.probe import QueueProbe, SweptCounter
@@ -300,13 +299,9 @@ class StreamInput:
         Raises:
             BrokerError: another error, or a transient one for longer.
         """
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(
-                lambda exc: isinstance(exc, BrokerError) and transient_kafka_error(exc.__cause__)
-            ),
-            stop=tenacity.stop_after_delay(FIRST_READING_WAIT_S),
-            wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
-            reraise=True,
+        retrying = broker_retrying(
+            lambda exc: isinstance(exc, BrokerError) and transient_kafka_error(exc.__cause__),
+            FIRST_READING_WAIT_S,
         )
         return retrying(self.probe.snapshot)
 

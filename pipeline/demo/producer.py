@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import tenacity
 
 from pipeline.client import StreamInput, connect
 from pipeline.config import QueryGroupConfig
@@ -246,7 +245,7 @@ def latest_event_time(
 
     from pipeline.errors import DeserializationError
     from pipeline.kafka.fetching import bounded_fetch
-    from pipeline.kafka.retries import transient_kafka_error
+    from pipeline.kafka.retries import broker_retrying, transient_kafka_error
 
     settings = config.input_streams[stream]
     field = settings.timestamp_field
@@ -271,12 +270,7 @@ def latest_event_time(
             return None
         # A topic just created has partitions without a leader for a moment (Apache
         # Kafka answers NOT_LEADER_FOR_PARTITION until its election): asked again.
-        watermarks = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(transient_kafka_error),
-            stop=tenacity.stop_after_delay(timeout_s),
-            wait=tenacity.wait_exponential(multiplier=0.1, max=1.0),
-            reraise=True,
-        )
+        watermarks = broker_retrying(transient_kafka_error, timeout_s, max_backoff_s=1.0)
         starts = []
         for p in found.partitions:
             low, high = watermarks(

@@ -52,20 +52,38 @@ def transient_kafka_error(exc: BaseException | None) -> bool:
 
 
 def broker_retrying(
-    error: type[BaseException],
+    retry_on: type[BaseException] | Callable[[BaseException], bool],
     wait_s: float,
-    before_retry: Callable[[int, BaseException | None], None],
+    before_retry: Callable[[int, BaseException | None], None] | None = None,
+    *,
+    max_backoff_s: float = 2.0,
 ) -> tenacity.Retrying:
-    """Tenacity's ``Retrying`` for a read of a broker that may be restarting: tried
-    again while it raises ``error``, with exponential backoff from 0.1 s to 2 s, for up
-    to ``wait_s`` seconds; then the last error is raised. ``before_retry(attempt,
-    error)`` runs before each new try (to log it)."""
+    """Tenacity's ``Retrying`` for a read of a broker that may be restarting, or whose
+    leader or coordinator is moving: the one retry policy of every broker read.
+
+    Args:
+        retry_on: an exception type tried again whenever raised, or a predicate of the
+            exception (:func:`transient_kafka_error`: only what asking again may cure).
+        wait_s: how long to keep trying, seconds; then the last error is raised.
+        before_retry: ``before_retry(attempt, error)`` runs before each new try (to log
+            it, with the caller's ``FG-*`` code).
+        max_backoff_s: the longest wait between tries; the first is 0.1 s, doubling.
+    """
+    retry = (
+        tenacity.retry_if_exception_type(retry_on)
+        if isinstance(retry_on, type)
+        else tenacity.retry_if_exception(retry_on)
+    )
     return tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(error),
+        retry=retry,
         stop=tenacity.stop_after_delay(wait_s),
-        wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
-        before_sleep=lambda state: before_retry(
-            state.attempt_number, state.outcome.exception() if state.outcome else None
+        wait=tenacity.wait_exponential(multiplier=0.1, max=max_backoff_s),
+        before_sleep=(
+            None
+            if before_retry is None
+            else lambda state: before_retry(
+                state.attempt_number, state.outcome.exception() if state.outcome else None
+            )
         ),
         reraise=True,
     )

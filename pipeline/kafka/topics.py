@@ -7,12 +7,11 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import tenacity
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline.errors import BrokerError, ConfigError
-from pipeline.kafka.retries import transient_kafka_error
+from pipeline.kafka.retries import broker_retrying, transient_kafka_error
 
 if TYPE_CHECKING:
     pass
@@ -59,19 +58,17 @@ def ensure_topics(
     """
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client or {})})
     started = time.monotonic()
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception(transient_kafka_error),
-        stop=tenacity.stop_after_delay(wait_s),
-        wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
-        before_sleep=lambda state: log.warning(
+    retrying = broker_retrying(
+        transient_kafka_error,
+        wait_s,
+        lambda attempt, error: log.warning(
             "FG-BROKER-002 broker %s not answering, retrying its metadata "
             "(attempt %d, %.1f s so far): %s",
             bootstrap_servers,
-            state.attempt_number,
+            attempt,
             time.monotonic() - started,
-            state.outcome.exception() if state.outcome else None,
+            error,
         ),
-        reraise=True,
     )
     existing = retrying(lambda: admin.list_topics(timeout=timeout_s).topics)
     new = [

@@ -56,7 +56,6 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import tenacity
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from pipeline.errors import (
@@ -66,7 +65,7 @@ from pipeline.errors import (
     QueryGroupError,
 )
 from pipeline.failpoints import armed
-from pipeline.kafka.retries import BROKER_WAIT_S, transient_kafka_error
+from pipeline.kafka.retries import BROKER_WAIT_S, broker_retrying, transient_kafka_error
 from pipeline.offsets import read_offset_log
 from pipeline.serde.codec import StreamCodec, TupleKey
 from pipeline.spark.guard import OutputQueueGuard
@@ -394,20 +393,18 @@ class KafkaTransactionalSink:
         if not offsets:
             return False
         started = time.monotonic()
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(transient_kafka_error),
-            stop=tenacity.stop_after_delay(BROKER_WAIT_S),
-            wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
-            before_sleep=lambda state: log.warning(
+        retrying = broker_retrying(
+            transient_kafka_error,
+            BROKER_WAIT_S,
+            lambda _attempt, error: log.warning(
                 "FG-QG-009 query group %s query %s: reading the committed offsets of batch "
                 "%d again (%.1f s so far): %s",
                 self.query_group,
                 self.query,
                 batch_id,
                 time.monotonic() - started,
-                state.outcome.exception() if state.outcome else None,
+                error,
             ),
-            reraise=True,
         )
         committed = retrying(
             self._get_consumer().committed,
