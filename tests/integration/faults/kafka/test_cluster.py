@@ -159,9 +159,14 @@ def fenced(cluster: ApacheKafkaCluster, node: KafkaNode) -> bool:
 
 
 def kill_and_restart(cluster: ApacheKafkaCluster, node: KafkaNode) -> None:
-    """SIGKILL ``node``, wait until the cluster has fenced it, start it again on its
-    data, and wait until it is back in every ISR."""
+    """SIGKILL ``node``, then :func:`restart_once_fenced`."""
     cluster.kill_node(node)
+    restart_once_fenced(cluster, node)
+
+
+def restart_once_fenced(cluster: ApacheKafkaCluster, node: KafkaNode) -> None:
+    """Wait until the cluster has fenced the dead ``node``, start it again on its data,
+    and wait until it is back in every ISR."""
     wait_until(lambda: fenced(cluster, node), NODE_WAIT_S, f"node {node.node_id} to be fenced")
     cluster.start_node(node, timeout_s=NODE_WAIT_S)
     cluster.wait_in_sync(node, timeout_s=NODE_WAIT_S)
@@ -287,9 +292,7 @@ def kill_coordinator_before_commit(
     assert find_coordinator(address, *key) == victim, f"{key}'s coordinator is not {victim}"
     cluster.kill_node(node)
     paused.release()
-    wait_until(lambda: fenced(cluster, node), NODE_WAIT_S, f"node {victim} to be fenced")
-    cluster.start_node(node, timeout_s=NODE_WAIT_S)
-    cluster.wait_in_sync(node, timeout_s=NODE_WAIT_S)
+    restart_once_fenced(cluster, node)
     finish(cluster, config, schemas, group, producing, records)
 
 
@@ -363,9 +366,7 @@ def test_kill_9_of_the_active_controller_mid_stream_loses_and_duplicates_nothing
         NODE_WAIT_S,
         f"a controller other than node {controller} to be elected",
     )
-    wait_until(lambda: fenced(cluster, node), NODE_WAIT_S, f"node {controller} to be fenced")
-    cluster.start_node(node, timeout_s=NODE_WAIT_S)
-    cluster.wait_in_sync(node, timeout_s=NODE_WAIT_S)
+    restart_once_fenced(cluster, node)
     finish(cluster, config, schemas, group, producing, records)
 
 
