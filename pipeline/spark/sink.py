@@ -660,7 +660,7 @@ class KafkaTransactionalSink:
                 self._abort(producer, exc)
                 raise QueryGroupError(
                     f"batch {batch_id}: output transaction to {self.topic!r} failed "
-                    f"and was aborted: {exc}",
+                    f"and was aborted: {exc}{self._fence_cause(exc)}",
                     query_group=self.query_group,
                     query=self.query,
                 ) from exc
@@ -696,6 +696,23 @@ class KafkaTransactionalSink:
         error = exc.args[0] if exc.args else None
         code = error.code() if isinstance(error, KafkaError) else None
         return code in FENCED and (self._broker_lost_since_commit or bool(self._broker_gone))
+
+    def _fence_cause(self, exc: KafkaException) -> str:
+        """What a fence of this producer means, for the error's text ("" for another
+        error). Kafka fences a transactional producer for two reasons it does not tell
+        apart: a newer producer with the same ``transactional.id`` (a second driver of
+        this query group, which the sink must not fight), or the transaction
+        coordinator aborting a transaction open for longer than
+        ``transaction.timeout.ms`` (a network partition, a stopped leader)."""
+        error = exc.args[0] if exc.args else None
+        if not isinstance(error, KafkaError) or error.code() not in FENCED:
+            return ""
+        return (
+            f" (fenced: either a second driver of query group {self.query_group!r} runs "
+            f"with transactional.id {self.transactional_id!r}, or the transaction was open "
+            "for longer than transaction.timeout.ms and its coordinator aborted it; stop any "
+            "second driver, then start the group again on its checkpoint: nothing is lost)"
+        )
 
     def _renew_producer(self, batch_id: int, attempt: int, when: str) -> None:
         log.warning(
