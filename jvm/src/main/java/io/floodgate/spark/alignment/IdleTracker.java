@@ -16,12 +16,11 @@ import java.util.function.LongSupplier;
  * <p>Only time the source watched counts. An observation more than half the timeout after the one
  * before, and more than twice the gap before that (the source did not plan meanwhile as it had: a
  * long micro-batch, or a broker its reads waited for), starts every head's clock again; steady
- * gaps, as a long trigger interval makes, count. Else a broker away for longer than the timeout made every
- * partition idle at once when it came back, and the partitions whose producers had yet to deliver
- * again held nobody back: the others' micro-batches moved the watermark past tuples still on their
- * way, and the aggregations dead-lettered them as late (89 of 3 000 after a kill -9 of a single
- * broker). A partition that is really idle still becomes so: once it holds the others back, the
- * micro-batches are empty and plannings come quickly.
+ * gaps, as a long trigger interval makes, count. Else a broker away for longer than the timeout
+ * makes every partition idle at once when it comes back, and the partitions whose producers have
+ * yet to deliver again hold nobody back: the watermark can pass tuples still on their way, and the
+ * aggregations dead-letter them as late. A partition that is really idle still becomes so: once it
+ * holds the others back, the micro-batches are empty and plannings come at the trigger's pace.
  *
  * <p>Not thread-safe: the driver's planning thread observes.
  */
