@@ -120,7 +120,7 @@ soak: $(VENV)/.bench $(JAR)
 # fault; tuples/s and peak memory per round, and a plot of memory, file descriptors and
 # threads over time (bench/out/soak-<time>/soak.png; bench/README.md, "The soak at scale").
 soak-long: system-deps-test-soak $(VENV)/.bench $(JAR)
-	FLOODGATE_KAFKA_ENGINE=apache-kafka $(BIN)/python bench/soak.py --rounds 10 --fault-interval 60 --duration 14400 $(ARGS)
+	FLOODGATE_KAFKA_ENGINE=apache-kafka $(BIN)/python bench/soak.py --rounds 10 --duration 14400 $(ARGS)
 
 clean:
 	rm -rf .floodgate .pytest_cache .mypy_cache .ruff_cache

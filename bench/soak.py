@@ -125,7 +125,7 @@ from pipeline.brokers.local import LocalBroker, local_broker
 from pipeline.client import StreamOutput
 from pipeline.config import QueryGroupConfig, load_query_group
 from pipeline.deadletter import DLQ_QUERY, DLQ_REASON
-from pipeline.demo.reception import read_all
+from pipeline.demo.reception import each_record
 from pipeline.demo.stack import spawn as spawn_process
 from pipeline.demo.stack import write_stack
 from pipeline.kafka.topics import ensure_topics
@@ -928,21 +928,35 @@ def check_exactly_once(
     * Dead letters are counted once per query and record key (a retried task may
       write one again: the key names the tuple).
     """
+    import numpy as np
+
     from pipeline.serde.codec import StreamCodec
     from pipeline.serde.schemas import SchemaRepository
 
     schemas = SchemaRepository.load(config.schema_dir)
     codec = StreamCodec("seen", schemas.get("soak_seen"), schemas)
-    seen: Counter[int] = Counter()
-    for message in read_all(layout.bootstrap, config.output_streams["seen"].topic, timeout_s=600):
-        seen[codec.decode(message.value())["seq"]] += 1
-    accepted = {s for start, end in produced["accepted"] for s in range(start, end)}
     malformed = set(produced["malformed"])
+    # Per sequence number, in arrays (millions of them under --rounds): accepted or not,
+    # and how many times it is in ``seen`` (at most 255).
+    top = max([end for _, end in produced["accepted"]] + [m + 1 for m in malformed] + [0])
+    accepted = np.zeros(top, dtype=bool)
+    for start, end in produced["accepted"]:
+        accepted[start:end] = True
+    seen = np.zeros(top, dtype=np.uint8)
+    beyond: Counter[int] = Counter()  # in ``seen`` with a number no put had
+    for message in each_record(
+        layout.bootstrap, config.output_streams["seen"].topic, timeout_s=1800
+    ):
+        number = int(codec.decode(message.value())["seq"])
+        if 0 <= number < top:
+            seen[number] = min(int(seen[number]) + 1, 255)
+        else:
+            beyond[number] += 1
     flight = StreamCodec("flights", schemas.get("soak_flight"), schemas)
     # Every query's dead letters, once per (query, key), by sequence number (None: a
     # value that is neither a malformed marker nor a soak flight).
     dead: dict[tuple[str, bytes], tuple[int | None, str]] = {}
-    for message in read_all(layout.bootstrap, config.dead_letter_topic, timeout_s=600):
+    for message in each_record(layout.bootstrap, config.dead_letter_topic, timeout_s=600):
         headers = dict(message.headers() or [])
         query = (headers.get(DLQ_QUERY) or b"").decode()
         value = message.value() or b""
@@ -962,26 +976,32 @@ def check_exactly_once(
         for (query, _), (seq, reason) in dead.items()
         if seq not in malformed
     ]
-    reported = set(produced.get("reported", []))
+    reported = {s for s in produced.get("reported", []) if 0 <= s < top}
+    reported_beyond = len(produced.get("reported", [])) - len(reported)
     raised = int(produced["counts"].get("raised_tuples", 0))
-    in_seen = set(seen)
+    was_reported = np.zeros(top, dtype=bool)
+    was_reported[list(reported)] = True
+    is_malformed = np.zeros(top, dtype=bool)
+    is_malformed[list(malformed)] = True
+    in_seen = seen > 0
     return {
-        "accepted": len(accepted),
-        "seen": sum(seen.values()),
-        "lost": len(accepted - in_seen - reported),
-        "reported_back": len(reported),
+        "accepted": int(accepted.sum()),
+        "seen": int(seen.sum()) + sum(beyond.values()),
+        "lost": int((accepted & ~in_seen & ~was_reported).sum()),
+        "reported_back": len(reported) + reported_beyond,
         "reported_back_bound": raised,
-        "reported_not_accepted": len(reported - accepted),
-        "reported_but_delivered": len(reported & in_seen),
-        "duplicates": sum(c - 1 for c in seen.values() if c > 1)
+        "reported_not_accepted": int((was_reported & ~accepted).sum()) + reported_beyond,
+        "reported_but_delivered": int((was_reported & in_seen).sum()),
+        "duplicates": int((seen[seen > 1] - 1).sum())
+        + sum(c - 1 for c in beyond.values() if c > 1)
         + sum(c - 1 for c in seen_dead.values() if c > 1),
-        "unexpected": len(in_seen - accepted - malformed),
+        "unexpected": int((in_seen & ~accepted & ~is_malformed).sum()) + len(beyond),
         "malformed": len(malformed),
         "dead_lettered": len(dead),
         "valid_dead_lettered": len(valid_dead),
         "valid_dead_lettered_first": valid_dead[:20],
         "malformed_missing_from_dead_letters": len(malformed - set(seen_dead)),
-        "malformed_in_output": len(malformed & in_seen),
+        "malformed_in_output": int((in_seen & is_malformed).sum()),
         "dead_letter_reasons": dict(reasons),
     }
 
@@ -1026,11 +1046,19 @@ class Plan:
 
 
 def chaos(
-    plan: Plan, stack: Stack, reception: Reception, stop: threading.Event
+    plan: Plan,
+    stack: Stack,
+    reception: Reception,
+    stop: threading.Event,
+    injected: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Inject faults until ``stop``; the short mode injects each kind once."""
+    """Inject faults until ``stop``, each appended to ``injected`` as it ends (a new
+    list by default) and returned. The short mode injects each kind once; ``--rounds``
+    goes through every kind in a shuffled order, again and again, so that each is met
+    as often as the others; the long mode draws each fault at random."""
     rng = random.Random(plan.seed)
-    injected: list[dict[str, Any]] = []
+    injected = [] if injected is None else injected
+    cycle: list[str] = []
     kinds = [kind for kind in FAULTS if kind not in ("kill-driver", "restart-broker")]
     rng.shuffle(kinds)
     # Popped from the end: the broker fault first, while the driver runs micro-batches
@@ -1044,7 +1072,15 @@ def chaos(
         wait = plan.fault_interval_s if plan.short else rng.expovariate(1 / plan.fault_interval_s)
         if stop.wait(max(3.0, wait)):
             break
-        kind = kinds.pop() if plan.short else rng.choice(FAULTS)
+        if plan.short:
+            kind = kinds.pop()
+        elif plan.rounds:
+            if not cycle:
+                cycle = list(FAULTS)
+                rng.shuffle(cycle)
+            kind = cycle.pop()
+        else:
+            kind = rng.choice(FAULTS)
         record: dict[str, Any] = {"kind": kind, "at_s": round(time.monotonic() - started, 1)}
         t0 = time.monotonic()
         with stack.lock:
@@ -1226,23 +1262,33 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         console.print(
             f"[bold]soak[/]: service rate {service_rate:,.0f} tuples/s; offering {rate.value:,.0f}"
         )
+        faults: list[dict[str, Any]] = []
+        report["faults"] = faults
         threads = [
             threading.Thread(
-                target=lambda: report.__setitem__("faults", chaos(plan, stack, reception, stop)),
-                name="chaos",
+                target=chaos, args=(plan, stack, reception, stop, faults), name="chaos"
             ),
         ]
         for thread in threads:
             thread.start()
         soak_started = time.monotonic()
-        with progress(target or plan.duration_s, "tuples" if target else "s") as advance:
+        processed = 0
+        with progress(target or plan.duration_s, "tuples processed" if target else "s") as go:
             while time.monotonic() - soak_started < plan.duration_s:
                 if plan.short and not threads[0].is_alive():
                     break
-                if target and accepted_total.value >= target:
-                    break
+                if target:
+                    # The rounds are put, then processed, under the chaos; it ends once
+                    # they are processed and every kind of fault has been met.
+                    if accepted_total.value >= target:
+                        producer_stop.set()
+                    with contextlib.suppress(Exception):
+                        processed = max(0, input_progress(sampler)[0] - MALFORMED)
+                    met = {f["kind"] for f in faults}
+                    if processed >= target and met >= set(FAULTS):
+                        break
                 time.sleep(1.0)
-                advance(accepted_total.value if target else time.monotonic() - soak_started)
+                go(processed if target else time.monotonic() - soak_started)
         if target:
             # Bounded by --duration: a run that did not put every round still drains and
             # is checked, and fails "every round put".
@@ -1366,10 +1412,10 @@ def rounds_report(samples: list[Sample], per_round: int, rounds: int) -> dict[st
     if len(rows) >= 2:
         first, final = rows[0], rows[-1]
         flat["tuples_per_s"] = round(final["tuples_per_s"] / max(first["tuples_per_s"], 1), 2)
-        flat["peak_rss_mib"] = {
-            role: round(final["peak_rss_mib"].get(role, 0) / mib, 2)
+        flat["peak_rss_mib"] = {  # roles running in both (the producer ends first)
+            role: round(final["peak_rss_mib"][role] / mib, 2)
             for role, mib in first["peak_rss_mib"].items()
-            if mib
+            if mib and final["peak_rss_mib"].get(role)
         }
     return {"per_round": rows, "last_over_first": flat}
 

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,7 +193,25 @@ def read_all(
     timeout_s: float = 60.0,
     client: Mapping[str, Any] | None = None,
 ) -> list[Any]:
-    """Every committed record of a topic, partition by partition, up to its end now."""
+    """Every committed record of a topic, partition by partition, up to its end now
+    (:func:`each_record`, in a list)."""
+    return list(each_record(bootstrap_servers, topic, timeout_s=timeout_s, client=client))
+
+
+def each_record(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    timeout_s: float = 60.0,
+    client: Mapping[str, Any] | None = None,
+) -> Iterator[Any]:
+    """Every committed record of a topic (``read_committed``), up to each partition's
+    high watermark when the read starts, one at a time: a topic of millions of records
+    is never held whole.
+
+    Raises:
+        TimeoutError: a partition was not read to its end within ``timeout_s``.
+    """
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap_servers,
@@ -214,7 +232,6 @@ def read_all(
         }
         pending = {p for p, (low, high) in ends.items() if high > low}
         consumer.assign([TopicPartition(topic, p, ends[p][0]) for p in partitions])
-        out: list[Any] = []
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline:
             for message in consumer.consume(num_messages=10_000, timeout=0.5):
@@ -226,7 +243,7 @@ def read_all(
                     ):
                         pending.discard(message.partition())
                     continue
-                out.append(message)
+                yield message
                 if (message.offset() or 0) + 1 >= ends[message.partition()][1]:
                     pending.discard(message.partition())
         if pending:
@@ -234,6 +251,5 @@ def read_all(
                 f"reading {topic!r}: partitions {sorted(pending)} "
                 f"not read to the end in {timeout_s} s"
             )
-        return out
     finally:
         consumer.close()
