@@ -26,7 +26,10 @@ watermark alignment does across splits:
 The partition that sets the bound keeps its planned end, so every micro-batch reads
 something whenever there is something to read. Event times are read at planning
 from the broker (:class:`EventTimeProbe`, cached per offset); a tuple the broker no
-longer holds (swept, or deleted) has no known event time and caps nothing.
+longer holds (swept, or deleted) has no known event time and caps nothing. A read the
+broker does not answer is asked again for up to 60 s, then the planning fails
+(``FG-SOURCE-005``): a partition taken as having no event time would hold nobody back,
+and its tuples would come late.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from pipeline.errors import BrokerError
+from pipeline.kafka.retries import BROKER_WAIT_S
 from pipeline.offsets import Offsets
 
 log = logging.getLogger(__name__)
@@ -58,6 +63,13 @@ CUT_TOLERANCE = 1 / 64
 
 #: Event times cached per partition, most recent offsets kept.
 CACHE_PER_PARTITION = 4096
+
+#: Errors a probe's read takes as the broker's answer that there is no tuple to tell:
+#: the partition's end, or offsets it no longer holds (swept, deleted). Any other error,
+#: or no message in time, is no answer, and the read is asked again.
+_ANSWERS = frozenset(
+    {KafkaError._PARTITION_EOF, KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
+)
 
 
 def align_batch_end(
@@ -206,6 +218,9 @@ class EventTimeProbe:
         event_time: ``(message) -> event time`` (epoch ms) or ``None``: the Kafka
             timestamp, or the decoded ``timestampField``.
         timeout_s: how long one read may wait for the broker.
+        patience_s: how long :meth:`many` asks again for what the broker did not
+            answer (a broker restarting, a leader moving), logging ``FG-SOURCE-003``,
+            before it raises: the 60 s the source's offset reads wait.
     """
 
     def __init__(
@@ -215,10 +230,12 @@ class EventTimeProbe:
         event_time: Callable[[Any], int | None],
         *,
         timeout_s: float = 10.0,
+        patience_s: float = BROKER_WAIT_S,
     ) -> None:
         self.topic = topic
         self._event_time = event_time
         self._timeout_s = timeout_s
+        self._patience_s = patience_s
         self._config = {
             **consumer_config,
             "enable.auto.commit": False,
@@ -250,8 +267,8 @@ class EventTimeProbe:
     def many(self, wanted: Mapping[int, int]) -> dict[int, int | None]:
         """The event time (epoch ms) of the tuple at each ``{partition: offset}``; for
         an offset that holds no tuple (a transaction marker, an aborted write), the next
-        tuple's; ``None`` when there is none before the high watermark or the broker
-        does not answer within ``timeout_s``.
+        tuple's; ``None`` when there is none before the high watermark or the broker no
+        longer holds it (swept, deleted).
 
         What is not cached is read at once for all partitions: each partition has a
         consumer of its own (up to :data:`PROBE_CONSUMERS`), all are assigned before
@@ -259,6 +276,14 @@ class EventTimeProbe:
         round trip to the broker, not one per partition. (One consumer assigned several
         partitions would fetch them in one request too, but the embedded noida-db
         answers such a fetch at offsets inside its partitions with OFFSET_OUT_OF_RANGE.)
+        A partition the broker did not answer for is asked again until ``patience_s``
+        has passed.
+
+        Raises:
+            BrokerError: ``FG-SOURCE-005``, naming the partitions and offsets the broker
+                did not answer for within ``patience_s``. Never "no event time" for
+                them: such a partition would hold nobody back, and the others be read
+                past its tuples (89 of 3 000 tuples late after a broker's kill -9).
         """
         found: dict[int, int | None] = {}
         missing: dict[int, int] = {}
@@ -268,7 +293,32 @@ class EventTimeProbe:
                 found[partition] = cached[offset]
             else:
                 missing[partition] = offset
-        while missing:
+        started = time.monotonic()
+        unanswered: dict[int, int] = {}
+        attempt = 1
+        while missing or unanswered:
+            if not missing:
+                waited = time.monotonic() - started
+                if waited >= self._patience_s:
+                    offsets = dict(sorted(unanswered.items()))
+                    raise BrokerError(
+                        f"FG-SOURCE-005 source of topic {self.topic!r}: the broker did not "
+                        f"answer the event-time reads of partitions {offsets} "
+                        f"({{partition: offset}}) for {waited:.0f} s; the micro-batch is not "
+                        "planned, since reading the other partitions without them could make "
+                        "their tuples late. Restart the query group once the broker answers: "
+                        "it resumes from its checkpoint"
+                    )
+                log.warning(
+                    "FG-SOURCE-003 source of topic %s: broker not answering, reading the "
+                    "event times at %s again (attempt %d, %.0f s so far)",
+                    self.topic,
+                    unanswered,
+                    attempt,
+                    waited,
+                )
+                attempt += 1
+                missing, unanswered = unanswered, {}
             # One partition per consumer at a time.
             step: dict[int, tuple[int, int]] = {}
             for partition, offset in list(missing.items()):
@@ -277,7 +327,9 @@ class EventTimeProbe:
                     step[slot] = (partition, offset)
                     del missing[partition]
             self.reads += 1
-            found |= self._fetch(step)
+            answered = self._fetch(step)
+            found |= answered
+            unanswered |= {p: o for p, o in step.values() if p not in answered}
         return found
 
     def known(self, wanted: Mapping[int, int]) -> dict[int, int | None]:
@@ -298,7 +350,8 @@ class EventTimeProbe:
 
     def _fetch(self, step: Mapping[int, tuple[int, int]]) -> dict[int, int | None]:
         """Read the first tuples at ``{slot: (partition, offset)}`` from the broker, a
-        consumer per slot; cache what the fetches brought; the event time at each."""
+        consumer per slot; cache what the fetches brought; the event time at each the
+        broker answered for within ``timeout_s`` (a record, or the partition's end)."""
         for slot, (partition, offset) in step.items():
             self._consumer(slot).assign([TopicPartition(self.topic, partition, offset)])
         deadline = time.monotonic() + self._timeout_s
@@ -310,8 +363,13 @@ class EventTimeProbe:
                 # then what the same fetch brought, without waiting: consume(n) alone
                 # would wait for n records, and near the partition's end there are fewer.
                 first = consumer.poll(max(0.0, deadline - time.monotonic()))
-                messages = [first] if first is not None else []
-                if first is not None and first.error() is None:
+                if first is None:
+                    continue  # not answered: asked again (many)
+                error = first.error()
+                if error is not None and error.code() not in _ANSWERS:
+                    continue
+                messages = [first]
+                if error is None:
                     messages += consumer.consume(PROBE_BATCH - 1, timeout=0)
                 found[partition] = self._remember(partition, offset, messages)
         finally:

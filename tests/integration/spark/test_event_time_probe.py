@@ -10,8 +10,10 @@ import time
 import uuid
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from pipeline.errors import BrokerError
 from pipeline.kafka.topics import ensure_topics
 from pipeline.spark.alignment import EventTimeProbe
 from pipeline.spark.options import SourceOptions
@@ -87,5 +89,23 @@ def test_probe_reads_event_times_and_leaves_nothing_assigned(bootstrap: str) -> 
         assert all(c.assignment() == [] for c in probe._consumers.values())
         time.sleep(0.5)
         assert all(c.assignment() == [] for c in probe._consumers.values())
+    finally:
+        probe.close()
+
+
+def test_probe_fails_planning_by_name_when_the_broker_does_not_answer() -> None:
+    """A partition the broker does not answer for (here, a port nobody listens on) is
+    asked again until the patience is spent, then the read raises ``FG-SOURCE-005``
+    naming it; it is never answered "no event time" (which lets a partition hold nobody
+    back: tuples came late after a broker's kill -9), and nothing is cached for it."""
+    config = {"bootstrap.servers": "127.0.0.1:9", "group.id": "probe-unanswered"}
+    probe = EventTimeProbe(config, "probe-unanswered", kafka_time, timeout_s=0.3, patience_s=1.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(BrokerError, match=r"^FG-SOURCE-005 .*\{0: 5, 9: 7\}"):
+            probe.many({0: 5, 9: 7})
+        assert time.monotonic() - started >= 1.0
+        assert probe.reads >= 2, f"read {probe.reads} time(s)"
+        assert probe.known({0: 5, 9: 7}) == {}
     finally:
         probe.close()

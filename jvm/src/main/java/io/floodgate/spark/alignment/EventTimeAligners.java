@@ -12,6 +12,12 @@ public final class EventTimeAligners {
    */
   static final Duration READ_TIMEOUT = Duration.ofSeconds(10);
 
+  /**
+   * How long planning asks again for event times the broker did not answer before the query fails
+   * ({@link EventTimesUnansweredException}): the 60 s the source's offset reads wait.
+   */
+  static final Duration PATIENCE = Duration.ofSeconds(60);
+
   private EventTimeAligners() {}
 
   /**
@@ -30,7 +36,11 @@ public final class EventTimeAligners {
     RecordEventTime eventTime = RecordEventTime.of(options);
     EventTimeProbe probe =
         new EventTimeProbe(
-            KafkaClients.consumer(options, Map.of()), options.topic, eventTime, READ_TIMEOUT);
+            KafkaClients.consumer(options, Map.of()),
+            options.topic,
+            eventTime,
+            READ_TIMEOUT,
+            PATIENCE);
     KafkaTimeIndex index =
         options.timestampMode.equals("server")
             ? new KafkaTimeIndex(

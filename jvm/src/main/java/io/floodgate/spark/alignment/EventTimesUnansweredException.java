@@ -1,0 +1,49 @@
+package io.floodgate.spark.alignment;
+
+import java.time.Duration;
+import java.util.Map;
+import java.util.TreeMap;
+
+/**
+ * The broker did not answer the event-time reads of some partitions at planning for as long as the
+ * source waits ({@link EventTimeProbe}): the micro-batch is not planned, and the query fails with
+ * {@code FG-SOURCE-005}. Planning without them could read the other partitions past their tuples,
+ * which would then come late; a restart of the query resumes from its checkpoint. Mirrors the
+ * Python source's {@code BrokerError} of the same code, message included.
+ */
+public class EventTimesUnansweredException extends IllegalStateException {
+  private static final long serialVersionUID = 1L;
+
+  private final String topic;
+  private final Map<Integer, Long> offsets;
+
+  /**
+   * @param topic the topic
+   * @param offsets the unanswered reads, {@code {partition: offset}}
+   * @param waited how long the probe asked
+   */
+  public EventTimesUnansweredException(String topic, Map<Integer, Long> offsets, Duration waited) {
+    super(
+        "FG-SOURCE-005 source of topic '"
+            + topic
+            + "': the broker did not answer the event-time reads of partitions "
+            + new TreeMap<>(offsets)
+            + " ({partition=offset}) for "
+            + waited.toSeconds()
+            + " s; the micro-batch is not planned, since reading the other partitions without"
+            + " them could make their tuples late. Restart the query group once the broker"
+            + " answers: it resumes from its checkpoint");
+    this.topic = topic;
+    this.offsets = Map.copyOf(offsets);
+  }
+
+  /** The topic. */
+  public String topic() {
+    return topic;
+  }
+
+  /** The unanswered reads, {@code {partition: offset}}. */
+  public Map<Integer, Long> offsets() {
+    return offsets;
+  }
+}
