@@ -5,7 +5,10 @@ the back-pressure client, the Spark source, the bounded output writer, and
 query groups. ``admission/`` and ``sweeper/`` build on it; it never imports them.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers and linters; at run time, __getattr__ below
+    from pipeline.client import connect
 
 __version__ = "0.1.0"
 __all__ = ["connect"]

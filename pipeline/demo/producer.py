@@ -158,7 +158,7 @@ def run_producer(
                     raise FloodgateError(f"the reception failed: {reception.error}")
                 if on_progress:
                     on_progress(
-                        _producer_status(
+                        producer_status(
                             round_, produced + replayer.produced, records, reception, writer
                         )
                     )
@@ -169,7 +169,7 @@ def run_producer(
                 "round %d: %d flights replayed (%d in all)", round_, replayer.produced, produced
             )
         if on_progress:
-            on_progress(_producer_status(round_, produced, records, reception, writer))
+            on_progress(producer_status(round_, produced, records, reception, writer))
     return produced
 
 
@@ -303,13 +303,17 @@ def latest_event_time(
         consumer.close()
 
 
-def _producer_status(
+def producer_status(
     round_: int,
     produced: int,
     records: Sequence[dict[str, Any]],
     reception: Reception | None,
     writer: StreamInput,
 ) -> ProducerStatus:
+    """The replay's :class:`ProducerStatus`: round ``round_``, ``produced`` tuples
+    accepted of ``len(records)`` a round, what ``reception`` (if any) read per output
+    stream, and the input stream queue's length and bound, read from the broker now
+    through ``writer`` (a read of the broker: about a millisecond)."""
     tables = reception.tables() if reception is not None else {}
     # Read the queue now: the client reads the broker only when a put needs it, so its
     # last reading can be the one from before the replay (0 queued at the end, with the

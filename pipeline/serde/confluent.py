@@ -16,6 +16,8 @@ Apicurio Registry's ``/apis/ccompat/v7``.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 from collections.abc import Mapping
 from datetime import date, datetime
@@ -232,11 +234,14 @@ class ConfluentCodec(StreamCodec):
 
 def _outages() -> tuple[type[BaseException], ...]:
     """The errors of a registry that could not be asked (a network failure), as
-    confluent-kafka's client raises them: its HTTP client is ``httpx2`` on Python 3.10
-    and later, ``httpx`` before, chosen in its ``_httpx_compat`` module."""
-    from confluent_kafka.schema_registry.common._httpx_compat import httpx
-
-    return (OSError, httpx.HTTPError)
+    confluent-kafka's client raises them: ``OSError``, and the ``HTTPError`` of its HTTP
+    client, ``httpx2`` where installed (Python 3.10 and later), else ``httpx`` (both
+    are caught, so that whichever it chose is, without reading its private module)."""
+    errors: list[type[BaseException]] = [OSError]
+    for client in ("httpx2", "httpx"):
+        with contextlib.suppress(ImportError):
+            errors.append(importlib.import_module(client).HTTPError)
+    return tuple(errors)
 
 
 def stream_codec(

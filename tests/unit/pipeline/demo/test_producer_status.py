@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.cli.run import produced_line
-from pipeline.demo.producer import ProducerStatus, _producer_status
+from pipeline.demo.producer import ProducerStatus, producer_status
 
 FLIGHTS = Path(__file__).resolve().parents[4] / "conf" / "flights.toml"
 
@@ -36,7 +36,7 @@ class _Writer:
 
 
 def test_a_status_reads_the_queue_from_the_broker_now() -> None:
-    status = _producer_status(1, 20_000, [{}] * 20_000, None, _Writer())  # type: ignore[arg-type]
+    status = producer_status(1, 20_000, [{}] * 20_000, None, _Writer())  # type: ignore[arg-type]
 
     assert (status.queue_length, status.max_queue_size) == (20_000, 300_000)
 

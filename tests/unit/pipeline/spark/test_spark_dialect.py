@@ -17,7 +17,7 @@ from pipeline.spark.options import (
     SourceOptions,
     time_string_ms,
 )
-from pipeline.spark.partition_reader import _binary_array
+from pipeline.spark.partition_reader import binary_array
 from pipeline.spark.schema import spark_schema
 from pipeline.spark.source import KafkaStreamReader
 
@@ -203,7 +203,7 @@ def test_the_value_column_holds_every_value_as_given(values: list[bytes | None])
     list (the fast path when no value is ``None``, ``pa.array`` otherwise)."""
     import pyarrow as pa
 
-    built = _binary_array(values)
+    built = binary_array(values)
     built.validate(full=True)
     assert built.type == pa.binary()
     assert built.to_pylist() == values
