@@ -75,6 +75,15 @@ def test_the_import_contracts_hold() -> None:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
 
 
+def test_every_module_of_pipeline_is_in_a_layer() -> None:
+    # import-linter says nothing of a module no contract names (scripts/check-contracts,
+    # also run by `make lint`).
+    out = subprocess.run(
+        [sys.executable, "scripts/check-contracts"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
 def test_the_wheel_lists_every_package() -> None:
     # setuptools is given the list (the schemas and configs map into the package from
     # top-level folders); a package missing from it is missing from the wheel.
