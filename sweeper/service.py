@@ -71,7 +71,7 @@ from pipeline.queues.probe import QueueProbe
 from pipeline.services.files import private_dir
 from pipeline.services.leader import LeaderElection
 from pipeline.services.ledger import DeadLetters, LedgerRow, reconcile
-from pipeline.swept.blob import BlobSeal, blob_name, write_sealed_blob
+from pipeline.swept.blob import BlobSeal, blob_name, publish_blob, write_sealed_blob
 from pipeline.swept.catalog import (
     Blob,
     SweepCatalog,
@@ -690,8 +690,7 @@ class Sweeper:
             raise SweepAborted(Abort.OVERLAP, str(exc)) from exc
         try:
             seal = self._write(topic, p, sweep, temporary)
-            os.replace(temporary, final)
-            _fsync_dir(self.blob_dir)
+            publish_blob(temporary, final)
             if self.on_written is not None:
                 self.on_written(topic, p, sweep)
             snapshot = queue.probe.snapshot().partitions[p]
@@ -930,11 +929,3 @@ def _free_bytes(path: Path) -> int | str:
     except OSError:
         return "unknown"
     return st.f_bavail * st.f_frsize
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -316,7 +316,8 @@ def write_sealed_blob(path: Path, batches: Iterable[Sequence[Any]]) -> BlobSeal:
     """Write runs of consecutive Kafka records (``confluent_kafka.Message`` or
     :class:`SweptRecord`, as a broker fetch returns them: lists, in offset order) to an
     Avro container file at ``path``, one :data:`BLOB_SCHEMA` record per run, flushed
-    and fsynced; hash the bytes as they are written.
+    and fsynced; hash the bytes as they are written. Written under a temporary name,
+    a BLOB takes its own with :func:`publish_blob`.
 
     Returns:
         The BLOB's :class:`BlobSeal`, for :meth:`SweepCatalog.register`.
@@ -348,6 +349,26 @@ def write_sealed_blob(path: Path, batches: Iterable[Sequence[Any]]) -> BlobSeal:
         out.flush()
         os.fsync(out.fileno())
     return BlobSeal(hashing.digest.hexdigest(), hashing.size, count, first, last)
+
+
+def publish_blob(temporary: Path, final: Path) -> None:
+    """Give a BLOB that :func:`write_sealed_blob` wrote (and fsynced) at ``temporary``
+    its ``final`` name, durably: rename it over ``final``, then fsync their folder. A
+    rename is in the folder's data, not the file's: until the folder is synced, a power
+    loss may bring back the folder without it (POSIX ``rename``; ext4 and XFS order
+    nothing here). Everything that makes a BLOB durable is in this module: the file's
+    fsync in :func:`write_sealed_blob`, the rename and the folder's fsync here.
+
+    Raises:
+        OSError: the rename or the fsync failed (``temporary`` may be left; the
+            sweeper's journal names it for removal).
+    """
+    os.replace(temporary, final)
+    folder = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def write_blob(path: Path, batches: Iterable[Sequence[Any]]) -> int:

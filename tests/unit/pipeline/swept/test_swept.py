@@ -18,9 +18,11 @@ from pipeline.swept.blob import (
     BlobSeal,
     SweptRecord,
     batched,
+    publish_blob,
     read_blob,
     read_blob_batches,
     write_blob,
+    write_sealed_blob,
 )
 from pipeline.swept.catalog import SweepCatalog
 from pipeline.swept.reading import BlobReader
@@ -37,6 +39,16 @@ def _record(offset: int, *, key: bytes | None = b"k", headers: bool = True) -> S
         bytes([offset % 256]) * 3 + b"\x00\xff",
         [("floodgate.reason", b"x"), ("empty", None)] if headers else None,
     )
+
+
+def test_a_published_blob_is_under_its_final_name_only(tmp_path: Path) -> None:
+    temporary, final = tmp_path / ".tmp-b.avro", tmp_path / "b.avro"
+    final.write_bytes(b"an older BLOB of the same name, never registered")
+    seal = write_sealed_blob(temporary, [[_record(1), _record(2)]])
+    publish_blob(temporary, final)
+    assert not temporary.exists()
+    assert final.stat().st_size == seal.bytes
+    assert [r.offset() for r in read_blob(final, "t", 0)] == [1, 2]
 
 
 def test_a_blob_holds_each_record_byte_for_byte(tmp_path: Path) -> None:
