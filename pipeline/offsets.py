@@ -5,8 +5,9 @@ end offsets as per-partition JSON, the *next* offset to read of each partition:
 ``{"flights": {"0": 1200, "1": 1187}}``. The source plans and writes them
 (:func:`plan_batch_end`, :func:`offsets_to_json`), the transactional sink reads a
 batch's entry back to commit the same offsets in its Kafka transaction
-(:func:`read_offset_log`), and the sweeper reads the log of a query group it
-sweeps for to find what the group has already read (:func:`parse_offset_log`)."""
+(:func:`read_offset_log`), and the sweeper reads the logs of a query group it
+sweeps for: how far its queries have planned (:func:`planned_ends`) and where a
+restarted query would read again (:func:`replay_starts`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -204,3 +206,73 @@ def parse_offset_log(text: str) -> list[dict[str, Any]]:
         if line.startswith("{"):
             offsets.append(json.loads(line))
     return offsets
+
+
+def logged_batches(checkpoint: str | Path, log_name: str = "offsets") -> list[int]:
+    """The batch ids in one of Spark's logs of a local checkpoint: ``offsets`` (planned:
+    written before a micro-batch runs) or ``commits`` (written after it committed)."""
+    folder = Path(checkpoint) / log_name
+    if not folder.is_dir():
+        return []
+    return [int(entry.name) for entry in folder.iterdir() if entry.name.isdigit()]
+
+
+def logged_offsets(checkpoint: str | Path, batch_id: int, topic: str) -> Offsets | None:
+    """``topic``'s end offset per partition in a local checkpoint's offset log entry
+    ``batch_id`` (other sources' lines are skipped); ``None`` when the entry cannot be
+    read now (absent, or being written: :func:`local_offset_log`)."""
+    text = local_offset_log(os.path.join(checkpoint, "offsets"), batch_id)
+    if text is None:
+        return None
+    offsets: Offsets = {}
+    try:
+        logged = parse_offset_log(text)
+    except ValueError:
+        return None
+    for source in logged:
+        with contextlib.suppress(ValueError, AttributeError):
+            offsets.update(offsets_from_json(topic, source))  # else another source's shape
+    return offsets
+
+
+def planned_ends(checkpoints: Iterable[str | Path], topic: str) -> Offsets:
+    """Per partition, the furthest end offset of the latest micro-batch any of the
+    queries (their local ``checkpoints``) planned for ``topic``: what they may be
+    reading now. An entry being written is skipped (the sweeper asks again next cycle)."""
+    ends: Offsets = {}
+    for checkpoint in checkpoints:
+        planned = logged_batches(checkpoint)
+        if not planned:
+            continue
+        for p, o in (logged_offsets(checkpoint, max(planned), topic) or {}).items():
+            ends[p] = max(ends.get(p, 0), o)
+    return ends
+
+
+def replay_starts(checkpoints: Iterable[str | Path], topic: str) -> Offsets | None:
+    """Per partition, the lowest offset any query may still read ``topic`` from: where
+    Spark would start again after a restart of its driver, the end offsets of its
+    latest micro-batch in the commit log (``<checkpoint>/commits/<batch>``). ``None``
+    when a query planned a batch and has committed none yet, or its log is being
+    written: then nothing may be freed this cycle.
+
+    Why: the query group commits a batch's input offsets to Kafka in the batch's
+    output transaction, and Spark writes its commit log after. A driver killed between
+    the two replays the batch from its start, below the group's committed offset
+    (its output is then skipped as already written, but its input is read again); a
+    BLOB deleted, or a broker truncated, up to the committed offset had lost it (the
+    soak met it: ``DataLossError`` on the replay after a ``kill -9`` of the driver).
+    """
+    starts: Offsets = {}
+    for checkpoint in checkpoints:
+        if not logged_batches(checkpoint):
+            continue
+        committed = logged_batches(checkpoint, "commits")
+        if not committed:
+            return None
+        offsets = logged_offsets(checkpoint, max(committed), topic)
+        if offsets is None:
+            return None
+        for p, o in offsets.items():
+            starts[p] = min(starts.get(p, o), o)
+    return starts

@@ -66,7 +66,7 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import BlobIntegrityError, BlobPathError, DataLossError
-from pipeline.offsets import offsets_from_json, parse_offset_log
+from pipeline.offsets import planned_ends, replay_starts
 from pipeline.queues.probe import QueueProbe
 from pipeline.services.files import private_dir
 from pipeline.services.leader import LeaderElection
@@ -142,73 +142,6 @@ class PartitionOutcome:
     blob: Blob | None = None
     truncated_to: int | None = None
     deleted: list[int] = field(default_factory=list)
-
-
-def _batches(folder: Path) -> list[int]:
-    """The batch ids of one of Spark's checkpoint logs (``offsets/``, ``commits/``)."""
-    if not folder.is_dir():
-        return []
-    return [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
-
-
-def _logged_offsets(entry: Path, topic: str) -> dict[int, int] | None:
-    """``topic``'s per-partition offsets in one offset log entry (``None``: the entry
-    cannot be read now, e.g. it is being written)."""
-    try:
-        logged = parse_offset_log(entry.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    offsets: dict[int, int] = {}
-    for source in logged:
-        try:
-            offsets.update(offsets_from_json(topic, source))
-        except ValueError:
-            continue  # another source's shape
-    return offsets
-
-
-def planned_ends(checkpoints: list[Path], topic: str) -> dict[int, int]:
-    """Per partition, the furthest end offset of the latest micro-batch any of the
-    queries planned for ``topic`` (Spark's offset log, ``<checkpoint>/offsets/<batch>``,
-    read as a local file)."""
-    ends: dict[int, int] = {}
-    for checkpoint in checkpoints:
-        planned = _batches(checkpoint / "offsets")
-        if not planned:
-            continue
-        offsets = _logged_offsets(checkpoint / "offsets" / str(max(planned)), topic)
-        for p, o in (offsets or {}).items():  # None: being written, next cycle
-            ends[p] = max(ends.get(p, 0), o)
-    return ends
-
-
-def replay_starts(checkpoints: list[Path], topic: str) -> dict[int, int] | None:
-    """Per partition, the lowest offset any query may still read ``topic`` from: where
-    Spark would start again after a restart of its driver, the end offsets of its
-    latest micro-batch in the commit log (``<checkpoint>/commits/<batch>``). ``None``
-    when a query planned a batch and has committed none yet, or its log is being
-    written: then nothing may be freed this cycle.
-
-    Why: the query group commits a batch's input offsets to Kafka in the batch's
-    output transaction, and Spark writes its commit log after. A driver killed between
-    the two replays the batch from its start, below the group's committed offset
-    (its output is then skipped as already written, but its input is read again); a
-    BLOB deleted, or a broker truncated, up to the committed offset had lost it (the
-    soak met it: ``DataLossError`` on the replay after a ``kill -9`` of the driver).
-    """
-    starts: dict[int, int] = {}
-    for checkpoint in checkpoints:
-        if not _batches(checkpoint / "offsets"):
-            continue
-        committed = _batches(checkpoint / "commits")
-        if not committed:
-            return None
-        offsets = _logged_offsets(checkpoint / "offsets" / str(max(committed)), topic)
-        if offsets is None:
-            return None
-        for p, o in offsets.items():
-            starts[p] = min(starts.get(p, o), o)
-    return starts
 
 
 class Sweeper:
