@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from admission.environment import allowlist_entry_reason, invalid_reason
 from pipeline.config import DEFAULT_CONTROL_DIR, BindHost, load_service_config
 from pipeline.errors import ConfigError
+from pipeline.names import ADMISSION_DEAD_LETTER_TOPIC
 from pipeline.services.asgi import DEFAULT_MAX_BODY_BYTES
 
 #: ``admission.job_path``'s default: the service's Python's folder, then the system's.
@@ -147,7 +148,7 @@ class AdmissionSettings(BaseModel):
     message key comes back in the job's events as ``client_key``."""
     events_topic: str = "floodgate.admission.events"
     """Every change of a job's state, as Avro ``job_event`` tuples keyed by job id."""
-    dead_letter_topic: str = "floodgate.admission.dead-letter"
+    dead_letter_topic: str = ADMISSION_DEAD_LETTER_TOPIC
     """Requests that could not be taken (undecodable, refused), with the reason in headers."""
     consumer_group: str = "floodgate.admission"
     """The consumer group of the request topic."""

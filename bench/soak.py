@@ -229,9 +229,13 @@ def soak_schemas(target: Path) -> None:
     (target / "soak_seen.avsc").write_text(json.dumps(seen, indent=1))
 
 
-def write_layout(out: Path, bootstrap: str, *, max_queue_size: int) -> Layout:
+def write_layout(
+    out: Path, bootstrap: str, *, max_queue_size: int, track_jvm: bool = False
+) -> Layout:
     """The query group, admission and sweeper files of a run under ``out``
-    (:func:`pipeline.demo.stack.write_stack`)."""
+    (:func:`pipeline.demo.stack.write_stack`). With ``track_jvm`` (``--rounds``), the
+    admission service starts drivers whose JVM tracks its native memory
+    (``-XX:NativeMemoryTracking=summary``, a few % of its CPU), for :class:`JvmMemory`."""
     soak_schemas(out / "schemas")
     raw = tomllib.loads((ROOT / "conf" / "flights.toml").read_text())
     raw["schema_dir"] = str(out / "schemas")
@@ -255,6 +259,16 @@ def write_layout(out: Path, bootstrap: str, *, max_queue_size: int) -> Layout:
     }
     raw["queries"]["seen"] = {"output": "seen", "sql": "SELECT producer, seq FROM flights"}
     files = write_stack(out, raw, bootstrap_servers=bootstrap, allowlist=[FLOODGATE])
+    if track_jvm:
+        import tomli_w
+
+        settings = tomllib.loads(files.admission.read_text())
+        # PySpark launches the driver's JVM with these (its launch_gateway).
+        settings["admission"]["job_env"] = {
+            "PYSPARK_SUBMIT_ARGS": "--driver-java-options -XX:NativeMemoryTracking=summary "
+            "pyspark-shell"
+        }
+        files.admission.write_text(tomli_w.dumps(settings))
     (out / "logs").mkdir(exist_ok=True)
     return Layout(out, bootstrap, files.group, files.admission, files.sweeper, files.ports)
 
@@ -848,12 +862,120 @@ def driver_child_role(child: psutil.Process, driver: int) -> str | None:
     return None
 
 
+def driver_jvm_pid(stack: Stack) -> int | None:
+    """The pid of the driver's JVM (:func:`driver_child_role`), None when none runs."""
+    driver = stack.driver_pid()
+    if driver is None:
+        return None
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(driver).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if driver_child_role(child, driver) == "driver-jvm":
+                    return child.pid
+    return None
+
+
+def jcmd(pid: int, *command: str) -> str:
+    """The output of ``jcmd <pid> <command>`` (the JDK's diagnostic command tool).
+
+    Raises:
+        subprocess.CalledProcessError, subprocess.TimeoutExpired: it failed.
+    """
+    return subprocess.run(
+        ["jcmd", str(pid), *command], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+
+
+def live_heap(histogram: str, top: int = 12) -> dict[str, Any]:
+    """``jcmd GC.class_histogram``'s output (taken after a full collection, so only
+    what is reachable) as ``{"bytes": total, "top": [[class, instances, bytes], ...]}``."""
+    rows: list[list[Any]] = []
+    total = 0
+    for line in histogram.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[0].endswith(":") and fields[0][:-1].isdigit():
+            rows.append([fields[3], int(fields[1]), int(fields[2])])
+        elif len(fields) == 3 and fields[0] == "Total":
+            total = int(fields[2])
+    return {"bytes": total, "top": rows[:top]}
+
+
+def native_memory(summary: str) -> dict[str, int]:
+    """``jcmd VM.native_memory summary``'s committed KiB per category (``Java Heap``,
+    ``Class``, ``Thread``, ``Code``, ``GC``, ``Internal``, ``Other``, ...) and in all
+    (``Total``)."""
+    found: dict[str, int] = {}
+    for line in summary.splitlines():
+        stripped = line.strip()
+        if not stripped.startswith(("-", "Total:")) or "committed=" not in stripped:
+            continue  # the lines under a category (malloc, mmap, stack) are its parts
+        text = stripped.lstrip("-").strip()
+        name = text.split("reserved=")[0].strip().rstrip("(:").strip()
+        committed = text.split("committed=")[1].split("KB")[0]
+        if name and committed.isdigit():
+            found[name] = int(committed)
+    return found
+
+
+class JvmMemory:
+    """At the end of each round (``--rounds``), what the driver's JVM holds: its live heap
+    after a full collection (``jcmd GC.class_histogram`` collects first: a pause of about
+    a second, once a round), the classes that hold most of it, and its native memory by
+    category (``jcmd VM.native_memory summary``; the driver runs with native memory
+    tracking, :func:`write_layout`). A leak grows the live heap or a native category
+    round after round; a JVM that only grows its heap towards ``-Xmx`` between
+    collections grows its resident memory, not these."""
+
+    def __init__(self) -> None:
+        self.rounds: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def measure(self, number: int, pid: int) -> None:
+        """Measure round ``number`` of the JVM ``pid`` (in a thread of the caller's)."""
+        entry: dict[str, Any] = {"round": number, "pid": pid}
+        try:
+            entry["native_kib"] = native_memory(jcmd(pid, "VM.native_memory", "summary"))
+            entry["live_heap"] = live_heap(jcmd(pid, "GC.class_histogram"))
+        except (subprocess.SubprocessError, OSError) as exc:
+            entry["error"] = str(exc)
+        with self._lock:
+            self.rounds.append(entry)
+
+    def report(self) -> list[dict[str, Any]]:
+        """Per round, in order: live heap MiB, native committed MiB per category."""
+        with self._lock:
+            rounds = sorted(self.rounds, key=lambda r: r["round"])
+        return [
+            {
+                "round": r["round"],
+                "pid": r["pid"],
+                "live_heap_mib": round(r["live_heap"]["bytes"] / 2**20, 1)
+                if "live_heap" in r
+                else None,
+                "native_committed_mib": {
+                    k: round(v / 1024, 1) for k, v in r.get("native_kib", {}).items()
+                },
+                "top_classes": r.get("live_heap", {}).get("top", []),
+                **({"error": r["error"]} if "error" in r else {}),
+            }
+            for r in rounds
+        ]
+
+
 class Sampler:
     """Every second: RSS, file descriptors and threads per role, the input queue's
     broker-resident backlog (its length: high watermark - slowest commit - swept) and
     its slowest commit, the output queues."""
 
-    def __init__(self, stack: Stack, config: QueryGroupConfig, reception: Reception) -> None:
+    def __init__(
+        self,
+        stack: Stack,
+        config: QueryGroupConfig,
+        reception: Reception,
+        *,
+        per_round: int = 0,
+        rounds: int = 0,
+    ) -> None:
         from pipeline.queues.probe import QueueProbe
 
         self.stack = stack
@@ -867,6 +989,29 @@ class Sampler:
         self.stop = threading.Event()
         self.started = time.monotonic()
         self.thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+        #: The driver JVM at each round's end (``--rounds``).
+        self.jvm = JvmMemory()
+        self._per_round, self._rounds, self._next_round = per_round, rounds, 1
+
+    def _round_ended(self, committed: int | None) -> None:
+        """Measure the driver's JVM (:class:`JvmMemory`, on a thread of its own) when
+        the slowest query has committed round :attr:`_next_round` (as
+        :func:`rounds_report` cuts the rounds)."""
+        if not self._per_round or committed is None:
+            return
+        while (
+            self._next_round <= self._rounds
+            and committed >= MALFORMED + self._next_round * self._per_round
+        ):
+            pid = driver_jvm_pid(self.stack)
+            if pid is not None:
+                threading.Thread(
+                    target=self.jvm.measure,
+                    args=(self._next_round, pid),
+                    name=f"jvm-round-{self._next_round}",
+                    daemon=True,
+                ).start()
+            self._next_round += 1
 
     def _run(self) -> None:
         while not self.stop.wait(1.0):
@@ -900,6 +1045,7 @@ class Sampler:
                     committed=committed,
                 )
             )
+            self._round_ended(committed)
 
 
 # --------------------------------------------------------------------------- checks
@@ -1190,7 +1336,12 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     broker = local_broker(plan.engine, data_dir=out / "broker").start()
-    layout = write_layout(out, broker.bootstrap_servers, max_queue_size=plan.max_queue_size)
+    layout = write_layout(
+        out,
+        broker.bootstrap_servers,
+        max_queue_size=plan.max_queue_size,
+        track_jvm=bool(plan.rounds),
+    )
     config = load_query_group(layout.group, env={})
     ensure_topics(layout.bootstrap, config.topics())
     stack = Stack(layout, broker)
@@ -1233,7 +1384,7 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         watch.start()
         reception = Reception(config, layout.bootstrap)
         reception.thread.start()
-        sampler = Sampler(stack, config, reception)
+        sampler = Sampler(stack, config, reception, per_round=per_round, rounds=plan.rounds)
         sampler.thread.start()
         producer.start()
         sampler.producer_pid = producer.pid
@@ -1349,6 +1500,7 @@ def soak(plan: Plan, out: Path) -> dict[str, Any]:
         report["rss_bounds_mib"] = RSS_BOUNDS_MIB
         if plan.rounds:
             report["rounds"] = rounds_report(sampler.samples, per_round, plan.rounds)
+            report["rounds"]["driver_jvm"] = sampler.jvm.report()
         (out / "samples.json").write_text(json.dumps([asdict(s) for s in sampler.samples]))
         if not plan.short:
             try:  # after the JSON, which never needs it: the bench extra may be missing
@@ -1554,6 +1706,16 @@ def show(report: dict[str, Any]) -> None:
         per_round = report["rounds"]["per_round"]
         rows.append(("tuples/s per round", ", ".join(f"{r['tuples_per_s']:,}" for r in per_round)))
         rows.append(("last round / first", str(report["rounds"]["last_over_first"])))
+        jvm = report["rounds"].get("driver_jvm", [])
+        rows.append(
+            (
+                "driver JVM per round: live heap / native committed MiB",
+                ", ".join(
+                    f"{r['round']}: {r['live_heap_mib']} / {r['native_committed_mib'].get('Total')}"
+                    for r in jvm
+                ),
+            )
+        )
     for name, value in rows:
         table.add_row(name, value)
     for name, ok in report["checks"].items():

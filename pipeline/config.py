@@ -49,6 +49,12 @@ from pydantic import (
 )
 
 from pipeline.errors import ConfigError
+from pipeline.names import (
+    DEFAULT_CONSUMER_GROUP_PREFIX,
+    dead_letter_topic,
+    query_group_id,
+    reception_group_id,
+)
 
 if typing.TYPE_CHECKING:
     from pipeline.serde.codec import StreamCodec
@@ -247,7 +253,7 @@ class QueryGroupSection(StreamSettings):
     dead_letter_topic: TopicName | None = None
     """Where tuples that cannot be decoded go, with the reason in headers.
     Default: ``<name>.dead-letter``."""
-    consumer_group_prefix: str = "floodgate"
+    consumer_group_prefix: str = DEFAULT_CONSUMER_GROUP_PREFIX
     """Each query commits its input offsets to the consumer group
     ``<prefix>.<query group>.<query>``."""
     sleep_on_over_store_ms: Annotated[int, Field(ge=0, le=3_600_000)] = 1_000
@@ -476,7 +482,7 @@ class QueryGroupConfig(_Strict):
     @property
     def dead_letter_topic(self) -> str:
         """The dead-letter topic (``<name>.dead-letter`` unless set)."""
-        return self.query_group.dead_letter_topic or f"{self.name}.dead-letter"
+        return self.query_group.dead_letter_topic or dead_letter_topic(self.name)
 
     @property
     def checkpoint_root(self) -> str:
@@ -485,13 +491,13 @@ class QueryGroupConfig(_Strict):
 
     def consumer_group(self, query: str) -> str:
         """The Kafka consumer group a query commits its input offsets to."""
-        return f"{self.query_group.consumer_group_prefix}.{self.name}.{query}"
+        return query_group_id(self.query_group.consumer_group_prefix, self.name, query)
 
     def reception_groups(self, stream: str) -> list[str]:
         """The consumer groups that read an output stream (``reception_groups`` or the default)."""
         groups = self.output_streams[stream].reception_groups
         prefix = self.query_group.consumer_group_prefix
-        return list(groups) or [f"{prefix}.{self.name}.{stream}.reception"]
+        return list(groups) or [reception_group_id(prefix, self.name, stream)]
 
     def readers(self, stream: str) -> list[str]:
         """Names of the queries that read an input stream (``inputs``, or a word match

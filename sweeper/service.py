@@ -66,6 +66,7 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import BlobIntegrityError, BlobPathError, DataLossError
+from pipeline.names import SWEEPER_GROUP_ID
 from pipeline.offsets import planned_ends, replay_starts
 from pipeline.queues.probe import QueueProbe
 from pipeline.services.files import private_dir
@@ -806,7 +807,7 @@ class Sweeper:
 #: records only, nothing committed.
 SWEEPER_CONSUMER: dict[str, Any] = {
     **RANGE_CONSUMER,
-    "group.id": "floodgate.sweeper",
+    "group.id": SWEEPER_GROUP_ID,
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "isolation.level": "read_committed",

@@ -6,7 +6,6 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from pipeline.demo.flights import FlightTuples, load_flights, shift_years
 from pipeline.demo.reception import Reception
 from pipeline.demo.replay import FlightReplayer
 from pipeline.errors import FloodgateError
+from pipeline.names import ad_hoc_group_id
 from pipeline.serde.schemas import SchemaRepository
 
 log = logging.getLogger(__name__)
@@ -255,7 +255,7 @@ def latest_event_time(
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap_servers,
-            "group.id": f"floodgate-producer-{uuid.uuid4().hex[:8]}",  # never commits
+            "group.id": ad_hoc_group_id(),  # never commits
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             **config.kafka.client,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pipeline.client import StreamOutput
 from pipeline.errors import FloodgateError
 from pipeline.kafka.fetching import bounded_fetch
+from pipeline.names import ad_hoc_group_id
 from pipeline.serde.codec import StreamCodec
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ def each_record(
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap_servers,
-            "group.id": f"floodgate-reader-{uuid.uuid4().hex[:8]}",
+            "group.id": ad_hoc_group_id(),
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,

@@ -47,6 +47,7 @@ from pipeline.demo.reception import Reception, latest_hour, read_all
 from pipeline.demo.replay import ReplayProcess
 from pipeline.errors import FloodgateError, QueryGroupHeld
 from pipeline.metrics import stream_total
+from pipeline.names import dead_letter_topic
 from pipeline.resources import shipped_config
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup, QueryGroupState
@@ -155,7 +156,7 @@ def demo_config(path: Path, *, run_id: str | None, checkpoint_dir: str) -> Query
     raw["query_group"]["checkpoint_dir"] = checkpoint_dir
     if run_id:
         raw["query_group"]["dead_letter_topic"] = (
-            f"{raw['query_group']['name']}.dead-letter.{run_id}"
+            f"{dead_letter_topic(raw['query_group']['name'])}.{run_id}"
         )
         for section in ("input_streams", "output_streams"):
             for stream in raw.get(section, {}).values():

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import Consumer, KafkaException
 
 from pipeline.errors import BrokerError
+from pipeline.names import queue_age_group_id
 from pipeline.queues.probe import group_catalog
 from pipeline.queues.snapshot import QueueSnapshot
 
@@ -127,7 +128,7 @@ class QueueAge:
                 **(client or {}),
                 **RANGE_CONSUMER,
                 "bootstrap.servers": bootstrap_servers,
-                "group.id": f"floodgate.queue-age.{topic}",  # never commits
+                "group.id": queue_age_group_id(topic),  # never commits
                 "enable.auto.commit": False,
                 # One record per partition is read: no prefetch. Uncommitted records
                 # count (an open transaction's tuples are queued too), and reading

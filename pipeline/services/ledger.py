@@ -41,6 +41,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.errors import BrokerError
 from pipeline.kafka.fetching import bounded_fetch
+from pipeline.names import ledger_group_id
 from pipeline.queues.probe import QueueProbe
 from pipeline.queues.snapshot import PartitionQueue
 
@@ -155,7 +156,7 @@ class DeadLetters:
             {
                 **(client or {}),
                 "bootstrap.servers": bootstrap_servers,
-                "group.id": f"floodgate.ledger.{topic}",  # never commits
+                "group.id": ledger_group_id(topic),  # never commits
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",

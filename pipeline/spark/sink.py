@@ -66,6 +66,7 @@ from pipeline.errors import (
 )
 from pipeline.failpoints import armed
 from pipeline.kafka.retries import BROKER_WAIT_S, broker_retrying, transient_kafka_error
+from pipeline.names import sink_transactional_id, verify_group_id
 from pipeline.offsets import read_offset_log
 from pipeline.serde.codec import StreamCodec, TupleKey
 from pipeline.spark.guard import OutputQueueGuard
@@ -313,7 +314,7 @@ class KafkaTransactionalSink:
             sleep_ms=0,
             retry_count=0,
         )
-        self.transactional_id = f"{group_id}.sink"
+        self.transactional_id = sink_transactional_id(group_id)
         self._lock = threading.Lock()
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
@@ -768,7 +769,7 @@ class KafkaTransactionalSink:
         reader = Consumer(
             {
                 "bootstrap.servers": self.bootstrap_servers,
-                "group.id": f"{self.group_id}.verify",
+                "group.id": verify_group_id(self.group_id),
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,

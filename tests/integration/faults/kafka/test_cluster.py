@@ -43,6 +43,7 @@ from pipeline.brokers.apache_kafka.cluster import KafkaNode, coordinator_partiti
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.errors import QueryGroupError
 from pipeline.kafka.topics import ensure_topics
+from pipeline.names import sink_transactional_id
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 from pipeline.spark.states import QueryGroupState
@@ -173,9 +174,9 @@ def restart_once_fenced(cluster: ApacheKafkaCluster, node: KafkaNode) -> None:
 
 
 def transactional_id(config: QueryGroupConfig, query: str) -> str:
-    """The ``transactional.id`` of a query's sink (``KafkaTransactionalSink``: its
-    consumer group's name and ``.sink``; checked against the running sink)."""
-    return f"{config.consumer_group(query)}.sink"
+    """The ``transactional.id`` of a query's sink (:func:`pipeline.names.sink_transactional_id`;
+    checked against the running sink)."""
+    return sink_transactional_id(config.consumer_group(query))
 
 
 def placed_run(
