@@ -21,7 +21,10 @@ the hex SHA-256 of its value. Changing the topic, the key (the job's
 A signature is good for ``admission.intake_max_age_s`` either side of the intake's
 clock (AWS allows 5 minutes); within that window the intake refuses a signature it
 has already taken from another offset (:meth:`admission.store.JobStore.take_signature`),
-so a reader of the topic cannot run a request again by writing it again.
+so a reader of the topic cannot run a request again by writing it again. So two
+identical requests (the same key and command) must be signed at different
+milliseconds: signed in the same one, they carry one signature, and the second is
+refused as ``replayed``.
 """
 
 from __future__ import annotations
@@ -72,7 +75,8 @@ def sign(
         topic: the request topic the record is written to.
         key: the record's key (it becomes the job's ``client_key``), or ``None``.
         value: the encoded ``job_request`` tuple.
-        signed_at_ms: now, milliseconds since the epoch.
+        signed_at_ms: now, milliseconds since the epoch; a later one than the last
+            request with the same key and value (see the module docstring).
 
     Returns:
         ``[(SIGNED_AT_HEADER, ...), (SIGNATURE_HEADER, ...)]``, to pass as

@@ -64,13 +64,18 @@ def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RequestTak
 
 
 _offsets = iter(range(10**9))
+_last_signed_ms = 0
 
 
 def record(value: bytes, *, key: bytes | None = None, secret: str | None = KEY) -> IntakeRecord:
-    """A record of the request topic at a new offset, signed with ``secret``."""
+    """A record of the request topic at a new offset, signed with ``secret`` at a
+    millisecond of its own: two identical requests signed in the same millisecond have
+    one signature, and the intake takes a signature once (the second is "replayed"), so
+    a requester signs each request at a new time (found by the property test below)."""
+    global _last_signed_ms
     headers: list[tuple[str, bytes | str | None]] = []
     if secret is not None:
-        now = int(time.time() * 1000)
+        now = _last_signed_ms = max(int(time.time() * 1000), _last_signed_ms + 1)
         headers = list(sign(secret, topic=TOPIC, key=key, value=value, signed_at_ms=now))
     return IntakeRecord(TOPIC, 0, next(_offsets), key, value, headers)
 
