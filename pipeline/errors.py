@@ -9,7 +9,33 @@ their data as attributes, not only in the message.
 from __future__ import annotations
 
 import queue
+import warnings
 from collections.abc import Sequence
+from typing import Any
+
+
+class _Renamed:
+    """An attribute's former name, read for one release with a ``DeprecationWarning``
+    (the bound of a queue is ``max_queue_size`` everywhere; it was ``max_size`` on the
+    errors)."""
+
+    def __init__(self, new: str) -> None:
+        self.new = new
+        self.old = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.old = name
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        warnings.warn(
+            f"{type(obj).__name__}.{self.old} is deprecated and goes in the next release: "
+            f"read {self.new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(obj, self.new)
 
 
 class FloodgateError(Exception):
@@ -482,9 +508,12 @@ class QueryGroupHeld(QueryGroupError):
         required: output queue space the batch needs (tuples, transaction markers
             included).
         free: free queue size at the last check (tuples).
-        max_size: the output stream queue's max queue size (tuples).
+        max_queue_size: the output stream queue's max queue size (tuples); ``max_size``
+            until the next release (deprecated).
         sleeps: how many times the query slept before the hold.
     """
+
+    max_size = _Renamed("max_queue_size")
 
     def __init__(
         self,
@@ -495,14 +524,14 @@ class QueryGroupHeld(QueryGroupError):
         batch_id: int,
         required: int,
         free: int,
-        max_size: int,
+        max_queue_size: int,
         sleeps: int,
     ) -> None:
-        used = max_size - free
+        used = max_queue_size - free
         super().__init__(
             f"FG-QG-002 held: micro-batch {batch_id} needs {required} tuples of room in "
-            f"output stream {stream!r}, which has {free} free ({used} of {max_size} in use, "
-            f"{used / max_size:.0%} full) after {sleeps} sleeps; release with "
+            f"output stream {stream!r}, which has {free} free ({used} of {max_queue_size} in "
+            f"use, {used / max_queue_size:.0%} full) after {sleeps} sleeps; release with "
             f"`floodgate query-group release {query_group}` once its readers have caught up",
             query_group=query_group,
             query=query,
@@ -511,7 +540,7 @@ class QueryGroupHeld(QueryGroupError):
         self.batch_id = batch_id
         self.required = required
         self.free = free
-        self.max_size = max_size
+        self.max_queue_size = max_queue_size
         self.sleeps = sleeps
 
 
@@ -541,8 +570,11 @@ class OversizedBatchError(QueryGroupError):
     Attributes:
         stream: the output stream.
         required: output queue space the batch needs (tuples, markers included).
-        max_size: the output stream queue's max queue size (tuples).
+        max_queue_size: the output stream queue's max queue size (tuples); ``max_size``
+            until the next release (deprecated).
     """
+
+    max_size = _Renamed("max_queue_size")
 
     def __init__(
         self,
@@ -552,11 +584,11 @@ class OversizedBatchError(QueryGroupError):
         stream: str,
         batch_id: int,
         required: int,
-        max_size: int,
+        max_queue_size: int,
     ) -> None:
         super().__init__(
             f"FG-QG-005 micro-batch {batch_id} writes {required} tuples to output stream "
-            f"{stream!r}, more than its whole queue (max_queue_size = {max_size}): raise "
+            f"{stream!r}, more than its whole queue (max_queue_size = {max_queue_size}): raise "
             f"output_streams.{stream}.max_queue_size, or lower max_rows_per_trigger of the "
             f"query's input streams so each micro-batch writes less",
             query_group=query_group,
@@ -565,7 +597,7 @@ class OversizedBatchError(QueryGroupError):
         self.stream = stream
         self.batch_id = batch_id
         self.required = required
-        self.max_size = max_size
+        self.max_queue_size = max_queue_size
 
 
 #: What a full disk makes the JVM and Python say: ``strerror(ENOSPC)`` on Linux, in
@@ -634,9 +666,12 @@ class QueueFullError(FloodgateError, queue.Full):
         stream: the stream.
         requested: tuples in the refused put.
         free: free queue size when it was refused (tuples).
-        max_size: the queue's max queue size (tuples).
+        max_queue_size: the queue's max queue size (tuples); ``max_size`` until the
+            next release (deprecated).
         length: queue length when it was refused (tuples), when known.
     """
+
+    max_size = _Renamed("max_queue_size")
 
     def __init__(
         self,
@@ -644,16 +679,17 @@ class QueueFullError(FloodgateError, queue.Full):
         stream: str,
         requested: int,
         free: int,
-        max_size: int,
+        max_queue_size: int,
         length: int | None = None,
         waited_s: float = 0.0,
     ) -> None:
-        used = max_size - free
+        used = max_queue_size - free
         text = (
             f"stream {stream!r}: queue full: a put of {requested} tuples does not fit in "
-            f"{free} free; {used} of {max_size} tuples in use ({used / max_size:.0%} full)"
+            f"{free} free; {used} of {max_queue_size} tuples in use "
+            f"({used / max_queue_size:.0%} full)"
         )
-        if requested > max_size:
+        if requested > max_queue_size:
             text += "; the put is larger than the whole queue: split it or raise max_queue_size"
         if waited_s:
             text += f"; waited {waited_s:.1f} s"
@@ -661,7 +697,7 @@ class QueueFullError(FloodgateError, queue.Full):
         self.stream = stream
         self.requested = requested
         self.free = free
-        self.max_size = max_size
+        self.max_queue_size = max_queue_size
         self.length = length
 
 

@@ -639,7 +639,7 @@ class StreamInput:
             stream=self.stream,
             requested=count,
             free=self._budget.available,
-            max_size=self.max_queue_size,
+            max_queue_size=self.max_queue_size,
             length=self._snapshot.length if self._snapshot else None,
             waited_s=waited_s,
         )

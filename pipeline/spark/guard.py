@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 class QueueReader(Protocol):
     """Reads an output stream queue's state (a :class:`~pipeline.queues.probe.QueueProbe`)."""
 
+    #: The queue's bound, tuples: held by the reader alone (read once from the config).
+    max_queue_size: int
+
     def snapshot(self, *, wait_s: float = 0.0) -> QueueSnapshot:
         """The queue now, trying for up to ``wait_s`` seconds while the broker does not
         answer."""
@@ -68,9 +71,8 @@ class OutputQueueGuard:
     Args:
         query_group: the query group's name.
         stream: the output stream's name.
-        reader: reads the queue's state; ``None`` turns the check off
-            (``output_queue_check = false``).
-        max_queue_size: the queue's bound, tuples.
+        reader: reads the queue's state, and holds its bound (``max_queue_size``);
+            ``None`` turns the check off (``output_queue_check = false``).
         partitions: partitions of the output topic (for transaction markers).
         sleep_ms: ``sleep_on_over_store_ms``.
         retry_count: ``sleep_on_over_store_retry_count``; 0 holds at once.
@@ -86,7 +88,6 @@ class OutputQueueGuard:
         query_group: str,
         stream: str,
         reader: QueueReader | None,
-        max_queue_size: int,
         partitions: int,
         sleep_ms: int,
         retry_count: int,
@@ -97,7 +98,6 @@ class OutputQueueGuard:
         self.query_group = query_group
         self.stream = stream
         self.reader = reader
-        self.max_queue_size = max_queue_size
         self.partitions = partitions
         self.sleep_s = sleep_ms / 1000.0
         self.retry_count = retry_count
@@ -123,18 +123,23 @@ class OutputQueueGuard:
             self._admit(tuples, query=query, batch_id=batch_id)
             yield
 
+    @property
+    def max_queue_size(self) -> int:
+        """The queue's bound, tuples (its reader's; 0 with the check off)."""
+        return self.reader.max_queue_size if self.reader is not None else 0
+
     def _admit(self, tuples: int, *, query: str, batch_id: int) -> None:
-        need = required_space(tuples, self.partitions)
-        if self.reader is None or need == 0:
+        required = required_space(tuples, self.partitions)
+        if self.reader is None or required == 0:
             return
-        if need > self.max_queue_size:
+        if required > self.max_queue_size:
             log.error(
                 "FG-QG-005 query group %s query %s: micro-batch %d needs %d tuples of room "
                 "in output stream %s, more than its max_queue_size %d",
                 self.query_group,
                 query,
                 batch_id,
-                need,
+                required,
                 self.stream,
                 self.max_queue_size,
             )
@@ -143,8 +148,8 @@ class OutputQueueGuard:
                 query=query,
                 stream=self.stream,
                 batch_id=batch_id,
-                required=need,
-                max_size=self.max_queue_size,
+                required=required,
+                max_queue_size=self.max_queue_size,
             )
         retry = 0
         while True:
@@ -154,12 +159,14 @@ class OutputQueueGuard:
             snapshot = self.reader.snapshot(wait_s=BROKER_WAIT_S)
             if self.listener is not None:
                 self.listener.on_output_queue(self.stream, snapshot, time.perf_counter() - started)
-            if need <= snapshot.free_queue_size:
+            if required <= snapshot.free_queue_size:
                 if retry and self.listener is not None:
                     self.listener.on_awake(query, self.stream)
                 return
             if retry >= self.retry_count:
-                raise self._held(query, batch_id, need, free=snapshot.free_queue_size, retry=retry)
+                raise self._held(
+                    query, batch_id, required, free=snapshot.free_queue_size, retry=retry
+                )
             retry += 1
             self.sleeps += 1
             log.warning(
@@ -171,7 +178,7 @@ class OutputQueueGuard:
                 snapshot.free_queue_size,
                 self.max_queue_size,
                 batch_id,
-                need,
+                required,
                 self.sleep_s,
                 retry,
                 self.retry_count,
@@ -181,16 +188,16 @@ class OutputQueueGuard:
             self._wait(self.sleep_s)
 
     def _held(
-        self, query: str, batch_id: int, need: int, *, free: int, retry: int
+        self, query: str, batch_id: int, required: int, *, free: int, retry: int
     ) -> QueryGroupHeld:
         held = QueryGroupHeld(
             query_group=self.query_group,
             query=query,
             stream=self.stream,
             batch_id=batch_id,
-            required=need,
+            required=required,
             free=free,
-            max_size=self.max_queue_size,
+            max_queue_size=self.max_queue_size,
             sleeps=retry,
         )
         self.holds += 1

@@ -153,7 +153,7 @@ class Hold:
                 batch_id=held.batch_id,
                 required=held.required,
                 free=held.free,
-                max_size=held.max_size,
+                max_queue_size=held.max_queue_size,
                 sleeps=held.sleeps,
             )
 

@@ -313,13 +313,11 @@ class QueryGroup:
         for name in self.config.output_streams:
             if name in self._guards:
                 continue
-            settings = self.config.output_settings(name)
             probe = self.gauges.add_output(name)
             self._guards[name] = OutputQueueGuard(
                 query_group=self.name,
                 stream=name,
                 reader=probe if group.output_queue_check else None,
-                max_queue_size=settings.max_queue_size,
                 partitions=len(probe.partitions()),
                 sleep_ms=group.sleep_on_over_store_ms,
                 retry_count=group.sleep_on_over_store_retry_count,

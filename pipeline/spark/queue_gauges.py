@@ -78,8 +78,7 @@ class QueueGauges:
                 self.config, stream, bootstrap_servers=self.bootstrap_servers
             )
             self.output_probes[stream] = probe
-            max_size = self.config.output_settings(stream).max_queue_size
-            self.metrics.output_queue_max_size.labels(self.name, stream).set(max_size)
+            self.metrics.output_queue_max_size.labels(self.name, stream).set(probe.max_queue_size)
         return probe
 
     def add_inputs(self) -> None:
@@ -88,12 +87,10 @@ class QueueGauges:
         for name in self.config.input_streams:
             if name in self.input_probes or not self.config.readers(name):
                 continue
-            self.input_probes[name] = QueueProbe.for_input_stream(
+            probe = self.input_probes[name] = QueueProbe.for_input_stream(
                 self.config, name, bootstrap_servers=self.bootstrap_servers
             )
-            self.metrics.input_queue_max_size.labels(self.name, name).set(
-                self.config.input_settings(name).max_queue_size
-            )
+            self.metrics.input_queue_max_size.labels(self.name, name).set(probe.max_queue_size)
             self.metrics.discarded.labels(self.name, name)
 
     def record_output(

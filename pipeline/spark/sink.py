@@ -309,7 +309,6 @@ class KafkaTransactionalSink:
             query_group=query_group,
             stream=topic,
             reader=None,
-            max_queue_size=0,
             partitions=1,
             sleep_ms=0,
             retry_count=0,

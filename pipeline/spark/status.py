@@ -69,7 +69,7 @@ def group_status(
             "batch_id": held.batch_id,
             "required": held.required,
             "free_queue_size": held.free,
-            "max_queue_size": held.max_size,
+            "max_queue_size": held.max_queue_size,
             "sleeps": held.sleeps,
             "since": held_since,
         },

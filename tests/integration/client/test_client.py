@@ -159,7 +159,12 @@ def test_fill_to_exactly_max_then_one_more_is_refused_and_nothing_reaches_the_to
 
     with pytest.raises(QueueFullError) as info:
         stream_input.put(flights[500])
-    assert (info.value.stream, info.value.requested, info.value.free, info.value.max_size) == (
+    assert (
+        info.value.stream,
+        info.value.requested,
+        info.value.free,
+        info.value.max_queue_size,
+    ) == (
         "flights",
         1,
         0,

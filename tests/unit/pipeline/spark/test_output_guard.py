@@ -64,7 +64,6 @@ class Events:
 def make_guard(
     queue: ScriptedQueue | None,
     *,
-    max_queue_size: int,
     partitions: int = 2,
     retry_count: int = 3,
     sleep_ms: int = 250,
@@ -77,7 +76,6 @@ def make_guard(
         query_group="g",
         stream="out",
         reader=queue,
-        max_queue_size=max_queue_size,
         partitions=partitions,
         sleep_ms=sleep_ms,
         retry_count=retry_count,
@@ -116,7 +114,6 @@ def test_a_batch_is_written_only_where_it_fits_else_held_after_exactly_retry_cou
     events, slept = Events(), []
     guard = make_guard(
         queue,
-        max_queue_size=max_queue_size,
         partitions=partitions,
         retry_count=retry_count,
         events=events,
@@ -168,7 +165,7 @@ def test_a_batch_is_written_only_where_it_fits_else_held_after_exactly_retry_cou
 def test_retry_count_zero_holds_at_the_first_read_without_sleeping() -> None:
     queue = ScriptedQueue(700, [100])
     events, slept = Events(), []
-    guard = make_guard(queue, max_queue_size=700, retry_count=0, events=events, slept=slept)
+    guard = make_guard(queue, retry_count=0, events=events, slept=slept)
     with (
         pytest.raises(QueryGroupHeld, match="FG-QG-002") as held,
         guard.reserve(250, query="q", batch_id=3),
@@ -183,7 +180,7 @@ def test_each_sleep_logs_a_warning_with_group_stream_sleep_time_and_retry(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     queue = ScriptedQueue(700, [10, 10, 600])
-    guard = make_guard(queue, max_queue_size=700, retry_count=5, sleep_ms=1_500)
+    guard = make_guard(queue, retry_count=5, sleep_ms=1_500)
     with (
         caplog.at_level(logging.WARNING, logger="pipeline.spark.guard"),
         guard.reserve(250, query="q", batch_id=1),
@@ -197,7 +194,7 @@ def test_each_sleep_logs_a_warning_with_group_stream_sleep_time_and_retry(
 
 
 def test_an_oversized_batch_names_the_settings_to_change() -> None:
-    guard = make_guard(ScriptedQueue(100, [100]), max_queue_size=100)
+    guard = make_guard(ScriptedQueue(100, [100]))
     with pytest.raises(OversizedBatchError) as caught, guard.reserve(120, query="q", batch_id=0):
         pass
     message = str(caught.value)
@@ -213,7 +210,6 @@ def test_a_held_or_stopped_group_wakes_a_sleeping_batch_which_gives_up_unwritten
         query_group="g",
         stream="out",
         reader=queue,
-        max_queue_size=700,
         partitions=2,
         sleep_ms=60_000,
         retry_count=100,
@@ -227,7 +223,7 @@ def test_a_held_or_stopped_group_wakes_a_sleeping_batch_which_gives_up_unwritten
 
 
 def test_no_reader_means_no_bound() -> None:
-    guard = make_guard(None, max_queue_size=0)
+    guard = make_guard(None)
     with guard.reserve(10_000, query="q", batch_id=0):
         pass
     assert guard.sleeps == 0 and guard.holds == 0

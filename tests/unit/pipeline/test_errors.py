@@ -1,0 +1,36 @@
+"""The errors' attributes: the bound of a queue is ``max_queue_size`` on every error
+that names it, and the former ``max_size`` still reads it for one release, with a
+``DeprecationWarning``."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import OversizedBatchError, QueryGroupHeld, QueueFullError
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        QueueFullError(stream="s", requested=10, free=4, max_queue_size=100),
+        QueryGroupHeld(
+            query_group="g",
+            query="q",
+            stream="s",
+            batch_id=3,
+            required=10,
+            free=4,
+            max_queue_size=100,
+            sleeps=2,
+        ),
+        OversizedBatchError(
+            query_group="g", query="q", stream="s", batch_id=3, required=200, max_queue_size=100
+        ),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_the_bound_is_max_queue_size_and_max_size_is_deprecated(error: Exception) -> None:
+    assert error.max_queue_size == 100  # type: ignore[attr-defined]
+    assert "100" in str(error)
+    with pytest.warns(DeprecationWarning, match=r"max_size is deprecated.*max_queue_size"):
+        assert error.max_size == 100  # type: ignore[attr-defined]
