@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from admission.environment import allowlist_entry_reason, invalid_reason
 from pipeline.config import DEFAULT_CONTROL_DIR, BindHost, load_service_config
 from pipeline.errors import ConfigError
+from pipeline.kafka.clients import RESERVED_KAFKA_KEYS
 from pipeline.names import ADMISSION_DEAD_LETTER_TOPIC
 from pipeline.services.asgi import DEFAULT_MAX_BODY_BYTES
 
@@ -39,15 +40,14 @@ DEFAULT_JOB_PATH = ":".join(
 MIN_INTAKE_KEY_CHARS = 32
 
 #: librdkafka properties ``admission.kafka_client`` may not set, and why: the intake
-#: sets them from other keys, or its at-least-once reading depends on them.
+#: sets them from other keys, or its at-least-once reading depends on them (those of
+#: every Floodgate client, :data:`pipeline.kafka.clients.RESERVED_KAFKA_KEYS`, with the
+#: intake's own reasons where it has one).
 INTAKE_OWNED_KAFKA_KEYS = {
+    **RESERVED_KAFKA_KEYS,
     "bootstrap.servers": "set admission.bootstrap_servers (or FLOODGATE_KAFKA_BOOTSTRAP)",
     "group.id": "set admission.consumer_group",
     "enable.auto.commit": "the intake commits after a batch is handled (at least once)",
-    "isolation.level": "the intake reads committed requests only",
-    "allow.auto.create.topics": "topics are created by the intake with their partitions",
-    "enable.idempotence": "events and dead letters are sent idempotently",
-    "acks": "events and dead letters need every in-sync replica (acks=all)",
 }
 
 

@@ -62,6 +62,7 @@ from admission.service import AdmissionService
 from admission.signing import verify
 from admission.store import Job
 from pipeline.errors import DeserializationError
+from pipeline.kafka.clients import kafka_settings
 from pipeline.kafka.fetching import rest_until_records
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.codec import StreamCodec
@@ -238,13 +239,9 @@ class KafkaIntake:
         #: every client of the intake takes it (issue 26).
         self.client: dict[str, Any] = dict(self.settings.kafka_client)
         self._producer = Producer(
-            {
-                **self.client,
-                "bootstrap.servers": bootstrap_servers,
-                "enable.idempotence": True,
-                "acks": "all",
-                "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
-            }
+            kafka_settings(
+                bootstrap_servers, self.client, {"enable.idempotence": True, "acks": "all"}
+            )
         )
         self._consumer: Consumer | None = None
         self._stop = threading.Event()
@@ -262,15 +259,16 @@ class KafkaIntake:
             client=self.client,
         )
         self._consumer = Consumer(
-            {
-                **self.client,
-                "bootstrap.servers": self.bootstrap_servers,
-                "group.id": s.consumer_group,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
-            }
+            kafka_settings(
+                self.bootstrap_servers,
+                self.client,
+                {
+                    "group.id": s.consumer_group,
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    "isolation.level": "read_committed",
+                },
+            )
         )
         self._consumer.subscribe([s.request_topic])
         self.service.listeners.append(self.publish)

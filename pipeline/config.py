@@ -49,6 +49,7 @@ from pydantic import (
 )
 
 from pipeline.errors import ConfigError
+from pipeline.kafka.clients import RESERVED_KAFKA_KEYS
 from pipeline.names import (
     DEFAULT_CONSUMER_GROUP_PREFIX,
     dead_letter_topic,
@@ -179,7 +180,18 @@ class KafkaConfig(_Strict):
     the broker is resolved by :func:`pipeline.brokers.local.resolve_broker` (an engine named by
     ``FLOODGATE_KAFKA_ENGINE``, else Docker, else the embedded one)."""
     client: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    """Extra librdkafka properties for every client (``security.protocol``, ``sasl.*``...)."""
+    """Extra librdkafka properties for every client (``security.protocol``, ``sasl.*``...);
+    not those Floodgate sets itself (:data:`pipeline.kafka.clients.RESERVED_KAFKA_KEYS`)."""
+
+    @field_validator("client")
+    @classmethod
+    def _check_client(
+        cls, value: dict[str, str | int | float | bool]
+    ) -> dict[str, str | int | float | bool]:
+        for key in value:
+            if key in RESERVED_KAFKA_KEYS:
+                raise ValueError(f"may not set {key!r}: {RESERVED_KAFKA_KEYS[key]}")
+        return value
 
 
 class SchemaRegistryConfig(_Strict):

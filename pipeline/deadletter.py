@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 
 from pipeline.errors import DeserializationError
+from pipeline.kafka.clients import kafka_settings
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +94,9 @@ class DeadLetterWriter:
         if not self.topic:
             raise self.pending[0][1]
         producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "enable.idempotence": True,
-                "acks": "all",
-                **self.client,
-            }
+            kafka_settings(
+                self.bootstrap_servers, self.client, {"enable.idempotence": True, "acks": "all"}
+            )
         )
         failures: list[str] = []
 

@@ -66,6 +66,7 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import BlobIntegrityError, BlobPathError, DataLossError
+from pipeline.kafka.clients import kafka_settings
 from pipeline.names import SWEEPER_GROUP_ID
 from pipeline.offsets import planned_ends, replay_starts
 from pipeline.queues.probe import QueueProbe
@@ -242,7 +243,7 @@ class Sweeper:
             self._queue_labels.setdefault(queue.topic, (queue.query_group, queue.stream))
             self.metrics.add_queue(queue.query_group, queue.stream)
         self._client = dict(groups[0].kafka.client) if groups else {}
-        self.admin = AdminClient({"bootstrap.servers": bootstrap_servers, **self._client})
+        self.admin = AdminClient(kafka_settings(bootstrap_servers, self._client))
         self._previous: dict[tuple[str, int], tuple[int, float]] = {}
         self.full = False
         self.election = LeaderElection(
@@ -831,14 +832,7 @@ def read_range(
             (``broker-truncated``), or reads made no progress (``write-failed``).
         KafkaException: another broker error.
     """
-    consumer = Consumer(
-        {
-            **SWEEPER_CONSUMER,
-            "bootstrap.servers": bootstrap_servers,
-            **(client or {}),
-            "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
-        }
-    )
+    consumer = Consumer(kafka_settings(bootstrap_servers, client, SWEEPER_CONSUMER))
     try:
         yield from read_partition(
             consumer, topic, p, sweep.start, sweep.end, stall_timeout_s=READ_STALL_TIMEOUT_S

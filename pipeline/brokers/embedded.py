@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from pipeline.brokers.engines import KafkaEngine, free_port, private_data_dir, spawn_broker
 from pipeline.errors import BrokerError
+from pipeline.kafka.clients import kafka_settings
 from pipeline.services.files import PRIVATE_UMASK
 
 if TYPE_CHECKING:
@@ -136,9 +137,7 @@ class EmbeddedBroker:
                 break
             except OSError:
                 time.sleep(0.05)
-        admin = AdminClient(
-            {"bootstrap.servers": self.bootstrap_servers, "socket.timeout.ms": 1000}
-        )
+        admin = AdminClient(kafka_settings(self.bootstrap_servers, {"socket.timeout.ms": 1000}))
         while True:
             if self.process.poll() is not None:
                 raise BrokerError(

@@ -14,6 +14,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from pipeline.errors import BrokerError, ConfigError
+from pipeline.kafka.clients import kafka_settings
 from pipeline.services.files import PRIVATE_UMASK, private_dir, private_file
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def wait_for_broker(
         BrokerError: no answer within ``timeout_s`` seconds.
     """
     deadline = time.monotonic() + timeout_s
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **client})
+    admin = AdminClient(kafka_settings(bootstrap_servers, client))
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:

@@ -22,6 +22,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.errors import (
     DeserializationError,
 )
+from pipeline.kafka.clients import kafka_settings
 from pipeline.kafka.fetching import bounded_fetch, rest_until_records, resume_fetching
 from pipeline.queues.probe import QueueProbe
 from pipeline.serde.schemas import SchemaRepository
@@ -91,20 +92,21 @@ class StreamOutput:
 
             self._blobs = BlobReader(catalog_for(config.query_group.sweep_catalog_url))
         self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap_servers,
-                "group.id": self.group,
-                "enable.auto.commit": False,
-                # Swept: an offset the broker no longer holds is read from the BLOBs,
-                # never skipped by a reset (get() handles the error).
-                "auto.offset.reset": "error" if self._blobs is not None else "earliest",
-                "isolation.level": "read_committed",
-                **config.kafka.client,
-                "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
-                # A new reader of a long-running output stream starts at its beginning:
-                # fetches librdkafka can receive however much is there.
-                **bounded_fetch(config.kafka.client),
-            }
+            kafka_settings(
+                bootstrap_servers,
+                config.kafka.client,
+                {
+                    "group.id": self.group,
+                    "enable.auto.commit": False,
+                    # Swept: an offset the broker no longer holds is read from the BLOBs,
+                    # never skipped by a reset (get() handles the error).
+                    "auto.offset.reset": "error" if self._blobs is not None else "earliest",
+                    "isolation.level": "read_committed",
+                    # A new reader of a long-running output stream starts at its beginning:
+                    # fetches librdkafka can receive however much is there.
+                    **bounded_fetch(config.kafka.client),
+                },
+            )
         )
         self._consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         #: Per partition, the offset this reader committed last (-1: none this session).

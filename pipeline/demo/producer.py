@@ -18,6 +18,7 @@ from pipeline.demo.flights import FlightTuples, load_flights, shift_years
 from pipeline.demo.reception import Reception
 from pipeline.demo.replay import FlightReplayer
 from pipeline.errors import FloodgateError
+from pipeline.kafka.clients import kafka_settings
 from pipeline.names import ad_hoc_group_id
 from pipeline.serde.schemas import SchemaRepository
 
@@ -253,15 +254,16 @@ def latest_event_time(
         return None
     codec = config.stream_codec("input", stream, schemas)
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": ad_hoc_group_id(),  # never commits
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            **config.kafka.client,
-            "allow.auto.create.topics": False,
-            **bounded_fetch(config.kafka.client),
-        }
+        kafka_settings(
+            bootstrap_servers,
+            config.kafka.client,
+            {
+                "group.id": ad_hoc_group_id(),  # never commits
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                **bounded_fetch(config.kafka.client),
+            },
+        )
     )
     try:
         topic = settings.topic

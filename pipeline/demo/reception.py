@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.client import StreamOutput
 from pipeline.errors import FloodgateError
+from pipeline.kafka.clients import kafka_settings
 from pipeline.kafka.fetching import bounded_fetch
 from pipeline.names import ad_hoc_group_id
 from pipeline.serde.codec import StreamCodec
@@ -192,10 +193,19 @@ def read_all(
     *,
     timeout_s: float = 60.0,
     client: Mapping[str, Any] | None = None,
+    committed_only: bool = True,
 ) -> list[Any]:
     """Every committed record of a topic, partition by partition, up to its end now
     (:func:`each_record`, in a list)."""
-    return list(each_record(bootstrap_servers, topic, timeout_s=timeout_s, client=client))
+    return list(
+        each_record(
+            bootstrap_servers,
+            topic,
+            timeout_s=timeout_s,
+            client=client,
+            committed_only=committed_only,
+        )
+    )
 
 
 def each_record(
@@ -204,25 +214,28 @@ def each_record(
     *,
     timeout_s: float = 60.0,
     client: Mapping[str, Any] | None = None,
+    committed_only: bool = True,
 ) -> Iterator[Any]:
     """Every committed record of a topic (``read_committed``), up to each partition's
     high watermark when the read starts, one at a time: a topic of millions of records
-    is never held whole.
+    is never held whole. With ``committed_only = False``, every record in the log
+    (``read_uncommitted``: aborted ones and an open transaction's too).
 
     Raises:
         TimeoutError: a partition was not read to its end within ``timeout_s``.
     """
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": ad_hoc_group_id(),
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            **(client or {}),
-            "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
-            **bounded_fetch(client),  # a whole topic: more than one fetch answer may hold
-        }
+        kafka_settings(
+            bootstrap_servers,
+            client,
+            {
+                "group.id": ad_hoc_group_id(),
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed" if committed_only else "read_uncommitted",
+                "enable.partition.eof": True,
+                **bounded_fetch(client),  # a whole topic: more than one fetch answer may hold
+            },
+        )
     )
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)

@@ -11,6 +11,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline.errors import BrokerError, ConfigError
+from pipeline.kafka.clients import kafka_settings
 from pipeline.kafka.retries import broker_retrying, transient_kafka_error
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def ensure_topics(
         KafkaException: the metadata could not be read (after ``wait_s`` when the
             error is transient).
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client or {})})
+    admin = AdminClient(kafka_settings(bootstrap_servers, client))
     started = time.monotonic()
     retrying = broker_retrying(
         transient_kafka_error,

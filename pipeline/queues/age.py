@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import Consumer, KafkaException
 
 from pipeline.errors import BrokerError
+from pipeline.kafka.clients import kafka_settings
 from pipeline.names import queue_age_group_id
 from pipeline.queues.probe import group_catalog
 from pipeline.queues.snapshot import QueueSnapshot
@@ -124,19 +125,20 @@ class QueueAge:
         self.blobs = blobs
         self.timeout_s = timeout_s
         self._consumer: Consumer | None = Consumer(
-            {
-                **(client or {}),
-                **RANGE_CONSUMER,
-                "bootstrap.servers": bootstrap_servers,
-                "group.id": queue_age_group_id(topic),  # never commits
-                "enable.auto.commit": False,
-                # One record per partition is read: no prefetch. Uncommitted records
-                # count (an open transaction's tuples are queued too), and reading
-                # them never waits for the transaction to end.
-                "queued.min.messages": 1,
-                "isolation.level": "read_uncommitted",
-                "allow.auto.create.topics": False,  # issue 26: never a 1-partition topic
-            }
+            kafka_settings(
+                bootstrap_servers,
+                client,
+                {
+                    **RANGE_CONSUMER,
+                    "group.id": queue_age_group_id(topic),  # never commits
+                    "enable.auto.commit": False,
+                    # One record per partition is read: no prefetch. Uncommitted records
+                    # count (an open transaction's tuples are queued too), and reading
+                    # them never waits for the transaction to end.
+                    "queued.min.messages": 1,
+                    "isolation.level": "read_uncommitted",
+                },
+            )
         )
 
     @classmethod

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pipeline.errors import BrokerError
+from pipeline.kafka.clients import kafka_settings
 from pipeline.kafka.retries import broker_retrying
 from pipeline.queues.snapshot import PartitionQueue, QueueSnapshot, slowest_commits
 
@@ -99,13 +100,9 @@ class QueueProbe:
         self.max_queue_size = max_queue_size
         self.swept = swept or NothingSwept()
         self.timeout_s = timeout_s
-        self._client_config = {
-            "bootstrap.servers": bootstrap_servers,
-            **(client or {}),
-            # The metadata request for the topic must not create it (librdkafka's default
-            # for an admin client, a producer handle, is true): issue 26.
-            "allow.auto.create.topics": False,
-        }
+        # The metadata request for the topic must not create it (librdkafka's default
+        # for an admin client, a producer handle, is true): issue 26, kafka_settings.
+        self._client_config = kafka_settings(bootstrap_servers, client)
         self._admin: AdminClient | None = AdminClient(self._client_config)
         self._group_readers: dict[str, Consumer] = {}
         self._partitions: list[int] | None = None
@@ -231,7 +228,7 @@ class QueueProbe:
         if reader is None:
             reader = self._group_readers[group] = Consumer(
                 {**self._client_config, "group.id": group, "enable.auto.commit": False}
-            )
+            )  # _client_config: kafka_settings' already, with this reader's group
         return reader
 
     def close(self) -> None:

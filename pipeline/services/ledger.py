@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.errors import BrokerError
+from pipeline.kafka.clients import kafka_settings
 from pipeline.kafka.fetching import bounded_fetch
 from pipeline.names import ledger_group_id
 from pipeline.queues.probe import QueueProbe
@@ -153,18 +154,19 @@ class DeadLetters:
     ) -> None:
         self.topic = topic
         self._consumer = Consumer(
-            {
-                **(client or {}),
-                "bootstrap.servers": bootstrap_servers,
-                "group.id": ledger_group_id(topic),  # never commits
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "allow.auto.create.topics": False,  # issue 26: never a broker-default topic
-                # A dead-letter topic grows without bound: fetches librdkafka can receive.
-                **bounded_fetch(client),
-            }
+            kafka_settings(
+                bootstrap_servers,
+                client,
+                {
+                    "group.id": ledger_group_id(topic),  # never commits
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",
+                    "isolation.level": "read_committed",
+                    # A dead-letter topic grows without bound: fetches librdkafka can receive.
+                    **bounded_fetch(client),
+                },
+            )
         )
         self._positions: dict[int, int] = {}
         self._offsets: dict[tuple[str, int], set[int]] = defaultdict(set)

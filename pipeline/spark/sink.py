@@ -65,6 +65,7 @@ from pipeline.errors import (
     QueryGroupError,
 )
 from pipeline.failpoints import armed
+from pipeline.kafka.clients import kafka_settings
 from pipeline.kafka.retries import BROKER_WAIT_S, broker_retrying, transient_kafka_error
 from pipeline.names import sink_transactional_id, verify_group_id
 from pipeline.offsets import read_offset_log
@@ -335,17 +336,16 @@ class KafkaTransactionalSink:
     def _get_producer(self) -> Producer:
         if self._producer is None:
             producer = Producer(
-                {
-                    "bootstrap.servers": self.bootstrap_servers,
-                    "transactional.id": self.transactional_id,
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 5,
-                    "error_cb": self._on_error,
-                    **self.client,
-                    # A missing output topic is an error, never a broker default (issue 26).
-                    "allow.auto.create.topics": False,
-                }
+                kafka_settings(
+                    self.bootstrap_servers,
+                    {"linger.ms": 5, **self.client},
+                    {
+                        "transactional.id": self.transactional_id,
+                        "enable.idempotence": True,
+                        "acks": "all",
+                        "error_cb": self._on_error,
+                    },
+                )
             )
             producer.init_transactions(TRANSACTION_TIMEOUT_S)
             self._producer = producer
@@ -354,13 +354,11 @@ class KafkaTransactionalSink:
     def _get_consumer(self) -> Consumer:
         if self._consumer is None:
             self._consumer = Consumer(
-                {
-                    "bootstrap.servers": self.bootstrap_servers,
-                    "group.id": self.group_id,
-                    "enable.auto.commit": False,
-                    **self.client,
-                    "allow.auto.create.topics": False,  # issue 26
-                }
+                kafka_settings(
+                    self.bootstrap_servers,
+                    self.client,
+                    {"group.id": self.group_id, "enable.auto.commit": False},
+                )
             )
         return self._consumer
 
@@ -766,15 +764,16 @@ class KafkaTransactionalSink:
         missing = {p: set(offsets) for p, offsets in delivered.items()}
         last = {p: max(offsets) for p, offsets in delivered.items()}
         reader = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "group.id": verify_group_id(self.group_id),
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                **self.client,
-                "allow.auto.create.topics": False,  # issue 26
-            }
+            kafka_settings(
+                self.bootstrap_servers,
+                self.client,
+                {
+                    "group.id": verify_group_id(self.group_id),
+                    "isolation.level": "read_committed",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                },
+            )
         )
         try:
             reader.assign([TopicPartition(self.topic, p, min(o)) for p, o in missing.items()])

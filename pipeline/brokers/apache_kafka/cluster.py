@@ -60,6 +60,7 @@ from confluent_kafka.admin import AdminClient
 from pipeline.brokers.apache_kafka.artifacts import APACHE_KAFKA_VERSION, java_command, kafka_libs
 from pipeline.brokers.engines import private_data_dir, spawn_broker
 from pipeline.errors import BrokerError, ConfigError
+from pipeline.kafka.clients import kafka_settings
 from pipeline.services.files import PRIVATE_UMASK, write_private_text
 
 log = logging.getLogger(__name__)
@@ -454,11 +455,13 @@ class ApacheKafkaCluster:
 
     def _admin(self) -> AdminClient:
         return AdminClient(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "socket.timeout.ms": 2000,
-                **self.client_config(INTER_BROKER_USER if self.sasl_users else None),
-            }
+            kafka_settings(
+                self.bootstrap_servers,
+                {
+                    "socket.timeout.ms": 2000,
+                    **self.client_config(INTER_BROKER_USER if self.sasl_users else None),
+                },
+            )
         )
 
     def partition_leaders(self, topic: str, *, timeout_s: float = 10.0) -> dict[int, int]:
@@ -696,11 +699,13 @@ class ApacheKafkaCluster:
                     time.sleep(0.1)
         wanted = {node.node_id for node in running}
         admin = AdminClient(
-            {
-                "bootstrap.servers": ",".join(self.address(n) for n in running),
-                "socket.timeout.ms": 2000,
-                **self.client_config(INTER_BROKER_USER if self.sasl_users else None),
-            }
+            kafka_settings(
+                ",".join(self.address(n) for n in running),
+                {
+                    "socket.timeout.ms": 2000,
+                    **self.client_config(INTER_BROKER_USER if self.sasl_users else None),
+                },
+            )
         )
         while True:
             for node in running:

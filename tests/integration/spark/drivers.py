@@ -95,7 +95,7 @@ def copies(bootstrap: str, topic: str, schemas: SchemaRepository) -> Counter[tup
 def sent(bootstrap: str, topic: str) -> int:
     """Tuples in ``topic``'s log, committed, aborted or in an open transaction alike
     (a ``read_uncommitted`` reader's count; transaction markers are not tuples)."""
-    return len(read_all(bootstrap, topic, client={"isolation.level": "read_uncommitted"}))
+    return len(read_all(bootstrap, topic, committed_only=False))
 
 
 def setup_group(
