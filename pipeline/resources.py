@@ -54,3 +54,33 @@ def shipped_config(name: str) -> Path:
             f"no shipped config {name!r}; shipped: {', '.join(configs) or 'none'}"
         )
     return configs[name]
+
+
+def query_group_file(value: str | Path) -> Path:
+    """A query group file named as the command line and ``connect(config=...)`` take
+    it: a path to a file, else the name of a shipped one (``flights``), so an installed
+    Floodgate runs its demo group from any working directory.
+
+    Raises:
+        ConfigError: neither a file nor a shipped name; names both and what is shipped.
+    """
+    import tomllib
+
+    from pipeline.errors import ConfigError
+
+    path = Path(value)
+    if path.is_file():
+        return path
+    shipped = {
+        name: file
+        for name, file in shipped_configs().items()
+        if "query_group" in tomllib.loads(file.read_text(encoding="utf-8"))
+    }
+    if str(value) in shipped:
+        return shipped[str(value)]
+    raise ConfigError(
+        f"{value}: no such file, nor a shipped query group file (shipped: {', '.join(shipped)})",
+        key="config",
+        value=str(value),
+        allowed="a query group file's path, or " + ", ".join(shipped),
+    )

@@ -100,17 +100,13 @@ def query_group_file(value: str) -> Path:
     """A query group file argument: a path, or the name of a file Floodgate ships
     (``flights``: ``pipeline/resources.py``), so an installed Floodgate runs its demo
     group from any directory."""
-    from pipeline.resources import shipped_configs
+    from pipeline.errors import ConfigError
+    from pipeline.resources import query_group_file as resolve
 
-    path = Path(value)
-    if path.is_file():
-        return path
-    shipped = shipped_configs()
-    if value in shipped:
-        return shipped[value]
-    raise typer.BadParameter(
-        f"{value}: no such file, nor a shipped query group file (shipped: {', '.join(shipped)})"
-    )
+    try:
+        return resolve(value)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def bootstrap_servers_for(bootstrap: str | None, config: Any) -> str:

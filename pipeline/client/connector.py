@@ -16,6 +16,7 @@ from pipeline.errors import (
 )
 from pipeline.metrics import ClientMetrics
 from pipeline.queues.probe import SweptCounter
+from pipeline.resources import query_group_file
 from pipeline.serde.schemas import SchemaRepository
 
 if TYPE_CHECKING:
@@ -133,7 +134,8 @@ def connect(
     """Connect a data transmission application to Floodgate.
 
     Args:
-        config: one or more query group files (or loaded configs).
+        config: one or more query group files, or names of shipped ones (``flights``),
+            as the command line takes them, or loaded configs.
         bootstrap_servers: the cluster; default: ``FLOODGATE_KAFKA_BOOTSTRAP``, then the
             first config's ``[kafka] bootstrap_servers``.
         registry: where the client's metrics go (default: a new registry).
@@ -143,7 +145,10 @@ def connect(
         ConfigError: a config is refused, or no cluster is named anywhere.
     """
     items = [config] if isinstance(config, str | Path | QueryGroupConfig) else list(config)
-    configs = [c if isinstance(c, QueryGroupConfig) else load_query_group(c) for c in items]
+    configs = [
+        c if isinstance(c, QueryGroupConfig) else load_query_group(query_group_file(c))
+        for c in items
+    ]
     if not configs:
         raise ConfigError("connect() needs at least one query group config", key="config")
     servers = bootstrap_servers or bootstrap_from(configs[0].kafka)

@@ -1,10 +1,16 @@
-"""How old a stream queue's oldest tuple is (lag in seconds), and how long its last
-stable offset has not moved (a hanging transaction)."""
+"""How old a stream queue's oldest tuple is (its age, in seconds), and how long its last
+stable offset has not moved (a hanging transaction).
+
+Words (docs/glossary.md): a queue's *length* is how many tuples it holds (what Kafka's
+lag exporters call consumer lag); its *age* is how long its oldest tuple has waited.
+The age is exported as the ``..._queue_lag_seconds`` gauges, whose names stay.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -79,7 +85,7 @@ def oldest_offsets(snapshot: QueueSnapshot) -> dict[int, int]:
     return oldest
 
 
-def lag_seconds(timestamps_ms: Iterable[int], now_s: float) -> float:
+def age_seconds(timestamps_ms: Iterable[int], now_s: float) -> float:
     """The age of the oldest of ``timestamps_ms`` (epoch milliseconds) at ``now_s``
     (epoch seconds): 0 for no tuple, never below 0 (a producer's clock ahead of
     ours)."""
@@ -87,10 +93,20 @@ def lag_seconds(timestamps_ms: Iterable[int], now_s: float) -> float:
     return 0.0 if oldest is None else max(0.0, now_s - oldest / 1000.0)
 
 
+def lag_seconds(timestamps_ms: Iterable[int], now_s: float) -> float:
+    """Deprecated (goes in the next release): :func:`age_seconds`."""
+    warnings.warn(
+        "pipeline.queues.age.lag_seconds is deprecated: use age_seconds",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return age_seconds(timestamps_ms, now_s)
+
+
 class QueueAge:
     """The age of a queue's oldest unconsumed tuple, from its Kafka record timestamp:
-    the ``..._lag_seconds`` gauges (docs/metrics.md). Lag in tuples is what Kafka
-    lag exporters give; lag in time says how stale the query group's (or the
+    the ``..._lag_seconds`` gauges (docs/metrics.md). Kafka's lag exporters give a
+    queue's length (tuples); its age says how stale the query group's (or the
     reception's) view is.
 
     For each partition with unconsumed tuples (:func:`oldest_offsets` of a
@@ -223,11 +239,18 @@ class QueueAge:
             batches.close()
         return None
 
-    def lag_seconds(self, snapshot: QueueSnapshot, now_s: float | None = None) -> float:
+    def age_seconds(self, snapshot: QueueSnapshot, now_s: float | None = None) -> float:
         """The age in seconds of the queue's oldest unconsumed tuple at ``now_s``
         (epoch seconds, default now); 0 for an empty queue."""
         stamps = self.timestamps(snapshot).values()
-        return lag_seconds(stamps, time.time() if now_s is None else now_s)
+        return age_seconds(stamps, time.time() if now_s is None else now_s)
+
+    def lag_seconds(self, snapshot: QueueSnapshot, now_s: float | None = None) -> float:
+        """Deprecated (goes in the next release): :meth:`age_seconds`."""
+        warnings.warn(
+            "QueueAge.lag_seconds is deprecated: use age_seconds", DeprecationWarning, stacklevel=2
+        )
+        return self.age_seconds(snapshot, now_s)
 
     def close(self) -> None:
         """Close the consumer (a later reading raises ``BrokerError``)."""

@@ -2,7 +2,7 @@
 
 Between two reads of the broker, a producer counts what it sends itself, so one
 producer can never make the queue exceed its max, whatever the broker's state lags
-behind (property-tested in ``tests/unit/pipeline/test_queue_budget.py``)."""
+behind (property-tested in ``tests/unit/pipeline/queues/test_budget.py``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The gauges of a query group's stream queues: length, lag in seconds, hanging transactions."""
+"""The gauges of a query group's stream queues: length, age (the ``..._lag_seconds``
+gauges), hanging transactions."""
 
 from __future__ import annotations
 
@@ -173,13 +174,13 @@ class QueueGauges:
             snapshot = probe.snapshot()
             self.metrics.input_queue_length.labels(self.name, name).set(snapshot.length)
             self._count_processed(name, snapshot)
-            lag = self._age(name, output=False).lag_seconds(snapshot)
-            self.metrics.input_queue_lag.labels(self.name, name).set(lag)
+            age = self._age(name, output=False).age_seconds(snapshot)
+            self.metrics.input_queue_lag.labels(self.name, name).set(age)
         for name, probe in list(self.output_probes.items()):
             snapshot = probe.snapshot()
             self.record_output(name, snapshot)
-            lag = self._age(name, output=True).lag_seconds(snapshot)
-            self.metrics.output_queue_lag.labels(self.name, name).set(lag)
+            age = self._age(name, output=True).age_seconds(snapshot)
+            self.metrics.output_queue_lag.labels(self.name, name).set(age)
             stable = probe.last_stable_offsets()
             highs = {p: q.high for p, q in snapshot.partitions.items()}
             watch = self._stable_watches.setdefault(name, StableOffsetWatch())

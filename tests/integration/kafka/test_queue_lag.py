@@ -74,17 +74,17 @@ def test_lag_is_the_age_of_the_oldest_tuple_at_the_slowest_commit(
     try:
         # No commit yet: the oldest tuple of the queue is offset 0 of partition 0.
         assert age.timestamps(queue.snapshot()) == {0: BASE_MS, 1: BASE_MS + 3_000}
-        assert age.lag_seconds(queue.snapshot(), now_s) == 100.0
+        assert age.age_seconds(queue.snapshot(), now_s) == 100.0
 
         commit(bootstrap, group, topic, {0: 4, 1: 1})
         assert age.timestamps(queue.snapshot()) == {0: BASE_MS + 4_000, 1: BASE_MS + 20_000}
-        assert age.lag_seconds(queue.snapshot(), now_s) == 96.0
+        assert age.age_seconds(queue.snapshot(), now_s) == 96.0
 
         commit(bootstrap, group, topic, {0: 10, 1: 1})  # partition 0 consumed
-        assert age.lag_seconds(queue.snapshot(), now_s) == 80.0
+        assert age.age_seconds(queue.snapshot(), now_s) == 80.0
         commit(bootstrap, group, topic, {0: 10, 1: 2})  # nothing left: no age
         assert age.timestamps(queue.snapshot()) == {}
-        assert age.lag_seconds(queue.snapshot(), now_s) == 0.0
+        assert age.age_seconds(queue.snapshot(), now_s) == 0.0
     finally:
         age.close()
 

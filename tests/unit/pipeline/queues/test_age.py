@@ -1,12 +1,13 @@
-"""The pure part of lag in time: which offset is a partition's oldest unconsumed
+"""The pure part of a queue's age: which offset is a partition's oldest unconsumed
 tuple, and the age of the oldest of several timestamps."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.queues.age import lag_seconds, oldest_offsets
+from pipeline.queues.age import age_seconds, oldest_offsets
 from pipeline.queues.snapshot import PartitionQueue, QueueSnapshot
 
 
@@ -32,10 +33,17 @@ def test_oldest_offset_is_the_commit_or_the_log_start_and_empty_partitions_have_
 def test_lag_is_the_age_of_the_oldest_timestamp_and_never_negative(
     stamps: list[int], now_ms: int
 ) -> None:
-    lag = lag_seconds(stamps, now_ms / 1000)
+    lag = age_seconds(stamps, now_ms / 1000)
     if not stamps:
         assert lag == 0
     else:
         assert lag == max(0.0, now_ms / 1000 - min(stamps) / 1000)
         # A newer tuple never makes the queue look older.
-        assert lag_seconds([*stamps, now_ms], now_ms / 1000) == lag
+        assert age_seconds([*stamps, now_ms], now_ms / 1000) == lag
+
+
+def test_lag_seconds_is_the_deprecated_name_of_age_seconds() -> None:
+    from pipeline.queues import age
+
+    with pytest.warns(DeprecationWarning, match="use age_seconds"):
+        assert age.lag_seconds([1_000, 3_000], 5.0) == age_seconds([1_000, 3_000], 5.0) == 4.0

@@ -12,7 +12,7 @@ from pipeline.cli import app
 
 runner = CliRunner()
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_run_refuses_an_unknown_key_naming_it_and_what_is_allowed(tmp_path: Path) -> None:
