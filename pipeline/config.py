@@ -23,6 +23,9 @@ Environment overrides:
   strings, then validated like the file. Only the file's own sections are
   overridden: ``FLOODGATE__ADMISSION__*`` and ``FLOODGATE__SWEEPER__*`` are the
   services' (one environment may serve them all, as in docker-compose.yml).
+
+*The stream data platform* cited below is the stream data processing product whose
+queue rules Floodgate follows, and whose parameter names it keeps (docs/glossary.md).
 """
 
 from __future__ import annotations

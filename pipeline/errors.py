@@ -4,6 +4,9 @@ Every error raised by Floodgate derives from :class:`FloodgateError` *and*, wher
 one fits, from the matching built-in error, so a caller can catch either
 (the pattern of quix-streams' ``ValueSerializationError``). Exceptions carry
 their data as attributes, not only in the message.
+
+*The stream data platform* cited below is the stream data processing product whose
+queue rules Floodgate follows, and whose parameter names it keeps (docs/glossary.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Writing tuples to an input stream queue: the back-pressure client."""
+"""Writing tuples to an input stream queue: the back-pressure client.
+
+*The stream data platform* cited below is the stream data processing product whose
+queue rules Floodgate follows, and whose parameter names it keeps (docs/glossary.md).
+"""
 
 from __future__ import annotations
 

@@ -41,6 +41,9 @@ discarded on release; ``FG-QG-005`` (error) a batch larger than its output queue
 ``FG-QG-008`` (warning) the broker went away during a batch's transaction, which is
 written again by a new producer; ``FG-QG-009`` (warning) a batch's committed offsets
 are read again through a transient broker error.
+
+*The stream data platform* cited below is the stream data processing product whose
+queue rules Floodgate follows, and whose parameter names it keeps (docs/glossary.md).
 """
 
 from __future__ import annotations
