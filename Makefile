@@ -55,14 +55,16 @@ system-deps-demo system-deps-test system-deps-test-integration system-deps-test-
 demo: system-deps-demo $(STAMP) $(JAR)
 	$(BIN)/floodgate demo $(ARGS)
 
+# On the embedded broker whatever else the machine has: a Docker engine (as
+# test-compose starts one) would otherwise be tried first, through testcontainers.
 test: system-deps-test $(STAMP) $(JAR) test-jvm
-	$(BIN)/python -m pytest $(ARGS)
+	FLOODGATE_KAFKA_ENGINE=$${FLOODGATE_KAFKA_ENGINE:-noida-db} $(BIN)/python -m pytest $(ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit $(ARGS)
 
 test-integration: system-deps-test-integration $(STAMP) $(JAR)
-	$(BIN)/python -m pytest tests/integration $(ARGS)
+	FLOODGATE_KAFKA_ENGINE=$${FLOODGATE_KAFKA_ENGINE:-noida-db} $(BIN)/python -m pytest tests/integration $(ARGS)
 
 # The integration tests (soak included) on Apache Kafka's own broker instead of the
 # embedded one: needs Maven on first use, to fetch the broker's jars (docs/kafka-engines.md).

@@ -146,8 +146,8 @@ def run_once(
             reception.stop()
             group.stop()
     for query, s in stats.items():
-        if s.input_rows != n:
-            raise RuntimeError(f"query {query} read {s.input_rows} of {n} flights")
+        if s.input_tuples != n:
+            raise RuntimeError(f"query {query} read {s.input_tuples} of {n} flights")
 
     def total(name: str) -> float:
         return stream_total(group.registry, name, query_group=config.name, streams=outputs)

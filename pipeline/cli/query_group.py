@@ -61,9 +61,9 @@ def _print_status(status: dict[str, Any]) -> None:
             name,
             "yes" if q["active"] else "no",
             f"{q['batches']:,}",
-            f"{q['input_rows']:,}",
+            f"{q['input_tuples']:,}",
             f"{q['tuples_written']:,}",
-            f"{q['processed_rows_per_second']:,.0f}",
+            f"{q['processed_tuples_per_second']:,.0f}",
         )
     print_table(console, queries)
     outputs = Table(title="output stream queues")

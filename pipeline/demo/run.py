@@ -279,7 +279,7 @@ def run_demo(
             current = DemoStatus(
                 produced=replayer.produced,
                 total=total,
-                processed={q: s.input_rows for q, s in group.stats().items()},
+                processed={q: s.input_tuples for q, s in group.stats().items()},
                 state=str(status["state"]),
                 received={s: t.received for s, t in tables.items()},
                 output_queues=queues,
@@ -312,7 +312,7 @@ def run_demo(
         registry = group.registry
         return DemoResult(
             produced=replayer.produced,
-            processed={q: s.input_rows for q, s in stats.items()},
+            processed={q: s.input_tuples for q, s in stats.items()},
             dead_lettered=dead,
             dropped_by_watermark={q: s.dropped_by_watermark for q, s in stats.items()},
             origin_hours=list(tables["delays_by_origin_hour"].rows.values())

@@ -7,6 +7,7 @@ query's end to its group, which keeps them as :class:`QueryStats` and metrics.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,21 +22,52 @@ class QueryStats:
     """What the progress listener saw of one query (updated from listener events).
 
     Attributes:
-        input_rows: tuples read by the query's source, all batches.
+        input_tuples: tuples read by the query's source, all batches (Spark's
+            ``numInputRows``).
         batches: micro-batches completed.
         dropped_by_watermark: rows the stateful operators dropped as late.
         last_batch_id: id of the last completed micro-batch (-1: none yet).
         last_duration_ms: wall time of the last micro-batch.
-        input_rows_per_second / processed_rows_per_second: from the last progress.
+        input_tuples_per_second / processed_tuples_per_second: from the last progress
+            (Spark's ``inputRowsPerSecond``, ``processedRowsPerSecond``).
+
+    ``input_rows``, ``input_rows_per_second`` and ``processed_rows_per_second`` read the
+    same figures until the next release (deprecated).
     """
 
-    input_rows: int = 0
+    input_tuples: int = 0
     batches: int = 0
     dropped_by_watermark: int = 0
     last_batch_id: int = -1
     last_duration_ms: int = 0
-    input_rows_per_second: float = 0.0
-    processed_rows_per_second: float = 0.0
+    input_tuples_per_second: float = 0.0
+    processed_tuples_per_second: float = 0.0
+
+    @property
+    def input_rows(self) -> int:
+        """Deprecated (goes in the next release): :attr:`input_tuples`."""
+        _deprecated("input_rows", "input_tuples")
+        return self.input_tuples
+
+    @property
+    def input_rows_per_second(self) -> float:
+        """Deprecated (goes in the next release): :attr:`input_tuples_per_second`."""
+        _deprecated("input_rows_per_second", "input_tuples_per_second")
+        return self.input_tuples_per_second
+
+    @property
+    def processed_rows_per_second(self) -> float:
+        """Deprecated (goes in the next release): :attr:`processed_tuples_per_second`."""
+        _deprecated("processed_rows_per_second", "processed_tuples_per_second")
+        return self.processed_tuples_per_second
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"QueryStats.{old} is deprecated and goes in the next release: read {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 class _JsonProgressCallbacks(JStreamingQueryListener):

@@ -431,12 +431,12 @@ class QueryGroup:
             if running is None:
                 return
             stats = running.stats
-            stats.input_rows += int(progress.numInputRows)
+            stats.input_tuples += int(progress.numInputRows)
             stats.batches += 1
             stats.last_batch_id = int(progress.batchId)
             stats.last_duration_ms = int(progress.batchDuration)
-            stats.input_rows_per_second = float(progress.inputRowsPerSecond or 0.0)
-            stats.processed_rows_per_second = float(progress.processedRowsPerSecond or 0.0)
+            stats.input_tuples_per_second = float(progress.inputRowsPerSecond or 0.0)
+            stats.processed_tuples_per_second = float(progress.processedRowsPerSecond or 0.0)
             for op in progress.stateOperators or []:
                 stats.dropped_by_watermark += int(op.numRowsDroppedByWatermark or 0)
             name = running.name

@@ -77,12 +77,16 @@ def group_status(
             name: {
                 "active": q.active,
                 "batches": q.stats.batches,
-                "input_rows": q.stats.input_rows,
+                "input_tuples": q.stats.input_tuples,
                 "last_batch_id": q.stats.last_batch_id,
                 "last_duration_ms": q.stats.last_duration_ms,
-                "input_rows_per_second": q.stats.input_rows_per_second,
-                "processed_rows_per_second": q.stats.processed_rows_per_second,
+                "input_tuples_per_second": q.stats.input_tuples_per_second,
+                "processed_tuples_per_second": q.stats.processed_tuples_per_second,
                 "tuples_written": q.tuples_written,
+                # Deprecated names of the same figures, until the next release.
+                "input_rows": q.stats.input_tuples,
+                "input_rows_per_second": q.stats.input_tuples_per_second,
+                "processed_rows_per_second": q.stats.processed_tuples_per_second,
             }
             for name, q in queries.items()
         },

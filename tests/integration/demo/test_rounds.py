@@ -55,7 +55,7 @@ def test_three_rounds_through_a_running_group_have_nothing_late_and_the_audit_ba
 
     assert produced == 3 * ROUND
     for query, s in stats.items():
-        assert s.input_rows == 3 * ROUND, query
+        assert s.input_tuples == 3 * ROUND, query
         assert s.dropped_by_watermark == 0, query
     # Nothing dead-lettered (so no FG-SOURCE-001 line either): every round processed.
     rows = reconcile(config, bootstrap_servers=bootstrap)

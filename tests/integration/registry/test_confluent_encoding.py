@@ -63,7 +63,7 @@ def test_a_query_group_reads_and_writes_the_confluent_wire_format(
     produce(config, good[300:])
 
     stats = drain(config).stats["copy"]
-    assert stats.input_rows == len(good)
+    assert stats.input_tuples == len(good)
 
     # The output, read as Kafka Connect's AvroConverter would: Confluent's deserializer,
     # the writer schema fetched by the id in each record.

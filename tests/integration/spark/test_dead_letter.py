@@ -56,7 +56,7 @@ def test_malformed_unknown_fingerprint_and_overflowing_tuples_are_dead_lettered(
     drained = drain(config)
     stats = drained.stats["copy"]
 
-    assert stats.input_rows == len(good)
+    assert stats.input_tuples == len(good)
     assert len(read_all(bootstrap, config.output_streams["flights_copy"].topic)) == len(good)
 
     dead = read_all(bootstrap, config.dead_letter_topic)

@@ -150,6 +150,10 @@ def test_slow_reader_sleeps_then_holds_and_release_loses_and_duplicates_nothing(
         assert status["held"]["sleeps"] == 3
         assert status["held"]["required"] > status["held"]["free_queue_size"]
         assert not any(q["active"] for q in status["queries"].values())
+        # Tuples, in Floodgate's words; Spark's "rows" names stay one release.
+        copy = status["queries"]["copy"]
+        assert copy["input_tuples"] == copy["input_rows"] > 0
+        assert copy["processed_tuples_per_second"] == copy["processed_rows_per_second"]
         assert metric(group, "floodgate_query_group_sleeps_total", stream="flights_copy") == 3
         assert metric(group, "floodgate_query_group_holds_total", stream="flights_copy") == 1
         # One read of the queue for each of the two batches written, 1 + 3 for the third.

@@ -45,7 +45,7 @@ def test_flights_figures_equal_an_independent_pandas_computation(
 
     # Every query read every tuple, in batches no larger than the read limit.
     for name, s in stats.items():
-        assert s.input_rows == len(flights), name
+        assert s.input_tuples == len(flights), name
         assert s.batches >= math.ceil(len(flights) / 1_000), name
 
     outputs = read_outputs(bootstrap, config, schemas)
@@ -101,7 +101,7 @@ def test_stop_and_restart_from_the_checkpoint_loses_and_duplicates_nothing(
         produce(config, part)
         # The restarted group went on from the checkpoint: it read only the new part.
         stats = drain(config).stats
-        assert all(s.input_rows == len(part) for s in stats.values()), (source, stats)
+        assert all(s.input_tuples == len(part) for s in stats.values()), (source, stats)
     assert config is not None
 
     copies = [m for m in read_all(bootstrap, config.output_streams["flights_copy"].topic)]
@@ -135,7 +135,7 @@ def test_trigger_available_now_reads_what_was_there_and_stops(
         group.start(available_now=True)
         assert group.await_termination(timeout_s=300)
         stats = group.stats()["copy"]
-    assert stats.input_rows == 2_000
+    assert stats.input_tuples == 2_000
     assert stats.batches >= 3  # 2 000 rows at most 700 per micro-batch
 
 

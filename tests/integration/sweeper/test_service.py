@@ -119,7 +119,7 @@ def test_a_producer_at_three_times_the_service_rate_is_swept_and_nothing_is_lost
                 stream_input.put(records[:200])
                 stream_input.put_end()
                 deadline = time.monotonic() + DEADLINE_S
-                while group.stats()["copy"].input_rows < 200:  # serviced: x > 0 from now
+                while group.stats()["copy"].input_tuples < 200:  # serviced: x > 0 from now
                     assert time.monotonic() < deadline, "the query group never started"
                     time.sleep(0.2)
                 # About three times what the query group takes (200 per 0.5 s trigger).
@@ -129,8 +129,10 @@ def test_a_producer_at_three_times_the_service_rate_is_swept_and_nothing_is_lost
                     samples.append(sample(sweeper))
                     time.sleep(0.25)
             deadline = time.monotonic() + DEADLINE_S
-            while group.stats()["copy"].input_rows < len(records):
-                assert time.monotonic() < deadline, f"processed {group.stats()['copy'].input_rows}"
+            while group.stats()["copy"].input_tuples < len(records):
+                assert time.monotonic() < deadline, (
+                    f"processed {group.stats()['copy'].input_tuples}"
+                )
                 samples.append(sample(sweeper))
                 time.sleep(0.5)
         finally:

@@ -129,7 +129,7 @@ def test_a_full_blob_disk_aborts_the_sweep_leaves_no_blob_and_the_next_one_loses
     # A new checkpoint: the group starts at its consumer group's committed offset (the
     # BLOB's start, which the broker no longer holds) and reads the BLOB.
     drained = drain(config)
-    assert drained.stats["copy"].input_rows == TUPLES - blob.start_offset
+    assert drained.stats["copy"].input_tuples == TUPLES - blob.start_offset
     codec = StreamCodec("flights_copy", schemas.get("flight"), schemas)
     output = read_all(bootstrap, config.output_streams["flights_copy"].topic)
     out = [codec.decode(m.value())["flight"] for m in output]
