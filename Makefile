@@ -49,7 +49,7 @@ test-jvm:
 
 # First prerequisite of each target that needs them, so a missing tool stops the run
 # before the virtualenv is built, not after minutes of failing tests. test-unit needs none.
-system-deps-demo system-deps-test system-deps-test-integration system-deps-test-apache-kafka system-deps-test-soak:
+system-deps-demo system-deps-test system-deps-test-integration system-deps-test-apache-kafka system-deps-test-soak system-deps-test-compose:
 	@scripts/system-deps $(@:system-deps-%=%)
 
 demo: system-deps-demo $(STAMP) $(JAR)
@@ -77,6 +77,13 @@ test-apache-kafka: system-deps-test-apache-kafka $(STAMP) $(JAR)
 # minutes). On the embedded broker: FLOODGATE_KAFKA_ENGINE=noida-db make soak ARGS=--short.
 test-soak: system-deps-test-soak $(STAMP) $(JAR)
 	FLOODGATE_KAFKA_ENGINE=apache-kafka $(BIN)/python -m pytest tests/integration/soak/test_soak.py -m soak $(ARGS)
+
+# The docker-compose stack, for real: Docker's engine started if none runs (and stopped
+# after), the images built from Debian, Maven Central and PyPI (scripts/compose-images),
+# the stack up on them (docker-compose.ci.yml), checked, and taken down.
+test-compose: system-deps-test-compose $(STAMP) $(JAR)
+	scripts/with-dockerd env FLOODGATE_TEST_COMPOSE=1 sh -c 'scripts/compose-images && \
+		FLOODGATE_KAFKA_ENGINE=apache-kafka $(BIN)/python -m pytest tests/integration/deployment/test_compose_stack.py -m compose $(ARGS)'
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline admission sweeper tests bench

@@ -121,7 +121,8 @@ class AdmissionSettings(BaseModel):
     mode). ``None``: none found this way."""
     driver_metrics_urls: list[str] = Field(default_factory=list)
     """More Spark driver endpoints (``http://host:port``, serving
-    ``floodgate_query_group_jvm_heap_*``) whose heap counts in the memory usage."""
+    ``floodgate_query_group_jvm_heap_*`` at ``/metrics``; a URL ending in ``/metrics``
+    names the same endpoint) whose heap counts in the memory usage."""
     driver_heap_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     """How often the drivers' heaps are read (in the background; the check never waits)."""
     leader_check_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0

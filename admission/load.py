@@ -95,7 +95,9 @@ class DriverHeaps:
         timeout_s: float = 0.5,
     ) -> None:
         self.control_dir = Path(control_dir) if control_dir is not None else None
-        self.urls = [u.rstrip("/") for u in urls]
+        # ``http://host:port``; a URL given with its ``/metrics`` path (as Prometheus
+        # scrape targets are written) is the same endpoint.
+        self.urls = [u.rstrip("/").removesuffix("/metrics") for u in urls]
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._ratios: dict[str, float] = {}

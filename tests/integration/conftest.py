@@ -61,6 +61,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     others = (
         {"apache_kafka", "deployment"} if kafka_engine() == "noida-db" else {"noida_db", "no_kafka"}
     )
+    # The compose stack's test runs alone, in `make test-compose` (it builds images first).
+    if not os.environ.get("FLOODGATE_TEST_COMPOSE"):
+        others.add("compose")
     elsewhere = [
         item for item in items if any(item.get_closest_marker(m) is not None for m in others)
     ]

@@ -110,6 +110,8 @@ def dockerfile_stages() -> list[list[str]]:
             continue
         if line.upper().startswith("FROM "):
             stages.append([])
+        elif not stages:
+            continue  # a global ARG (PYTHON_IMAGE), before the first stage
         stages[-1].append(line)
     return stages
 

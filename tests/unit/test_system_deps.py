@@ -34,6 +34,9 @@ PROVIDES = {
     "openjdk-17-jre-headless": ("java",),
     "prometheus": ("promtool", "prometheus"),
     "maven": ("mvn",),
+    "docker.io": ("dockerd", "docker"),
+    "docker-compose": ("docker-compose",),
+    "debootstrap": ("debootstrap",),
 }
 
 
@@ -359,10 +362,24 @@ def test_ci_runs_the_script_before_anything_else_and_installs_nothing_itself() -
     assert lines[:3] == [
         "set -euo pipefail",
         'cd "$(dirname "$0")/.."',
-        "scripts/system-deps test test-apache-kafka",
+        "scripts/system-deps test test-apache-kafka test-compose",
     ]
     assert not [line for line in lines if "apt-get" in line]  # one place for that
 
 
 def test_the_script_is_executable() -> None:
     assert SCRIPT.stat().st_mode & 0o111
+
+
+def test_the_compose_test_gets_docker_compose_and_debootstrap_as_root(machine: Machine) -> None:
+    machine.tools(*JAR_TOOLS)
+    machine.uid(0)
+    machine.apt_get()
+    done, _ = machine.run("test-compose")
+    assert done.returncode == 0, done.stderr
+    installs = [c for c in machine.calls() if " install " in f" {c} "]
+    assert len(installs) == 1, machine.calls()
+    assert installs[0].split()[-4:] == ["docker.io", "docker-compose", "debootstrap", "-qq"]
+    again, _ = machine.run("test-compose")  # everything there now: silent
+    assert (again.returncode, again.stderr) == (0, "")
+

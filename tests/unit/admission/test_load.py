@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from admission.algorithm import Admission, Limits, Load
-from admission.load import combine, heap_ratios
+from admission.load import DriverHeaps, combine, heap_ratios
 from pipeline.metrics import QueryGroupMetrics
 
 
@@ -56,3 +56,12 @@ def test_the_memory_figure_is_the_highest_of_host_and_heaps(
         assert all(r <= host for r in heaps.values())
     else:
         assert math.isclose(heaps[source.removeprefix("jvm:")], memory)
+
+
+def test_a_driver_endpoint_given_with_its_metrics_path_is_the_same_endpoint() -> None:
+    # The compose stack named http://query-group:8790/metrics, which was read as
+    # .../metrics/metrics (404): the driver's heap never counted.
+    heaps = DriverHeaps(
+        control_dir=None, urls=["http://query-group:8790/metrics", "http://h:1/", "http://h:2"]
+    )
+    assert heaps.endpoints() == ["http://query-group:8790", "http://h:1", "http://h:2"]
