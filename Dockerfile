@@ -10,7 +10,7 @@
 # reach the image.
 #
 # PYTHON_IMAGE is the official python:3.11-slim-bookworm; CI, which reaches no container
-# registry, builds one from Debian packages (docker/ci/python, scripts/compose-images).
+# registry, builds one from Debian packages (.ci/images/python, scripts/compose-images).
 # A build where TLS is inspected passes the machine's CA bundle as the secret
 # `ca_bundle` (docker build --secret id=ca_bundle,src=...): pip trusts it for that run,
 # and it never enters the image.
