@@ -146,6 +146,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._consumer: Consumer | None = None
         self._available_now_target: Offsets | None = None
+        #: Where each partition added to the topic since the query started begins: its
+        #: earliest offset when first seen, as Spark's Kafka source starts it.
+        self._added_starts: Offsets = {}
         #: Event-time alignment (option ``maxEventTimeDriftMs``): made on first use.
         self._probe: EventTimeProbe | None = None
         self._idle = IdleTracker(options.idle_partition_timeout_ms / 1000)
@@ -270,14 +273,27 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The end of the next micro-batch: available data capped by ``limit``.
 
-        Partitions added to the topic since ``start`` join from offset 0. Under
+        Partitions added to the topic since ``start`` join from their earliest offset
+        (Spark's Kafka source: "Added partition ... starting from earliest"), not 0,
+        which retention or ``DeleteRecords`` may have removed. Under
         Trigger.AvailableNow the end never passes the target recorded by
         :meth:`prepareForTriggerAvailableNow`.
         """
         begin = self._skip_discarded(offsets_from_json(self.options.topic, start))
-        latest = self._latest()
-        for p in latest:
-            begin.setdefault(p, 0)
+        watermarks = self._watermarks()
+        latest = {p: high for p, (_, high) in watermarks.items()}
+        for p, (low, _) in watermarks.items():
+            if p not in begin:
+                if p not in self._added_starts:
+                    log.info(
+                        "source %s: partition %d added to %s since the query started: read "
+                        "from its earliest offset %d",
+                        self.options.stream,
+                        p,
+                        self.options.topic,
+                        low,
+                    )
+                begin[p] = self._added_starts.setdefault(p, low)
         if self._available_now_target is not None:
             latest = {
                 p: min(o, self._available_now_target.get(p, begin[p])) for p, o in latest.items()
@@ -395,10 +411,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             else:
                 batch, watermark = logged
+        for p in finish:
+            if p not in begin and p not in self._added_starts:  # planned by another driver
+                self._added_starts[p] = self._watermarks()[p][0]
+            begin.setdefault(p, self._added_starts.get(p, 0))
         ranges = [
-            KafkaInputPartition(self.options.topic, p, begin.get(p, 0), e, watermark, batch)
+            KafkaInputPartition(self.options.topic, p, begin[p], e, watermark, batch)
             for p, e in sorted(finish.items())
-            if e > begin.get(p, 0)
+            if e > begin[p]
         ]
         return group_ranges(ranges, self.options.max_tasks)
 

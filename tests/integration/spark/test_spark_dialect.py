@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.errors import StreamingQueryException
 
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.source import KafkaStreamDataSource
+from tests.integration.faults.checks import wait_until
 
 
 def _produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> None:
@@ -186,3 +188,67 @@ def test_decoded_tuples_carry_sparks_columns_beside_their_fields(
         (topic, b"k", b"k", 0, 0)
     }
     assert [r.offset for r in rows] == [r._offset for r in rows] == list(range(5))
+
+
+def test_a_partition_added_later_is_read_from_its_earliest_offset(
+    spark: Any, bootstrap: str, source_format: str, tmp_path: Path
+) -> None:
+    """A partition added to the topic while the query is stopped starts at its earliest
+    offset, as in Spark's Kafka source, not at 0: here its first 5 records are deleted
+    (retention would do the same), and a start at 0 fails the query (failOnDataLoss)."""
+    topic = f"dialect.added.{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (1, None)})
+    _produce(bootstrap, topic, per_partition=4, partitions=1)
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+        "failOnDataLoss": "true",
+    }
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def run() -> list[tuple[int, int]]:
+        seen: list[tuple[int, int]] = []
+
+        def collect(batch: Any, _batch_id: int) -> None:
+            seen.extend(
+                (r.partition, r.offset) for r in batch.select("partition", "offset").collect()
+            )
+
+        df = _session(spark).readStream.format(source_format).options(**options).load()
+        query = (
+            df.writeStream.foreachBatch(collect)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination(180)
+            assert query.exception() is None, query.exception()
+        finally:
+            query.stop()
+        return sorted(seen)
+
+    assert run() == [(0, o) for o in range(4)]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_partitions([NewPartitions(topic, 2)]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(8):
+        producer.produce(topic, value=f"added{i}".encode(), partition=1)
+    assert producer.flush(30) == 0
+    # An admin client made before the partition was added keeps answering "no leaders
+    # found" for it: a new one each try.
+    wait_until(lambda: _deleted(bootstrap, TopicPartition(topic, 1, 5)), 30, "records deleted")
+    assert run() == [(1, 5), (1, 6), (1, 7)]
+
+
+def _deleted(bootstrap: str, before: TopicPartition) -> bool:
+    """Delete the records before ``before``; False while its leader is not known."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        for future in admin.delete_records([before]).values():
+            future.result(30)
+    except KafkaException:
+        return False
+    return True

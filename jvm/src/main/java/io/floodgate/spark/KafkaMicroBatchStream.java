@@ -80,6 +80,13 @@ public final class KafkaMicroBatchStream
 
   private SortedMap<Integer, Long> lastLatest = new TreeMap<>();
 
+  /**
+   * Where each partition added to the topic after the query started begins: its earliest offset
+   * when first seen (as Spark's Kafka source starts an added partition), kept so that the
+   * micro-batch's tasks read from where it was planned.
+   */
+  private final Map<Integer, Long> addedStarts = new HashMap<>();
+
   KafkaMicroBatchStream(
       SourceOptions options, StructType schema, RowLayout layout, EventTimeAligner aligner) {
     this.options = options;
@@ -244,11 +251,9 @@ public final class KafkaMicroBatchStream
   }
 
   private Offset plan(Offset start, ReadLimit limit) {
-    SortedMap<Integer, Long> begin = skipDiscarded(SourceOffset.of(options.topic, start).offsets());
     SortedMap<Integer, Long> latest = latest();
-    for (int p : latest.keySet()) {
-      begin.putIfAbsent(p, 0L);
-    }
+    SortedMap<Integer, Long> begin =
+        withAdded(skipDiscarded(SourceOffset.of(options.topic, start).offsets()), latest.keySet());
     if (availableNowTarget != null) {
       SortedMap<Integer, Long> capped = new TreeMap<>();
       latest.forEach(
@@ -300,6 +305,37 @@ public final class KafkaMicroBatchStream
     return false;
   }
 
+  /**
+   * {@code begin} with each of {@code partitions} it does not name: a partition added to the topic
+   * since the offsets were planned starts at its earliest offset, not at 0, which retention or
+   * {@code DeleteRecords} may have removed (Spark's {@code KafkaMicroBatchStream} does the same,
+   * logging "Added partition ... starting from earliest").
+   */
+  private SortedMap<Integer, Long> withAdded(
+      SortedMap<Integer, Long> begin, Set<Integer> partitions) {
+    List<TopicPartition> unseen = new ArrayList<>();
+    for (int p : partitions) {
+      if (!begin.containsKey(p) && !addedStarts.containsKey(p)) {
+        unseen.add(new TopicPartition(options.topic, p));
+      }
+    }
+    if (!unseen.isEmpty()) {
+      SortedMap<Integer, Long> found = earliest(unseen);
+      LOG.info(
+          "source {}: partitions added to {} since the query started: read from their earliest"
+              + " offsets {}",
+          options.stream,
+          options.topic,
+          found);
+      addedStarts.putAll(found);
+    }
+    SortedMap<Integer, Long> out = new TreeMap<>(begin);
+    for (int p : partitions) {
+      out.putIfAbsent(p, addedStarts.getOrDefault(p, 0L));
+    }
+    return out;
+  }
+
   private SortedMap<Integer, Long> skipDiscarded(Map<Integer, Long> begin) {
     SortedMap<Integer, Long> moved = new TreeMap<>(begin);
     options.discardBefore.forEach((p, o) -> moved.merge(p, o, Math::max));
@@ -318,8 +354,13 @@ public final class KafkaMicroBatchStream
 
   @Override
   public InputPartition[] planInputPartitions(Offset start, Offset end) {
-    SortedMap<Integer, Long> begin = skipDiscarded(SourceOffset.of(options.topic, start).offsets());
     SortedMap<Integer, Long> finish = SourceOffset.of(options.topic, end).offsets();
+    SortedMap<Integer, Long> begin =
+        stoppable(
+            () ->
+                withAdded(
+                    skipDiscarded(SourceOffset.of(options.topic, start).offsets()),
+                    finish.keySet()));
     Long watermark = null;
     Long batch = null;
     if (options.watermarkCheckpoint != null) {
