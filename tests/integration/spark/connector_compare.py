@@ -29,8 +29,10 @@ SELECT CAST(key AS STRING) AS key,
 FROM src
 """
 
-#: The formats compared.
+#: The formats compared: streaming queries, and batch queries (``spark.read``: the JVM
+#: source alone; the Python one reads streams only).
 FORMATS = ("kafka", "floodgate_kafka", "floodgate_kafka_python")
+BATCH_FORMATS = ("kafka", "floodgate_kafka")
 
 
 def run(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
@@ -59,8 +61,24 @@ def run(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def run_batch(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
+    """``QUERY`` over a batch read (``spark.read.format(fmt)``) with ``options``.
+
+    Returns:
+        As :func:`run`.
+    """
+    df = spark.read.format(fmt).options(**options).load()
+    df.createOrReplaceTempView("src")
+    rows = spark.sql(f"SELECT * FROM ({QUERY}) ORDER BY partition, offset").collect()
+    return {
+        "schema": df.schema.simpleString(),
+        "rows": [json.loads(json.dumps(row.asDict(recursive=True), default=str)) for row in rows],
+    }
+
+
 def main(request: dict[str, Any]) -> dict[str, Any]:
-    """Run every format of :data:`FORMATS` with ``request["options"]``; the session's
+    """Run every format of :data:`FORMATS` (of :data:`BATCH_FORMATS` when
+    ``request["mode"]`` is ``batch``) with ``request["options"]``; the session's
     JVM starts with ``request["jars"]`` (Spark's connector) given to ``--jars`` in
     ``PYSPARK_SUBMIT_ARGS``, as ``spark-submit --jars`` would: a ``spark.jars`` set
     once the JVM runs does not reach the class path data sources are looked up in."""
@@ -71,6 +89,8 @@ def main(request: dict[str, Any]) -> dict[str, Any]:
     spark = build_spark_session(app_name="floodgate-connector-compare", master="local[2]")
     try:
         spark.dataSource.register(KafkaStreamDataSource)
+        if request.get("mode") == "batch":
+            return {fmt: run_batch(spark, fmt, request["options"]) for fmt in BATCH_FORMATS}
         return {fmt: run(spark, fmt, request["options"]) for fmt in FORMATS}
     finally:
         spark.stop()

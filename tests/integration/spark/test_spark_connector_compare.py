@@ -35,6 +35,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyspark
 import pytest
@@ -76,13 +77,51 @@ def test_one_query_reads_the_same_rows_from_sparks_connector_and_floodgates_sour
         "includeHeaders": "true",
         "failOnDataLoss": "true",
     }
+    result = compare(options)
+    spark = result["kafka"]
+    assert len(spark["rows"]) == 23 - 2  # partition 1 from offset 2
+    for source in ("floodgate_kafka", "floodgate_kafka_python"):
+        assert result[source]["schema"] == spark["schema"], source
+        assert result[source]["rows"] == spark["rows"], source
+
+
+@pytest.mark.apache_kafka
+def test_one_batch_query_reads_the_same_rows_from_sparks_connector_and_the_jvm_source(
+    bootstrap: str,
+) -> None:
+    """``spark.read`` with Spark's ``startingOffsets`` and ``endingOffsets`` JSON (-2
+    earliest, -1 latest, given offsets), as Spark's guide backfills a topic."""
+    topic = f"compare.batch.{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (2, None)})
+    _produce(bootstrap, topic)
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "startingOffsets": json.dumps({topic: {"0": -2, "1": 2}}),
+        "endingOffsets": json.dumps({topic: {"0": 10, "1": -1}}),
+        "includeHeaders": "true",
+        "failOnDataLoss": "true",
+    }
+    result = compare(options, mode="batch")
+    spark = result["kafka"]
+    assert [(r["partition"], r["offset"]) for r in spark["rows"]] == [
+        *((0, o) for o in range(10)),
+        *((1, o) for o in range(2, 8)),
+    ]
+    assert result["floodgate_kafka"]["schema"] == spark["schema"]
+    assert result["floodgate_kafka"]["rows"] == spark["rows"]
+
+
+def compare(options: dict[str, str], *, mode: str = "stream") -> dict[str, Any]:
+    """Run ``connector_compare`` in a process of its own (the connector's jars on the
+    class path of its JVM): per format, the schema and the rows."""
     jars = jars_spark_lacks(fetch_connector(), Path(pyspark.__file__).parent / "jars")
     done = subprocess.run(
         [
             sys.executable,
             "-m",
             "tests.integration.spark.connector_compare",
-            json.dumps({"options": options, "jars": jars}),
+            json.dumps({"options": options, "jars": jars, "mode": mode}),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -92,9 +131,4 @@ def test_one_query_reads_the_same_rows_from_sparks_connector_and_floodgates_sour
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stderr[-5000:]
-    result = json.loads(lines[-1].removeprefix("RESULT "))
-    spark = result["kafka"]
-    assert len(spark["rows"]) == 23 - 2  # partition 1 from offset 2
-    for source in ("floodgate_kafka", "floodgate_kafka_python"):
-        assert result[source]["schema"] == spark["schema"], source
-        assert result[source]["rows"] == spark["rows"], source
+    return dict(json.loads(lines[-1].removeprefix("RESULT ")))

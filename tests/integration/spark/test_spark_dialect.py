@@ -13,14 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.errors import StreamingQueryException
 
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
+from pipeline.spark.options import SOURCE_NAME
 from pipeline.spark.source import KafkaStreamDataSource
+from pipeline.swept.blob import blob_name, write_sealed_blob
+from pipeline.swept.catalog import SweepCatalog
+from pipeline.swept.reading import RANGE_CONSUMER, read_partition
 from tests.integration.faults.checks import wait_until
 
 
@@ -252,3 +256,60 @@ def _deleted(bootstrap: str, before: TopicPartition) -> bool:
     except KafkaException:
         return False
     return True
+
+
+def test_a_batch_query_reads_from_earliest_to_latest_its_swept_range_from_the_blob(
+    spark: Any, bootstrap: str, tmp_path: Path
+) -> None:
+    """``spark.read`` on the JVM source, as Spark's guide backfills a topic: from
+    ``earliest`` (a batch query's default) to ``latest``, the range swept into a BLOB
+    (and deleted from the broker) read back from it, byte for byte."""
+    topic = f"dialect.batch.{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (1, None)})
+    _produce(bootstrap, topic, per_partition=20, partitions=1)
+    reader = Consumer(
+        {**RANGE_CONSUMER, "bootstrap.servers": bootstrap, "group.id": f"{topic}.sweep"}
+    )
+    path = tmp_path / blob_name(topic, 0, 0, 10)
+    seal = write_sealed_blob(path, read_partition(reader, topic, 0, 0, 10))
+    reader.close()
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    catalog = SweepCatalog(url)
+    catalog.register(
+        topic, 0, 0, 10, path=str(path), size=seal.bytes, tuples=10, now=0.0, seal=seal
+    )
+    catalog.close()
+    wait_until(lambda: _deleted(bootstrap, TopicPartition(topic, 0, 10)), 30, "records deleted")
+    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "sweepCatalog": url}
+    rows = (
+        _session(spark).read.format(SOURCE_NAME).options(**options).load()
+        .orderBy("offset").collect()
+    )  # fmt: skip
+    assert [(r.offset, r.key, r.value) for r in rows] == [
+        (i, f"k{i}".encode(), f"v{i}".encode()) for i in range(20)
+    ]
+    # endingOffsets as Spark's JSON (-1: latest), from a given start.
+    bounded = {
+        **options,
+        "startingOffsets": json.dumps({topic: {"0": 5}}),
+        "endingOffsets": json.dumps({topic: {"0": 12}}),
+    }
+    rows = _session(spark).read.format(SOURCE_NAME).options(**bounded).load().collect()
+    assert sorted(r.offset for r in rows) == list(range(5, 12))
+
+
+def test_batch_and_streaming_queries_refuse_each_others_bounds(spark: Any, bootstrap: str) -> None:
+    """As Spark's Kafka source: a batch query cannot start at latest, and a streaming
+    query takes no endingOffsets."""
+    topic = f"dialect.bounds.{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (1, None)})
+    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}
+    session = _session(spark)
+    with pytest.raises(Exception, match="a batch query cannot start at latest"):
+        session.read.format(SOURCE_NAME).options(
+            **options, startingOffsets="latest"
+        ).load().collect()
+    stream = session.readStream.format(SOURCE_NAME).options(**options, endingOffsets="latest")
+    query = stream.load().writeStream.format("memory").queryName(f"bounds_{topic[-8:]}").start()
+    with pytest.raises(Exception, match="'endingOffsets' is not supported in a streaming query"):
+        query.awaitTermination(120)

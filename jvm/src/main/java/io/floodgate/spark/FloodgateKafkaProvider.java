@@ -3,6 +3,7 @@ package io.floodgate.spark;
 import io.floodgate.spark.serde.SchemaRepository;
 import io.floodgate.spark.serde.StreamSchema;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import org.apache.avro.Schema;
@@ -33,7 +34,9 @@ public final class FloodgateKafkaProvider implements TableProvider, DataSourceRe
    */
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
-    SourceOptions parsed = SourceOptions.parse(options.asCaseSensitiveMap());
+    Map<String, String> given = new HashMap<>(options.asCaseSensitiveMap());
+    BatchBounds.take(given); // a batch query's bounds: the table's scan reads them
+    SourceOptions parsed = SourceOptions.parse(given);
     List<String> decoded = null;
     if (parsed.fields != null) {
       decoded = new ArrayList<>(parsed.fields);

@@ -1,6 +1,7 @@
 package io.floodgate.spark;
 
 import java.util.EnumSet;
+import java.util.HashMap;
 import java.util.Map;
 import java.util.Set;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
@@ -9,7 +10,7 @@ import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** The topic as a table Spark reads in micro-batches. */
+/** The topic as a table Spark reads in micro-batches, or in one batch ({@code spark.read}). */
 final class FloodgateKafkaTable implements SupportsRead {
   private final StructType schema;
   private final Map<String, String> properties;
@@ -35,11 +36,13 @@ final class FloodgateKafkaTable implements SupportsRead {
 
   @Override
   public Set<TableCapability> capabilities() {
-    return EnumSet.of(TableCapability.MICRO_BATCH_READ);
+    return EnumSet.of(TableCapability.MICRO_BATCH_READ, TableCapability.BATCH_READ);
   }
 
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-    return new KafkaScanBuilder(schema, SourceOptions.parse(options.asCaseSensitiveMap()));
+    Map<String, String> given = new HashMap<>(options.asCaseSensitiveMap());
+    BatchBounds bounds = BatchBounds.take(given);
+    return new KafkaScanBuilder(schema, SourceOptions.parse(given), bounds);
   }
 }

@@ -12,24 +12,18 @@ import io.floodgate.spark.read.RowLayout;
 import io.floodgate.spark.read.SourceAccumulators;
 import java.io.InterruptedIOException;
 import java.io.UncheckedIOException;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
 import java.util.SortedMap;
 import java.util.TreeMap;
-import java.util.TreeSet;
 import java.util.function.Supplier;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
-import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InterruptException;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.spark.SparkContext;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
@@ -72,7 +66,7 @@ public final class KafkaMicroBatchStream
   private final SourceAccumulators accumulators;
   private final EventTimeAligner aligner;
   private final IdleTracker idle;
-  private KafkaConsumer<byte[], byte[]> consumer;
+  private final TopicOffsets offsets;
   private SortedMap<Integer, Long> availableNowTarget;
 
   /** When the last micro-batch was let through (minOffsetsPerTrigger); 0: never. */
@@ -94,68 +88,15 @@ public final class KafkaMicroBatchStream
     this.layout = layout;
     this.aligner = aligner;
     this.idle = new IdleTracker(options.idlePartitionTimeoutMs);
+    this.offsets = new TopicOffsets(options);
     SparkContext context = SparkContext.getOrCreate();
     this.accumulators = SourceAccumulators.register(context, options.stream);
   }
 
-  private KafkaConsumer<byte[], byte[]> consumer() {
-    if (consumer == null) {
-      consumer =
-          new KafkaConsumer<>(
-              KafkaClients.consumer(options, Map.of()),
-              new ByteArrayDeserializer(),
-              new ByteArrayDeserializer());
-    }
-    return consumer;
-  }
-
-  private List<Integer> partitions() {
-    List<PartitionInfo> infos = consumer().partitionsFor(options.topic, Duration.ofSeconds(30));
-    if (infos == null || infos.isEmpty()) {
-      throw new IllegalStateException(
-          "topic '" + options.topic + "' is not available: unknown topic");
-    }
-    TreeSet<Integer> all = new TreeSet<>();
-    infos.forEach(i -> all.add(i.partition()));
-    if (options.assignedPartitions == null) {
-      return new ArrayList<>(all);
-    }
-    TreeSet<Integer> absent = new TreeSet<>(options.assignedPartitions);
-    absent.removeAll(all);
-    if (!absent.isEmpty()) {
-      throw SourceOptions.refuse(
-          "assign names partitions "
-              + absent
-              + " of '"
-              + options.topic
-              + "', which has partitions "
-              + all);
-    }
-    return options.assignedPartitions;
-  }
-
-  private List<TopicPartition> topicPartitions() {
-    List<TopicPartition> out = new ArrayList<>();
-    partitions().forEach(p -> out.add(new TopicPartition(options.topic, p)));
-    return out;
-  }
-
-  /** The last stable offsets (read committed) per partition. */
+  /** The last stable offsets (read committed) per partition, remembered for the lag metric. */
   private SortedMap<Integer, Long> latest() {
-    SortedMap<Integer, Long> out = new TreeMap<>();
-    consumer()
-        .endOffsets(topicPartitions(), Duration.ofSeconds(60))
-        .forEach((tp, o) -> out.put(tp.partition(), o));
-    lastLatest = out;
-    return out;
-  }
-
-  private SortedMap<Integer, Long> earliest(List<TopicPartition> tps) {
-    SortedMap<Integer, Long> out = new TreeMap<>();
-    consumer()
-        .beginningOffsets(tps, Duration.ofSeconds(60))
-        .forEach((tp, o) -> out.put(tp.partition(), o));
-    return out;
+    lastLatest = offsets.latest();
+    return lastLatest;
   }
 
   /**
@@ -184,45 +125,8 @@ public final class KafkaMicroBatchStream
   }
 
   private Offset startingOffset() {
-    List<TopicPartition> tps = topicPartitions();
-    SortedMap<Integer, Long> start;
-    switch (options.startingOffsets) {
-      case "latest" -> start = latest();
-      case "earliest" -> start = earliest(tps);
-      case "specific" -> {
-        SortedMap<Integer, Long> low = earliest(tps);
-        SortedMap<Integer, Long> high = latest();
-        if (!options.startingPartitionOffsets.keySet().equals(low.keySet())) {
-          throw SourceOptions.refuse(
-              "startingOffsets names partitions "
-                  + options.startingPartitionOffsets.keySet()
-                  + " of '"
-                  + options.topic
-                  + "', which reads partitions "
-                  + low.keySet()
-                  + ": name every one (as Spark's Kafka source requires)");
-        }
-        start = new TreeMap<>();
-        for (Map.Entry<Integer, Long> e : options.startingPartitionOffsets.entrySet()) {
-          long o = e.getValue();
-          start.put(
-              e.getKey(),
-              o == SourceOptions.EARLIEST
-                  ? low.get(e.getKey())
-                  : o == SourceOptions.LATEST ? high.get(e.getKey()) : o);
-        }
-      }
-      default -> {
-        SortedMap<Integer, Long> low = earliest(tps);
-        Map<TopicPartition, OffsetAndMetadata> committed =
-            consumer().committed(new HashSet<>(tps), Duration.ofSeconds(60));
-        start = new TreeMap<>();
-        for (TopicPartition tp : tps) {
-          OffsetAndMetadata c = committed.get(tp);
-          start.put(tp.partition(), c != null ? c.offset() : low.get(tp.partition()));
-        }
-      }
-    }
+    SortedMap<Integer, Long> start =
+        offsets.start(options.startingOffsets, options.startingPartitionOffsets);
     LOG.info("source {}: initial offsets {}", options.stream, start);
     return new SourceOffset(options.topic, start);
   }
@@ -320,7 +224,7 @@ public final class KafkaMicroBatchStream
       }
     }
     if (!unseen.isEmpty()) {
-      SortedMap<Integer, Long> found = earliest(unseen);
+      SortedMap<Integer, Long> found = offsets.earliest(unseen);
       LOG.info(
           "source {}: partitions added to {} since the query started: read from their earliest"
               + " offsets {}",
@@ -410,7 +314,7 @@ public final class KafkaMicroBatchStream
     if (!offsets.isEmpty()) {
       stoppable(
           () -> {
-            consumer().commitSync(offsets, Duration.ofSeconds(60));
+            this.offsets.commit(offsets);
             return null;
           });
     }
@@ -443,10 +347,7 @@ public final class KafkaMicroBatchStream
 
   @Override
   public void stop() {
-    if (consumer != null) {
-      consumer.close(Duration.ofSeconds(5));
-      consumer = null;
-    }
+    offsets.close();
     aligner.close();
   }
 

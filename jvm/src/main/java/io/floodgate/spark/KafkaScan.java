@@ -4,20 +4,23 @@ import io.floodgate.spark.alignment.EventTimeAligner;
 import io.floodgate.spark.alignment.EventTimeAligners;
 import io.floodgate.spark.read.RowLayout;
 import org.apache.spark.sql.connector.metric.CustomMetric;
+import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.types.StructType;
 
-/** A scan of the topic: the micro-batch stream of one streaming query. */
+/** A scan of the topic: the micro-batch stream of a streaming query, or a batch query's read. */
 final class KafkaScan implements Scan {
   private final StructType schema;
   private final StructType required;
   private final SourceOptions options;
+  private final BatchBounds bounds;
 
-  KafkaScan(StructType schema, StructType required, SourceOptions options) {
+  KafkaScan(StructType schema, StructType required, SourceOptions options, BatchBounds bounds) {
     this.schema = schema;
     this.required = required;
     this.options = options;
+    this.bounds = bounds;
   }
 
   @Override
@@ -32,10 +35,21 @@ final class KafkaScan implements Scan {
 
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+    if (bounds.endingOffsets != null) {
+      throw SourceOptions.refuse(
+          "option 'endingOffsets' is not supported in a streaming query: it applies to batch"
+              + " queries only (spark.read), as in Spark's Kafka source");
+    }
     RowLayout layout = new RowLayout(required, FloodgateKafkaProvider.avroSchema(options), options);
     EventTimeAligner aligner =
         options.maxEventTimeDriftMs == null ? EventTimeAligner.NONE : EventTimeAligners.of(options);
     return new KafkaMicroBatchStream(options, required, layout, aligner);
+  }
+
+  @Override
+  public Batch toBatch() {
+    RowLayout layout = new RowLayout(required, FloodgateKafkaProvider.avroSchema(options), options);
+    return new KafkaBatch(options, required, layout, bounds);
   }
 
   @Override

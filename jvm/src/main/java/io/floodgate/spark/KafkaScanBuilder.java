@@ -13,11 +13,13 @@ import org.apache.spark.sql.types.StructType;
 final class KafkaScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns {
   private final StructType schema;
   private final SourceOptions options;
+  private final BatchBounds bounds;
   private StructType required;
 
-  KafkaScanBuilder(StructType schema, SourceOptions options) {
+  KafkaScanBuilder(StructType schema, SourceOptions options, BatchBounds bounds) {
     this.schema = schema;
     this.options = options;
+    this.bounds = bounds;
     this.required = schema;
   }
 
@@ -28,6 +30,6 @@ final class KafkaScanBuilder implements ScanBuilder, SupportsPushDownRequiredCol
 
   @Override
   public Scan build() {
-    return new KafkaScan(schema, required, options);
+    return new KafkaScan(schema, required, options, bounds);
   }
 }

@@ -1,0 +1,108 @@
+package io.floodgate.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.io.Serializable;
+import java.util.HashMap;
+import java.util.Locale;
+import java.util.Map;
+import java.util.SortedMap;
+import java.util.TreeMap;
+
+/**
+ * What a batch query ({@code spark.read}) reads of the topic, from the options a streaming query
+ * does not take: {@code endingOffsets} ({@code latest}, the default, or Spark's JSON with -1 for a
+ * partition's latest offset), and whether {@code startingOffsets} was given at all (a batch query
+ * starts at {@code earliest} by default, as Spark's Kafka source; a streaming one at {@code latest}
+ * or the committed offsets). Spark's {@code KafkaSourceProvider} reads the same two options, with
+ * the same refusals: a batch cannot start at {@code latest} nor end at {@code earliest}.
+ */
+final class BatchBounds implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  /** The option a streaming query refuses. */
+  static final String ENDING_OFFSETS = "endingOffsets";
+
+  /** {@code endingOffsets} as given, {@code null} when it was not. */
+  final String endingOffsets;
+
+  /** Whether the options name {@code startingOffsets}. */
+  final boolean startingGiven;
+
+  private BatchBounds(String endingOffsets, boolean startingGiven) {
+    this.endingOffsets = endingOffsets;
+    this.startingGiven = startingGiven;
+  }
+
+  /**
+   * Take the batch-only options out of {@code options} (keys are case-insensitive), leaving the
+   * rest for {@link SourceOptions#parse}.
+   */
+  static BatchBounds take(Map<String, String> options) {
+    String ending = null;
+    boolean starting = false;
+    for (String key : new HashMap<>(options).keySet()) {
+      String lower = key.toLowerCase(Locale.ROOT);
+      if (lower.equals(ENDING_OFFSETS.toLowerCase(Locale.ROOT))) {
+        ending = options.remove(key);
+      } else if (lower.equals("startingoffsets")) {
+        starting = true;
+      }
+    }
+    return new BatchBounds(ending, starting);
+  }
+
+  /**
+   * The end offset of each partition: {@code latest} (the last stable offsets) or Spark's JSON,
+   * every partition read named, -1 for its latest.
+   *
+   * @throws IllegalArgumentException {@code earliest}, -2, a partition not read, or another shape
+   */
+  SortedMap<Integer, Long> ends(String topic, SortedMap<Integer, Long> latest) {
+    String text = endingOffsets == null ? "latest" : endingOffsets.strip();
+    if (text.equalsIgnoreCase("latest")) {
+      return new TreeMap<>(latest);
+    }
+    String allowed =
+        "allowed: latest, or JSON {\""
+            + topic
+            + "\": {\"<partition>\": <offset>}} with -1 for latest, as Spark's Kafka source (a"
+            + " batch query cannot end at earliest)";
+    SortedMap<Integer, Long> given;
+    try {
+      JsonNode value = Assignment.readJson(text);
+      if (!value.isObject() || value.size() != 1 || !value.has(topic)) {
+        throw new IllegalArgumentException("not the offsets of topic " + topic + " alone");
+      }
+      given = Assignment.offsets(topic, value);
+    } catch (IllegalArgumentException e) {
+      throw SourceOptions.refuse("endingOffsets = " + text + "; " + allowed);
+    }
+    if (!given.keySet().equals(latest.keySet())) {
+      throw SourceOptions.refuse(
+          "endingOffsets names partitions "
+              + given.keySet()
+              + " of '"
+              + topic
+              + "', which reads partitions "
+              + latest.keySet()
+              + ": name every one (as Spark's Kafka source requires)");
+    }
+    SortedMap<Integer, Long> ends = new TreeMap<>();
+    for (Map.Entry<Integer, Long> e : given.entrySet()) {
+      long o = e.getValue();
+      if (o < SourceOptions.LATEST) {
+        throw SourceOptions.refuse(
+            "endingOffsets = "
+                + text
+                + ": partition "
+                + e.getKey()
+                + " ends at "
+                + o
+                + "; "
+                + allowed);
+      }
+      ends.put(e.getKey(), o == SourceOptions.LATEST ? latest.get(e.getKey()) : o);
+    }
+    return ends;
+  }
+}
