@@ -61,6 +61,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class Releasable(Protocol):
+    """A held query group's release (:class:`~pipeline.spark.hold.Hold`)."""
+
+    def release(self) -> None:
+        """Release a HELD group (raises ``QueryGroupError`` when it is not HELD)."""
+
+
 class ControlledGroup(Protocol):
     """What the control endpoint needs of a query group
     (:class:`~pipeline.spark.query_group.QueryGroup` is one)."""
@@ -71,8 +78,9 @@ class ControlledGroup(Protocol):
     def status(self) -> dict[str, Any]:
         """The group as ``GET /status`` shows it."""
 
-    def release(self) -> None:
-        """Release a HELD group (raises ``QueryGroupError`` when it is not HELD)."""
+    @property
+    def hold(self) -> Releasable:
+        """The group's hold (:class:`~pipeline.spark.hold.Hold`)."""
 
     def request_stop(self) -> None:
         """Stop the group from another thread."""
@@ -185,7 +193,7 @@ def build_app(group: ControlledGroup, *, token: str) -> FastAPI:
     def release() -> dict[str, Any]:
         """Release a HELD query group; 409 when it is not held."""
         try:
-            group.release()
+            group.hold.release()
         except QueryGroupError as exc:
             raise HTTPException(status_code=409, detail=str(exc)) from exc
         return group.status()

@@ -31,14 +31,20 @@ class QueueReader(Protocol):
         answer."""
 
 
-class GuardListener(Protocol):
-    """What an :class:`OutputQueueGuard` tells its query group."""
+class QueueReadings(Protocol):
+    """Where an :class:`OutputQueueGuard`'s reads of its queue go (the query group's
+    gauges, :class:`~pipeline.spark.queue_gauges.QueueGauges`)."""
 
-    def on_output_queue(
+    def record_output(
         self, stream: str, snapshot: QueueSnapshot, check_s: float | None = None
     ) -> None:
         """A fresh read of an output stream queue; ``check_s``: how long the read took,
         when it was a micro-batch's check (seconds)."""
+
+
+class HoldListener(Protocol):
+    """What an :class:`OutputQueueGuard` tells of its sleeps and holds (the query
+    group's :class:`~pipeline.spark.hold.Hold`)."""
 
     def on_sleep(self, query: str, stream: str, retry: int, sleep_s: float) -> None:
         """A query starts sleeping on a full output stream queue (retry is 1-based)."""
@@ -78,7 +84,8 @@ class OutputQueueGuard:
         retry_count: ``sleep_on_over_store_retry_count``; 0 holds at once.
         interrupted: set when the group is held or stopped; wakes a sleeping query,
             which then gives up without writing.
-        listener: the query group.
+        readings: where each read of the queue goes (the group's gauges).
+        hold: told of each sleep, wake and hold (the group's :class:`~pipeline.spark.hold.Hold`).
         wait: how to sleep (``Event.wait``-like; for unit tests of the rule).
     """
 
@@ -92,7 +99,8 @@ class OutputQueueGuard:
         sleep_ms: int,
         retry_count: int,
         interrupted: threading.Event | None = None,
-        listener: GuardListener | None = None,
+        readings: QueueReadings | None = None,
+        hold: HoldListener | None = None,
         wait: Callable[[float], Any] | None = None,
     ) -> None:
         self.query_group = query_group
@@ -102,7 +110,8 @@ class OutputQueueGuard:
         self.sleep_s = sleep_ms / 1000.0
         self.retry_count = retry_count
         self.interrupted = interrupted or threading.Event()
-        self.listener = listener
+        self.readings = readings
+        self.hold = hold
         self._wait = wait or self.interrupted.wait
         self._lock = threading.Lock()
         #: Sleeps and holds so far (also in the group's metrics).
@@ -157,11 +166,11 @@ class OutputQueueGuard:
                 raise BatchInterrupted(query_group=self.query_group, query=query, batch_id=batch_id)
             started = time.perf_counter()
             snapshot = self.reader.snapshot(wait_s=BROKER_WAIT_S)
-            if self.listener is not None:
-                self.listener.on_output_queue(self.stream, snapshot, time.perf_counter() - started)
+            if self.readings is not None:
+                self.readings.record_output(self.stream, snapshot, time.perf_counter() - started)
             if required <= snapshot.free_queue_size:
-                if retry and self.listener is not None:
-                    self.listener.on_awake(query, self.stream)
+                if retry and self.hold is not None:
+                    self.hold.on_awake(query, self.stream)
                 return
             if retry >= self.retry_count:
                 raise self._held(
@@ -183,8 +192,8 @@ class OutputQueueGuard:
                 retry,
                 self.retry_count,
             )
-            if self.listener is not None:
-                self.listener.on_sleep(query, self.stream, retry, self.sleep_s)
+            if self.hold is not None:
+                self.hold.on_sleep(query, self.stream, retry, self.sleep_s)
             self._wait(self.sleep_s)
 
     def _held(
@@ -202,6 +211,6 @@ class OutputQueueGuard:
         )
         self.holds += 1
         log.error("%s", held)
-        if self.listener is not None:
-            self.listener.on_hold(held)
+        if self.hold is not None:
+            self.hold.on_hold(held)
         return held

@@ -55,7 +55,7 @@ class HeldGroup(Protocol):
 
 class Hold:
     """The sleep, hold and release of one query group: a
-    :class:`~pipeline.spark.guard.GuardListener` half (:meth:`on_sleep`,
+    :class:`~pipeline.spark.guard.HoldListener` (:meth:`on_sleep`,
     :meth:`on_awake`, :meth:`on_hold`) and the release.
 
     Args:
@@ -84,8 +84,9 @@ class Hold:
 
     # -- the guards' reports -----------------------------------------------------
 
-    def on_sleep(self, query: str, stream: str) -> None:
-        """A query sleeps on a full output stream queue: EXECUTING turns SLEEPING."""
+    def on_sleep(self, query: str, stream: str, retry: int = 1, sleep_s: float = 0.0) -> None:
+        """A query sleeps on a full output stream queue (its ``retry``-th sleep, of
+        ``sleep_s`` seconds): EXECUTING turns SLEEPING."""
         group = self._group
         group.metrics.sleeps.labels(group.name, stream).inc()
         with self._state_lock:

@@ -13,8 +13,9 @@ belong to the bounded output stream queues (docs/architecture.md, "The hold";
 :class:`~pipeline.spark.guard.OutputQueueGuard` and :class:`~pipeline.spark.hold.Hold`):
 a query whose micro-batch output does not fit sleeps (SLEEPING), and after
 ``sleep_on_over_store_retry_count`` sleeps the group is HELD -- every query stops, the
-batch uncommitted. :meth:`QueryGroup.release` (CLI, HTTP, or ``auto_release``) starts
-them again from their checkpoints, so the held batch is replayed (``on_hold_input =
+batch uncommitted. The group's :class:`~pipeline.spark.hold.Hold` (``group.hold``) owns
+all of that; its ``release`` (CLI, HTTP, or ``auto_release``) starts them again
+from their checkpoints, so the held batch is replayed (``on_hold_input =
 "retain"``) or skipped with the rest of the input queue (``"discard"``: a held group's
 input tuples are discarded, and counted).
 
@@ -42,13 +43,11 @@ from pipeline.errors import (
     ConfigError,
     MicroBatchError,
     QueryGroupError,
-    QueryGroupHeld,
     compact_error,
 )
 from pipeline.kafka.retries import BROKER_WAIT_S
 from pipeline.kafka.topics import ensure_topics
 from pipeline.metrics import QueryGroupMetrics
-from pipeline.queues.snapshot import QueueSnapshot
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.guard import OutputQueueGuard
 from pipeline.spark.hold import Hold
@@ -156,22 +155,6 @@ class QueryGroup:
     def state(self, value: QueryGroupState) -> None:
         self._state = value
         self.metrics.set_state(self.name, value.value, [s.value for s in QueryGroupState])
-
-    @property
-    def held(self) -> QueryGroupHeld | None:
-        """Why the group is held (``None`` unless HELD)."""
-        return self.hold.held
-
-    @property
-    def held_since(self) -> float | None:
-        """Since when the group is held (epoch seconds; ``None`` unless HELD)."""
-        return self.hold.held_since
-
-    @property
-    def discarded(self) -> dict[str, int]:
-        """Input tuples skipped on release, per input stream (``on_hold_input =
-        "discard"``)."""
-        return self.hold.discarded
 
     @property
     def stopping(self) -> bool:
@@ -322,7 +305,8 @@ class QueryGroup:
                 sleep_ms=group.sleep_on_over_store_ms,
                 retry_count=group.sleep_on_over_store_retry_count,
                 interrupted=self.hold.interrupted,
-                listener=self,
+                readings=self.gauges,
+                hold=self.hold,
             )
             # Series exist at 0 before the first sleep or hold (no "no data" panels).
             for family in (
@@ -595,34 +579,6 @@ class QueryGroup:
 
     # -- output stream queues: sleep, hold, release ---------------------------
 
-    def on_output_queue(
-        self, stream: str, snapshot: QueueSnapshot, check_s: float | None = None
-    ) -> None:
-        """:class:`~pipeline.spark.guard.GuardListener`: a fresh read of an output queue."""
-        self.gauges.record_output(stream, snapshot, check_s)
-
-    def on_sleep(self, query: str, stream: str, retry: int, sleep_s: float) -> None:
-        """:class:`~pipeline.spark.guard.GuardListener`: a query sleeps on a full output queue."""
-        self.hold.on_sleep(query, stream)
-
-    def on_awake(self, query: str, stream: str) -> None:
-        """:class:`~pipeline.spark.guard.GuardListener`: a sleeping query found room."""
-        self.hold.on_awake(query, stream)
-
-    def on_hold(self, held: QueryGroupHeld) -> None:
-        """:class:`~pipeline.spark.guard.GuardListener`: hold the group
-        (:meth:`Hold.on_hold <pipeline.spark.hold.Hold.on_hold>`)."""
-        self.hold.on_hold(held)
-
-    def release(self) -> None:
-        """Release a HELD query group: start its queries again from their checkpoints
-        (:meth:`Hold.release <pipeline.spark.hold.Hold.release>`).
-
-        Raises:
-            QueryGroupError: the group is not HELD (the message names its state).
-        """
-        self.hold.release()
-
     def _monitor_loop(self) -> None:
         """Refresh output queue and driver heap gauges; release a held group when
         ``auto_release``."""
@@ -647,7 +603,7 @@ class QueryGroup:
                     self.gauges.refresh_outputs()
                     if self.hold.resume_ready(self.gauges.output_snapshots):
                         log.info("query group %s: output queues drained: auto release", self.name)
-                        self.release()
+                        self.hold.release()
                 elif not sampled and self.state not in (
                     QueryGroupState.HELD,
                     QueryGroupState.STARTING,
@@ -681,11 +637,11 @@ class QueryGroup:
         return group_status(
             self.config,
             state=self.state.value,
-            held=self.held,
-            held_since=self.held_since,
+            held=self.hold.held,
+            held_since=self.hold.held_since,
             queries=queries,
             output_queues=self.gauges.output_snapshots,
-            discarded=self.discarded,
+            discarded=self.hold.discarded,
             spark=self._spark,
         )
 

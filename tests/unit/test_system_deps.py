@@ -382,4 +382,3 @@ def test_the_compose_test_gets_docker_compose_and_debootstrap_as_root(machine: M
     assert installs[0].split()[-4:] == ["docker.io", "docker-compose", "debootstrap", "-qq"]
     again, _ = machine.run("test-compose")  # everything there now: silent
     assert (again.returncode, again.stderr) == (0, "")
-

@@ -198,7 +198,7 @@ def test_slow_reader_sleeps_then_holds_and_release_loses_and_duplicates_nothing(
         while len(got) < len(records) and time.monotonic() < deadline:
             got.extend(output.get(max_tuples=500, timeout_s=0.5))
             if group.state == QueryGroupState.HELD:
-                group.release()
+                group.hold.release()
         # Everything processed and read: both queues are empty, and so is their lag.
         # The reader steps over the last batch's transaction markers (they count in
         # the length) on a read after its last tuple; what such a read returns is kept.
@@ -286,7 +286,7 @@ def test_discard_skips_and_counts_exactly_the_input_queued_while_held(
             got.extend(output.get(max_tuples=500, timeout_s=1.0))
         call(config.name, "release", url=url, control_dir=config.query_group.control_dir)
         skipped = len(first) + len(while_held) - written
-        assert group.discarded == {"flights": skipped}
+        assert group.hold.discarded == {"flights": skipped}
         assert metric(group, "floodgate_query_group_discarded_tuples_total", stream="flights") == (
             skipped
         )

@@ -42,7 +42,7 @@ class Events:
 
     seen: list[tuple[str, object]] = field(default_factory=list)
 
-    def on_output_queue(
+    def record_output(
         self, stream: str, snapshot: QueueSnapshot, check_s: float | None = None
     ) -> None:
         assert check_s is not None and check_s >= 0  # every read of the guard is a check
@@ -80,7 +80,8 @@ def make_guard(
         sleep_ms=sleep_ms,
         retry_count=retry_count,
         interrupted=interrupted,
-        listener=events,
+        readings=events,
+        hold=events,
         wait=sleeps.append,
     )
 
