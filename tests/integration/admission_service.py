@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from tests.integration.helpers import wait_until
+
 TOKEN = "t0ken-for-tests"
 #: ``admission.intake_key`` of the tests that turn the request intake on.
 INTAKE_KEY = "intake-key-for-tests-0123456789abcdef"
@@ -47,11 +49,8 @@ class Service:
 
 
 def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    """:func:`~tests.integration.helpers.wait_until`, an exception of ``predicate`` raised."""
+    wait_until(predicate, timeout_s, what, tolerate=False, every_s=0.1)
 
 
 def intake_settings(bootstrap: str, run_id: str) -> dict[str, Any]:

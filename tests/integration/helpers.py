@@ -4,7 +4,9 @@ import these by absolute name (``from tests.integration.helpers import ...``).""
 
 from __future__ import annotations
 
+import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,3 +87,37 @@ class Drained:
     stats: dict[str, QueryStats]
     batches_written: dict[str, int]
     registry: CollectorRegistry
+
+
+def wait_until(
+    predicate: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    *,
+    tolerate: bool = True,
+    every_s: float = 0.25,
+) -> None:
+    """Poll ``predicate`` every ``every_s`` until it holds.
+
+    Args:
+        tolerate: an exception of ``predicate`` counts as "not yet" (a broker coming
+            back; the last one is named on a timeout); ``False`` raises it.
+
+    Raises:
+        AssertionError: ``timeout_s`` passed, naming ``what``.
+    """
+    deadline = time.monotonic() + timeout_s
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception as exc:
+            if not tolerate:
+                raise
+            last = exc
+        time.sleep(every_s)
+    raise AssertionError(
+        f"timed out after {timeout_s:.0f} s waiting for {what}"
+        + (f" (last error: {last!r})" if last else "")
+    )

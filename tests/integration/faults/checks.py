@@ -40,6 +40,7 @@ from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
 from pipeline.spark.states import QueryGroupState
+from tests.integration.helpers import wait_until
 
 if TYPE_CHECKING:
     from pipeline.spark.query_group import QueryGroup
@@ -57,40 +58,6 @@ LSO_WAIT_S = 150.0
 SETTLE_S = 300.0
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def wait_until(
-    predicate: Callable[[], bool],
-    timeout_s: float,
-    what: str,
-    *,
-    tolerate: bool = True,
-    every_s: float = 0.25,
-) -> None:
-    """Poll ``predicate`` every ``every_s`` until it holds.
-
-    Args:
-        tolerate: an exception of ``predicate`` counts as "not yet" (a broker coming
-            back; the last one is named on a timeout); ``False`` raises it.
-
-    Raises:
-        AssertionError: ``timeout_s`` passed, naming ``what``.
-    """
-    deadline = time.monotonic() + timeout_s
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except Exception as exc:
-            if not tolerate:
-                raise
-            last = exc
-        time.sleep(every_s)
-    raise AssertionError(
-        f"timed out after {timeout_s:.0f} s waiting for {what}"
-        + (f" (last error: {last!r})" if last else "")
-    )
 
 
 def key_of(record: dict[str, Any]) -> tuple[Any, ...]:

@@ -68,7 +68,7 @@ def committed_and_end(bootstrap: str, group: str, topic: str) -> tuple[int, int]
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, log_path: Path) -> None:
-    """:func:`tests.integration.faults.checks.wait_until` (an exception of ``predicate``
+    """:func:`tests.integration.helpers.wait_until` (an exception of ``predicate``
     is raised), with the driver's log in the timeout's message."""
     try:
         checks.wait_until(predicate, timeout_s, what, tolerate=False)

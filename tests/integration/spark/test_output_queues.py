@@ -30,7 +30,7 @@ from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.http_client import call
 from pipeline.spark.query_group import QueryGroup, QueryGroupState
-from tests.integration.helpers import flights_raw_config
+from tests.integration.helpers import flights_raw_config, wait_until
 
 OUTPUT_MAX = 700
 BATCH = 250
@@ -104,11 +104,8 @@ def started(
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 90.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    """:func:`~tests.integration.helpers.wait_until`, an exception of ``predicate`` raised."""
+    wait_until(predicate, timeout_s, what, tolerate=False, every_s=0.05)
 
 
 def metric(group: QueryGroup, name: str, **labels: str) -> float:

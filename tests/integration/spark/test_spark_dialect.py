@@ -25,7 +25,7 @@ from pipeline.spark.source import KafkaStreamDataSource
 from pipeline.swept.blob import blob_name, write_sealed_blob
 from pipeline.swept.catalog import SweepCatalog
 from pipeline.swept.reading import RANGE_CONSUMER, read_partition
-from tests.integration.faults.checks import wait_until
+from tests.integration.helpers import wait_until
 
 
 def _produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> None:
