@@ -123,4 +123,3 @@ class _MkDocsLoader(yaml.SafeLoader):
 _MkDocsLoader.add_multi_constructor(
     "tag:yaml.org,2002:python/name:", lambda _loader, suffix, _node: suffix
 )
-
