@@ -101,6 +101,8 @@ def test_run_available_now_processes_what_is_queued(
         "--limit",
         "3000",
         "--no-read-outputs",
+        "--metrics-port",
+        "0",  # a free port: another process on the default 8791 failed the run once
     )
     _run(installed, tmp_path, "run", "flights", "--bootstrap", servers, "--available-now")
     ledger = json.loads(
