@@ -52,7 +52,7 @@ from pydantic import (
 )
 
 from pipeline.errors import ConfigError
-from pipeline.kafka.clients import RESERVED_KAFKA_KEYS
+from pipeline.kafka.clients import check_pass_through
 from pipeline.names import (
     DEFAULT_CONSUMER_GROUP_PREFIX,
     dead_letter_topic,
@@ -191,9 +191,7 @@ class KafkaConfig(_Strict):
     def _check_client(
         cls, value: dict[str, str | int | float | bool]
     ) -> dict[str, str | int | float | bool]:
-        for key in value:
-            if key in RESERVED_KAFKA_KEYS:
-                raise ValueError(f"may not set {key!r}: {RESERVED_KAFKA_KEYS[key]}")
+        check_pass_through(value)
         return value
 
 

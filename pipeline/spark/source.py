@@ -411,9 +411,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             else:
                 batch, watermark = logged
+        unseen = [p for p in finish if p not in begin and p not in self._added_starts]
+        if unseen:  # added partitions another driver planned: one read of the broker
+            watermarks = self._watermarks()
+            self._added_starts.update({p: watermarks[p][0] for p in unseen})
         for p in finish:
-            if p not in begin and p not in self._added_starts:  # planned by another driver
-                self._added_starts[p] = self._watermarks()[p][0]
             begin.setdefault(p, self._added_starts.get(p, 0))
         ranges = [
             KafkaInputPartition(self.options.topic, p, begin[p], e, watermark, batch)

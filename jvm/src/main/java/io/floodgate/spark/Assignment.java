@@ -82,6 +82,20 @@ final class Assignment {
   }
 
   /**
+   * Option text in Spark's Kafka JSON naming {@code topic} alone ({@code startingOffsets}, {@code
+   * endingOffsets}): its offsets, as {@link #offsets}.
+   *
+   * @throws IllegalArgumentException not JSON, another topic named too, or another shape
+   */
+  static SortedMap<Integer, Long> topicOffsets(String topic, String text) {
+    JsonNode value = readJson(text);
+    if (!value.isObject() || value.size() != 1 || !value.has(topic)) {
+      throw new IllegalArgumentException("not the offsets of topic " + topic + " alone");
+    }
+    return offsets(topic, value);
+  }
+
+  /**
    * The offsets of {@code topic} in Spark's Kafka JSON {@code {"<topic>": {"<partition>":
    * <offset>}}}, strictly, as the Python {@code json_offsets}: partitions decimal texts of an
    * {@code int}, offsets JSON whole numbers of a {@code long}; a missing topic is an empty map.

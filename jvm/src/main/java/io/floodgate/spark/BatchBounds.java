@@ -1,6 +1,5 @@
 package io.floodgate.spark;
 
-import com.fasterxml.jackson.databind.JsonNode;
 import java.io.Serializable;
 import java.util.HashMap;
 import java.util.Locale;
@@ -69,11 +68,7 @@ final class BatchBounds implements Serializable {
             + " batch query cannot end at earliest)";
     SortedMap<Integer, Long> given;
     try {
-      JsonNode value = Assignment.readJson(text);
-      if (!value.isObject() || value.size() != 1 || !value.has(topic)) {
-        throw new IllegalArgumentException("not the offsets of topic " + topic + " alone");
-      }
-      given = Assignment.offsets(topic, value);
+      given = Assignment.topicOffsets(topic, text);
     } catch (IllegalArgumentException e) {
       throw SourceOptions.refuse("endingOffsets = " + text + "; " + allowed);
     }

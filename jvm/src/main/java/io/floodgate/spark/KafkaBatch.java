@@ -80,11 +80,7 @@ final class KafkaBatch implements Batch {
         }
       }
     }
-    List<InputPartition> tasks = new ArrayList<>();
-    for (KafkaRange[] task : KafkaTask.group(ranges, options.maxTasks)) {
-      tasks.add(new KafkaTask(task, new String[0]));
-    }
-    return tasks.toArray(new InputPartition[0]);
+    return KafkaTask.partitions(ranges, options.maxTasks);
   }
 
   /**

@@ -289,11 +289,7 @@ public final class KafkaMicroBatchStream
         ranges.add(new KafkaRange(options.topic, e.getKey(), from, e.getValue(), watermark, batch));
       }
     }
-    List<InputPartition> tasks = new ArrayList<>();
-    for (KafkaRange[] task : KafkaTask.group(ranges, options.maxTasks)) {
-      tasks.add(new KafkaTask(task, new String[0]));
-    }
-    return tasks.toArray(new InputPartition[0]);
+    return KafkaTask.partitions(ranges, options.maxTasks);
   }
 
   @Override

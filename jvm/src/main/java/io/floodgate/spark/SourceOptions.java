@@ -1,6 +1,5 @@
 package io.floodgate.spark;
 
-import com.fasterxml.jackson.databind.JsonNode;
 import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -518,11 +517,7 @@ public final class SourceOptions implements Serializable {
               + " Spark's Kafka source";
       SortedMap<Integer, Long> offsets;
       try {
-        JsonNode value = Assignment.readJson(text);
-        if (!value.isObject() || value.size() != 1 || !value.has(topic)) {
-          throw new IllegalArgumentException("not the offsets of topic " + topic + " alone");
-        }
-        offsets = Assignment.offsets(topic, value);
+        offsets = Assignment.topicOffsets(topic, text);
       } catch (IllegalArgumentException e) {
         throw refuse("startingOffsets = " + repr(text) + "; " + allowed);
       }

@@ -23,6 +23,18 @@ public record KafkaTask(KafkaRange[] ranges, String[] preferredExecutors)
   }
 
   /**
+   * The input partitions of a scan of {@code ranges} (a micro-batch's, or a batch query's): the
+   * tasks of {@link #group}, with no preferred executor.
+   */
+  public static InputPartition[] partitions(List<KafkaRange> ranges, Long maxTasks) {
+    List<InputPartition> tasks = new ArrayList<>();
+    for (KafkaRange[] task : group(ranges, maxTasks)) {
+      tasks.add(new KafkaTask(task, new String[0]));
+    }
+    return tasks.toArray(new InputPartition[0]);
+  }
+
+  /**
    * Deal {@code ranges} out to at most {@code maxTasks} tasks ({@code null}: one range a task),
    * largest range first to the task with the fewest offsets so far (LPT scheduling), as the Python
    * source's {@code group_ranges} (tests/golden/planning/plan_batch_end.json holds cases of both).
