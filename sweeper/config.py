@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pipeline.config import (
     BindHost,
@@ -22,6 +22,7 @@ from pipeline.config import (
     load_service_config,
 )
 from pipeline.errors import ConfigError
+from pipeline.swept.store import ALLOWED_STORES, OBJECT_SCHEMES, split_object_url
 
 
 class SweeperSettings(BaseModel):
@@ -39,6 +40,12 @@ class SweeperSettings(BaseModel):
     """The BLOB store: a local directory (one Avro file per BLOB). The catalog records
     it, and readers read BLOBs only from inside it; the sweepers of one catalog share
     it, one of another catalog is refused (``<blob_dir>/.sweeper.lock``)."""
+    blob_store: str | None = None
+    """The BLOB store as a URL, instead of ``blob_dir``: ``file:///absolute/folder``,
+    or ``s3://bucket/prefix`` for S3 and its API-compatibles (one object per BLOB;
+    endpoint, region and credentials from the standard AWS environment:
+    ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``). The
+    bucket must exist. Setting both ``blob_store`` and ``blob_dir`` is refused."""
     blob_store_max_bytes: Annotated[int, Field(ge=1)] = 1 << 30
     """Capacity of the BLOB store; at or above it no new sweep starts (back-pressure
     takes over), logged when it fills and when it clears."""
@@ -55,6 +62,35 @@ class SweeperSettings(BaseModel):
     """Port of ``/metrics`` and ``/status``; 0 picks a free one."""
     leader_check_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     """Several sweepers on one catalog: one sweeps (:mod:`pipeline.services.leader`)."""
+
+    @field_validator("blob_store")
+    @classmethod
+    def _known_store(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        scheme = url.split("://", 1)[0] if "://" in url else ""
+        if scheme in OBJECT_SCHEMES:
+            split_object_url(url)  # ValueError: says what is wrong with it
+        elif scheme != "file" or not url.startswith("file:///"):
+            raise ValueError(f"{url!r} is not a BLOB store URL; allowed: {ALLOWED_STORES}")
+        return url
+
+    @model_validator(mode="after")
+    def _one_store(self) -> SweeperSettings:
+        if {"blob_store", "blob_dir"} <= self.model_fields_set and self.blob_store is not None:
+            raise ValueError(
+                "blob_store and blob_dir both name the BLOB store: set one "
+                f"(blob_store={self.blob_store!r}, blob_dir={self.blob_dir!r})"
+            )
+        return self
+
+    @property
+    def blob_location(self) -> tuple[str, str]:
+        """``(where the BLOB store is, the key that said so)``: ``blob_store`` when
+        set, else ``blob_dir`` (for :func:`pipeline.swept.store.open_blob_store`)."""
+        if self.blob_store is not None:
+            return self.blob_store, "sweeper.blob_store"
+        return self.blob_dir, "sweeper.blob_dir"
 
 
 class SweeperConfig(BaseModel):

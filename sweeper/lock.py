@@ -13,6 +13,10 @@ takes it shared and finds its catalog's id there; one of another catalog finds
 another id and is refused. The kernel drops a lock when its process ends, ``kill
 -9`` included. The file is opened by :func:`pipeline.services.files.private_file`
 (0600, its folder 0700 when missing, never through a symbolic link: ``O_NOFOLLOW``).
+
+An object store (``sweeper.blob_store = "s3://bucket/prefix"``) has no ``flock``: there
+the catalog claims the prefix with the object ``<prefix>/.sweeper.lock``
+(:class:`ObjectStoreClaim`), kept for as long as the prefix holds the catalog's BLOBs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import IO, Any
 
 from pipeline.errors import ConfigError
 from pipeline.services.files import private_file
+from pipeline.swept.store import ObjectBlobStore, object_key
 
 #: The lock file's name in ``blob_dir`` (the sweeper's recovery never removes it: it
 #: removes only the files its journal names).
@@ -131,3 +136,56 @@ class BlobDirLock:
                 fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
             self._file.close()
             self._file = None
+
+
+class ObjectStoreClaim:
+    """Claim an object store's prefix for the sweepers of one catalog: the object
+    ``<prefix>/.sweeper.lock`` names the catalog's id. A sweeper of the catalog that
+    finds its own id there (or none) goes on; one of another catalog is refused.
+
+    Not a lock: S3 has no ``flock``, and the object outlives the process. Two
+    catalogs that start on an empty prefix in the same instant could both claim it;
+    that is a deployment's mistake this catches when either restarts. The sweepers
+    of one catalog need no lock among themselves: one leader writes
+    (:mod:`pipeline.services.leader`).
+
+    Args:
+        store: the sweeper's object store.
+        catalog_id: its catalog's id.
+        key: the setting that named the store, for the refusal.
+
+    Raises:
+        ConfigError: another catalog's id is in the claim (names the prefix, the
+            claim object and the holder's host).
+        OSError: the store did not answer.
+    """
+
+    def __init__(self, store: ObjectBlobStore, catalog_id: str, *, key: str) -> None:
+        self.url = store.path(LOCK_NAME)
+        filesystem, path = object_key(self.url)
+        try:
+            with filesystem.open_input_stream(path) as src:
+                holder = json.loads(src.read(4096).decode("utf-8") or "{}")
+        except FileNotFoundError:
+            holder = {}
+        except (UnicodeDecodeError, ValueError):
+            holder = {"catalog": "unreadable"}
+        if not isinstance(holder, dict):
+            holder = {"catalog": "unreadable"}
+        if holder.get("catalog") not in (None, catalog_id):
+            raise ConfigError(
+                f"{key} {store.location} is claimed by the sweepers of another catalog "
+                f"({holder.get('host') or 'an unnamed host'}; claim {self.url}): two "
+                "catalogs under one prefix would write BLOBs over each other's; give this "
+                "sweeper a prefix of its own",
+                key=key,
+                value=store.location,
+                allowed="a prefix no sweeper of another catalog claims",
+            )
+        if not holder:
+            claim = {"catalog": catalog_id, "host": socket.gethostname()}
+            with filesystem.open_output_stream(path) as out:
+                out.write(json.dumps(claim).encode())
+
+    def release(self) -> None:
+        """Nothing to give up: the claim stays with the catalog's BLOBs."""

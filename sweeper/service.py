@@ -50,15 +50,13 @@ integrity check (issue 26).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -70,10 +68,9 @@ from pipeline.kafka.clients import kafka_settings
 from pipeline.names import SWEEPER_GROUP_ID
 from pipeline.offsets import planned_ends, replay_starts
 from pipeline.queues.probe import QueueProbe
-from pipeline.services.files import private_dir
 from pipeline.services.leader import LeaderElection
 from pipeline.services.ledger import DeadLetters, LedgerRow, reconcile
-from pipeline.swept.blob import BlobSeal, blob_name, publish_blob, write_sealed_blob
+from pipeline.swept.blob import BlobSeal, blob_name
 from pipeline.swept.catalog import (
     Blob,
     SweepCatalog,
@@ -81,11 +78,13 @@ from pipeline.swept.catalog import (
     check_blob,
     check_blob_path,
     owned_files,
+    owned_objects,
     seal_blob,
 )
 from pipeline.swept.reading import RANGE_CONSUMER, read_partition
+from pipeline.swept.store import LocalBlobStore, ObjectBlobStore, open_blob_store
 from sweeper.config import SweeperSettings
-from sweeper.lock import BlobDirLock
+from sweeper.lock import BlobDirLock, ObjectStoreClaim
 from sweeper.metrics import SweeperMetrics
 from sweeper.policy import (
     Abort,
@@ -188,17 +187,27 @@ class Sweeper:
         self.metrics = SweeperMetrics(self.registry)
         self.clock = clock
         self.on_written = on_written
-        # The BLOB folder first: one another user owns or others can write to is refused
-        # before anything is written (the catalog included).
-        self.blob_dir = private_dir(os.path.abspath(settings.blob_dir), key="sweeper.blob_dir")
+        # The BLOB store first: a folder another user owns or others can write to, or a
+        # bucket that is not there, is refused before anything is written (the catalog
+        # included).
+        location, key = settings.blob_location
+        self.store = open_blob_store(location, key=key)
+        #: The local BLOB folder (``None``: the store is an object store).
+        self.blob_dir = self.store.folder if isinstance(self.store, LocalBlobStore) else None
         self.catalog = SweepCatalog(settings.catalog_url)
         try:
-            self.blob_dir_lock = BlobDirLock(self.blob_dir, self.catalog.identity())
+            self.blob_dir_lock: BlobDirLock | ObjectStoreClaim = (
+                BlobDirLock(self.store.folder, self.catalog.identity())
+                if isinstance(self.store, LocalBlobStore)
+                else ObjectStoreClaim(
+                    cast(ObjectBlobStore, self.store), self.catalog.identity(), key=key
+                )
+            )
         except BaseException:
             self.catalog.close()
             raise
         try:
-            self.catalog.record_blob_dir(str(self.blob_dir))
+            self.catalog.record_blob_dir(self.store.location, key=key)
         except BaseException:
             self.blob_dir_lock.release()
             self.catalog.close()
@@ -261,7 +270,19 @@ class Sweeper:
 
     # -- lifecycle -------------------------------------------------------------
 
-    def recover(self) -> list[Path]:
+    def _owned(self, blob: Blob) -> list[str]:
+        """The BLOB's files or objects this sweeper may remove
+        (:func:`~pipeline.swept.catalog.owned_files`,
+        :func:`~pipeline.swept.catalog.owned_objects`).
+
+        Raises:
+            BlobPathError: the row's path is not this sweeper's to remove.
+        """
+        if isinstance(self.store, LocalBlobStore):
+            return [str(path) for path in owned_files(blob, self.store.location)]
+        return owned_objects(blob, self.store.location)
+
+    def recover(self) -> list[str]:
         """Finish what a sweeper killed mid-sweep left, and check the registered BLOBs'
         files. Run as the lead is granted (never on a follower, whose leader may be
         sweeping), and by tests.
@@ -284,9 +305,9 @@ class Sweeper:
         * BLOBs registered before checksums are sealed (:meth:`_seal_unsealed`).
 
         Returns:
-            The files removed.
+            The files (or objects' URLs) removed.
         """
-        removed: list[Path] = []
+        removed: list[str] = []
         for write in self.catalog.writes():
             if not self.catalog.end_write(write.path):
                 continue  # registered, or recovered by another sweeper, meanwhile
@@ -302,21 +323,20 @@ class Sweeper:
                 write.since,
             )
             try:
-                files = owned_files(pending, str(self.blob_dir))
+                files = self._owned(pending)
             except BlobPathError as exc:
                 log.error("a sweep in progress names a file the sweeper does not own: %s", exc)
                 continue
             for path in files:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-                    removed.append(path)
+                self.store.remove(path)
+                removed.append(path)
         for blob in self.catalog.all():
             try:
-                check_blob_path(blob, str(self.blob_dir))
+                check_blob_path(blob, self.store.location)
             except BlobPathError as exc:
                 self._report_damaged(blob, exc, held_at=None)
                 continue
-            if not Path(blob.path).exists():
+            if self.store.size(blob.path) is None:
                 log.error(
                     "BLOB %d of %s[%d] [%d, %d) is registered but its file %s is missing",
                     blob.id,
@@ -344,7 +364,7 @@ class Sweeper:
         for blob in self.catalog.all():
             if blob.sha256 is not None or blob.id in self.damaged:
                 continue
-            if not Path(blob.path).exists():
+            if self.store.size(blob.path) is None:
                 continue
             try:
                 sealed += self.catalog.seal(blob.id, seal_blob(blob))
@@ -617,15 +637,15 @@ class Sweeper:
     def _sweep(self, queue: SweptQueue, p: int, sweep: SweepRange) -> Blob:
         topic = queue.topic
         name = blob_name(topic, p, sweep.start, sweep.end)
-        final = self.blob_dir / name
-        temporary = self.blob_dir / f".tmp-{name}"
+        final = self.store.path(name)
+        temporary = self.store.temporary(name)
         try:  # journaled before the file exists: only a journaled file is recovered
-            self.catalog.begin_write(str(final), topic, p, sweep.start, sweep.end, now=time.time())
+            self.catalog.begin_write(final, topic, p, sweep.start, sweep.end, now=time.time())
         except ValueError as exc:  # another sweeper writes this range now
             raise SweepAborted(Abort.OVERLAP, str(exc)) from exc
         try:
             seal = self._write(topic, p, sweep, temporary)
-            publish_blob(temporary, final)
+            self.store.publish(temporary, final)
             if self.on_written is not None:
                 self.on_written(topic, p, sweep)
             snapshot = queue.probe.snapshot().partitions[p]
@@ -642,7 +662,7 @@ class Sweeper:
                 )
             if self._thread is not None and not self.election.is_leader:
                 raise SweepAborted(Abort.NOT_LEADER, "the lead was lost during the sweep")
-            size, tuples = final.stat().st_size, seal.tuples
+            size, tuples = self.store.size(final), seal.tuples
             if size != seal.bytes:
                 raise SweepAborted(
                     Abort.WRITE_FAILED, f"{final} holds {size} bytes, {seal.bytes} were written"
@@ -653,7 +673,7 @@ class Sweeper:
                     p,
                     sweep.start,
                     sweep.end,
-                    path=str(final),
+                    path=final,
                     size=size,
                     tuples=tuples,
                     now=time.time(),
@@ -679,11 +699,11 @@ class Sweeper:
             sweep.end,
             tuples,
             size,
-            final.name,
+            name,
         )
         return blob
 
-    def _write(self, topic: str, p: int, sweep: SweepRange, temporary: Path) -> BlobSeal:
+    def _write(self, topic: str, p: int, sweep: SweepRange, temporary: str) -> BlobSeal:
         """Read ``sweep`` of ``topic[p]`` from the broker into ``temporary``, sealed.
 
         Raises:
@@ -692,30 +712,29 @@ class Sweeper:
                 the bytes free in ``blob_dir``, which a full disk's ``OSError`` does not).
         """
         try:
-            return write_sealed_blob(
+            return self.store.write(
                 temporary, read_range(self.bootstrap_servers, topic, p, sweep, self._client)
             )
         except OSError as exc:  # a full disk says neither which file nor how full
             raise SweepAborted(
                 Abort.WRITE_FAILED,
-                f"{exc.__class__.__name__}: {exc} writing {temporary} "
-                f"({_free_bytes(self.blob_dir)} bytes free in {self.blob_dir})",
+                f"{exc.__class__.__name__}: {exc} writing {temporary} ({self.store.room()})",
             ) from exc
         except KafkaException as exc:
             raise SweepAborted(Abort.WRITE_FAILED, f"{exc.__class__.__name__}: {exc}") from exc
 
-    def _forget(self, final: Path, temporary: Path) -> None:
+    def _forget(self, final: str, temporary: str) -> None:
         """A sweep that is not registered: clear its journal entry, then remove its
         files -- only when the entry was still this sweep's (a recovery that took it
         removes them; a crash in between leaves them, journaled no more)."""
         try:
-            mine = self.catalog.end_write(str(final))
+            mine = self.catalog.end_write(final)
         except Exception:  # the catalog is down: the entry stays, the next recovery
             log.warning("sweep of %s not forgotten: the catalog failed", final, exc_info=True)
             return
         if mine:
-            temporary.unlink(missing_ok=True)
-            final.unlink(missing_ok=True)
+            self.store.remove(temporary)
+            self.store.remove(final)
 
     def _truncate(
         self, topic: str, p: int, target: int, chain: list[Blob], *, log_start: int
@@ -746,11 +765,11 @@ class Sweeper:
                 file (``not-a-file``); names the BLOB id, the path and ``blob_dir``.
                 Neither the row nor the file is touched.
         """
-        files = owned_files(blob, str(self.blob_dir))
+        files = self._owned(blob)
         self.catalog.delete(blob.id, journal=True)
-        for path in files:
-            if path.name == Path(blob.path).name:
-                path.unlink(missing_ok=True)
+        for path in files:  # its file, not the temporary one a recovery removes
+            if path.rsplit("/", 1)[-1] == blob.path.rsplit("/", 1)[-1]:
+                self.store.remove(path)
         self.catalog.end_write(blob.path)
         if unswept:
             self.metrics.unswept_tuples.labels(*self.labels(blob.topic)).inc(blob.tuples)
@@ -847,13 +866,3 @@ def read_range(
         raise
     finally:
         consumer.close()
-
-
-def _free_bytes(path: Path) -> int | str:
-    """Bytes an unprivileged writer may still write on ``path``'s file system
-    (``statvfs``), or ``"unknown"``."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return "unknown"
-    return st.f_bavail * st.f_frsize

@@ -312,15 +312,19 @@ class _HashingFile(io.RawIOBase):
         self.out.flush()
 
 
-def write_sealed_blob(path: Path, batches: Iterable[Sequence[Any]]) -> BlobSeal:
+def write_sealed(out: Any, batches: Iterable[Sequence[Any]]) -> BlobSeal:
     """Write runs of consecutive Kafka records (``confluent_kafka.Message`` or
-    :class:`SweptRecord`, as a broker fetch returns them: lists, in offset order) to an
-    Avro container file at ``path``, one :data:`BLOB_SCHEMA` record per run, flushed
-    and fsynced; hash the bytes as they are written. Written under a temporary name,
-    a BLOB takes its own with :func:`publish_blob`.
+    :class:`SweptRecord`, as a broker fetch returns them: lists, in offset order) to the
+    binary stream ``out`` as an Avro container file, one :data:`BLOB_SCHEMA` record per
+    run, hashing the bytes as they are written. Neither flushed to disk nor closed
+    here: the store does that (:func:`write_sealed_blob` for a file,
+    :class:`pipeline.swept.store.ObjectBlobStore` for an object).
 
     Returns:
         The BLOB's :class:`BlobSeal`, for :meth:`SweepCatalog.register`.
+
+    Raises:
+        OSError: ``out`` refused a write.
     """
     count = 0
     first: int | None = None
@@ -336,19 +340,34 @@ def write_sealed_blob(path: Path, batches: Iterable[Sequence[Any]]) -> BlobSeal:
                 last = batch[-1].offset()
                 yield _batch_row(batch)
 
+    hashing = _HashingFile(out)
+    fastavro.writer(
+        cast(IO[bytes], hashing),
+        PARSED_BLOB_SCHEMA,
+        rows(),
+        codec="null",
+        sync_interval=1 << 20,
+    )
+    return BlobSeal(hashing.digest.hexdigest(), hashing.size, count, first, last)
+
+
+def write_sealed_blob(path: Path, batches: Iterable[Sequence[Any]]) -> BlobSeal:
+    """:func:`write_sealed` into a new file at ``path`` of our user's alone, flushed
+    and fsynced. Written under a temporary name, a BLOB takes its own with
+    :func:`publish_blob`.
+
+    Returns:
+        The BLOB's :class:`BlobSeal`, for :meth:`SweepCatalog.register`.
+
+    Raises:
+        OSError: the file cannot be created or written (a full disk).
+    """
     # Tuples are the producers' data: the BLOB is its owner's alone (issue 26).
     with os.fdopen(private_file(path, flags=os.O_WRONLY | os.O_TRUNC), "wb") as out:
-        hashing = _HashingFile(out)
-        fastavro.writer(
-            cast(IO[bytes], hashing),
-            PARSED_BLOB_SCHEMA,
-            rows(),
-            codec="null",
-            sync_interval=1 << 20,
-        )
+        seal = write_sealed(out, batches)
         out.flush()
         os.fsync(out.fileno())
-    return BlobSeal(hashing.digest.hexdigest(), hashing.size, count, first, last)
+    return seal
 
 
 def publish_blob(temporary: Path, final: Path) -> None:

@@ -68,6 +68,7 @@ from pipeline.swept.blob import (
     records_of_batch,
     unpack_column,
 )
+from pipeline.swept.store import TEMPORARY_PREFIX, is_object_url, object_size, open_object
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,16 @@ def _refused(blob: Blob, blob_dir: str | None, reason: str, message: str) -> Blo
 def inside(path: str, directory: str) -> bool:
     """Whether ``path`` lies inside ``directory`` once both are resolved (symbolic
     links, ``..``; relative paths from the working directory): what a BLOB path
-    must be, checked before its file is opened or deleted."""
+    must be, checked before its file is opened or deleted.
+
+    An object store's (``s3://bucket/prefix``) has no links to resolve: the path must
+    be ``<directory>/<name>`` as written, with one plain segment for ``name`` (no
+    ``/``, ``.`` or ``..``), and a path of one kind is never inside a directory of the
+    other."""
+    if is_object_url(directory) or is_object_url(path):
+        base = directory.rstrip("/") + "/"
+        name = path[len(base) :] if path.startswith(base) else ""
+        return is_object_url(directory) and name not in ("", ".", "..") and "/" not in name
     base = os.path.realpath(directory)
     real = os.path.realpath(path)
     return real != base and os.path.commonpath([real, base]) == base
@@ -156,9 +166,36 @@ def check_blob_path(blob: Blob, blob_dir: str | None = None) -> None:
             blob,
             directory,
             "outside",
-            f"its file resolves to {os.path.realpath(blob.path)}, outside the BLOB "
+            f"its file resolves to {_resolved(blob.path)}, outside the BLOB "
             f"directory {directory}: not the sweeper's, neither read nor deleted",
         )
+
+
+def _resolved(path: str) -> str:
+    """A file's path with symbolic links resolved; an object URL as it is."""
+    return path if is_object_url(path) else os.path.realpath(path)
+
+
+def owned_objects(blob: Blob, blob_dir: str) -> list[str]:
+    """:func:`owned_files` for an object store's BLOB (``blob_dir`` is
+    ``s3://bucket/prefix``): its object and its temporary one, those that exist.
+
+    Raises:
+        BlobPathError: ``reason`` ``"outside"`` or ``"name"``; nothing is removed.
+        OSError: the store did not answer.
+    """
+    check_blob_path(blob, blob_dir)
+    name = blob_name(blob.topic, blob.partition, blob.start_offset, blob.end_offset)
+    final = f"{blob_dir.rstrip('/')}/{name}"
+    if blob.path != final:
+        raise _refused(
+            blob,
+            blob_dir,
+            "name",
+            f"it is not {final}, the object the sweeper writes for that range: not removed",
+        )
+    temporary = f"{blob_dir.rstrip('/')}/{TEMPORARY_PREFIX}{name}"
+    return [url for url in (final, temporary) if object_size(url) is not None]
 
 
 def owned_files(blob: Blob, blob_dir: str) -> list[Path]:
@@ -193,7 +230,7 @@ def owned_files(blob: Blob, blob_dir: str) -> list[Path]:
             "that range: not removed",
         )
     found = []
-    for candidate in (path, path.with_name(f".tmp-{name}")):
+    for candidate in (path, path.with_name(f"{TEMPORARY_PREFIX}{name}")):
         try:
             mode = os.lstat(candidate).st_mode
         except FileNotFoundError:
@@ -213,13 +250,19 @@ def _open_file(blob: Blob) -> Any:
     """The BLOB's file, open for reading at its start: inside the BLOB directory
     (:func:`check_blob_path`), opened without following a symbolic link, and a
     regular file (a device or a FIFO is never read: ``/dev/zero`` would be hashed
-    for ever).
+    for ever). An object store's BLOB (``s3://``) is opened as an object
+    (:func:`pipeline.swept.store.open_object`): a seekable file with ``size()``.
 
     Raises:
         BlobPathError: outside the directory, or not a regular file.
         BlobIntegrityError: the file cannot be opened (``missing``).
     """
     check_blob_path(blob)
+    if is_object_url(blob.path):
+        try:
+            return open_object(blob.path)
+        except (OSError, ValueError) as exc:
+            raise _damaged(blob, "missing", f"{exc.__class__.__name__}: {exc}") from exc
     try:
         # O_NONBLOCK: opening a FIFO planted at the name must not wait for a writer.
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -256,7 +299,7 @@ def _open_checked(blob: Blob) -> Any:
     """
     src = _open_file(blob)
     try:
-        size = os.fstat(src.fileno()).st_size
+        size = src.size() if is_object_url(blob.path) else os.fstat(src.fileno()).st_size
         if size != blob.bytes:
             raise _damaged(blob, "size", f"the file holds {size} bytes, the catalog {blob.bytes}")
         if blob.sha256 is None:
@@ -755,34 +798,37 @@ class SweepCatalog:
             found = conn.execute(select(_STORE_DIR)).scalar()
         return None if found is None else str(found)
 
-    def record_blob_dir(self, blob_dir: str) -> None:
+    def record_blob_dir(self, blob_dir: str, *, key: str = "sweeper.blob_dir") -> None:
         """Record the sweeper's BLOB directory, the one readers check every BLOB path
         against. The same directory (symbolic links resolved) is kept as recorded.
 
         Args:
-            blob_dir: the ``sweeper.blob_dir`` setting (made absolute here).
+            blob_dir: the BLOB store's location: a folder (made absolute here) or an
+                object store's ``s3://bucket/prefix``
+                (:attr:`pipeline.swept.store.BlobStore.location`).
+            key: the setting that named it, for the refusal.
 
         Raises:
             ConfigError: another directory is recorded and the catalog still holds
                 BLOBs or sweeps in progress there (its readers would refuse them
                 all); names both directories.
         """
-        directory = os.path.abspath(blob_dir)
+        directory = blob_dir if is_object_url(blob_dir) else os.path.abspath(blob_dir)
         self.identity()
         with self._lock, self.engine.begin() as conn:
             recorded = conn.execute(select(_STORE_DIR)).scalar()
-            if recorded is not None and os.path.realpath(recorded) == os.path.realpath(directory):
+            if recorded is not None and _resolved(recorded) == _resolved(directory):
                 return
             if recorded is not None:
                 held = conn.execute(select(func.count()).select_from(blobs)).scalar_one()
                 held += conn.execute(select(func.count()).select_from(blob_writes)).scalar_one()
                 if held:
                     raise ConfigError(
-                        f"sweeper.blob_dir is {directory}, but this catalog's {held} BLOBs "
+                        f"{key} is {directory}, but this catalog's {held} BLOBs "
                         f"and sweeps in progress are in {recorded}, the directory its "
                         "readers check every BLOB path against: a sweeper of this catalog "
                         "must use it (another directory only once the catalog is empty)",
-                        key="sweeper.blob_dir",
+                        key=key,
                         value=directory,
                         allowed=recorded,
                     )

@@ -44,9 +44,11 @@ from pipeline.demo.flights import flight_records, load_flights
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
+from pipeline.swept.store import object_filesystem
 from tests.integration.admission_service import SLEEP, TOKEN, Service
 from tests.integration.helpers import Drained, flights_raw_config
 from tests.integration.postgres import postgres_server
+from tests.integration.s3proxy import S3Server, s3_server
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -123,6 +125,19 @@ def postgres() -> Iterator[str]:
     """The SQLAlchemy URL of a real PostgreSQL server; tests make their own databases."""
     with postgres_server() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    """A real S3-compatible server (S3Proxy); the process's AWS environment points at
+    it for the session, as a deployment's would (pyarrow's S3 filesystem reads it)."""
+    with s3_server() as server:
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in server.environment().items():
+                patch.setenv(name, value)
+            object_filesystem.cache_clear()
+            yield server
+        object_filesystem.cache_clear()
 
 
 @pytest.fixture(scope="session")

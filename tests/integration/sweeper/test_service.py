@@ -376,7 +376,7 @@ def test_a_sweeper_killed_during_a_write_leaves_a_consistent_catalog_and_loses_n
     clock = Clock()
     sweeper = sweeper_for(queue, clock=clock)
     assert sweeper.catalog.all() == []
-    assert sweeper.recover() == orphans
+    assert sweeper.recover() == [str(p) for p in orphans]
     assert blob_files(blob_dir) == sorted([notes, foreign])
     assert notes.read_text() == "do not delete\n" and sweeper.catalog.writes() == []
     # Sweeping goes on, and every offset is held by the broker or a whole BLOB.

@@ -100,7 +100,7 @@ def test_recovery_leaves_files_it_did_not_write_and_removes_a_killed_sweeps_blob
     write_sealed_blob(renamed, [_records(10, 20)])
     write_sealed_blob(writing.with_name(f".tmp-{writing.name}"), [_records(20, 30)])
 
-    assert sweeper.recover() == [renamed, writing.with_name(f".tmp-{writing.name}")]
+    assert sweeper.recover() == [str(renamed), str(writing.with_name(f".tmp-{writing.name}"))]
     assert sweeper.catalog.writes() == []
     assert sorted(p.name for p in blob_dir.iterdir()) == sorted(
         [LOCK_NAME, notes.name, foreign.name, Path(registered.path).name]
@@ -109,7 +109,7 @@ def test_recovery_leaves_files_it_did_not_write_and_removes_a_killed_sweeps_blob
 
     # Killed between forgetting a consumed BLOB and removing its file.
     sweeper.catalog.delete(registered.id, journal=True)
-    assert sweeper.recover() == [Path(registered.path)]
+    assert sweeper.recover() == [registered.path]
     assert sorted(p.name for p in blob_dir.iterdir()) == sorted(
         [LOCK_NAME, notes.name, foreign.name]
     )
@@ -124,7 +124,7 @@ def test_a_killed_sweep_can_no_longer_register_once_recovered(sweeper: Sweeper) 
         sweeper.catalog.begin_write(str(path), TOPIC, 0, 0, 10, now=0.0)
     seal = BlobSeal("0" * 64, 10, 10, 0, 9)
     path.write_bytes(b"a killed sweep's")
-    assert sweeper.recover() == [path]
+    assert sweeper.recover() == [str(path)]
     with pytest.raises(ValueError, match="in-progress entry is gone"):
         sweeper.catalog.register(
             TOPIC, 0, 0, 10, path=str(path), size=10, tuples=10, now=0, seal=seal, in_progress=True
@@ -329,7 +329,7 @@ def test_recovery_removes_exactly_the_journaled_files_it_owns(
 
     removed = sweeper.recover()
 
-    assert removed == expected
+    assert removed == [str(p) for p in expected]
     assert catalog.writes() == []
     assert {p for p in kept if p.exists()} == kept
     assert set(blob_dir.iterdir()) == {p for p in kept if p.parent == blob_dir}
