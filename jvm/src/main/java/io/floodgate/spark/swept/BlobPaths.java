@@ -22,14 +22,30 @@ public final class BlobPaths {
   /**
    * Refuses a row whose file is not inside the BLOB directory the catalog recorded; with none
    * recorded, nothing is checked here (readers still open only a regular file, never through a
-   * link).
+   * link). An object URL ({@link ObjectBlobs#isObjectUrl}, as path or directory) is checked as text
+   * ({@link ObjectBlobs#inside}); a local path once links are resolved ({@link #inside}).
    *
    * @throws BlobPathException {@code reason} {@code outside}, naming the BLOB id, its path, where
-   *     it resolves to and the directory
+   *     it resolves to (a local path) and the directory
    */
   public static void check(BlobRow blob) {
     String directory = blob.blobDir();
-    if (directory != null && !inside(blob.path(), directory)) {
+    if (directory == null) {
+      return;
+    }
+    if (ObjectBlobs.isObjectUrl(blob.path()) || ObjectBlobs.isObjectUrl(directory)) {
+      if (!ObjectBlobs.inside(blob.path(), directory)) {
+        throw new BlobPathException(
+            "its path "
+                + blob.path()
+                + " is not <BLOB directory>/<name> of the BLOB directory "
+                + directory
+                + ": not the sweeper's, neither read nor deleted",
+            blob,
+            directory,
+            "outside");
+      }
+    } else if (!inside(blob.path(), directory)) {
       throw new BlobPathException(
           "its file resolves to "
               + realPath(blob.path())
