@@ -26,29 +26,20 @@ public final class BlobPaths {
    * ({@link ObjectBlobs#inside}); a local path once links are resolved ({@link #inside}).
    *
    * @throws BlobPathException {@code reason} {@code outside}, naming the BLOB id, its path, where
-   *     it resolves to (a local path) and the directory
+   *     it resolves to (an object URL: itself) and the directory, Python's message
    */
   public static void check(BlobRow blob) {
     String directory = blob.blobDir();
     if (directory == null) {
       return;
     }
-    if (ObjectBlobs.isObjectUrl(blob.path()) || ObjectBlobs.isObjectUrl(directory)) {
-      if (!ObjectBlobs.inside(blob.path(), directory)) {
-        throw new BlobPathException(
-            "its path "
-                + blob.path()
-                + " is not <BLOB directory>/<name> of the BLOB directory "
-                + directory
-                + ": not the sweeper's, neither read nor deleted",
-            blob,
-            directory,
-            "outside");
-      }
-    } else if (!inside(blob.path(), directory)) {
+    boolean object = ObjectBlobs.isObjectUrl(blob.path()) || ObjectBlobs.isObjectUrl(directory);
+    if (object ? !ObjectBlobs.inside(blob.path(), directory) : !inside(blob.path(), directory)) {
+      String resolved =
+          ObjectBlobs.isObjectUrl(blob.path()) ? blob.path() : realPath(blob.path()).toString();
       throw new BlobPathException(
           "its file resolves to "
-              + realPath(blob.path())
+              + resolved
               + ", outside the BLOB directory "
               + directory
               + ": not the sweeper's, neither read nor deleted",

@@ -38,28 +38,28 @@ public final class ObjectBlobs {
   }
 
   /**
-   * Whether the object {@code path} is exactly {@code <blobDir>/<name>}: the same bucket and prefix
-   * ({@code s3://} and {@code s3a://} alike, a trailing {@code /} of {@code blobDir} ignored), one
-   * more segment, and no empty, {@code .} or {@code ..} segment anywhere, nor a query or fragment.
-   * Nothing is resolved or asked of the store.
+   * Whether the object {@code path} is exactly {@code <blobDir>/<name>} as written (Python's {@code
+   * pipeline.swept.catalog.inside} for object URLs): {@code blobDir} (a trailing {@code /} ignored)
+   * then one segment, not empty, {@code .} nor {@code ..}; besides, no empty, {@code .} or {@code
+   * ..} segment anywhere (Hadoop's {@link Path} would normalize them away), nor a query or
+   * fragment. The scheme is part of the text: an {@code s3a://} path is not inside an {@code s3://}
+   * directory. Nothing is resolved or asked of the store.
    */
   public static boolean inside(String path, String blobDir) {
     if (!isObjectUrl(path) || !isObjectUrl(blobDir)) {
       return false;
     }
-    String base = withoutScheme(blobDir);
+    String base = blobDir;
     while (base.endsWith("/")) {
       base = base.substring(0, base.length() - 1);
     }
-    String full = withoutScheme(path);
-    if (!full.startsWith(base + "/") || full.contains("?") || full.contains("#")) {
+    if (!path.startsWith(base + "/") || path.contains("?") || path.contains("#")) {
       return false;
     }
-    String name = full.substring(base.length() + 1);
-    if (name.contains("/")) {
+    if (path.substring(base.length() + 1).contains("/")) {
       return false;
     }
-    for (String segment : full.split("/", -1)) {
+    for (String segment : withoutScheme(path).split("/", -1)) {
       if (segment.isEmpty() || segment.equals(".") || segment.equals("..")) {
         return false;
       }
