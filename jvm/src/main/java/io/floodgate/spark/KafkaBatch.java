@@ -109,6 +109,7 @@ final class KafkaBatch implements Batch {
         options,
         schema,
         layout,
-        SourceAccumulators.register(SparkContext.getOrCreate(), options.stream));
+        SourceAccumulators.register(SparkContext.getOrCreate(), options.stream),
+        RangeReaderFactory.hadoopConf(options));
   }
 }

@@ -294,7 +294,8 @@ public final class KafkaMicroBatchStream
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new RangeReaderFactory(options, schema, layout, accumulators);
+    return new RangeReaderFactory(
+        options, schema, layout, accumulators, RangeReaderFactory.hadoopConf(options));
   }
 
   @Override

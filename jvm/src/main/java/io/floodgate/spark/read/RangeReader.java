@@ -18,6 +18,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import org.apache.avro.Schema;
+import org.apache.hadoop.conf.Configuration;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -76,6 +77,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
   private final Properties consumerProperties;
   private final GenericInternalRow row;
   private final SourceAccumulators metrics;
+  private final Configuration hadoopConf;
 
   private int rangeIndex = -1;
   private KafkaRange range;
@@ -92,8 +94,10 @@ public final class RangeReader implements PartitionReader<InternalRow> {
       StructType schema,
       RowLayout layout,
       KafkaRange[] ranges,
-      SourceAccumulators metrics) {
+      SourceAccumulators metrics,
+      Configuration hadoopConf) {
     this.options = options;
+    this.hadoopConf = hadoopConf;
     this.ranges = ranges;
     this.layout = layout;
     this.metrics = metrics;
@@ -307,7 +311,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
       return from;
     }
     if (swept == null) {
-      swept = new SweptRanges(new SweepCatalogReader(options.sweepCatalog));
+      swept = new SweptRanges(new SweepCatalogReader(options.sweepCatalog), hadoopConf);
     }
     endSwept();
     sweptRecords = swept.read(tp.topic(), tp.partition(), from, range.end(), low);

@@ -2,10 +2,12 @@ package io.floodgate.spark.read;
 
 import io.floodgate.spark.SourceOptions;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.util.SerializableConfiguration;
 
 /**
  * Makes the {@link RangeReader} of each task on the executors. A static top-level class: Spark
@@ -19,17 +21,50 @@ public final class RangeReaderFactory implements PartitionReaderFactory {
   private final StructType schema;
   private final RowLayout layout;
   private final SourceAccumulators metrics;
+  private final SerializableConfiguration hadoopConf;
 
+  /**
+   * @param hadoopConf what swept BLOBs on object storage are read with ({@link #hadoopConf}), or
+   *     {@code null} (no {@code sweepCatalog})
+   */
   public RangeReaderFactory(
-      SourceOptions options, StructType schema, RowLayout layout, SourceAccumulators metrics) {
+      SourceOptions options,
+      StructType schema,
+      RowLayout layout,
+      SourceAccumulators metrics,
+      SerializableConfiguration hadoopConf) {
     this.options = options;
     this.schema = schema;
     this.layout = layout;
     this.metrics = metrics;
+    this.hadoopConf = hadoopConf;
+  }
+
+  /**
+   * On the driver, the Hadoop configuration the tasks read swept BLOBs on object storage with
+   * ({@code s3a://}, {@code spark.hadoop.fs.s3a.*}): the active session's, as Spark's file sources
+   * take theirs ({@code FileScan.createReaderFactory}: {@code sessionState.newHadoopConf}, the
+   * SparkContext's {@code hadoopConfiguration} with the session's SQL conf on top). Wrapped in
+   * Spark's {@link SerializableConfiguration}, it travels in the factory, inside the stage's task
+   * binary that Spark broadcasts once per stage.
+   *
+   * @return {@code null} without {@code sweepCatalog}: nothing is read from BLOBs
+   */
+  public static SerializableConfiguration hadoopConf(SourceOptions options) {
+    if (options.sweepCatalog == null) {
+      return null;
+    }
+    return new SerializableConfiguration(SparkSession.active().sessionState().newHadoopConf());
   }
 
   @Override
   public PartitionReader<InternalRow> createReader(InputPartition partition) {
-    return new RangeReader(options, schema, layout, ((KafkaTask) partition).ranges(), metrics);
+    return new RangeReader(
+        options,
+        schema,
+        layout,
+        ((KafkaTask) partition).ranges(),
+        metrics,
+        hadoopConf == null ? null : hadoopConf.value());
   }
 }

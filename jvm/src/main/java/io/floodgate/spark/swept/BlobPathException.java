@@ -3,8 +3,9 @@ package io.floodgate.spark.swept;
 /**
  * A catalog row names a file that is not the sweeper's BLOB, so nothing is read from it (Python's
  * {@code pipeline.errors.BlobPathError}): {@code reason} {@code outside} (the path, symbolic links
- * resolved, is not inside the catalog's BLOB directory) or {@code not-a-file} (a symbolic link, a
- * device, a FIFO, a folder).
+ * resolved, is not inside the catalog's BLOB directory; an object URL is not {@code
+ * <blob_dir>/<name>}, {@link ObjectBlobs#inside}) or {@code not-a-file} (a symbolic link, a device,
+ * a FIFO, a folder, a prefix of objects).
  */
 public class BlobPathException extends BlobIntegrityException {
   private static final long serialVersionUID = 1L;

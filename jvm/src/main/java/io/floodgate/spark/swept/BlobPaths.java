@@ -22,17 +22,24 @@ public final class BlobPaths {
   /**
    * Refuses a row whose file is not inside the BLOB directory the catalog recorded; with none
    * recorded, nothing is checked here (readers still open only a regular file, never through a
-   * link).
+   * link). An object URL ({@link ObjectBlobs#isObjectUrl}, as path or directory) is checked as text
+   * ({@link ObjectBlobs#inside}); a local path once links are resolved ({@link #inside}).
    *
    * @throws BlobPathException {@code reason} {@code outside}, naming the BLOB id, its path, where
-   *     it resolves to and the directory
+   *     it resolves to (an object URL: itself) and the directory, Python's message
    */
   public static void check(BlobRow blob) {
     String directory = blob.blobDir();
-    if (directory != null && !inside(blob.path(), directory)) {
+    if (directory == null) {
+      return;
+    }
+    boolean object = ObjectBlobs.isObjectUrl(blob.path()) || ObjectBlobs.isObjectUrl(directory);
+    if (object ? !ObjectBlobs.inside(blob.path(), directory) : !inside(blob.path(), directory)) {
+      String resolved =
+          ObjectBlobs.isObjectUrl(blob.path()) ? blob.path() : realPath(blob.path()).toString();
       throw new BlobPathException(
           "its file resolves to "
-              + realPath(blob.path())
+              + resolved
               + ", outside the BLOB directory "
               + directory
               + ": not the sweeper's, neither read nor deleted",

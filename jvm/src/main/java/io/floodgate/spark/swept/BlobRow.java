@@ -10,7 +10,8 @@ package io.floodgate.spark.swept;
  * @param partition the partition
  * @param startOffset first offset of the range it holds
  * @param endOffset offset after the range it holds
- * @param path its file, absolute as the sweeper wrote it
+ * @param path its file, absolute as the sweeper wrote it, or its object's URL {@code
+ *     s3://bucket/prefix/<name>.avro} ({@link ObjectBlobs})
  * @param bytes the file's size in bytes
  * @param tuples how many Kafka records it holds (fewer than the range: transaction markers and
  *     aborted records take offsets)
@@ -18,8 +19,9 @@ package io.floodgate.spark.swept;
  *     checksums
  * @param firstOffset offset of its first record, or {@code null} (none, or unsealed)
  * @param lastOffset offset of its last record, or {@code null} (none, or unsealed)
- * @param blobDir {@code floodgate_blob_store.blob_dir}: the directory every path must lie in;
- *     {@code null}: no sweeper recorded one
+ * @param blobDir {@code floodgate_blob_store.blob_dir}: the directory every path must lie in, or
+ *     the URL {@code s3://bucket/prefix} every object's is under; {@code null}: no sweeper recorded
+ *     one
  */
 public record BlobRow(
     long id,

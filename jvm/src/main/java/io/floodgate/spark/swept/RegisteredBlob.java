@@ -23,6 +23,9 @@ import org.apache.avro.file.DataFileReader;
 import org.apache.avro.file.SeekableInput;
 import org.apache.avro.generic.GenericDatumReader;
 import org.apache.avro.generic.GenericRecord;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -32,12 +35,13 @@ import org.slf4j.LoggerFactory;
  * (Python's {@code read_registered}; issue 26: no silent BLOB corruption).
  *
  * <p>Before the file is opened: its path is inside the catalog's BLOB directory ({@link
- * BlobPaths#check}) and it is a regular file, not a symbolic link. Before any record is returned:
- * the file's size and SHA-256 are the catalog's (the bytes hashed are the bytes then parsed: one
- * open channel, read twice). While reading: offsets strictly increase inside {@code [startOffset,
- * endOffset)}, the first is {@code firstOffset}. At the end: the last is {@code lastOffset} and the
- * count is {@code tuples}. A row without a seal (registered before checksums) gets every check but
- * the digest and the first and last offsets, with an {@code FG-BLOB-001} warning once per BLOB.
+ * BlobPaths#check}) and it is a regular file, not a symbolic link (an object, not a prefix, on
+ * object storage: {@link ObjectBlobs}). Before any record is returned: the file's size and SHA-256
+ * are the catalog's (the bytes hashed are the bytes then parsed: one open channel or object stream,
+ * read twice). While reading: offsets strictly increase inside {@code [startOffset, endOffset)},
+ * the first is {@code firstOffset}. At the end: the last is {@code lastOffset} and the count is
+ * {@code tuples}. A row without a seal (registered before checksums) gets every check but the
+ * digest and the first and last offsets, with an {@code FG-BLOB-001} warning once per BLOB.
  *
  * <p>A failed check throws {@link BlobIntegrityException} (logged {@code FG-BLOB-002}) from the
  * constructor or from {@link #hasNext}/{@link #next}, and again from every later call; batches
@@ -52,7 +56,7 @@ public final class RegisteredBlob
   private static final Set<String> UNSEALED_LOGGED = ConcurrentHashMap.newKeySet();
 
   private final BlobRow blob;
-  private final FileChannel channel;
+  private final SeekableInput input;
   private final DataFileReader<GenericRecord> reader;
   private GenericRecord reuse;
   private List<ConsumerRecord<byte[], byte[]>> pending;
@@ -62,20 +66,31 @@ public final class RegisteredBlob
   private BlobIntegrityException failure;
 
   /**
+   * A BLOB on a local file system ({@link #RegisteredBlob(BlobRow, Configuration)} with no Hadoop
+   * configuration: an object URL throws {@link IllegalStateException}).
+   */
+  public RegisteredBlob(BlobRow blob) {
+    this(blob, null);
+  }
+
+  /**
    * Opens and checks the file; nothing is decoded yet.
    *
+   * @param blob the catalog row: a local path, or an object URL ({@link ObjectBlobs})
+   * @param hadoopConf what an object URL is read with (the session's Hadoop configuration, {@code
+   *     spark.hadoop.fs.s3a.*}); unused for a local path
    * @throws BlobPathException the path is outside the BLOB directory or not a regular file
    * @throws BlobIntegrityException the file is missing, its size or SHA-256 differs, or it is not
    *     an Avro container of {@link BlobFormat#RECORD_NAME} records
+   * @throws IllegalStateException an object URL with no {@code hadoopConf}, or no s3a connector on
+   *     the classpath
    */
-  public RegisteredBlob(BlobRow blob) {
+  public RegisteredBlob(BlobRow blob, Configuration hadoopConf) {
     this.blob = blob;
     this.previous = blob.startOffset() - 1;
-    this.channel = openChecked(blob);
+    this.input = openChecked(blob, hadoopConf);
     try {
-      this.reader =
-          new DataFileReader<>(
-              new ChannelInput(channel), new GenericDatumReader<>(null, BlobFormat.SCHEMA));
+      this.reader = new DataFileReader<>(input, new GenericDatumReader<>(null, BlobFormat.SCHEMA));
       String name = reader.getSchema().getFullName();
       if (!BlobFormat.RECORD_NAME.equals(name)) {
         throw damaged(
@@ -183,38 +198,20 @@ public final class RegisteredBlob
   }
 
   /**
-   * The file, open at its start, inside the directory, a regular file, its size and seal checked.
+   * The BLOB, open at its start, inside the directory, a regular file (an object, not a prefix),
+   * its size and seal checked.
    */
-  private static FileChannel openChecked(BlobRow blob) {
+  private static SeekableInput openChecked(BlobRow blob, Configuration hadoopConf) {
     try {
       BlobPaths.check(blob);
     } catch (BlobPathException e) {
       LOG.error("FG-BLOB-002 {}", e.getMessage());
       throw e;
     }
-    Path path = Paths.get(blob.path());
-    BasicFileAttributes attributes;
+    SeekableInput input =
+        ObjectBlobs.isObjectUrl(blob.path()) ? openObject(blob, hadoopConf) : openFile(blob);
     try {
-      attributes = Files.readAttributes(path, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
-    } catch (IOException e) {
-      throw damaged(blob, "missing", exceptionText(e), null);
-    }
-    if (attributes.isSymbolicLink()) {
-      throw refused(blob, "it is a symbolic link: never followed");
-    }
-    if (!attributes.isRegularFile()) {
-      // Checked before opening: opening a FIFO would wait for a writer.
-      throw refused(
-          blob, "it is not a regular file (mode " + BlobPaths.fileMode(path) + "): not read");
-    }
-    FileChannel channel;
-    try {
-      channel = FileChannel.open(path, StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS);
-    } catch (IOException e) {
-      throw damaged(blob, "missing", exceptionText(e), null);
-    }
-    try {
-      long size = channel.size();
+      long size = input.length();
       if (size != blob.bytes()) {
         throw damaged(
             blob, "size", "the file holds " + size + " bytes, the catalog " + blob.bytes(), null);
@@ -230,7 +227,7 @@ public final class RegisteredBlob
               blob.partition());
         }
       } else {
-        String digest = sha256(channel);
+        String digest = sha256(input);
         if (!digest.equals(blob.sha256())) {
           throw damaged(
               blob,
@@ -238,32 +235,90 @@ public final class RegisteredBlob
               "the file's SHA-256 is " + digest + ", the catalog's " + blob.sha256(),
               null);
         }
-        channel.position(0);
+        input.seek(0);
       }
-      return channel;
+      return input;
     } catch (IOException e) {
-      closeQuietly(channel);
+      closeQuietly(input);
       throw damaged(blob, "unreadable", exceptionText(e), null);
     } catch (RuntimeException e) {
-      closeQuietly(channel);
+      closeQuietly(input);
       throw e;
+    }
+  }
+
+  /** A local file, opened without following a link. */
+  private static SeekableInput openFile(BlobRow blob) {
+    Path path = Paths.get(blob.path());
+    BasicFileAttributes attributes;
+    try {
+      attributes = Files.readAttributes(path, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
+    } catch (IOException e) {
+      throw damaged(blob, "missing", exceptionText(e), null);
+    }
+    if (attributes.isSymbolicLink()) {
+      throw refused(blob, "it is a symbolic link: never followed");
+    }
+    if (!attributes.isRegularFile()) {
+      // Checked before opening: opening a FIFO would wait for a writer.
+      throw refused(
+          blob, "it is not a regular file (mode " + BlobPaths.fileMode(path) + "): not read");
+    }
+    try {
+      return new ChannelInput(
+          FileChannel.open(path, StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS));
+    } catch (IOException e) {
+      throw damaged(blob, "missing", exceptionText(e), null);
+    }
+  }
+
+  /**
+   * An object through Hadoop's s3a connector ({@link ObjectBlobs}).
+   *
+   * @throws IllegalStateException no {@code hadoopConf}, or s3a is not on the classpath or does not
+   *     start ({@link ObjectBlobs#fileSystem})
+   */
+  private static SeekableInput openObject(BlobRow blob, Configuration hadoopConf) {
+    if (hadoopConf == null) {
+      throw new IllegalStateException(
+          "BLOB " + blob.id() + " (" + blob.path() + ") is an object: read with no Hadoop conf");
+    }
+    org.apache.hadoop.fs.Path path = ObjectBlobs.hadoopPath(blob.path());
+    FileSystem fs = ObjectBlobs.fileSystem(path, hadoopConf);
+    FileStatus status;
+    try {
+      status = fs.getFileStatus(path);
+    } catch (IOException e) {
+      throw damaged(blob, "missing", exceptionText(e), null);
+    }
+    if (!status.isFile()) {
+      throw refused(blob, "it is a prefix of objects (a directory), not an object: not read");
+    }
+    try {
+      return ObjectBlobs.open(fs, status);
+    } catch (IOException e) {
+      throw damaged(blob, "missing", exceptionText(e), null);
     }
   }
 
   /** SHA-256 of a file from its start, 64 lowercase hex digits. */
   static String sha256(FileChannel channel) throws IOException {
+    return sha256(new ChannelInput(channel));
+  }
+
+  /** SHA-256 of an input from its start, 64 lowercase hex digits; it is left at its end. */
+  static String sha256(SeekableInput input) throws IOException {
     MessageDigest digest;
     try {
       digest = MessageDigest.getInstance("SHA-256");
     } catch (NoSuchAlgorithmException e) {
       throw new IllegalStateException("this JVM has no SHA-256", e);
     }
-    ByteBuffer buffer = ByteBuffer.allocate(1 << 20);
-    channel.position(0);
-    while (channel.read(buffer) >= 0) {
-      buffer.flip();
-      digest.update(buffer);
-      buffer.clear();
+    byte[] buffer = new byte[1 << 20];
+    input.seek(0);
+    int n;
+    while ((n = input.read(buffer, 0, buffer.length)) >= 0) {
+      digest.update(buffer, 0, n);
     }
     return HexFormat.of().formatHex(digest.digest());
   }
@@ -290,12 +345,12 @@ public final class RegisteredBlob
   }
 
   private void closeQuietly() {
-    closeQuietly(channel);
+    closeQuietly(input);
   }
 
-  private static void closeQuietly(FileChannel channel) {
+  private static void closeQuietly(SeekableInput input) {
     try {
-      channel.close();
+      input.close();
     } catch (IOException e) {
       // Read only: nothing to lose.
     }

@@ -2,6 +2,7 @@ package io.floodgate.spark.swept;
 
 import java.util.ArrayList;
 import java.util.List;
+import org.apache.hadoop.conf.Configuration;
 
 /**
  * Reads swept offsets of a partition back in Kafka order (unsweep), from the BLOB chain the sweep
@@ -10,12 +11,25 @@ import java.util.List;
  */
 public final class SweptRanges {
   private final SweepCatalogReader catalog;
+  private final Configuration hadoopConf;
 
   /**
+   * BLOBs on a local file system only ({@link #SweptRanges(SweepCatalogReader, Configuration)}).
+   *
    * @param catalog the sweep catalog
    */
   public SweptRanges(SweepCatalogReader catalog) {
+    this(catalog, null);
+  }
+
+  /**
+   * @param catalog the sweep catalog
+   * @param hadoopConf what BLOBs on object storage are read with ({@link ObjectBlobs}: the
+   *     session's Hadoop configuration); {@code null}: none, an object URL fails its read
+   */
+  public SweptRanges(SweepCatalogReader catalog, Configuration hadoopConf) {
     this.catalog = catalog;
+    this.hadoopConf = hadoopConf;
   }
 
   /**
@@ -61,6 +75,6 @@ public final class SweptRanges {
           end,
           logStart);
     }
-    return new SweptRecords(chain, start, upTo, position);
+    return new SweptRecords(chain, start, upTo, position, hadoopConf);
   }
 }

@@ -5,6 +5,7 @@ import java.util.Collections;
 import java.util.Iterator;
 import java.util.List;
 import java.util.NoSuchElementException;
+import org.apache.hadoop.conf.Configuration;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 
 /**
@@ -20,6 +21,7 @@ public final class SweptRecords implements Iterator<ConsumerRecord<byte[], byte[
   private final long start;
   private final long end;
   private final long brokerFrom;
+  private final Configuration hadoopConf;
   private RegisteredBlob current;
   private Iterator<ConsumerRecord<byte[], byte[]>> batch = Collections.emptyIterator();
   private ConsumerRecord<byte[], byte[]> pending;
@@ -27,11 +29,13 @@ public final class SweptRecords implements Iterator<ConsumerRecord<byte[], byte[
   private RuntimeException failure;
   private long count;
 
-  SweptRecords(List<BlobRow> chain, long start, long end, long brokerFrom) {
+  SweptRecords(
+      List<BlobRow> chain, long start, long end, long brokerFrom, Configuration hadoopConf) {
     this.blobs = chain.iterator();
     this.start = start;
     this.end = end;
     this.brokerFrom = brokerFrom;
+    this.hadoopConf = hadoopConf;
   }
 
   /** The first offset the chain does not cover: the caller reads the broker from there. */
@@ -64,7 +68,7 @@ public final class SweptRecords implements Iterator<ConsumerRecord<byte[], byte[
           if (current != null) {
             current.close();
           }
-          current = new RegisteredBlob(blobs.next());
+          current = new RegisteredBlob(blobs.next(), hadoopConf);
         } else {
           close();
         }

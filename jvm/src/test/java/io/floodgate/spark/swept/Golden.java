@@ -38,9 +38,17 @@ final class Golden {
    * A SQLite catalog from catalog.sql in {@code folder} whose BLOB directory is {@code blobDir}.
    */
   static String catalog(Path folder, Path blobDir) throws IOException, SQLException {
+    return catalog(folder, blobDir.toString());
+  }
+
+  /**
+   * A SQLite catalog from catalog.sql in {@code folder} whose BLOB directory is {@code blobDir}, a
+   * local path or an object URL ({@code s3://bucket/prefix}): its rows name {@code
+   * <blobDir>/<file>}.
+   */
+  static String catalog(Path folder, String blobDir) throws IOException, SQLException {
     Path database = folder.resolve("catalog.db");
-    String sql =
-        Files.readString(DIR.resolve("catalog.sql")).replace("@BLOB_DIR@", blobDir.toString());
+    String sql = Files.readString(DIR.resolve("catalog.sql")).replace("@BLOB_DIR@", blobDir);
     try (Connection conn =
             new org.sqlite.JDBC().connect("jdbc:sqlite:" + database, new Properties());
         Statement st = conn.createStatement()) {
