@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,10 +158,12 @@ def spark_submit(
     *,
     cwd: Path,
     log_path: Path,
+    conf: Mapping[str, str] | None = None,
     **env: str,
 ) -> subprocess.Popen[bytes]:
-    """``spark-submit --master <cluster> "$(floodgate driver-path)" <args>``, in a process
-    group of its own (a kill takes the driver's JVM and Python down together)."""
+    """``spark-submit --master <cluster> [--conf k=v ...] "$(floodgate driver-path)"
+    <args>``, in a process group of its own (a kill takes the driver's JVM and Python
+    down together)."""
     with open(log_path, "ab") as log:
         return subprocess.Popen(
             [
@@ -173,6 +176,7 @@ def spark_submit(
                 f"spark.pyspark.driver.python={installed.python}",
                 "--conf",
                 "spark.executor.memory=768m",
+                *(a for key, value in (conf or {}).items() for a in ("--conf", f"{key}={value}")),
                 driver_program(installed),
                 *args,
             ],

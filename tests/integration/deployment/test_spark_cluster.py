@@ -34,7 +34,8 @@ from pipeline.services.ledger import reconcile
 from sweeper.service import Sweeper
 from tests.integration.deployment.installed import InstalledFloodgate
 from tests.integration.deployment.spark_cluster import StandaloneCluster, spark_submit
-from tests.integration.helpers import flights_raw_config
+from tests.integration.helpers import ROOT, flights_raw_config
+from tests.integration.s3proxy import S3Server
 from tests.integration.spark.drivers import committed_and_end, wait_until
 from tests.integration.spark.figures import (
     actual,
@@ -288,12 +289,28 @@ def test_a_swept_input_is_read_back_by_tasks_on_the_workers(
     flights: list[dict[str, Any]],
     run_id: str,
     tmp_path: Path,
+    s3: S3Server,
 ) -> None:
     """A producer at about three times the group's service rate: the sweeper moves the
-    backlog into BLOBs and truncates the broker past what the group has read, so the
-    group, on the cluster, reads those ranges from the BLOB store in tasks on the
-    executors; its output is every tuple once, in the producer's order."""
+    backlog into BLOBs on object storage (S3Proxy) and truncates the broker past what
+    the group has read, so the group, on the cluster, reads those ranges from the
+    objects in tasks on the executors, through Hadoop's s3a (the jars of
+    ``scripts/s3a-jars``, configured with ``spark.hadoop.fs.s3a.*`` as the docs say);
+    its output is every tuple once, in the producer's order."""
     from sweeper.config import SweeperSettings
+
+    s3.create_bucket(f"swept-{run_id}")
+    jars = subprocess.run(
+        [str(ROOT / "scripts" / "s3a-jars")], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    s3a = {
+        "spark.jars": jars,
+        "spark.hadoop.fs.s3a.endpoint": s3.endpoint,
+        "spark.hadoop.fs.s3a.endpoint.region": s3.region,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.access.key": s3.access_key,
+        "spark.hadoop.fs.s3a.secret.key": s3.secret_key,
+    }
 
     config = swept_group(run_id, tmp_path, max_rows_per_trigger=200, trigger_interval_ms=500)
     path = tmp_path / "group.toml"
@@ -304,7 +321,7 @@ def test_a_swept_input_is_read_back_by_tasks_on_the_workers(
     sweeper = Sweeper(
         SweeperSettings(
             catalog_url=config.query_group.sweep_catalog_url or "",
-            blob_dir=str(tmp_path / "blobs"),
+            blob_store=f"s3://swept-{run_id}/blobs",
             sweep_interval_s=1.0,
         ),
         [config],
@@ -327,6 +344,8 @@ def test_a_swept_input_is_read_back_by_tasks_on_the_workers(
         ["run", str(path), "--bootstrap", bootstrap],
         cwd=tmp_path,
         log_path=log_path,
+        conf=s3a,
+        **s3.environment(),
     )
     thread = threading.Thread(target=sweep_loop, daemon=True)
     try:
@@ -349,7 +368,9 @@ def test_a_swept_input_is_read_back_by_tasks_on_the_workers(
             thread.join(timeout=60)
         stop_driver(driver)
         sweeper.catalog.close()
-    assert [o for o in outcomes if o.blob is not None], [o.decision for o in outcomes]
+    swept = [o.blob for o in outcomes if o.blob is not None]
+    assert swept, [o.decision for o in outcomes]
+    assert all(blob.path.startswith(f"s3://swept-{run_id}/blobs/") for blob in swept)
     # The broker was truncated past what the group had read: it read that from BLOBs.
     assert any(resident < backlog for backlog, resident in samples), samples
     codec = StreamCodec("flights_copy", schemas.get("flight"), schemas)
