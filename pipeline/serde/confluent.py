@@ -47,8 +47,11 @@ class ConfluentCodec(StreamCodec):
     and resolves it to the stream's schema (Avro schema resolution), so the
     stream's schema can evolve as the registry's compatibility rules allow.
 
-    The block encoder and decoder (:mod:`pipeline.serde.block`) stay off for such a
-    stream: every tuple goes through confluent-kafka's serializers.
+    Tuples are encoded one by one, through confluent-kafka's serializer (the block
+    encoder of :mod:`pipeline.serde.block` stays off). The source decodes a
+    micro-batch's tuples one block per schema id
+    (:class:`~pipeline.serde.confluent_block.ConfluentBlockDecoder`) and falls back
+    to :meth:`decode` tuple by tuple, which gives the same rows.
 
     Args:
         stream: the stream's name (used in errors).

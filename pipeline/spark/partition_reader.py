@@ -24,8 +24,8 @@ from pipeline.deadletter import (
     DeadLetterWriter,
 )
 from pipeline.errors import DeserializationError
-from pipeline.serde.block import BlockDecoder
 from pipeline.serde.codec import StreamCodec
+from pipeline.serde.confluent_block import block_decoder
 from pipeline.spark.options import SourceOptions
 from pipeline.spark.refusals import RefusalRules
 from pipeline.spark.schema import kafka_columns
@@ -80,9 +80,10 @@ class PartitionReader:
 
     Records come from the broker, or from the swept BLOBs where the sweeper moved
     them; they are decoded 8 192 at a time as one Avro block
-    (:class:`~pipeline.serde.block.BlockDecoder`), tuple by tuple when the block cannot be
-    vouched for, into Arrow record batches of the stream's columns and the metadata
-    columns. A tuple that does not decode, or that a
+    (:class:`~pipeline.serde.block.BlockDecoder`; in the Confluent wire format one block
+    per schema id, :class:`~pipeline.serde.confluent_block.ConfluentBlockDecoder`), tuple
+    by tuple when the block cannot be vouched for, into Arrow record batches of the
+    stream's columns and the metadata columns. A tuple that does not decode, or that a
     :class:`~pipeline.spark.refusals.RefusalRules` rule refuses, goes to the
     dead-letter topic (:class:`~pipeline.deadletter.DeadLetterWriter`) when the task's
     ranges are read.
@@ -122,7 +123,7 @@ class PartitionReader:
             if f.name in schema.names and f.name not in self.fields
         ]
         self._pa = pa
-        self._decoder = BlockDecoder(self.codec) if self.codec is not None else None
+        self._decoder = block_decoder(self.codec) if self.codec is not None else None
         self.rules = RefusalRules(options)
         self.dead = DeadLetterWriter(
             options.dead_letter_topic,
