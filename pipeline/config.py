@@ -228,6 +228,10 @@ class SchemaRegistryConfig(_Strict):
 #: The values of a stream's ``encoding`` key (:mod:`pipeline.serde.confluent`).
 Encoding = Literal["single-object", "confluent"]
 
+#: The values of an input stream's ``key_encoding`` key
+#: (:data:`pipeline.serde.confluent.KEY_ENCODINGS`).
+KeyEncoding = Literal["raw", "confluent"]
+
 
 class SparkConfig(_Strict):
     """The ``[spark]`` section."""
@@ -346,6 +350,14 @@ class InputStreamConfig(StreamSettings):
     requires every key field: the client refuses a tuple without one
     (``NullKeyError``), and the queries dead-letter a record without a key
     (reason ``null-key``)."""
+    key_encoding: KeyEncoding = "raw"
+    """How the Kafka key is written: ``raw`` (the ``key`` fields' values joined with
+    ``|``, :class:`~pipeline.serde.codec.TupleKey`) or ``confluent`` (the ``key`` fields
+    as an Avro record, ``<Schema>Key``, in the Confluent wire format under the subject
+    ``<topic>-key``, Confluent's ``TopicNameStrategy``; needs ``key`` and
+    ``[schema_registry] url``; :class:`~pipeline.serde.confluent.ConfluentKey`). With
+    ``confluent`` the source gives the ``key`` column as a struct of the key fields,
+    decoded as the value's fields are (``_key`` keeps the key's bytes)."""
     max_event_time_ahead_ms: Annotated[int, Field(ge=0)] = 3_600_000
     """With ``timestamp_mode = "data_source"``: how far an event time may be ahead of now
     (the client refuses the tuple: ``EventTimeError``) or of its record's Kafka
@@ -380,6 +392,11 @@ class InputStreamConfig(StreamSettings):
 
     @model_validator(mode="after")
     def _check_timestamp(self) -> InputStreamConfig:
+        if self.key_encoding == "confluent" and not self.key:
+            raise ValueError(
+                "key_encoding 'confluent' needs key (the fields of the key record); "
+                "allowed: key_encoding 'raw', or name the key fields"
+            )
         if self.timestamp_mode == "data_source" and not self.timestamp_field:
             raise ValueError("timestamp_mode 'data_source' needs timestamp_field")
         if self.timestamp_mode == "server" and self.timestamp_field:
@@ -485,6 +502,29 @@ class QueryGroupConfig(_Strict):
             encoding=encoding,
             topic=declared.topic,
             registry=registry,
+        )
+
+    def input_key(self, stream: str, schemas: SchemaRepository) -> Any:
+        """The key maker of an input stream in its ``key_encoding``
+        (:func:`pipeline.serde.confluent.stream_key`): a
+        :class:`~pipeline.serde.codec.TupleKey`, or a
+        :class:`~pipeline.serde.confluent.ConfluentKey` asking the registry.
+
+        Raises:
+            SchemaError: the stream's schema is not in ``schemas``, or a key field is
+                no field of it.
+        """
+        from pipeline.serde.confluent import stream_key
+
+        declared = self.input_streams[stream]
+        return stream_key(
+            stream,
+            schemas.get(declared.schema_),
+            schemas,
+            declared.key,
+            key_encoding=declared.key_encoding,
+            topic=declared.topic,
+            registry=self.schema_registry.client_config(),
         )
 
     @property
@@ -708,6 +748,17 @@ def parse_query_group(
                     key=key,
                     value="confluent",
                     allowed="single-object, or confluent with schema_registry.url",
+                )
+        for stream_name, declared_input in config.input_streams.items():
+            if declared_input.key_encoding == "confluent":
+                key = f"input_streams.{stream_name}.key_encoding"
+                raise ConfigError(
+                    f"{source}: invalid query group file:\n  key {key!r} = 'confluent' "
+                    "needs schema_registry.url (the Schema Registry the key schema's ids "
+                    "come from); allowed: 'raw', or set schema_registry.url",
+                    key=key,
+                    value="confluent",
+                    allowed="raw, or confluent with schema_registry.url",
                 )
     _check_schema_fields(config, source)
     return config

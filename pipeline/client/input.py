@@ -156,6 +156,7 @@ class StreamInput:
         self.topic = stream_config.topic
         self.settings = config.input_settings(stream)
         self.key = TupleKey(stream_config.key)
+        self._confluent_key = stream_config.key_encoding == "confluent"
         self._event_field = (
             stream_config.timestamp_field if stream_config.timestamp_mode == "data_source" else None
         )
@@ -171,6 +172,8 @@ class StreamInput:
                     value=name,
                     allowed=", ".join(fields),
                 )
+        if self._confluent_key:  # after the check above names a key field it lacks
+            self.key = config.input_key(stream, schemas)
         self._block_encoder = BlockEncoder(self.codec)
         self.probe = QueueProbe.for_input_stream(
             config, stream, bootstrap_servers=bootstrap_servers, swept=swept
@@ -549,6 +552,8 @@ class StreamInput:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        if self._confluent_key:  # keys through the registry's serializer: row by row
+            return None
         fields = self.key.fields
         names = set(table.column_names)
         if any(f not in names or table.column(f).null_count for f in fields):

@@ -126,19 +126,36 @@ class BlockDecoder:
         if not self.enabled or not values:
             return None
         header = self._header
-        checks = _checks(len(values))
-        parts: list[bytes] = []
-        append = parts.append
-        for value, check in zip(values, checks, strict=False):  # checks may be longer
+        bodies: list[bytes] = []
+        append = bodies.append
+        for value in values:
             if value is None or not value.startswith(header):
                 return None
             append(value[HEADER_SIZE:])
+        return self.decode_bodies(bodies)
+
+    def decode_bodies(self, bodies: Sequence[bytes]) -> Any | None:
+        """Decode Avro bodies written with the stream's schema (no framing) into one
+        Arrow table, as one container block with a check field per body.
+
+        Args:
+            bodies: the tuples' Avro bodies, framing cut off; at least one.
+
+        Returns:
+            As :meth:`decode`: a ``pyarrow.Table`` of one row per body, in order, or
+            ``None`` when the block cannot be vouched for.
+        """
+        checks = _checks(len(bodies))
+        parts: list[bytes] = []
+        append = parts.append
+        for body, check in zip(bodies, checks, strict=False):  # checks may be longer
+            append(body)
             append(check)
         data = b"".join(parts)
         block = b"".join(
             (
                 self._container_header,
-                _zigzag_varint(len(values)),
+                _zigzag_varint(len(bodies)),
                 _zigzag_varint(len(data)),
                 data,
                 _SYNC,
@@ -154,9 +171,9 @@ class BlockDecoder:
             # A bad body makes polars raise its own errors, or panic (a BaseException)
             # on a length that runs past the block: either way, not vouched for.
             return None
-        if table.num_rows != len(values):
+        if table.num_rows != len(bodies):
             return None
-        expected = np.arange(_CHECK_BASE, _CHECK_BASE + len(values), dtype=np.int64)
+        expected = np.arange(_CHECK_BASE, _CHECK_BASE + len(bodies), dtype=np.int64)
         if not pc.all(pc.equal(table.column(_CHECK_FIELD), pa.array(expected))).as_py():
             return None
         table = table.drop_columns([_CHECK_FIELD])

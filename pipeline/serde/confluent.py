@@ -10,6 +10,11 @@ of a writer schema by id are all confluent-kafka's own
 itself. Subjects follow Confluent's default ``TopicNameStrategy``: the value schema
 of topic ``t`` is registered under ``t-value``, and registered on first use.
 
+A stream's key may be in the wire format too (``key_encoding = "confluent"``,
+:class:`ConfluentKey`): an Avro record of the stream's key fields
+(:func:`key_schema`), registered under ``t-key``, as Confluent's serializers and
+ABRiS write keys with ``TopicNameStrategy``.
+
 Any registry with Confluent's REST API serves: Confluent's own, Karapace, or
 Apicurio Registry's ``/apis/ccompat/v7``.
 """
@@ -19,17 +24,22 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime
-from typing import Any
+from typing import Any, Literal
 
 from pipeline.errors import DeserializationError, SchemaError, SchemaRegistryError
 from pipeline.serde.codec import StreamCodec, epoch_ms, field_kind
-from pipeline.serde.schemas import RegisteredSchema, SchemaRepository
+from pipeline.serde.schemas import RegisteredSchema, SchemaRepository, fingerprint
 
 #: The values of a stream's ``encoding`` key: Avro single-object encoding (the schema's
 #: fingerprint, schemas found in the schema directory) or the Confluent wire format.
 ENCODINGS = ("single-object", "confluent")
+
+#: The values of a stream's ``key_encoding`` key: the key fields' values joined with
+#: ``|`` (:class:`~pipeline.serde.codec.TupleKey`), or the Confluent wire format
+#: (:class:`ConfluentKey`).
+KEY_ENCODINGS = ("raw", "confluent")
 
 #: HTTP status of the Schema Registry's "not found" answers (unknown schema id).
 _NOT_FOUND = 404
@@ -47,8 +57,11 @@ class ConfluentCodec(StreamCodec):
     and resolves it to the stream's schema (Avro schema resolution), so the
     stream's schema can evolve as the registry's compatibility rules allow.
 
-    The block encoder and decoder (:mod:`pipeline.serde.block`) stay off for such a
-    stream: every tuple goes through confluent-kafka's serializers.
+    Tuples are encoded one by one, through confluent-kafka's serializer (the block
+    encoder of :mod:`pipeline.serde.block` stays off). The source decodes a
+    micro-batch's tuples one block per schema id
+    (:class:`~pipeline.serde.confluent_block.ConfluentBlockDecoder`) and falls back
+    to :meth:`decode` tuple by tuple, which gives the same rows.
 
     Args:
         stream: the stream's name (used in errors).
@@ -58,6 +71,8 @@ class ConfluentCodec(StreamCodec):
         topic: the stream's Kafka topic (its subject is ``<topic>-value``).
         registry: the ``SchemaRegistryClient`` configuration (``url``, optionally
             ``basic.auth.user.info`` as ``user:password``).
+        field: ``value`` (default), or ``key`` for a Kafka record's key: subject
+            ``<topic>-key`` (:class:`ConfluentKey`).
     """
 
     encoding = "confluent"
@@ -70,6 +85,7 @@ class ConfluentCodec(StreamCodec):
         *,
         topic: str,
         registry: Mapping[str, Any],
+        field: Literal["value", "key"] = "value",
     ) -> None:
         from confluent_kafka.schema_registry import (
             SchemaRegistryClient,
@@ -80,6 +96,7 @@ class ConfluentCodec(StreamCodec):
 
         super().__init__(stream, schema, repository)
         self.topic = topic
+        self.field = field
         self.registry_url = str(registry.get("url", ""))
         self.client = SchemaRegistryClient(dict(registry))
         schema_text = json.dumps(schema.schema)
@@ -96,7 +113,9 @@ class ConfluentCodec(StreamCodec):
             },
         )
         self._deserializer = AvroDeserializer(self.client, schema_text, conf=strategy)
-        self._context = SerializationContext(topic, MessageField.VALUE)
+        self._context = SerializationContext(
+            topic, MessageField.KEY if field == "key" else MessageField.VALUE
+        )
         self._logical_fields = [
             (name, kind)
             for name in schema.field_names
@@ -105,8 +124,9 @@ class ConfluentCodec(StreamCodec):
 
     @property
     def subject(self) -> str:
-        """The registry subject of the stream's values (``TopicNameStrategy``)."""
-        return f"{self.topic}-value"
+        """The registry subject of the stream's values, or keys (``TopicNameStrategy``:
+        ``<topic>-value``, ``<topic>-key``)."""
+        return f"{self.topic}-{self.field}"
 
     def encode_normalised(self, record: Mapping[str, Any]) -> bytes:
         """Encode one normalised tuple in the Confluent wire format.
@@ -230,6 +250,156 @@ class ConfluentCodec(StreamCodec):
             f"be asked: {type(exc).__name__}: {exc}",
             url=self.registry_url,
         )
+
+
+def key_schema(schema: RegisteredSchema, fields: Sequence[str]) -> RegisteredSchema:
+    """The Avro schema of a stream's Confluent-encoded key: a record named
+    ``<schema's record name>Key``, in the schema's namespace, whose fields are the
+    stream schema's fields named in ``fields`` (the stream's ``key``), in that order,
+    each exactly as the stream's schema declares it (type, default, doc).
+
+    The JVM source builds the same schema (``io.floodgate.spark.serde.KeySchema``).
+
+    Raises:
+        SchemaError: no key fields, or a key field that is no field of ``schema``.
+    """
+    declared = {f["name"]: f for f in schema.schema.get("fields", [])}
+    missing = [f for f in fields if f not in declared]
+    if not fields or missing:
+        raise SchemaError(
+            f"schema {schema.name!r}: a Confluent key needs key fields of the schema; "
+            f"given {list(fields)}, not fields: {missing}; its fields: {schema.field_names}",
+            stream=schema.name,
+        )
+    namespace, _, name = str(schema.schema["name"]).rpartition(".")
+    namespace = schema.schema.get("namespace") or namespace
+    record: dict[str, Any] = {"type": "record", "name": f"{name}Key"}
+    if namespace:
+        record["namespace"] = namespace
+    record["fields"] = [dict(declared[f]) for f in fields]
+    return RegisteredSchema(
+        name=f"{schema.name}-key", schema=record, fingerprint=fingerprint(record)
+    )
+
+
+class ConfluentKey:
+    """A stream's Kafka key in the Confluent wire format (``key_encoding =
+    "confluent"``): the tuple's key fields as an Avro record (:func:`key_schema`),
+    framed with the registry id of that schema under the subject ``<topic>-key``
+    (``TopicNameStrategy``, as Confluent's ``KafkaAvroSerializer`` with
+    ``isKey = true`` and ABRiS's key config write it).
+
+    A drop-in for :class:`~pipeline.serde.codec.TupleKey` on the producer side: called
+    on a normalised tuple it gives the key bytes, and :attr:`fields` names the key
+    fields. Tuples are partitioned by those bytes (librdkafka's partitioner hashes the
+    key bytes as given), as every Confluent client partitions an Avro key.
+
+    Args:
+        stream: the stream's name (errors).
+        schema: the stream's schema (the key fields' declarations come from it).
+        repository: the schema repository.
+        fields: the stream's key fields, in order (its ``key``).
+        topic: the stream's topic.
+        registry: the ``SchemaRegistryClient`` configuration.
+
+    Raises:
+        SchemaError: no key fields, or one that is no field of the schema.
+    """
+
+    def __init__(
+        self,
+        stream: str,
+        schema: RegisteredSchema,
+        repository: SchemaRepository,
+        fields: Sequence[str],
+        *,
+        topic: str,
+        registry: Mapping[str, Any],
+    ) -> None:
+        self.fields = list(fields)
+        self.schema = key_schema(schema, self.fields)
+        self.codec = ConfluentCodec(
+            stream, self.schema, repository, topic=topic, registry=registry, field="key"
+        )
+
+    @property
+    def subject(self) -> str:
+        """The registry subject of the keys, ``<topic>-key``."""
+        return self.codec.subject
+
+    def __call__(self, record: Mapping[str, Any]) -> bytes:
+        """The key of a normalised tuple (:meth:`StreamCodec.normalise`).
+
+        Returns:
+            Magic byte 0, the key schema's 4-byte registry id, the Avro body.
+
+        Raises:
+            SchemaError: a key field's value does not match its type, or the registry
+                refused the key schema under :attr:`subject`.
+            SchemaRegistryError: the registry could not be asked.
+        """
+        return self.codec.encode_normalised({f: record.get(f) for f in self.fields})
+
+    def decode(self, data: bytes, *, logical: bool = True) -> dict[str, Any]:
+        """Decode a Confluent-framed key into ``{key field: value}``.
+
+        Args:
+            data: the Kafka record's key.
+            logical: as :meth:`ConfluentCodec.decode`.
+
+        Raises:
+            DeserializationError: as :meth:`ConfluentCodec.decode`, with reason
+                ``bad-key`` (the message says what is wrong: framing, unknown schema
+                id, or body).
+            SchemaRegistryError: the registry could not be asked.
+        """
+        try:
+            return self.codec.decode(data, logical=logical)
+        except DeserializationError as exc:
+            raise DeserializationError(
+                f"the key does not decode ({exc.reason}): {exc.detail}",
+                reason="bad-key",
+                stream=self.codec.stream,
+            ) from exc
+
+
+def stream_key(
+    stream: str,
+    schema: RegisteredSchema,
+    repository: SchemaRepository,
+    fields: Sequence[str],
+    *,
+    key_encoding: str = "raw",
+    topic: str | None = None,
+    registry: Mapping[str, Any] | None = None,
+) -> Any:
+    """The key maker of a stream in its ``key_encoding``.
+
+    Returns:
+        ``raw``: a :class:`~pipeline.serde.codec.TupleKey` of ``fields``;
+        ``confluent``: a :class:`ConfluentKey`.
+
+    Raises:
+        SchemaError: a key encoding other than :data:`KEY_ENCODINGS`, or ``confluent``
+            without key fields, a topic or a registry URL.
+    """
+    from pipeline.serde.codec import TupleKey
+
+    if key_encoding == "raw":
+        return TupleKey(fields)
+    if key_encoding != "confluent":
+        raise SchemaError(
+            f"stream {stream!r}: key_encoding {key_encoding!r} is unknown; allowed: "
+            + ", ".join(KEY_ENCODINGS),
+            stream=stream,
+        )
+    if not topic or not registry or not registry.get("url"):
+        raise SchemaError(
+            f"stream {stream!r}: key_encoding 'confluent' needs the stream's topic and the "
+            "Schema Registry's URL ([schema_registry] url)",
+            stream=stream,
+        )
+    return ConfluentKey(stream, schema, repository, fields, topic=topic, registry=registry)
 
 
 def _outages() -> tuple[type[BaseException], ...]:

@@ -83,7 +83,11 @@ def register_inputs(
         encoding, registry = config.stream_registry("input", name)
         if encoding != "single-object":
             options["encoding"] = encoding
-            options.update({f"schemaRegistry.{k}": v for k, v in registry.items()})
+        if stream.key_encoding != "raw":
+            options["keyEncoding"] = stream.key_encoding
+            options["keyFields"] = ",".join(stream.key)
+            registry = config.schema_registry.client_config()
+        options.update({f"schemaRegistry.{k}": v for k, v in registry.items()})
         # One task per core, not per Kafka partition: a Python data source task
         # costs ~0.1-0.2 s of Spark's time however little it reads (group_ranges).
         options["maxTasks"] = str(spark.sparkContext.defaultParallelism)

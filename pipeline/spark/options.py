@@ -11,7 +11,7 @@ from dataclasses import field as dataclass_field
 from typing import Any
 
 from pipeline.serde.codec import StreamCodec
-from pipeline.serde.confluent import ENCODINGS, stream_codec
+from pipeline.serde.confluent import ENCODINGS, KEY_ENCODINGS, ConfluentKey, stream_codec
 from pipeline.serde.schemas import SchemaRepository
 
 #: Short name to use with ``spark.readStream.format(...)``: the source on the JVM
@@ -252,7 +252,12 @@ class SourceOptions:
     head stands still this long holds nobody back; default 10 000), ``encoding``
     (``single-object``|``confluent``: :mod:`pipeline.serde.confluent`; needs
     ``schema``) with ``schemaRegistry.<property>`` (the ``SchemaRegistryClient``
-    configuration, ``url`` first), ``fields`` (the stream's fields the queries read,
+    configuration, ``url`` first), ``keyEncoding`` (``raw``|``confluent``: the Kafka
+    key in the Confluent wire format, an Avro record of the ``keyFields``,
+    comma-separated fields of the stream's schema, :func:`~pipeline.serde.confluent.key_schema`;
+    needs ``schema``, ``keyFields`` and ``schemaRegistry.url``; the ``key`` column is
+    then a struct of those fields, and a key that does not decode is dead-lettered,
+    reason ``bad-key``), ``fields`` (the stream's fields the queries read,
     comma-separated: the JVM source decodes only those and reads the others as null;
     this source checks the option and decodes every field, so one option map serves
     both).
@@ -287,6 +292,9 @@ class SourceOptions:
     idle_partition_timeout_ms: int = 10_000
     encoding: str = "single-object"
     schema_registry: dict[str, str] = dataclass_field(default_factory=dict)
+    key_encoding: str = "raw"
+    #: ``keyFields``: the key record's fields (``keyEncoding = confluent``).
+    key_fields: tuple[str, ...] | None = None
     #: ``startingOffsets`` given as JSON: partition -> offset, -2 earliest, -1 latest.
     starting_partition_offsets: dict[int, int] = dataclass_field(default_factory=dict)
     #: ``assign``: the partitions read (``None``: every partition of the topic).
@@ -371,6 +379,16 @@ class SourceOptions:
                 "offsets the broker no longer holds are read back from their BLOBs, "
                 "never skipped"
             )
+        key_encoding = opts.choice("keyEncoding", KEY_ENCODINGS, "raw")
+        key_fields = opts.names("keyFields")
+        if key_encoding == "confluent":
+            needs = [k for k in ("schema", "keyFields", "schemaRegistry.url") if not opts.get(k)]
+            if needs:
+                raise ValueError(
+                    f"{SOURCE_NAME}: keyEncoding = 'confluent' needs options {needs} (the "
+                    "key is an Avro record of keyFields of the stream's schema, its ids from "
+                    "the Schema Registry); allowed: keyEncoding 'raw', or give them"
+                )
         late_window = opts.get("lateWindow")
         idle = opts.whole("idlePartitionTimeoutMs", minimum=0, unit="milliseconds")
         delay = opts.get("maxTriggerDelay") or DEFAULT_MAX_TRIGGER_DELAY
@@ -410,6 +428,8 @@ class SourceOptions:
             include_headers=opts.flag("includeHeaders", default=False),
             encoding=opts.choice("encoding", ENCODINGS, "single-object"),
             schema_registry=opts.prefixed("schemaregistry."),  # keys come lower-cased
+            key_encoding=key_encoding,
+            key_fields=key_fields,
             fields=opts.names("fields"),
         )
 
@@ -427,6 +447,25 @@ class SourceOptions:
             repository.get(self.schema_name or ""),
             repository,
             encoding=self.encoding,
+            topic=self.topic,
+            registry=self.schema_registry,
+        )
+
+    def confluent_key(self) -> ConfluentKey | None:
+        """The key codec of ``keyEncoding = confluent`` (``None`` for raw keys).
+
+        Raises:
+            SchemaError: the schema is not in the repository, or a key field is no field
+                of it.
+        """
+        if self.key_encoding != "confluent":
+            return None
+        repository = SchemaRepository.from_json(self.schemas_json or "{}")
+        return ConfluentKey(
+            self.stream,
+            repository.get(self.schema_name or ""),
+            repository,
+            self.key_fields or (),
             topic=self.topic,
             registry=self.schema_registry,
         )

@@ -24,8 +24,8 @@ from pipeline.deadletter import (
     DeadLetterWriter,
 )
 from pipeline.errors import DeserializationError
-from pipeline.serde.block import BlockDecoder
 from pipeline.serde.codec import StreamCodec
+from pipeline.serde.confluent_block import block_decoder
 from pipeline.spark.options import SourceOptions
 from pipeline.spark.refusals import RefusalRules
 from pipeline.spark.schema import kafka_columns
@@ -80,9 +80,10 @@ class PartitionReader:
 
     Records come from the broker, or from the swept BLOBs where the sweeper moved
     them; they are decoded 8 192 at a time as one Avro block
-    (:class:`~pipeline.serde.block.BlockDecoder`), tuple by tuple when the block cannot be
-    vouched for, into Arrow record batches of the stream's columns and the metadata
-    columns. A tuple that does not decode, or that a
+    (:class:`~pipeline.serde.block.BlockDecoder`; in the Confluent wire format one block
+    per schema id, :class:`~pipeline.serde.confluent_block.ConfluentBlockDecoder`), tuple
+    by tuple when the block cannot be vouched for, into Arrow record batches of the
+    stream's columns and the metadata columns. A tuple that does not decode, or that a
     :class:`~pipeline.spark.refusals.RefusalRules` rule refuses, goes to the
     dead-letter topic (:class:`~pipeline.deadletter.DeadLetterWriter`) when the task's
     ranges are read.
@@ -122,7 +123,9 @@ class PartitionReader:
             if f.name in schema.names and f.name not in self.fields
         ]
         self._pa = pa
-        self._decoder = BlockDecoder(self.codec) if self.codec is not None else None
+        self._decoder = block_decoder(self.codec) if self.codec is not None else None
+        #: ``keyEncoding = confluent``: the key codec that fills the ``key`` column.
+        self.key_codec = options.confluent_key() if "key" in self._kafka_names else None
         self.rules = RefusalRules(options)
         self.dead = DeadLetterWriter(
             options.dead_letter_topic,
@@ -247,28 +250,37 @@ class PartitionReader:
             )
         else:
             event_col = timestamp_col
-        # Rows that may be refused, found by column; each is then judged on its own.
+        # Rows that may be refused, found by column; each is then judged on its own,
+        # after its key (keyEncoding = confluent), in order, as _decode judges them.
         watermark = self.partition.watermark_ms
         suspects = self.rules.suspects(
             pa.array(keys, pa.binary()), timestamp_col, event_col, watermark
         )
-        refused: list[int] = []
+        decoded_keys, bad_keys = self._decode_keys(messages, keys)
+        judged = set(bad_keys)
         if suspects is not None:
-            for index in pc.indices_nonzero(pc.fill_null(suspects, False)).to_pylist():
-                message = messages[index]
-                error = self.rules.refusal(
-                    message,
-                    keys[index],
-                    timestamps[index],
-                    event_col[index].as_py(),
-                    watermark_ms=watermark,
-                    batch_id=self.partition.batch_id,
-                )
-                if error is not None:
-                    self.dead.add(message, error)
-                    refused.append(index)
+            judged.update(pc.indices_nonzero(pc.fill_null(suspects, False)).to_pylist())
+        refused: list[int] = []
+        for index in sorted(judged):
+            message = messages[index]
+            if index in bad_keys:
+                self.dead.add(message, bad_keys[index])
+                refused.append(index)
+                continue
+            error = self.rules.refusal(
+                message,
+                keys[index],
+                timestamps[index],
+                event_col[index].as_py(),
+                watermark_ms=watermark,
+                batch_id=self.partition.batch_id,
+            )
+            if error is not None:
+                self.dead.add(message, error)
+                refused.append(index)
         named = {name: table.column(name).combine_chunks() for name in self.fields}
         key_col = pa.array(keys, pa.binary())
+        key_type = self._raw_schema.field("key").type if "key" in self._kafka_names else None
         partition_col = pa.array(np.full(len(messages), self.partition.partition, dtype=np.int32))
         offset_col = pa.array([m.offset() for m in messages], pa.int64())
         named |= {
@@ -279,7 +291,7 @@ class PartitionReader:
             "_timestamp": timestamp_col,
         }
         kafka = {
-            "key": lambda: key_col,
+            "key": lambda: key_col if decoded_keys is None else pa.array(decoded_keys, key_type),
             "value": lambda: binary_array(
                 values if values is not None else [m.value() for m in messages]
             ),
@@ -301,6 +313,30 @@ class PartitionReader:
             keep[refused] = False
             batch = batch.filter(pa.array(keep))
         return batch
+
+    def _decode_keys(
+        self, messages: list[Any], keys: list[bytes | None]
+    ) -> tuple[list[dict[str, Any] | None] | None, dict[int, DeserializationError]]:
+        """The ``key`` column's values of ``keyEncoding = confluent``: ``(decoded keys,
+        {index: error} of the keys that do not decode)``; a missing key is ``None``
+        (the ``null-key`` rule judges it). ``(None, {})`` for raw keys."""
+        if self.key_codec is None:
+            return None, {}
+        decoded: list[dict[str, Any] | None] = []
+        bad: dict[int, DeserializationError] = {}
+        for index, key in enumerate(keys):
+            if key is None:
+                decoded.append(None)
+                continue
+            try:
+                decoded.append(self.key_codec.decode(key))
+            except DeserializationError as exc:
+                message = messages[index]
+                bad[index] = exc.at(
+                    topic=message.topic(), partition=message.partition(), offset=message.offset()
+                )
+                decoded.append(None)
+        return decoded, bad
 
     def _records(self, consumer: Consumer) -> Iterator[list[Any]]:
         """The records of ``[start, end)`` in offset order, batch by batch: from the
@@ -338,12 +374,16 @@ class PartitionReader:
             return None
         ts_type, ts = message.timestamp()
         key = message.key()
+        decoded_keys, bad_keys = self._decode_keys([message], [key])
+        if bad_keys:
+            self.dead.add(message, bad_keys[0])
+            return None
         row["_key"] = key
         row["_partition"] = message.partition()
         row["_offset"] = message.offset()
         timestamp = row["_timestamp"] = ts if ts_type != 0 and ts >= 0 else None
         kafka = {
-            "key": key,
+            "key": key if decoded_keys is None else decoded_keys[0],
             "value": value,
             "topic": message.topic(),
             "partition": message.partition(),

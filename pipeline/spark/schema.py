@@ -112,8 +112,24 @@ def kafka_columns(include_headers: bool) -> list[StructField]:
     return [*KAFKA_SCHEMA.fields, *([HEADERS_FIELD] if include_headers else [])]
 
 
+def key_struct(stream: str, key_schema: RegisteredSchema) -> StructType:
+    """The ``key`` column of a stream whose key is in the Confluent wire format: a
+    struct of the key record's fields (:func:`pipeline.serde.confluent.key_schema`),
+    each typed as the same field of the stream's columns (a ``timestamp-millis`` field
+    a timestamp, a ``date`` a date), nullable as there.
+
+    Raises:
+        SchemaError: a key field's Avro type has no Spark column type here.
+    """
+    return StructType([_spark_field(stream, f) for f in key_schema.schema["fields"]])
+
+
 def spark_schema(
-    stream: str, schema: RegisteredSchema | None, *, include_headers: bool = False
+    stream: str,
+    schema: RegisteredSchema | None,
+    *,
+    include_headers: bool = False,
+    key_schema: RegisteredSchema | None = None,
 ) -> StructType:
     """The Spark schema of a stream read by this source.
 
@@ -121,6 +137,9 @@ def spark_schema(
         stream: the stream's name (for errors).
         schema: the stream's Avro schema; ``None`` when the source decodes nothing.
         include_headers: option ``includeHeaders``: add Spark's ``headers`` column.
+        key_schema: the key record's schema of ``keyEncoding = confluent``: the
+            ``key`` column is then :func:`key_struct`, not binary (``_key`` stays the
+            key's bytes).
 
     Returns:
         Without a schema, Spark's Kafka source columns exactly (:func:`kafka_columns`).
@@ -151,6 +170,12 @@ def spark_schema(
             StructField("_partition", IntegerType(), False),
             StructField("_offset", LongType(), False),
             StructField("_timestamp", TimestampType(), True),
-            *(f for f in kafka_columns(include_headers) if f.name not in names),
+            *(
+                StructField("key", key_struct(stream, key_schema), True)
+                if f.name == "key" and key_schema is not None
+                else f
+                for f in kafka_columns(include_headers)
+                if f.name not in names
+            ),
         ]
     )

@@ -105,7 +105,13 @@ class KafkaStreamDataSource(DataSource):
         if opts.schema_name is not None:
             repository = SchemaRepository.from_json(opts.schemas_json or "{}")
             registered = repository.get(opts.schema_name)
-        return spark_schema(opts.stream, registered, include_headers=opts.include_headers)
+        key = opts.confluent_key()
+        return spark_schema(
+            opts.stream,
+            registered,
+            include_headers=opts.include_headers,
+            key_schema=key.schema if key is not None else None,
+        )
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         """The stream reader (one per streaming query)."""

@@ -271,6 +271,18 @@ def _cases() -> list[tuple[str, dict[str, str], str | None]]:
             "schemaRegistry.Basic.Auth.User.Info": "u:P",
         },
     )
+    case(
+        "confluent key with a registry",
+        {
+            **SPARK,
+            **SCHEMA,
+            "keyEncoding": "confluent",
+            "keyFields": "carrier, flight",
+            "schemaRegistry.url": "http://registry:8081",
+        },
+    )
+    case("confluent key without its options", {**SPARK, "keyEncoding": "confluent"})
+    case("keyEncoding another", {**SPARK, "keyEncoding": "avro"})
     case("encoding another", {**SPARK, "encoding": "avro"})
     case("encoding in capitals", {**SPARK, "encoding": "Confluent"})
     case("fields only commas", {**SPARK, "fields": " , "})

@@ -391,6 +391,42 @@ def test_confluent_encoding_needs_a_registry_url(
     assert config.stream_registry(side, stream) == ("confluent", {"url": "http://registry:8081"})
 
 
+def test_an_unknown_key_encoding_names_the_key_and_the_allowed_values(
+    raw: dict[str, Any],
+) -> None:
+    raw["input_streams"]["flights"]["key_encoding"] = "avro"
+    error = refused(raw)
+    assert error.key == "input_streams.flights.key_encoding"
+    assert error.value == "avro"
+    assert "'raw'" in str(error) and "'confluent'" in str(error)
+
+
+def test_a_confluent_key_needs_key_fields_and_a_registry_url(raw: dict[str, Any]) -> None:
+    stream = raw["input_streams"]["flights"]
+    stream["key_encoding"] = "confluent"
+    stream["key"] = []
+    error = refused(raw)
+    assert error.key == "input_streams.flights"
+    assert "key_encoding 'confluent' needs key" in str(error)
+
+    stream["key"] = ["carrier", "flight"]
+    error = refused(raw)
+    assert error.key == "input_streams.flights.key_encoding"
+    assert error.value == "confluent"
+    assert "schema_registry.url" in str(error) and "allowed: 'raw'" in str(error)
+
+    raw["schema_registry"] = {"url": "http://registry:8081"}
+    config = parse_query_group(raw, env={})
+    assert config.input_streams["flights"].key_encoding == "confluent"
+    assert config.stream_registry("input", "flights") == ("single-object", {})
+
+
+def test_output_streams_have_no_key_encoding(raw: dict[str, Any]) -> None:
+    raw["output_streams"]["out"]["key_encoding"] = "confluent"
+    error = refused(raw)
+    assert error.key == "output_streams.out.key_encoding"
+
+
 def test_single_object_is_the_default_encoding_and_needs_no_registry(raw: dict[str, Any]) -> None:
     config = parse_query_group(raw, env={})
     assert config.stream_registry("input", "flights") == ("single-object", {})

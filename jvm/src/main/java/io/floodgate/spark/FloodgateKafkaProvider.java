@@ -1,5 +1,6 @@
 package io.floodgate.spark;
 
+import io.floodgate.spark.serde.KeySchema;
 import io.floodgate.spark.serde.SchemaRepository;
 import io.floodgate.spark.serde.StreamSchema;
 import java.util.ArrayList;
@@ -44,7 +45,20 @@ public final class FloodgateKafkaProvider implements TableProvider, DataSourceRe
         decoded.add(parsed.timestampField);
       }
     }
-    return StreamSchema.of(parsed.stream, avroSchema(parsed), parsed.includeHeaders, decoded);
+    Schema avro = avroSchema(parsed);
+    return StreamSchema.of(
+        parsed.stream, avro, parsed.includeHeaders, decoded, keySchema(parsed, avro));
+  }
+
+  /**
+   * The key record's schema of {@code keyEncoding = confluent} ({@link KeySchema}), {@code null}
+   * for raw keys or when nothing is decoded.
+   */
+  static Schema keySchema(SourceOptions options, Schema avro) {
+    if (avro == null || !options.keyEncoding.equals("confluent")) {
+      return null;
+    }
+    return KeySchema.of(options.stream, avro, options.keyFields);
   }
 
   @Override

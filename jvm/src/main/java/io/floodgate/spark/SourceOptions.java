@@ -128,6 +128,15 @@ public final class SourceOptions implements Serializable {
 
   public final Map<String, String> schemaRegistry;
 
+  /**
+   * {@code raw} or {@code confluent}: the Kafka key in the Confluent wire format, an Avro record of
+   * {@link #keyFields} ({@code io.floodgate.spark.serde.KeySchema}).
+   */
+  public final String keyEncoding;
+
+  /** The key record's fields ({@code keyFields}, comma-separated; {@code null}: none given). */
+  public final List<String> keyFields;
+
   /** The partitions {@code assign} names, sorted; {@code null}: all of the topic's. */
   public final List<Integer> assignedPartitions;
 
@@ -255,6 +264,23 @@ public final class SourceOptions implements Serializable {
     includeHeaders = opts.flag("includeHeaders", false);
     encoding = opts.choice("encoding", List.of("single-object", "confluent"), "single-object");
     schemaRegistry = Collections.unmodifiableMap(opts.prefixed("schemaregistry."));
+    keyEncoding = opts.choice("keyEncoding", List.of("raw", "confluent"), "raw");
+    keyFields = opts.names("keyFields");
+    if (keyEncoding.equals("confluent")) {
+      List<String> needs = new ArrayList<>();
+      for (String key : List.of("schema", "keyFields", "schemaRegistry.url")) {
+        if (opts.get(key) == null) {
+          needs.add(key);
+        }
+      }
+      if (!needs.isEmpty()) {
+        throw refuse(
+            "keyEncoding = 'confluent' needs options "
+                + pyList(needs)
+                + " (the key is an Avro record of keyFields of the stream's schema, its ids from"
+                + " the Schema Registry); allowed: keyEncoding 'raw', or give them");
+      }
+    }
     fields = opts.names("fields");
   }
 

@@ -2,6 +2,7 @@ package io.floodgate.spark.read;
 
 import io.floodgate.spark.SourceOptions;
 import io.floodgate.spark.serde.ConfluentDecoder;
+import io.floodgate.spark.serde.KeySchema;
 import io.floodgate.spark.serde.SchemaRegistryClient;
 import io.floodgate.spark.serde.SchemaRepository;
 import io.floodgate.spark.serde.TupleDecoder;
@@ -45,5 +46,23 @@ final class Decoders {
           ordinals);
     }
     return new TupleDecoder(options.stream, schema, repository, fields, ordinals);
+  }
+
+  /**
+   * The key decoder of {@code keyEncoding = confluent}, for one task.
+   *
+   * @param options the source's options ({@code keyFields}, {@code schemaRegistry.*}, the topic)
+   * @param schema the stream's schema (the key fields' declarations)
+   * @return a {@link ConfluentDecoder} of the key record ({@link KeySchema}), subject {@code
+   *     <topic>-key}
+   * @throws IllegalArgumentException a key field that is no field of the schema, or a {@code
+   *     schemaRegistry.*} option refused (named)
+   */
+  static ConfluentDecoder forKey(SourceOptions options, Schema schema) {
+    return ConfluentDecoder.forKey(
+        options.stream,
+        options.topic,
+        KeySchema.of(options.stream, schema, options.keyFields),
+        SchemaRegistryClient.shared(options.schemaRegistry));
   }
 }

@@ -3,6 +3,7 @@ package io.floodgate.spark.read;
 import io.floodgate.spark.KafkaClients;
 import io.floodgate.spark.SourceOptions;
 import io.floodgate.spark.deadletter.DeadLetterWriter;
+import io.floodgate.spark.serde.ConfluentDecoder;
 import io.floodgate.spark.serde.SchemaRepository;
 import io.floodgate.spark.serde.TupleDecoder;
 import io.floodgate.spark.serde.TupleRejected;
@@ -72,6 +73,11 @@ public final class RangeReader implements PartitionReader<InternalRow> {
   private final KafkaRange[] ranges;
   private final RowLayout layout;
   private final TupleDecoder decoder;
+
+  /** The key record's decoder of {@code keyEncoding = confluent}; {@code null}: raw keys. */
+  private final ConfluentDecoder keyDecoder;
+
+  private final int keyFieldCount;
   private final RefusalRules rules;
   private final DeadLetterWriter dead;
   private final Properties consumerProperties;
@@ -108,9 +114,12 @@ public final class RangeReader implements PartitionReader<InternalRow> {
       this.decoder =
           Decoders.forOptions(
               options, avro, repository, layout.decodedFields, layout.decodedOrdinals);
+      this.keyDecoder = layout.decodesKey() ? Decoders.forKey(options, avro) : null;
     } else {
       this.decoder = null;
+      this.keyDecoder = null;
     }
+    this.keyFieldCount = keyDecoder != null ? options.keyFields.size() : 0;
     this.rules = new RefusalRules(options);
     this.dead =
         new DeadLetterWriter(
@@ -334,6 +343,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
             ? record.timestamp()
             : null;
     Long eventTimeMs = timestampMs;
+    InternalRow decodedKey = null;
     if (decoder != null) {
       for (int ordinal : layout.decodedOrdinals) {
         row.setNullAt(ordinal);
@@ -352,6 +362,18 @@ public final class RangeReader implements PartitionReader<InternalRow> {
           eventTimeMs = Math.floorDiv(row.getLong(ts), 1000L);
         } else {
           eventTimeMs = ((Number) row.genericGet(ts)).longValue();
+        }
+      }
+      if (keyDecoder != null && record.key() != null) {
+        decodedKey = new GenericInternalRow(keyFieldCount);
+        try {
+          keyDecoder.decode(record.key(), decodedKey);
+        } catch (TupleRejected e) {
+          dead.add(
+              record,
+              new TupleRejected(
+                  "bad-key", "the key does not decode (" + e.reason() + "): " + e.detail(), e));
+          return false;
         }
       }
       if (!rules.none(range.watermarkMs())) {
@@ -381,6 +403,9 @@ public final class RangeReader implements PartitionReader<InternalRow> {
           break;
         case KEY:
           row.update(i, record.key());
+          break;
+        case DECODED_KEY:
+          row.update(i, decodedKey);
           break;
         case PARTITION:
           row.setInt(i, record.partition());

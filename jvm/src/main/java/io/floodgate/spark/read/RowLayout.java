@@ -23,6 +23,8 @@ public final class RowLayout implements Serializable {
     SKIPPED_FIELD,
     EVENT_TIME,
     KEY,
+    /** The {@code key} column of {@code keyEncoding = confluent}: the key record, decoded. */
+    DECODED_KEY,
     PARTITION,
     OFFSET,
     TIMESTAMP,
@@ -77,6 +79,10 @@ public final class RowLayout implements Serializable {
         }
         continue;
       }
+      if (name.equals("key") && fields[i].dataType() instanceof StructType) {
+        columns[i] = Column.DECODED_KEY;
+        continue;
+      }
       columns[i] =
           switch (name) {
             case "event_time" -> Column.EVENT_TIME;
@@ -94,6 +100,16 @@ public final class RowLayout implements Serializable {
     decodedOrdinals = ordinals.stream().mapToInt(Integer::intValue).toArray();
     timestampFieldOrdinal = tsOrdinal;
     timestampFieldIsMicros = tsMicros;
+  }
+
+  /** Whether the rows have a {@link Column#DECODED_KEY} column. */
+  boolean decodesKey() {
+    for (Column column : columns) {
+      if (column == Column.DECODED_KEY) {
+        return true;
+      }
+    }
+    return false;
   }
 
   static boolean isTimestamp(DataType type) {

@@ -19,6 +19,10 @@ import org.apache.avro.SchemaParseException;
  * the stream's). A registry that cannot be asked is no refusal: {@link SchemaRegistryException}
  * fails the task, which Spark retries, and no tuple is dead-lettered for an outage.
  *
+ * <p>A stream's keys in the same format ({@code keyEncoding = confluent}) are decoded by one made
+ * with {@link #forKey}: subject {@code <topic>-key}, the key record of {@link KeySchema} as the
+ * reader schema.
+ *
  * <p>Not thread-safe: one per task (the registry client it asks is shared).
  */
 public final class ConfluentDecoder extends TupleDecoder {
@@ -46,9 +50,39 @@ public final class ConfluentDecoder extends TupleDecoder {
       SchemaRegistryClient registry,
       List<String> fields,
       int[] ordinals) {
+    this(stream, schema, topic + "-value", registry, fields, ordinals);
+  }
+
+  private ConfluentDecoder(
+      String stream,
+      Schema schema,
+      String subject,
+      SchemaRegistryClient registry,
+      List<String> fields,
+      int[] ordinals) {
     super(stream, schema, fields, ordinals);
     this.registry = registry;
-    this.subject = topic + "-value";
+    this.subject = subject;
+  }
+
+  /**
+   * A decoder of a stream's Confluent-encoded keys ({@code keyEncoding = confluent}): the subject
+   * is {@code <topic>-key}, and every field of {@code keySchema} is decoded into a row of its own
+   * (field {@code i} at ordinal {@code i}), the {@code key} column's struct.
+   *
+   * @param stream the stream's name (for errors)
+   * @param topic the stream's topic
+   * @param keySchema the key record's schema ({@link KeySchema}), the reader schema
+   * @param registry the Schema Registry the ids are looked up in
+   */
+  public static ConfluentDecoder forKey(
+      String stream, String topic, Schema keySchema, SchemaRegistryClient registry) {
+    List<String> fields = keySchema.getFields().stream().map(Schema.Field::name).toList();
+    int[] ordinals = new int[fields.size()];
+    for (int i = 0; i < ordinals.length; i++) {
+      ordinals[i] = i;
+    }
+    return new ConfluentDecoder(stream, keySchema, topic + "-key", registry, fields, ordinals);
   }
 
   /**

@@ -82,6 +82,23 @@ public final class StreamSchema {
    */
   public static StructType of(
       String stream, Schema schema, boolean includeHeaders, List<String> decoded) {
+    return of(stream, schema, includeHeaders, decoded, null);
+  }
+
+  /**
+   * The Spark schema of a stream read by the source, with its key in the Confluent wire format.
+   *
+   * @param keySchema the key record's schema ({@link KeySchema}) of {@code keyEncoding =
+   *     confluent}: the {@code key} column is then {@link #keyStruct}, not binary ({@code _key}
+   *     stays the key's bytes); {@code null}: a binary key
+   * @see #of(String, Schema, boolean, List)
+   */
+  public static StructType of(
+      String stream,
+      Schema schema,
+      boolean includeHeaders,
+      List<String> decoded,
+      Schema keySchema) {
     if (schema == null) {
       return new StructType(kafkaColumns(includeHeaders).toArray(new StructField[0]));
     }
@@ -108,8 +125,26 @@ public final class StreamSchema {
     fields.add(field("_timestamp", DataTypes.TimestampType, true));
     for (StructField f : kafkaColumns(includeHeaders)) {
       if (!names.contains(f.name())) {
-        fields.add(f);
+        fields.add(
+            f.name().equals("key") && keySchema != null
+                ? field("key", keyStruct(stream, keySchema), true)
+                : f);
       }
+    }
+    return new StructType(fields.toArray(new StructField[0]));
+  }
+
+  /**
+   * The {@code key} column of a Confluent-encoded key: a struct of the key record's fields, each
+   * typed as the same field of the stream's columns (the Python source's {@code
+   * pipeline.spark.schema.key_struct}).
+   *
+   * @throws IllegalArgumentException a key field's Avro type has no Spark column here
+   */
+  public static StructType keyStruct(String stream, Schema keySchema) {
+    List<StructField> fields = new ArrayList<>();
+    for (Schema.Field f : keySchema.getFields()) {
+      fields.add(sparkField(stream, f));
     }
     return new StructType(fields.toArray(new StructField[0]));
   }
