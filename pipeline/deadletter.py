@@ -29,6 +29,14 @@ DLQ_TOPIC = "floodgate.topic"
 DLQ_PARTITION = "floodgate.partition"
 DLQ_OFFSET = "floodgate.offset"
 
+#: Floodgate's dead-letter headers, in the order a dead letter carries them (after the
+#: tuple's own). The JVM source writes the same (``tests/golden/contract/source.json``).
+DLQ_HEADERS = (DLQ_REASON, DLQ_ERROR, DLQ_STREAM, DLQ_QUERY, DLQ_TOPIC, DLQ_PARTITION, DLQ_OFFSET)
+
+#: The dead-letter producer's own settings: idempotent, every replica's ack (a dead
+#: letter is the only copy of a tuple the queries refused).
+DEAD_LETTER_PRODUCER = {"enable.idempotence": True, "acks": "all"}
+
 #: How long a task waits for the broker to acknowledge its dead letters (seconds).
 DELIVERY_TIMEOUT_S = 30.0
 
@@ -94,9 +102,7 @@ class DeadLetterWriter:
         if not self.topic:
             raise self.pending[0][1]
         producer = Producer(
-            kafka_settings(
-                self.bootstrap_servers, self.client, {"enable.idempotence": True, "acks": "all"}
-            )
+            kafka_settings(self.bootstrap_servers, self.client, DEAD_LETTER_PRODUCER)
         )
         failures: list[str] = []
 

@@ -39,6 +39,27 @@ public final class DeadLetterWriter {
   /** How long a task waits for the broker to acknowledge its dead letters. */
   public static final long DELIVERY_TIMEOUT_MS = 30_000;
 
+  /**
+   * Floodgate's dead-letter headers, in the order a dead letter carries them after the tuple's own:
+   * Python's {@code pipeline.deadletter.DLQ_HEADERS} ({@code tests/golden/contract/}).
+   */
+  public static final List<String> HEADERS =
+      List.of(
+          "floodgate.reason",
+          "floodgate.error",
+          "floodgate.stream",
+          "floodgate.query",
+          "floodgate.topic",
+          "floodgate.partition",
+          "floodgate.offset");
+
+  /**
+   * The producer's own settings: idempotent, every replica's ack (a dead letter is the only copy of
+   * a tuple the queries refused); Python's {@code DEAD_LETTER_PRODUCER}.
+   */
+  public static final Map<String, String> PRODUCER =
+      Map.of(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true", ProducerConfig.ACKS_CONFIG, "all");
+
   private final String topic;
   private final Properties producerProperties;
   private final String stream;
@@ -92,8 +113,7 @@ public final class DeadLetterWriter {
     }
     Properties props = new Properties();
     props.putAll(producerProperties);
-    props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
-    props.put(ProducerConfig.ACKS_CONFIG, "all");
+    props.putAll(PRODUCER);
     try (KafkaProducer<byte[], byte[]> producer =
         new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer())) {
       List<Future<RecordMetadata>> sent = new ArrayList<>();
@@ -103,25 +123,19 @@ public final class DeadLetterWriter {
         for (Header h : r.headers()) {
           headers.add(h);
         }
-        header(headers, "floodgate.reason", e.getValue().reason());
-        header(
-            headers,
-            "floodgate.error",
-            e.getValue().describe(stream, r.topic(), r.partition(), r.offset()));
-        header(headers, "floodgate.stream", stream);
-        header(headers, "floodgate.query", query == null ? "" : query);
-        header(headers, "floodgate.topic", r.topic());
-        header(headers, "floodgate.partition", Integer.toString(r.partition()));
-        header(headers, "floodgate.offset", Long.toString(r.offset()));
-        byte[] key =
-            ((query == null ? "" : query)
-                    + "@"
-                    + r.topic()
-                    + "/"
-                    + r.partition()
-                    + "/"
-                    + r.offset())
-                .getBytes(StandardCharsets.UTF_8);
+        List<String> values =
+            List.of(
+                e.getValue().reason(),
+                e.getValue().describe(stream, r.topic(), r.partition(), r.offset()),
+                stream,
+                query == null ? "" : query,
+                r.topic(),
+                Integer.toString(r.partition()),
+                Long.toString(r.offset()));
+        for (int i = 0; i < HEADERS.size(); i++) {
+          header(headers, HEADERS.get(i), values.get(i));
+        }
+        byte[] key = key(query, r.topic(), r.partition(), r.offset());
         sent.add(producer.send(new ProducerRecord<>(topic, null, key, r.value(), headers)));
       }
       producer.flush();
@@ -163,6 +177,15 @@ public final class DeadLetterWriter {
               topic,
               refused.get(0).getValue().describe(stream, r.topic(), r.partition(), r.offset()));
         });
+  }
+
+  /**
+   * A dead letter's key, {@code <query>@<topic>/<partition>/<offset>} ({@code query} null: empty),
+   * unique per reading query and tuple: Python's {@code dead_letter_key}.
+   */
+  public static byte[] key(String query, String topic, int partition, long offset) {
+    return ((query == null ? "" : query) + "@" + topic + "/" + partition + "/" + offset)
+        .getBytes(StandardCharsets.UTF_8);
   }
 
   private static void header(RecordHeaders headers, String key, String value) {
