@@ -52,8 +52,10 @@ test-jvm:
 system-deps-demo system-deps-test system-deps-test-integration system-deps-test-apache-kafka system-deps-test-soak system-deps-test-compose:
 	@scripts/system-deps $(@:system-deps-%=%)
 
+# On the embedded broker, as test does: a Docker engine that answers (as test-compose
+# starts one) would otherwise be tried first (FLOODGATE_KAFKA_ENGINE picks another).
 demo: system-deps-demo $(STAMP) $(JAR)
-	$(BIN)/floodgate demo $(ARGS)
+	FLOODGATE_KAFKA_ENGINE=$${FLOODGATE_KAFKA_ENGINE:-noida-db} $(BIN)/floodgate demo $(ARGS)
 
 # On the embedded broker whatever else the machine has: a Docker engine (as
 # test-compose starts one) would otherwise be tried first, through testcontainers.
