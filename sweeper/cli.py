@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.commands import (
+from pipeline.cli.conventions import (
     LogFormatOption,
     Verbose,
     config_file_option,

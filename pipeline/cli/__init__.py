@@ -14,8 +14,11 @@
 * ``floodgate alert-rules`` -- the Prometheus rules (``prometheus/rules/floodgate.yml``),
   with the runbook URL and lag thresholds given (:mod:`pipeline.alert_rules`).
 * ``floodgate admission ...`` (and any other service's commands) -- registered
-  through the ``floodgate.commands`` entry point group; this package imports none
-  of them.
+  through the ``floodgate.commands`` entry point group when the command is built
+  (:mod:`pipeline.cli.app`); this package imports none of them.
+
+What every command shares, the services' too (exit status, the error line, common
+options, tables), is :mod:`pipeline.cli.conventions`.
 """
 
 from __future__ import annotations
@@ -33,18 +36,6 @@ from pipeline.cli import tools  # noqa: F401
 from pipeline.cli.app import app
 
 __all__ = ["app", "main"]
-
-
-def _add_service_commands() -> None:
-    """Sub-commands of the services (``floodgate admission ...``), found through the
-    ``floodgate.commands`` entry point group, so this package imports none of them."""
-    from importlib.metadata import entry_points
-
-    for entry in entry_points(group="floodgate.commands"):
-        app.add_typer(entry.load(), name=entry.name)
-
-
-_add_service_commands()
 
 
 def main() -> None:

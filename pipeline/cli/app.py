@@ -6,12 +6,14 @@ import enum
 import logging
 import signal
 import threading
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from typer.core import TyperGroup
 
 from pipeline.errors import FloodgateError
 
@@ -27,8 +29,26 @@ BootstrapOption = Annotated[
 ]
 
 
+class _WithServiceCommands(TyperGroup):
+    """The ``floodgate`` command group, with the services' command groups
+    (``floodgate admission ...``) found through the ``floodgate.commands`` entry point
+    group, so this package imports none of them.
+
+    They are added when the command is built (the app called, its help or reference
+    made), not when :mod:`pipeline.cli` is imported: a service's command module imports
+    :mod:`pipeline.cli.conventions`, and so this package, before its own app exists."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        for entry in entry_points(group="floodgate.commands"):
+            group = typer.main.get_group(entry.load())
+            group.name = entry.name
+            self.add_command(group, entry.name)
+
+
 app = typer.Typer(
     name="floodgate",
+    cls=_WithServiceCommands,
     help="A back-pressured, Kafka-fronted stream processing pipeline on Spark.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

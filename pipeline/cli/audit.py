@@ -16,7 +16,7 @@ from pipeline.cli.app import (
     console,
     query_group_file,
 )
-from pipeline.commands import print_table, reports_errors
+from pipeline.cli.conventions import print_table, reports_errors
 from pipeline.errors import FloodgateError
 
 

@@ -19,7 +19,7 @@ from pipeline.cli.app import (
     query_group_file,
     setup_logging,
 )
-from pipeline.commands import Verbose, print_table, reports_errors
+from pipeline.cli.conventions import Verbose, print_table, reports_errors
 
 _HEADINGS = {
     "flights": "flights",

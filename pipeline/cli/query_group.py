@@ -12,7 +12,7 @@ from pipeline.cli.app import (
     console,
     query_group_app,
 )
-from pipeline.commands import print_table, reports_errors
+from pipeline.cli.conventions import print_table, reports_errors
 from pipeline.config import DEFAULT_CONTROL_DIR
 
 _URL_OPTION = typer.Option(

@@ -22,7 +22,7 @@ from pipeline.cli.app import (
     setup_logging,
     stop_on_signals,
 )
-from pipeline.commands import LogFormatOption, Verbose, reports_errors
+from pipeline.cli.conventions import LogFormatOption, Verbose, reports_errors
 from pipeline.services.logs import LogFormat
 
 if TYPE_CHECKING:

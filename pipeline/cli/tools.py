@@ -20,7 +20,7 @@ from pipeline.cli.app import (
     app,
     setup_logging,
 )
-from pipeline.commands import fail, reports_errors, usage_error
+from pipeline.cli.conventions import fail, reports_errors, usage_error
 from pipeline.errors import ConfigError, FloodgateError
 
 

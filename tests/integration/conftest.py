@@ -14,6 +14,11 @@
   cluster from the installed server binaries; see ``postgres.py``).
 * ``spark``: one SparkSession for the whole run (``local[2]``, UI off,
   2 shuffle partitions, ``PYSPARK_PYTHON=sys.executable``).
+* ``start_query_group``: a factory of started query groups in that session (against
+  the session's broker, or ``bootstrap_servers=``), each stopped after the test;
+  ``drain`` runs one over what its input holds now. A query group file a command or
+  driver reads: ``helpers.write_query_group``; one never started (its endpoint alone):
+  ``helpers.idle_query_group``.
 * ``serve``: a factory of ``floodgate admission serve`` processes (the admission
   tests, the Kafka SASL test; ``admission_service.py``), each stopped after the test.
 
@@ -191,14 +196,45 @@ def flights_config(run_id: str, tmp_path: Path) -> Callable[..., QueryGroupConfi
 
 
 @pytest.fixture
-def drain(
-    bootstrap: str, spark: Any, schemas: SchemaRepository
-) -> Callable[[QueryGroupConfig], Drained]:
+def start_query_group(
+    request: pytest.FixtureRequest, spark: Any, schemas: SchemaRepository
+) -> Iterator[Callable[..., QueryGroup]]:
+    """Start a query group of ``config`` in the session's SparkSession and return it.
+    Every group started is stopped when the test ends; stop one earlier with ``with
+    start_query_group(config) as group:`` (a stopped group's :meth:`QueryGroup.stop`
+    is a no-op).
+
+    Keyword arguments: ``bootstrap_servers`` (default: the session's broker, the
+    ``bootstrap`` fixture, started only then), ``available_now``
+    (:meth:`QueryGroup.start`), and any other :class:`QueryGroup` takes (``registry``).
+    """
+    groups: list[QueryGroup] = []
+
+    def start(
+        config: QueryGroupConfig,
+        *,
+        bootstrap_servers: str | None = None,
+        available_now: bool = False,
+        **options: Any,
+    ) -> QueryGroup:
+        servers = bootstrap_servers or request.getfixturevalue("bootstrap")
+        group = QueryGroup(
+            config, bootstrap_servers=servers, spark=spark, schemas=schemas, **options
+        )
+        groups.append(group)
+        return group.start(available_now=available_now)
+
+    yield start
+    for group in groups:
+        group.stop()
+
+
+@pytest.fixture
+def drain(start_query_group: Callable[..., QueryGroup]) -> Callable[[QueryGroupConfig], Drained]:
     """Start a query group in the shared session, process all input there now, stop it."""
 
     def run(config: QueryGroupConfig) -> Drained:
-        with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
-            group.start()
+        with start_query_group(config) as group:
             group.process_all_available()
             group.sample_queues()
             return Drained(

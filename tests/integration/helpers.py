@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomli_w
 from prometheus_client import CollectorRegistry
 
-from pipeline.spark.query_group import QueryStats
+from pipeline.config import QueryGroupConfig, parse_query_group
+from pipeline.spark.query_group import QueryGroup, QueryStats
 
 ROOT = Path(__file__).resolve().parents[2]
 FLIGHTS_TOML = ROOT / "conf" / "flights.toml"
@@ -76,6 +78,20 @@ def flights_raw_config(
             "output_mode": "append",
         }
     return raw
+
+
+def write_query_group(raw: dict[str, Any], path: Path) -> QueryGroupConfig:
+    """Write ``raw`` (:func:`flights_raw_config`) as a query group file at ``path``, for
+    a command or a driver that reads the file, and return the config it holds (no
+    environment overrides)."""
+    path.write_text(tomli_w.dumps(raw))
+    return parse_query_group(raw, env={})
+
+
+def idle_query_group(raw: dict[str, Any]) -> QueryGroup:
+    """A query group of ``raw`` that is never started: no broker (``127.0.0.1:9``, where
+    nothing listens), no SparkSession; its control endpoint works all the same."""
+    return QueryGroup(parse_query_group(raw, env={}), bootstrap_servers="127.0.0.1:9")
 
 
 @dataclass

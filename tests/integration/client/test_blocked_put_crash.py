@@ -18,13 +18,11 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
 from pipeline.client import connect
-from pipeline.config import parse_query_group
 from pipeline.demo.reception import read_all
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.codec import StreamCodec
@@ -32,7 +30,7 @@ from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
 from pipeline.spark.query_group import QueryGroup
 from tests.integration.client.test_client import topic_total
-from tests.integration.helpers import ROOT, flights_raw_config
+from tests.integration.helpers import ROOT, flights_raw_config, write_query_group
 
 #: The input stream queue's bound, the tuples the first producer gets in, and the batch
 #: its blocked put waits to send (more than the 100 left).
@@ -45,11 +43,11 @@ DEADLINE_S = 600.0
 
 def test_a_producer_killed_in_a_blocked_put_loses_nothing_and_the_room_comes_back(
     bootstrap: str,
-    spark: Any,
     schemas: SchemaRepository,
     flights: list[dict[str, Any]],
     run_id: str,
     tmp_path: Path,
+    start_query_group: Callable[..., QueryGroup],
 ) -> None:
     raw = flights_raw_config(
         run_id, tmp_path / "checkpoints", only_passthrough=True, max_rows_per_trigger=200
@@ -57,8 +55,7 @@ def test_a_producer_killed_in_a_blocked_put_loses_nothing_and_the_room_comes_bac
     raw["input_streams"]["flights"]["max_queue_size"] = MAX_QUEUE_SIZE
     raw["query_group"].update(resume_free_queue_size_threshold=50, queue_refresh_interval_ms=100)
     config_path = tmp_path / "group.toml"
-    config_path.write_text(tomli_w.dumps(raw))
-    config = parse_query_group(raw, env={})
+    config = write_query_group(raw, config_path)
     topic = config.input_streams["flights"].topic
     ensure_topics(bootstrap, {topic: (4, 1)})
 
@@ -110,8 +107,7 @@ def test_a_producer_killed_in_a_blocked_put_loses_nothing_and_the_room_comes_bac
             daemon=True,
         )
         second.start()
-        with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
-            group.start()
+        with start_query_group(config) as group:
             second.join(timeout=DEADLINE_S)
             assert outcome and outcome[0].accepted == BLOCKED, outcome
             stream_input.put_end()

@@ -208,11 +208,11 @@ def test_raise_on_threshold_raises_after_the_tuples_were_accepted(
 
 def test_a_blocked_put_resumes_when_the_query_group_consumes(
     bootstrap: str,
-    spark: Any,
     schemas: SchemaRepository,
     flights: list[dict[str, Any]],
     small_queue: Callable[..., QueryGroupConfig],
     open_input: Callable[..., StreamInput],
+    start_query_group: Callable[..., QueryGroup],
 ) -> None:
     config = small_queue(600, resume_free_queue_size_threshold=50, queue_refresh_interval_ms=100)
     stream_input = open_input(bootstrap, config, schemas)
@@ -230,8 +230,7 @@ def test_a_blocked_put_resumes_when_the_query_group_consumes(
     blocked.join(timeout=2.0)
     assert blocked.is_alive() and not outcome  # nothing consumes yet: the put waits
 
-    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
-        group.start()
+    with start_query_group(config) as group:
         blocked.join(timeout=240)
         assert outcome and outcome[0].accepted == 100
         assert outcome[0].blocked_s >= 2.0

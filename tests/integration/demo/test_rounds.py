@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import tomli_w
 from typer.testing import CliRunner
@@ -36,7 +36,11 @@ ROUND = 4_000
 
 
 def test_three_rounds_through_a_running_group_have_nothing_late_and_the_audit_balances(
-    bootstrap: str, spark: Any, schemas: SchemaRepository, run_id: str, tmp_path: Path
+    bootstrap: str,
+    schemas: SchemaRepository,
+    run_id: str,
+    tmp_path: Path,
+    start_query_group: Callable[..., QueryGroup],
 ) -> None:
     # The demo's stream: 2 hours of watermark, micro-batches aligned in event time.
     raw = flights_raw_config(run_id, tmp_path / "checkpoints", aligned=True)
@@ -46,8 +50,7 @@ def test_three_rounds_through_a_running_group_have_nothing_late_and_the_audit_ba
     config = load_query_group(config_path)
     started = time.monotonic()
 
-    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
-        group.start()
+    with start_query_group(config) as group:
         produced = run_producer(bootstrap_servers=bootstrap, config=config, limit=ROUND, rounds=3)
         group.process_all_available()
         stats = group.stats()

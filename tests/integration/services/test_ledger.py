@@ -10,17 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import tomli_w
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.config import QueryGroupConfig, parse_query_group
+from pipeline.config import QueryGroupConfig
 from pipeline.services.ledger import reconcile
 from sweeper.config import SweeperSettings
 from sweeper.service import Sweeper
-from tests.integration.helpers import Drained, flights_raw_config
+from tests.integration.helpers import Drained, flights_raw_config, write_query_group
 
 
 def audit(config_path: Path, bootstrap: str) -> tuple[int, list[dict[str, Any]]]:
@@ -40,8 +39,7 @@ def test_the_ledger_balances_then_names_what_retention_deleted_unread(
 ) -> None:
     raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
     config_path = tmp_path / "group.toml"
-    config_path.write_text(tomli_w.dumps(raw))
-    config = parse_query_group(raw, env={})
+    config = write_query_group(raw, config_path)
     topic = config.input_streams["flights"].topic
 
     produce(config, flights[:1_000])

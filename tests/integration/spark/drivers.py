@@ -16,14 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import tomli_w
 from confluent_kafka import Consumer, TopicPartition
 
-from pipeline.config import parse_query_group
 from pipeline.demo.reception import read_all
 from pipeline.serde.schemas import SchemaRepository
 from tests.integration.faults import checks
-from tests.integration.helpers import flights_raw_config
+from tests.integration.helpers import flights_raw_config, write_query_group
 
 DRIVER_TIMEOUT_S = 240.0
 
@@ -118,7 +116,6 @@ def setup_group(
         source=source,
     )
     config_path = tmp_path / "group.toml"
-    config_path.write_text(tomli_w.dumps(raw))
-    config = parse_query_group(raw, env={})
+    config = write_query_group(raw, config_path)
     produce(config, records)
     return config, config_path

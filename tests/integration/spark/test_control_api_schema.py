@@ -22,10 +22,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.core.result import Ok
 
-from pipeline.config import parse_query_group
 from pipeline.spark.control import ControlServer
-from pipeline.spark.query_group import QueryGroup
-from tests.integration.helpers import flights_raw_config
+from tests.integration.helpers import flights_raw_config, idle_query_group
 
 pytestmark = pytest.mark.no_kafka
 
@@ -38,7 +36,7 @@ EXAMPLES = 25
 @pytest.fixture
 def control_server(tmp_path: Path) -> Iterator[ControlServer]:
     raw = flights_raw_config("schema", tmp_path / "checkpoints", only_passthrough=True)
-    group = QueryGroup(parse_query_group(raw, env={}), bootstrap_servers="127.0.0.1:9")
+    group = idle_query_group(raw)
     # Served apart from the group: POST /stop stops the group, not this server.
     server = ControlServer(
         group, host="127.0.0.1", port=0, control_dir=str(tmp_path / "run"), token=TOKEN

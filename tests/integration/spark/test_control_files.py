@@ -28,12 +28,10 @@ from typer.testing import CliRunner
 
 from admission.load import DriverHeaps
 from pipeline.cli import app
-from pipeline.config import parse_query_group
 from pipeline.errors import ConfigError
 from pipeline.services.http_client import CONTROL_TOKEN_ENV
 from pipeline.spark.control import ControlServer
-from pipeline.spark.query_group import QueryGroup
-from tests.integration.helpers import flights_raw_config
+from tests.integration.helpers import flights_raw_config, idle_query_group
 
 pytestmark = pytest.mark.no_kafka
 
@@ -229,7 +227,7 @@ def test_a_control_folder_others_can_write_is_refused_when_the_group_serves(
 ) -> None:
     raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
     raw["query_group"]["control_dir"] = str(loose_dir)
-    group = QueryGroup(parse_query_group(raw, env={}), bootstrap_servers="127.0.0.1:9")
+    group = idle_query_group(raw)
 
     with pytest.raises(ConfigError) as refused:
         ControlServer(group, host="127.0.0.1", port=0, control_dir=str(loose_dir))

@@ -19,12 +19,11 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.config import parse_query_group
 from pipeline.errors import ConfigError, FloodgateError
 from pipeline.services.http_client import CONTROL_TOKEN_ENV, call
 from pipeline.spark.control import ControlServer
 from pipeline.spark.query_group import QueryGroup
-from tests.integration.helpers import flights_raw_config
+from tests.integration.helpers import flights_raw_config, idle_query_group
 
 pytestmark = pytest.mark.no_kafka
 
@@ -36,7 +35,7 @@ def group(run_id: str, tmp_path: Path) -> QueryGroup:
     """A query group that is never started (its endpoint works all the same)."""
     raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
     raw["query_group"]["control_dir"] = str(tmp_path / "run")
-    return QueryGroup(parse_query_group(raw, env={}), bootstrap_servers="127.0.0.1:9")
+    return idle_query_group(raw)
 
 
 @pytest.fixture

@@ -16,15 +16,12 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
-from pipeline.config import parse_query_group
 from pipeline.demo.reception import read_all
 from pipeline.failpoints import FAILPOINT_ENV
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
-from tests.integration.helpers import flights_raw_config
+from tests.integration.helpers import flights_raw_config, write_query_group
 from tests.integration.spark.drivers import (
     committed_and_end,
     copies,
@@ -191,8 +188,7 @@ def test_crash_after_the_output_commit_of_an_aggregation_keeps_its_state(
         "delays_by_carrier_day": raw["output_streams"]["delays_by_carrier_day"]
     }
     config_path = tmp_path / "group.toml"
-    config_path.write_text(tomli_w.dumps(raw))
-    config = parse_query_group(raw, env={})
+    config = write_query_group(raw, config_path)
     produce(config, records)
     topic = config.input_streams["flights"].topic
     output = config.output_streams["delays_by_carrier_day"].topic

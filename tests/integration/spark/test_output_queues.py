@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,25 +82,16 @@ class QueueWatch:
 
 @pytest.fixture
 def started(
-    bootstrap: str, spark: Any, schemas: SchemaRepository
-) -> Iterator[Callable[[QueryGroupConfig], tuple[QueryGroup, str]]]:
-    groups: list[QueryGroup] = []
+    start_query_group: Callable[..., QueryGroup],
+) -> Callable[[QueryGroupConfig], tuple[QueryGroup, str]]:
+    """A started query group with its own metrics and its endpoint's URL (stopped, and
+    the endpoint with it, when the test ends)."""
 
     def start(config: QueryGroupConfig) -> tuple[QueryGroup, str]:
-        group = QueryGroup(
-            config,
-            bootstrap_servers=bootstrap,
-            spark=spark,
-            schemas=schemas,
-            registry=CollectorRegistry(),
-        )
-        groups.append(group)
-        group.start()
+        group = start_query_group(config, registry=CollectorRegistry())
         return group, group.serve(port=0)
 
-    yield start
-    for group in groups:
-        group.stop()
+    return start
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 90.0, what: str = "") -> None:

@@ -27,17 +27,16 @@ from tests.integration.spark.figures import (
 
 def test_flights_figures_equal_an_independent_pandas_computation(
     bootstrap: str,
-    spark: Any,
     schemas: SchemaRepository,
     flights: list[dict[str, Any]],
     flights_config: Callable[..., QueryGroupConfig],
     produce: Callable[..., None],
+    start_query_group: Callable[..., QueryGroup],
 ) -> None:
     config = flights_config(max_rows_per_trigger=1_000)
     produce(config, flights)
 
-    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
-        group.start()
+    with start_query_group(config) as group:
         assert group.state == QueryGroupState.EXECUTING
         group.process_all_available()
         stats = group.stats()
@@ -121,18 +120,15 @@ def _identity(record: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def test_trigger_available_now_reads_what_was_there_and_stops(
-    bootstrap: str,
-    spark: Any,
-    schemas: SchemaRepository,
     flights: list[dict[str, Any]],
     flights_config: Callable[..., QueryGroupConfig],
     produce: Callable[..., None],
+    start_query_group: Callable[..., QueryGroup],
 ) -> None:
     config = flights_config(max_rows_per_trigger=700, only_passthrough=True)
     produce(config, flights[:2_000])
 
-    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
-        group.start(available_now=True)
+    with start_query_group(config, available_now=True) as group:
         assert group.await_termination(timeout_s=300)
         stats = group.stats()["copy"]
     assert stats.input_tuples == 2_000

@@ -17,16 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import tomli_w
 from typer.testing import CliRunner
 
 from admission.load import DriverHeaps
 from pipeline.cli import app
 from pipeline.client import connect
-from pipeline.config import parse_query_group
 from pipeline.demo.reception import read_all
 from pipeline.serde.schemas import SchemaRepository
-from tests.integration.helpers import flights_raw_config
+from tests.integration.helpers import flights_raw_config, write_query_group
 from tests.integration.promtool import check_metrics
 from tests.integration.spark.drivers import DRIVER_TIMEOUT_S, kill_group, start_driver
 
@@ -54,8 +52,7 @@ def test_status_release_and_stop_reach_a_running_driver_by_name(
     )
     raw["output_streams"]["flights_copy"]["max_queue_size"] = 700
     config_path = tmp_path / "group.toml"
-    config_path.write_text(tomli_w.dumps(raw))
-    config = parse_query_group(raw, env={})
+    config = write_query_group(raw, config_path)
     name = config.name
     records = flights[:1_000]
     produce(config, records)

@@ -87,13 +87,13 @@ def blob_files(blob_dir: Path) -> list[Path]:
 
 def test_a_producer_at_three_times_the_service_rate_is_swept_and_nothing_is_lost(
     bootstrap: str,
-    spark: Any,
     schemas: SchemaRepository,
     flights: list[dict[str, Any]],
     run_id: str,
     tmp_path: Path,
     sweeper_for: Callable[..., Sweeper],
     source: str,
+    start_query_group: Callable[..., QueryGroup],
 ) -> None:
     config = swept_group(
         run_id, tmp_path, max_rows_per_trigger=200, trigger_interval_ms=500, source=source
@@ -109,8 +109,7 @@ def test_a_producer_at_three_times_the_service_rate_is_swept_and_nothing_is_lost
             cycle = sweeper.cycle()
             outcomes.extend(cycle)
 
-    with QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas) as group:
-        group.start()
+    with start_query_group(config) as group:
         thread = threading.Thread(target=sweep_loop, daemon=True)
         thread.start()
         try:

@@ -23,7 +23,7 @@ from pipeline.errors import ConfigError
 from pipeline.serde.schemas import SchemaRepository
 from sweeper.config import load_sweeper_config
 
-FLIGHTS_TOML = Path(__file__).resolve().parents[3] / "conf" / "flights.toml"
+FLIGHTS_TOML = Path(__file__).resolve().parents[4] / "conf" / "flights.toml"
 
 MINIMAL: dict[str, Any] = {
     "query_group": {"name": "g"},

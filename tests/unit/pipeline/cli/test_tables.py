@@ -13,7 +13,7 @@ from rich.table import Table
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.commands import print_table
+from pipeline.cli.conventions import print_table
 from pipeline.services.ledger import LedgerRow
 
 HEADERS = ("query group", "stream", "partition", "written", "processed", "dead-lettered")
@@ -75,7 +75,7 @@ def test_audit_prints_every_column_and_value_whole_in_a_non_terminal(
 
     monkeypatch.setattr("pipeline.services.ledger.reconcile", reconcile)
     monkeypatch.setenv("COLUMNS", "80")
-    flights = Path(__file__).resolve().parents[3] / "conf" / "flights.toml"
+    flights = Path(__file__).resolve().parents[4] / "conf" / "flights.toml"
 
     result = CliRunner().invoke(app, ["audit", str(flights), "--bootstrap", "127.0.0.1:1"])
 

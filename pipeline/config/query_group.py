@@ -1,0 +1,273 @@
+"""A query group file's model: its ``[query_group]`` and ``[queries.<name>]``
+sections and the whole file, :class:`QueryGroupConfig`, which resolves each stream's
+settings, derives the group's names (through :mod:`pipeline.names`) and makes each
+stream's codec."""
+
+from __future__ import annotations
+
+import re
+import typing
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from pipeline.config.clusters import KafkaConfig, SchemaRegistryConfig, SparkConfig
+from pipeline.config.hosts import BindHost
+from pipeline.config.section import Identifier, Section, TopicName
+from pipeline.config.streams import (
+    SYSTEM_DEFAULTS,
+    InputStreamConfig,
+    OutputStreamConfig,
+    ResolvedStreamSettings,
+    StreamSettings,
+)
+from pipeline.names import (
+    DEFAULT_CONSUMER_GROUP_PREFIX,
+    dead_letter_topic,
+    query_group_id,
+    reception_group_id,
+)
+
+if typing.TYPE_CHECKING:
+    from pipeline.serde.codec import StreamCodec
+    from pipeline.serde.schemas import SchemaRepository
+
+
+#: Where running query groups write ``<name>.json`` with their endpoint's URL.
+DEFAULT_CONTROL_DIR = ".floodgate/run"
+
+
+class QueryGroupSection(StreamSettings):
+    """The ``[query_group]`` section: identity, trigger, and group-level settings."""
+
+    name: Identifier
+    """The query group's name: its consumer groups (``<prefix>.<name>.<query>``), its
+    checkpoint root (``{name}`` in ``checkpoint_dir``), its dead-letter topic
+    (``<name>.dead-letter``) and its control file (``<control_dir>/<name>.json``) derive
+    from it."""
+    trigger_interval_ms: Annotated[int, Field(ge=0, le=86_400_000)] = 1_000
+    """Processing-time trigger interval of every query; 0 starts each micro-batch as soon
+    as the previous one ends."""
+    no_data_micro_batches: bool = True
+    """Whether a query runs a micro-batch with no new tuples when the watermark has
+    moved (Spark's ``spark.sql.streaming.noDataMicroBatches.enabled``, set on the group's
+    own session). Such a batch is how ``append`` mode emits the windows the watermark
+    closed and how state past the watermark is evicted; in ``update`` and ``complete``
+    mode it emits nothing, and ``false`` leaves the eviction to the next batch with
+    data, saving a micro-batch's fixed cost after each one (issue 9). Spark records a
+    query's watermark in the offset log of the batch *after* the one that moved it, so
+    with ``false`` a query stopped after a batch with data restarts from the watermark
+    before that batch: tuples late by the newer one are then aggregated (and not
+    dead-lettered as late), nothing is lost."""
+    checkpoint_dir: str = ".floodgate/checkpoints/{name}"
+    """Spark checkpoint root; each query checkpoints under ``<checkpoint_dir>/<query>``.
+    ``{name}`` is replaced by the query group's name. Any Hadoop path works."""
+    dead_letter_topic: TopicName | None = None
+    """Where tuples that cannot be decoded go, with the reason in headers.
+    Default: ``<name>.dead-letter``."""
+    consumer_group_prefix: str = DEFAULT_CONSUMER_GROUP_PREFIX
+    """Each query commits its input offsets to the consumer group
+    ``<prefix>.<query group>.<query>``."""
+    sleep_on_over_store_ms: Annotated[int, Field(ge=0, le=3_600_000)] = 1_000
+    """How long a query sleeps before it re-checks an output stream queue that has no
+    room for its micro-batch's output (the stream data platform's
+    ``querygroup.sleepOnOverStore``)."""
+    sleep_on_over_store_retry_count: Annotated[int, Field(ge=0, le=1_000_000)] = 10
+    """Sleeps before the query group is held; 0 holds at once (the stream data
+    platform's ``querygroup.sleepOnOverStoreRetryCount``)."""
+    on_hold_input: Literal["retain", "discard"] = "retain"
+    """What happens to the input of a held query group. ``retain``: it stays in Kafka and
+    is processed after release (producers feel back-pressure through the input queue);
+    ``discard``: the stream data platform's behaviour -- on release, every query starts
+    from the end of its input, and the skipped tuples are counted in a metric and the log."""
+    auto_release: bool = False
+    """Release a held query group by itself once every output stream queue has at least
+    ``resume_free_queue_size_threshold`` percent free (and room for the held batch)."""
+    output_queue_check: bool = True
+    """Compare each micro-batch's output with the output stream queue's free space before
+    writing it. ``false`` leaves output queues unbounded (no sleep, no hold): for
+    benchmarks, and output streams whose readers are known to keep up."""
+    queue_metrics_interval_ms: Annotated[int, Field(ge=100, le=3_600_000)] = 5_000
+    """How often the query group reads its input and output stream queues for the
+    ``..._queue_length`` and ``..._queue_lag_seconds`` gauges (one ``ListOffsets`` pair,
+    one ``OffsetFetch`` per consumer group and one record per non-empty partition)."""
+    metrics_host: BindHost = "127.0.0.1"
+    """Interface of the query group's metrics and control endpoint (``0.0.0.0`` in a
+    container)."""
+    metrics_port: Annotated[int, Field(ge=0, le=65_535)] = 0
+    """Port of the metrics and control endpoint (``/metrics``, ``/status``, ``/release``,
+    ``/stop``); 0 picks a free one, announced in the log and the control file."""
+    source: Literal["jvm", "python"] = "jvm"
+    """The Spark source the queries read their input streams with: ``jvm``, the
+    ``floodgate_kafka`` source on the JVM (``jvm/``, shipped as a jar in the wheel), or
+    ``python``, its reference implementation in Python (``floodgate_kafka_python``).
+    Both take the same options, give the same columns and write the same offsets, so a
+    query's checkpoint resumes under either."""
+    sweep_catalog_url: str | None = None
+    """The sweep catalog (SQLAlchemy URL) of the sweeper that sweeps this group's
+    queues (``sweeper/``): the sources read offsets the broker no longer
+    holds back from their BLOBs, and swept tuples stop counting in queue lengths.
+    ``None``: not swept (an offset the broker lost is a data-loss error)."""
+    control_dir: str = DEFAULT_CONTROL_DIR
+    """Where a running query group writes ``<name>.json`` with its endpoint's URL, for
+    ``floodgate query-group status|release|stop NAME`` on the same host."""
+
+
+class QueryConfig(Section):
+    """One ``[queries.<name>]`` section: a continuous Spark SQL query and its output."""
+
+    sql: Annotated[str, Field(min_length=1)]
+    """The Spark SQL query, over views named after the input streams; its columns are
+    written to the ``output`` stream by name."""
+    output: Identifier
+    """The output stream the query's rows are written to."""
+    output_mode: Literal["append", "update", "complete"] = "append"
+    """Spark output mode. ``update`` re-emits a group's row each time it changes; readers
+    take the latest per key, as for a compacted topic."""
+    inputs: list[Identifier] | None = None
+    """The input streams the query reads; default: those whose name appears as a word
+    in ``sql``. Input queue lengths are counted from the slowest of these readers."""
+
+
+class QueryGroupConfig(Section):
+    """A whole query group file."""
+
+    query_group: QueryGroupSection
+    input_streams: dict[Identifier, InputStreamConfig] = Field(min_length=1)
+    output_streams: dict[Identifier, OutputStreamConfig] = Field(default_factory=dict)
+    queries: dict[Identifier, QueryConfig] = Field(min_length=1)
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    schema_registry: SchemaRegistryConfig = Field(default_factory=SchemaRegistryConfig)
+    schema_dir: str | None = None
+    """Directory of ``.avsc`` files, relative to the query group file unless absolute;
+    default: the schemas Floodgate ships (``pipeline/resources.py``)."""
+
+    def stream_registry(self, kind: str, stream: str) -> tuple[str, dict[str, str]]:
+        """``(encoding, SchemaRegistryClient configuration)`` of a stream, as
+        :func:`pipeline.serde.confluent.stream_codec` takes them.
+
+        Args:
+            kind: ``input`` or ``output``.
+            stream: the stream's name.
+        """
+        declared = self.input_streams if kind == "input" else self.output_streams
+        encoding = declared[stream].encoding
+        return encoding, self.schema_registry.client_config() if encoding == "confluent" else {}
+
+    def stream_codec(self, kind: str, stream: str, schemas: SchemaRepository) -> StreamCodec:
+        """The codec of an input or output stream: its schema from ``schemas``, in its
+        encoding (single-object, or the Confluent wire format through the registry).
+
+        Args:
+            kind: ``input`` or ``output``.
+            stream: the stream's name.
+            schemas: the schema repository.
+
+        Raises:
+            SchemaError: the stream's schema is not in ``schemas``.
+        """
+        from pipeline.serde.confluent import stream_codec
+
+        declared = (self.input_streams if kind == "input" else self.output_streams)[stream]
+        encoding, registry = self.stream_registry(kind, stream)
+        return stream_codec(
+            stream,
+            schemas.get(declared.schema_),
+            schemas,
+            encoding=encoding,
+            topic=declared.topic,
+            registry=registry,
+        )
+
+    def input_key(self, stream: str, schemas: SchemaRepository) -> Any:
+        """The key maker of an input stream in its ``key_encoding``
+        (:func:`pipeline.serde.confluent.stream_key`): a
+        :class:`~pipeline.serde.codec.TupleKey`, or a
+        :class:`~pipeline.serde.confluent.ConfluentKey` asking the registry.
+
+        Raises:
+            SchemaError: the stream's schema is not in ``schemas``, or a key field is
+                no field of it.
+        """
+        from pipeline.serde.confluent import stream_key
+
+        declared = self.input_streams[stream]
+        return stream_key(
+            stream,
+            schemas.get(declared.schema_),
+            schemas,
+            declared.key,
+            key_encoding=declared.key_encoding,
+            topic=declared.topic,
+            registry=self.schema_registry.client_config(),
+        )
+
+    @property
+    def name(self) -> str:
+        """The query group's name."""
+        return self.query_group.name
+
+    @property
+    def dead_letter_topic(self) -> str:
+        """The dead-letter topic (``<name>.dead-letter`` unless set)."""
+        return self.query_group.dead_letter_topic or dead_letter_topic(self.name)
+
+    @property
+    def checkpoint_root(self) -> str:
+        """The checkpoint root with ``{name}`` filled in."""
+        return self.query_group.checkpoint_dir.replace("{name}", self.name)
+
+    def consumer_group(self, query: str) -> str:
+        """The Kafka consumer group a query commits its input offsets to."""
+        return query_group_id(self.query_group.consumer_group_prefix, self.name, query)
+
+    def reception_groups(self, stream: str) -> list[str]:
+        """The consumer groups that read an output stream (``reception_groups`` or the default)."""
+        groups = self.output_streams[stream].reception_groups
+        prefix = self.query_group.consumer_group_prefix
+        return list(groups) or [reception_group_id(prefix, self.name, stream)]
+
+    def readers(self, stream: str) -> list[str]:
+        """Names of the queries that read an input stream (``inputs``, or a word match
+        of the stream's name in the query's SQL)."""
+        pattern = re.compile(rf"\b{re.escape(stream)}\b", re.IGNORECASE)
+        return [
+            name
+            for name, query in self.queries.items()
+            if (stream in query.inputs if query.inputs is not None else pattern.search(query.sql))
+        ]
+
+    def topics(self) -> dict[str, tuple[int, int | None]]:
+        """Every topic the group reads or writes, with ``(partitions, replication)``:
+        its input and output streams' and its dead-letter topic."""
+        topics: dict[str, tuple[int, int | None]] = {}
+        for name, stream in self.input_streams.items():
+            s = self.input_settings(name)
+            topics[stream.topic] = (s.partitions, s.replication_factor)
+        for name, out in self.output_streams.items():
+            s = self.output_settings(name)
+            topics[out.topic] = (s.partitions, s.replication_factor)
+        group = self.query_group
+        topics[self.dead_letter_topic] = (group.partitions or 1, group.replication_factor)
+        return topics
+
+    def input_settings(self, stream: str) -> ResolvedStreamSettings:
+        """Resolve an input stream's settings: system defaults -> query group -> stream."""
+        return _resolve(self.query_group, self.input_streams[stream])
+
+    def output_settings(self, stream: str) -> ResolvedStreamSettings:
+        """Resolve an output stream's settings: system defaults -> query group -> stream."""
+        return _resolve(self.query_group, self.output_streams[stream])
+
+
+def _resolve(group: StreamSettings, stream: StreamSettings) -> ResolvedStreamSettings:
+    values: dict[str, Any] = {}
+    for field in StreamSettings.model_fields:
+        value = getattr(stream, field)
+        if value is None:
+            value = getattr(group, field)
+        if value is None:
+            value = getattr(SYSTEM_DEFAULTS, field)
+        values[field] = value
+    return ResolvedStreamSettings(**values)
