@@ -18,7 +18,7 @@ says why) and this machine's 2 cores:
      ``.venv``), as the peer's: neither driver shares its process with the reception;
    * **the peer**: ``bench/spark_kafka_peer.py`` with output (b), the two queries
      as a PySpark user writes them (Spark's Kafka source, ``from_avro``,
-     ``maxOffsetsPerTrigger`` = Floodgate's ``max_rows_per_trigger``, the same
+     ``maxOffsetsPerTrigger`` = Floodgate's ``max_tuples_per_trigger``, the same
      watermark; ``foreachBatch`` writing one Kafka transaction a micro-batch with
      the batch's input offsets, exactly once), started with
      ``Trigger.ProcessingTime(trigger)``, in a driver process of its own on the same

@@ -9,7 +9,7 @@ apache-kafka``), with the same input topic and bytes:
   Avro single-object encoding, the stream's key). Its CPU is the *producer* role,
   the same for every system since all of them read these bytes.
 * **Floodgate**, twice: the ``flights`` query group of ``conf/flights.toml`` (both
-  queries, micro-batches of up to ``max_rows_per_trigger`` = 150 000 rows, event-time
+  queries, micro-batches of up to ``max_tuples_per_trigger`` = 150 000 rows, event-time
   alignment on, the transactional sink with its output stream queue bound, exactly
   once), with ``Trigger.AvailableNow``, in a driver process of its own (the project's
   ``.venv``; this script run with ``--floodgate-worker``), reading with
@@ -708,7 +708,7 @@ def peer_settings(
         "input_schema": json.dumps(schemas.get(flights["schema"]).schema),
         "timestamp_field": flights["timestamp_field"],
         "watermark": flights["watermark"],
-        "max_offsets_per_trigger": raw["query_group"]["max_rows_per_trigger"],
+        "max_offsets_per_trigger": raw["query_group"]["max_tuples_per_trigger"],
         "queries": queries,
     }
 

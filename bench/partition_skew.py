@@ -65,7 +65,7 @@ def planned_skews(
     Args:
         samples: high watermarks, one offset per partition, in partition order.
         event_times: per partition, the event time (epoch ms) of each offset.
-        max_rows: the micro-batch's row limit (``max_rows_per_trigger``).
+        max_rows: the micro-batch's row limit (``max_tuples_per_trigger``).
         drift_ms: the alignment's drift; ``None``: by offsets only.
     """
     from pipeline.offsets import plan_batch_end
@@ -179,7 +179,7 @@ def one_run(limit: int, *, sequential: bool) -> dict[str, Any]:
             reader.close()
     skews = sorted(head_skews(samples, event_times))
     stream = config.input_streams["flights"]
-    max_rows = config.input_settings("flights").max_rows_per_trigger or limit
+    max_rows = config.input_settings("flights").max_tuples_per_trigger or limit
     drift = stream.max_event_time_drift_ms
     return {
         "flights": replayer.produced,
@@ -187,7 +187,7 @@ def one_run(limit: int, *, sequential: bool) -> dict[str, Any]:
         "max_h": skews[-1],
         "p99_h": skews[int(0.99 * (len(skews) - 1))],
         "p50_h": skews[len(skews) // 2],
-        "max_rows_per_trigger": max_rows,
+        "max_tuples_per_trigger": max_rows,
         "drift_h": None if drift is None else drift / HOUR_MS,
         "planned_by_offsets": _quantiles(
             planned_skews(samples, event_times, max_rows=max_rows, drift_ms=None)

@@ -243,7 +243,7 @@ def write_layout(
         checkpoint_dir=str(out / "checkpoints" / "{name}"),
         max_queue_size=max_queue_size,
         # The pass-through query writes every tuple: micro-batches within its output queue.
-        max_rows_per_trigger=5_000,
+        max_tuples_per_trigger=5_000,
         trigger_interval_ms=500,
         queue_metrics_interval_ms=1_000,
         sleep_on_over_store_ms=250,

@@ -12,7 +12,7 @@ Per query, as a user would write it:
 
 * **input**: ``spark.readStream.format("kafka")`` on the flights topic,
   ``startingOffsets=earliest``, ``maxOffsetsPerTrigger`` = Floodgate's
-  ``max_rows_per_trigger``; Floodgate writes Avro *single-object encoding* (``C3 01``,
+  ``max_tuples_per_trigger``; Floodgate writes Avro *single-object encoding* (``C3 01``,
   an 8-byte schema fingerprint, then the Avro body), which ``from_avro`` does not read,
   so the 10-byte header is cut off in SQL (``substring(value, 11)``) and the body
   decoded with ``from_avro`` and the writer schema's JSON; ``event_time`` is

@@ -592,7 +592,7 @@ class OversizedBatchError(QueryGroupError):
         super().__init__(
             f"FG-QG-005 micro-batch {batch_id} writes {required} tuples to output stream "
             f"{stream!r}, more than its whole queue (max_queue_size = {max_queue_size}): raise "
-            f"output_streams.{stream}.max_queue_size, or lower max_rows_per_trigger of the "
+            f"output_streams.{stream}.max_queue_size, or lower max_tuples_per_trigger of the "
             f"query's input streams so each micro-batch writes less",
             query_group=query_group,
             query=query,

@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+import warnings
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -27,9 +28,11 @@ class StreamSettings(Section):
     """Replication factor of the stream's topic when Floodgate creates it; unset at
     every level: the broker's ``default.replication.factor`` (KIP-464), so a 3-broker
     cluster configured for 3 replicas gets them without a word in the file."""
-    max_rows_per_trigger: Annotated[int, Field(ge=1)] | None = None
-    """Most tuples one micro-batch reads from an input stream (Spark ``ReadMaxRows``);
-    ``0`` is not allowed -- leave it unset at every level for no limit."""
+    max_tuples_per_trigger: Annotated[int, Field(ge=1)] | None = None
+    """Most tuples one micro-batch reads from an input stream (the source's
+    ``maxRowsPerTrigger``, Spark's ``ReadMaxRows``); ``0`` is not allowed -- leave it
+    unset at every level for no limit. Its former name ``max_rows_per_trigger`` is
+    read, with a warning, until the next release."""
     max_queue_size: Annotated[int, Field(ge=1)] | None = None
     """Most tuples the stream's queue may hold (the stream data platform's
     ``stream.maxQueueSize``)."""
@@ -43,12 +46,62 @@ class StreamSettings(Section):
     """Longest a producer goes without reading the queue's state from the broker; in
     between it counts its own sends. 0 reads before every put."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        return renamed_keys(data)
+
+    @property
+    def max_rows_per_trigger(self) -> int | None:
+        """Deprecated (goes in the next release): :attr:`max_tuples_per_trigger`."""
+        _deprecated_attribute(type(self).__name__)
+        return self.max_tuples_per_trigger
+
+
+#: Former names of a stream's settings -> their names now, each read for one release
+#: with a warning (docs/changelog.md).
+RENAMED_KEYS = {"max_rows_per_trigger": "max_tuples_per_trigger"}
+
+
+def renamed_keys(data: Any) -> Any:
+    """``data`` (a section as read, before validation) with each former key of
+    :data:`RENAMED_KEYS` under its new name, and a ``FutureWarning`` (shown to an
+    operator by default) naming the new key.
+
+    Raises:
+        ValueError: a section gives both a former key and its new name.
+    """
+    if not isinstance(data, dict) or not any(old in data for old in RENAMED_KEYS):
+        return data
+    data = dict(data)
+    for old, new in RENAMED_KEYS.items():
+        if old not in data:
+            continue
+        if new in data:
+            raise ValueError(f"give {new!r} only: {old!r} is its former name, both are given")
+        warnings.warn(
+            f"config key {old!r} is deprecated and goes in the next release: write {new!r}",
+            FutureWarning,
+            stacklevel=2,
+        )
+        data[new] = data.pop(old)
+    return data
+
+
+def _deprecated_attribute(owner: str) -> None:
+    warnings.warn(
+        f"{owner}.max_rows_per_trigger is deprecated and goes in the next release: "
+        "read max_tuples_per_trigger",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
 
 #: The system defaults: the first of the three levels.
 SYSTEM_DEFAULTS = StreamSettings(
     partitions=4,
     replication_factor=None,
-    max_rows_per_trigger=50_000,
+    max_tuples_per_trigger=50_000,
     max_queue_size=100_000,
     free_input_queue_size_threshold=20,
     resume_free_queue_size_threshold=50,
@@ -61,11 +114,17 @@ class ResolvedStreamSettings(Section):
 
     partitions: int
     replication_factor: int | None
-    max_rows_per_trigger: int | None
+    max_tuples_per_trigger: int | None
     max_queue_size: int
     free_input_queue_size_threshold: int
     resume_free_queue_size_threshold: int
     queue_refresh_interval_ms: int
+
+    @property
+    def max_rows_per_trigger(self) -> int | None:
+        """Deprecated (goes in the next release): :attr:`max_tuples_per_trigger`."""
+        _deprecated_attribute(type(self).__name__)
+        return self.max_tuples_per_trigger
 
 
 #: The values of a stream's ``encoding`` key (:mod:`pipeline.serde.confluent`).

@@ -74,8 +74,8 @@ def register_inputs(
             "timestampMode": stream.timestamp_mode,
             **({"timestampField": stream.timestamp_field} if stream.timestamp_field else {}),
             **(
-                {"maxRowsPerTrigger": str(settings.max_rows_per_trigger)}
-                if settings.max_rows_per_trigger
+                {"maxRowsPerTrigger": str(settings.max_tuples_per_trigger)}
+                if settings.max_tuples_per_trigger
                 else {}
             ),
             **{f"kafka.{k}": str(v) for k, v in config.kafka.client.items()},

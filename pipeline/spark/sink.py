@@ -32,7 +32,7 @@ its other queries; on release the batch is replayed from the offset log.
 Rows are collected on the driver: output of a batch is bounded by the output
 stream queue's max (a larger batch is :class:`~pipeline.errors.OversizedBatchError`),
 and aggregations make it small; a query that passes large volumes through should
-lower ``max_rows_per_trigger``.
+lower ``max_tuples_per_trigger``.
 
 Stable message codes of the log (and of the errors): ``FG-QG-001`` (warning) a
 query sleeps on a full output stream queue; ``FG-QG-002`` (error) the query group

@@ -28,7 +28,7 @@ def flights_raw_config(
     run_id: str,
     checkpoint_dir: Path,
     *,
-    max_rows_per_trigger: int | None = None,
+    max_tuples_per_trigger: int | None = None,
     passthrough: bool = False,
     only_passthrough: bool = False,
     trigger_interval_ms: int = 100,
@@ -58,8 +58,8 @@ def flights_raw_config(
     group["trigger_interval_ms"] = trigger_interval_ms
     if no_data_micro_batches is not None:
         group["no_data_micro_batches"] = no_data_micro_batches
-    if max_rows_per_trigger is not None:
-        group["max_rows_per_trigger"] = max_rows_per_trigger
+    if max_tuples_per_trigger is not None:
+        group["max_tuples_per_trigger"] = max_tuples_per_trigger
     for section in ("input_streams", "output_streams"):
         for stream in raw[section].values():
             stream["topic"] = f"{stream['topic']}.{run_id}"

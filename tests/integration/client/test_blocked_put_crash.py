@@ -50,7 +50,7 @@ def test_a_producer_killed_in_a_blocked_put_loses_nothing_and_the_room_comes_bac
     start_query_group: Callable[..., QueryGroup],
 ) -> None:
     raw = flights_raw_config(
-        run_id, tmp_path / "checkpoints", only_passthrough=True, max_rows_per_trigger=200
+        run_id, tmp_path / "checkpoints", only_passthrough=True, max_tuples_per_trigger=200
     )
     raw["input_streams"]["flights"]["max_queue_size"] = MAX_QUEUE_SIZE
     raw["query_group"].update(resume_free_queue_size_threshold=50, queue_refresh_interval_ms=100)

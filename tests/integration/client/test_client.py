@@ -93,7 +93,7 @@ def small_queue(run_id: str, tmp_path: Any, bootstrap: str) -> Callable[..., Que
             run_id + suffix,
             tmp_path / f"checkpoints{suffix}",
             only_passthrough=True,
-            max_rows_per_trigger=200,
+            max_tuples_per_trigger=200,
         )
         # On the input stream itself: at the group level it would bound the output
         # stream queue too, which nobody reads here.

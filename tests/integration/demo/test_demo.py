@@ -29,7 +29,7 @@ def test_the_demo_reads_every_output_tuple_through_its_reception_and_balances(
     flights = raw["input_streams"]["flights"]
     assert (flights["watermark"], flights["max_event_time_drift_ms"]) == ("2 hours", 3_600_000)
     # Small micro-batches and output queues, so the bound is checked many times.
-    raw["query_group"]["max_rows_per_trigger"] = 500
+    raw["query_group"]["max_tuples_per_trigger"] = 500
     raw["query_group"]["trigger_interval_ms"] = 100
     raw["query_group"]["control_dir"] = str(tmp_path / "run")
     for stream in raw["output_streams"].values():

@@ -44,7 +44,7 @@ def test_three_rounds_through_a_running_group_have_nothing_late_and_the_audit_ba
 ) -> None:
     # The demo's stream: 2 hours of watermark, micro-batches aligned in event time.
     raw = flights_raw_config(run_id, tmp_path / "checkpoints", aligned=True)
-    raw["query_group"]["max_rows_per_trigger"] = 3_000
+    raw["query_group"]["max_tuples_per_trigger"] = 3_000
     config_path = tmp_path / "flights.toml"
     config_path.write_text(tomli_w.dumps(raw))
     config = load_query_group(config_path)

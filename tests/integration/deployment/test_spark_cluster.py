@@ -195,7 +195,7 @@ def start_streaming(
 ) -> tuple[QueryGroupConfig, list[str], Path, subprocess.Popen[bytes]]:
     """The flights group, ``records`` queued, run by ``spark-submit`` until stopped in
     micro-batches of 300 back to back: ``(config, driver args, log, driver)``."""
-    path, config = flights_group(run_id, tmp_path, max_rows_per_trigger=300, trigger_interval_ms=0)
+    path, config = flights_group(run_id, tmp_path, max_tuples_per_trigger=300, trigger_interval_ms=0)
     produce(config, records)
     log_path = tmp_path / "driver.log"
     args = ["run", str(path), "--bootstrap", bootstrap]
@@ -312,7 +312,7 @@ def test_a_swept_input_is_read_back_by_tasks_on_the_workers(
         "spark.hadoop.fs.s3a.secret.key": s3.secret_key,
     }
 
-    config = swept_group(run_id, tmp_path, max_rows_per_trigger=200, trigger_interval_ms=500)
+    config = swept_group(run_id, tmp_path, max_tuples_per_trigger=200, trigger_interval_ms=500)
     path = tmp_path / "group.toml"
     raw = config.model_dump(mode="json", by_alias=True, exclude_none=True)
     raw["query_group"]["control_dir"] = str(tmp_path / "run")

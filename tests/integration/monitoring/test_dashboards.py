@@ -164,7 +164,7 @@ def test_every_panel_query_returns_series_from_a_real_prometheus_scraping_the_st
 ) -> None:
     binary = shutil.which("prometheus")
     assert binary, "prometheus is missing: scripts/system-deps test installs it (make test runs it)"
-    raw = flights_raw_config(run_id, tmp_path / "checkpoints", max_rows_per_trigger=2_000)
+    raw = flights_raw_config(run_id, tmp_path / "checkpoints", max_tuples_per_trigger=2_000)
     raw["query_group"].update(queue_metrics_interval_ms=1_000, auto_release=True)
     name = raw["query_group"]["name"]
     stack = write_stack(tmp_path, raw, bootstrap_servers=bootstrap, allowlist=["true"])

@@ -110,7 +110,7 @@ def setup_group(
     raw = flights_raw_config(
         run_id,
         tmp_path / "checkpoints",
-        max_rows_per_trigger=250,
+        max_tuples_per_trigger=250,
         only_passthrough=True,
         trigger_interval_ms=0,
         source=source,

@@ -181,7 +181,7 @@ def test_crash_after_the_output_commit_of_an_aggregation_keeps_its_state(
     store: the last row per carrier and day counts every flight, once."""
     records = flights[:2_000]
     raw = flights_raw_config(
-        run_id, tmp_path / "checkpoints", max_rows_per_trigger=250, trigger_interval_ms=0
+        run_id, tmp_path / "checkpoints", max_tuples_per_trigger=250, trigger_interval_ms=0
     )
     raw["queries"] = {"delays_by_carrier_day": raw["queries"]["delays_by_carrier_day"]}
     raw["output_streams"] = {

@@ -50,7 +50,7 @@ def bounded_config(run_id: str, tmp_path: Path) -> Callable[..., QueryGroupConfi
 
     def make(*, output_max: int = OUTPUT_MAX, **group: Any) -> QueryGroupConfig:
         raw = flights_raw_config(
-            run_id, tmp_path / "checkpoints", max_rows_per_trigger=BATCH, only_passthrough=True
+            run_id, tmp_path / "checkpoints", max_tuples_per_trigger=BATCH, only_passthrough=True
         )
         raw["query_group"].update(
             {
@@ -307,7 +307,7 @@ def test_a_batch_larger_than_the_output_queue_is_a_clear_error(
     message = str(caught.value)
     assert "FG-QG-005" in message
     assert "max_queue_size = 100" in message
-    assert "max_rows_per_trigger" in message
+    assert "max_tuples_per_trigger" in message
     assert group.state == QueryGroupState.FAILED
     assert group.sinks()["copy"].tuples_written == 0
 

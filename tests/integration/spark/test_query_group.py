@@ -33,7 +33,7 @@ def test_flights_figures_equal_an_independent_pandas_computation(
     produce: Callable[..., None],
     start_query_group: Callable[..., QueryGroup],
 ) -> None:
-    config = flights_config(max_rows_per_trigger=1_000)
+    config = flights_config(max_tuples_per_trigger=1_000)
     produce(config, flights)
 
     with start_query_group(config) as group:
@@ -96,7 +96,7 @@ def test_stop_and_restart_from_the_checkpoint_loses_and_duplicates_nothing(
     parts.append(flights[(len(sources) - 1) * size :])
     config = None
     for source, part in zip(sources, parts, strict=True):
-        config = flights_config(max_rows_per_trigger=500, passthrough=True, source=source)
+        config = flights_config(max_tuples_per_trigger=500, passthrough=True, source=source)
         produce(config, part)
         # The restarted group went on from the checkpoint: it read only the new part.
         stats = drain(config).stats
@@ -125,7 +125,7 @@ def test_trigger_available_now_reads_what_was_there_and_stops(
     produce: Callable[..., None],
     start_query_group: Callable[..., QueryGroup],
 ) -> None:
-    config = flights_config(max_rows_per_trigger=700, only_passthrough=True)
+    config = flights_config(max_tuples_per_trigger=700, only_passthrough=True)
     produce(config, flights[:2_000])
 
     with start_query_group(config, available_now=True) as group:

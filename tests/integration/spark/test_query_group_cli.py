@@ -44,7 +44,7 @@ def test_status_release_and_stop_reach_a_running_driver_by_name(
     tmp_path: Path,
 ) -> None:
     raw = flights_raw_config(
-        run_id, tmp_path / "checkpoints", max_rows_per_trigger=250, only_passthrough=True
+        run_id, tmp_path / "checkpoints", max_tuples_per_trigger=250, only_passthrough=True
     )
     control_dir = tmp_path / "run"
     raw["query_group"].update(

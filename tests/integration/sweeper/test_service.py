@@ -96,7 +96,7 @@ def test_a_producer_at_three_times_the_service_rate_is_swept_and_nothing_is_lost
     start_query_group: Callable[..., QueryGroup],
 ) -> None:
     config = swept_group(
-        run_id, tmp_path, max_rows_per_trigger=200, trigger_interval_ms=500, source=source
+        run_id, tmp_path, max_tuples_per_trigger=200, trigger_interval_ms=500, source=source
     )
     sweeper = sweeper_for(config, sweep_interval_s=1.0)
     records = sequenced(flights, 8_000)

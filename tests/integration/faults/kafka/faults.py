@@ -36,7 +36,7 @@ def group_config(
         tmp_path / "checkpoints",
         passthrough=True,
         only_passthrough=only_passthrough,
-        max_rows_per_trigger=200,
+        max_tuples_per_trigger=200,
         aligned=True,
     )
     return parse_query_group(raw, env={})

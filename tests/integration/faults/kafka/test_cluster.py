@@ -197,7 +197,7 @@ def placed_run(
             uuid.uuid4().hex[:10],
             tmp_path / "checkpoints",
             only_passthrough=True,
-            max_rows_per_trigger=200,
+            max_tuples_per_trigger=200,
         )
         raw.update(config)
         candidate = parse_query_group(raw, env={})

@@ -98,7 +98,7 @@ class Case:
         # The copy query alone: the partitions are the sink's and the source's business,
         # which every query has alike; the aggregations would triple a case's time.
         raw = flights_raw_config(
-            run_id, tmp_path / "checkpoints", only_passthrough=True, max_rows_per_trigger=300
+            run_id, tmp_path / "checkpoints", only_passthrough=True, max_tuples_per_trigger=300
         )
         # One output partition: "the output partition's leader" is one broker.
         raw["output_streams"]["flights_copy"]["partitions"] = 1

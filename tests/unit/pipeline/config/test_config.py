@@ -60,13 +60,13 @@ def test_flights_toml_loads_and_resolves() -> None:
     assert config.query_group.no_data_micro_batches is False
 
     flights = config.input_settings("flights")
-    assert flights.max_rows_per_trigger == 150000
+    assert flights.max_tuples_per_trigger == 150000
     assert flights.partitions == 4
 
     out = config.output_settings("delays_by_origin_hour")
     assert out.partitions == 2
-    # Not set in the file: inherited from the group (max rows) and the system (replication).
-    assert out.max_rows_per_trigger == 150000
+    # Not set in the file: inherited from the group (max tuples) and the system (replication).
+    assert out.max_tuples_per_trigger == 150000
     assert out.replication_factor == SYSTEM_DEFAULTS.replication_factor
 
     assert config.input_streams["flights"].timestamp_mode == "data_source"
@@ -84,9 +84,9 @@ def test_unset_everywhere_falls_back_to_system_defaults(raw: dict[str, Any]) -> 
     resolved = config.input_settings("flights")
     assert resolved.partitions == SYSTEM_DEFAULTS.partitions
     assert resolved.replication_factor == SYSTEM_DEFAULTS.replication_factor
-    assert resolved.max_rows_per_trigger == SYSTEM_DEFAULTS.max_rows_per_trigger
+    assert resolved.max_tuples_per_trigger == SYSTEM_DEFAULTS.max_tuples_per_trigger
     assert SYSTEM_DEFAULTS.partitions is not None
-    assert SYSTEM_DEFAULTS.max_rows_per_trigger is not None
+    assert SYSTEM_DEFAULTS.max_tuples_per_trigger is not None
 
 
 def test_group_level_overrides_system_defaults(raw: dict[str, Any]) -> None:
@@ -96,25 +96,25 @@ def test_group_level_overrides_system_defaults(raw: dict[str, Any]) -> None:
     assert config.input_settings("flights").partitions == group_partitions
     assert config.output_settings("out").partitions == group_partitions
     # Unset at the group level: still the system default.
-    assert config.input_settings("flights").max_rows_per_trigger == (
-        SYSTEM_DEFAULTS.max_rows_per_trigger
+    assert config.input_settings("flights").max_tuples_per_trigger == (
+        SYSTEM_DEFAULTS.max_tuples_per_trigger
     )
 
 
 def test_stream_level_wins_over_group_level(raw: dict[str, Any]) -> None:
     raw["query_group"]["partitions"] = 3
-    raw["query_group"]["max_rows_per_trigger"] = 1000
-    raw["input_streams"]["flights"]["max_rows_per_trigger"] = 77
+    raw["query_group"]["max_tuples_per_trigger"] = 1000
+    raw["input_streams"]["flights"]["max_tuples_per_trigger"] = 77
     raw["output_streams"]["out"]["partitions"] = 9
     config = parse_query_group(raw, env={})
 
     flights = config.input_settings("flights")
-    assert flights.max_rows_per_trigger == 77
+    assert flights.max_tuples_per_trigger == 77
     assert flights.partitions == 3
 
     out = config.output_settings("out")
     assert out.partitions == 9
-    assert out.max_rows_per_trigger == 1000
+    assert out.max_tuples_per_trigger == 1000
 
 
 # --------------------------------------------------------------------------- refusals
@@ -203,11 +203,47 @@ def test_query_output_error_names_key_and_hides_secrets(raw: dict[str, Any]) -> 
     assert error.key == "queries.q.output"
 
 
-def test_max_rows_per_trigger_zero_is_refused(raw: dict[str, Any]) -> None:
-    raw["input_streams"]["flights"]["max_rows_per_trigger"] = 0
+def test_max_tuples_per_trigger_zero_is_refused(raw: dict[str, Any]) -> None:
+    raw["input_streams"]["flights"]["max_tuples_per_trigger"] = 0
     error = refused(raw)
-    assert error.key == "input_streams.flights.max_rows_per_trigger"
+    assert error.key == "input_streams.flights.max_tuples_per_trigger"
     assert error.value == 0
+
+
+# --------------------------------------------------------------------------- renamed keys
+
+
+@pytest.mark.parametrize("section", ["query_group", "input_streams.flights", "output_streams.out"])
+def test_former_max_rows_per_trigger_is_read_with_a_warning(
+    raw: dict[str, Any], section: str
+) -> None:
+    node = raw
+    for part in section.split("."):
+        node = node[part]
+    node["max_rows_per_trigger"] = 321
+    with pytest.warns(FutureWarning, match="'max_tuples_per_trigger'"):
+        config = parse_query_group(raw, env={})
+    stream = config.output_settings("out") if "output" in section else None
+    settings = stream or config.input_settings("flights")
+    assert settings.max_tuples_per_trigger == 321
+    with pytest.warns(DeprecationWarning, match="read max_tuples_per_trigger"):
+        assert settings.max_rows_per_trigger == 321
+
+
+def test_former_max_rows_per_trigger_read_from_the_environment(raw: dict[str, Any]) -> None:
+    env = {"FLOODGATE__QUERY_GROUP__MAX_ROWS_PER_TRIGGER": "42"}
+    with pytest.warns(FutureWarning, match="'max_tuples_per_trigger'"):
+        config = parse_query_group(raw, env=env)
+    assert config.input_settings("flights").max_tuples_per_trigger == 42
+
+
+def test_max_rows_and_max_tuples_per_trigger_together_are_refused(raw: dict[str, Any]) -> None:
+    raw["input_streams"]["flights"]["max_rows_per_trigger"] = 5
+    raw["input_streams"]["flights"]["max_tuples_per_trigger"] = 5
+    error = refused(raw)
+    assert error.key == "input_streams.flights"
+    assert "'max_rows_per_trigger'" in str(error)
+    assert "'max_tuples_per_trigger'" in str(error)
 
 
 def test_missing_key_is_named(raw: dict[str, Any]) -> None:

@@ -201,7 +201,7 @@ def test_an_oversized_batch_names_the_settings_to_change() -> None:
     message = str(caught.value)
     assert "FG-QG-005" in message
     assert "output_streams.out.max_queue_size" in message
-    assert "max_rows_per_trigger" in message
+    assert "max_tuples_per_trigger" in message
 
 
 def test_a_held_or_stopped_group_wakes_a_sleeping_batch_which_gives_up_unwritten() -> None:
