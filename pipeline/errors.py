@@ -11,10 +11,13 @@ queue rules Floodgate follows, and whose parameter names it keeps (docs/glossary
 
 from __future__ import annotations
 
+import functools
 import queue
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class _Renamed:
@@ -39,6 +42,48 @@ class _Renamed:
             stacklevel=2,
         )
         return getattr(obj, self.new)
+
+
+def renamed_argument(old: str, new: str) -> Callable[[_F], _F]:
+    """A function's parameter ``new`` also taken by its former keyword ``old`` for one
+    release, with a ``DeprecationWarning`` naming the new one; both at once is a
+    ``TypeError``."""
+
+    def decorate(func: _F) -> _F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if old in kwargs:
+                if new in kwargs:
+                    raise TypeError(f"{func.__qualname__}() got both {old!r} and {new!r}")
+                warnings.warn(
+                    f"{func.__qualname__}({old}=...) is deprecated and goes in the next "
+                    f"release: pass {new}",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                kwargs[new] = kwargs.pop(old)
+            return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def renamed_function(func: _F, old: str) -> _F:
+    """``func`` under its former name ``old`` (a module's ``<module>.<name>``) for one
+    release: each call warns with a ``DeprecationWarning`` naming the new name."""
+
+    @functools.wraps(func)
+    def alias(*args: Any, **kwargs: Any) -> Any:
+        warnings.warn(
+            f"{old} is deprecated and goes in the next release: use {func.__name__}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return func(*args, **kwargs)
+
+    alias.__doc__ = f"Deprecated (goes in the next release): :func:`{func.__name__}`."
+    return alias  # type: ignore[return-value]
 
 
 class FloodgateError(Exception):

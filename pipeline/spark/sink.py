@@ -10,7 +10,7 @@ of a query group. For micro-batch ``N`` it:
    batch ``N`` was already written before a crash, and its output is skipped
    (the batch still runs, into Spark's ``noop`` sink, so a stateful query's
    state stores commit it);
-3. otherwise collects the batch's rows on the driver, encodes them as Avro,
+3. otherwise collects the batch's rows on the driver, encodes them as Avro tuples,
    and in **one Kafka transaction** produces them to the output topic and
    commits the input end offsets (with that metadata) to the consumer group
    (``send_offsets_to_transaction``: Kafka's read-process-write pattern).
@@ -66,6 +66,7 @@ from pipeline.errors import (
     BatchInterrupted,
     MicroBatchError,
     QueryGroupError,
+    renamed_argument,
 )
 from pipeline.failpoints import armed
 from pipeline.kafka.clients import kafka_settings
@@ -271,7 +272,7 @@ class KafkaTransactionalSink:
     Args:
         query_group: the query group's name (for errors and logs).
         query: the query's name.
-        codec: encodes rows with the output stream's schema.
+        codec: encodes the output tuples with the output stream's schema.
         topic: the output topic.
         key_columns: columns joined with ``|`` into the record key.
         input_topics: the topics of the query's input streams.
@@ -477,30 +478,43 @@ class KafkaTransactionalSink:
                     batch_id,
                 )
                 return
-            rows = df.toArrow().to_pylist()
-            self.write(rows, batch_id, offsets)
+            self.write(df.toArrow().to_pylist(), batch_id, offsets)
 
+    @renamed_argument("rows", "tuples")
     def write(
-        self, rows: Sequence[Mapping[str, Any]], batch_id: int, offsets: Sequence[TopicPartition]
+        self,
+        tuples: Sequence[Mapping[str, Any]],
+        batch_id: int,
+        offsets: Sequence[TopicPartition],
     ) -> None:
-        """Produce ``rows`` and commit ``offsets`` in one transaction, once the output
+        """Produce ``tuples`` and commit ``offsets`` in one transaction, once the output
         stream queue has room for them (:meth:`OutputQueueGuard.reserve`).
+
+        Args:
+            tuples: the batch's output tuples, ``{column: value}`` (the rows of the
+                micro-batch's DataFrame); columns the output schema lacks are left out.
+                Its former name ``rows=`` is taken, with a ``DeprecationWarning``, until
+                the next release.
+            batch_id: the micro-batch's id.
+            offsets: the batch's end offsets of the query's input streams, committed to
+                the query's consumer group in the same transaction.
 
         Raises:
             QueryGroupHeld, BatchInterrupted, OversizedBatchError: see :meth:`__call__`;
                 nothing was written.
-            SchemaError: a row does not match the output schema (the query fails).
+            SchemaError: a tuple does not match the output schema (the query fails).
             QueryGroupError: the transaction failed; it was aborted, so nothing
                 of the batch is visible to ``read_committed`` readers.
         """
         fields = self.codec.schema.field_names
         normalise, encode = self.codec.normalise, self.codec.encode_normalised
         encoded = []
-        for row in rows:
+        for given in tuples:
             # Normalised as the client normalises a put (issue 26): the same key text
             # for the same values, whoever writes the stream.
-            record = normalise({name: row.get(name) for name in fields})
-            encoded.append((self.key(record if self._keys_in_schema else row), encode(record)))
+            normalised = normalise({name: given.get(name) for name in fields})
+            key = self.key(normalised if self._keys_in_schema else given)
+            encoded.append((key, encode(normalised)))
         with self.guard.reserve(len(encoded), query=self.query, batch_id=batch_id):
             self._transaction(encoded, batch_id, offsets)
         self.batches_written += 1

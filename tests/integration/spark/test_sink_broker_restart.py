@@ -58,7 +58,7 @@ def test_a_broker_restart_mid_transaction_writes_the_batch_again_once(
     monkeypatch: pytest.MonkeyPatch,
     new_broker: Callable[..., LocalBroker],
 ) -> None:
-    rows = flights[:3_000]
+    tuples = flights[:3_000]
     broker = new_broker(data_dir=tmp_path / "broker").start()
     try:
         bootstrap = broker.bootstrap_servers
@@ -84,7 +84,7 @@ def test_a_broker_restart_mid_transaction_writes_the_batch_again_once(
                 broker.start()
 
         monkeypatch.setattr(pipeline.spark.sink, "_failpoint", restart_once)
-        sink.write(rows, 0, [TopicPartition("in", 0, 42)])
+        sink.write(tuples, 0, [TopicPartition("in", 0, 42)])
         assert restarts == [0]
         sink.close()
 
@@ -93,7 +93,7 @@ def test_a_broker_restart_mid_transaction_writes_the_batch_again_once(
         broker.stop(remove_data=False)
         broker.start()
         written = Counter(read_committed(bootstrap, "out", 2))
-        want = Counter(codec.encode({n: r.get(n) for n in codec.schema.field_names}) for r in rows)
+        want = Counter(codec.encode({n: r.get(n) for n in codec.schema.field_names}) for r in tuples)
         assert written == want  # every row once: none lost, none twice
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g.copy"})
         (committed,) = consumer.committed([TopicPartition("in", 0)], timeout=10)
@@ -120,7 +120,7 @@ def test_a_broker_gone_while_the_sink_waits_leaves_no_hanging_transaction(
     from confluent_kafka import IsolationLevel
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    rows = flights[:3_000]
+    tuples = flights[:3_000]
     broker = new_broker(data_dir=tmp_path / "broker").start()
     try:
         bootstrap = broker.bootstrap_servers
@@ -155,7 +155,7 @@ def test_a_broker_gone_while_the_sink_waits_leaves_no_hanging_transaction(
                 broker.start()
 
         monkeypatch.setattr(pipeline.spark.sink, "_failpoint", restart_while_serving)
-        sink.write(rows, 0, [TopicPartition("in", 0, 42)])
+        sink.write(tuples, 0, [TopicPartition("in", 0, 42)])
         assert restarts == [0]
         sink.close()
 
@@ -176,7 +176,7 @@ def test_a_broker_gone_while_the_sink_waits_leaves_no_hanging_transaction(
             time.sleep(0.5)
         assert stable == high, f"a transaction left open: last stable {stable}, high {high}"
         written = Counter(read_committed(bootstrap, "out", 2))
-        want = Counter(codec.encode({n: r.get(n) for n in codec.schema.field_names}) for r in rows)
+        want = Counter(codec.encode({n: r.get(n) for n in codec.schema.field_names}) for r in tuples)
         assert written == want  # every row once: none lost, none twice
         assert sink.transactions_renewed >= 1
     finally:
