@@ -46,7 +46,7 @@ import common
 import pyarrow as pa
 from common import console
 
-from pipeline.demo.flights import flight_records, load_flights
+from pipeline.demo.flights import flight_tuples, load_flights
 from pipeline.serde.block import BlockDecoder
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.confluent import ConfluentCodec, stream_codec
@@ -132,7 +132,7 @@ def main() -> None:
     args = parser.parse_args()
     schemas = SchemaRepository.load()
     codec = StreamCodec("flights", schemas.get("flight"), schemas)
-    values = [codec.encode(r) for r in flight_records(load_flights(args.limit))]
+    values = [codec.encode(r) for r in flight_tuples(load_flights(args.limit))]
     chunks = [values[i : i + CHUNK] for i in range(0, len(values), CHUNK)]
     decoder = BlockDecoder(codec)
     block_tables = [decoder.decode(c) for c in chunks]
@@ -160,7 +160,7 @@ def main() -> None:
     console.print(f"block / baseline: {base / fast:.2f}x the speed ({len(values):,} flights)")
     if args.no_confluent:
         return
-    records = list(flight_records(load_flights(args.limit)))
+    records = list(flight_tuples(load_flights(args.limit)))
     with registry(args.registry_url) as url:
         confluent, framed = confluent_values(url, schemas, records)
         framed_chunks = [framed[i : i + CHUNK] for i in range(0, len(framed), CHUNK)]

@@ -147,12 +147,12 @@ def write_flights(directory: Path, limit: int | None) -> Flights:
     Raises:
         AssertionError: the keys built from columns differ from the client's keys.
     """
-    from pipeline.demo.flights import flight_records, flight_table, load_flights
+    from pipeline.demo.flights import flight_tuples, flight_table, load_flights
 
     df = load_flights(limit)
     table = flight_table(df)
     key = common.flights_key()
-    sample = list(flight_records(df.iloc[:1_000]))
+    sample = list(flight_tuples(df.iloc[:1_000]))
     if flight_keys(table.slice(0, 1_000), key.fields) != [key(r) for r in sample]:
         raise AssertionError("keys built from the key columns differ from TupleKey's")
     values = encode_block(BlockEncoder(flights_codec()), table)

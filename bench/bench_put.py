@@ -38,7 +38,7 @@ from rich.table import Table
 
 from pipeline.brokers.embedded import EmbeddedBroker
 from pipeline.client.connector import connect
-from pipeline.demo.flights import flight_records, load_flights
+from pipeline.demo.flights import flight_tuples, load_flights
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
@@ -98,7 +98,7 @@ def main() -> None:
     common.add_flights_arguments(parser, bootstrap=True)
     args = parser.parse_args()
 
-    records = list(flight_records(load_flights(args.limit)))
+    records = list(flight_tuples(load_flights(args.limit)))
     schemas = SchemaRepository.load()
     codec = StreamCodec("flights", schemas.get("flight"), schemas)
     broker = None if args.bootstrap else EmbeddedBroker().start()

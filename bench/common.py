@@ -31,7 +31,7 @@ from rich.console import Console
 
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.demo.flights import flight_records, load_flights
+from pipeline.demo.flights import flight_tuples, load_flights
 from pipeline.serde.codec import StreamCodec, TupleKey
 
 log = logging.getLogger("bench")
@@ -235,7 +235,7 @@ def produce_flights(
     Raises:
         DeliveryError: the broker did not acknowledge every tuple.
     """
-    records = list(flight_records(load_flights(limit)))
+    records = list(flight_tuples(load_flights(limit)))
     config = flights_config(topic, len(records) + 1)
     start = time.perf_counter()
     with connect(bootstrap_servers=bootstrap, config=config, schemas=codec.repository) as connector:

@@ -571,14 +571,14 @@ def produce(
     yet, see ``pace``); ``accepted_total`` (a shared value, or None) counts the tuples
     accepted so far. Writes what it did to ``summary_path`` (JSON) when ``stop`` is set."""
     from pipeline.client import connect
-    from pipeline.demo.flights import flight_records, load_flights
+    from pipeline.demo.flights import flight_tuples, load_flights
     from pipeline.errors import DeliveryError, QueueFullError
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s producer %(message)s")
     with contextlib.suppress(OSError, AttributeError):  # Linux: die with the soak
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     config = load_query_group(group, env={})
-    flights = list(flight_records(load_flights()))
+    flights = list(flight_tuples(load_flights()))
     connector = connect(bootstrap_servers=bootstrap, config=config)
     writer = connector.open_stream_input(config.name, "flights")
     lock = threading.Lock()

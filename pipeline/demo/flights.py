@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 import pandas as pd
 
+from pipeline.errors import renamed_function
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -145,7 +147,7 @@ def shift_flights(df: pd.DataFrame, years: int) -> pd.DataFrame:
     return out
 
 
-def flight_records(df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+def flight_tuples(df: pd.DataFrame) -> Iterator[dict[str, Any]]:
     """Rows of :func:`load_flights` as ``flight`` tuples (dicts for the Avro schema).
 
     Yields:
@@ -156,25 +158,25 @@ def flight_records(df: pd.DataFrame) -> Iterator[dict[str, Any]]:
     tailnum = df["tailnum"].tolist()
     time_hour = df["time_hour_ms"].tolist()
     for i in range(len(df)):
-        record: dict[str, Any] = {c: int(columns[c][i]) for c in INT_COLUMNS}
+        flight: dict[str, Any] = {c: int(columns[c][i]) for c in INT_COLUMNS}
         for c in NULLABLE_INT_COLUMNS:
             v = columns[c][i]
-            record[c] = None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
+            flight[c] = None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
         for c in STRING_COLUMNS:
-            record[c] = str(columns[c][i])
+            flight[c] = str(columns[c][i])
         t = tailnum[i]
-        record["tailnum"] = (
+        flight["tailnum"] = (
             None if t is None or (isinstance(t, float) and math.isnan(t)) else str(t)
         )
-        record["time_hour"] = int(time_hour[i])
-        yield record
+        flight["time_hour"] = int(time_hour[i])
+        yield flight
 
 
 def flight_table(df: pd.DataFrame) -> pa.Table:
     """Rows of :func:`load_flights` as an Arrow table of ``flight`` tuples: the columns
     of the schema, ints as ``int32`` (null for gaps), strings, and ``time_hour`` as epoch
     milliseconds (``int64``), so that ``StreamInput.put`` of a slice sends the same
-    keys and bytes as a ``put`` of the same :func:`flight_records`."""
+    keys and bytes as a ``put`` of the same :func:`flight_tuples`."""
     import pyarrow as pa
 
     columns: dict[str, pa.Array] = {}
@@ -193,7 +195,7 @@ class FlightTuples(Sequence[dict[str, Any]]):
 
     A replay takes a batch at a time; building all 336 776 dicts up front held
     ~300 MiB in the producer process for the whole replay (``bench/bench_memory.py``).
-    Indexing gives the same dicts as :func:`flight_records`.
+    Indexing gives the same dicts as :func:`flight_tuples`.
 
     Args:
         df: rows of :func:`load_flights`.
@@ -223,6 +225,10 @@ class FlightTuples(Sequence[dict[str, Any]]):
 
     def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(index, slice):
-            return list(flight_records(shift_flights(self.df.iloc[index], self.years)))
+            return list(flight_tuples(shift_flights(self.df.iloc[index], self.years)))
         row = shift_flights(self.df.iloc[[index]], self.years)
-        return next(flight_records(row))
+        return next(flight_tuples(row))
+
+
+#: Deprecated (goes in the next release): :func:`flight_tuples`.
+flight_records = renamed_function(flight_tuples, "pipeline.demo.flights.flight_records")

@@ -17,7 +17,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.demo.flights import FlightTuples, load_flights, shift_years
 from pipeline.demo.reception import Reception
 from pipeline.demo.replay import FlightReplayer
-from pipeline.errors import FloodgateError
+from pipeline.errors import FloodgateError, renamed_argument
 from pipeline.kafka.clients import kafka_settings
 from pipeline.names import ad_hoc_group_id
 from pipeline.serde.schemas import SchemaRepository
@@ -110,7 +110,7 @@ def run_producer(
         )
     stop = stop or threading.Event()
     flights = load_flights(limit)
-    records = FlightTuples(flights)
+    tuples = FlightTuples(flights)
     schemas = SchemaRepository.load(config.schema_dir)
     ensure_topics(bootstrap_servers, config.topics(), client=dict(config.kafka.client))
     # A restarted producer (or a second one) goes on after what the stream holds:
@@ -149,8 +149,8 @@ def run_producer(
             # would all be behind the watermark the round before left (late).
             years = first_years + round_ - 1
             check_ahead(stream, shift_years(last_ms, years), ahead_ms, round_)
-            records = FlightTuples(flights, years=years)
-            replayer = FlightReplayer(writer, records, rate=rate, stop=stop)
+            tuples = FlightTuples(flights, years=years)
+            replayer = FlightReplayer(writer, tuples, rate=rate, stop=stop)
             thread = threading.Thread(target=replayer.run, name="flight-replay", daemon=True)
             thread.start()
             while not replayer.done.wait(1.0):
@@ -160,7 +160,7 @@ def run_producer(
                 if on_progress:
                     on_progress(
                         producer_status(
-                            round_, produced + replayer.produced, records, reception, writer
+                            round_, produced + replayer.produced, tuples, reception, writer
                         )
                     )
             produced += replayer.produced
@@ -170,7 +170,7 @@ def run_producer(
                 "round %d: %d flights replayed (%d in all)", round_, replayer.produced, produced
             )
         if on_progress:
-            on_progress(producer_status(round_, produced, records, reception, writer))
+            on_progress(producer_status(round_, produced, tuples, reception, writer))
     return produced
 
 
@@ -305,15 +305,16 @@ def latest_event_time(
         consumer.close()
 
 
+@renamed_argument("records", "tuples")
 def producer_status(
     round_: int,
     produced: int,
-    records: Sequence[dict[str, Any]],
+    tuples: Sequence[dict[str, Any]],
     reception: Reception | None,
     writer: StreamInput,
 ) -> ProducerStatus:
     """The replay's :class:`ProducerStatus`: round ``round_``, ``produced`` tuples
-    accepted of ``len(records)`` a round, what ``reception`` (if any) read per output
+    accepted of ``len(tuples)`` a round, what ``reception`` (if any) read per output
     stream, and the input stream queue's length and bound, read from the broker now
     through ``writer`` (a read of the broker: about a millisecond)."""
     tables = reception.tables() if reception is not None else {}
@@ -324,7 +325,7 @@ def producer_status(
     return ProducerStatus(
         round=round_,
         produced=produced,
-        total=len(records),
+        total=len(tuples),
         received={s: t.received for s, t in tables.items()},
         queue_length=writer.queue_length(),
         max_queue_size=writer.max_queue_size,

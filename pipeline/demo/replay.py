@@ -11,6 +11,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +35,7 @@ class FlightReplayer:
 
     Args:
         writer: the flights input stream of the query group.
-        records: the flight tuples, in event-time order. :class:`FlightTuples` are
+        tuples: the flight tuples, in event-time order. :class:`FlightTuples` are
             put as Arrow table slices (encoded a column at a time), anything else as
             lists of dicts.
         rate: tuples per second; ``None`` for as fast as it goes.
@@ -44,7 +45,7 @@ class FlightReplayer:
     """
 
     writer: StreamInput
-    records: Sequence[dict[str, Any]]
+    tuples: Sequence[dict[str, Any]]
     rate: float | None = None
     batch: int = REPLAY_BATCH
     put_timeout_s: float = 600.0
@@ -54,17 +55,27 @@ class FlightReplayer:
     done: threading.Event = field(default_factory=threading.Event)
     stop: threading.Event = field(default_factory=threading.Event)
 
+    @property
+    def records(self) -> Sequence[dict[str, Any]]:
+        """Deprecated (goes in the next release): :attr:`tuples`."""
+        warnings.warn(
+            "FlightReplayer.records is deprecated and goes in the next release: read tuples",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.tuples
+
     def run(self) -> None:
         """Replay everything, then ``put_end``; errors are kept in :attr:`error`."""
         start = time.monotonic()
         try:
-            for i in range(0, len(self.records), self.batch):
+            for i in range(0, len(self.tuples), self.batch):
                 if self.stop.is_set():
                     break
                 chunk: Any = (
-                    self.records.table(i, i + self.batch)
-                    if isinstance(self.records, FlightTuples)
-                    else self.records[i : i + self.batch]
+                    self.tuples.table(i, i + self.batch)
+                    if isinstance(self.tuples, FlightTuples)
+                    else self.tuples[i : i + self.batch]
                 )
                 if self.rate:
                     due = start + (i + len(chunk)) / self.rate
@@ -220,14 +231,14 @@ def _replay_main(arguments_path: str) -> None:
         with open(arguments_path, "rb") as f:
             bootstrap_servers, config, limit, rate = pickle.load(f)
         os.unlink(arguments_path)
-        records = FlightTuples(load_flights(limit))
+        tuples = FlightTuples(load_flights(limit))
         schemas = SchemaRepository.load(config.schema_dir)
         with connect(
             bootstrap_servers=bootstrap_servers, config=config, schemas=schemas
         ) as connector:
             writer = connector.open_stream_input(config.name, "flights")
-            say(f"ready {len(records)}")
-            replayer = FlightReplayer(writer, records, rate=rate)
+            say(f"ready {len(tuples)}")
+            replayer = FlightReplayer(writer, tuples, rate=rate)
 
             def listen() -> None:
                 for raw in sys.stdin:

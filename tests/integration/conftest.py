@@ -45,7 +45,7 @@ from pipeline.brokers.engines import KafkaEngine, kafka_engine
 from pipeline.brokers.local import Broker, LocalBroker, local_broker, resolve_broker
 from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.demo.flights import flight_records, load_flights
+from pipeline.demo.flights import flight_tuples, load_flights
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
@@ -177,7 +177,7 @@ def schemas() -> SchemaRepository:
 @pytest.fixture(scope="session")
 def flights() -> list[dict[str, Any]]:
     """The first 3 000 flights in event-time order, as ``flight`` tuples."""
-    return list(flight_records(load_flights(3_000)))
+    return list(flight_tuples(load_flights(3_000)))
 
 
 @pytest.fixture

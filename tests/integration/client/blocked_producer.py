@@ -16,7 +16,7 @@ import time
 
 from pipeline.client import connect
 from pipeline.config import load_query_group
-from pipeline.demo.flights import flight_records, load_flights
+from pipeline.demo.flights import flight_tuples, load_flights
 from pipeline.serde.schemas import SchemaRepository
 
 #: The client's method a blocked put waits in (``StreamInput._wait_for_space``).
@@ -37,7 +37,7 @@ def announce_when_blocked(thread: threading.Thread) -> None:
 
 def main(config_path: str, bootstrap: str, first: int, then: int) -> None:
     config = load_query_group(config_path, env={})
-    flights = list(flight_records(load_flights(first + then)))
+    flights = list(flight_tuples(load_flights(first + then)))
     with connect(
         bootstrap_servers=bootstrap, config=config, schemas=SchemaRepository.load()
     ) as connector:

@@ -27,7 +27,7 @@ from typing import Any
 
 from pipeline.client import connect
 from pipeline.config import parse_query_group
-from pipeline.demo.flights import flight_records, load_flights
+from pipeline.demo.flights import flight_tuples, load_flights
 from pipeline.serde.schemas import SchemaRepository
 from tests.integration.faults.checks import PUT_SIZE, put_all
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = parse_query_group(tomllib.loads(args.config.read_text()), env={})
     schemas = SchemaRepository.load()
-    records = list(flight_records(load_flights(args.tuples)))
+    records = list(flight_tuples(load_flights(args.tuples)))
     go = args.state.with_suffix(".go")
     state: dict[str, Any] = {"put": 0, "retries": [], "done": False}
     reput: list[dict[str, Any]] = []

@@ -18,7 +18,7 @@ from fastavro.schema import parse_schema, to_parsing_canonical_form
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.demo.flights import flight_records, flight_table, load_flights
+from pipeline.demo.flights import flight_tuples, flight_table, load_flights
 from pipeline.errors import DeserializationError, SchemaError
 from pipeline.serde.block import BlockDecoder, BlockEncoder
 from pipeline.serde.codec import StreamCodec, TupleKey
@@ -89,7 +89,7 @@ def codec(repo: SchemaRepository) -> StreamCodec:
 
 @pytest.fixture(scope="module")
 def flights() -> list[dict[str, Any]]:
-    return list(flight_records(load_flights(limit=200)))
+    return list(flight_tuples(load_flights(limit=200)))
 
 
 @pytest.fixture
@@ -653,7 +653,7 @@ def test_block_encoding_of_the_flights_equals_encoding_tuple_by_tuple(
     df = load_flights(limit=2_000)
     table = flight_table(df)
     encoded = BlockEncoder(codec).encode(table)
-    assert encoded == [codec.encode(r) for r in flight_records(df)]
+    assert encoded == [codec.encode(r) for r in flight_tuples(df)]
     # a slice (non-zero Arrow offsets, strings included) encodes the same rows
     assert BlockEncoder(codec).encode(table.slice(517, 300)) == encoded[517:817]
 
