@@ -86,7 +86,9 @@ _REASONS: dict[type[AdmissionError], str] = {
 
 @dataclass(frozen=True)
 class IntakeRecord:
-    """One record of the request topic, as the intake takes it.
+    """One Kafka record of the request topic, as the intake takes it: a record, not a
+    tuple, as its offset and headers (the signature's) are read with it; its ``value``
+    is the tuple (docs/glossary.md).
 
     Attributes:
         topic, partition, offset: where it was read.

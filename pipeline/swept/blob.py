@@ -17,20 +17,22 @@ from typing import IO, Any, cast
 
 import fastavro
 
-from pipeline.errors import DataLossError
+from pipeline.errors import DataLossError, renamed_argument, renamed_function
 from pipeline.services.database import (
     private_file,
 )
 
-#: Records per BLOB batch when the records come one by one (:func:`write_blob` of an
-#: iterable of records): a broker fetch gives its own batches (up to 10 000).
+#: Kafka records per BLOB batch when the records come one by one (:func:`write_blob` of
+#: an iterable of records): a broker fetch gives its own batches (up to 10 000). A BLOB
+#: keeps each Kafka record whole (offset, timestamp type, key, headers), so *record*
+#: here is Kafka's (docs/glossary.md).
 BLOB_BATCH_RECORDS = 10_000
 
 
 #: The Avro schema of one BLOB batch: a run of consecutive Kafka records, column by
 #: column. Integers are packed little-endian (``offsets`` and ``timestamps`` int64,
 #: ``*_lengths`` int32 with -1 for a null key or value), one byte of timestamp type
-#: per record, keys and values concatenated. Headers are sparse: one row per header,
+#: per record, keys and values concatenated. Headers are sparse: one entry per header,
 #: naming its record by index in the batch. Columns rather than one Avro record per
 #: Kafka record: the Python work per record is then a few method calls on write and
 #: a slice on read (sweep 0.35x -> 0.98x a plain consume, unsweep 0.73x -> 2.5x a
@@ -77,7 +79,10 @@ class SweptRecord:
     """A Kafka record read back from a BLOB, with the accessors of a
     ``confluent_kafka.Message`` that the data path uses (``topic()``, ``partition()``,
     ``offset()``, ``timestamp()``, ``key()``, ``value()``, ``headers()``, ``error()``),
-    so a swept tuple is decoded exactly as one read from the broker."""
+    so a swept tuple is decoded exactly as one read from the broker.
+
+    A *record*, not a tuple: it is the Kafka record that carried the tuple, with the
+    offset, timestamp type and headers the broker gave it (docs/glossary.md)."""
 
     __slots__ = (
         "_headers",
@@ -189,7 +194,7 @@ def _split(lengths: array.array[int], data: bytes) -> list[bytes | None]:
     return out
 
 
-def _batch_row(batch: Sequence[Any]) -> dict[str, Any]:
+def _batch_record(batch: Sequence[Any]) -> dict[str, Any]:
     """One Avro :data:`BLOB_SCHEMA` record of a run of Kafka records."""
     # Two passes over timestamp() rather than a list of its tuples: a list of 10 000
     # live tuples sets off the cyclic GC's passes, which cost more than the calls.
@@ -219,21 +224,25 @@ def _batch_row(batch: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-def records_of_batch(row: dict[str, Any], topic: str, partition: int) -> list[SweptRecord]:
-    """The records of one BLOB batch (the inverse of :func:`_batch_row`)."""
-    offsets = unpack_column("q", row["offsets"])
-    timestamps = unpack_column("q", row["timestamps"])
-    keys = _split(unpack_column("i", row["key_lengths"]), row["keys"])
-    values = _split(unpack_column("i", row["value_lengths"]), row["values"])
+@renamed_argument("row", "batch_record")
+def records_of_batch(batch_record: dict[str, Any], topic: str, partition: int) -> list[SweptRecord]:
+    """The Kafka records of one BLOB batch, from its Avro :data:`BLOB_SCHEMA` record
+    (the inverse of :func:`_batch_record`)."""
+    offsets = unpack_column("q", batch_record["offsets"])
+    timestamps = unpack_column("q", batch_record["timestamps"])
+    keys = _split(unpack_column("i", batch_record["key_lengths"]), batch_record["keys"])
+    values = _split(unpack_column("i", batch_record["value_lengths"]), batch_record["values"])
     n = len(offsets)
     headers: list[list[tuple[str, bytes | None]] | None] = [None] * n
-    for header in row["headers"]:
+    for header in batch_record["headers"]:
         at = header["record"]
         held = headers[at]
         if held is None:
             held = headers[at] = []
         held.append((header["key"], header["value"]))
-    if not (len(timestamps) == len(row["timestamp_types"]) == len(keys) == len(values) == n):
+    if not (
+        len(timestamps) == len(batch_record["timestamp_types"]) == len(keys) == len(values) == n
+    ):
         raise ValueError("the columns of a BLOB batch differ in length")
     with gc_paused():
         return list(
@@ -242,7 +251,7 @@ def records_of_batch(row: dict[str, Any], topic: str, partition: int) -> list[Sw
                 itertools.repeat(topic, n),
                 itertools.repeat(partition, n),
                 offsets,
-                row["timestamp_types"],
+                batch_record["timestamp_types"],
                 timestamps,
                 keys,
                 values,
@@ -338,7 +347,7 @@ def write_sealed(out: Any, batches: Iterable[Sequence[Any]]) -> BlobSeal:
                 if first is None:
                     first = batch[0].offset()
                 last = batch[-1].offset()
-                yield _batch_row(batch)
+                yield _batch_record(batch)
 
     hashing = _HashingFile(out)
     fastavro.writer(
@@ -402,8 +411,8 @@ def batched(records: Iterable[Any], size: int = BLOB_BATCH_RECORDS) -> Iterator[
         yield batch
 
 
-def blob_rows(src: Any) -> Iterator[dict[str, Any]]:
-    """The Avro records of an open BLOB file.
+def blob_batch_records(src: Any) -> Iterator[dict[str, Any]]:
+    """The Avro records of an open BLOB file, one per batch (:data:`BLOB_SCHEMA`).
 
     Raises:
         ValueError: the file is not an Avro container of :data:`BLOB_SCHEMA` records.
@@ -412,9 +421,13 @@ def blob_rows(src: Any) -> Iterator[dict[str, Any]]:
     name = reader.writer_schema.get("name") if isinstance(reader.writer_schema, dict) else None
     if name != "floodgate.sweep.SweptBatch":
         raise ValueError(f"an Avro file of {name!r} records, not floodgate.sweep.SweptBatch")
-    for row in reader:
-        assert isinstance(row, dict)
-        yield row
+    for batch_record in reader:
+        assert isinstance(batch_record, dict)
+        yield batch_record
+
+
+#: Deprecated (goes in the next release): :func:`blob_batch_records`.
+blob_rows = renamed_function(blob_batch_records, "pipeline.swept.blob.blob_rows")
 
 
 #: What a damaged BLOB file makes the Avro reader or the column decoding raise.
@@ -431,8 +444,8 @@ def read_blob_batches(path: str | Path, topic: str, partition: int) -> Iterator[
     """
     try:
         with open(path, "rb") as src:
-            for row in blob_rows(src):
-                yield records_of_batch(row, topic, partition)
+            for batch_record in blob_batch_records(src):
+                yield records_of_batch(batch_record, topic, partition)
     except UNREADABLE as exc:
         raise DataLossError(
             f"BLOB {path} cannot be read: {exc.__class__.__name__}: {exc}",

@@ -63,8 +63,8 @@ from pipeline.swept.blob import (
     UNREADABLE,
     BlobSeal,
     SweptRecord,
+    blob_batch_records,
     blob_name,
-    blob_rows,
     records_of_batch,
     unpack_column,
 )
@@ -359,8 +359,8 @@ def read_registered(blob: Blob) -> Iterator[list[SweptRecord]]:
         count = 0
         previous = blob.start_offset - 1
         try:
-            for row in blob_rows(src):
-                offsets = unpack_column("q", row["offsets"])
+            for batch_record in blob_batch_records(src):
+                offsets = unpack_column("q", batch_record["offsets"])
                 if not offsets:
                     continue
                 first = offsets[0]
@@ -381,7 +381,7 @@ def read_registered(blob: Blob) -> Iterator[list[SweptRecord]]:
                         bad,
                     )
                 previous = offsets[-1]
-                batch = records_of_batch(row, blob.topic, blob.partition)
+                batch = records_of_batch(batch_record, blob.topic, blob.partition)
                 count += len(batch)
                 yield batch
         except UNREADABLE as exc:

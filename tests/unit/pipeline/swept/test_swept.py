@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pipeline.swept.blob as blob_module
 from pipeline.errors import DataLossError
 from pipeline.swept.blob import (
     BlobSeal,
@@ -63,6 +64,19 @@ def test_a_blob_holds_each_record_byte_for_byte(tmp_path: Path) -> None:
         (r.offset(), r.timestamp(), r.key(), r.value(), r.headers(), r.topic(), r.partition())
         for r in records
     ]
+
+
+def test_blob_rows_and_records_of_batch_row_are_deprecated(tmp_path: Path) -> None:
+    path = tmp_path / "b.avro"
+    write_blob(path, [[_record(10), _record(11)]])
+    deprecated = pytest.warns(DeprecationWarning, match="blob_rows is deprecated.*batch_records")
+    with path.open("rb") as src, deprecated:
+        (former,) = list(blob_module.blob_rows(src))
+    with path.open("rb") as src:
+        assert [former] == list(blob_module.blob_batch_records(src))
+    with pytest.warns(DeprecationWarning, match=r"records_of_batch\(row=\.\.\.\).*batch_record"):
+        records = blob_module.records_of_batch(row=former, topic="t", partition=0)
+    assert [r.offset() for r in records] == [10, 11]
 
 
 _bytes = st.none() | st.binary(max_size=40)
