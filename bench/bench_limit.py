@@ -147,7 +147,7 @@ def write_flights(directory: Path, limit: int | None) -> Flights:
     Raises:
         AssertionError: the keys built from columns differ from the client's keys.
     """
-    from pipeline.demo.flights import flight_tuples, flight_table, load_flights
+    from pipeline.demo.flights import flight_table, flight_tuples, load_flights
 
     df = load_flights(limit)
     table = flight_table(df)

@@ -195,7 +195,9 @@ def start_streaming(
 ) -> tuple[QueryGroupConfig, list[str], Path, subprocess.Popen[bytes]]:
     """The flights group, ``records`` queued, run by ``spark-submit`` until stopped in
     micro-batches of 300 back to back: ``(config, driver args, log, driver)``."""
-    path, config = flights_group(run_id, tmp_path, max_tuples_per_trigger=300, trigger_interval_ms=0)
+    path, config = flights_group(
+        run_id, tmp_path, max_tuples_per_trigger=300, trigger_interval_ms=0
+    )
     produce(config, records)
     log_path = tmp_path / "driver.log"
     args = ["run", str(path), "--bootstrap", bootstrap]

@@ -93,8 +93,10 @@ def test_a_broker_restart_mid_transaction_writes_the_batch_again_once(
         broker.stop(remove_data=False)
         broker.start()
         written = Counter(read_committed(bootstrap, "out", 2))
-        want = Counter(codec.encode({n: r.get(n) for n in codec.schema.field_names}) for r in tuples)
-        assert written == want  # every row once: none lost, none twice
+        want = Counter(
+            codec.encode({n: r.get(n) for n in codec.schema.field_names}) for r in tuples
+        )
+        assert written == want  # every tuple once: none lost, none twice
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g.copy"})
         (committed,) = consumer.committed([TopicPartition("in", 0)], timeout=10)
         consumer.close()
@@ -176,8 +178,10 @@ def test_a_broker_gone_while_the_sink_waits_leaves_no_hanging_transaction(
             time.sleep(0.5)
         assert stable == high, f"a transaction left open: last stable {stable}, high {high}"
         written = Counter(read_committed(bootstrap, "out", 2))
-        want = Counter(codec.encode({n: r.get(n) for n in codec.schema.field_names}) for r in tuples)
-        assert written == want  # every row once: none lost, none twice
+        want = Counter(
+            codec.encode({n: r.get(n) for n in codec.schema.field_names}) for r in tuples
+        )
+        assert written == want  # every tuple once: none lost, none twice
         assert sink.transactions_renewed >= 1
     finally:
         broker.stop()

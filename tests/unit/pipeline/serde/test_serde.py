@@ -18,7 +18,7 @@ from fastavro.schema import parse_schema, to_parsing_canonical_form
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.demo.flights import flight_tuples, flight_table, load_flights
+from pipeline.demo.flights import flight_table, flight_tuples, load_flights
 from pipeline.errors import DeserializationError, SchemaError
 from pipeline.serde.block import BlockDecoder, BlockEncoder
 from pipeline.serde.codec import StreamCodec, TupleKey
