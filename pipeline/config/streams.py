@@ -51,11 +51,8 @@ class StreamSettings(Section):
     def _renamed_keys(cls, data: Any) -> Any:
         return renamed_keys(data)
 
-    @property
-    def max_rows_per_trigger(self) -> int | None:
-        """Deprecated (goes in the next release): :attr:`max_tuples_per_trigger`."""
-        _deprecated_attribute(type(self).__name__)
-        return self.max_tuples_per_trigger
+    #: Deprecated (goes in the next release): :attr:`max_tuples_per_trigger`.
+    max_rows_per_trigger = property(lambda self: _former_max_rows_per_trigger(self))
 
 
 #: Former names of a stream's settings -> their names now, each read for one release
@@ -88,13 +85,18 @@ def renamed_keys(data: Any) -> Any:
     return data
 
 
-def _deprecated_attribute(owner: str) -> None:
+def _former_max_rows_per_trigger(settings: Any) -> int | None:
+    """``max_rows_per_trigger`` of :class:`StreamSettings` and
+    :class:`ResolvedStreamSettings`: ``max_tuples_per_trigger``, with a
+    ``DeprecationWarning``."""
     warnings.warn(
-        f"{owner}.max_rows_per_trigger is deprecated and goes in the next release: "
-        "read max_tuples_per_trigger",
+        f"{type(settings).__name__}.max_rows_per_trigger is deprecated and goes in the next "
+        "release: read max_tuples_per_trigger",
         DeprecationWarning,
         stacklevel=3,
     )
+    value: int | None = settings.max_tuples_per_trigger
+    return value
 
 
 #: The system defaults: the first of the three levels.
@@ -120,11 +122,8 @@ class ResolvedStreamSettings(Section):
     resume_free_queue_size_threshold: int
     queue_refresh_interval_ms: int
 
-    @property
-    def max_rows_per_trigger(self) -> int | None:
-        """Deprecated (goes in the next release): :attr:`max_tuples_per_trigger`."""
-        _deprecated_attribute(type(self).__name__)
-        return self.max_tuples_per_trigger
+    #: Deprecated (goes in the next release): :attr:`max_tuples_per_trigger`.
+    max_rows_per_trigger = property(lambda self: _former_max_rows_per_trigger(self))
 
 
 #: The values of a stream's ``encoding`` key (:mod:`pipeline.serde.confluent`).
