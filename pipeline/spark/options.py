@@ -374,20 +374,6 @@ class SourceOptions:
     fields: tuple[str, ...] | None = None
 
     @property
-    def topic(self) -> str:
-        """The one topic read (transitional, while the source reads one topic).
-
-        Raises:
-            ValueError: the options name several topics or a pattern.
-        """
-        if self.topics is None or len(self.topics) != 1:
-            raise ValueError(
-                f"{SOURCE_NAME}: this source reads one topic; "
-                f"given {self.topics or self.topic_pattern!r}"
-            )
-        return self.topics[0]
-
-    @property
     def decoded(self) -> bool:
         """Whether tuples are decoded with a schema (``schema`` given)."""
         return self.schema_name is not None
@@ -514,9 +500,12 @@ class SourceOptions:
             fields=opts.names("fields"),
         )
 
-    def codec(self) -> StreamCodec:
-        """The stream's codec in its ``encoding``, with the schema repository of
-        option ``schemas`` (:func:`~pipeline.serde.confluent.stream_codec`).
+    def codec(self, topic: str) -> StreamCodec:
+        """The stream's codec in its ``encoding`` for the tuples of ``topic``, with the
+        schema repository of option ``schemas``
+        (:func:`~pipeline.serde.confluent.stream_codec`; ``confluent``: the subject is
+        ``<topic>-value``, Confluent's ``TopicNameStrategy``, so each topic read has
+        a codec of its own).
 
         Raises:
             SchemaError: the schema is not in the repository, or ``confluent``
@@ -528,12 +517,13 @@ class SourceOptions:
             repository.get(self.schema_name or ""),
             repository,
             encoding=self.encoding,
-            topic=self.topic,
+            topic=topic,
             registry=self.schema_registry,
         )
 
-    def confluent_key(self) -> ConfluentKey | None:
-        """The key codec of ``keyEncoding = confluent`` (``None`` for raw keys).
+    def confluent_key(self, topic: str) -> ConfluentKey | None:
+        """The key codec of ``keyEncoding = confluent`` for the keys of ``topic``
+        (subject ``<topic>-key``; ``None`` for raw keys).
 
         Raises:
             SchemaError: the schema is not in the repository, or a key field is no field
@@ -547,7 +537,7 @@ class SourceOptions:
             repository.get(self.schema_name or ""),
             repository,
             self.key_fields or (),
-            topic=self.topic,
+            topic=topic,
             registry=self.schema_registry,
         )
 
