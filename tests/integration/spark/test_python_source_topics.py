@@ -193,6 +193,31 @@ def test_a_pattern_reads_a_topic_created_after_the_query_started_from_its_earlie
     assert [(r.topic, r.offset) for r in again] == [(later, 5), (later, 6), (later, 7)]
 
 
+def test_a_pattern_that_matches_nothing_yet_plans_empty_micro_batches_until_it_does(
+    spark: Any, bootstrap: str, tmp_path: Path
+) -> None:
+    """No topic matches: the offsets are ``{}`` and no micro-batch reads anything, with
+    no error (as Spark); the first topic that comes to match is read from its start."""
+    run = uuid.uuid4().hex[:8]
+    topic = f"empty.{run}.first"
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribePattern": rf"empty\.{run}\..*",
+        "startingOffsets": "latest",
+    }
+    rows: list[Any] = []
+    query = _start(spark, options, str(tmp_path / "checkpoint"), rows)
+    try:
+        query.processAllAvailable()
+        assert rows == [] and query.exception() is None
+        ensure_topics(bootstrap, {topic: (1, None)})
+        _produce(bootstrap, topic, 3, 1)
+        query.processAllAvailable()
+        assert sorted((r.topic, r.offset) for r in rows) == [(topic, o) for o in range(3)]
+    finally:
+        query.stop()
+
+
 def test_a_dead_letter_from_the_second_topic_names_that_topic(
     spark: Any,
     bootstrap: str,
