@@ -1,9 +1,12 @@
 """Spark's offset log, read and written in one place; no PySpark import.
 
 Spark's Kafka source, and so Floodgate's source, records a micro-batch's
-end offsets as per-partition JSON, the *next* offset to read of each partition:
-``{"flights": {"0": 1200, "1": 1187}}``. The source plans and writes them
-(:func:`plan_batch_end`, :func:`offsets_to_json`), the transactional sink reads a
+end offsets as JSON per topic and partition, the *next* offset to read of each
+topic-partition: ``{"arrivals": {"0": 310}, "flights": {"0": 1200, "1": 1187}}``.
+The source keys them by ``(topic, partition)`` (:data:`TopicPartitionKey`), plans
+and writes them (:func:`plan_batch_end`, :func:`topic_offsets_to_json`); the
+single-topic helpers (:func:`offsets_to_json`, :func:`offsets_from_json`) serve the
+query group, the sweeper and the sink, which know one topic. The transactional sink reads a
 batch's entry back to commit the same offsets in its Kafka transaction
 (:func:`read_offset_log`), and the sweeper reads the logs of a query group it
 sweeps for: how far its queries have planned (:func:`planned_ends`) and where a
@@ -17,12 +20,23 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
 
+#: Offsets of one topic, per partition.
 Offsets = dict[int, int]
+
+#: A Kafka topic-partition as the source keys it: ``(topic, partition)``; ordered by
+#: topic, then partition (as Spark's Kafka source orders ``TopicPartition``).
+TopicPartitionKey = tuple[str, int]
+
+#: Offsets per topic-partition.
+TopicOffsets = dict[TopicPartitionKey, int]
+
+#: What offsets are keyed by: a partition of one topic, or a topic-partition.
+PartitionT = TypeVar("PartitionT", int, TopicPartitionKey)
 
 
 def offsets_to_json(topic: str, offsets: Mapping[int, int]) -> dict[str, dict[str, int]]:
@@ -42,13 +56,39 @@ def offsets_from_json(topic: str, value: Mapping[str, Any]) -> Offsets:
     return {int(p): int(o) for p, o in per_partition.items()}
 
 
+def topic_offsets_to_json(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
+    """``{("flights", 0): 5, ("arrivals", 1): 2}`` -> ``{"arrivals": {"1": 2}, "flights":
+    {"0": 5}}``: Spark's Kafka offsets JSON over every topic, topics then partitions in
+    order (as Spark's ``JsonUtils.partitionOffsets`` writes them); no offsets is ``{}``."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = int(offset)
+    return out
+
+
+def topic_offsets_from_json(value: Mapping[str, Any]) -> TopicOffsets:
+    """Inverse of :func:`topic_offsets_to_json`: every topic of Spark's Kafka offsets
+    JSON, keyed by ``(topic, partition)``.
+
+    Raises:
+        ValueError: a topic's offsets are not an object of partitions and offsets.
+    """
+    offsets: TopicOffsets = {}
+    for topic in value:
+        for partition, offset in offsets_from_json(topic, value).items():
+            offsets[(topic, partition)] = offset
+    return offsets
+
+
 def plan_batch_end(
-    start: Mapping[int, int], latest: Mapping[int, int], max_rows: int | None
-) -> Offsets:
+    start: Mapping[PartitionT, int], latest: Mapping[PartitionT, int], max_rows: int | None
+) -> dict[PartitionT, int]:
     """Choose a micro-batch's end offsets under a row limit.
 
     Args:
-        start: next offset to read per partition.
+        start: next offset to read per partition (a partition of one topic, or a
+            :data:`TopicPartitionKey`: the source plans every topic it reads at once,
+            one budget over all their partitions, as Spark's Kafka source).
         latest: the high watermark (end of available data) per partition; a
             partition missing from ``start`` starts at 0... callers pass it in ``start``.
         max_rows: most tuples to read in total; ``None`` for no limit.
@@ -68,7 +108,11 @@ def plan_batch_end(
     one tuple each goes to ``max_rows`` of them chosen round-robin: the cursor
     is ``sum(start) // max_rows`` (the sum grows by exactly ``max_rows`` a
     batch), so every partition is served within as many batches as there are
-    partitions -- without keeping state between calls.
+    partitions -- without keeping state between calls. Partitions are ordered by
+    their keys: topic-partitions by topic, then partition.
+
+    Raises:
+        ValueError: ``max_rows`` below 1 when the backlog does not fit in it.
     """
     backlog = {p: max(0, latest.get(p, s) - s) for p, s in start.items()}
     total = sum(backlog.values())
@@ -76,7 +120,7 @@ def plan_batch_end(
         return {p: start[p] + backlog[p] for p in start}
     if max_rows < 1:
         raise ValueError(f"max_rows must be positive or None, got {max_rows}")
-    take = dict.fromkeys(start, 0)
+    take: dict[PartitionT, int] = dict.fromkeys(start, 0)
     waiting = sorted(p for p in backlog if backlog[p] > 0)
     if max_rows < len(waiting):
         order = sorted(start)
@@ -106,15 +150,16 @@ def plan_batch_end(
 
 
 def batch_watermark(
-    checkpoint: str, topic: str, end: Mapping[int, int], *, look_back: int = 8
+    checkpoint: str, end: Mapping[TopicPartitionKey, int], *, look_back: int = 8
 ) -> tuple[int, int] | None:
     """The watermark Spark applies to late tuples of the micro-batch that ends at ``end``.
 
     Spark writes ``<checkpoint>/offsets/<batch>`` before it plans a micro-batch: a
     version line, the batch's metadata (``batchWatermarkMs``, the event-time watermark
     its stateful operators evict state by), then one offsets line per source. The
-    batch is the newest of the last ``look_back`` whose line for ``topic`` equals
-    ``end``. Late tuples are judged by the *previous* batch's watermark (Spark >= 3.4,
+    batch is the newest of the last ``look_back`` with a source line whose offsets,
+    over every topic, equal ``end`` (per ``(topic, partition)``). Late tuples are
+    judged by the *previous* batch's watermark (Spark >= 3.4,
     ``PropagateWatermarkSimulator.getInputWatermarkForLateEvents``, the default with
     ``spark.sql.streaming.statefulOperator.allowMultiple``): 0 for the first batch.
 
@@ -127,12 +172,12 @@ def batch_watermark(
         batches = sorted((int(n) for n in os.listdir(directory) if n.isdigit()), reverse=True)
     except OSError:
         return None
-    wanted = {int(p): int(o) for p, o in end.items()}
+    wanted = {(str(t), int(p)): int(o) for (t, p), o in end.items()}
     for batch in batches[:look_back]:
         text = local_offset_log(directory, batch)
         for logged in parse_offset_log(text or ""):
-            with contextlib.suppress(ValueError, AttributeError):
-                if offsets_from_json(topic, logged) == wanted:
+            with contextlib.suppress(ValueError, AttributeError, TypeError):
+                if topic_offsets_from_json(logged) == wanted:
                     previous = local_offset_log(directory, batch - 1) if batch > 0 else None
                     if previous is None:
                         return batch, 0

@@ -7,6 +7,11 @@ deliver, and those arrive late (the source dead-letters them, reason ``late``;
 Spark would drop them). Spark's own Kafka source plans by offsets only, so a
 stream's watermark delay must cover the whole skew of its partitions' heads.
 
+Partitions here are whatever the source keys offsets by: a topic-partition
+``(topic, partition)`` (:data:`~pipeline.offsets.TopicPartitionKey`) in the source,
+which aligns every partition of every topic it reads together; a partition number in
+the unit tests.
+
 With ``maxEventTimeDriftMs`` the source plans a micro-batch by offsets first
 (:func:`~pipeline.offsets.plan_batch_end`), then caps it by event time, as Flink's
 watermark alignment does across splits:
@@ -43,7 +48,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.errors import BrokerError
 from pipeline.kafka.retries import BROKER_WAIT_S
-from pipeline.offsets import Offsets
+from pipeline.offsets import PartitionT, TopicPartitionKey
 
 log = logging.getLogger(__name__)
 
@@ -73,19 +78,19 @@ _ANSWERS = frozenset(
 
 
 def align_batch_end(
-    begin: Mapping[int, int],
-    end: Mapping[int, int],
-    latest: Mapping[int, int],
-    event_times_at: Callable[[Mapping[int, int]], Mapping[int, int | None]],
+    begin: Mapping[PartitionT, int],
+    end: Mapping[PartitionT, int],
+    latest: Mapping[PartitionT, int],
+    event_times_at: Callable[[Mapping[PartitionT, int]], Mapping[PartitionT, int | None]],
     drift_ms: int,
-    idle: frozenset[int] = frozenset(),
-    known: Callable[[Mapping[int, int]], Mapping[int, int | None]] | None = None,
-) -> Offsets:
+    idle: frozenset[PartitionT] = frozenset(),
+    known: Callable[[Mapping[PartitionT, int]], Mapping[PartitionT, int | None]] | None = None,
+) -> dict[PartitionT, int]:
     """Cap a planned micro-batch so no partition is read past the least planned event
     time plus ``drift_ms``.
 
     Args:
-        begin: next offset to read per partition.
+        begin: next offset to read per partition (a topic-partition in the source).
         end: the end planned by offsets per partition (``begin[p] <= end[p]``).
         latest: the high watermark per partition.
         event_times_at: ``{partition: offset} -> {partition: event time}`` (epoch ms)
@@ -109,7 +114,7 @@ def align_batch_end(
     """
     if any(latest.get(p, 0) == 0 and p not in idle for p in begin):
         return dict(begin)
-    wanted: dict[int, int] = {}
+    wanted: dict[PartitionT, int] = {}
     for p, start in begin.items():
         stop = end.get(p, start)
         if stop > start:
@@ -211,10 +216,12 @@ class _Cut:
 class EventTimeProbe:
     """Reads the event time of the tuple at an offset, for planning; caches them.
 
+    Partitions are topic-partitions, ``(topic, partition)``: one probe serves every
+    topic a source reads.
+
     Args:
-        consumer_config: librdkafka properties of a consumer of the topic
+        consumer_config: librdkafka properties of a consumer of the topics
             (``read_committed``, never subscribing, never committing).
-        topic: the topic.
         event_time: ``(message) -> event time`` (epoch ms) or ``None``: the Kafka
             timestamp, or the decoded ``timestampField``.
         timeout_s: how long one read may wait for the broker.
@@ -226,13 +233,11 @@ class EventTimeProbe:
     def __init__(
         self,
         consumer_config: Mapping[str, Any],
-        topic: str,
         event_time: Callable[[Any], int | None],
         *,
         timeout_s: float = 10.0,
         patience_s: float = BROKER_WAIT_S,
     ) -> None:
-        self.topic = topic
         self._event_time = event_time
         self._timeout_s = timeout_s
         self._patience_s = patience_s
@@ -253,19 +258,21 @@ class EventTimeProbe:
             "queued.min.messages": PROBE_BATCH,
             "fetch.queue.backoff.ms": 10,
         }
-        #: Consumers by slot (``partition % PROBE_CONSUMERS``), made on first use.
+        #: Consumers by slot, made on first use; a partition's slot is its order of
+        #: first use modulo :data:`PROBE_CONSUMERS` (:meth:`_slot`).
         self._consumers: dict[int, Consumer] = {}
-        self._cache: dict[int, dict[int, int | None]] = {}
+        self._slots: dict[TopicPartitionKey, int] = {}
+        self._cache: dict[TopicPartitionKey, dict[int, int | None]] = {}
         #: Reads of the broker made, for tests and the planning cost.
         self.reads = 0
 
-    def __call__(self, partition: int, offset: int) -> int | None:
-        """The event time (epoch ms) of the tuple at ``offset`` of ``partition``
-        (:meth:`many` for one partition)."""
+    def __call__(self, partition: TopicPartitionKey, offset: int) -> int | None:
+        """The event time (epoch ms) of the tuple at ``offset`` of ``partition``, a
+        ``(topic, partition)`` (:meth:`many` for one partition)."""
         return self.many({partition: offset})[partition]
 
-    def many(self, wanted: Mapping[int, int]) -> dict[int, int | None]:
-        """The event time (epoch ms) of the tuple at each ``{partition: offset}``; for
+    def many(self, wanted: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int | None]:
+        """The event time (epoch ms) of the tuple at each ``{(topic, partition): offset}``; for
         an offset that holds no tuple (a transaction marker, an aborted write), the next
         tuple's; ``None`` when there is none before the high watermark or the broker no
         longer holds it (swept, deleted).
@@ -285,8 +292,8 @@ class EventTimeProbe:
                 them: such a partition would hold nobody back, and the others be read
                 past its tuples (89 of 3 000 tuples late after a broker's kill -9).
         """
-        found: dict[int, int | None] = {}
-        missing: dict[int, int] = {}
+        found: dict[TopicPartitionKey, int | None] = {}
+        missing: dict[TopicPartitionKey, int] = {}
         for partition, offset in wanted.items():
             cached = self._cache.get(partition, {})
             if offset in cached:
@@ -294,35 +301,34 @@ class EventTimeProbe:
             else:
                 missing[partition] = offset
         started = time.monotonic()
-        unanswered: dict[int, int] = {}
+        unanswered: dict[TopicPartitionKey, int] = {}
         attempt = 1
         while missing or unanswered:
             if not missing:
                 waited = time.monotonic() - started
                 if waited >= self._patience_s:
-                    offsets = dict(sorted(unanswered.items()))
+                    offsets = {f"{t}[{p}]": o for (t, p), o in sorted(unanswered.items())}
                     raise BrokerError(
-                        f"FG-SOURCE-005 source of topic {self.topic!r}: the broker did not "
-                        f"answer the event-time reads of partitions {offsets} "
-                        f"({{partition: offset}}) for {waited:.0f} s; the micro-batch is not "
-                        "planned, since reading the other partitions without them could make "
-                        "their tuples late. Restart the query group once the broker answers: "
-                        "it resumes from its checkpoint"
+                        "FG-SOURCE-005 source: the broker did not answer the event-time "
+                        f"reads of partitions {offsets} ({{topic[partition]: offset}}) for "
+                        f"{waited:.0f} s; the micro-batch is not planned, since reading the "
+                        "other partitions without them could make their tuples late. Restart "
+                        "the query group once the broker answers: it resumes from its "
+                        "checkpoint"
                     )
                 log.warning(
-                    "FG-SOURCE-003 source of topic %s: broker not answering, reading the "
-                    "event times at %s again (attempt %d, %.0f s so far)",
-                    self.topic,
-                    unanswered,
+                    "FG-SOURCE-003 source: broker not answering, reading the event times "
+                    "at %s again (attempt %d, %.0f s so far)",
+                    {f"{t}[{p}]": o for (t, p), o in sorted(unanswered.items())},
                     attempt,
                     waited,
                 )
                 attempt += 1
                 missing, unanswered = unanswered, {}
             # One partition per consumer at a time.
-            step: dict[int, tuple[int, int]] = {}
+            step: dict[int, tuple[TopicPartitionKey, int]] = {}
             for partition, offset in list(missing.items()):
-                slot = partition % PROBE_CONSUMERS
+                slot = self._slot(partition)
                 if slot not in step:
                     step[slot] = (partition, offset)
                     del missing[partition]
@@ -332,15 +338,21 @@ class EventTimeProbe:
             unanswered |= {p: o for p, o in step.values() if p not in answered}
         return found
 
-    def known(self, wanted: Mapping[int, int]) -> dict[int, int | None]:
-        """The cached event times of ``{partition: offset}``; offsets not cached are
-        left out (nothing is read from the broker)."""
-        found: dict[int, int | None] = {}
+    def known(self, wanted: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int | None]:
+        """The cached event times of ``{(topic, partition): offset}``; offsets not cached
+        are left out (nothing is read from the broker)."""
+        found: dict[TopicPartitionKey, int | None] = {}
         for partition, offset in wanted.items():
             cached = self._cache.get(partition, {})
             if offset in cached:
                 found[partition] = cached[offset]
         return found
+
+    def _slot(self, partition: TopicPartitionKey) -> int:
+        """The consumer slot of ``partition``: partitions first used one after the
+        other get slots one after the other, so up to :data:`PROBE_CONSUMERS` are read
+        at once whatever their topics and numbers."""
+        return self._slots.setdefault(partition, len(self._slots)) % PROBE_CONSUMERS
 
     def _consumer(self, slot: int) -> Consumer:
         consumer = self._consumers.get(slot)
@@ -348,14 +360,17 @@ class EventTimeProbe:
             consumer = self._consumers[slot] = Consumer(self._config)
         return consumer
 
-    def _fetch(self, step: Mapping[int, tuple[int, int]]) -> dict[int, int | None]:
-        """Read the first tuples at ``{slot: (partition, offset)}`` from the broker, a
-        consumer per slot; cache what the fetches brought; the event time at each the
-        broker answered for within ``timeout_s`` (a record, or the partition's end)."""
-        for slot, (partition, offset) in step.items():
-            self._consumer(slot).assign([TopicPartition(self.topic, partition, offset)])
+    def _fetch(
+        self, step: Mapping[int, tuple[TopicPartitionKey, int]]
+    ) -> dict[TopicPartitionKey, int | None]:
+        """Read the first tuples at ``{slot: ((topic, partition), offset)}`` from the
+        broker, a consumer per slot; cache what the fetches brought; the event time at
+        each the broker answered for within ``timeout_s`` (a record, or the partition's
+        end)."""
+        for slot, ((topic, number), offset) in step.items():
+            self._consumer(slot).assign([TopicPartition(topic, number, offset)])
         deadline = time.monotonic() + self._timeout_s
-        found: dict[int, int | None] = {}
+        found: dict[TopicPartitionKey, int | None] = {}
         try:
             for slot, (partition, offset) in step.items():
                 consumer = self._consumers[slot]
@@ -382,7 +397,9 @@ class EventTimeProbe:
                 self._consumers[slot].unassign()
         return found
 
-    def _remember(self, partition: int, offset: int, messages: list[Any]) -> int | None:
+    def _remember(
+        self, partition: TopicPartitionKey, offset: int, messages: list[Any]
+    ) -> int | None:
         """Cache the event times of ``messages`` read at ``offset``; the one at it."""
         cached = self._cache.setdefault(partition, {})
         at: int | None = None
@@ -401,7 +418,7 @@ class EventTimeProbe:
                 del cached[old]
         return at
 
-    def forget_before(self, begin: Mapping[int, int]) -> None:
+    def forget_before(self, begin: Mapping[TopicPartitionKey, int]) -> None:
         """Drop cached offsets that are read already (``< begin[p]``)."""
         for p, cached in self._cache.items():
             start = begin.get(p, 0)
@@ -438,12 +455,13 @@ class IdleTracker:
     def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.timeout_s = timeout_s
         self._clock = clock
-        self._heads: dict[int, tuple[int, float]] = {}
+        self._heads: dict[Any, tuple[int, float]] = {}
         self._last_observation: float | None = None
         self._last_gap: float | None = None
 
-    def observe(self, latest: Mapping[int, int]) -> frozenset[int]:
-        """Record the high watermarks read now; the partitions idle as of now."""
+    def observe(self, latest: Mapping[PartitionT, int]) -> frozenset[PartitionT]:
+        """Record the high watermarks read now (per partition, a topic-partition in the
+        source); the partitions idle as of now."""
         now = self._clock()
         if self._last_observation is not None:
             gap = now - self._last_observation
@@ -451,7 +469,7 @@ class IdleTracker:
                 self._heads = {p: (high, now) for p, (high, _) in self._heads.items()}
             self._last_gap = gap
         self._last_observation = now
-        idle = set()
+        idle: set[PartitionT] = set()
         for p, high in latest.items():
             seen = self._heads.get(p)
             if seen is None or seen[0] != high:

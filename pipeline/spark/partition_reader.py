@@ -1,9 +1,10 @@
-"""Reading one Kafka partition's planned range for a micro-batch, in a Spark task.
+"""Reading the planned ranges of a micro-batch's topic-partitions, in a Spark task.
 
-A micro-batch's planned range ``[start, end)`` of each partition is dealt out to
-Spark tasks as :class:`KafkaInputPartition` ranges, grouped per task in a
-:class:`KafkaTaskPartition`; a task reads its ranges with a
-:class:`PartitionReader`.
+A micro-batch's planned range ``[start, end)`` of each topic-partition it reads (the
+source reads one or more topics) is dealt out to Spark tasks as
+:class:`KafkaInputPartition` ranges, grouped per task in a
+:class:`KafkaTaskPartition`; a task reads its ranges with a :class:`PartitionReader`,
+which may read ranges of several topics one after the other.
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ from pipeline.deadletter import (
     DeadLetterWriter,
 )
 from pipeline.errors import DeserializationError
+from pipeline.serde.block import BlockDecoder
 from pipeline.serde.codec import StreamCodec
+from pipeline.serde.confluent import ConfluentKey
 from pipeline.serde.confluent_block import block_decoder
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.options import SourceOptions
 from pipeline.spark.refusals import RefusalRules
 from pipeline.spark.schema import kafka_columns
@@ -45,7 +49,8 @@ READ_STALL_TIMEOUT_S = 60.0
 
 @dataclass(frozen=True)
 class KafkaInputPartition(InputPartition):
-    """One Spark task's share of a micro-batch: ``[start, end)`` of one Kafka partition."""
+    """One Spark task's share of a micro-batch: ``[start, end)`` of one Kafka
+    topic-partition."""
 
     topic: str
     partition: int
@@ -59,7 +64,7 @@ class KafkaInputPartition(InputPartition):
 
 @dataclass(frozen=True)
 class KafkaTaskPartition(InputPartition):
-    """One Spark task of a micro-batch: Kafka partition ranges read one after the other.
+    """One Spark task of a micro-batch: topic-partition ranges read one after the other.
 
     Spark pays for every task of a Python data source (a worker round trip, the
     reader shipped and set up: ~0.1-0.2 s a task on the 2-core development machine,
@@ -83,7 +88,9 @@ class PartitionReader:
     (:class:`~pipeline.serde.block.BlockDecoder`; in the Confluent wire format one block
     per schema id, :class:`~pipeline.serde.confluent_block.ConfluentBlockDecoder`), tuple
     by tuple when the block cannot be vouched for, into Arrow record batches of the
-    stream's columns and the metadata columns. A tuple that does not decode, or that a
+    stream's columns and the metadata columns, with codecs of the range's topic (in the
+    Confluent wire format a topic's subjects are its own). A tuple that does not decode,
+    or that a
     :class:`~pipeline.spark.refusals.RefusalRules` rule refuses, goes to the
     dead-letter topic (:class:`~pipeline.deadletter.DeadLetterWriter`) when the task's
     ranges are read.
@@ -101,7 +108,14 @@ class PartitionReader:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.options = options
-        self.codec: StreamCodec | None = options.codec() if options.decoded else None
+        #: The codecs of the range being read (:meth:`_use_codecs_of`): the tuples'
+        #: codec, its block decoder, and the key codec of ``keyEncoding = confluent``.
+        self.codec: StreamCodec | None = None
+        self._decoder: BlockDecoder | None = None
+        self.key_codec: ConfluentKey | None = None
+        self._codecs: dict[
+            str, tuple[StreamCodec | None, BlockDecoder | None, ConfluentKey | None]
+        ] = {}
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         # Timestamps arrive as epoch milliseconds and dates as epoch days (logical types
         # stripped for speed): build with those, then cast the few columns concerned.
@@ -115,7 +129,13 @@ class PartitionReader:
                 for f in self.arrow_schema
             ]
         )
-        self.fields = self.codec.schema.field_names if self.codec is not None else []
+        self.fields = (
+            SchemaRepository.from_json(options.schemas_json or "{}")
+            .get(options.schema_name)
+            .field_names
+            if options.schema_name is not None
+            else []
+        )
         #: Spark's Kafka columns in the schema (those no field of the stream takes).
         self._kafka_names = [
             f.name
@@ -123,9 +143,6 @@ class PartitionReader:
             if f.name in schema.names and f.name not in self.fields
         ]
         self._pa = pa
-        self._decoder = block_decoder(self.codec) if self.codec is not None else None
-        #: ``keyEncoding = confluent``: the key codec that fills the ``key`` column.
-        self.key_codec = options.confluent_key() if "key" in self._kafka_names else None
         self.rules = RefusalRules(options)
         self.dead = DeadLetterWriter(
             options.dead_letter_topic,
@@ -135,6 +152,20 @@ class PartitionReader:
             client=options.client,
         )
         self._blobs: BlobReader | None = None
+
+    def _use_codecs_of(self, topic: str) -> None:
+        """Decode with the codecs of ``topic``'s tuples from now on (made on first use:
+        :meth:`SourceOptions.codec`, :meth:`SourceOptions.confluent_key`)."""
+        made = self._codecs.get(topic)
+        if made is None:
+            codec = self.options.codec(topic) if self.options.decoded else None
+            made = self._codecs[topic] = (
+                codec,
+                block_decoder(codec) if codec is not None else None,
+                # keyEncoding = confluent: the key codec that fills the ``key`` column.
+                self.options.confluent_key(topic) if "key" in self._kafka_names else None,
+            )
+        self.codec, self._decoder, self.key_codec = made
 
     def batches(self, ranges: Sequence[KafkaInputPartition]) -> Iterator[Any]:
         """Arrow record batches of ``ranges``, in order, through one consumer; the
@@ -154,6 +185,7 @@ class PartitionReader:
                 if not self.options.fail_on_data_loss:
                     part = self._past_lost(consumer, part)
                 self.partition = part
+                self._use_codecs_of(part.topic)
                 pending: list[Any] = []
                 for fetched in self._records(consumer):
                     pending.extend(fetched)

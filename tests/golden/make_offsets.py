@@ -10,6 +10,12 @@ Both sources' tests read the files: ``tests/unit/pipeline/spark/test_golden_offs
 and ``PartitionOffsetsGoldenTest`` (``PartitionOffsets.toJson`` must write each text byte
 for byte and ``fromJson`` read both forms).
 
+A source of several topics (``subscribe`` of several, ``subscribePattern``, issue 40)
+writes them all in one object, topics in order: ``topics_<name>.json`` holds the text
+of ``json.dumps(topic_offsets_to_json(offsets))``, and ``topics_index.json`` lists
+each with its offsets as ``[[topic, partition, offset], ...]`` in the order given and
+Spark's form.
+
 Run from the repository's root: ``.venv/bin/python tests/golden/make_offsets.py``.
 """
 
@@ -22,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.offsets import offsets_to_json  # noqa: E402
+from pipeline.offsets import offsets_to_json, topic_offsets_to_json  # noqa: E402
 
 DIRECTORY = ROOT / "tests" / "golden" / "offsets"
 
@@ -42,6 +48,30 @@ CASES: list[tuple[str, str, list[tuple[int, int]]]] = [
     ("large_partition", "flights", [(2**31 - 1, 5), (0, 9)]),
     ("topic_name_characters", "fg.flights_v2-EU", [(1, 42), (0, 41)]),
 ]
+
+
+#: ``(name, [(topic, partition, offset), ...])``: sources of several topics.
+TOPIC_CASES: list[tuple[str, list[tuple[str, int, int]]]] = [
+    # Topics in order of their names (as Spark's JsonUtils), partitions numerically.
+    ("two_topics", [("flights", 1, 7), ("arrivals", 0, 310), ("flights", 0, 1200)]),
+    (
+        "three_topics_numeric_partitions",
+        [("b", 10, 1), ("a.x", 2, 5), ("b", 2, 0), ("a", 0, 9), ("a-x", 0, 4)],
+    ),
+    # A pattern that matches no topic yet.
+    ("no_topics", []),
+]
+
+
+def topics_text(offsets: list[tuple[str, int, int]]) -> str:
+    """The offset text of a source of several topics."""
+    return json.dumps(topic_offsets_to_json({(t, p): o for t, p, o in offsets}))
+
+
+def topics_spark_text(offsets: list[tuple[str, int, int]]) -> str:
+    """The same, as Spark's own Kafka source writes it (no spaces)."""
+    by_key = {(t, p): o for t, p, o in offsets}
+    return json.dumps(topic_offsets_to_json(by_key), separators=(",", ":"))
 
 
 def text(topic: str, offsets: list[tuple[int, int]]) -> str:
@@ -67,6 +97,16 @@ def render() -> dict[str, str]:
         for name, topic, offsets in CASES
     ]
     files["index.json"] = json.dumps(index, indent=2) + "\n"
+    files |= {f"topics_{name}.json": topics_text(offsets) for name, offsets in TOPIC_CASES}
+    topics_index = [
+        {
+            "file": f"topics_{name}.json",
+            "offsets": [list(tpo) for tpo in offsets],
+            "spark": topics_spark_text(offsets),
+        }
+        for name, offsets in TOPIC_CASES
+    ]
+    files["topics_index.json"] = json.dumps(topics_index, indent=2) + "\n"
     return files
 
 

@@ -219,7 +219,7 @@ def test_the_sources_offset_reads_wait_out_a_broker_restart(
             }
         )
         reader = KafkaStreamReader(options, StructType())
-        answers: list[dict[int, int]] = []
+        answers: list[dict[tuple[str, int], int]] = []
         failures: list[BaseException] = []
         restarted = threading.Event()
 
@@ -239,7 +239,7 @@ def test_the_sources_offset_reads_wait_out_a_broker_restart(
         restarted.set()
         asking.join(timeout=120)
         assert not failures, failures
-        assert answers and all(answer == {0: 5, 1: 5} for answer in answers)
+        assert answers and all(answer == {("waits", 0): 5, ("waits", 1): 5} for answer in answers)
     finally:
         broker.stop()
 

@@ -68,23 +68,30 @@ def test_probe_reads_event_times_and_leaves_nothing_assigned(bootstrap: str) -> 
             "group.id": f"{topic}-group",
         }
     )
-    probe = EventTimeProbe(options.consumer_config(), topic, kafka_time, timeout_s=10.0)
+    probe = EventTimeProbe(options.consumer_config(), kafka_time, timeout_s=10.0)
+    first, second = (topic, 0), (topic, 1)
     try:
         # Partition 0 holds tuples 0, 2, 4, ...: the one at offset k is tuple 2k.
-        assert probe(0, 0) == BASE_MS
-        assert probe(0, 37) == BASE_MS + 74 * HOUR_MS
+        assert probe(first, 0) == BASE_MS
+        assert probe(first, 37) == BASE_MS + 74 * HOUR_MS
         reads = probe.reads
-        assert probe(0, 38) == BASE_MS + 76 * HOUR_MS  # brought by the same fetch
+        assert probe(first, 38) == BASE_MS + 76 * HOUR_MS  # brought by the same fetch
         assert probe.reads == reads
-        assert probe(1, 99) == BASE_MS + 199 * HOUR_MS
+        assert probe(second, 99) == BASE_MS + 199 * HOUR_MS
         # Both partitions at once: one fetch answers them (one round trip a planning step).
         reads = probe.reads
-        assert probe.many({0: 80, 1: 10}) == {0: BASE_MS + 160 * HOUR_MS, 1: BASE_MS + 21 * HOUR_MS}
+        assert probe.many({first: 80, second: 10}) == {
+            first: BASE_MS + 160 * HOUR_MS,
+            second: BASE_MS + 21 * HOUR_MS,
+        }
         assert probe.reads == reads + 1
-        assert probe.many({0: 81, 1: 11}) == {0: BASE_MS + 162 * HOUR_MS, 1: BASE_MS + 23 * HOUR_MS}
+        assert probe.many({first: 81, second: 11}) == {
+            first: BASE_MS + 162 * HOUR_MS,
+            second: BASE_MS + 23 * HOUR_MS,
+        }
         assert probe.reads == reads + 1  # both brought by that fetch
         # Offset 100 of each partition is the commit marker: no tuple there or after.
-        assert probe(1, 100) is None
+        assert probe(second, 100) is None
         # Nothing stays assigned, so nothing is fetched between plannings.
         assert all(c.assignment() == [] for c in probe._consumers.values())
         time.sleep(0.5)
@@ -99,13 +106,17 @@ def test_probe_fails_planning_by_name_when_the_broker_does_not_answer() -> None:
     naming it; it is never answered "no event time" (which lets a partition hold nobody
     back: tuples came late after a broker's kill -9), and nothing is cached for it."""
     config = {"bootstrap.servers": "127.0.0.1:9", "group.id": "probe-unanswered"}
-    probe = EventTimeProbe(config, "probe-unanswered", kafka_time, timeout_s=0.3, patience_s=1.0)
+    probe = EventTimeProbe(config, kafka_time, timeout_s=0.3, patience_s=1.0)
+    wanted = {("probe-unanswered", 0): 5, ("probe-unanswered", 9): 7}
     started = time.monotonic()
     try:
-        with pytest.raises(BrokerError, match=r"^FG-SOURCE-005 .*\{0: 5, 9: 7\}"):
-            probe.many({0: 5, 9: 7})
+        with pytest.raises(
+            BrokerError,
+            match=r"^FG-SOURCE-005 .*\{'probe-unanswered\[0\]': 5, 'probe-unanswered\[9\]': 7\}",
+        ):
+            probe.many(wanted)
         assert time.monotonic() - started >= 1.0
         assert probe.reads >= 2, f"read {probe.reads} time(s)"
-        assert probe.known({0: 5, 9: 7}) == {}
+        assert probe.known(wanted) == {}
     finally:
         probe.close()

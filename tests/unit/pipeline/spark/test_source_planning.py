@@ -367,13 +367,20 @@ def test_batch_watermark_is_the_previous_entrys_for_the_entry_whose_offsets_end_
     write_offset_log(tmp_path, 0, 0, '{"flights":{"0":10,"1":12}}')
     write_offset_log(tmp_path, 1, 5_000, '{"other":{"0":3}}', '{"flights":{"0":20,"1":12}}')
     write_offset_log(tmp_path, 2, 9_000, '{"flights":{"0":30,"1":31}}')
+    write_offset_log(tmp_path, 3, 9_500, '{"arrivals":{"0":4},"flights":{"0":30,"1":31}}')
+
+    def flights(first: int, second: int) -> dict[tuple[str, int], int]:
+        return {("flights", 0): first, ("flights", 1): second}
+
     # Spark judges a batch's late tuples by the watermark of the batch before it.
-    assert batch_watermark(str(tmp_path), "flights", {0: 20, 1: 12}) == (1, 0)
-    assert batch_watermark(str(tmp_path), "flights", {0: 10, 1: 12}) == (0, 0)
-    assert batch_watermark(str(tmp_path), "flights", {0: 30, 1: 31}) == (2, 5_000)
+    assert batch_watermark(str(tmp_path), flights(20, 12)) == (1, 0)
+    assert batch_watermark(str(tmp_path), flights(10, 12)) == (0, 0)
+    assert batch_watermark(str(tmp_path), flights(30, 31)) == (2, 5_000)
+    # A source of several topics: its line holds every topic, matched whole.
+    assert batch_watermark(str(tmp_path), {**flights(30, 31), ("arrivals", 0): 4}) == (3, 9_000)
     # Not logged (yet), or no checkpoint at all: no lateness check, never a guess.
-    assert batch_watermark(str(tmp_path), "flights", {0: 40, 1: 31}) is None
-    assert batch_watermark(str(tmp_path / "missing"), "flights", {0: 10}) is None
+    assert batch_watermark(str(tmp_path), flights(40, 31)) is None
+    assert batch_watermark(str(tmp_path / "missing"), {("flights", 0): 10}) is None
 
 
 HOUR = 3_600_000
