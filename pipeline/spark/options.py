@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
@@ -84,10 +84,6 @@ class EventTimeWindow:
 
 #: Spark's Kafka source options the source refuses, and why (docs/reference/spark-kafka-options.md).
 REFUSED_OPTIONS: dict[str, str] = {
-    "subscribePattern": (
-        "the source reads one topic (it plans, sweeps, dead-letters and commits per "
-        "topic); name it with subscribe, or union one readStream per topic"
-    ),
     "endingOffsets": (
         "it applies to batch queries only (Spark's Kafka source refuses it in streaming "
         "queries too), and the source is a streaming source"
@@ -131,7 +127,7 @@ ALIASES: tuple[tuple[str, str], ...] = (
 )
 
 #: The keys that name what to read; exactly one is given.
-TOPIC_KEYS = ("topic", "subscribe", "assign")
+TOPIC_KEYS = ("topic", "subscribe", "subscribePattern", "assign")
 
 #: Spark's default ``maxTriggerDelay`` with ``minOffsetsPerTrigger``.
 DEFAULT_MAX_TRIGGER_DELAY = "15m"
@@ -167,34 +163,89 @@ def time_string_ms(key: str, text: str) -> int:
     return min(int(int(match.group(1)) * _TIME_UNITS_MS.get(match.group(2), 1)), MAX_WHOLE)
 
 
-def json_offsets(topic: str, value: Any) -> dict[int, int]:
-    """The offsets of ``topic`` in Spark's Kafka JSON ``{"<topic>": {"<partition>":
-    <offset>}}`` as an option gives them, strictly: partitions are decimal texts of a
-    Java ``int``, offsets JSON whole numbers of a Java ``long`` (as Spark's Kafka source
-    reads them with json4s); a missing topic is an empty dict. Where
+def topic_matcher(pattern: str) -> Callable[[str], bool]:
+    """Whether a topic's name matches ``subscribePattern``: the whole name, as Java's
+    ``Pattern.matcher(name).matches()`` in Kafka's consumer (``re.fullmatch``).
+
+    The pattern is compiled by Python's :mod:`re`, the JVM source's by
+    ``java.util.regex``: only their common subset means the same in both (literals,
+    ``.``, classes such as ``[a-z]``, ``\\d``, ``\\w``, ``*``, ``+``, ``?``,
+    ``{m,n}``, ``|``, groups ``(...)`` and ``(?:...)``); named groups, inline flags and
+    Unicode classes differ.
+
+    Raises:
+        ValueError: the pattern does not compile (with :mod:`re`'s reason).
+    """
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(str(exc)) from exc
+    return lambda name: compiled.fullmatch(name) is not None
+
+
+def json_offsets(value: Any) -> dict[str, dict[int, int]]:
+    """Spark's Kafka offsets JSON ``{"<topic>": {"<partition>": <offset>}, ...}`` as an
+    option gives it, strictly, for every topic it names: partitions are decimal texts of
+    a Java ``int``, offsets JSON whole numbers of a Java ``long`` (as Spark's Kafka
+    source reads them with json4s, ``JsonUtils.partitionOffsets``). Where
     :func:`~pipeline.offsets.offsets_from_json` would take ``"5"``, ``5.7`` or ``true``
     as an offset, this refuses them, as the JVM source does.
 
+    Returns:
+        ``{topic: {partition: offset}}``, topics and partitions in the JSON's order; a
+        topic with no partitions maps to an empty dict.
+
     Raises:
-        ValueError: another shape.
+        ValueError: another shape (names the topic, partition and offset concerned).
     """
     if not isinstance(value, dict):
         raise ValueError(f"not a JSON object: {value!r}")
-    per_partition = value.get(topic, {})
-    if not isinstance(per_partition, dict):
-        raise ValueError(f"offsets of topic {topic!r} are not an object: {per_partition!r}")
-    offsets: dict[int, int] = {}
-    for partition, offset in per_partition.items():
-        if (
-            re.fullmatch(r"-?[0-9]+", partition) is None
-            or not -MAX_PARTITION - 1 <= int(partition) <= MAX_PARTITION
-            or isinstance(offset, bool)
-            or not isinstance(offset, int)
-            or not -MAX_WHOLE - 1 <= offset <= MAX_WHOLE
-        ):
-            raise ValueError(f"partition {partition!r}: offset {offset!r}")
-        offsets[int(partition)] = offset
-    return offsets
+    per_topic: dict[str, dict[int, int]] = {}
+    for topic, per_partition in value.items():
+        if not isinstance(per_partition, dict):
+            raise ValueError(f"offsets of topic {topic!r} are not an object: {per_partition!r}")
+        offsets: dict[int, int] = {}
+        for partition, offset in per_partition.items():
+            if (
+                re.fullmatch(r"-?[0-9]+", partition) is None
+                or not -MAX_PARTITION - 1 <= int(partition) <= MAX_PARTITION
+                or isinstance(offset, bool)
+                or not isinstance(offset, int)
+                or not -MAX_WHOLE - 1 <= offset <= MAX_WHOLE
+            ):
+                raise ValueError(f"topic {topic!r}, partition {partition!r}: offset {offset!r}")
+            offsets[int(partition)] = offset
+        per_topic[topic] = offsets
+    return per_topic
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a source reads, as exactly one of :data:`TOPIC_KEYS` names it
+    (:meth:`OptionMap.reads`).
+
+    Attributes:
+        key: the option that named it (``topic``, ``subscribe``, ``subscribePattern``
+            or ``assign``).
+        topics: the topics named, in the option's order (``assign``: sorted);
+            ``None`` for a pattern.
+        pattern: ``subscribePattern``'s regular expression (its text stripped), else
+            ``None``.
+        assigned: ``assign``'s partitions per topic, sorted and distinct, else
+            ``None``.
+    """
+
+    key: str
+    topics: tuple[str, ...] | None
+    pattern: str | None = None
+    assigned: dict[str, tuple[int, ...]] | None = None
+
+    def stream_default(self) -> str:
+        """The stream's name when option ``stream`` is not given: the one topic named,
+        else the topics joined by ``,`` (``subscribe``, ``assign``), else the pattern."""
+        if self.topics is None:
+            return self.pattern or ""
+        return ",".join(self.topics)
 
 
 @dataclass(frozen=True)
@@ -205,16 +256,23 @@ class SourceOptions:
     Integration Guide) as well as its own; docs/reference/spark-kafka-options.md maps
     every Spark option. Keys are case-insensitive.
 
-    What to read, exactly one of: ``topic`` or ``subscribe`` (one topic), ``assign``
-    (Spark's JSON ``{"<topic>": [0, 1]}``: some partitions of one topic). Where, one
-    of ``bootstrap.servers`` / ``kafka.bootstrap.servers``.
+    What to read, exactly one of (as Spark's ``SubscribeStrategy``,
+    ``SubscribePatternStrategy``, ``AssignStrategy``): ``topic`` (Floodgate's: one
+    topic), ``subscribe`` (Spark's comma-separated topics: each stripped, empty names
+    left out, a repeated one kept once, as the set Kafka's consumer subscribes to),
+    ``subscribePattern`` (a regular expression matched against the whole name of every
+    topic of the cluster, re-listed at every micro-batch: :func:`topic_matcher`), or
+    ``assign`` (Spark's JSON ``{"<topic>": [0, 1], ...}``: partitions of one or more
+    topics). The source plans, sweeps, dead-letters and commits per topic-partition.
+    Where, one of ``bootstrap.servers`` / ``kafka.bootstrap.servers``.
 
     Spark's names: ``maxOffsetsPerTrigger`` (= ``maxRowsPerTrigger``),
     ``minOffsetsPerTrigger`` with ``maxTriggerDelay`` (default ``15m``: a micro-batch
     waits for that many new tuples, at most that long, as Spark's
     ``KafkaMicroBatchStream.delayBatch``), ``startingOffsets`` (``earliest``,
-    ``latest``, or Spark's JSON ``{"<topic>": {"0": 23, "1": -2}}`` with -2 the
-    earliest and -1 the latest offset, every partition named; Floodgate adds
+    ``latest``, or Spark's JSON ``{"<topic>": {"0": 23, "1": -2}, ...}`` with -2 the
+    earliest and -1 the latest offset, only topics read and, checked when the query
+    starts, every partition read named; Floodgate adds
     ``committed``, the default when a consumer group is named, else ``latest`` as
     Spark), ``failOnDataLoss`` (default ``true``; ``false``: offsets the broker no
     longer holds are skipped with a ``FG-SOURCE-004`` warning), ``includeHeaders``
@@ -224,16 +282,17 @@ class SourceOptions:
     are refused). Two keys of :data:`ALIASES` or :data:`TOPIC_KEYS` given together are
     refused, naming both; :data:`REFUSED_OPTIONS` are refused with the reason.
 
-    Floodgate's own: ``stream``, ``schema`` (repository name) and ``schemas`` (the
-    repository as JSON; without them the columns are Spark's Kafka columns alone,
-    :func:`~pipeline.spark.schema.spark_schema`), ``group.id`` (when named, the
-    source commits each micro-batch's end to it), ``maxRowsPerTrigger``,
+    Floodgate's own: ``stream`` (the stream's name in metrics, errors and dead
+    letters; default :meth:`Reads.stream_default`), ``schema`` (repository name) and
+    ``schemas`` (the repository as JSON; without them the columns are Spark's Kafka
+    columns alone, :func:`~pipeline.spark.schema.spark_schema`), ``group.id`` (when
+    named, the source commits each micro-batch's end to it), ``maxRowsPerTrigger``,
     ``deadLetterTopic``, ``timestampMode`` (``server``|``data_source``, the latter
     needs ``schema``), ``timestampField``, ``query`` (the reading query's name, for
     dead-letter headers), ``commitOffsets`` (``true``|``false``; default ``true``
-    when a group is named), ``discardBefore`` (offsets JSON in Spark's Kafka shape:
-    tuples before them are skipped, never read -- how a query group released with
-    ``on_hold_input = "discard"`` skips its input queue), ``sweepCatalog`` (the sweep
+    when a group is named), ``discardBefore`` (offsets JSON in Spark's Kafka shape, of
+    any topics read: tuples before them are skipped, never read -- how a query group
+    released with ``on_hold_input = "discard"`` skips its input queue), ``sweepCatalog`` (the sweep
     catalog's SQLAlchemy URL: offsets the broker no longer holds are read back from
     their BLOBs, docs/architecture.md, "The sweeper"), ``keyRequired`` (``true``: a
     record without a key is dead-lettered, reason ``null-key``),
@@ -268,7 +327,9 @@ class SourceOptions:
     """
 
     bootstrap_servers: str
-    topic: str
+    #: The topics read (``topic``, ``subscribe``; ``assign``: its topics sorted);
+    #: ``None`` with ``subscribePattern``.
+    topics: tuple[str, ...] | None
     stream: str
     schema_name: str | None
     schemas_json: str | None
@@ -281,7 +342,8 @@ class SourceOptions:
     commit_offsets: bool
     client: dict[str, str]
     query: str | None = None
-    discard_before: dict[int, int] = dataclass_field(default_factory=dict)
+    #: ``discardBefore``: per topic, per partition, the first offset read.
+    discard_before: dict[str, dict[int, int]] = dataclass_field(default_factory=dict)
     sweep_catalog: str | None = None
     key_required: bool = False
     max_event_time_ahead_ms: int | None = None
@@ -295,10 +357,14 @@ class SourceOptions:
     key_encoding: str = "raw"
     #: ``keyFields``: the key record's fields (``keyEncoding = confluent``).
     key_fields: tuple[str, ...] | None = None
-    #: ``startingOffsets`` given as JSON: partition -> offset, -2 earliest, -1 latest.
-    starting_partition_offsets: dict[int, int] = dataclass_field(default_factory=dict)
-    #: ``assign``: the partitions read (``None``: every partition of the topic).
-    assigned_partitions: tuple[int, ...] | None = None
+    #: ``startingOffsets`` JSON (kind ``specific``): per topic, per partition, the
+    #: offset, -2 the earliest, -1 the latest; else empty.
+    starting_partition_offsets: dict[str, dict[int, int]] = dataclass_field(default_factory=dict)
+    #: ``subscribePattern``: the regular expression (stripped), else ``None``.
+    topic_pattern: str | None = None
+    #: ``assign``: the partitions read per topic, sorted (``None``: every partition of
+    #: the topics read).
+    assigned: dict[str, tuple[int, ...]] | None = None
     min_rows_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60_000
     fail_on_data_loss: bool = True
@@ -306,6 +372,20 @@ class SourceOptions:
     #: ``fields``: the stream's fields the queries read (``None``: all). The JVM source
     #: decodes only these; this source decodes every field and ignores the option.
     fields: tuple[str, ...] | None = None
+
+    @property
+    def topic(self) -> str:
+        """The one topic read (transitional, while the source reads one topic).
+
+        Raises:
+            ValueError: the options name several topics or a pattern.
+        """
+        if self.topics is None or len(self.topics) != 1:
+            raise ValueError(
+                f"{SOURCE_NAME}: this source reads one topic; "
+                f"given {self.topics or self.topic_pattern!r}"
+            )
+        return self.topics[0]
 
     @property
     def decoded(self) -> bool:
@@ -327,7 +407,7 @@ class SourceOptions:
                 raise ValueError(f"{SOURCE_NAME}: option {key!r} is not supported: {why}")
         for own, spark in ALIASES:
             opts.exclusive(own, spark)
-        topic, assigned = opts.topic()
+        reads = opts.reads()
         if bool(opts.get("watermarkCheckpoint")) != bool(opts.get("lateWindow")):
             given = [k for k in ("watermarkCheckpoint", "lateWindow") if opts.get(k)]
             raise ValueError(
@@ -370,7 +450,7 @@ class SourceOptions:
         if max_rows is None:
             max_rows = opts.whole("maxOffsetsPerTrigger", minimum=1)
         starting, partition_offsets = opts.starting_offsets(
-            topic, assigned, default="committed" if named_group else "latest"
+            reads, default="committed" if named_group else "latest"
         )
         fail_on_data_loss = opts.flag("failOnDataLoss", default=True)
         if not fail_on_data_loss and opts.get("sweepCatalog"):
@@ -394,8 +474,8 @@ class SourceOptions:
         delay = opts.get("maxTriggerDelay") or DEFAULT_MAX_TRIGGER_DELAY
         return cls(
             bootstrap_servers=bootstrap,
-            topic=topic,
-            stream=opts.get("stream") or topic,
+            topics=reads.topics,
+            stream=opts.get("stream") or reads.stream_default(),
             schema_name=schema_name,
             schemas_json=schemas_json,
             group_id=group_id,
@@ -407,7 +487,7 @@ class SourceOptions:
             commit_offsets=opts.flag("commitOffsets", default=named_group),
             client=client,
             query=opts.get("query"),
-            discard_before=opts.offsets("discardBefore", topic),
+            discard_before=opts.offsets("discardBefore"),
             sweep_catalog=opts.get("sweepCatalog"),
             key_required=opts.flag("keyRequired", default=False),
             max_event_time_ahead_ms=opts.whole(
@@ -421,7 +501,8 @@ class SourceOptions:
             ),
             idle_partition_timeout_ms=10_000 if idle is None else idle,
             starting_partition_offsets=partition_offsets,
-            assigned_partitions=assigned,
+            topic_pattern=reads.pattern,
+            assigned=reads.assigned,
             min_rows_per_trigger=opts.whole("minOffsetsPerTrigger", minimum=1),
             max_trigger_delay_ms=time_string_ms("maxTriggerDelay", delay),
             fail_on_data_loss=fail_on_data_loss,
@@ -552,18 +633,18 @@ class OptionMap:
             raise ValueError(f"{SOURCE_NAME}: {key} = {text!r}; allowed: {what} >= {minimum}")
         return value
 
-    def offsets(self, key: str, topic: str) -> dict[int, int]:
-        """Per-partition offsets of ``topic`` in Spark's Kafka JSON shape
-        (:func:`json_offsets`); empty when missing.
+    def offsets(self, key: str) -> dict[str, dict[int, int]]:
+        """Offsets per topic and partition in Spark's Kafka JSON shape
+        (:func:`json_offsets`), of any number of topics; empty when missing.
 
         Raises:
-            ValueError: not that JSON.
+            ValueError: not that JSON (names the key and the value).
         """
         text = self.get(key)
         if text is None:
             return {}
         try:
-            return json_offsets(topic, json.loads(text))
+            return json_offsets(json.loads(text))
         except ValueError as exc:
             raise ValueError(
                 f"{SOURCE_NAME}: {key} = {text!r}; allowed: "
@@ -582,68 +663,109 @@ class OptionMap:
                 "give one of them"
             )
 
-    def topic(self) -> tuple[str, tuple[int, ...] | None]:
-        """The topic read, from exactly one of :data:`TOPIC_KEYS`, and the partitions
-        ``assign`` names (``None``: all of them).
+    def reads(self) -> Reads:
+        """What the source reads, from exactly one of :data:`TOPIC_KEYS`.
 
-        ``subscribe`` takes Spark's comma-separated list, of one topic here; ``assign``
-        Spark's JSON ``{"<topic>": [<partition>, ...]}``, of one topic.
+        ``topic`` takes one topic; ``subscribe`` Spark's comma-separated list (each name
+        stripped, empty ones left out, a repeated one kept once, in the list's order);
+        ``subscribePattern`` a regular expression (stripped, as Spark's
+        ``SubscribePatternStrategy``), which must compile here (:func:`topic_matcher`);
+        ``assign`` Spark's JSON ``{"<topic>": [<partition>, ...], ...}``: one or more
+        topics, each with one or more partitions (whole numbers 0 to
+        :data:`MAX_PARTITION`), kept sorted and distinct.
 
         Raises:
-            ValueError: none or several of the keys given (naming them), several
-                topics, or ``assign`` not that JSON.
+            ValueError: none or several of the keys given (naming them), no topic in
+                ``subscribe``, several in ``topic``, a pattern that does not compile, or
+                ``assign`` not that JSON; each names the option, the value and what is
+                allowed.
         """
         given = [k for k in TOPIC_KEYS if self.get(k) is not None]
         if len(given) > 1:
             raise ValueError(
-                f"{SOURCE_NAME}: options {' and '.join(repr(k) for k in given)} both name "
-                "the topic to read; give one of them"
+                f"{SOURCE_NAME}: options {' and '.join(repr(k) for k in given)} each name "
+                "what to read; give one of them"
             )
         if not given:
             raise ValueError(
-                f"{SOURCE_NAME}: option 'subscribe' (or 'topic', or 'assign') is required"
+                f"{SOURCE_NAME}: option 'subscribe' (or 'subscribePattern', 'topic', or "
+                "'assign') is required"
             )
         key = given[0]
         text = self.required(key)
-        if key != "assign":
-            topics = [t.strip() for t in text.split(",") if t.strip()]
-            if len(topics) != 1:
+        if key == "subscribePattern":
+            pattern = text.strip()
+            if not pattern:
                 raise ValueError(
-                    f"{SOURCE_NAME}: {key} = {text!r}; allowed: one topic (the source "
-                    "reads one topic; union one readStream per topic)"
+                    f"{SOURCE_NAME}: subscribePattern = {text!r}; allowed: a regular "
+                    "expression matched against whole topic names"
                 )
-            return topics[0], None
-        allowed = 'allowed: {"<topic>": [<partition>, ...]} for one topic'
+            try:
+                topic_matcher(pattern)
+            except ValueError as exc:
+                raise ValueError(
+                    f"{SOURCE_NAME}: subscribePattern = {text!r}; allowed: a regular "
+                    f"expression matched against whole topic names ({exc})"
+                ) from exc
+            return Reads(key, None, pattern=pattern)
+        if key != "assign":
+            topics = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+            if not topics:
+                raise ValueError(
+                    f"{SOURCE_NAME}: {key} = {text!r}; allowed: topic names separated by commas"
+                )
+            if key == "topic" and len(topics) != 1:
+                raise ValueError(
+                    f"{SOURCE_NAME}: topic = {text!r}; allowed: one topic (name several "
+                    "with subscribe)"
+                )
+            return Reads(key, topics)
+        allowed = (
+            'allowed: {"<topic>": [<partition>, ...], ...}: one or more topics, each with '
+            f"one or more partitions 0..{MAX_PARTITION}"
+        )
         try:
             value = json.loads(text)
         except ValueError as exc:
             raise ValueError(f"{SOURCE_NAME}: assign = {text!r}; {allowed}") from exc
         if (
             not isinstance(value, dict)
-            or len(value) != 1
-            or not isinstance(next(iter(value.values())), list)
-            or not next(iter(value.values()))
+            or not value
             or not all(
-                isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= MAX_PARTITION
-                for p in next(iter(value.values()))
+                topic
+                and isinstance(partitions, list)
+                and partitions
+                and all(
+                    isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= MAX_PARTITION
+                    for p in partitions
+                )
+                for topic, partitions in value.items()
             )
         ):
             raise ValueError(f"{SOURCE_NAME}: assign = {text!r}; {allowed}")
-        topic, partitions = next(iter(value.items()))
-        return str(topic), tuple(sorted(set(partitions)))
+        assigned = {str(t): tuple(sorted(set(value[t]))) for t in sorted(value)}
+        return Reads(key, tuple(assigned), assigned=assigned)
 
     def starting_offsets(
-        self, topic: str, assigned: tuple[int, ...] | None, *, default: str
-    ) -> tuple[str, dict[int, int]]:
-        """``startingOffsets``: ``committed``, ``earliest``, ``latest`` or Spark's JSON.
+        self, reads: Reads, *, default: str
+    ) -> tuple[str, dict[str, dict[int, int]]]:
+        """``startingOffsets``: ``committed``, ``earliest``, ``latest`` or Spark's JSON
+        of one or more topics.
+
+        The JSON may name only topics read (``topic``, ``subscribe``, ``assign``; any
+        topic with ``subscribePattern``), and with ``assign`` exactly the partitions
+        assigned (Spark: "you must specify all TopicPartitions"). That every partition
+        read is named is checked when the query starts, against the broker.
 
         Returns:
             ``(kind, offsets)``: kind one of the words or ``specific`` (then the
-            offsets per partition, -2 earliest, -1 latest; else empty).
+            offsets per topic and partition, -2 earliest, -1 latest; else empty).
 
         Raises:
-            ValueError: another word; JSON of another shape or topic, an offset below
-                -2, or (with ``assign``) partitions other than those assigned.
+            ValueError: another word; JSON of another shape, a topic without
+                partitions, an offset below -2, a negative partition, a topic not read
+                (naming it, in sorted order), or (with ``assign``) partitions other
+                than those assigned (naming the first topic, in sorted order).
         """
         text = self.get("startingOffsets")
         words = ("committed", "earliest", "latest")
@@ -653,23 +775,37 @@ class OptionMap:
             return text.strip().lower(), {}
         allowed = (
             f"allowed: {', '.join(words)}, or JSON "
-            f'{{"{topic}": {{"<partition>": <offset>}}}} with -2 for earliest and -1 '
+            '{"<topic>": {"<partition>": <offset>}, ...} with -2 for earliest and -1 '
             "for latest, as Spark's Kafka source"
         )
         try:
-            value = json.loads(text)
-            if not isinstance(value, dict) or set(value) != {topic}:
-                raise ValueError(f"topics {sorted(value) if isinstance(value, dict) else []}")
-            offsets = json_offsets(topic, value)
+            offsets = json_offsets(json.loads(text))
         except ValueError as exc:
             raise ValueError(f"{SOURCE_NAME}: startingOffsets = {text!r}; {allowed}") from exc
-        if not offsets or min(offsets.values()) < EARLIEST or min(offsets) < 0:
+        if (
+            not offsets
+            or not all(offsets.values())
+            or min(o for per in offsets.values() for o in per.values()) < EARLIEST
+            or min(p for per in offsets.values() for p in per) < 0
+        ):
             raise ValueError(f"{SOURCE_NAME}: startingOffsets = {text!r}; {allowed}")
-        if assigned is not None and set(offsets) != set(assigned):
-            raise ValueError(
-                f"{SOURCE_NAME}: startingOffsets names partitions {sorted(offsets)} of "
-                f"{topic!r} and assign {list(assigned)}: name the same partitions (as Spark)"
-            )
+        if reads.topics is not None:
+            for topic in sorted(offsets):
+                if topic not in reads.topics:
+                    raise ValueError(
+                        f"{SOURCE_NAME}: startingOffsets names topic {topic!r}, which "
+                        f"{reads.key} does not; allowed: the topics read "
+                        f"({', '.join(repr(t) for t in reads.topics)})"
+                    )
+        if reads.assigned is not None:
+            for topic in sorted(set(offsets) | set(reads.assigned)):
+                named = sorted(offsets.get(topic, {}))
+                assigned = list(reads.assigned.get(topic, ()))
+                if named != assigned:
+                    raise ValueError(
+                        f"{SOURCE_NAME}: startingOffsets names partitions {named} of "
+                        f"{topic!r} and assign {assigned}: name the same partitions (as Spark)"
+                    )
         return "specific", offsets
 
     def names(self, key: str) -> tuple[str, ...] | None:

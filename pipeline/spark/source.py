@@ -177,7 +177,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if topic is None or topic.error is not None:
             error = topic.error if topic is not None else "unknown topic"
             raise KafkaException(f"topic {self.options.topic!r} is not available: {error}")
-        assigned = self.options.assigned_partitions
+        assigned = (self.options.assigned or {}).get(self.options.topic)
         if assigned is None:
             return sorted(topic.partitions)
         absent = sorted(set(assigned) - set(topic.partitions))
@@ -260,7 +260,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _specific_start(self, watermarks: dict[int, tuple[int, int]]) -> Offsets:
         """``startingOffsets`` JSON resolved: -2 the low watermark, -1 the high one."""
-        given = self.options.starting_partition_offsets
+        given = self.options.starting_partition_offsets.get(self.options.topic, {})
         if set(given) != set(watermarks):
             raise ValueError(
                 f"{SOURCE_NAME}: startingOffsets names partitions {sorted(given)} of "
@@ -382,7 +382,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _skip_discarded(self, begin: Offsets) -> Offsets:
         """``begin`` moved past what option ``discardBefore`` skips."""
-        skip = self.options.discard_before
+        skip = self.options.discard_before.get(self.options.topic, {})
         if not skip:
             return begin
         moved = dict(begin)

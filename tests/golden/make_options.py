@@ -7,8 +7,10 @@ checks the Python parser against it, ``SourceOptionsGoldenTest`` the JVM source'
 
 - ``{"name", "options", "parsed": {<field>: <value>}}``: every field of the parsed
   options, by the Python name (``max_rows_per_trigger``; the Java field is its camel
-  case, ``maxRowsPerTrigger``); maps of partitions have their numbers as JSON keys,
-  ``late_window`` is ``[duration, slide, start]`` ms, tuples are lists. A consumer group
+  case, ``maxRowsPerTrigger``); offsets are maps of topics to maps of partitions,
+  whose numbers are JSON keys (``{"flights": {"0": 5}}``), ``assigned`` a map of
+  topics to lists of partitions, ``late_window`` is ``[duration, slide, start]`` ms,
+  tuples are lists. A consumer group
   the parser makes up (``<groupIdPrefix>-<random UUID>``) is given as
   ``group_id_prefix`` (``"spark-kafka-source-"``) instead of ``group_id``;
 - ``{"name", "options", "error": <text>}``: the parser refuses the map (Python
@@ -94,7 +96,7 @@ def _cases() -> list[tuple[str, dict[str, str], str | None]]:
     )
     for key in REFUSED_OPTIONS:
         case(f"refused {key}", {**SPARK, key: "x"})
-    case("refused option in another case", {**SPARK, "SUBSCRIBEPATTERN": "f.*"})
+    case("refused option in another case", {**SPARK, "MINPARTITIONS": "2"})
     for key in REFUSED_CLIENT_PROPERTIES:
         case(f"refused kafka.{key}", {**SPARK, f"kafka.{key}": "x"})
     case("refused client property in another case", {**SPARK, "kafka.Auto.Offset.Reset": "x"})
@@ -109,17 +111,41 @@ def _cases() -> list[tuple[str, dict[str, str], str | None]]:
         "topic, subscribe and assign",
         {**SPARK, "topic": "flights", "assign": '{"flights": [0]}'},
     )
+    case("subscribe and subscribePattern", {**SPARK, "subscribePattern": "f.*"})
+    case(
+        "topic and subscribePattern",
+        {"kafka.bootstrap.servers": "b:1", "topic": "flights", "subscribePattern": "f.*"},
+    )
 
-    # subscribe / topic / assign.
+    # subscribe / topic / subscribePattern / assign.
     case("subscribe: two topics", {**SPARK, "subscribe": "a,b"})
+    case("subscribe: spaced, empty, repeated", {**SPARK, "subscribe": " b , a ,, b,a "})
+    case("subscribe: one topic repeated", {**SPARK, "subscribe": "flights, flights"})
+    case("subscribe: two topics, stream named", {**SPARK, "subscribe": "a,b", "stream": "s"})
     case("subscribe: commas and spaces", {**SPARK, "subscribe": " flights , "})
     case("subscribe: only commas", {**SPARK, "subscribe": ",,"})
     case("subscribe: quoted as Python", {**SPARK, "subscribe": "a\tb,c\u00a0'd'"})
     case("topic: two topics", {"kafka.bootstrap.servers": "b:1", "topic": "a, b"})
+    case("topic: quoted as Python", {"kafka.bootstrap.servers": "b:1", "topic": "a\tb,c'd'"})
+    p = {"kafka.bootstrap.servers": "b:1"}
+    case("subscribePattern", {**p, "subscribePattern": r"flights\.[a-z]+"})
+    case("subscribePattern: spaced", {**p, "subscribePattern": " flights-[0-9]+ "})
+    case("subscribePattern: alternatives", {**p, "subscribePattern": "(a|b)x?|c{2,3}"})
+    case("subscribePattern: blank", {**p, "subscribePattern": "  "})
+    case("subscribePattern: not compiling", {**p, "subscribePattern": "flights.["}, cut=" (")
+    case("subscribePattern: unbalanced", {**p, "subscribePattern": "(flights"}, cut=" (")
+    case(
+        "subscribePattern: stream named",
+        {**p, "subscribePattern": "flights.*", "stream": "flights"},
+    )
     a = {"kafka.bootstrap.servers": "b:1"}
     case("assign: sorted, distinct", {**a, "assign": '{"flights": [10, 2, 0, 2]}'})
     case("assign: no partitions", {**a, "assign": '{"flights": []}'})
     case("assign: two topics", {**a, "assign": '{"a": [0], "b": [1]}'})
+    case("assign: two topics, sorted", {**a, "assign": '{"b": [3, 1, 3], "a": [2]}'})
+    case("assign: no topics", {**a, "assign": "{}"})
+    case("assign: a topic without partitions", {**a, "assign": '{"a": [0], "b": []}'})
+    case("assign: empty topic name", {**a, "assign": '{"": [0]}'})
     case("assign: a list", {**a, "assign": "[0]"})
     case("assign: not JSON", {**a, "assign": "flights:0"})
     case("assign: negative partition", {**a, "assign": '{"flights": [-1]}'})
@@ -189,6 +215,48 @@ def _cases() -> list[tuple[str, dict[str, str], str | None]]:
         "startingOffsets JSON other partitions than assign",
         {**a, "assign": '{"flights": [0, 2]}', "startingOffsets": '{"flights": {"0": 5, "1": 7}}'},
     )
+    two = {**SPARK, "subscribe": "flights,arrivals"}
+    case(
+        "startingOffsets JSON two topics subscribed",
+        {**two, "startingOffsets": '{"flights": {"1": 4, "0": -2}, "arrivals": {"0": -1}}'},
+    )
+    case(
+        "startingOffsets JSON one of two topics subscribed",
+        {**two, "startingOffsets": '{"arrivals": {"0": 7}}'},
+    )
+    case(
+        "startingOffsets JSON unsubscribed topics",
+        {**two, "startingOffsets": '{"zz": {"0": 1}, "flights": {"0": 1}, "other": {"0": 1}}'},
+    )
+    case(
+        "startingOffsets JSON a topic without partitions",
+        {**two, "startingOffsets": '{"flights": {"0": 1}, "arrivals": {}}'},
+    )
+    case(
+        "startingOffsets JSON with subscribePattern",
+        {**p, "subscribePattern": "f.*", "startingOffsets": '{"other": {"0": 3}, "f1": {"2": -1}}'},
+    )
+    aa = {**a, "assign": '{"flights": [1, 0], "arrivals": [2]}'}
+    case(
+        "startingOffsets JSON with assign of two topics",
+        {**aa, "startingOffsets": '{"arrivals": {"2": 9}, "flights": {"0": 5, "1": -2}}'},
+    )
+    case(
+        "startingOffsets JSON other partitions than assign, second topic",
+        {**aa, "startingOffsets": '{"arrivals": {"3": 9}, "flights": {"0": 5, "1": -2}}'},
+    )
+    case(
+        "startingOffsets JSON an assigned topic missing",
+        {**aa, "startingOffsets": '{"flights": {"0": 5, "1": -2}}'},
+    )
+    case(
+        "startingOffsets JSON a topic not assigned",
+        {
+            **aa,
+            "startingOffsets": '{"arrivals": {"2": 9}, "flights": {"0": 5, "1": -2}, '
+            '"x": {"1": 1}}',
+        },
+    )
     case(
         "startingOffsets word with a group",
         {**SPARK, "kafka.group.id": "g", "startingOffsets": "earliest"},
@@ -197,6 +265,18 @@ def _cases() -> list[tuple[str, dict[str, str], str | None]]:
     # discardBefore.
     case("discardBefore", {**SPARK, "discardBefore": '{"flights": {"1": 40, "0": 30}}'})
     case("discardBefore of another topic", {**SPARK, "discardBefore": '{"other": {"0": 30}}'})
+    case(
+        "discardBefore of two topics",
+        {**two, "discardBefore": '{"flights": {"0": 30}, "arrivals": {"1": 5, "0": 0}}'},
+    )
+    case(
+        "discardBefore with subscribePattern",
+        {**p, "subscribePattern": "f.*", "discardBefore": '{"f1": {"0": 30}, "f2": {"1": 2}}'},
+    )
+    case(
+        "discardBefore offset text, second topic",
+        {**two, "discardBefore": '{"flights": {"0": 30}, "arrivals": {"0": "5"}}'},
+    )
     case("discardBefore not JSON", {**SPARK, "discardBefore": "30"})
     case("discardBefore a list", {**SPARK, "discardBefore": "[30]"})
     case("discardBefore partitions a list", {**SPARK, "discardBefore": '{"flights": [30]}'})

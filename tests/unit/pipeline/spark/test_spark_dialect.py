@@ -16,6 +16,7 @@ from pipeline.spark.options import (
     REFUSED_OPTIONS,
     SourceOptions,
     time_string_ms,
+    topic_matcher,
 )
 from pipeline.spark.partition_reader import binary_array
 from pipeline.spark.schema import spark_schema
@@ -46,7 +47,11 @@ def test_spark_keys_mean_what_floodgates_own_mean() -> None:
         }
     )
     assert spark == own
-    assert (spark.bootstrap_servers, spark.topic, spark.group_id) == ("broker:9092", "flights", "g")
+    assert (spark.bootstrap_servers, spark.topics, spark.group_id) == (
+        "broker:9092",
+        ("flights",),
+        "g",
+    )
     assert spark.max_rows_per_trigger == 500
     assert spark.client == {}  # kafka.bootstrap.servers and kafka.group.id are taken out
 
@@ -66,6 +71,7 @@ def test_without_a_group_the_source_uses_its_own_and_commits_nothing_as_spark() 
     [
         ("topic", "subscribe", {**SPARK, "topic": "flights"}),
         ("subscribe", "assign", {**SPARK, "assign": '{"flights": [0]}'}),
+        ("subscribe", "subscribePattern", {**SPARK, "subscribePattern": "f.*"}),
         ("bootstrap.servers", "kafka.bootstrap.servers", {**SPARK, "bootstrap.servers": "b"}),
         (
             "maxRowsPerTrigger",
@@ -91,39 +97,86 @@ def test_what_to_read_is_required() -> None:
         SourceOptions.parse({"subscribe": "flights"})
 
 
-def test_subscribe_takes_one_topic() -> None:
-    with pytest.raises(ValueError, match="one topic"):
-        parse(subscribe="a,b")
-    assert parse(subscribe=" flights ").topic == "flights"
+def test_subscribe_takes_a_set_of_topics_in_order_as_kafkas_consumer() -> None:
+    parsed = parse(subscribe=" b , a ,, b ")
+    assert (parsed.topics, parsed.topic_pattern, parsed.assigned) == (("b", "a"), None, None)
+    assert parsed.stream == "b,a"  # no stream named: the topics
+    assert parse(subscribe=" flights, flights").topics == ("flights",)
+    assert parse(subscribe=" flights, flights").stream == "flights"
+    with pytest.raises(ValueError, match="subscribe = ',, '; allowed: topic names"):
+        parse(subscribe=",, ")
+    with pytest.raises(ValueError, match="topic = 'a,b'; allowed: one topic"):
+        SourceOptions.parse({"kafka.bootstrap.servers": "b", "topic": "a,b"})
 
 
-def test_assign_names_partitions_of_one_topic() -> None:
-    options = {"kafka.bootstrap.servers": "b:9092", "assign": '{"flights": [2, 0]}'}
+def test_subscribe_pattern_is_a_regular_expression_over_whole_names() -> None:
+    options = {"kafka.bootstrap.servers": "b:9092", "subscribePattern": r" flights\.\w+ "}
     parsed = SourceOptions.parse(options)
-    assert (parsed.topic, parsed.assigned_partitions) == ("flights", (0, 2))
-    for bad in ('{"a": [0], "b": [1]}', '{"a": []}', '{"a": [-1]}', "[0]", "flights"):
+    assert (parsed.topics, parsed.topic_pattern) == (None, r"flights\.\w+")
+    assert parsed.stream == r"flights\.\w+"
+    matches = topic_matcher(parsed.topic_pattern or "")
+    assert matches("flights.eu") and not matches("flights.eu.dead") and not matches("xflights.eu")
+    with pytest.raises(ValueError, match=r"subscribePattern = 'flights\.\['; allowed: a regular"):
+        SourceOptions.parse({**options, "subscribePattern": "flights.["})
+    with pytest.raises(ValueError, match="subscribePattern"):
+        SourceOptions.parse({**options, "subscribePattern": "  "})
+
+
+def test_assign_names_partitions_of_one_or_more_topics() -> None:
+    options = {"kafka.bootstrap.servers": "b:9092", "assign": '{"flights": [2, 0], "a": [1, 1]}'}
+    parsed = SourceOptions.parse(options)
+    assert parsed.topics == ("a", "flights")
+    assert parsed.assigned == {"a": (1,), "flights": (0, 2)}
+    for bad in ("{}", '{"a": [0], "b": []}', '{"a": [-1]}', "[0]", "flights"):
         with pytest.raises(ValueError, match="assign"):
             SourceOptions.parse({**options, "assign": bad})
     with pytest.raises(ValueError, match="same partitions"):
-        SourceOptions.parse({**options, "startingOffsets": '{"flights": {"0": 5}}'})
+        SourceOptions.parse(
+            {**options, "startingOffsets": '{"flights": {"0": 5, "2": 1}, "a": {"0": 5}}'}
+        )
 
 
 def test_starting_offsets_take_sparks_json_with_minus_two_and_minus_one() -> None:
     parsed = parse(startingOffsets='{"flights": {"0": 23, "1": -2, "2": -1}}')
     assert parsed.starting_offsets == "specific"
-    assert parsed.starting_partition_offsets == {0: 23, 1: -2, 2: -1}
+    assert parsed.starting_partition_offsets == {"flights": {0: 23, 1: -2, 2: -1}}
+    two = parse(
+        subscribe="flights,arrivals", startingOffsets='{"arrivals": {"0": 4}, "flights": {"1": -2}}'
+    )
+    assert two.starting_partition_offsets == {"arrivals": {0: 4}, "flights": {1: -2}}
     assert parse(startingOffsets="earliest").starting_offsets == "earliest"
 
 
 @pytest.mark.parametrize(
     "bad",
-    ['{"other": {"0": 1}}', '{"flights": {"0": -3}}', '{"flights": {}}', "{", '{"flights": 3}'],
+    ['{"flights": {"0": -3}}', '{"flights": {}}', "{", '{"flights": 3}', "{}"],
 )
 def test_other_starting_offsets_are_refused_with_the_allowed_shape(bad: str) -> None:
     with pytest.raises(ValueError) as info:
         parse(startingOffsets=bad)
-    assert "startingOffsets" in str(info.value)
-    assert '"flights"' in str(info.value)  # the shape, with the topic read
+    assert f"startingOffsets = {bad!r}" in str(info.value)
+    assert '{"<topic>": {"<partition>": <offset>}, ...}' in str(info.value)
+
+
+def test_starting_offsets_of_a_topic_not_read_are_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="names topic 'other', which subscribe does not"):
+        parse(subscribe="flights,arrivals", startingOffsets='{"other": {"0": 1}}')
+    # A pattern's topics are known at the query's start only: any topic is taken.
+    pattern = SourceOptions.parse(
+        {
+            "kafka.bootstrap.servers": "b",
+            "subscribePattern": "f.*",
+            "startingOffsets": '{"other": {"0": 1}}',
+        }
+    )
+    assert pattern.starting_partition_offsets == {"other": {0: 1}}
+
+
+def test_discard_before_is_per_topic_and_partition() -> None:
+    parsed = parse(
+        subscribe="flights,arrivals", discardBefore='{"flights": {"0": 3}, "arrivals": {"1": 9}}'
+    )
+    assert parsed.discard_before == {"flights": {0: 3}, "arrivals": {1: 9}}
 
 
 @pytest.mark.parametrize("key", sorted(REFUSED_OPTIONS))
