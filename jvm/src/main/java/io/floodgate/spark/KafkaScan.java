@@ -30,7 +30,7 @@ final class KafkaScan implements Scan {
 
   @Override
   public String description() {
-    return "floodgate_kafka[" + options.topic + "]";
+    return "floodgate_kafka[" + options.describe() + "]";
   }
 
   @Override
