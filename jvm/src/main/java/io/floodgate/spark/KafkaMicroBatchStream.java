@@ -202,7 +202,7 @@ public final class KafkaMicroBatchStream
    * {@code begin} without the topic-partitions no longer read ({@code latest} lacks them: the topic
    * was deleted), as Spark's Kafka source ({@code KafkaMicroBatchStream.planInputPartitions}: "...
    * are gone. Some data may have been missed"): with {@code failOnDataLoss} (the default) the query
-   * fails, naming them; else they are logged and dropped.
+   * fails, naming them; else they are dropped, logging {@code FG-SOURCE-004}.
    *
    * @throws IllegalStateException a topic-partition was deleted and {@code failOnDataLoss} is true
    */
@@ -229,7 +229,7 @@ public final class KafkaMicroBatchStream
                 + "; their tuples after the last micro-batch may be lost. Set failOnDataLoss ="
                 + " false to go on without them (as Spark's Kafka source)");
       }
-      LOG.warn("{}: dropped from the offsets", what);
+      LOG.warn("FG-SOURCE-004 {}: dropped from the offsets (failOnDataLoss = false)", what);
     }
     return out;
   }

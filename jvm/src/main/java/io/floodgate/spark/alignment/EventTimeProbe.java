@@ -68,7 +68,7 @@ public final class EventTimeProbe implements AutoCloseable {
   private long reads;
 
   /**
-   * @param consumerProperties a consumer of the topic (read committed, never subscribing, never
+   * @param consumerProperties a consumer of the cluster (read committed, never subscribing, never
    *     committing: {@code KafkaClients.consumer}); the probe's own fetch settings go on top
    * @param topic the topics read, for messages (names joined by {@code ,}, or the pattern)
    * @param eventTime a record's event time

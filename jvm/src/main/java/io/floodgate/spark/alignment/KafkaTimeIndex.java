@@ -38,7 +38,7 @@ public final class KafkaTimeIndex implements AutoCloseable {
   private long requests;
 
   /**
-   * @param consumerProperties a consumer of the topic ({@code KafkaClients.consumer}; read
+   * @param consumerProperties a consumer of the cluster ({@code KafkaClients.consumer}; read
    *     committed)
    * @param topic the topics read, for messages (names joined by {@code ,}, or the pattern)
    * @param timeout how long one request may wait for the brokers
