@@ -12,7 +12,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from pipeline.demo.reception import read_all
 from pipeline.kafka.topics import ensure_topics
@@ -108,3 +110,50 @@ def test_a_pattern_reads_new_topics_commits_per_topic_partition_and_names_dead_l
     assert headers["floodgate.offset"] == "1"
     assert headers["floodgate.stream"] == f"several\\.{run}\\.[a-z]+"
     assert letters[0].value() == b"this is not avro"
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False], ids=["fail", "drop"])
+def test_a_deleted_topic_of_a_pattern_fails_the_query_or_is_dropped(
+    spark: Any, bootstrap: str, fail_on_data_loss: bool
+) -> None:
+    """A topic the query read that is deleted: with ``failOnDataLoss`` the query fails
+    naming its topic-partitions, as Spark's Kafka source ("... are gone"); without, it
+    is dropped (``FG-SOURCE-004``) and the other topics are read on."""
+    run = uuid.uuid4().hex[:8]
+    first, second = f"gone.{run}.a", f"gone.{run}.b"
+    ensure_topics(bootstrap, {first: (1, None), second: (1, None)})
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for topic in (first, second):
+        for i in range(2):
+            producer.produce(topic, value=f"{topic}-{i}".encode())
+    assert producer.flush(30) == 0
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribePattern": rf"gone\.{run}\.[a-z]",
+        "startingOffsets": "earliest",
+        "failOnDataLoss": str(fail_on_data_loss).lower(),
+    }
+    table = f"gone_{run}_{fail_on_data_loss}"
+    df = spark.readStream.format(SOURCE_NAME).options(**options).load()
+    query = df.select("topic", "offset").writeStream.format("memory").queryName(table).start()
+
+    def read() -> set[tuple[str, int]]:
+        query.processAllAvailable()
+        return {(r.topic, r.offset) for r in spark.sql(f"SELECT * FROM {table}").collect()}
+
+    try:
+        wait_until(lambda: len(read()) == 4, 120, "both topics' rows")
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures need it
+        admin.delete_topics([second])[second].result(30)
+        producer.produce(first, value=b"after")
+        assert producer.flush(30) == 0
+        if fail_on_data_loss:
+            wait_until(lambda: query.exception() is not None, 120, "the query's failure")
+            message = str(query.exception())
+            assert f"[{second}-0] are gone" in message, message
+            assert "failOnDataLoss" in message, message
+        else:
+            wait_until(lambda: (first, 2) in read(), 120, "the first topic's new row")
+            assert query.isActive
+    finally:
+        query.stop()

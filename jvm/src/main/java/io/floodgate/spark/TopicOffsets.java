@@ -11,6 +11,7 @@ import java.util.TreeSet;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.TimeoutException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
@@ -55,9 +56,27 @@ final class TopicOffsets implements AutoCloseable {
     return subscription.partitions(consumer());
   }
 
-  /** The last stable offsets (read committed) of the topic-partitions read now. */
+  /**
+   * The last stable offsets (read committed) of the topic-partitions read now.
+   *
+   * <p>A topic deleted between the listing of the topic-partitions and the read of their offsets
+   * (the broker answers nothing for it until the read times out) is listed again once: when the
+   * topic-partitions read have changed meanwhile, those of now are read, so that the planning sees
+   * the topic gone ({@code failOnDataLoss}) instead of failing on the timeout.
+   *
+   * @throws TimeoutException the offsets were not answered in time, the topic-partitions unchanged
+   */
   SortedMap<TopicPartition, Long> latest() {
-    return latest(topicPartitions());
+    SortedSet<TopicPartition> tps = topicPartitions();
+    try {
+      return latest(tps);
+    } catch (TimeoutException e) {
+      SortedSet<TopicPartition> now = topicPartitions();
+      if (now.equals(tps)) {
+        throw e;
+      }
+      return latest(now);
+    }
   }
 
   /** The last stable offsets (read committed) of {@code tps}. */
