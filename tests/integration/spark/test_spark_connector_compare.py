@@ -144,6 +144,30 @@ def test_a_query_of_two_subscribed_topics_reads_the_same_rows_from_both(bootstra
 
 
 @pytest.mark.apache_kafka
+def test_a_query_of_partitions_of_two_topics_assigned_reads_the_same_rows_from_both(
+    bootstrap: str,
+) -> None:
+    """``assign`` of partitions of two topics, ``startingOffsets`` naming exactly them."""
+    run = uuid.uuid4().hex[:8]
+    first, second = f"compare.assign.a.{run}", f"compare.assign.b.{run}"
+    ensure_topics(bootstrap, {first: (2, None), second: (1, None)})
+    _produce(bootstrap, first)
+    _produce(bootstrap, second, count=9, partitions=1)
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "assign": json.dumps({second: [0], first: [1]}),
+        "startingOffsets": json.dumps({first: {"1": -2}, second: {"0": 3}}),
+        "includeHeaders": "true",
+    }
+    result = compare(options, formats=SEVERAL_TOPICS)
+    spark = result["kafka"]
+    assert {(r["topic"], r["partition"]) for r in spark["rows"]} == {(first, 1), (second, 0)}
+    assert len(spark["rows"]) == 8 + (9 - 3)  # first's partition 1 holds every third tuple
+    assert result["floodgate_kafka"]["schema"] == spark["schema"]
+    assert result["floodgate_kafka"]["rows"] == spark["rows"]
+
+
+@pytest.mark.apache_kafka
 def test_a_query_of_a_pattern_reads_the_same_rows_from_both(bootstrap: str) -> None:
     """``subscribePattern``: the topics whose name matches, from earliest. Anchored
     (``^...$``), as the design's whole-name match (Kafka's consumer,
