@@ -360,7 +360,16 @@ public final class KafkaMicroBatchStream
       return;
     }
     Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
-    SourceOffset.of(end).offsets().forEach((tp, o) -> offsets.put(tp, new OffsetAndMetadata(o)));
+    SourceOffset.of(end)
+        .offsets()
+        .forEach(
+            (tp, o) -> {
+              // A topic-partition gone since (its topic deleted, failOnDataLoss = false) is not
+              // committed: the group's commit of it would fail once its retries time out.
+              if (lastLatest.isEmpty() || lastLatest.containsKey(tp)) {
+                offsets.put(tp, new OffsetAndMetadata(o));
+              }
+            });
     if (!offsets.isEmpty()) {
       stoppable(
           () -> {
