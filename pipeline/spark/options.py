@@ -374,6 +374,20 @@ class SourceOptions:
     fields: tuple[str, ...] | None = None
 
     @property
+    def topic(self) -> str:
+        """The one topic read (transitional, while the source reads one topic).
+
+        Raises:
+            ValueError: the options name several topics or a pattern.
+        """
+        if self.topics is None or len(self.topics) != 1:
+            raise ValueError(
+                f"{SOURCE_NAME}: this source reads one topic; "
+                f"given {self.topics or self.topic_pattern!r}"
+            )
+        return self.topics[0]
+
+    @property
     def decoded(self) -> bool:
         """Whether tuples are decoded with a schema (``schema`` given)."""
         return self.schema_name is not None

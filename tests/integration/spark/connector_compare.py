@@ -41,7 +41,7 @@ def run(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
 
     Returns:
         ``{"schema": <the source's schema as DDL>, "rows": [<row as a list>, ...]}``,
-        rows by partition and offset.
+        rows by topic, partition and offset.
     """
     df = spark.readStream.format(fmt).options(**options).load()
     df.createOrReplaceTempView("src")
@@ -54,7 +54,7 @@ def run(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
         .start()
     )
     query.awaitTermination(300)
-    rows = spark.sql(f"SELECT * FROM {table} ORDER BY partition, offset").collect()
+    rows = spark.sql(f"SELECT * FROM {table} ORDER BY topic, partition, offset").collect()
     return {
         "schema": df.schema.simpleString(),
         "rows": [json.loads(json.dumps(row.asDict(recursive=True), default=str)) for row in rows],
@@ -69,7 +69,7 @@ def run_batch(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
     """
     df = spark.read.format(fmt).options(**options).load()
     df.createOrReplaceTempView("src")
-    rows = spark.sql(f"SELECT * FROM ({QUERY}) ORDER BY partition, offset").collect()
+    rows = spark.sql(f"SELECT * FROM ({QUERY}) ORDER BY topic, partition, offset").collect()
     return {
         "schema": df.schema.simpleString(),
         "rows": [json.loads(json.dumps(row.asDict(recursive=True), default=str)) for row in rows],
@@ -78,7 +78,8 @@ def run_batch(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
 
 def main(request: dict[str, Any]) -> dict[str, Any]:
     """Run every format of :data:`FORMATS` (of :data:`BATCH_FORMATS` when
-    ``request["mode"]`` is ``batch``) with ``request["options"]``; the session's
+    ``request["mode"]`` is ``batch``; only those of ``request["formats"]`` when it
+    names some) with ``request["options"]``; the session's
     JVM starts with ``request["jars"]`` (Spark's connector) given to ``--jars`` in
     ``PYSPARK_SUBMIT_ARGS``, as ``spark-submit --jars`` would: a ``spark.jars`` set
     once the JVM runs does not reach the class path data sources are looked up in."""
@@ -89,9 +90,12 @@ def main(request: dict[str, Any]) -> dict[str, Any]:
     spark = build_spark_session(app_name="floodgate-connector-compare", master="local[2]")
     try:
         spark.dataSource.register(KafkaStreamDataSource)
+        wanted = request.get("formats")
         if request.get("mode") == "batch":
-            return {fmt: run_batch(spark, fmt, request["options"]) for fmt in BATCH_FORMATS}
-        return {fmt: run(spark, fmt, request["options"]) for fmt in FORMATS}
+            formats = [f for f in BATCH_FORMATS if wanted is None or f in wanted]
+            return {fmt: run_batch(spark, fmt, request["options"]) for fmt in formats}
+        formats = [f for f in FORMATS if wanted is None or f in wanted]
+        return {fmt: run(spark, fmt, request["options"]) for fmt in formats}
     finally:
         spark.stop()
 

@@ -14,9 +14,9 @@ import java.util.TreeSet;
 import java.util.regex.Pattern;
 
 /**
- * Spark's Kafka JSON options, {@code assign}, {@code startingOffsets} and {@code discardBefore},
- * read as the Python source's {@code pipeline.spark.options} reads them ({@code OptionMap.topic},
- * {@code json_offsets}).
+ * Spark's Kafka JSON options, {@code assign}, {@code startingOffsets}, {@code endingOffsets} and
+ * {@code discardBefore}, over any number of topics, read as the Python source's {@code
+ * pipeline.spark.options} reads them ({@code json_offsets}).
  */
 final class Assignment {
   /** Python's {@code json.loads}: one JSON value, nothing after it. */
@@ -29,39 +29,46 @@ final class Assignment {
   private Assignment() {}
 
   /**
-   * {@code assign}: {@code {"<topic>": [<partition>, ...]}} of one topic, partitions JSON whole
-   * numbers from 0 to {@code Integer.MAX_VALUE}.
+   * {@code assign}: {@code {"<topic>": [<partition>, ...], ...}}, one or more topics, each a
+   * non-empty list of partitions, JSON whole numbers from 0 to {@code Integer.MAX_VALUE} (Spark's
+   * {@code AssignStrategy} reads the same JSON).
    *
-   * @return {@code [topic, sorted distinct partitions]}
+   * @return topic to its sorted distinct partitions, topics in name order
    * @throws IllegalArgumentException another shape (the message names the option and its value)
    */
-  static Object[] parse(String text) {
+  static SortedMap<String, List<Integer>> parse(String text) {
     String refusal =
         "assign = "
             + SourceOptions.repr(text)
-            + "; allowed: {\"<topic>\": [<partition>, ...]} for one topic";
+            + "; allowed: {\"<topic>\": [<partition>, ...], ...}: one or more topics, each with"
+            + " one or more partitions 0..2147483647";
     JsonNode value;
     try {
       value = readJson(text);
     } catch (IllegalArgumentException e) {
       throw SourceOptions.refuse(refusal);
     }
-    if (!value.isObject() || value.size() != 1) {
+    if (!value.isObject() || value.isEmpty()) {
       throw SourceOptions.refuse(refusal);
     }
-    String topic = value.fieldNames().next();
-    JsonNode list = value.get(topic);
-    if (!list.isArray() || list.isEmpty()) {
-      throw SourceOptions.refuse(refusal);
-    }
-    TreeSet<Integer> partitions = new TreeSet<>();
-    for (JsonNode p : list) {
-      if (!p.isIntegralNumber() || !p.canConvertToInt() || p.asInt() < 0) {
+    SortedMap<String, List<Integer>> assigned = new TreeMap<>();
+    Iterator<Map.Entry<String, JsonNode>> topics = value.fields();
+    while (topics.hasNext()) {
+      Map.Entry<String, JsonNode> topic = topics.next();
+      JsonNode list = topic.getValue();
+      if (topic.getKey().isEmpty() || !list.isArray() || list.isEmpty()) {
         throw SourceOptions.refuse(refusal);
       }
-      partitions.add(p.asInt());
+      TreeSet<Integer> partitions = new TreeSet<>();
+      for (JsonNode p : list) {
+        if (!p.isIntegralNumber() || !p.canConvertToInt() || p.asInt() < 0) {
+          throw SourceOptions.refuse(refusal);
+        }
+        partitions.add(p.asInt());
+      }
+      assigned.put(topic.getKey(), List.copyOf(new ArrayList<>(partitions)));
     }
-    return new Object[] {topic, List.copyOf(new ArrayList<>(partitions))};
+    return assigned;
   }
 
   /**
@@ -82,17 +89,25 @@ final class Assignment {
   }
 
   /**
-   * Option text in Spark's Kafka JSON naming {@code topic} alone ({@code startingOffsets}, {@code
-   * endingOffsets}): its offsets, as {@link #offsets}.
+   * Option text in Spark's Kafka JSON {@code {"<topic>": {"<partition>": <offset>}, ...}} ({@code
+   * startingOffsets}, {@code endingOffsets}, {@code discardBefore}): the offsets of every topic it
+   * names, each as {@link #offsets}.
    *
-   * @throws IllegalArgumentException not JSON, another topic named too, or another shape
+   * @return topic to its offsets, topics in name order
+   * @throws IllegalArgumentException not JSON, or another shape
    */
-  static SortedMap<Integer, Long> topicOffsets(String topic, String text) {
+  static SortedMap<String, SortedMap<Integer, Long>> allOffsets(String text) {
     JsonNode value = readJson(text);
-    if (!value.isObject() || value.size() != 1 || !value.has(topic)) {
-      throw new IllegalArgumentException("not the offsets of topic " + topic + " alone");
+    if (!value.isObject()) {
+      throw new IllegalArgumentException("not a JSON object");
     }
-    return offsets(topic, value);
+    SortedMap<String, SortedMap<Integer, Long>> out = new TreeMap<>();
+    Iterator<String> topics = value.fieldNames();
+    while (topics.hasNext()) {
+      String topic = topics.next();
+      out.put(topic, offsets(topic, value));
+    }
+    return out;
   }
 
   /**

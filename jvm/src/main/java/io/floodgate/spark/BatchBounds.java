@@ -1,19 +1,21 @@
 package io.floodgate.spark;
 
+import io.floodgate.spark.offsets.TopicPartitions;
 import java.io.Serializable;
 import java.util.HashMap;
 import java.util.Locale;
 import java.util.Map;
 import java.util.SortedMap;
-import java.util.TreeMap;
+import org.apache.kafka.common.TopicPartition;
 
 /**
- * What a batch query ({@code spark.read}) reads of the topic, from the options a streaming query
+ * What a batch query ({@code spark.read}) reads of its topics, from the options a streaming query
  * does not take: {@code endingOffsets} ({@code latest}, the default, or Spark's JSON with -1 for a
- * partition's latest offset), and whether {@code startingOffsets} was given at all (a batch query
- * starts at {@code earliest} by default, as Spark's Kafka source; a streaming one at {@code latest}
- * or the committed offsets). Spark's {@code KafkaSourceProvider} reads the same two options, with
- * the same refusals: a batch cannot start at {@code latest} nor end at {@code earliest}.
+ * topic-partition's latest offset), and whether {@code startingOffsets} was given at all (a batch
+ * query starts at {@code earliest} by default, as Spark's Kafka source; a streaming one at {@code
+ * latest} or the committed offsets). Spark's {@code KafkaSourceProvider} reads the same two
+ * options, with the same refusals: a batch cannot start at {@code latest} nor end at {@code
+ * earliest}.
  */
 final class BatchBounds implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -51,50 +53,43 @@ final class BatchBounds implements Serializable {
   }
 
   /**
-   * The end offset of each partition: {@code latest} (the last stable offsets) or Spark's JSON,
-   * every partition read named, -1 for its latest.
+   * The end offset of each topic-partition read: {@code latest} (the last stable offsets) or
+   * Spark's JSON {@code {"<topic>": {"<partition>": <offset>}, ...}} naming every topic-partition
+   * read, -1 for its latest (Spark's {@code KafkaSourceProvider} and {@code
+   * KafkaOffsetReaderAdmin.fetchSpecificOffsets} take the same).
    *
-   * @throws IllegalArgumentException {@code earliest}, -2, a partition not read, or another shape
+   * @param latest the last stable offset of every topic-partition read
+   * @throws IllegalArgumentException {@code earliest}, -2, a topic-partition not read or one read
+   *     not named, or another shape
    */
-  SortedMap<Integer, Long> ends(String topic, SortedMap<Integer, Long> latest) {
+  SortedMap<TopicPartition, Long> ends(SortedMap<TopicPartition, Long> latest) {
     String text = endingOffsets == null ? "latest" : endingOffsets.strip();
     if (text.equalsIgnoreCase("latest")) {
-      return new TreeMap<>(latest);
+      return TopicPartitions.sorted(latest);
     }
     String allowed =
-        "allowed: latest, or JSON {\""
-            + topic
-            + "\": {\"<partition>\": <offset>}} with -1 for latest, as Spark's Kafka source (a"
-            + " batch query cannot end at earliest)";
-    SortedMap<Integer, Long> given;
+        "allowed: latest, or JSON {\"<topic>\": {\"<partition>\": <offset>}, ...} with -1 for"
+            + " latest, as Spark's Kafka source (a batch query cannot end at earliest)";
+    SortedMap<TopicPartition, Long> given;
     try {
-      given = Assignment.topicOffsets(topic, text);
+      given = TopicPartitions.flatten(Assignment.allOffsets(text));
     } catch (IllegalArgumentException e) {
       throw SourceOptions.refuse("endingOffsets = " + text + "; " + allowed);
     }
     if (!given.keySet().equals(latest.keySet())) {
       throw SourceOptions.refuse(
-          "endingOffsets names partitions "
+          "endingOffsets names topic-partitions "
               + given.keySet()
-              + " of '"
-              + topic
-              + "', which reads partitions "
+              + ", but the source reads "
               + latest.keySet()
               + ": name every one (as Spark's Kafka source requires)");
     }
-    SortedMap<Integer, Long> ends = new TreeMap<>();
-    for (Map.Entry<Integer, Long> e : given.entrySet()) {
+    SortedMap<TopicPartition, Long> ends = TopicPartitions.empty();
+    for (Map.Entry<TopicPartition, Long> e : given.entrySet()) {
       long o = e.getValue();
       if (o < SourceOptions.LATEST) {
         throw SourceOptions.refuse(
-            "endingOffsets = "
-                + text
-                + ": partition "
-                + e.getKey()
-                + " ends at "
-                + o
-                + "; "
-                + allowed);
+            "endingOffsets = " + text + ": " + e.getKey() + " ends at " + o + "; " + allowed);
       }
       ends.put(e.getKey(), o == SourceOptions.LATEST ? latest.get(e.getKey()) : o);
     }

@@ -16,8 +16,9 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * {@code spark.readStream.format("floodgate_kafka")}: one Kafka topic of Avro tuples, as a Spark
- * streaming source on the JVM. Registered through {@code
+ * {@code spark.readStream.format("floodgate_kafka")}: Kafka topics of Avro tuples (one, several
+ * named, or those a pattern matches, as Spark's Kafka source reads them), as a Spark streaming (and
+ * batch) source on the JVM. Registered through {@code
  * META-INF/services/org.apache.spark.sql.sources.DataSourceRegister}, like Spark's own {@code
  * kafka} source; its options are documented in docs/reference/spark-kafka-options.md.
  */

@@ -10,7 +10,9 @@ import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** The topic as a table Spark reads in micro-batches, or in one batch ({@code spark.read}). */
+/**
+ * The topics read as a table Spark reads in micro-batches, or in one batch ({@code spark.read}).
+ */
 final class FloodgateKafkaTable implements SupportsRead {
   private final StructType schema;
   private final Map<String, String> properties;

@@ -4,6 +4,7 @@ import io.floodgate.spark.alignment.EventTimeAligner;
 import io.floodgate.spark.alignment.IdleTracker;
 import io.floodgate.spark.offsets.BatchPlanner;
 import io.floodgate.spark.offsets.SourceOffset;
+import io.floodgate.spark.offsets.TopicPartitions;
 import io.floodgate.spark.offsets.WatermarkLog;
 import io.floodgate.spark.read.KafkaRange;
 import io.floodgate.spark.read.KafkaTask;
@@ -19,7 +20,6 @@ import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
 import java.util.SortedMap;
-import java.util.TreeMap;
 import java.util.function.Supplier;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
@@ -39,17 +39,26 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * Plans the micro-batches of one streaming query over a Kafka topic, on the driver.
+ * Plans the micro-batches of one streaming query over the topics it reads ({@code topic}, {@code
+ * subscribe}, {@code subscribePattern} or {@code assign}), on the driver, as Spark's own {@code
+ * KafkaMicroBatchStream} does: every offset is per topic-partition.
  *
  * <ul>
- *   <li>{@link #latestOffset(Offset, ReadLimit)}: the available offsets capped by the read limit
- *       ({@code maxOffsetsPerTrigger}; {@link BatchPlanner}), delayed by {@code
+ *   <li>{@link #latestOffset(Offset, ReadLimit)}: the topic-partitions read now ({@link
+ *       Subscription}, asked again each time: a partition added to a topic, or a topic created that
+ *       matches {@code subscribePattern}, starts at its earliest offset, as Spark's source starts
+ *       them), their available offsets capped by the read limit ({@code maxOffsetsPerTrigger}, one
+ *       budget over every topic-partition; {@link BatchPlanner}), delayed by {@code
  *       minOffsetsPerTrigger}/{@code maxTriggerDelay}, capped in event time ({@code
  *       maxEventTimeDriftMs}), and never past the target of a Trigger.AvailableNow run;
- *   <li>{@link #planInputPartitions}: a task per Kafka partition with tuples in {@code [start,
+ *   <li>{@link #planInputPartitions}: a task per topic-partition with tuples in {@code [start,
  *       end)}, or at most {@code maxTasks} tasks ({@link KafkaTask#group});
- *   <li>{@link #commit}: the end offsets to the consumer group ({@code commitOffsets}).
+ *   <li>{@link #commit}: every topic-partition's end offset to the consumer group ({@code
+ *       commitOffsets}).
  * </ul>
+ *
+ * <p>A topic-partition that is no longer there (its topic deleted) fails the planning with {@code
+ * failOnDataLoss} (the default), as Spark's source does; without, it is logged and dropped.
  *
  * <p>Offsets are {@link SourceOffset}s, the Python source's JSON byte for byte.
  */
@@ -67,19 +76,20 @@ public final class KafkaMicroBatchStream
   private final EventTimeAligner aligner;
   private final IdleTracker idle;
   private final TopicOffsets offsets;
-  private SortedMap<Integer, Long> availableNowTarget;
+  private SortedMap<TopicPartition, Long> availableNowTarget;
 
   /** When the last micro-batch was let through (minOffsetsPerTrigger); 0: never. */
   private long lastTriggerMs;
 
-  private SortedMap<Integer, Long> lastLatest = new TreeMap<>();
+  private SortedMap<TopicPartition, Long> lastLatest = TopicPartitions.empty();
 
   /**
-   * Where each partition added to the topic after the query started begins: its earliest offset
-   * when first seen (as Spark's Kafka source starts an added partition), kept so that the
-   * micro-batch's tasks read from where it was planned.
+   * Where each topic-partition first seen after the query started begins (a partition added to a
+   * topic, a topic created that matches the pattern): its earliest offset when first seen (as
+   * Spark's Kafka source starts them), kept so that the micro-batch's tasks read from where it was
+   * planned.
    */
-  private final Map<Integer, Long> addedStarts = new HashMap<>();
+  private final Map<TopicPartition, Long> addedStarts = new HashMap<>();
 
   KafkaMicroBatchStream(
       SourceOptions options, StructType schema, RowLayout layout, EventTimeAligner aligner) {
@@ -93,8 +103,11 @@ public final class KafkaMicroBatchStream
     this.accumulators = SourceAccumulators.register(context, options.stream);
   }
 
-  /** The last stable offsets (read committed) per partition, remembered for the lag metric. */
-  private SortedMap<Integer, Long> latest() {
+  /**
+   * The last stable offsets (read committed) of the topic-partitions read now, remembered for the
+   * lag metric.
+   */
+  private SortedMap<TopicPartition, Long> latest() {
     lastLatest = offsets.latest();
     return lastLatest;
   }
@@ -125,15 +138,15 @@ public final class KafkaMicroBatchStream
   }
 
   private Offset startingOffset() {
-    SortedMap<Integer, Long> start =
+    SortedMap<TopicPartition, Long> start =
         offsets.start(options.startingOffsets, options.startingPartitionOffsets);
     LOG.info("source {}: initial offsets {}", options.stream, start);
-    return new SourceOffset(options.topic, start);
+    return new SourceOffset(start);
   }
 
   @Override
   public Offset deserializeOffset(String json) {
-    return SourceOffset.parse(options.topic, json);
+    return SourceOffset.parse(json);
   }
 
   @Override
@@ -155,11 +168,12 @@ public final class KafkaMicroBatchStream
   }
 
   private Offset plan(Offset start, ReadLimit limit) {
-    SortedMap<Integer, Long> latest = latest();
-    SortedMap<Integer, Long> begin =
-        withAdded(skipDiscarded(SourceOffset.of(options.topic, start).offsets()), latest.keySet());
+    SortedMap<TopicPartition, Long> latest = latest();
+    SortedMap<TopicPartition, Long> begin =
+        skipDiscarded(
+            withAdded(present(SourceOffset.of(start).offsets(), latest), latest.keySet()));
     if (availableNowTarget != null) {
-      SortedMap<Integer, Long> capped = new TreeMap<>();
+      SortedMap<TopicPartition, Long> capped = TopicPartitions.empty();
       latest.forEach(
           (p, o) -> capped.put(p, Math.min(o, availableNowTarget.getOrDefault(p, begin.get(p)))));
       latest = capped;
@@ -168,11 +182,12 @@ public final class KafkaMicroBatchStream
       return start;
     }
     Long maxRows = limit instanceof ReadMaxRows max ? max.maxRows() : null;
-    SortedMap<Integer, Long> end = BatchPlanner.planBatchEnd(begin, latest, maxRows);
+    SortedMap<TopicPartition, Long> end =
+        BatchPlanner.planBatchEnd(begin, latest, maxRows, TopicPartitions.ORDER);
     if (options.maxEventTimeDriftMs != null) {
-      Set<Integer> idlePartitions = idle.observe(latest);
+      Set<TopicPartition> idlePartitions = idle.observe(latest);
       if (availableNowTarget != null) {
-        for (Map.Entry<Integer, Long> e : latest.entrySet()) {
+        for (Map.Entry<TopicPartition, Long> e : latest.entrySet()) {
           if (begin.getOrDefault(e.getKey(), 0L) >= e.getValue()) {
             idlePartitions.add(e.getKey());
           }
@@ -180,7 +195,43 @@ public final class KafkaMicroBatchStream
       }
       end = aligner.align(begin, end, latest, idlePartitions);
     }
-    return new SourceOffset(options.topic, end);
+    return new SourceOffset(end);
+  }
+
+  /**
+   * {@code begin} without the topic-partitions no longer read ({@code latest} lacks them: the topic
+   * was deleted), as Spark's Kafka source ({@code KafkaMicroBatchStream.planInputPartitions}: "...
+   * are gone. Some data may have been missed"): with {@code failOnDataLoss} (the default) the query
+   * fails, naming them; else they are dropped, logging {@code FG-SOURCE-004}.
+   *
+   * @throws IllegalStateException a topic-partition was deleted and {@code failOnDataLoss} is true
+   */
+  private SortedMap<TopicPartition, Long> present(
+      SortedMap<TopicPartition, Long> begin, Map<TopicPartition, Long> latest) {
+    SortedMap<TopicPartition, Long> out = TopicPartitions.sorted(begin);
+    List<TopicPartition> gone = new ArrayList<>();
+    for (TopicPartition tp : begin.keySet()) {
+      if (!latest.containsKey(tp)) {
+        gone.add(tp);
+        out.remove(tp);
+      }
+    }
+    if (!gone.isEmpty()) {
+      String what =
+          "source "
+              + options.stream
+              + ": topic-partitions "
+              + gone
+              + " are gone (their topic was deleted)";
+      if (options.failOnDataLoss) {
+        throw new IllegalStateException(
+            what
+                + "; their tuples after the last micro-batch may be lost. Set failOnDataLoss ="
+                + " false to go on without them (as Spark's Kafka source)");
+      }
+      LOG.warn("FG-SOURCE-004 {}: dropped from the offsets (failOnDataLoss = false)", what);
+    }
+    return out;
   }
 
   /**
@@ -188,7 +239,7 @@ public final class KafkaMicroBatchStream
    * maxTriggerDelay} has not passed since the last micro-batch (Spark's {@code
    * KafkaMicroBatchStream.delayBatch}); never under Trigger.AvailableNow.
    */
-  private boolean delayed(Map<Integer, Long> begin, Map<Integer, Long> latest) {
+  private boolean delayed(Map<TopicPartition, Long> begin, Map<TopicPartition, Long> latest) {
     Long minimum = options.minRowsPerTrigger;
     if (minimum == null || availableNowTarget != null) {
       return false;
@@ -199,7 +250,7 @@ public final class KafkaMicroBatchStream
       return false;
     }
     long waiting = 0;
-    for (Map.Entry<Integer, Long> e : latest.entrySet()) {
+    for (Map.Entry<TopicPartition, Long> e : latest.entrySet()) {
       waiting += Math.max(0, e.getValue() - begin.getOrDefault(e.getKey(), 0L));
     }
     if (waiting < minimum) {
@@ -210,45 +261,52 @@ public final class KafkaMicroBatchStream
   }
 
   /**
-   * {@code begin} with each of {@code partitions} it does not name: a partition added to the topic
-   * since the offsets were planned starts at its earliest offset, not at 0, which retention or
-   * {@code DeleteRecords} may have removed (Spark's {@code KafkaMicroBatchStream} does the same,
-   * logging "Added partition ... starting from earliest").
+   * {@code begin} with each of {@code partitions} it does not name: a topic-partition first seen
+   * since the offsets were planned (a partition added to a topic, a topic created that matches
+   * {@code subscribePattern}) starts at its earliest offset, not at 0, which retention or {@code
+   * DeleteRecords} may have removed (Spark's {@code KafkaMicroBatchStream} does the same, logging
+   * "Added partition ... starting from earliest").
    */
-  private SortedMap<Integer, Long> withAdded(
-      SortedMap<Integer, Long> begin, Set<Integer> partitions) {
+  private SortedMap<TopicPartition, Long> withAdded(
+      SortedMap<TopicPartition, Long> begin, Set<TopicPartition> partitions) {
     List<TopicPartition> unseen = new ArrayList<>();
-    for (int p : partitions) {
+    for (TopicPartition p : partitions) {
       if (!begin.containsKey(p) && !addedStarts.containsKey(p)) {
-        unseen.add(new TopicPartition(options.topic, p));
+        unseen.add(p);
       }
     }
     if (!unseen.isEmpty()) {
-      SortedMap<Integer, Long> found = offsets.earliest(unseen);
+      SortedMap<TopicPartition, Long> found = offsets.earliest(unseen);
       LOG.info(
-          "source {}: partitions added to {} since the query started: read from their earliest"
+          "source {}: topic-partitions added since the query started: read from their earliest"
               + " offsets {}",
           options.stream,
-          options.topic,
           found);
       addedStarts.putAll(found);
     }
-    SortedMap<Integer, Long> out = new TreeMap<>(begin);
-    for (int p : partitions) {
+    SortedMap<TopicPartition, Long> out = TopicPartitions.sorted(begin);
+    for (TopicPartition p : partitions) {
       out.putIfAbsent(p, addedStarts.getOrDefault(p, 0L));
     }
     return out;
   }
 
-  private SortedMap<Integer, Long> skipDiscarded(Map<Integer, Long> begin) {
-    SortedMap<Integer, Long> moved = new TreeMap<>(begin);
-    options.discardBefore.forEach((p, o) -> moved.merge(p, o, Math::max));
+  /** {@code begin} moved up to {@code discardBefore}, for the topic-partitions it holds. */
+  private SortedMap<TopicPartition, Long> skipDiscarded(Map<TopicPartition, Long> begin) {
+    SortedMap<TopicPartition, Long> moved = TopicPartitions.sorted(begin);
+    TopicPartitions.flatten(options.discardBefore)
+        .forEach(
+            (p, o) -> {
+              if (moved.containsKey(p)) {
+                moved.merge(p, o, Math::max);
+              }
+            });
     return moved;
   }
 
   @Override
   public Offset reportLatestOffset() {
-    return stoppable(() -> new SourceOffset(options.topic, latest()));
+    return stoppable(() -> new SourceOffset(latest()));
   }
 
   @Override
@@ -258,18 +316,14 @@ public final class KafkaMicroBatchStream
 
   @Override
   public InputPartition[] planInputPartitions(Offset start, Offset end) {
-    SortedMap<Integer, Long> finish = SourceOffset.of(options.topic, end).offsets();
-    SortedMap<Integer, Long> begin =
+    SortedMap<TopicPartition, Long> finish = SourceOffset.of(end).offsets();
+    SortedMap<TopicPartition, Long> begin =
         stoppable(
-            () ->
-                withAdded(
-                    skipDiscarded(SourceOffset.of(options.topic, start).offsets()),
-                    finish.keySet()));
+            () -> skipDiscarded(withAdded(SourceOffset.of(start).offsets(), finish.keySet())));
     Long watermark = null;
     Long batch = null;
     if (options.watermarkCheckpoint != null) {
-      long[] logged =
-          WatermarkLog.batchWatermark(options.watermarkCheckpoint, options.topic, finish, 8);
+      long[] logged = WatermarkLog.batchWatermark(options.watermarkCheckpoint, finish, 8);
       if (logged == null) {
         LOG.warn(
             "FG-SOURCE-002 source {}: no offset log entry for {} under {}: late tuples of this"
@@ -283,10 +337,12 @@ public final class KafkaMicroBatchStream
       }
     }
     List<KafkaRange> ranges = new ArrayList<>();
-    for (Map.Entry<Integer, Long> e : finish.entrySet()) {
+    for (Map.Entry<TopicPartition, Long> e : finish.entrySet()) {
       long from = begin.getOrDefault(e.getKey(), 0L);
       if (e.getValue() > from) {
-        ranges.add(new KafkaRange(options.topic, e.getKey(), from, e.getValue(), watermark, batch));
+        TopicPartition tp = e.getKey();
+        ranges.add(
+            new KafkaRange(tp.topic(), tp.partition(), from, e.getValue(), watermark, batch));
       }
     }
     return KafkaTask.partitions(ranges, options.maxTasks);
@@ -304,10 +360,16 @@ public final class KafkaMicroBatchStream
       return;
     }
     Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
-    SourceOffset.of(options.topic, end)
+    SourceOffset.of(end)
         .offsets()
         .forEach(
-            (p, o) -> offsets.put(new TopicPartition(options.topic, p), new OffsetAndMetadata(o)));
+            (tp, o) -> {
+              // A topic-partition gone since (its topic deleted, failOnDataLoss = false) is not
+              // committed: the group's commit of it would fail once its retries time out.
+              if (lastLatest.isEmpty() || lastLatest.containsKey(tp)) {
+                offsets.put(tp, new OffsetAndMetadata(o));
+              }
+            });
     if (!offsets.isEmpty()) {
       stoppable(
           () -> {
@@ -319,7 +381,7 @@ public final class KafkaMicroBatchStream
 
   /**
    * The source's metrics in every {@code StreamingQueryProgress}: {@code lag} (offsets from the
-   * consumed offsets to the last high watermarks seen, summed over partitions), {@code
+   * consumed offsets to the last high watermarks seen, summed over topic-partitions), {@code
    * alignmentCaps}, {@code deadLettered}, {@code sweptRead} and {@code rowsRead} (totals since the
    * query started, from the tasks).
    */
@@ -327,10 +389,10 @@ public final class KafkaMicroBatchStream
   public Map<String, String> metrics(Optional<Offset> latestConsumedOffset) {
     Map<String, String> out = new HashMap<>();
     if (latestConsumedOffset.isPresent()) {
-      SortedMap<Integer, Long> consumed =
-          SourceOffset.of(options.topic, latestConsumedOffset.get()).offsets();
+      SortedMap<TopicPartition, Long> consumed =
+          SourceOffset.of(latestConsumedOffset.get()).offsets();
       long lag = 0;
-      for (Map.Entry<Integer, Long> e : lastLatest.entrySet()) {
+      for (Map.Entry<TopicPartition, Long> e : lastLatest.entrySet()) {
         lag += Math.max(0, e.getValue() - consumed.getOrDefault(e.getKey(), 0L));
       }
       out.put("lag", Long.toString(lag));
@@ -350,6 +412,6 @@ public final class KafkaMicroBatchStream
 
   @Override
   public String toString() {
-    return "FloodgateKafka[" + options.topic + "]";
+    return "FloodgateKafka[" + options.describe() + "]";
   }
 }

@@ -9,7 +9,9 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.types.StructType;
 
-/** A scan of the topic: the micro-batch stream of a streaming query, or a batch query's read. */
+/**
+ * A scan of the topics read: the micro-batch stream of a streaming query, or a batch query's read.
+ */
 final class KafkaScan implements Scan {
   private final StructType schema;
   private final StructType required;
@@ -30,7 +32,7 @@ final class KafkaScan implements Scan {
 
   @Override
   public String description() {
-    return "floodgate_kafka[" + options.topic + "]";
+    return "floodgate_kafka[" + options.describe() + "]";
   }
 
   @Override

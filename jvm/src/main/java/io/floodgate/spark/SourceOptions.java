@@ -43,10 +43,6 @@ public final class SourceOptions implements Serializable {
 
   static {
     REFUSED_OPTIONS.put(
-        "subscribePattern",
-        "the source reads one topic (it plans, sweeps, dead-letters and commits per topic); name"
-            + " it with subscribe, or union one readStream per topic");
-    REFUSED_OPTIONS.put(
         "endingOffsets",
         "it applies to batch queries only (Spark's Kafka source refuses it in streaming queries"
             + " too), and the source is a streaming source");
@@ -87,7 +83,26 @@ public final class SourceOptions implements Serializable {
   }
 
   public final String bootstrapServers;
-  public final String topic;
+
+  /**
+   * The topics read, as {@code topic} (one), {@code subscribe} (comma-separated; each trimmed,
+   * empties and repeats dropped, first kept) or {@code assign} (its topics in name order) names
+   * them; {@code null} with {@code subscribePattern}.
+   */
+  public final List<String> topics;
+
+  /**
+   * {@code subscribePattern}: a Java regular expression matched against the whole topic name
+   * ({@code Pattern.matcher(name).matches()}, as Spark's {@code SubscribePatternStrategy}); {@code
+   * null} otherwise.
+   */
+  public final String topicPattern;
+
+  /**
+   * {@code assign}: topic to its sorted partitions, topics in name order; {@code null}: not given.
+   */
+  public final SortedMap<String, List<Integer>> assigned;
+
   public final String stream;
   public final String schemaName;
   public final String schemasJson;
@@ -97,7 +112,12 @@ public final class SourceOptions implements Serializable {
   /** {@code committed}, {@code earliest}, {@code latest} or {@code specific}. */
   public final String startingOffsets;
 
-  public final SortedMap<Integer, Long> startingPartitionOffsets;
+  /**
+   * {@code startingOffsets} as JSON: topic to partition to offset (-2 earliest, -1 latest), topics
+   * and partitions in order; empty for a word.
+   */
+  public final SortedMap<String, SortedMap<Integer, Long>> startingPartitionOffsets;
+
   public final String deadLetterTopic;
 
   /** {@code server} (the Kafka timestamp) or {@code data_source} ({@code timestampField}). */
@@ -110,7 +130,10 @@ public final class SourceOptions implements Serializable {
   public final Map<String, String> client;
 
   public final String query;
-  public final SortedMap<Integer, Long> discardBefore;
+
+  /** {@code discardBefore}: topic to partition to the first offset read; empty: none. */
+  public final SortedMap<String, SortedMap<Integer, Long>> discardBefore;
+
   public final String sweepCatalog;
   public final boolean keyRequired;
   public final Long maxEventTimeAheadMs;
@@ -137,9 +160,6 @@ public final class SourceOptions implements Serializable {
   /** The key record's fields ({@code keyFields}, comma-separated; {@code null}: none given). */
   public final List<String> keyFields;
 
-  /** The partitions {@code assign} names, sorted; {@code null}: all of the topic's. */
-  public final List<Integer> assignedPartitions;
-
   public final Long minRowsPerTrigger;
   public final long maxTriggerDelayMs;
   public final boolean failOnDataLoss;
@@ -161,11 +181,10 @@ public final class SourceOptions implements Serializable {
     opts.exclusive("bootstrap.servers", "kafka.bootstrap.servers");
     opts.exclusive("group.id", "kafka.group.id");
     opts.exclusive("maxRowsPerTrigger", "maxOffsetsPerTrigger");
-    Object[] named = opts.topic();
-    topic = (String) named[0];
-    @SuppressWarnings("unchecked")
-    List<Integer> assigned = (List<Integer>) named[1];
-    assignedPartitions = assigned;
+    Named named = opts.topics();
+    topics = named.topics;
+    topicPattern = named.pattern;
+    assigned = named.assigned;
     if ((opts.get("watermarkCheckpoint") != null) != (opts.get("lateWindow") != null)) {
       List<String> given = new ArrayList<>();
       for (String k : List.of("watermarkCheckpoint", "lateWindow")) {
@@ -228,10 +247,11 @@ public final class SourceOptions implements Serializable {
     client = Collections.unmodifiableMap(clientProps);
     Long maxRows = opts.whole("maxRowsPerTrigger", 1, "");
     maxRowsPerTrigger = maxRows != null ? maxRows : opts.whole("maxOffsetsPerTrigger", 1, "");
-    Object[] starting = opts.startingOffsets(topic, assigned, namedGroup ? "committed" : "latest");
+    Object[] starting = opts.startingOffsets(named, namedGroup ? "committed" : "latest");
     startingOffsets = (String) starting[0];
     @SuppressWarnings("unchecked")
-    SortedMap<Integer, Long> partitionOffsets = (SortedMap<Integer, Long>) starting[1];
+    SortedMap<String, SortedMap<Integer, Long>> partitionOffsets =
+        (SortedMap<String, SortedMap<Integer, Long>>) starting[1];
     startingPartitionOffsets = partitionOffsets;
     failOnDataLoss = opts.flag("failOnDataLoss", true);
     if (!failOnDataLoss && opts.get("sweepCatalog") != null) {
@@ -243,12 +263,12 @@ public final class SourceOptions implements Serializable {
     Long idle = opts.whole("idlePartitionTimeoutMs", 0, "milliseconds");
     idlePartitionTimeoutMs = idle != null ? idle : 10_000L;
     String stream = opts.get("stream");
-    this.stream = stream != null ? stream : topic;
+    this.stream = stream != null ? stream : named.stream();
     deadLetterTopic = opts.get("deadLetterTopic");
     timestampField = opts.get("timestampField");
     commitOffsets = opts.flag("commitOffsets", namedGroup);
     query = opts.get("query");
-    discardBefore = opts.offsets("discardBefore", topic);
+    discardBefore = opts.offsets("discardBefore");
     sweepCatalog = opts.get("sweepCatalog");
     keyRequired = opts.flag("keyRequired", false);
     maxEventTimeAheadMs = opts.whole("maxEventTimeAheadMs", 0, "milliseconds");
@@ -292,6 +312,11 @@ public final class SourceOptions implements Serializable {
    */
   public static SourceOptions parse(Map<String, String> options) {
     return new SourceOptions(new OptionMap(options));
+  }
+
+  /** What the source reads, for logs and names: the topics joined by {@code ,}, or the pattern. */
+  public String describe() {
+    return topics != null ? String.join(",", topics) : topicPattern;
   }
 
   /** Whether tuples are decoded with a schema (option {@code schema} given). */
@@ -366,6 +391,29 @@ public final class SourceOptions implements Serializable {
     return "[" + String.join(", ", quoted) + "]";
   }
 
+  /** The options that name the topics read, exactly one of which is given. */
+  static final List<String> TOPIC_OPTIONS =
+      List.of("topic", "subscribe", "subscribePattern", "assign");
+
+  /**
+   * What the topic options name.
+   *
+   * @param key the option given
+   * @param topics the topics ({@code null}: a pattern)
+   * @param pattern the pattern ({@code null}: topics)
+   * @param assigned {@code assign}'s partitions ({@code null}: not given)
+   */
+  record Named(
+      String key, List<String> topics, String pattern, SortedMap<String, List<Integer>> assigned) {
+    /** The default of option {@code stream}: the one topic, else the topics joined, the pattern. */
+    String stream() {
+      if (topics == null) {
+        return pattern;
+      }
+      return String.join(",", topics);
+    }
+  }
+
   /** The option map, read by kind; keys are case-insensitive, as Spark's. */
   static final class OptionMap {
     private final Map<String, String> values = new LinkedHashMap<>();
@@ -427,13 +475,13 @@ public final class SourceOptions implements Serializable {
       }
     }
 
-    SortedMap<Integer, Long> offsets(String key, String topic) {
+    SortedMap<String, SortedMap<Integer, Long>> offsets(String key) {
       String text = get(key);
       if (text == null) {
         return new TreeMap<>();
       }
       try {
-        return Assignment.offsets(topic, Assignment.readJson(text));
+        return Assignment.allOffsets(text);
       } catch (IllegalArgumentException e) {
         throw refuse(
             key
@@ -484,10 +532,17 @@ public final class SourceOptions implements Serializable {
       return out;
     }
 
-    /** {@code [topic, assigned partitions or null]}. */
-    Object[] topic() {
+    /**
+     * The topics read: exactly one of {@code topic}, {@code subscribe}, {@code subscribePattern},
+     * {@code assign} (Spark's {@code KafkaSourceProvider} takes one of its three).
+     *
+     * @throws IllegalArgumentException none or two of them, {@code topic} naming several, {@code
+     *     subscribe} naming none, a pattern that does not compile, or {@code assign} of another
+     *     shape
+     */
+    Named topics() {
       List<String> given = new ArrayList<>();
-      for (String k : List.of("topic", "subscribe", "assign")) {
+      for (String k : TOPIC_OPTIONS) {
         if (get(k) != null) {
           given.add(k);
         }
@@ -496,73 +551,131 @@ public final class SourceOptions implements Serializable {
         throw refuse(
             "options '"
                 + String.join("' and '", given)
-                + "' both name the topic to read; give one of them");
+                + "' each name what to read; give one of them");
       }
       if (given.isEmpty()) {
-        throw refuse("option 'subscribe' (or 'topic', or 'assign') is required");
+        throw refuse(
+            "option 'subscribe' (or 'subscribePattern', 'topic', or 'assign') is required");
       }
       String key = given.get(0);
       String text = required(key);
-      if (!key.equals("assign")) {
-        List<String> topics = new ArrayList<>();
-        for (String t : text.split(",")) {
-          if (!t.strip().isEmpty()) {
-            topics.add(t.strip());
-          }
+      switch (key) {
+        case "assign" -> {
+          SortedMap<String, List<Integer>> assigned = Assignment.parse(text);
+          return new Named(key, List.copyOf(assigned.keySet()), null, assigned);
         }
-        if (topics.size() != 1) {
-          throw refuse(
-              key
-                  + " = "
+        case "subscribePattern" -> {
+          String pattern = text.strip();
+          String refusal =
+              "subscribePattern = "
                   + repr(text)
-                  + "; allowed: one topic (the source reads one topic; union one readStream"
-                  + " per topic)");
+                  + "; allowed: a regular expression matched against whole topic names";
+          if (pattern.isEmpty()) {
+            throw refuse(refusal);
+          }
+          try {
+            java.util.regex.Pattern.compile(pattern);
+          } catch (java.util.regex.PatternSyntaxException e) {
+            throw refuse(
+                refusal
+                    + " ("
+                    + e.getDescription()
+                    + " at position "
+                    + e.getIndex()
+                    + "; Java's java.util.regex)");
+          }
+          return new Named(key, null, pattern, null);
         }
-        return new Object[] {topics.get(0), null};
+        default -> {
+          List<String> topics = new ArrayList<>();
+          for (String t : text.split(",")) {
+            String name = t.strip();
+            if (!name.isEmpty() && !topics.contains(name)) {
+              topics.add(name);
+            }
+          }
+          if (topics.isEmpty()) {
+            throw refuse(key + " = " + repr(text) + "; allowed: topic names separated by commas");
+          }
+          if (key.equals("topic") && topics.size() != 1) {
+            throw refuse(
+                "topic = " + repr(text) + "; allowed: one topic (name several with subscribe)");
+          }
+          return new Named(key, List.copyOf(topics), null, null);
+        }
       }
-      return Assignment.parse(text);
     }
 
-    /** {@code [kind, partition offsets]}. */
-    Object[] startingOffsets(String topic, List<Integer> assigned, String fallback) {
+    /**
+     * {@code [kind, offsets per topic]}: a word, or Spark's JSON {@code {"<topic>": {"<partition>":
+     * <offset>}}} with -2 earliest and -1 latest. Every topic it names must be read: one {@code
+     * subscribe}/{@code topic} names ({@code subscribePattern}: any, checked against the matched
+     * topics at the start), and with {@code assign} exactly the assigned topic-partitions.
+     */
+    Object[] startingOffsets(Named named, String fallback) {
       String text = get("startingOffsets");
       List<String> words = List.of("committed", "earliest", "latest");
       if (text == null) {
-        return new Object[] {fallback, new TreeMap<Integer, Long>()};
+        return new Object[] {fallback, new TreeMap<String, SortedMap<Integer, Long>>()};
       }
       String word = text.strip().toLowerCase(Locale.ROOT);
       if (words.contains(word)) {
-        return new Object[] {word, new TreeMap<Integer, Long>()};
+        return new Object[] {word, new TreeMap<String, SortedMap<Integer, Long>>()};
       }
       String allowed =
           "allowed: "
               + String.join(", ", words)
-              + ", or JSON {\""
-              + topic
-              + "\": {\"<partition>\": <offset>}} with -2 for earliest and -1 for latest, as"
-              + " Spark's Kafka source";
-      SortedMap<Integer, Long> offsets;
+              + ", or JSON {\"<topic>\": {\"<partition>\": <offset>}, ...} with -2 for earliest"
+              + " and -1 for latest, as Spark's Kafka source";
+      SortedMap<String, SortedMap<Integer, Long>> offsets;
       try {
-        offsets = Assignment.topicOffsets(topic, text);
+        offsets = Assignment.allOffsets(text);
       } catch (IllegalArgumentException e) {
         throw refuse("startingOffsets = " + repr(text) + "; " + allowed);
       }
-      boolean bad = offsets.isEmpty() || offsets.firstKey() < 0;
-      for (long o : offsets.values()) {
-        bad |= o < EARLIEST;
+      boolean bad = offsets.isEmpty();
+      for (SortedMap<Integer, Long> perTopic : offsets.values()) {
+        bad |= perTopic.isEmpty() || perTopic.firstKey() < 0;
+        for (long o : perTopic.values()) {
+          bad |= o < EARLIEST;
+        }
       }
       if (bad) {
         throw refuse("startingOffsets = " + repr(text) + "; " + allowed);
       }
-      if (assigned != null && !new ArrayList<>(offsets.keySet()).equals(assigned)) {
-        throw refuse(
-            "startingOffsets names partitions "
-                + offsets.keySet()
-                + " of "
-                + repr(topic)
-                + " and assign "
-                + assigned
-                + ": name the same partitions (as Spark)");
+      if (named.topics != null) {
+        for (String t : offsets.keySet()) { // in name order: the first one not read is named
+          if (!named.topics.contains(t)) {
+            List<String> quoted = new ArrayList<>();
+            named.topics.forEach(n -> quoted.add(repr(n)));
+            throw refuse(
+                "startingOffsets names topic "
+                    + repr(t)
+                    + ", which "
+                    + named.key
+                    + " does not; allowed: the topics read ("
+                    + String.join(", ", quoted)
+                    + ")");
+          }
+        }
+      }
+      if (named.assigned != null) {
+        java.util.SortedSet<String> topics = new java.util.TreeSet<>(offsets.keySet());
+        topics.addAll(named.assigned.keySet());
+        for (String t : topics) {
+          List<Integer> given = new ArrayList<>(offsets.getOrDefault(t, new TreeMap<>()).keySet());
+          List<Integer> assigned = named.assigned.getOrDefault(t, List.of());
+          if (!given.equals(assigned)) {
+            throw refuse(
+                "startingOffsets names partitions "
+                    + given
+                    + " of "
+                    + repr(t)
+                    + " and assign "
+                    + assigned
+                    + ": name the same partitions (as Spark)");
+          }
+        }
       }
       return new Object[] {"specific", offsets};
     }

@@ -1,24 +1,25 @@
 package io.floodgate.spark;
 
+import io.floodgate.spark.offsets.TopicPartitions;
 import java.time.Duration;
-import java.util.ArrayList;
+import java.util.Collection;
 import java.util.HashSet;
-import java.util.List;
 import java.util.Map;
 import java.util.SortedMap;
-import java.util.TreeMap;
+import java.util.SortedSet;
 import java.util.TreeSet;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
-import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.TimeoutException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
- * The driver's reads of the topic's offsets, for a streaming query's planning ({@link
- * KafkaMicroBatchStream}) and a batch query's ({@link KafkaBatch}): the partitions read, their
- * earliest and last stable offsets, the consumer group's commits, and where a query starts ({@code
- * startingOffsets}). One consumer (read committed, never subscribing), made on first use.
+ * The driver's reads of the offsets of the topic-partitions read ({@link Subscription}), for a
+ * streaming query's planning ({@link KafkaMicroBatchStream}) and a batch query's ({@link
+ * KafkaBatch}): the topic-partitions, their earliest and last stable offsets, the consumer group's
+ * commits, and where a query starts ({@code startingOffsets}). One consumer (read committed, never
+ * subscribing), made on first use.
  *
  * <p>Not thread-safe: the driver's planning thread uses it.
  */
@@ -26,10 +27,12 @@ final class TopicOffsets implements AutoCloseable {
   private static final Duration READ_TIMEOUT = Duration.ofSeconds(60);
 
   private final SourceOptions options;
+  private final Subscription subscription;
   private KafkaConsumer<byte[], byte[]> consumer;
 
   TopicOffsets(SourceOptions options) {
     this.options = options;
+    this.subscription = new Subscription(options);
   }
 
   KafkaConsumer<byte[], byte[]> consumer() {
@@ -44,109 +47,115 @@ final class TopicOffsets implements AutoCloseable {
   }
 
   /**
-   * The partitions read: the topic's, or those option {@code assign} names.
+   * The topic-partitions read now, looked up again at every call ({@link Subscription}).
    *
-   * @throws IllegalStateException the topic does not exist
-   * @throws IllegalArgumentException {@code assign} names partitions the topic does not have
+   * @throws IllegalStateException a named topic does not exist
+   * @throws IllegalArgumentException {@code assign} names partitions a topic does not have
    */
-  List<Integer> partitions() {
-    List<PartitionInfo> infos = consumer().partitionsFor(options.topic, Duration.ofSeconds(30));
-    if (infos == null || infos.isEmpty()) {
-      throw new IllegalStateException(
-          "topic '" + options.topic + "' is not available: unknown topic");
-    }
-    TreeSet<Integer> all = new TreeSet<>();
-    infos.forEach(i -> all.add(i.partition()));
-    if (options.assignedPartitions == null) {
-      return new ArrayList<>(all);
-    }
-    TreeSet<Integer> absent = new TreeSet<>(options.assignedPartitions);
-    absent.removeAll(all);
-    if (!absent.isEmpty()) {
-      throw SourceOptions.refuse(
-          "assign names partitions "
-              + absent
-              + " of '"
-              + options.topic
-              + "', which has partitions "
-              + all);
-    }
-    return options.assignedPartitions;
-  }
-
-  List<TopicPartition> topicPartitions() {
-    List<TopicPartition> out = new ArrayList<>();
-    partitions().forEach(p -> out.add(new TopicPartition(options.topic, p)));
-    return out;
-  }
-
-  /** The last stable offsets (read committed) of the partitions read. */
-  SortedMap<Integer, Long> latest() {
-    SortedMap<Integer, Long> out = new TreeMap<>();
-    consumer()
-        .endOffsets(topicPartitions(), READ_TIMEOUT)
-        .forEach((tp, o) -> out.put(tp.partition(), o));
-    return out;
-  }
-
-  /** The earliest offsets the broker holds of {@code tps}. */
-  SortedMap<Integer, Long> earliest(List<TopicPartition> tps) {
-    SortedMap<Integer, Long> out = new TreeMap<>();
-    consumer().beginningOffsets(tps, READ_TIMEOUT).forEach((tp, o) -> out.put(tp.partition(), o));
-    return out;
+  SortedSet<TopicPartition> topicPartitions() {
+    return subscription.partitions(consumer());
   }
 
   /**
-   * Where a query starts, per partition: {@code latest}, {@code earliest}, {@code specific}
-   * (Spark's JSON, every partition named, -2 earliest and -1 latest) or {@code committed} (the
-   * consumer group's offsets, the earliest where it has none).
+   * The last stable offsets (read committed) of the topic-partitions read now.
+   *
+   * <p>A topic deleted between the listing of the topic-partitions and the read of their offsets
+   * (the broker answers nothing for it until the read times out) is listed again once: when the
+   * topic-partitions read have changed meanwhile, those of now are read, so that the planning sees
+   * the topic gone ({@code failOnDataLoss}) instead of failing on the timeout.
+   *
+   * @throws TimeoutException the offsets were not answered in time, the topic-partitions unchanged
+   */
+  SortedMap<TopicPartition, Long> latest() {
+    SortedSet<TopicPartition> tps = topicPartitions();
+    try {
+      return latest(tps);
+    } catch (TimeoutException e) {
+      SortedSet<TopicPartition> now = topicPartitions();
+      if (now.equals(tps)) {
+        throw e;
+      }
+      return latest(now);
+    }
+  }
+
+  /** The last stable offsets (read committed) of {@code tps}. */
+  SortedMap<TopicPartition, Long> latest(Collection<TopicPartition> tps) {
+    if (tps.isEmpty()) {
+      return TopicPartitions.empty();
+    }
+    return TopicPartitions.sorted(consumer().endOffsets(tps, READ_TIMEOUT));
+  }
+
+  /** The earliest offsets the broker holds of {@code tps}. */
+  SortedMap<TopicPartition, Long> earliest(Collection<TopicPartition> tps) {
+    if (tps.isEmpty()) {
+      return TopicPartitions.empty();
+    }
+    return TopicPartitions.sorted(consumer().beginningOffsets(tps, READ_TIMEOUT));
+  }
+
+  /**
+   * Where a query starts, per topic-partition read: {@code latest}, {@code earliest}, {@code
+   * specific} (Spark's JSON naming every topic-partition read, -2 earliest and -1 latest) or {@code
+   * committed} (the consumer group's offsets, the earliest where it has none).
    *
    * @param how one of the four
-   * @param specific the JSON's offsets, for {@code specific}
-   * @throws IllegalArgumentException {@code specific} does not name every partition read
+   * @param specific the JSON's offsets per topic, for {@code specific}
+   * @throws IllegalArgumentException {@code specific} does not name exactly the topic-partitions
+   *     read (Spark's {@code KafkaOffsetReaderAdmin.fetchSpecificOffsets}: "you must specify all
+   *     TopicPartitions")
    */
-  SortedMap<Integer, Long> start(String how, SortedMap<Integer, Long> specific) {
-    List<TopicPartition> tps = topicPartitions();
-    SortedMap<Integer, Long> start = new TreeMap<>();
+  SortedMap<TopicPartition, Long> start(
+      String how, Map<String, ? extends Map<Integer, Long>> specific) {
+    SortedSet<TopicPartition> tps = topicPartitions();
+    SortedMap<TopicPartition, Long> start = TopicPartitions.empty();
     switch (how) {
-      case "latest" -> start.putAll(latest());
+      case "latest" -> start.putAll(latest(tps));
       case "earliest" -> start.putAll(earliest(tps));
       case "specific" -> {
-        SortedMap<Integer, Long> low = earliest(tps);
-        SortedMap<Integer, Long> high = latest();
-        if (!specific.keySet().equals(low.keySet())) {
+        SortedMap<TopicPartition, Long> given = TopicPartitions.flatten(specific);
+        if (!given.keySet().equals(tps)) {
+          SortedSet<TopicPartition> missing = new TreeSet<>(TopicPartitions.ORDER);
+          missing.addAll(tps);
+          missing.removeAll(given.keySet());
+          SortedSet<TopicPartition> extra = new TreeSet<>(TopicPartitions.ORDER);
+          extra.addAll(given.keySet());
+          extra.removeAll(tps);
           throw SourceOptions.refuse(
-              "startingOffsets names partitions "
-                  + specific.keySet()
-                  + " of '"
-                  + options.topic
-                  + "', which reads partitions "
-                  + low.keySet()
-                  + ": name every one (as Spark's Kafka source requires)");
+              "startingOffsets names topic-partitions "
+                  + given.keySet()
+                  + " but the source reads "
+                  + tps
+                  + (missing.isEmpty() ? "" : "; not named: " + missing)
+                  + (extra.isEmpty() ? "" : "; not read: " + extra)
+                  + ": name every one (as Spark's Kafka source requires; -2 earliest, -1"
+                  + " latest)");
         }
-        for (Map.Entry<Integer, Long> e : specific.entrySet()) {
-          long o = e.getValue();
-          start.put(
-              e.getKey(),
-              o == SourceOptions.EARLIEST
-                  ? low.get(e.getKey())
-                  : o == SourceOptions.LATEST ? high.get(e.getKey()) : o);
-        }
+        SortedMap<TopicPartition, Long> low = earliest(tps);
+        SortedMap<TopicPartition, Long> high = latest(tps);
+        given.forEach(
+            (tp, o) ->
+                start.put(
+                    tp,
+                    o == SourceOptions.EARLIEST
+                        ? low.get(tp)
+                        : o == SourceOptions.LATEST ? high.get(tp) : o));
       }
       default -> {
-        SortedMap<Integer, Long> low = earliest(tps);
+        SortedMap<TopicPartition, Long> low = earliest(tps);
         Map<TopicPartition, OffsetAndMetadata> committed =
-            consumer().committed(new HashSet<>(tps), READ_TIMEOUT);
+            tps.isEmpty() ? Map.of() : consumer().committed(new HashSet<>(tps), READ_TIMEOUT);
         for (TopicPartition tp : tps) {
           OffsetAndMetadata c = committed.get(tp);
-          start.put(tp.partition(), c != null ? c.offset() : low.get(tp.partition()));
+          start.put(tp, c != null ? c.offset() : low.get(tp));
         }
       }
     }
     return start;
   }
 
-  /** Commit {@code offsets} to the consumer group. */
+  /** Commit {@code offsets} (every topic-partition's) to the consumer group. */
   void commit(Map<TopicPartition, OffsetAndMetadata> offsets) {
     consumer().commitSync(offsets, READ_TIMEOUT);
   }

@@ -1,32 +1,33 @@
 package io.floodgate.spark.alignment;
 
+import io.floodgate.spark.offsets.TopicPartitions;
 import java.util.Map;
 import java.util.Set;
 import java.util.SortedMap;
-import java.util.TreeMap;
+import org.apache.kafka.common.TopicPartition;
 
 /**
- * Caps a micro-batch's end so that no partition is read more than {@code maxEventTimeDriftMs} past
- * the least planned event time (option {@code maxEventTimeDriftMs}), as the Python source's {@code
- * pipeline.spark.alignment.align_batch_end}.
+ * Caps a micro-batch's end so that no topic-partition is read more than {@code maxEventTimeDriftMs}
+ * past the least planned event time over every topic-partition read (option {@code
+ * maxEventTimeDriftMs}), as the Python source's {@code pipeline.spark.alignment.align_batch_end}.
  */
 public interface EventTimeAligner extends AutoCloseable {
   /**
    * {@code end} capped in event time.
    *
-   * @param begin the batch's start per partition
+   * @param begin the batch's start per topic-partition
    * @param end the batch's end before alignment
    * @param latest the high watermarks
-   * @param idle partitions that hold nobody back
+   * @param idle topic-partitions that hold nobody back
    * @return the aligned end, {@code begin <= aligned <= end}
    */
-  SortedMap<Integer, Long> align(
-      Map<Integer, Long> begin,
-      Map<Integer, Long> end,
-      Map<Integer, Long> latest,
-      Set<Integer> idle);
+  SortedMap<TopicPartition, Long> align(
+      Map<TopicPartition, Long> begin,
+      Map<TopicPartition, Long> end,
+      Map<TopicPartition, Long> latest,
+      Set<TopicPartition> idle);
 
-  /** How many partition ends alignment capped so far. */
+  /** How many topic-partition ends alignment capped so far. */
   long capped();
 
   @Override
@@ -36,12 +37,12 @@ public interface EventTimeAligner extends AutoCloseable {
   EventTimeAligner NONE =
       new EventTimeAligner() {
         @Override
-        public SortedMap<Integer, Long> align(
-            Map<Integer, Long> begin,
-            Map<Integer, Long> end,
-            Map<Integer, Long> latest,
-            Set<Integer> idle) {
-          return new TreeMap<>(end);
+        public SortedMap<TopicPartition, Long> align(
+            Map<TopicPartition, Long> begin,
+            Map<TopicPartition, Long> end,
+            Map<TopicPartition, Long> latest,
+            Set<TopicPartition> idle) {
+          return TopicPartitions.sorted(end);
         }
 
         @Override

@@ -37,14 +37,14 @@ public final class EventTimeAligners {
     EventTimeProbe probe =
         new EventTimeProbe(
             KafkaClients.consumer(options, Map.of()),
-            options.topic,
+            options.describe(),
             eventTime,
             READ_TIMEOUT,
             PATIENCE);
     KafkaTimeIndex index =
         options.timestampMode.equals("server")
             ? new KafkaTimeIndex(
-                KafkaClients.consumer(options, Map.of()), options.topic, READ_TIMEOUT)
+                KafkaClients.consumer(options, Map.of()), options.describe(), READ_TIMEOUT)
             : null;
     return new ProbingAligner(options.stream, options.maxEventTimeDriftMs, probe, index);
   }

@@ -1,5 +1,6 @@
 package io.floodgate.spark.alignment;
 
+import io.floodgate.spark.offsets.TopicPartitions;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -59,17 +60,17 @@ public final class EventTimeProbe implements AutoCloseable {
   private final Properties properties;
   private KafkaConsumer<byte[], byte[]> consumer;
   private final Set<TopicPartition> assigned = new HashSet<>();
-  private final Map<Integer, TreeMap<Long, Long>> cache = new HashMap<>();
+  private final Map<TopicPartition, TreeMap<Long, Long>> cache = new HashMap<>();
 
   /** The last stable offset per partition the planning works below: nothing is read at or past. */
-  private Map<Integer, Long> limits = Map.of();
+  private Map<TopicPartition, Long> limits = Map.of();
 
   private long reads;
 
   /**
-   * @param consumerProperties a consumer of the topic (read committed, never subscribing, never
+   * @param consumerProperties a consumer of the cluster (read committed, never subscribing, never
    *     committing: {@code KafkaClients.consumer}); the probe's own fetch settings go on top
-   * @param topic the topic
+   * @param topic the topics read, for messages (names joined by {@code ,}, or the pattern)
    * @param eventTime a record's event time
    * @param timeout how long one read may wait for the broker
    * @param patience how long {@link #many} asks again for what the broker did not answer
@@ -100,7 +101,7 @@ public final class EventTimeProbe implements AutoCloseable {
   }
 
   /** Set the offsets the planning works below (its last stable offsets). */
-  public void limit(Map<Integer, Long> latest) {
+  public void limit(Map<TopicPartition, Long> latest) {
     this.limits = Map.copyOf(latest);
   }
 
@@ -120,10 +121,10 @@ public final class EventTimeProbe implements AutoCloseable {
    * @throws EventTimesUnansweredException the broker did not answer for some partitions within the
    *     patience
    */
-  public Map<Integer, Long> many(Map<Integer, Long> wanted) {
-    Map<Integer, Long> found = new HashMap<>();
-    Map<Integer, Long> missing = new TreeMap<>();
-    for (Map.Entry<Integer, Long> e : wanted.entrySet()) {
+  public Map<TopicPartition, Long> many(Map<TopicPartition, Long> wanted) {
+    Map<TopicPartition, Long> found = new HashMap<>();
+    Map<TopicPartition, Long> missing = TopicPartitions.empty();
+    for (Map.Entry<TopicPartition, Long> e : wanted.entrySet()) {
       TreeMap<Long, Long> cached = cache.get(e.getKey());
       if (cached != null && cached.containsKey(e.getValue())) {
         found.put(e.getKey(), cached.get(e.getValue()));
@@ -136,7 +137,7 @@ public final class EventTimeProbe implements AutoCloseable {
     long started = System.nanoTime();
     for (int attempt = 1; !missing.isEmpty(); attempt++) {
       reads++;
-      Map<Integer, Long> answered = fetch(missing);
+      Map<TopicPartition, Long> answered = fetch(missing);
       found.putAll(answered);
       answered.keySet().forEach(missing::remove);
       if (missing.isEmpty()) {
@@ -158,9 +159,9 @@ public final class EventTimeProbe implements AutoCloseable {
   }
 
   /** The cached event times of {@code {partition: offset}}; offsets not cached are left out. */
-  public Map<Integer, Long> known(Map<Integer, Long> wanted) {
-    Map<Integer, Long> found = new HashMap<>();
-    for (Map.Entry<Integer, Long> e : wanted.entrySet()) {
+  public Map<TopicPartition, Long> known(Map<TopicPartition, Long> wanted) {
+    Map<TopicPartition, Long> found = new HashMap<>();
+    for (Map.Entry<TopicPartition, Long> e : wanted.entrySet()) {
       TreeMap<Long, Long> cached = cache.get(e.getKey());
       if (cached != null && cached.containsKey(e.getValue())) {
         found.put(e.getKey(), cached.get(e.getValue()));
@@ -170,7 +171,7 @@ public final class EventTimeProbe implements AutoCloseable {
   }
 
   /** Drop cached offsets that are read already ({@code < begin[p]}). */
-  public void forgetBefore(Map<Integer, Long> begin) {
+  public void forgetBefore(Map<TopicPartition, Long> begin) {
     cache.forEach((p, cached) -> cached.headMap(begin.getOrDefault(p, 0L)).clear());
   }
 
@@ -188,10 +189,9 @@ public final class EventTimeProbe implements AutoCloseable {
    *
    * @return the event times of the partitions the broker answered for within the timeout
    */
-  private Map<Integer, Long> fetch(Map<Integer, Long> missing) {
+  private Map<TopicPartition, Long> fetch(Map<TopicPartition, Long> missing) {
     KafkaConsumer<byte[], byte[]> c = consumer();
-    Map<TopicPartition, Long> open = new HashMap<>();
-    missing.forEach((p, o) -> open.put(new TopicPartition(topic, p), o));
+    Map<TopicPartition, Long> open = new HashMap<>(missing);
     if (!assigned.containsAll(open.keySet())) {
       assigned.addAll(open.keySet());
       c.assign(assigned);
@@ -199,7 +199,7 @@ public final class EventTimeProbe implements AutoCloseable {
     }
     open.forEach(c::seek);
     c.resume(open.keySet());
-    Map<Integer, Long> found = new HashMap<>();
+    Map<TopicPartition, Long> found = new HashMap<>();
     long deadline = System.nanoTime() + timeout.toNanos();
     try {
       while (!open.isEmpty()) {
@@ -216,7 +216,7 @@ public final class EventTimeProbe implements AutoCloseable {
           // Python source's probe.
           for (TopicPartition tp : e.partitions()) {
             if (open.remove(tp) != null) {
-              found.put(tp.partition(), null);
+              found.put(tp, null);
               c.pause(List.of(tp));
             }
           }
@@ -226,17 +226,15 @@ public final class EventTimeProbe implements AutoCloseable {
         for (TopicPartition tp : records.partitions()) {
           Long offset = open.get(tp);
           if (offset != null) {
-            found.put(tp.partition(), remember(tp.partition(), offset, records.records(tp)));
+            found.put(tp, remember(tp, offset, records.records(tp)));
             done.add(tp);
           }
         }
         for (Map.Entry<TopicPartition, Long> e : open.entrySet()) {
           if (!done.contains(e.getKey())
-              && position(c, e.getKey(), deadline)
-                  >= limits.getOrDefault(e.getKey().partition(), 0L)) {
+              && position(c, e.getKey(), deadline) >= limits.getOrDefault(e.getKey(), 0L)) {
             // Nothing but markers or aborted writes up to the limit: no tuple to tell.
-            found.put(
-                e.getKey().partition(), remember(e.getKey().partition(), e.getValue(), List.of()));
+            found.put(e.getKey(), remember(e.getKey(), e.getValue(), List.of()));
             done.add(e.getKey());
           }
         }
@@ -260,7 +258,8 @@ public final class EventTimeProbe implements AutoCloseable {
   }
 
   /** Cache the event times of {@code records} read at {@code offset}; the one at it. */
-  private Long remember(int partition, long offset, List<ConsumerRecord<byte[], byte[]>> records) {
+  private Long remember(
+      TopicPartition partition, long offset, List<ConsumerRecord<byte[], byte[]>> records) {
     TreeMap<Long, Long> cached = cache.computeIfAbsent(partition, p -> new TreeMap<>());
     Long at = null;
     boolean seen = false;

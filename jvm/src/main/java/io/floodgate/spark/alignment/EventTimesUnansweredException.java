@@ -1,8 +1,9 @@
 package io.floodgate.spark.alignment;
 
+import io.floodgate.spark.offsets.TopicPartitions;
 import java.time.Duration;
 import java.util.Map;
-import java.util.TreeMap;
+import org.apache.kafka.common.TopicPartition;
 
 /**
  * The broker did not answer the event-time reads of some partitions at planning for as long as the
@@ -15,20 +16,21 @@ public class EventTimesUnansweredException extends IllegalStateException {
   private static final long serialVersionUID = 1L;
 
   private final String topic;
-  private final Map<Integer, Long> offsets;
+  private final Map<TopicPartition, Long> offsets;
 
   /**
-   * @param topic the topic
-   * @param offsets the unanswered reads, {@code {partition: offset}}
+   * @param topic the topics read (their names joined by {@code ,}, or the pattern)
+   * @param offsets the unanswered reads, {@code {topic-partition: offset}}
    * @param waited how long the probe asked
    */
-  public EventTimesUnansweredException(String topic, Map<Integer, Long> offsets, Duration waited) {
+  public EventTimesUnansweredException(
+      String topic, Map<TopicPartition, Long> offsets, Duration waited) {
     super(
         "FG-SOURCE-005 source of topic '"
             + topic
             + "': the broker did not answer the event-time reads of partitions "
-            + new TreeMap<>(offsets)
-            + " ({partition=offset}) for "
+            + TopicPartitions.sorted(offsets)
+            + " ({topic-partition=offset}) for "
             + waited.toSeconds()
             + " s; the micro-batch is not planned, since reading the other partitions without"
             + " them could make their tuples late. Restart the query group once the broker"
@@ -37,13 +39,13 @@ public class EventTimesUnansweredException extends IllegalStateException {
     this.offsets = Map.copyOf(offsets);
   }
 
-  /** The topic. */
+  /** The topics read (names joined by {@code ,}, or the pattern). */
   public String topic() {
     return topic;
   }
 
-  /** The unanswered reads, {@code {partition: offset}}. */
-  public Map<Integer, Long> offsets() {
+  /** The unanswered reads, {@code {topic-partition: offset}}. */
+  public Map<TopicPartition, Long> offsets() {
     return offsets;
   }
 }

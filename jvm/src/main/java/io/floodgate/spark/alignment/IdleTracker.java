@@ -24,12 +24,12 @@ import java.util.function.LongSupplier;
  *
  * <p>Not thread-safe: the driver's planning thread observes.
  */
-public final class IdleTracker {
+public final class IdleTracker<K> {
   private final long timeoutMs;
   private final LongSupplier clockMs;
 
   /** Per partition: the head last seen and when it was first seen at that value (clock ms). */
-  private final Map<Integer, long[]> seen = new HashMap<>();
+  private final Map<K, long[]> seen = new HashMap<>();
 
   /** When the last observation was made (clock ms); {@code null} before the first. */
   private Long lastObservationMs;
@@ -54,10 +54,10 @@ public final class IdleTracker {
   /**
    * Record the high watermarks read now.
    *
-   * @param latest the high watermark per partition
+   * @param latest the high watermark per partition (a topic-partition, or any key)
    * @return the partitions idle as of now (a new, mutable set)
    */
-  public Set<Integer> observe(Map<Integer, Long> latest) {
+  public Set<K> observe(Map<K, Long> latest) {
     long now = clockMs.getAsLong();
     if (lastObservationMs != null) {
       long gap = now - lastObservationMs;
@@ -67,8 +67,8 @@ public final class IdleTracker {
       lastGapMs = gap;
     }
     lastObservationMs = now;
-    Set<Integer> idle = new HashSet<>();
-    for (Map.Entry<Integer, Long> e : latest.entrySet()) {
+    Set<K> idle = new HashSet<>();
+    for (Map.Entry<K, Long> e : latest.entrySet()) {
       long[] last = seen.get(e.getKey());
       if (last == null || last[0] != e.getValue()) {
         seen.put(e.getKey(), new long[] {e.getValue(), now});

@@ -26,7 +26,7 @@ import org.slf4j.LoggerFactory;
  * all the same, so a cut there never reads past it; {@link AlignmentPlan} searches a partition
  * whose answer lies at or before its range's start.
  */
-public final class KafkaTimeIndex implements CutIndex, AutoCloseable {
+public final class KafkaTimeIndex implements AutoCloseable {
   private static final Logger LOG = LoggerFactory.getLogger(KafkaTimeIndex.class);
 
   private final String topic;
@@ -38,9 +38,9 @@ public final class KafkaTimeIndex implements CutIndex, AutoCloseable {
   private long requests;
 
   /**
-   * @param consumerProperties a consumer of the topic ({@code KafkaClients.consumer}; read
+   * @param consumerProperties a consumer of the cluster ({@code KafkaClients.consumer}; read
    *     committed)
-   * @param topic the topic
+   * @param topic the topics read, for messages (names joined by {@code ,}, or the pattern)
    * @param timeout how long one request may wait for the brokers
    */
   public KafkaTimeIndex(Properties consumerProperties, String topic, Duration timeout) {
@@ -50,16 +50,16 @@ public final class KafkaTimeIndex implements CutIndex, AutoCloseable {
   }
 
   /**
-   * {@inheritDoc}
+   * For each topic-partition, the first offset of its log whose record's timestamp is past {@code
+   * boundMs}, in one request for all ({@link CutIndex#firstPast}, keyed by topic-partition).
    *
    * <p>A request that fails (the broker does not answer in time, a leader moves) is logged and
    * answers nothing: the partitions are then searched.
    */
-  @Override
-  public Map<Integer, Long> firstPast(Set<Integer> partitions, long boundMs) {
+  public Map<TopicPartition, Long> firstPast(Set<TopicPartition> partitions, long boundMs) {
     Map<TopicPartition, Long> query = new HashMap<>();
-    partitions.forEach(p -> query.put(new TopicPartition(topic, p), boundMs + 1));
-    Map<Integer, Long> out = new HashMap<>();
+    partitions.forEach(p -> query.put(p, boundMs + 1));
+    Map<TopicPartition, Long> out = new HashMap<>();
     if (query.isEmpty()) {
       return out;
     }
@@ -71,7 +71,7 @@ public final class KafkaTimeIndex implements CutIndex, AutoCloseable {
     try {
       consumer
           .offsetsForTimes(query, timeout)
-          .forEach((tp, found) -> out.put(tp.partition(), found == null ? null : offset(found)));
+          .forEach((tp, found) -> out.put(tp, found == null ? null : offset(found)));
     } catch (KafkaException e) {
       LOG.warn(
           "source of topic {}: offsets by timestamp not answered, searching instead: {}",

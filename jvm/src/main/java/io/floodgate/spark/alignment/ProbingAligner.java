@@ -1,8 +1,16 @@
 package io.floodgate.spark.alignment;
 
+import io.floodgate.spark.offsets.TopicPartitions;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.SortedMap;
+import java.util.TreeMap;
+import java.util.TreeSet;
+import org.apache.kafka.common.TopicPartition;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -10,7 +18,7 @@ import org.slf4j.LoggerFactory;
  * The aligner of option {@code maxEventTimeDriftMs}: {@link AlignmentPlan#align} with the event
  * times read from the broker at planning ({@link EventTimeProbe}, cached per offset), and, where a
  * record's timestamp is its event time, the cuts from Kafka's time index ({@link KafkaTimeIndex}),
- * as the Python source's {@code KafkaStreamReader._aligned}.
+ * as the Python source's {@code KafkaStreamReader._aligned}, over every topic-partition read.
  */
 final class ProbingAligner implements EventTimeAligner {
   private static final Logger LOG = LoggerFactory.getLogger(ProbingAligner.class);
@@ -35,16 +43,29 @@ final class ProbingAligner implements EventTimeAligner {
   }
 
   @Override
-  public SortedMap<Integer, Long> align(
-      Map<Integer, Long> begin,
-      Map<Integer, Long> end,
-      Map<Integer, Long> latest,
-      Set<Integer> idle) {
+  public SortedMap<TopicPartition, Long> align(
+      Map<TopicPartition, Long> begin,
+      Map<TopicPartition, Long> end,
+      Map<TopicPartition, Long> latest,
+      Set<TopicPartition> idle) {
     probe.limit(latest);
-    SortedMap<Integer, Long> aligned =
-        AlignmentPlan.align(begin, end, latest, probe::many, driftMs, idle, probe::known, index);
+    Keys keys = new Keys(begin.keySet());
+    SortedMap<Integer, Long> alignedByIndex =
+        AlignmentPlan.align(
+            keys.index(begin),
+            keys.index(end),
+            keys.index(latest),
+            wanted -> keys.index(probe.many(keys.topicPartitions(wanted))),
+            driftMs,
+            keys.index(idle),
+            wanted -> keys.index(probe.known(keys.topicPartitions(wanted))),
+            index == null
+                ? null
+                : (partitions, boundMs) ->
+                    keys.index(index.firstPast(keys.topicPartitions(partitions), boundMs)));
+    SortedMap<TopicPartition, Long> aligned = keys.topicPartitions(alignedByIndex);
     probe.forgetBefore(begin);
-    for (Map.Entry<Integer, Long> e : aligned.entrySet()) {
+    for (Map.Entry<TopicPartition, Long> e : aligned.entrySet()) {
       if (e.getValue() < end.getOrDefault(e.getKey(), e.getValue())) {
         capped++;
       }
@@ -61,6 +82,61 @@ final class ProbingAligner implements EventTimeAligner {
           index == null ? 0 : index.requests());
     }
     return aligned;
+  }
+
+  /**
+   * The topic-partitions of one planning numbered in {@link TopicPartitions#ORDER} ({@code
+   * 0..n-1}), so that {@link AlignmentPlan}, whose rule is stated over partitions, plans over every
+   * topic-partition read; its lowest-partition ties go to the lowest (topic, partition).
+   */
+  private static final class Keys {
+    private final List<TopicPartition> byIndex;
+    private final Map<TopicPartition, Integer> indexOf = new HashMap<>();
+
+    Keys(Set<TopicPartition> tps) {
+      byIndex = new ArrayList<>(tps);
+      byIndex.sort(TopicPartitions.ORDER);
+      for (int i = 0; i < byIndex.size(); i++) {
+        indexOf.put(byIndex.get(i), i);
+      }
+    }
+
+    /** {@code map} keyed by index; keys of no index are left out. A map allowing nulls. */
+    Map<Integer, Long> index(Map<TopicPartition, Long> map) {
+      Map<Integer, Long> out = new TreeMap<>();
+      map.forEach(
+          (tp, v) -> {
+            Integer i = indexOf.get(tp);
+            if (i != null) {
+              out.put(i, v);
+            }
+          });
+      return out;
+    }
+
+    Set<Integer> index(Set<TopicPartition> set) {
+      Set<Integer> out = new TreeSet<>();
+      set.forEach(
+          tp -> {
+            Integer i = indexOf.get(tp);
+            if (i != null) {
+              out.add(i);
+            }
+          });
+      return out;
+    }
+
+    SortedMap<TopicPartition, Long> topicPartitions(Map<Integer, Long> map) {
+      SortedMap<TopicPartition, Long> out = TopicPartitions.empty();
+      map.forEach((i, v) -> out.put(byIndex.get(i), v));
+      return out;
+    }
+
+    Set<TopicPartition> topicPartitions(Set<Integer> set) {
+      Set<TopicPartition> out = new HashSet<>();
+      set.forEach(i -> out.add(byIndex.get(i)));
+      return out;
+    }
   }
 
   @Override

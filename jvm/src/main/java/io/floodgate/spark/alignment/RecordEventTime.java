@@ -6,7 +6,9 @@ import io.floodgate.spark.serde.SchemaRegistryClient;
 import io.floodgate.spark.serde.SchemaRepository;
 import io.floodgate.spark.serde.TupleDecoder;
 import io.floodgate.spark.serde.TupleRejected;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import org.apache.avro.Schema;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.record.TimestampType;
@@ -51,17 +53,24 @@ public interface RecordEventTime {
     }
     List<String> fields = List.of(name);
     int[] ordinals = {0};
-    TupleDecoder decoder =
-        options.encoding.equals("confluent")
-            ? new ConfluentDecoder(
-                options.stream,
-                options.topic,
-                schema,
-                SchemaRegistryClient.shared(options.schemaRegistry),
-                fields,
-                ordinals)
-            : new TupleDecoder(options.stream, schema, repository, fields, ordinals);
-    return field(decoder, schema, name);
+    if (!options.encoding.equals("confluent")) {
+      return field(
+          new TupleDecoder(options.stream, schema, repository, fields, ordinals), schema, name);
+    }
+    // Confluent's subject is <topic>-value: one decoder per topic read.
+    Map<String, RecordEventTime> byTopic = new HashMap<>();
+    SchemaRegistryClient registry = SchemaRegistryClient.shared(options.schemaRegistry);
+    return record ->
+        byTopic
+            .computeIfAbsent(
+                record.topic(),
+                topic ->
+                    field(
+                        new ConfluentDecoder(
+                            options.stream, topic, schema, registry, fields, ordinals),
+                        schema,
+                        name))
+            .of(record);
   }
 
   /**

@@ -38,11 +38,26 @@ public final class BatchPlanner {
    */
   public static SortedMap<Integer, Long> planBatchEnd(
       Map<Integer, Long> start, Map<Integer, Long> latest, Long maxRows) {
-    SortedMap<Integer, Long> starts = new TreeMap<>(start);
-    SortedMap<Integer, Long> backlog = new TreeMap<>();
+    return planBatchEnd(start, latest, maxRows, Comparator.<Integer>naturalOrder());
+  }
+
+  /**
+   * {@link #planBatchEnd(Map, Map, Long)} over keys of any kind in {@code order}: one budget over
+   * every topic-partition of a source that reads several topics ({@link TopicPartitions#ORDER}, the
+   * Python source's order of {@code (topic, partition)} tuples), the round-robin and the ties going
+   * in that order.
+   *
+   * @param order the keys' order (the partitions' "numeric order" above)
+   * @return end per key of {@code start}, a map in {@code order}
+   */
+  public static <K> SortedMap<K, Long> planBatchEnd(
+      Map<K, Long> start, Map<K, Long> latest, Long maxRows, Comparator<? super K> order) {
+    SortedMap<K, Long> starts = new TreeMap<>(order);
+    starts.putAll(start);
+    SortedMap<K, Long> backlog = new TreeMap<>(order);
     starts.forEach((p, s) -> backlog.put(p, Math.max(0, latest.getOrDefault(p, s) - s)));
     BigInteger total = sum(backlog.values());
-    SortedMap<Integer, Long> end = new TreeMap<>();
+    SortedMap<K, Long> end = new TreeMap<>(order);
     if (maxRows == null || total.compareTo(BigInteger.valueOf(maxRows)) <= 0) {
       starts.forEach((p, s) -> end.put(p, s + backlog.get(p)));
       return end;
@@ -50,9 +65,9 @@ public final class BatchPlanner {
     if (maxRows < 1) {
       throw new IllegalArgumentException("maxRows must be positive or null, got " + maxRows);
     }
-    SortedMap<Integer, Long> take = new TreeMap<>();
+    SortedMap<K, Long> take = new TreeMap<>(order);
     starts.keySet().forEach(p -> take.put(p, 0L));
-    List<Integer> waiting = new ArrayList<>();
+    List<K> waiting = new ArrayList<>();
     backlog.forEach(
         (p, b) -> {
           if (b > 0) {
@@ -60,16 +75,16 @@ public final class BatchPlanner {
           }
         });
     if (maxRows < waiting.size()) {
-      List<Integer> order = new ArrayList<>(starts.keySet());
+      List<K> keys = new ArrayList<>(starts.keySet());
       int cursor =
           sum(starts.values())
               .divide(BigInteger.valueOf(maxRows))
-              .mod(BigInteger.valueOf(order.size()))
+              .mod(BigInteger.valueOf(keys.size()))
               .intValueExact();
-      List<Integer> rotated = new ArrayList<>(order.subList(cursor, order.size()));
-      rotated.addAll(order.subList(0, cursor));
+      List<K> rotated = new ArrayList<>(keys.subList(cursor, keys.size()));
+      rotated.addAll(keys.subList(0, cursor));
       long given = 0;
-      for (int p : rotated) {
+      for (K p : rotated) {
         if (given == maxRows) {
           break;
         }
@@ -84,12 +99,12 @@ public final class BatchPlanner {
     long budget = maxRows - waiting.size();
     waiting.forEach(p -> take.put(p, 1L));
     if (budget > 0) {
-      SortedMap<Integer, Long> remaining = new TreeMap<>();
+      SortedMap<K, Long> remaining = new TreeMap<>(order);
       starts.keySet().forEach(p -> remaining.put(p, backlog.get(p) - take.get(p)));
       BigInteger remainingTotal = sum(remaining.values()); // > budget, as total > maxRows
       BigInteger budgetBig = BigInteger.valueOf(budget);
       long shared = 0;
-      for (int p : starts.keySet()) {
+      for (K p : starts.keySet()) {
         long share =
             budgetBig
                 .multiply(BigInteger.valueOf(remaining.get(p)))
@@ -99,13 +114,13 @@ public final class BatchPlanner {
         shared += share;
       }
       long left = budget - shared;
-      List<Integer> byRemainder = new ArrayList<>(starts.keySet());
+      List<K> byRemainder = new ArrayList<>(starts.keySet());
       byRemainder.sort(
-          Comparator.<Integer, BigInteger>comparing(
+          Comparator.<K, BigInteger>comparing(
                   p -> budgetBig.multiply(BigInteger.valueOf(remaining.get(p))).mod(remainingTotal),
                   Comparator.reverseOrder())
-              .thenComparingInt(p -> p));
-      for (int p : byRemainder) {
+              .thenComparing(order));
+      for (K p : byRemainder) {
         if (left == 0) {
           break;
         }

@@ -8,10 +8,12 @@ import java.util.Iterator;
 import java.util.Map;
 import java.util.SortedMap;
 import java.util.TreeMap;
+import org.apache.kafka.common.TopicPartition;
 
 /**
- * A topic's offsets per partition, the <em>next</em> offset to read of each, in the JSON the source
- * writes to Spark's offset log: {@code {"flights": {"0": 1200, "1": 1187}}}.
+ * Offsets per topic-partition, the <em>next</em> offset to read of each, in the JSON the source
+ * writes to Spark's offset log: {@code {"flights": {"0": 1200, "1": 1187}, "runways": {"0": 7}}}
+ * (topics in name order; one entry per topic read).
  *
  * <p>The text is byte-identical to the Python source's ({@code json.dumps} of {@code {topic:
  * {str(partition): offset}}}, partitions in numeric order, {@code ": "} and {@code ", "}
@@ -27,7 +29,48 @@ public final class PartitionOffsets {
   private PartitionOffsets() {}
 
   /**
-   * The offset log's text of {@code offsets}.
+   * The offset log's text of {@code offsets} over any number of topics: {@code {"<topic>": {"<p>":
+   * <offset>, ...}, ...}}, topics in name order, partitions in numeric order, as {@link
+   * #toJson(String, Map)} writes each; {@code {}} when there is none (a pattern that matches no
+   * topic yet).
+   */
+  public static String toJson(Map<TopicPartition, Long> offsets) {
+    StringBuilder out = new StringBuilder(32 + 16 * offsets.size()).append('{');
+    String topicSeparator = "";
+    for (Map.Entry<String, SortedMap<Integer, Long>> topic :
+        TopicPartitions.perTopic(offsets).entrySet()) {
+      out.append(topicSeparator).append('"').append(topic.getKey()).append("\": {");
+      String separator = "";
+      for (Map.Entry<Integer, Long> e : topic.getValue().entrySet()) {
+        out.append(separator).append('"').append(e.getKey()).append("\": ").append(e.getValue());
+        separator = ", ";
+      }
+      out.append('}');
+      topicSeparator = ", ";
+    }
+    return out.append('}').toString();
+  }
+
+  /**
+   * The offsets of every topic of an offset log's text, with or without spaces.
+   *
+   * @param json one source's line of the offset log, {@code {"<topic>": {"<p>": <offset>}}}
+   * @return topic-partition to next offset, in {@link TopicPartitions#ORDER}
+   * @throws IllegalArgumentException the text is not JSON of that shape (the message quotes it)
+   */
+  public static SortedMap<TopicPartition, Long> fromJson(String json) {
+    JsonNode root = parse(json);
+    SortedMap<TopicPartition, Long> out = TopicPartitions.empty();
+    Iterator<String> topics = root.fieldNames();
+    while (topics.hasNext()) {
+      String topic = topics.next();
+      perPartition(topic, root, json).forEach((p, o) -> out.put(new TopicPartition(topic, p), o));
+    }
+    return out;
+  }
+
+  /**
+   * The offset log's text of one topic's {@code offsets}.
    *
    * @param topic the topic (a Kafka topic name: {@code [a-zA-Z0-9._-]}, nothing to escape)
    * @param offsets partition to next offset
@@ -54,16 +97,24 @@ public final class PartitionOffsets {
    * @throws IllegalArgumentException the text is not JSON of that shape (the message quotes it)
    */
   public static SortedMap<Integer, Long> fromJson(String topic, String json) {
+    return perPartition(topic, parse(json), json);
+  }
+
+  private static JsonNode parse(String json) {
     JsonNode root;
     try {
       root = JSON.readTree(json);
     } catch (IOException e) {
       throw new IllegalArgumentException("offsets are not JSON: " + json, e);
     }
-    SortedMap<Integer, Long> offsets = new TreeMap<>();
     if (root == null || !root.isObject()) {
       throw new IllegalArgumentException("offsets are not a JSON object: " + json);
     }
+    return root;
+  }
+
+  private static SortedMap<Integer, Long> perPartition(String topic, JsonNode root, String json) {
+    SortedMap<Integer, Long> offsets = new TreeMap<>();
     JsonNode perPartition = root.get(topic);
     if (perPartition == null) {
       return offsets;

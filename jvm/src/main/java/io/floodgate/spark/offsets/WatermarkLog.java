@@ -10,7 +10,9 @@ import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
+import java.util.SortedMap;
 import java.util.stream.Stream;
+import org.apache.kafka.common.TopicPartition;
 
 /**
  * The watermark Spark applies to late tuples of a micro-batch, read from a local checkpoint's
@@ -27,11 +29,15 @@ public final class WatermarkLog {
   private WatermarkLog() {}
 
   /**
-   * {@code [batch id, watermark ms]} of the newest of the last {@code lookBack} logged batches
-   * whose line for {@code topic} equals {@code end}; {@code null} when none matches.
+   * {@code [batch id, watermark ms]} of the newest of the last {@code lookBack} logged batches with
+   * a source line whose offsets (every topic's) equal {@code end}; {@code null} when none matches.
+   *
+   * @param checkpoint the query's checkpoint directory (local)
+   * @param end the micro-batch's end offset per topic-partition
    */
   public static long[] batchWatermark(
-      String checkpoint, String topic, Map<Integer, Long> end, int lookBack) {
+      String checkpoint, Map<TopicPartition, Long> end, int lookBack) {
+    SortedMap<TopicPartition, Long> wanted = TopicPartitions.sorted(end);
     Path directory = Path.of(checkpoint, "offsets");
     List<Long> batches = new ArrayList<>();
     try (Stream<Path> files = Files.list(directory)) {
@@ -55,7 +61,7 @@ public final class WatermarkLog {
           continue;
         }
         try {
-          if (PartitionOffsets.fromJson(topic, line).equals(new java.util.TreeMap<>(end))) {
+          if (PartitionOffsets.fromJson(line).equals(wanted)) {
             String previous = batch > 0 ? entry(directory, batch - 1) : null;
             if (previous == null) {
               return new long[] {batch, 0};

@@ -19,7 +19,8 @@ final class Decoders {
   /**
    * A decoder for one task.
    *
-   * @param options the source's options ({@code encoding}, {@code schemaRegistry.*}, the topic)
+   * @param options the source's options ({@code encoding}, {@code schemaRegistry.*})
+   * @param topic the topic of the tuples decoded (Confluent's subject is {@code <topic>-value})
    * @param schema the stream's schema
    * @param repository the schemas of option {@code schemas} (single-object writer schemas)
    * @param fields the stream's fields to decode
@@ -32,6 +33,7 @@ final class Decoders {
    */
   static TupleDecoder forOptions(
       SourceOptions options,
+      String topic,
       Schema schema,
       SchemaRepository repository,
       List<String> fields,
@@ -39,7 +41,7 @@ final class Decoders {
     if (options.encoding.equals("confluent")) {
       return new ConfluentDecoder(
           options.stream,
-          options.topic,
+          topic,
           schema,
           SchemaRegistryClient.shared(options.schemaRegistry),
           fields,
@@ -51,17 +53,18 @@ final class Decoders {
   /**
    * The key decoder of {@code keyEncoding = confluent}, for one task.
    *
-   * @param options the source's options ({@code keyFields}, {@code schemaRegistry.*}, the topic)
+   * @param options the source's options ({@code keyFields}, {@code schemaRegistry.*})
+   * @param topic the topic of the keys decoded
    * @param schema the stream's schema (the key fields' declarations)
    * @return a {@link ConfluentDecoder} of the key record ({@link KeySchema}), subject {@code
    *     <topic>-key}
    * @throws IllegalArgumentException a key field that is no field of the schema, or a {@code
    *     schemaRegistry.*} option refused (named)
    */
-  static ConfluentDecoder forKey(SourceOptions options, Schema schema) {
+  static ConfluentDecoder forKey(SourceOptions options, String topic, Schema schema) {
     return ConfluentDecoder.forKey(
         options.stream,
-        options.topic,
+        topic,
         KeySchema.of(options.stream, schema, options.keyFields),
         SchemaRegistryClient.shared(options.schemaRegistry));
   }

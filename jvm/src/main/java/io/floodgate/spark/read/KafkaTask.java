@@ -7,8 +7,8 @@ import java.util.List;
 import org.apache.spark.sql.connector.read.InputPartition;
 
 /**
- * One Spark task of a micro-batch: Kafka partition ranges read one after the other, in partition
- * order.
+ * One Spark task of a micro-batch: Kafka topic-partition ranges read one after the other, in
+ * (topic, partition) order.
  *
  * <p>A JVM task costs Spark milliseconds, so by default every Kafka partition is a task of its own,
  * as in Spark's Kafka source; option {@code maxTasks} deals the ranges out to fewer tasks, as the
@@ -39,11 +39,14 @@ public record KafkaTask(KafkaRange[] ranges, String[] preferredExecutors)
    * largest range first to the task with the fewest offsets so far (LPT scheduling), as the Python
    * source's {@code group_ranges} (tests/golden/planning/plan_batch_end.json holds cases of both).
    *
-   * @param ranges the micro-batch's ranges, one per Kafka partition
+   * @param ranges the micro-batch's ranges, one per topic-partition
    * @param maxTasks most tasks ({@code >= 1}), or {@code null}
-   * @return the tasks, in the order of their first partition; none empty
+   * @return the tasks, in the (topic, partition) order of their first range; ties of size go to the
+   *     lower (topic, partition), as the Python source's tuples sort; none empty
    */
   public static List<KafkaRange[]> group(List<KafkaRange> ranges, Long maxTasks) {
+    Comparator<KafkaRange> byPartition =
+        Comparator.comparing(KafkaRange::topic).thenComparingInt(KafkaRange::partition);
     List<KafkaRange[]> out = new ArrayList<>();
     if (maxTasks == null || maxTasks >= ranges.size()) {
       ranges.forEach(r -> out.add(new KafkaRange[] {r}));
@@ -56,9 +59,7 @@ public record KafkaTask(KafkaRange[] ranges, String[] preferredExecutors)
       tasks.add(new ArrayList<>());
     }
     List<KafkaRange> bySize = new ArrayList<>(ranges);
-    bySize.sort(
-        Comparator.comparingLong((KafkaRange r) -> -r.size())
-            .thenComparingInt(KafkaRange::partition));
+    bySize.sort(Comparator.comparingLong((KafkaRange r) -> -r.size()).thenComparing(byPartition));
     for (KafkaRange r : bySize) {
       int least = 0;
       for (int i = 1; i < count; i++) {
@@ -71,11 +72,11 @@ public record KafkaTask(KafkaRange[] ranges, String[] preferredExecutors)
     }
     for (List<KafkaRange> task : tasks) {
       if (!task.isEmpty()) {
-        task.sort(Comparator.comparingInt(KafkaRange::partition));
+        task.sort(byPartition);
         out.add(task.toArray(new KafkaRange[0]));
       }
     }
-    out.sort(Comparator.comparingInt(t -> t[0].partition()));
+    out.sort((a, b) -> byPartition.compare(a[0], b[0]));
     return out;
   }
 

@@ -14,6 +14,7 @@ import io.floodgate.spark.swept.SweptRecords;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
@@ -72,10 +73,20 @@ public final class RangeReader implements PartitionReader<InternalRow> {
   private final SourceOptions options;
   private final KafkaRange[] ranges;
   private final RowLayout layout;
-  private final TupleDecoder decoder;
 
-  /** The key record's decoder of {@code keyEncoding = confluent}; {@code null}: raw keys. */
-  private final ConfluentDecoder keyDecoder;
+  /** The stream's schema and writer schemas ({@code null}: raw columns, nothing decoded). */
+  private final Schema avro;
+
+  private final SchemaRepository repository;
+
+  /**
+   * The value decoder per topic ({@code encoding = confluent}: the subject is {@code
+   * <topic>-value}); empty when nothing is decoded.
+   */
+  private final Map<String, TupleDecoder> decoders = new HashMap<>();
+
+  /** The key record's decoder per topic of {@code keyEncoding = confluent}; empty: raw keys. */
+  private final Map<String, ConfluentDecoder> keyDecoders = new HashMap<>();
 
   private final int keyFieldCount;
   private final RefusalRules rules;
@@ -109,22 +120,42 @@ public final class RangeReader implements PartitionReader<InternalRow> {
     this.metrics = metrics;
     this.row = new GenericInternalRow(schema.fields().length);
     if (options.decoded()) {
-      SchemaRepository repository = new SchemaRepository(options.schemasJson);
-      Schema avro = repository.get(options.schemaName);
-      this.decoder =
-          Decoders.forOptions(
-              options, avro, repository, layout.decodedFields, layout.decodedOrdinals);
-      this.keyDecoder = layout.decodesKey() ? Decoders.forKey(options, avro) : null;
+      this.repository = new SchemaRepository(options.schemasJson);
+      this.avro = repository.get(options.schemaName);
+      if (ranges.length > 0) { // the options' refusals at once, not at the first tuple
+        decoder(ranges[0].topic());
+        keyDecoder(ranges[0].topic());
+      }
     } else {
-      this.decoder = null;
-      this.keyDecoder = null;
+      this.repository = null;
+      this.avro = null;
     }
-    this.keyFieldCount = keyDecoder != null ? options.keyFields.size() : 0;
+    this.keyFieldCount = avro != null && layout.decodesKey() ? options.keyFields.size() : 0;
     this.rules = new RefusalRules(options);
     this.dead =
         new DeadLetterWriter(
             options.deadLetterTopic, KafkaClients.producer(options), options.stream, options.query);
     this.consumerProperties = KafkaClients.consumer(options, RANGE_CONSUMER);
+  }
+
+  /** The value decoder of {@code topic}'s tuples; {@code null}: nothing is decoded. */
+  private TupleDecoder decoder(String topic) {
+    if (avro == null) {
+      return null;
+    }
+    return decoders.computeIfAbsent(
+        topic,
+        t ->
+            Decoders.forOptions(
+                options, t, avro, repository, layout.decodedFields, layout.decodedOrdinals));
+  }
+
+  /** The key decoder of {@code topic}'s tuples; {@code null}: raw keys. */
+  private ConfluentDecoder keyDecoder(String topic) {
+    if (avro == null || !layout.decodesKey()) {
+      return null;
+    }
+    return keyDecoders.computeIfAbsent(topic, t -> Decoders.forKey(options, t, avro));
   }
 
   @Override
@@ -344,6 +375,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
             : null;
     Long eventTimeMs = timestampMs;
     InternalRow decodedKey = null;
+    TupleDecoder decoder = decoder(record.topic());
     if (decoder != null) {
       for (int ordinal : layout.decodedOrdinals) {
         row.setNullAt(ordinal);
@@ -364,6 +396,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
           eventTimeMs = ((Number) row.genericGet(ts)).longValue();
         }
       }
+      ConfluentDecoder keyDecoder = keyDecoder(record.topic());
       if (keyDecoder != null && record.key() != null) {
         decodedKey = new GenericInternalRow(keyFieldCount);
         try {

@@ -10,6 +10,7 @@ import java.util.HashMap;
 import java.util.Map;
 import java.util.Properties;
 import java.util.UUID;
+import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -19,6 +20,8 @@ import org.junit.jupiter.api.Test;
  */
 class EventTimeProbeTest {
   private static final String TOPIC = "probe-test";
+  private static final TopicPartition P0 = new TopicPartition(TOPIC, 0);
+  private static final TopicPartition P1 = new TopicPartition(TOPIC, 1);
 
   private static EventTimeProbe unansweredProbe(Duration patience) {
     Properties p = new Properties();
@@ -32,33 +35,33 @@ class EventTimeProbeTest {
   @Test
   void aPartitionTheBrokerDoesNotAnswerForFailsThePlanningByName() {
     try (EventTimeProbe probe = unansweredProbe(Duration.ofSeconds(1))) {
-      probe.limit(Map.of(0, 100L, 1, 100L));
+      probe.limit(Map.of(P0, 100L, P1, 100L));
       long started = System.nanoTime();
       EventTimesUnansweredException e =
-          assertThrows(EventTimesUnansweredException.class, () -> probe.many(Map.of(0, 5L)));
-      assertEquals(Map.of(0, 5L), e.offsets());
+          assertThrows(EventTimesUnansweredException.class, () -> probe.many(Map.of(P0, 5L)));
+      assertEquals(Map.of(P0, 5L), e.offsets());
       assertEquals(TOPIC, e.topic());
       assertTrue(e.getMessage().startsWith("FG-SOURCE-005"), e.getMessage());
-      assertTrue(e.getMessage().contains("{0=5}"), e.getMessage());
+      assertTrue(e.getMessage().contains("{probe-test-0=5}"), e.getMessage());
       assertTrue(
           Duration.ofNanos(System.nanoTime() - started).compareTo(Duration.ofSeconds(1)) >= 0,
           "asked again until the patience was spent");
       assertTrue(probe.reads() >= 2, "read " + probe.reads() + " time(s)");
       // Nothing unanswered was cached as "no event time".
-      assertEquals(Map.of(), probe.known(Map.of(0, 5L)));
+      assertEquals(Map.of(), probe.known(Map.of(P0, 5L)));
     }
   }
 
   @Test
   void anOffsetAtOrPastTheLimitHasNoEventTimeWithoutAskingTheBroker() {
     try (EventTimeProbe probe = unansweredProbe(Duration.ofSeconds(1))) {
-      probe.limit(Map.of(0, 100L));
-      Map<Integer, Long> wanted = new HashMap<>();
-      wanted.put(0, 100L);
-      wanted.put(1, 0L); // a partition the limit does not know: nothing below 0
-      Map<Integer, Long> found = probe.many(wanted);
-      assertNull(found.get(0));
-      assertNull(found.get(1));
+      probe.limit(Map.of(P0, 100L));
+      Map<TopicPartition, Long> wanted = new HashMap<>();
+      wanted.put(P0, 100L);
+      wanted.put(P1, 0L); // a partition the limit does not know: nothing below 0
+      Map<TopicPartition, Long> found = probe.many(wanted);
+      assertNull(found.get(P0));
+      assertNull(found.get(P1));
       assertEquals(2, found.size());
       assertEquals(0, probe.reads());
     }

@@ -12,7 +12,7 @@ class IdleTrackerTest {
   @Test
   void aHeadThatStandsStillMakesItsPartitionIdle() {
     AtomicLong now = new AtomicLong();
-    IdleTracker tracker = new IdleTracker(10_000, now::get);
+    IdleTracker<Integer> tracker = new IdleTracker<>(10_000, now::get);
     assertEquals(Set.of(), tracker.observe(Map.of(0, 5L, 1, 7L)));
     now.set(4_500);
     assertEquals(Set.of(), tracker.observe(Map.of(0, 5L, 1, 7L)));
@@ -33,7 +33,7 @@ class IdleTrackerTest {
     // A broker away for 15 s: no planning meanwhile. Its partitions are not idle when it is
     // back, and one whose producer has yet to deliver becomes idle only a whole timeout later.
     AtomicLong now = new AtomicLong();
-    IdleTracker tracker = new IdleTracker(10_000, now::get);
+    IdleTracker<Integer> tracker = new IdleTracker<>(10_000, now::get);
     tracker.observe(Map.of(0, 5L, 1, 7L));
     now.set(1_000);
     tracker.observe(Map.of(0, 6L, 1, 7L));
@@ -52,7 +52,7 @@ class IdleTrackerTest {
   @Test
   void steadyGapsOfALongTriggerIntervalCount() {
     AtomicLong now = new AtomicLong();
-    IdleTracker tracker = new IdleTracker(10_000, now::get);
+    IdleTracker<Integer> tracker = new IdleTracker<>(10_000, now::get);
     tracker.observe(Map.of(0, 5L, 1, 7L));
     now.set(30_000);
     assertEquals(Set.of(), tracker.observe(Map.of(0, 6L, 1, 7L)));
@@ -64,7 +64,7 @@ class IdleTrackerTest {
   void headsAboveTheBoxedLongCacheAreComparedByValue() {
     // Long.valueOf caches -128..127 only: heads must compare by value, not by reference.
     AtomicLong now = new AtomicLong();
-    IdleTracker tracker = new IdleTracker(1_000, now::get);
+    IdleTracker<Integer> tracker = new IdleTracker<>(1_000, now::get);
     tracker.observe(Map.of(0, Long.valueOf(1_000_000L)));
     now.set(500);
     tracker.observe(Map.of(0, Long.valueOf(1_000_000L)));

@@ -32,7 +32,8 @@ class WatermarkLogTest {
   }
 
   private long[] watermark(Map<Integer, Long> end) {
-    return WatermarkLog.batchWatermark(checkpoint.toString(), "flights", end, 8);
+    return WatermarkLog.batchWatermark(
+        checkpoint.toString(), TopicPartitions.flatten(Map.of("flights", end)), 8);
   }
 
   @Test
@@ -48,7 +49,21 @@ class WatermarkLogTest {
     assertNull(watermark(Map.of(0, 40L, 1, 31L)));
     assertNull(
         WatermarkLog.batchWatermark(
-            checkpoint.resolve("missing").toString(), "flights", Map.of(0, 10L), 8));
+            checkpoint.resolve("missing").toString(),
+            TopicPartitions.flatten(Map.of("flights", Map.of(0, 10L))),
+            8));
+  }
+
+  @Test
+  void aLineOverSeveralTopicsMatchesOnlyEveryTopicsOffsets() throws IOException {
+    log(0, 0, "{\"flights\": {\"0\": 10}, \"runways\": {\"0\": 2}}");
+    log(1, 4_000, "{\"flights\": {\"0\": 12}, \"runways\": {\"0\": 3}}");
+    Map<String, Map<Integer, Long>> both =
+        Map.of("flights", Map.of(0, 12L), "runways", Map.of(0, 3L));
+    assertArrayEquals(
+        new long[] {1, 0},
+        WatermarkLog.batchWatermark(checkpoint.toString(), TopicPartitions.flatten(both), 8));
+    assertNull(watermark(Map.of(0, 12L))); // one topic's offsets are not the line's
   }
 
   @Test
