@@ -11,14 +11,20 @@ import json
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 
 from pyspark.sql import SparkSession
 
 from pipeline.config import QueryGroupConfig
-from pipeline.offsets import local_checkpoint_path, offsets_to_json
+from pipeline.offsets import local_checkpoint_path
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.late_plan import late_plan
-from pipeline.spark.options import PYTHON_SOURCE_NAME, SOURCE_NAME
+from pipeline.spark.options import (
+    PYTHON_SOURCE_NAME,
+    SOURCE_NAME,
+    EventTimeWindow,
+    SourceOptions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,67 +55,23 @@ def register_inputs(
         discard_before: per input stream, the offsets a discarding release skipped
             to (:attr:`Hold.discard_before <pipeline.spark.hold.Hold.discard_before>`).
     """
-    schemas_json = schemas.as_json()
     late = late_window(spark, config, query)
     jvm = config.query_group.source == "jvm"
-    views: dict[str, dict[str, str]] = {}
-    for name, stream in config.input_streams.items():
-        settings = config.input_settings(name)
-        options = {
-            "bootstrap.servers": bootstrap_servers,
-            "topic": stream.topic,
-            "stream": name,
-            "query": query,
-            "schema": stream.schema_,
-            "schemas": schemas_json,
-            # Offsets are committed by the transactional sinks, per query, to this
-            # group; the source commits nothing, and reads the group's commits where a
-            # new checkpoint starts (startingOffsets "committed"). A group of its own
-            # here had no commits: a new checkpoint started at the log start, output
-            # again what the query had written and skipped what was swept into BLOBs.
-            "group.id": config.consumer_group(query),
-            "commitOffsets": "false",
-            "startingOffsets": stream.starting_offsets,
-            "deadLetterTopic": config.dead_letter_topic,
-            "timestampMode": stream.timestamp_mode,
-            **({"timestampField": stream.timestamp_field} if stream.timestamp_field else {}),
-            **(
-                {"maxRowsPerTrigger": str(settings.max_tuples_per_trigger)}
-                if settings.max_tuples_per_trigger
-                else {}
-            ),
-            **{f"kafka.{k}": str(v) for k, v in config.kafka.client.items()},
-        }
-        encoding, registry = config.stream_registry("input", name)
-        if encoding != "single-object":
-            options["encoding"] = encoding
-        if stream.key_encoding != "raw":
-            options["keyEncoding"] = stream.key_encoding
-            options["keyFields"] = ",".join(stream.key)
-            registry = config.schema_registry.client_config()
-        options.update({f"schemaRegistry.{k}": v for k, v in registry.items()})
-        # One task per core, not per Kafka partition: a Python data source task
-        # costs ~0.1-0.2 s of Spark's time however little it reads (group_ranges).
-        options["maxTasks"] = str(spark.sparkContext.defaultParallelism)
-        if config.query_group.sweep_catalog_url:
-            options["sweepCatalog"] = config.query_group.sweep_catalog_url
-        if stream.key:
-            options["keyRequired"] = "true"
-        if stream.timestamp_mode == "data_source":
-            options["maxEventTimeAheadMs"] = str(stream.max_event_time_ahead_ms)
-        if stream.max_event_time_drift_ms is not None:
-            options["maxEventTimeDriftMs"] = str(stream.max_event_time_drift_ms)
-            options["idlePartitionTimeoutMs"] = str(stream.idle_partition_timeout_ms)
-        if late is not None and late[0] == name:
-            # Tuples Spark's aggregation would drop as late go to the dead-letter
-            # topic instead (reason "late"): same predicate, same watermark.
-            options["watermarkCheckpoint"], options["lateWindow"] = late[1:]
-        if name in discard_before:
-            options["discardBefore"] = json.dumps(
-                offsets_to_json(stream.topic, discard_before[name])
-            )
-        views[name] = options
-        _define_view(spark, config, name, options)
+    views: dict[str, SourceOptions] = {}
+    for name in config.input_streams:
+        views[name] = source_options(
+            config,
+            query,
+            name,
+            bootstrap_servers=bootstrap_servers,
+            schemas_json=schemas.as_json(),
+            # One task per core, not per Kafka partition: a Python data source task
+            # costs ~0.1-0.2 s of Spark's time however little it reads (group_ranges).
+            max_tasks=spark.sparkContext.defaultParallelism,
+            late=late[1:] if late is not None and late[0] == name else None,
+            discard_before=discard_before.get(name),
+        )
+        _define_view(spark, config, name, views[name])
     if not jvm:
         return
     fields = read_fields(
@@ -119,15 +81,85 @@ def register_inputs(
     )
     for name, options in views.items():
         if fields.get(name):  # none read: decode them all (option fields takes one or more)
-            _define_view(spark, config, name, {**options, "fields": ",".join(fields[name])})
+            _define_view(spark, config, name, replace(options, fields=tuple(fields[name])))
+
+
+def source_options(
+    config: QueryGroupConfig,
+    query: str,
+    name: str,
+    *,
+    bootstrap_servers: str,
+    schemas_json: str,
+    max_tasks: int,
+    late: tuple[str, EventTimeWindow] | None = None,
+    discard_before: Mapping[int, int] | None = None,
+) -> SourceOptions:
+    """The source's options for input stream ``name`` of ``query``, typed, from the
+    group's config: the one model both the config and the source use
+    (:meth:`SourceOptions.to_options` renders it for Spark, :meth:`SourceOptions.parse`
+    reads it back in the source).
+
+    Args:
+        config: the group's config.
+        query: the reading query (named in dead letters; its consumer group).
+        name: the input stream.
+        bootstrap_servers: the Kafka cluster.
+        schemas_json: the schema repository as JSON.
+        max_tasks: most Spark tasks a micro-batch is read with.
+        late: ``(the query's local checkpoint, its aggregation's window)`` when the
+            source dead-letters the tuples that window would drop (:func:`late_window`).
+        discard_before: the offsets a discarding release skipped to, per partition.
+    """
+    stream = config.input_streams[name]
+    settings = config.input_settings(name)
+    encoding, registry = config.stream_registry("input", name)
+    if stream.key_encoding != "raw":
+        registry = config.schema_registry.client_config()
+    return SourceOptions(
+        bootstrap_servers=bootstrap_servers,
+        topics=(stream.topic,),
+        stream=name,
+        schema_name=stream.schema_,
+        schemas_json=schemas_json,
+        # Offsets are committed by the transactional sinks, per query, to this group;
+        # the source commits nothing, and reads the group's commits where a new
+        # checkpoint starts (startingOffsets "committed"). A group of its own here had
+        # no commits: a new checkpoint started at the log start, output again what the
+        # query had written and skipped what was swept into BLOBs.
+        group_id=config.consumer_group(query),
+        commit_offsets=False,
+        max_rows_per_trigger=settings.max_tuples_per_trigger,
+        starting_offsets=stream.starting_offsets,
+        dead_letter_topic=config.dead_letter_topic,
+        timestamp_mode=stream.timestamp_mode,
+        timestamp_field=stream.timestamp_field,
+        client={k: str(v) for k, v in config.kafka.client.items()},
+        query=query,
+        discard_before={stream.topic: dict(discard_before)} if discard_before else {},
+        sweep_catalog=config.query_group.sweep_catalog_url,
+        key_required=bool(stream.key),
+        max_event_time_ahead_ms=(
+            stream.max_event_time_ahead_ms if stream.timestamp_mode == "data_source" else None
+        ),
+        watermark_checkpoint=late[0] if late else None,
+        late_window=late[1] if late else None,
+        max_tasks=max_tasks,
+        max_event_time_drift_ms=stream.max_event_time_drift_ms,
+        idle_partition_timeout_ms=stream.idle_partition_timeout_ms,
+        encoding=encoding,
+        schema_registry={k: str(v) for k, v in registry.items()},
+        key_encoding=stream.key_encoding,
+        key_fields=tuple(stream.key) if stream.key_encoding != "raw" else None,
+    )
 
 
 def _define_view(
-    spark: SparkSession, config: QueryGroupConfig, name: str, options: Mapping[str, str]
+    spark: SparkSession, config: QueryGroupConfig, name: str, options: SourceOptions
 ) -> None:
     """The temporary view ``name``: the input stream read with ``options``."""
     source = SOURCE_NAME if config.query_group.source == "jvm" else PYTHON_SOURCE_NAME
-    df = spark.readStream.format(source).options(**options).load()
+    df = spark.readStream.format(source).options(**options.to_options()).load()
     watermark = config.input_streams[name].watermark
     if watermark:
         df = df.withWatermark("event_time", watermark)
@@ -180,8 +212,9 @@ def _attribute_names(node: object, names: set[str]) -> None:
 
 def late_window(
     spark: SparkSession, config: QueryGroupConfig, query: str
-) -> tuple[str, str, str] | None:
-    """``(stream, watermarkCheckpoint, lateWindow)``: the source options for the one
+) -> tuple[str, str, EventTimeWindow] | None:
+    """``(stream, its query's local checkpoint, the window)``: what the source's options
+    ``watermarkCheckpoint`` and ``lateWindow`` take (:func:`source_options`) for the one
     input stream ``query`` reads when the query aggregates it over an event-time
     window (the only operator that drops late tuples the source can foresee:
     :func:`~pipeline.spark.late_plan.late_plan`) and the stream has a watermark;
@@ -215,4 +248,4 @@ def late_window(
     if plan.window is None:
         return None
     assert local is not None  # a window with a non-local root was refused above
-    return stream, os.path.abspath(f"{local}/{query}"), plan.window.option()
+    return stream, os.path.abspath(f"{local}/{query}"), plan.window

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
+from pipeline.offsets import topic_offsets_to_json
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.confluent import ENCODINGS, KEY_ENCODINGS, ConfluentKey, stream_codec
 from pipeline.serde.schemas import SchemaRepository
@@ -248,6 +249,12 @@ class Reads:
         return ",".join(self.topics)
 
 
+def _offsets_json(offsets: Mapping[str, Mapping[int, int]]) -> dict[str, dict[str, int]]:
+    """Per topic, per partition -> Spark's offsets JSON shape
+    (:func:`pipeline.offsets.topic_offsets_to_json`)."""
+    return topic_offsets_to_json({(t, p): o for t, ps in offsets.items() for p, o in ps.items()})
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """The source's options, parsed once (Spark hands them over as strings).
@@ -391,6 +398,72 @@ class SourceOptions:
     def decoded(self) -> bool:
         """Whether tuples are decoded with a schema (``schema`` given)."""
         return self.schema_name is not None
+
+    def to_options(self) -> dict[str, str]:
+        """The option map Spark hands the source, for these options: the inverse of
+        :meth:`parse` (``parse(o.to_options()) == o`` for every ``o`` it returned,
+        ``test_options_model.py``). This is how a query group configures the source
+        (:mod:`pipeline.spark.inputs` builds a ``SourceOptions`` from its config, typed,
+        and renders it here): the strings an option takes are written and read in
+        this module alone, whichever source reads them.
+
+        Every option is given, defaults included, by Spark's names where Spark has one
+        (``kafka.bootstrap.servers``, ``subscribe``, ``maxOffsetsPerTrigger``); the
+        consumer group always (``kafka.group.id``), so ``commitOffsets`` and
+        ``startingOffsets`` are given too.
+        """
+        if self.assigned is not None:
+            what = {"assign": json.dumps({t: list(ps) for t, ps in self.assigned.items()})}
+        elif self.topic_pattern is not None:
+            what = {"subscribePattern": self.topic_pattern}
+        else:
+            what = {"subscribe": ",".join(self.topics or ())}
+        starting = (
+            json.dumps(_offsets_json(self.starting_partition_offsets))
+            if self.starting_offsets == "specific"
+            else self.starting_offsets
+        )
+        given: dict[str, Any] = {
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            **what,
+            "stream": self.stream,
+            "schema": self.schema_name,
+            "schemas": self.schemas_json,
+            "kafka.group.id": self.group_id,
+            "maxOffsetsPerTrigger": self.max_rows_per_trigger,
+            "minOffsetsPerTrigger": self.min_rows_per_trigger,
+            "maxTriggerDelay": f"{self.max_trigger_delay_ms}ms",
+            "startingOffsets": starting,
+            "failOnDataLoss": self.fail_on_data_loss,
+            "includeHeaders": self.include_headers,
+            "deadLetterTopic": self.dead_letter_topic,
+            "timestampMode": self.timestamp_mode,
+            "timestampField": self.timestamp_field,
+            "commitOffsets": self.commit_offsets,
+            "query": self.query,
+            "discardBefore": (
+                json.dumps(_offsets_json(self.discard_before)) if self.discard_before else None
+            ),
+            "sweepCatalog": self.sweep_catalog,
+            "keyRequired": self.key_required,
+            "maxEventTimeAheadMs": self.max_event_time_ahead_ms,
+            "watermarkCheckpoint": self.watermark_checkpoint,
+            "lateWindow": self.late_window.option() if self.late_window else None,
+            "maxTasks": self.max_tasks,
+            "maxEventTimeDriftMs": self.max_event_time_drift_ms,
+            "idlePartitionTimeoutMs": self.idle_partition_timeout_ms,
+            "encoding": self.encoding,
+            "keyEncoding": self.key_encoding,
+            "keyFields": ",".join(self.key_fields) if self.key_fields else None,
+            "fields": ",".join(self.fields) if self.fields else None,
+            **{f"kafka.{k}": v for k, v in self.client.items()},
+            **{f"schemaRegistry.{k}": v for k, v in self.schema_registry.items()},
+        }
+        return {
+            key: (str(value).lower() if isinstance(value, bool) else str(value))
+            for key, value in given.items()
+            if value is not None
+        }
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
