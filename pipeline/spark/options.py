@@ -165,8 +165,11 @@ def time_string_ms(key: str, text: str) -> int:
 
 
 def topic_matcher(pattern: str) -> Callable[[str], bool]:
-    """Whether a topic's name matches ``subscribePattern``: the whole name, as Java's
-    ``Pattern.matcher(name).matches()`` in Kafka's consumer (``re.fullmatch``).
+    """Whether a topic's name matches ``subscribePattern``: a match anywhere in the name
+    (``re.search``), as Spark's Kafka source finds its topics by default (its
+    Admin-based ``SubscribePatternStrategy`` keeps a topic when
+    ``regex.findFirstIn(name)`` finds one); anchor the pattern (``^...$``) to match
+    whole names, as Kafka's consumer's ``subscribe(Pattern)`` does.
 
     The pattern is compiled by Python's :mod:`re`, the JVM source's by
     ``java.util.regex``: only their common subset means the same in both (literals,
@@ -181,7 +184,7 @@ def topic_matcher(pattern: str) -> Callable[[str], bool]:
         compiled = re.compile(pattern)
     except re.error as exc:
         raise ValueError(str(exc)) from exc
-    return lambda name: compiled.fullmatch(name) is not None
+    return lambda name: compiled.search(name) is not None
 
 
 def json_offsets(value: Any) -> dict[str, dict[int, int]]:
@@ -267,8 +270,8 @@ class SourceOptions:
     ``SubscribePatternStrategy``, ``AssignStrategy``): ``topic`` (Floodgate's: one
     topic), ``subscribe`` (Spark's comma-separated topics: each stripped, empty names
     left out, a repeated one kept once, as the set Kafka's consumer subscribes to),
-    ``subscribePattern`` (a regular expression matched against the whole name of every
-    topic of the cluster, re-listed at every micro-batch: :func:`topic_matcher`), or
+    ``subscribePattern`` (a regular expression found anywhere in the name of every
+    topic of the cluster, as Spark's; re-listed at every micro-batch: :func:`topic_matcher`), or
     ``assign`` (Spark's JSON ``{"<topic>": [0, 1], ...}``: partitions of one or more
     topics). The source plans, sweeps, dead-letters and commits per topic-partition.
     Where, one of ``bootstrap.servers`` / ``kafka.bootstrap.servers``.
@@ -775,14 +778,14 @@ class OptionMap:
             if not pattern:
                 raise ValueError(
                     f"{SOURCE_NAME}: subscribePattern = {text!r}; allowed: a regular "
-                    "expression matched against whole topic names"
+                    "expression matched against topic names"
                 )
             try:
                 topic_matcher(pattern)
             except ValueError as exc:
                 raise ValueError(
                     f"{SOURCE_NAME}: subscribePattern = {text!r}; allowed: a regular "
-                    f"expression matched against whole topic names ({exc})"
+                    f"expression matched against topic names ({exc})"
                 ) from exc
             return Reads(key, None, pattern=pattern)
         if key != "assign":

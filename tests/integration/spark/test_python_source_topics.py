@@ -1,11 +1,12 @@
-"""The Python source (``floodgate_kafka_python``) reading several topics (issue 40,
-multitopic-design.md): ``subscribe`` of two topics, ``subscribePattern`` with a topic
-created after the query started, commits per topic-partition, a dead letter naming
-its own topic; and the same rows as Spark's own ``format("kafka")`` for both, in a
-process of its own (:mod:`tests.integration.spark.connector_compare`'s query).
+"""The Python source (``floodgate_kafka_python``) reading several topics
+(docs/reference/spark-kafka-options.md, "Several topics"): ``subscribe`` of two
+topics, ``subscribePattern`` with a topic created after the query started, commits
+per topic-partition, a dead letter naming its own topic; and the same rows as
+Spark's own ``format("kafka")`` for both, in a process of its own
+(:mod:`tests.integration.spark.connector_compare`'s query).
 
-The JVM source's tests of the same behaviour are its engineer's
-(``test_spark_connector_compare.py`` and the JUnit tests)."""
+The JVM source's tests of the same behaviour are ``test_jvm_several_topics.py``,
+``test_spark_connector_compare.py`` and the JUnit tests."""
 
 from __future__ import annotations
 

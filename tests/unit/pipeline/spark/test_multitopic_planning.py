@@ -1,7 +1,8 @@
-"""Planning over several topics (issue 40, multitopic-design.md): offsets keyed by
-``(topic, partition)``, one budget over every topic-partition, and the driver side of
-the Python source (discovery, where new topic-partitions start, gone ones, commits)
-against a consumer that answers from memory. No broker, no SparkSession."""
+"""Planning over several topics (docs/reference/spark-kafka-options.md, "Several
+topics"): offsets keyed by ``(topic, partition)``, one budget over every topic-
+partition, and the driver side of the Python source (discovery, where new topic-
+partitions start, gone ones, commits) against a consumer that answers from memory.
+No broker, no SparkSession."""
 
 from __future__ import annotations
 
@@ -185,19 +186,20 @@ def reader(cluster: FakeCluster, **options: str) -> KafkaStreamReader:
     return made
 
 
-def test_a_pattern_matches_whole_names_but_never_internal_topics_nor_the_dead_letters() -> None:
+def test_a_pattern_is_found_in_names_but_never_reads_internal_topics_nor_the_dead_letters() -> None:
     cluster = FakeCluster(
         {
             "flights.eu": {0: (0, 5), 1: (0, 2)},
             "flights.us": {0: (3, 9)},
             "flights.eu.dead": {0: (0, 1)},  # the source's dead-letter topic
-            "xflights.eu": {0: (0, 1)},  # matches only in part
+            "xflights.eu": {0: (0, 1)},  # matched in part: read, as Spark's findFirstIn
+            "arrivals": {0: (0, 1)},  # not matched
             "__consumer_offsets": {0: (0, 1)},
         }
     )
     source = reader(
         cluster,
-        subscribePattern=r"(x|)flights\..*|__.*",
+        subscribePattern=r"flights\.|__",
         deadLetterTopic="flights.eu.dead",
         schema="flight",
         schemas="{}",
@@ -208,7 +210,7 @@ def test_a_pattern_matches_whole_names_but_never_internal_topics_nor_the_dead_le
         ("flights.us", 0),
         ("xflights.eu", 0),
     ]
-    assert reader(cluster, subscribePattern="flights").discover() == []  # nothing matches
+    assert reader(cluster, subscribePattern="^flights$").discover() == []  # nothing matches
 
 
 def test_a_topic_created_after_the_start_joins_at_its_earliest_offset() -> None:

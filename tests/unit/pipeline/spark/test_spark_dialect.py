@@ -109,13 +109,17 @@ def test_subscribe_takes_a_set_of_topics_in_order_as_kafkas_consumer() -> None:
         SourceOptions.parse({"kafka.bootstrap.servers": "b", "topic": "a,b"})
 
 
-def test_subscribe_pattern_is_a_regular_expression_over_whole_names() -> None:
+def test_subscribe_pattern_is_a_regular_expression_found_in_names_as_sparks() -> None:
     options = {"kafka.bootstrap.servers": "b:9092", "subscribePattern": r" flights\.\w+ "}
     parsed = SourceOptions.parse(options)
     assert (parsed.topics, parsed.topic_pattern) == (None, r"flights\.\w+")
     assert parsed.stream == r"flights\.\w+"
     matches = topic_matcher(parsed.topic_pattern or "")
-    assert matches("flights.eu") and not matches("flights.eu.dead") and not matches("xflights.eu")
+    # Found anywhere in the name, as Spark's Admin-based SubscribePatternStrategy
+    # (findFirstIn); anchored, it matches whole names only.
+    assert matches("flights.eu") and matches("xflights.eu") and not matches("flights")
+    anchored = topic_matcher(r"^flights\.\w+$")
+    assert anchored("flights.eu") and not anchored("xflights.eu")
     with pytest.raises(ValueError, match=r"subscribePattern = 'flights\.\['; allowed: a regular"):
         SourceOptions.parse({**options, "subscribePattern": "flights.["})
     with pytest.raises(ValueError, match="subscribePattern"):

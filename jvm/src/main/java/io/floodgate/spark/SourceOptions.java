@@ -92,9 +92,9 @@ public final class SourceOptions implements Serializable {
   public final List<String> topics;
 
   /**
-   * {@code subscribePattern}: a Java regular expression matched against the whole topic name
-   * ({@code Pattern.matcher(name).matches()}, as Spark's {@code SubscribePatternStrategy}); {@code
-   * null} otherwise.
+   * {@code subscribePattern}: a Java regular expression found anywhere in a topic's name ({@code
+   * Pattern.matcher(name).find()}, as Spark's Admin-based {@code SubscribePatternStrategy}'s {@code
+   * findFirstIn}); {@code null} otherwise.
    */
   public final String topicPattern;
 
@@ -569,7 +569,7 @@ public final class SourceOptions implements Serializable {
           String refusal =
               "subscribePattern = "
                   + repr(text)
-                  + "; allowed: a regular expression matched against whole topic names";
+                  + "; allowed: a regular expression matched against topic names";
           if (pattern.isEmpty()) {
             throw refuse(refusal);
           }

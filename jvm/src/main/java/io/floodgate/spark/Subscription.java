@@ -21,9 +21,10 @@ import org.apache.kafka.common.internals.Topic;
  * <ul>
  *   <li>{@code topic}/{@code subscribe}: every partition of each named topic; a named topic that
  *       does not exist fails the planning;
- *   <li>{@code subscribePattern}: every partition of each topic of the cluster whose whole name
- *       matches ({@code Pattern.matcher(name).matches()}), except Kafka's internal topics ({@link
- *       Topic#isInternal}: {@code __consumer_offsets}, {@code __transaction_state}) and the
+ *   <li>{@code subscribePattern}: every partition of each topic of the cluster in whose name the
+ *       pattern is found ({@code Pattern.matcher(name).find()}, as Spark's Admin-based strategy's
+ *       {@code findFirstIn}; anchor it to match whole names), except Kafka's internal topics
+ *       ({@link Topic#isInternal}: {@code __consumer_offsets}, {@code __transaction_state}) and the
  *       source's own {@code deadLetterTopic}; none matching is no topic-partition, not an error;
  *   <li>{@code assign}: the named partitions, each of which must exist.
  * </ul>
@@ -40,12 +41,12 @@ final class Subscription {
   }
 
   /**
-   * Whether {@code topic} is one a pattern subscription reads: its whole name matches, it is not
-   * internal, it is not the dead-letter topic.
+   * Whether {@code topic} is one a pattern subscription reads: the pattern is found in its name, it
+   * is not internal, it is not the dead-letter topic.
    */
   boolean matches(String topic) {
     return pattern != null
-        && pattern.matcher(topic).matches()
+        && pattern.matcher(topic).find()
         && !Topic.isInternal(topic)
         && !topic.equals(options.deadLetterTopic);
   }

@@ -80,10 +80,11 @@ class SubscriptionTest {
   }
 
   @Test
-  void aPatternMatchesWholeNamesOfTopicsNeitherInternalNorTheDeadLetterTopic() {
+  void aPatternIsFoundInNamesAsSparksButNeverReadsInternalTopicsNorTheDeadLetterTopic() {
     topic("flights.eu", 2);
     topic("flights.us", 1);
-    topic("xflights.eu", 1); // matches only as a part of the name
+    topic("xflights.eu", 1); // found in part of the name: read, as Spark's findFirstIn
+    topic("runways", 1);
     topic("flights.dead", 1);
     topic("__consumer_offsets", 2);
     Subscription s =
@@ -97,7 +98,9 @@ class SubscriptionTest {
             "schemas",
             "{}");
     assertEquals(
-        List.of("flights.eu-0", "flights.eu-1", "flights.us-0"), names(s.partitions(cluster)));
+        List.of("flights.eu-0", "flights.eu-1", "flights.us-0", "xflights.eu-0"),
+        names(s.partitions(cluster)));
+    assertFalse(of("subscribePattern", "^flights[.].*$").matches("xflights.eu"));
     assertFalse(s.matches("__consumer_offsets"));
     assertFalse(s.matches("flights.dead"));
     assertTrue(s.matches("flights.new"));
