@@ -5,34 +5,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pipeline.config import QueryGroupConfig
 from pipeline.failpoints import FAILPOINT_ENV
-from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 from tests.integration.faults.kafka.faults import PausedCommit
 
 
 @pytest.fixture
 def running_group(
-    spark: Any, schemas: SchemaRepository
-) -> Iterator[Callable[[QueryGroupConfig, str], QueryGroup]]:
-    """Start a query group (in the session's SparkSession); every group started is
-    stopped when the test ends."""
-    groups: list[QueryGroup] = []
-
-    def start(config: QueryGroupConfig, bootstrap: str) -> QueryGroup:
-        group = QueryGroup(config, bootstrap_servers=bootstrap, spark=spark, schemas=schemas)
-        groups.append(group)
-        group.start()
-        return group
-
-    yield start
-    for group in groups:
-        group.stop()
+    start_query_group: Callable[..., QueryGroup],
+) -> Callable[[QueryGroupConfig, str], QueryGroup]:
+    """Start a query group on the cluster ``bootstrap`` (the integration suite's one
+    query-group fixture, ``start_query_group``: every group started is stopped when the
+    test ends)."""
+    return lambda config, bootstrap: start_query_group(config, bootstrap_servers=bootstrap)
 
 
 @pytest.fixture
