@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +30,7 @@ import pyarrow.fs as pafs
 from pipeline.brokers.apache_kafka.artifacts import cache_dir, java_command
 from pipeline.brokers.engines import free_port
 from pipeline.brokers.maven import once, run_maven
+from tests.integration.java_service import running_service
 
 ENV_ENDPOINT = "FLOODGATE_TEST_S3_ENDPOINT"
 
@@ -139,33 +138,17 @@ def s3_server() -> Iterator[S3Server]:
         "jclouds.provider=filesystem\n"
         f"jclouds.filesystem.basedir={workdir / 'data'}\n"
     )
-    log_path = workdir / "s3proxy.log"
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
+    try:
+        with running_service(
             [*java_command(), "-Xmx256m", "-jar", str(jar), "--properties", str(properties)],
             cwd=workdir,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _answers(server.endpoint):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
-                raise RuntimeError(
-                    f"S3Proxy did not answer at {server.endpoint} "
-                    f"(exit status {process.poll()}):\n{tail}"
-                )
-            time.sleep(0.2)
-        yield server
+            log_path=workdir / "s3proxy.log",
+            answers=lambda: _answers(server.endpoint),
+            what=f"S3Proxy at {server.endpoint}",
+            timeout_s=START_TIMEOUT_S,
+        ):
+            yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

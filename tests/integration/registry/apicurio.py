@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +28,7 @@ from pipeline.brokers.apache_kafka.artifacts import cache_dir, java_command
 from pipeline.brokers.engines import free_port
 from pipeline.brokers.maven import once, run_maven
 from pipeline.errors import BrokerError
+from tests.integration.java_service import running_service
 
 ENV_URL = "FLOODGATE_TEST_SCHEMA_REGISTRY_URL"
 
@@ -99,9 +98,9 @@ def schema_registry() -> Iterator[str]:
     jar = registry_jar()
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="floodgate-registry-"))
-    log_path = workdir / "registry.log"
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
+    url = f"http://127.0.0.1:{port}{CCOMPAT_PATH}"
+    try:
+        with running_service(
             [
                 *java_command(),
                 "-Xmx512m",
@@ -111,29 +110,13 @@ def schema_registry() -> Iterator[str]:
                 str(jar),
             ],
             cwd=workdir,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    url = f"http://127.0.0.1:{port}{CCOMPAT_PATH}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _answers(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
-                raise RuntimeError(
-                    f"Apicurio Registry did not answer at {url} "
-                    f"(exit status {process.poll()}):\n{tail}"
-                )
-            time.sleep(0.2)
-        yield url
+            log_path=workdir / "registry.log",
+            answers=lambda: _answers(url),
+            what=f"Apicurio Registry at {url}",
+            timeout_s=START_TIMEOUT_S,
+        ):
+            yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
