@@ -128,10 +128,19 @@ def test_a_flipped_byte_in_an_object_fails_the_reception_and_commits_nothing_pas
     config, topic = swept_output
     store = ObjectBlobStore(f"s3://{bucket}/{run_id}")
     name = blob_name(topic, 0, 0, 100)
-    reader = Consumer({**RANGE_CONSUMER, "bootstrap.servers": bootstrap, "group.id": run_id})
+    reader = Consumer(  # not the reception's group: this one commits nothing
+        {
+            **RANGE_CONSUMER,
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{run_id}.sweep",
+            "enable.auto.commit": False,
+        }
+    )
     seal = store.write(store.temporary(name), read_partition(reader, topic, 0, 0, 100))
-    reader.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)  # the reception's
     reader.close()
+    reception_group = Consumer({"bootstrap.servers": bootstrap, "group.id": run_id})
+    reception_group.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    reception_group.close()
     store.publish(store.temporary(name), store.path(name))
     catalog = SweepCatalog(config.query_group.sweep_catalog_url or "")
     catalog.record_blob_dir(store.location, key="sweeper.blob_store")
