@@ -39,11 +39,14 @@ SPARK_REDACTION_REGEX = "(?i)secret|password|token|access[.]?key"
 #: a ``private.key``/``private_key`` (GCS's ``fs.gs.auth.service.account.private.key``),
 #: and any ``key`` component of Hadoop's object store settings: ``fs.s3a.*.key``
 #: (``fs.s3a.encryption.key``), ``fs.gs.*.key``, ``fs.azure.account.key.<account>``,
-#: with Azure's ``fs.azure.sas.*`` tokens; and Floodgate's own ``admission.intake_key``.
+#: with Azure's ``fs.azure.sas.*`` tokens; Floodgate's own ``admission.intake_key``;
+#: and a value holding a URL with a password (``postgresql://user:pw@host/db``, the
+#: source's ``sweepCatalog`` option), which Spark would show in plans and its UI.
 FLOODGATE_REDACTION_REGEX = (
     r"(?i)sasl[.]jaas[.]config|ssl[.]key(?:store)?[.]|user[.]?info|private[._-]?key"
     r"|intake[._-]?key"
     r"|fs[.](?:s3a|gs|azure)[.](?:.+[.])?key(?:[.]|$)|fs[.]azure[.]sas[.]"
+    r"|[a-z][a-z0-9+.-]*://[^\s:/@]*:[^\s@]*@"
 )
 
 #: Spark's default ``spark.redaction.regex`` extended with
