@@ -29,7 +29,8 @@ REDACTED = "*********(redacted)"
 #: What a URL's password is shown as: SQLAlchemy's ``hide_password`` text.
 HIDDEN_PASSWORD = "***"
 
-#: The default of Spark's ``spark.redaction.regex`` (``SparkConf``/``config/package.scala``).
+#: The default of Spark's ``spark.redaction.regex`` (``SECRET_REDACTION_PATTERN`` in
+#: Spark's ``org/apache/spark/internal/config/package.scala``).
 SPARK_REDACTION_REGEX = "(?i)secret|password|token|access[.]?key"
 
 #: Secret-bearing keys that :data:`SPARK_REDACTION_REGEX` misses, matched as well:
@@ -74,12 +75,6 @@ _SECRET_PAIR = re.compile(
 _V = TypeVar("_V")
 
 
-def _compile(regex: str) -> re.Pattern[str]:
-    """``regex`` in Python's syntax: Java's leading ``(?i)`` is Python's too; a Java
-    pattern Python cannot read raises ``re.error``."""
-    return re.compile(regex)
-
-
 class Redactor:
     """Tells secret-bearing settings by key (and value) and shows them redacted.
 
@@ -94,8 +89,8 @@ class Redactor:
     def __init__(self, spark_regex: str = SPARK_REDACTION_REGEX) -> None:
         self.spark_regex = spark_regex
         self._patterns: tuple[re.Pattern[str], ...] = (
-            _compile(spark_regex),
-            _compile(FLOODGATE_REDACTION_REGEX),
+            re.compile(spark_regex),  # Java's syntax, as far as Python's reads it
+            re.compile(FLOODGATE_REDACTION_REGEX),
         )
 
     @classmethod
