@@ -183,7 +183,7 @@ def redact_any(key: str, value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: redact_any(f"{key}.{k}", v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact_any(key, v) for v in value]
+        return type(value)(redact_any(key, v) for v in value)
     if isinstance(value, str):
         return redact_text(value)
     return value

@@ -160,6 +160,7 @@ def test_a_config_error_never_carries_a_secret_value() -> None:
 
 def test_a_structure_under_a_secret_key_is_redacted_whole() -> None:
     assert redact_any("spark.conf.spark.hadoop.fs.s3a.secret.key", ["a", "b"]) == REDACTED
+    assert redact_any("hosts", ("a", "postgresql://u:pw@h/db")) == ("a", "postgresql://u:***@h/db")
     assert redact_any("kafka.client", {"sasl.password": "pw", "sasl.username": "u"}) == {
         "sasl.password": REDACTED,
         "sasl.username": "u",
