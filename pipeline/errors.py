@@ -17,6 +17,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from pipeline.redaction import redact_any, redact_text
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -93,10 +95,14 @@ class FloodgateError(Exception):
 class ConfigError(FloodgateError, ValueError):
     """A configuration file or value is refused at start.
 
+    No secret is shown (:mod:`pipeline.redaction`): the value of a secret-bearing key
+    is :data:`~pipeline.redaction.REDACTED`, and URL passwords and ``password=...``
+    pairs in the message, the value and ``allowed`` are ``***``.
+
     Attributes:
         key: dotted path of the offending key (``input_streams.flights.watermark``),
             or ``None`` when the file itself is unreadable.
-        value: the value that was refused (``None`` when the key is missing).
+        value: the value that was refused (``None`` when the key is missing), redacted.
         allowed: what is allowed instead, in words (``"'server' or 'data_source'"``).
     """
 
@@ -108,10 +114,10 @@ class ConfigError(FloodgateError, ValueError):
         value: object = None,
         allowed: str | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(redact_text(message))
         self.key = key
-        self.value = value
-        self.allowed = allowed
+        self.value = redact_any(key or "", value)
+        self.allowed = None if allowed is None else redact_text(allowed)
 
 
 class BrokerError(FloodgateError, RuntimeError):
@@ -429,12 +435,13 @@ class SchemaRegistryError(FloodgateError, RuntimeError):
     rather than dead-lettering the tuple.
 
     Attributes:
-        url: the registry's URL.
+        url: the registry's URL, its password (``basic.auth`` in the URL's userinfo)
+            shown as ``***``, as in the message (:func:`pipeline.redaction.redact_text`).
     """
 
     def __init__(self, message: str, *, url: str) -> None:
-        super().__init__(message)
-        self.url = url
+        super().__init__(redact_text(message))
+        self.url = redact_text(url)
 
 
 class DeliveryError(FloodgateError, RuntimeError):

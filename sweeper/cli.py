@@ -117,12 +117,13 @@ def blobs(
     import json
 
     from pipeline.errors import BlobIntegrityError
+    from pipeline.redaction import redact_url
     from pipeline.swept.catalog import SweepCatalog, check_blob
     from sweeper.config import load_sweeper_config
 
     settings, _groups = load_sweeper_config(config)
     catalog = SweepCatalog(settings.catalog_url)
-    table = Table(title=f"BLOBs of {settings.catalog_url}")
+    table = Table(title=f"BLOBs of {redact_url(settings.catalog_url)}")
     columns = ["topic", "partition", "offsets", "tuples", "bytes", "sha256", "file"]
     for column in [*columns, *(["check"] if verify else [])]:
         table.add_column(column)

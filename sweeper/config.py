@@ -22,6 +22,7 @@ from pipeline.config import (
     load_service_config,
 )
 from pipeline.errors import ConfigError
+from pipeline.redaction import redact_url
 from pipeline.swept.store import ALLOWED_STORES, OBJECT_SCHEMES, split_object_url
 
 
@@ -108,19 +109,21 @@ def load_sweeper_config(
 
     Raises:
         ConfigError: the file or a query group file is missing or refused, or a query
-            group does not read from this sweeper's catalog.
+            group does not read from this sweeper's catalog (both URLs named, their
+            passwords shown as ``***``).
     """
     loaded, _source = load_service_config(path, SweeperConfig, section="sweeper", env=env)
     settings = loaded.sweeper
     groups = [load_query_group(p, env=env) for p in settings.query_groups]
     for group_path, group in zip(settings.query_groups, groups, strict=True):
         if group.query_group.sweep_catalog_url != settings.catalog_url:
+            theirs = redact_url(group.query_group.sweep_catalog_url or "")
+            ours = redact_url(settings.catalog_url)
             raise ConfigError(
-                f"{group_path}: query_group.sweep_catalog_url is "
-                f"{group.query_group.sweep_catalog_url!r}, not this sweeper's catalog "
-                f"{settings.catalog_url!r}: its sources could not read swept tuples back",
+                f"{group_path}: query_group.sweep_catalog_url is {theirs!r}, not this "
+                f"sweeper's catalog {ours!r}: its sources could not read swept tuples back",
                 key="query_group.sweep_catalog_url",
-                value=group.query_group.sweep_catalog_url,
-                allowed=settings.catalog_url,
+                value=theirs,
+                allowed=ours,
             )
     return settings, groups

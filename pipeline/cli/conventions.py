@@ -35,6 +35,7 @@ from rich.segment import Segments
 from rich.table import Table
 
 from pipeline.errors import FloodgateError
+from pipeline.redaction import redact_text
 from pipeline.services.logs import LOG_FORMAT_ENV, LogFormat
 
 #: The exit status of a command whose operation failed.
@@ -80,7 +81,9 @@ def reports_errors(command: Callable[_P, _R]) -> Callable[_P, _R]:
     """Decorate a Typer command (below ``@app.command()``) so that a
     :class:`~pipeline.errors.FloodgateError` it raises ends it through :func:`fail`:
     its message on one line of standard error, exit status 1 (a failed operation;
-    status 2 is left to usage errors of the command line). Its ``finally`` blocks run
+    status 2 is left to usage errors of the command line), URL passwords and
+    ``password=`` values in it as ``***`` (:func:`pipeline.redaction.redact_text`: a
+    broker's output or a library's error quoted in it). Its ``finally`` blocks run
     first. The command's signature, and so its options, are unchanged."""
 
     @functools.wraps(command)
@@ -88,7 +91,7 @@ def reports_errors(command: Callable[_P, _R]) -> Callable[_P, _R]:
         try:
             return command(*args, **kwargs)
         except FloodgateError as exc:
-            raise fail(str(exc)) from exc
+            raise fail(redact_text(str(exc))) from exc
 
     return run
 

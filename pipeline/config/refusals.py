@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from pipeline.config.query_group import QueryGroupConfig
 from pipeline.errors import ConfigError
+from pipeline.redaction import is_secret
 
 
 def config_error(
@@ -63,12 +64,10 @@ def config_error(
 _HIDDEN = "<not shown>"
 
 
-_SECRET_WORDS = ("password", "secret", "token", "sasl", "key.pem", "credential")
-
-
 def _shown(key: str, value: Any) -> Any:
-    """The value as an error may show it: scalars only, never a secret."""
-    if isinstance(value, Mapping | list) or any(w in key.lower() for w in _SECRET_WORDS):
+    """The value as an error may show it: scalars only, never a secret (a key
+    :func:`pipeline.redaction.is_secret` tells)."""
+    if isinstance(value, Mapping | list) or is_secret(key):
         return _HIDDEN
     return value
 

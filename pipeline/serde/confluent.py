@@ -29,6 +29,7 @@ from datetime import date, datetime
 from typing import Any, Literal
 
 from pipeline.errors import DeserializationError, SchemaError, SchemaRegistryError
+from pipeline.redaction import redact_url
 from pipeline.serde.codec import StreamCodec, epoch_ms, field_kind
 from pipeline.serde.schemas import RegisteredSchema, SchemaRepository, fingerprint
 
@@ -97,7 +98,8 @@ class ConfluentCodec(StreamCodec):
         super().__init__(stream, schema, repository)
         self.topic = topic
         self.field = field
-        self.registry_url = str(registry.get("url", ""))
+        #: The registry's URL as errors show it (a password in it as ``***``).
+        self.registry_url = redact_url(str(registry.get("url", "")))
         self.client = SchemaRegistryClient(dict(registry))
         schema_text = json.dumps(schema.schema)
         # TopicNameStrategy, named: confluent-kafka 2.16's default asks the registry for

@@ -26,7 +26,14 @@ from pipeline.services.files import private_file
 def create_database_engine(url: str, **kwargs: Any) -> Engine:
     """An engine for ``url``; ``kwargs`` go to :func:`sqlalchemy.create_engine`
     (``connect_args`` are merged with SQLite's own). A SQLite file is made private
-    first (:func:`private_sqlite_file`)."""
+    first (:func:`private_sqlite_file`).
+
+    The engine hides a statement's parameters from its errors and logs
+    (SQLAlchemy's ``hide_parameters``, on unless ``kwargs`` says otherwise): they hold
+    jobs' ``env`` values and argv, which no error or log line may show. Its URL shows
+    its password as ``***`` (SQLAlchemy's ``URL`` does).
+    """
+    kwargs.setdefault("hide_parameters", True)
     parsed = make_url(url)
     sqlite = parsed.get_backend_name() == "sqlite"
     connect_args = dict(kwargs.pop("connect_args", {}))

@@ -7,6 +7,10 @@ logger, as text or as JSON (``--log-format``).
   ``"exception"``, the traceback, when the record carries one), for a log collector
   that parses fields instead of lines.
 
+Both show a URL's password, and a ``password=``/``token=`` pair's value, as ``***``
+(:func:`pipeline.redaction.redact_text`), in the message and in a traceback: a
+library's exception that quotes a database URL does not put its password in a log.
+
 Only the standard library's :mod:`logging` is used: a formatter, no dependency.
 """
 
@@ -18,6 +22,8 @@ import json
 import logging
 import sys
 from typing import IO, Any
+
+from pipeline.redaction import redact_text
 
 #: The text lines: time, level, logger, message.
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -34,12 +40,25 @@ class LogFormat(enum.StrEnum):
     json = "json"
 
 
+class TextFormatter(logging.Formatter):
+    """A record as :data:`TEXT_FORMAT`, its traceback below it, secrets in the text
+    hidden (:func:`~pipeline.redaction.redact_text`)."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
 class JsonFormatter(logging.Formatter):
     """A record as one line of JSON: ``time`` (ISO 8601, UTC, milliseconds, e.g.
     ``2026-11-26T11:00:00.123Z``), ``level`` (``INFO``, ``WARNING``, ...), ``logger``
     (its name, ``pipeline.spark.control``), ``message`` (formatted with its arguments);
     ``exception`` (the formatted traceback) and ``stack`` only when the record has
-    them. Never more than one line: newlines inside a value are escaped by JSON."""
+    them. Never more than one line: newlines inside a value are escaped by JSON.
+    Secrets in the message and the traceback are hidden
+    (:func:`~pipeline.redaction.redact_text`)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -48,12 +67,12 @@ class JsonFormatter(logging.Formatter):
             .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact_text(record.getMessage()),
         }
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            entry["exception"] = redact_text(self.formatException(record.exc_info))
         elif record.exc_text:
-            entry["exception"] = record.exc_text
+            entry["exception"] = redact_text(record.exc_text)
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
@@ -67,7 +86,7 @@ def formatter(log_format: LogFormat | str) -> logging.Formatter:
     """
     if LogFormat(log_format) is LogFormat.json:
         return JsonFormatter()
-    return logging.Formatter(TEXT_FORMAT)
+    return TextFormatter()
 
 
 def configure_logging(

@@ -11,6 +11,12 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from pipeline.errors import ConfigError
+from pipeline.redaction import (
+    SESSION_REDACTION_REGEX,
+    Redactor,
+    default_redactor,
+    redact_any,
+)
 from pipeline.spark.jvm import check_spark_version, source_jar
 
 log = logging.getLogger(__name__)
@@ -53,6 +59,14 @@ SETTING_SOURCES = ("spark", "query group", "floodgate")
 
 _applied_settings: dict[str, tuple[str, str]] = {}
 
+#: Spark's setting of which keys and values hold secrets (``Utils.redact``); set to
+#: :data:`~pipeline.redaction.SESSION_REDACTION_REGEX` (Spark's default, extended to
+#: Kafka's and the object stores' secrets) where nothing else set it.
+REDACTION_REGEX_KEY = "spark.redaction.regex"
+
+#: How :func:`spark_settings` shows values: the session's ``spark.redaction.regex``.
+_redactor: Redactor = default_redactor()
+
 
 def _is_local_master(master: str) -> bool:
     """Executors on this host: ``local``, ``local[N]``, ``local[N,F]``, ``local-cluster[...]``."""
@@ -79,7 +93,8 @@ def build_spark_session(
        ``local[*]`` included; a plain ``python``/``floodgate`` driver takes ``local[*]``
        as "no master set" (PySpark's launch of the JVM fills it in);
     2. ``master`` and ``conf`` (a query group file's ``[spark]`` section);
-    3. :data:`SPARK_DEFAULTS`.
+    3. :data:`SPARK_DEFAULTS`, and ``spark.redaction.regex``
+       (:data:`~pipeline.redaction.SESSION_REDACTION_REGEX`).
 
     Whatever the layers say, the ``floodgate_kafka`` source's jar
     (:func:`~pipeline.spark.jvm.source_jar`) is appended to ``spark.jars``, after the
@@ -117,7 +132,7 @@ def build_spark_session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     layers: list[tuple[str, Mapping[str, Any]]] = [
-        ("floodgate", SPARK_DEFAULTS),
+        ("floodgate", {**SPARK_DEFAULTS, REDACTION_REGEX_KEY: SESSION_REDACTION_REGEX}),
         ("query group", {"spark.master": master, **(conf or {})}),
     ]
     chosen: dict[str, tuple[str, str]] = {}
@@ -125,8 +140,8 @@ def build_spark_session(
         for key, value in values.items():
             if not isinstance(value, str | int | float | bool):
                 raise ConfigError(
-                    f"spark.conf.{key} = {value!r}: Spark settings are strings, numbers "
-                    "or booleans",
+                    f"spark.conf.{key} = {redact_any(key, value)!r}: Spark settings are "
+                    "strings, numbers or booleans",
                     key=f"spark.conf.{key}",
                     value=value,
                     allowed="a string, number or boolean",
@@ -149,6 +164,8 @@ def build_spark_session(
     _load_source_jar(spark, jar)
     spark.sparkContext.setLogLevel("WARN")
     _applied_settings.update(chosen)
+    global _redactor
+    _redactor = Redactor.from_spark_regex(spark.sparkContext.getConf().get(REDACTION_REGEX_KEY))
     overridden = sorted(k for k, (_, source) in chosen.items() if source == "spark")
     log.info(
         "Spark master %s; Floodgate's settings applied: %s; set by Spark's own "
@@ -187,5 +204,15 @@ def _load_source_jar(spark: SparkSession, jar: str) -> None:
 def spark_settings() -> dict[str, dict[str, str]]:
     """The settings :func:`build_spark_session` chose, by key: ``value`` and
     ``source`` (one of :data:`SETTING_SOURCES`: ``spark`` when Spark's own
-    configuration set it, which Floodgate then left alone)."""
-    return {k: {"value": v, "source": src} for k, (v, src) in sorted(_applied_settings.items())}
+    configuration set it, which Floodgate then left alone).
+
+    A secret's value (``spark.hadoop.fs.s3a.secret.key``, ``*password*``, a Kafka
+    ``sasl.jaas.config``...) is :data:`~pipeline.redaction.REDACTED`, as Spark's UI
+    shows it: the keys are those the session's ``spark.redaction.regex`` matches
+    (Spark's default when unset) and :data:`~pipeline.redaction.FLOODGATE_REDACTION_REGEX`'s;
+    a URL's password elsewhere is ``***`` (:class:`~pipeline.redaction.Redactor`).
+    """
+    return {
+        k: {"value": _redactor.value(k, v), "source": src}
+        for k, (v, src) in sorted(_applied_settings.items())
+    }

@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import re
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -14,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.services.logs import JsonFormatter, configure_logging
+from pipeline.services.logs import JsonFormatter, LogFormat, configure_logging, formatter
 
 SERVICES = (["run"], ["admission", "serve"], ["sweeper", "serve"])
 
@@ -85,6 +86,21 @@ def test_text_logging_names_the_level_and_the_logger() -> None:
 
     (line,) = out.getvalue().splitlines()
     assert line.endswith(" WARNING pipeline.spark.guard: FG-SINK-003 held")
+
+
+@pytest.mark.parametrize("log_format", list(LogFormat))
+def test_a_url_password_is_hidden_in_the_message_and_the_traceback(
+    log_format: LogFormat,
+) -> None:
+    password, other = secrets.token_hex(16), secrets.token_hex(16)
+    url = f"postgresql+psycopg://sweeper:{password}@db.example/catalog"
+    try:
+        raise RuntimeError(f"could not connect to {url} (password={other})")
+    except RuntimeError as exc:
+        line = formatter(log_format).format(_record("catalog %s unreachable", url, exc=exc))
+    assert password not in line and other not in line
+    assert "postgresql+psycopg://sweeper:***@db.example/catalog unreachable" in line
+    assert "password=***" in line
 
 
 def test_logging_set_up_already_is_left_alone() -> None:
