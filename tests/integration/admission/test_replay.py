@@ -5,6 +5,9 @@ the session's broker. The attacker holds neither the intake key nor the admissio
 token: it joins the service's consumer group, commits offset 0 for the request topic
 and leaves, as any client the broker lets into the group can. The service's consumer
 then gets the partition back at offset 0 and reads the request again.
+
+And two service instances on one PostgreSQL database (leader election) that read one
+request at the same moment: the database lets one of them record its signature.
 """
 
 from __future__ import annotations
@@ -12,17 +15,22 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from admission.intake import RequestTaker
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
+from tests.intake_takers import assert_one_job_each, intake_service, job_request_codec
 from tests.integration.admission_service import (
     Service,
     intake_settings,
     wait_for,
     write_request,
 )
+from tests.integration.postgres import fresh_database
 
 
 def committed(bootstrap: str, group: str, topic: str) -> int:
@@ -88,3 +96,19 @@ def test_a_rewound_consumer_group_runs_no_signed_request_twice(
     assert [j["id"] for j in service.call("GET", "/jobs", token=None).json()] == [job["id"]]
     assert f"already taken as job {job['id']}" in service.log()
     wait_for(lambda: committed(bootstrap, group, topic) == 1, "the re-read to be committed")
+
+
+@pytest.mark.no_kafka
+def test_on_postgresql_two_instances_reading_one_request_at_once_make_one_job(
+    postgres: str, tmp_path: Path
+) -> None:
+    """The run-once record's primary key is the signature, in PostgreSQL as in SQLite:
+    of two instances that take one record at the same moment, one makes the job and
+    the other gets it back. At 3d81ac5 both ran it."""
+    database = fresh_database(postgres)
+    codec = job_request_codec()
+    takers = [
+        RequestTaker(intake_service(tmp_path / str(i), database_url=database), codec)
+        for i in range(2)
+    ]
+    assert_one_job_each(takers, list(range(20)))

@@ -12,8 +12,6 @@ record's expiry. An oracle says what each reading must give.
 from __future__ import annotations
 
 import itertools
-import secrets
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,34 +20,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.algorithm import Load
-from admission.config import AdmissionSettings
 from admission.intake import IntakeRecord, Redelivered, Refused, RequestTaker
 from admission.service import AdmissionService
-from admission.signing import sign
 from admission.store import Job
 from pipeline.serde.codec import StreamCodec
-from pipeline.serde.schemas import SchemaRepository
-
-KEY = secrets.token_hex(16)
-TOKEN = secrets.token_hex(16)
-TOPIC = "floodgate.admission.requests"
-#: ``admission.intake_max_age_s`` of these tests, seconds.
-MAX_AGE_S = 60.0
-
-
-def service(tmp_path: Path, *, max_queue_size: int = 100_000) -> AdmissionService:
-    settings = AdmissionSettings(
-        token=TOKEN,
-        intake=True,
-        intake_key=KEY,
-        intake_max_age_s=MAX_AGE_S,
-        allowlist=["true"],
-        database_url=f"sqlite:///{tmp_path / 'jobs.db'}",
-        log_dir=str(tmp_path / "logs"),
-        max_queue_size=max_queue_size,
-    )
-    return AdmissionService(settings, sampler=lambda: Load(cpu=0.0, memory=0.0))
+from tests.intake_takers import (
+    MAX_AGE_S,
+    TOPIC,
+    assert_one_job_each,
+    intake_service,
+    job_request_codec,
+    signed,
+)
 
 
 @dataclass
@@ -64,22 +46,12 @@ class Clock:
 
 @pytest.fixture(scope="module")
 def codec() -> StreamCodec:
-    schemas = SchemaRepository.load()
-    return StreamCodec("job_request", schemas.get("job_request"), schemas)
+    return job_request_codec()
 
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdmissionService]:
-    yield service(tmp_path_factory.mktemp("once"))
-
-
-def signed(
-    codec: StreamCodec, offset: int, *, key: bytes, signed_at_ms: int, argv: list[str] | None = None
-) -> IntakeRecord:
-    """A ``job_request`` record at ``offset``, signed with :data:`KEY` at ``signed_at_ms``."""
-    value = codec.encode({"argv": argv or ["true"]})
-    headers = sign(KEY, topic=TOPIC, key=key, value=value, signed_at_ms=signed_at_ms)
-    return IntakeRecord(TOPIC, 0, offset, key, value, list(headers))
+    yield intake_service(tmp_path_factory.mktemp("once"))
 
 
 #: Each example starts at a time of its own, so no two share a signature.
@@ -195,7 +167,7 @@ def test_a_refused_request_read_again_is_refused_again_and_never_run(
     room (a crash before the offset commit, a rewound group), is dead-lettered again
     with the same reason: its requester was told it did not run, and may have sent it
     anew. At 3d81ac5 it ran then."""
-    full = service(tmp_path, max_queue_size=1)
+    full = intake_service(tmp_path, max_queue_size=1)
     taker = RequestTaker(full, codec)
     now_ms = int(taker.clock() * 1000)
     first = taker.take(signed(codec, next(_offsets), key=b"first", signed_at_ms=now_ms))
@@ -219,34 +191,5 @@ def test_two_instances_reading_one_request_at_once_make_one_job(
     intake while a rebalance moves the partition) take the same record at the same
     moment: the signature is the run-once table's primary key, so the database lets one
     record it, with its job, and the other reads that record. At 3d81ac5 both ran it."""
-    takers = [RequestTaker(service(tmp_path), codec) for _ in range(2)]
-    now_ms = int(takers[0].clock() * 1000)
-    records = [
-        signed(codec, next(_offsets), key=f"both-{i}".encode(), signed_at_ms=now_ms)
-        for i in range(20)
-    ]
-    for record in records:
-        outcomes = at_once(takers, record)
-        [job] = [o for o in outcomes if isinstance(o, Job)]
-        assert [o for o in outcomes if not isinstance(o, Job)] == [Redelivered(job.id)]
-    stored = takers[0].service.store.recent(limit=1000)
-    assert sorted(j.client_key or "" for j in stored) == sorted(
-        r.key.decode() for r in records if r.key is not None
-    )
-
-
-def at_once(takers: list[RequestTaker], record: IntakeRecord) -> list[Job | Refused | Redelivered]:
-    """What each taker, in a thread of its own, makes of ``record``, all let go at once."""
-    barrier = threading.Barrier(len(takers))
-    outcomes: list[Job | Refused | Redelivered] = []
-
-    def take(taker: RequestTaker) -> None:
-        barrier.wait()
-        outcomes.append(taker.take(record))
-
-    threads = [threading.Thread(target=take, args=(t,)) for t in takers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return outcomes
+    takers = [RequestTaker(intake_service(tmp_path), codec) for _ in range(2)]
+    assert_one_job_each(takers, [next(_offsets) for _ in range(20)])
