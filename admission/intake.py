@@ -37,14 +37,16 @@ nothing twice. A signature already recorded is, read again:
 
 * at the offset it was first read from (a crash before the commit, or a rewound
   consumer group): not run again; one the service took is skipped with a warning
-  (``FG-ADM-007``; its job stays the one job), one it refused is dead-lettered again with the same
-  reason (the first dead letter may have been lost in the crash);
+  (``FG-ADM-007``; its job stays the one job), one it refused is dead-lettered again
+  with the same reason (the first dead letter may have been lost in the crash);
 * at another offset (the same signed request written again): dead-lettered
   ``replayed``.
 
-The record is kept until ``admission.intake_max_age_s`` past the latest time the
-signature's age check could accept it; after that the age check refuses the request
-(``not-authenticated``) before the record is looked up.
+The record is kept at least until the last moment the signature's age check accepts
+it (``2 * admission.intake_max_age_s`` and a second after it was taken); after that
+the age check refuses the request (``not-authenticated``) before the record is looked
+up. The store's primary key on the signature keeps two instances (leader election)
+from both running it.
 """
 
 from __future__ import annotations
