@@ -94,3 +94,11 @@ class RequestReplayed(AdmissionError, PermissionError):
     ``replayed``."""
 
     status = 409
+
+
+class IntakeSignatureTaken(AdmissionError):
+    """A signed request of the intake was recorded as taken while this delivery was
+    submitting it (another instance, or another delivery of it, took it first); no job
+    was stored. The intake then reads what the first recorded."""
+
+    status = 409

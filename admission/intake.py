@@ -14,11 +14,12 @@ REST API's, whose every call needs the admission token.
   2. it decodes the tuple and validates it with :class:`~admission.jobs.JobRequest`,
      the model of ``POST /jobs``, so what REST refuses (422) is refused here too
      (``bad-request``);
-  3. it records the signature, so the same signed request written again is refused
-     (``replayed``);
+  3. it looks the signature up in the store's run-once record: a signed request is
+     run at most once, whatever offset it is read at (below);
   4. it submits it through :meth:`AdmissionService.submit`: the allowlist, the env
      rules and the queue's limits hold as for REST (``not-allowed``, ``queue-full``,
-     ``refused``).
+     ``refused``). The signature is recorded with the job it creates, in the job's
+     transaction, or with the reason it was refused.
 
   The message key, if any, is kept as the job's ``client_key``.
 * **Refused requests** go to ``dead_letter_topic`` with the original key, value and
@@ -29,10 +30,23 @@ REST API's, whose every call needs the admission token.
 * **Events**: every change of a job's state, as Avro ``job_event`` tuples keyed by
   job id, on ``events_topic``.
 
-Offsets are committed after a batch of requests was handled: a crash in between
-submits those requests again (at least once; the same record at the same offset is no
-replay). A requester that must not run a job twice gives each request a key and
-watches the events for it.
+Offsets are committed after a batch of requests was handled, so a crash in between
+delivers those records again (at least once). The run-once record is kept by
+signature, not by offset, so whoever moves the consumer group's offsets back runs
+nothing twice. A signature already recorded is, read again:
+
+* at the offset it was first read from (a crash before the commit, or a rewound
+  consumer group): not run again; one the service took is skipped with a warning
+  (``FG-ADM-007``; its job stays the one job), one it refused is dead-lettered again
+  with the same reason (the first dead letter may have been lost in the crash);
+* at another offset (the same signed request written again): dead-lettered
+  ``replayed``.
+
+The record is kept at least until the last moment the signature's age check accepts
+it (``2 * admission.intake_max_age_s`` and a second after it was taken); after that
+the age check refuses the request (``not-authenticated``) before the record is looked
+up. The store's primary key on the signature keeps two instances (leader election)
+from both running it.
 """
 
 from __future__ import annotations
@@ -53,6 +67,7 @@ from admission.errors import (
     AdmissionQueueFull,
     CommandNotAllowed,
     EnvNotAllowed,
+    IntakeSignatureTaken,
     InvalidJob,
     RequestNotAuthenticated,
     RequestReplayed,
@@ -60,7 +75,7 @@ from admission.errors import (
 from admission.jobs import JobRequest
 from admission.service import AdmissionService
 from admission.signing import verify
-from admission.store import Job
+from admission.store import IntakeSignature, Job, TakenSignature
 from pipeline.errors import DeserializationError
 from pipeline.kafka.clients import kafka_settings
 from pipeline.kafka.fetching import rest_until_records
@@ -131,6 +146,22 @@ class Refused:
     error: str
 
 
+@dataclass(frozen=True)
+class Redelivered:
+    """A signed request read again at the offset it was first taken from: not run again.
+
+    Attributes:
+        job_id: the job its first reading created.
+    """
+
+    job_id: int
+
+
+def refusal_reason(exc: AdmissionError) -> str:
+    """The ``floodgate.reason`` of a refusal (``refused`` when it has none of its own)."""
+    return _REASONS.get(type(exc), "refused")
+
+
 def validation_message(exc: ValidationError) -> str:
     """What a refused ``job_request`` got wrong, field by field, without its values
     (an ``env`` value may be a secret)."""
@@ -166,14 +197,15 @@ class RequestTaker:
         self._key = settings.intake_key.get_secret_value()
         self._max_age_s = settings.intake_max_age_s
 
-    def take(self, record: IntakeRecord) -> Job | Refused:
-        """Submit one request, or say why not; never raises for a request (a failure of
-        the service itself is ``Refused("error", ...)``: the request is dead-lettered,
-        and the next one is taken)."""
+    def take(self, record: IntakeRecord) -> Job | Refused | Redelivered:
+        """Submit one request, or say why not, or that it was taken already from the
+        same offset; never raises for a request (a failure of the service itself is
+        ``Refused("error", ...)``: the request is dead-lettered, and the next one is
+        taken)."""
         try:
             return self._take(record)
         except AdmissionError as exc:
-            return Refused(_REASONS.get(type(exc), "refused"), str(exc))
+            return Refused(refusal_reason(exc), str(exc))
         except DeserializationError as exc:
             return Refused("bad-request", str(exc))
         except ValidationError as exc:
@@ -182,7 +214,7 @@ class RequestTaker:
             log.exception("admission intake: request %s failed", record.where)
             return Refused("error", f"{type(exc).__name__}: {exc}")
 
-    def _take(self, record: IntakeRecord) -> Job:
+    def _take(self, record: IntakeRecord) -> Job | Refused | Redelivered:
         now = self.clock()
         signature = verify(
             self._key,
@@ -194,16 +226,45 @@ class RequestTaker:
             max_age_ms=int(self._max_age_s * 1000),
         )
         request = JobRequest.model_validate(self.codec.decode(record.value))
-        first = self.service.store.take_signature(
-            signature, where=record.where, now=now, expires=now + 2 * self._max_age_s
-        )
-        if first is not None:
-            raise RequestReplayed(
-                f"this signed request was taken from {first} already; a requester signs "
-                "each request anew"
-            )
+        # The age check accepts the signature until signed-at + max_age, and signed-at
+        # is at most now + max_age: kept until now + 2 * max_age (and a second, as the
+        # check counts whole milliseconds), the record outlives every time it accepts.
+        taken = IntakeSignature(signature, record.where, now + 2 * self._max_age_s + 1.0)
         client_key = record.key.decode("utf-8", "replace") if record.key is not None else None
-        return self.service.submit(request.spec(), client_key=client_key)
+        store = self.service.store
+        for _ in range(2):
+            first = store.taken_signature(signature, now=now)
+            if first is not None:
+                return self._again(record, first)
+            try:
+                return self.service.submit(request.spec(), client_key=client_key, signature=taken)
+            except IntakeSignatureTaken:
+                continue  # another instance took it meanwhile: do what its record says
+            except AdmissionError as exc:
+                store.refuse_signature(taken, refusal_reason(exc))
+                raise
+        raise RuntimeError(f"request {record.where}: its signature could not be recorded")
+
+    @staticmethod
+    def _again(record: IntakeRecord, first: TakenSignature) -> Refused | Redelivered:
+        """A signed request read again (the module's run-once rule).
+
+        Raises:
+            RequestReplayed: it was first read at another offset.
+        """
+        if first.taken_from != record.where:
+            raise RequestReplayed(
+                f"this signed request was taken from {first.taken_from} already; a "
+                "requester signs each request anew"
+            )
+        if first.refused is not None:
+            return Refused(
+                first.refused,
+                f"read again from {record.where}, where it was refused ({first.refused}) "
+                "before; not tried again",
+            )
+        assert first.job_id is not None
+        return Redelivered(first.job_id)
 
 
 class KafkaIntake:
@@ -248,9 +309,11 @@ class KafkaIntake:
         self._consumer: Consumer | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        #: Requests taken and dead-lettered so far (tests and logs).
+        #: Requests taken, dead-lettered, and read again where they were taken, so far
+        #: (tests and logs).
         self.taken = 0
         self.dead_lettered = 0
+        self.redelivered = 0
 
     def start(self) -> KafkaIntake:
         """Create the topics if missing, subscribe, publish events, read in a thread."""
@@ -317,6 +380,16 @@ class KafkaIntake:
         outcome = self.taker.take(record)
         if isinstance(outcome, Refused):
             self._dead_letter(record, outcome)
+            return
+        if isinstance(outcome, Redelivered):
+            self.redelivered += 1
+            log.warning(
+                "FG-ADM-007 request %s read again: already taken as job %d there, not run "
+                "again (a crash before the offset commit, or the consumer group's offsets "
+                "moved back)",
+                record.where,
+                outcome.job_id,
+            )
             return
         self.taken += 1
         log.info("request %s: job %d", record.where, outcome.id)

@@ -29,7 +29,7 @@ from admission.jobs import JobRules, JobSpec
 from admission.load import DriverHeaps
 from admission.metrics import AdmissionMetrics
 from admission.runner import ProcessRunner
-from admission.store import Job, JobState, JobStore, StallKind
+from admission.store import IntakeSignature, Job, JobState, JobStore, StallKind
 from pipeline.failpoints import armed
 from pipeline.services.leader import LeaderElection
 
@@ -158,6 +158,7 @@ class Scheduler:
         request_id: int | None = None,
         role: str | None = None,
         client_key: str | None = None,
+        signature: IntakeSignature | None = None,
     ) -> Job:
         """Store a checked job and start it at once, or leave it enqueued (the job
         queue's rule: :meth:`Admission.on_submit <admission.algorithm.Admission.on_submit>`).
@@ -166,12 +167,15 @@ class Scheduler:
             spec: the job command, checked by :class:`~admission.jobs.JobRules`.
             request_id / role: for the parts and the completion step of a request.
             client_key: the key of the request message it came from (Kafka intake).
+            signature: the signed request it came from (Kafka intake), recorded with
+                the job (:meth:`JobStore.add <admission.store.JobStore.add>`).
 
         Returns:
             The job as stored: RUNNING, ENQUEUED, or ended if its start failed.
 
         Raises:
             AdmissionQueueFull: ``max_queue_size`` jobs are enqueued already.
+            IntakeSignatureTaken: ``signature`` was recorded already; nothing stored.
         """
         if self.shared and self.enqueued + 1 >= 0.9 * self.settings.max_queue_size:
             # Other instances enqueue too: near the bound, count in the database.
@@ -213,6 +217,7 @@ class Scheduler:
                 role=role,
                 client_key=client_key,
                 asap=asap,
+                signature=signature,
             )
             self.enqueued += 1
             if start:

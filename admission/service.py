@@ -34,7 +34,8 @@ UNKNOWN).
 
 Stable log codes: ``FG-ADM-001`` emergency mode entered, ``FG-ADM-002`` left,
 ``FG-ADM-003`` a start forced by start-now, ``FG-ADM-004`` a submit refused,
-``FG-ADM-005`` a hard stall, ``FG-ADM-006`` a long-running job; ``FG-LEAD-001`` /
+``FG-ADM-005`` a hard stall, ``FG-ADM-006`` a long-running job, ``FG-ADM-007`` a
+signed request of the Kafka intake read again and not run again; ``FG-LEAD-001`` /
 ``FG-LEAD-002`` leadership granted / revoked (:mod:`pipeline.services.leader`).
 """
 
@@ -65,6 +66,7 @@ from admission.runner import ProcessRunner
 from admission.scheduler import SUSPENDED, Scheduler
 from admission.store import (
     FINAL_STATES,
+    IntakeSignature,
     Job,
     JobState,
     JobStore,
@@ -333,6 +335,7 @@ class AdmissionService:
         request_id: int | None = None,
         role: str | None = None,
         client_key: str | None = None,
+        signature: IntakeSignature | None = None,
     ) -> Job:
         """Start a job at once, enqueue it, or refuse it (the job queue's rule).
 
@@ -340,6 +343,8 @@ class AdmissionService:
             spec: the job command.
             request_id / role: for the parts and the completion step of a request.
             client_key: the key of the request message it came from (Kafka intake).
+            signature: the signed request it came from (Kafka intake): recorded with
+                the job, in its transaction, so a signed request makes one job at most.
 
         Raises:
             CommandNotAllowed: ``argv[0]`` is not on the allowlist (nothing stored).
@@ -347,10 +352,13 @@ class AdmissionService:
             InvalidJob: ``argv``, ``cwd`` or ``env`` holds what a process cannot be
                 given (a NUL byte, ``=`` in a variable's name; nothing stored).
             AdmissionQueueFull: ``max_queue_size`` jobs are enqueued already.
+            IntakeSignatureTaken: ``signature`` was recorded already (nothing stored).
         """
         self.rules.resolve(spec.argv)
         self.rules.check_spec(spec)
-        job = self.scheduler.admit(spec, request_id=request_id, role=role, client_key=client_key)
+        job = self.scheduler.admit(
+            spec, request_id=request_id, role=role, client_key=client_key, signature=signature
+        )
         self.scheduler.refresh_gauges()
         return job
 

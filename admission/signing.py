@@ -19,9 +19,10 @@ the hex SHA-256 of its value. Changing the topic, the key (the job's
 ``client_key``), the value (the command) or the time breaks the signature.
 
 A signature is good for ``admission.intake_max_age_s`` either side of the intake's
-clock (AWS allows 5 minutes); within that window the intake refuses a signature it
-has already taken from another offset (:meth:`admission.store.JobStore.take_signature`),
-so a reader of the topic cannot run a request again by writing it again. So two
+clock (AWS allows 5 minutes); within that window the intake runs a signature once
+(:mod:`admission.intake`: read again at its own offset it is not run again, written
+again at another it is refused), so neither a reader of the topic who writes it
+again nor a client who moves the consumer group back runs it twice. So two
 identical requests (the same key and command) must be signed at different
 milliseconds: signed in the same one, they carry one signature, and the second is
 refused as ``replayed``.

@@ -43,6 +43,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from admission.errors import IntakeSignatureTaken
 from pipeline.services.database import create_database_engine, create_tables
 
 
@@ -166,20 +167,58 @@ flags = Table(
     Column("changed", Float, nullable=False),
 )
 
-#: Signatures of the requests the Kafka intake took (:mod:`admission.signing`), kept
-#: until they could no longer be taken (``expires``, epoch seconds): a signature written
-#: again from another offset is a replay.
+#: The Kafka intake's run-once record: each signature it took (:mod:`admission.signing`;
+#: the primary key, so of two instances reading the same request one records it), where
+#: it was first read (``topic/partition/offset``), the job it created or the reason it
+#: was refused, kept until no clock within ``intake_max_age_s`` accepts it any more
+#: (``expires``, epoch seconds).
 signatures = Table(
     "floodgate_intake_signatures",
     metadata,
     Column("signature", String, primary_key=True),
     Column("taken_from", String, nullable=False),
     Column("expires", Float, nullable=False, index=True),
+    Column("job_id", Integer, nullable=True),
+    Column("refused", String, nullable=True),
 )
 
-#: Columns added to ``floodgate_jobs`` after its first release: added to a database
-#: made before them when the store opens it (all nullable).
-_ADDED_COLUMNS = ("pid_created", "pid_cmdline")
+#: Columns added to a table after its first release: added to a database made before
+#: them when the store opens it (all nullable).
+_ADDED_COLUMNS: dict[Table, tuple[str, ...]] = {
+    jobs: ("pid_created", "pid_cmdline"),
+    signatures: ("job_id", "refused"),
+}
+
+
+@dataclass(frozen=True)
+class IntakeSignature:
+    """A signed request the Kafka intake is about to take.
+
+    Attributes:
+        signature: the request's signature (hex HMAC-SHA256, :func:`admission.signing.verify`).
+        taken_from: where it is read, ``topic/partition/offset``.
+        expires: when the record may be forgotten, epoch seconds: past the last time
+            the intake's age check could accept it.
+    """
+
+    signature: str
+    taken_from: str
+    expires: float
+
+
+@dataclass(frozen=True)
+class TakenSignature:
+    """What the intake recorded when it first read a signed request.
+
+    Attributes:
+        taken_from: where it was first read, ``topic/partition/offset``.
+        job_id: the job it created, or ``None``.
+        refused: the ``floodgate.reason`` it was dead-lettered with, or ``None``.
+    """
+
+    taken_from: str
+    job_id: int | None
+    refused: str | None
 
 
 @dataclass(frozen=True)
@@ -270,26 +309,44 @@ class JobStore:
 
     def _add_missing_columns(self) -> None:
         """Add the columns of :data:`_ADDED_COLUMNS` a database made before them lacks."""
-        have = {c["name"] for c in inspect(self.engine).get_columns(jobs.name)}
-        missing = [jobs.c[name] for name in _ADDED_COLUMNS if name not in have]
-        if not missing:
-            return
-        for column in missing:
-            kind = column.type.compile(dialect=self.engine.dialect)
-            # One transaction each: another instance may add it meanwhile.
-            with contextlib.suppress(DBAPIError), self.engine.begin() as conn:
-                conn.execute(text(f"ALTER TABLE {jobs.name} ADD COLUMN {column.name} {kind}"))
+        inspector = inspect(self.engine)
+        for table, added in _ADDED_COLUMNS.items():
+            have = {c["name"] for c in inspector.get_columns(table.name)}
+            for column in (table.c[name] for name in added if name not in have):
+                kind = column.type.compile(dialect=self.engine.dialect)
+                # One transaction each: another instance may add it meanwhile.
+                with contextlib.suppress(DBAPIError), self.engine.begin() as conn:
+                    conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"))
 
     # -- jobs ------------------------------------------------------------------
 
-    def add(self, **values: Any) -> Job:
+    def add(self, *, signature: IntakeSignature | None = None, **values: Any) -> Job:
         """Insert a job (``argv``, ``cwd``, ``env``, ``queueable``, ``expected_s``,
-        ``abnormal_exit``, ``lane``, ``state``, ``submitted`` ...) and return it."""
-        with self._lock, self.engine.begin() as conn:
-            result = conn.execute(insert(jobs).values(**values))
-            key = result.inserted_primary_key
-            assert key is not None
-            row = conn.execute(select(jobs).where(jobs.c.id == key[0])).one()
+        ``abnormal_exit``, ``lane``, ``state``, ``submitted`` ...) and return it.
+
+        Args:
+            signature: the signed request of the Kafka intake the job comes from: recorded
+                with the job's id in the job's transaction, so the job exists exactly
+                when its signature is recorded.
+
+        Raises:
+            IntakeSignatureTaken: ``signature`` was recorded already (another instance,
+                or another delivery, took it first); no job was stored.
+        """
+        try:
+            with self._lock, self.engine.begin() as conn:
+                result = conn.execute(insert(jobs).values(**values))
+                key = result.inserted_primary_key
+                assert key is not None
+                if signature is not None:
+                    conn.execute(_record(signature, job_id=int(key[0])))
+                row = conn.execute(select(jobs).where(jobs.c.id == key[0])).one()
+        except IntegrityError as exc:
+            if signature is None:
+                raise
+            raise IntakeSignatureTaken(
+                f"the signed request read from {signature.taken_from} was taken already"
+            ) from exc
         return _job(row)
 
     def get(self, job_id: int) -> Job | None:
@@ -523,36 +580,37 @@ class JobStore:
 
     # -- intake signatures -----------------------------------------------------
 
-    def take_signature(
-        self, signature: str, *, where: str, now: float, expires: float
-    ) -> str | None:
-        """Record that the intake takes the request signed ``signature`` from ``where``
-        (``topic/partition/offset``), until ``expires`` (epoch seconds); signatures
-        past their time are forgotten first.
+    def taken_signature(self, signature: str, *, now: float) -> TakenSignature | None:
+        """What was recorded when the request signed ``signature`` was first read, or
+        ``None``; records past their ``expires`` (epoch seconds, against ``now``) are
+        forgotten first."""
+        with self._lock, self.engine.begin() as conn:
+            conn.execute(delete(signatures).where(signatures.c.expires < now))
+            row = conn.execute(
+                select(signatures.c.taken_from, signatures.c.job_id, signatures.c.refused).where(
+                    signatures.c.signature == signature
+                )
+            ).first()
+        return None if row is None else TakenSignature(row.taken_from, row.job_id, row.refused)
 
-        Returns:
-            ``None`` when it may be taken: first seen, or seen before at the same
-            ``where`` (the same record delivered again after a crash, as at-least-once
-            reading does); else the ``where`` it was first taken from (a replay).
-        """
-        for _ in range(2):  # another instance may insert it between the read and ours
-            try:
-                with self._lock, self.engine.begin() as conn:
-                    conn.execute(delete(signatures).where(signatures.c.expires < now))
-                    first = conn.execute(
-                        select(signatures.c.taken_from).where(signatures.c.signature == signature)
-                    ).scalar()
-                    if first is not None:
-                        return None if first == where else str(first)
-                    conn.execute(
-                        insert(signatures).values(
-                            signature=signature, taken_from=where, expires=expires
-                        )
-                    )
-                    return None
-            except IntegrityError:
-                continue
-        raise RuntimeError(f"signature {signature[:12]}... could not be recorded")
+    def refuse_signature(self, signature: IntakeSignature, reason: str) -> None:
+        """Record that the signed request was refused (``reason``: its
+        ``floodgate.reason``), so it is not tried again when read again. A record
+        already there is kept (whoever recorded it first decided)."""
+        with contextlib.suppress(IntegrityError), self._lock, self.engine.begin() as conn:
+            conn.execute(_record(signature, refused=reason))
+
+
+def _record(
+    signature: IntakeSignature, *, job_id: int | None = None, refused: str | None = None
+) -> Any:
+    return insert(signatures).values(
+        signature=signature.signature,
+        taken_from=signature.taken_from,
+        expires=signature.expires,
+        job_id=job_id,
+        refused=refused,
+    )
 
 
 def _stall(row: Any) -> Stall:

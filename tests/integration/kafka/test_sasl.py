@@ -1,7 +1,8 @@
 """Floodgate on a Kafka cluster that requires SASL/PLAIN (issue 26: ``[kafka] client``
 reaches every Kafka client Floodgate makes; the admission intake ignored it) and
 authorizes with ACLs (issue 37: only a principal with WRITE on the request topic
-reaches the admission queue).
+reaches the admission queue; issue 47: only the service's principal, with READ on the
+intake's consumer group, joins it or commits its offsets).
 
 Apache Kafka's own broker with a ``SASL_PLAINTEXT`` listener (PLAIN mechanism; the
 KRaft controller listener stays PLAINTEXT), started once for this module. A client
@@ -21,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -130,6 +138,37 @@ def test_a_named_cluster_is_asked_with_the_client_settings(
         resolve_broker(bootstrap, env={}, timeout_s=3)
 
 
+def group_refusal(bootstrap: str, client: dict[str, Any], group: str, topic: str) -> list[int]:
+    """The error codes a client with ``client`` settings gets when it joins ``group``
+    (a consumer subscribing to ``topic``) and when it commits offset 0 of ``topic`` for
+    ``group`` (OffsetCommit through the admin API, as ``kafka-consumer-groups
+    --reset-offsets`` sends it; a consumer outside the group is never given a
+    coordinator to commit to): what an attacker does to make the intake read a request
+    again."""
+    codes: list[int] = []
+    joiner = Consumer({"bootstrap.servers": bootstrap, **client, "group.id": group})
+    try:
+        joiner.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not codes:
+            assert time.monotonic() < deadline, f"{client['sasl.username']} was not refused"
+            message = joiner.poll(0.5)
+            if message is not None and message.error() is not None:
+                codes.append(message.error().code())
+    finally:
+        joiner.close()
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client})
+    rewind = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 0)])]
+    for future in admin.alter_consumer_group_offsets(rewind, request_timeout=30).values():
+        try:
+            future.result(timeout=60)
+        except KafkaException as exc:
+            codes.append(exc.args[0].code())
+        else:
+            pytest.fail(f"{client['sasl.username']} committed an offset for {group}")
+    return codes
+
+
 def test_only_a_principal_with_write_on_the_request_topic_reaches_the_admission_queue(
     sasl_cluster: ApacheKafkaCluster, serve: Callable[..., Service], run_id: str
 ) -> None:
@@ -137,7 +176,12 @@ def test_only_a_principal_with_write_on_the_request_topic_reaches_the_admission_
     with SASL and ACLs (StandardAuthorizer) the broker refuses a request from a
     principal without WRITE on the topic, even one signed with the intake key; the
     intake, with its own principal in ``admission.kafka_client``, takes the
-    requester's and publishes its events."""
+    requester's and publishes its events.
+
+    Issue 47: with READ on the intake's consumer group for the service's principal
+    only, the requester can neither join the group nor commit an offset for it
+    (``GROUP_AUTHORIZATION_FAILED``), so it cannot make the intake read a request
+    again; the service's own offset stays."""
     bootstrap = sasl_cluster.bootstrap_servers
     client = sasl_cluster.client_config(USER)
     settings = intake_settings(bootstrap, run_id)
@@ -146,19 +190,23 @@ def test_only_a_principal_with_write_on_the_request_topic_reaches_the_admission_
     admin = AdminClient(
         {"bootstrap.servers": bootstrap, **sasl_cluster.client_config(INTER_BROKER_USER)}
     )
-    grants = [(REQUESTER, AclOperation.WRITE), (USER, AclOperation.READ)]
+    grants = [
+        (ResourceType.TOPIC, topics["request_topic"], REQUESTER, AclOperation.WRITE),
+        (ResourceType.TOPIC, topics["request_topic"], USER, AclOperation.READ),
+        (ResourceType.GROUP, settings["consumer_group"], USER, AclOperation.READ),
+    ]
     created = admin.create_acls(
         [
             AclBinding(
-                ResourceType.TOPIC,
-                topics["request_topic"],
+                kind,
+                name,
                 ResourcePatternType.LITERAL,
                 f"User:{principal}",
                 "*",
                 operation,
                 AclPermissionType.ALLOW,
             )
-            for principal, operation in grants
+            for kind, name, principal, operation in grants
         ],
         request_timeout=30,
     )
@@ -210,6 +258,25 @@ def test_only_a_principal_with_write_on_the_request_topic_reaches_the_admission_
     # The stranger's request never reached the topic: the requester's is its only record.
     taken = read_all(bootstrap, topics["request_topic"], timeout_s=10, client=client)
     assert [m.key() for m in taken] == [b"sasl-1"]
+    assert [j["client_key"] for j in service.call("GET", "/jobs").json()] == ["sasl-1"]
+
+    group, request_topic = settings["consumer_group"], topics["request_topic"]
+    requester = sasl_cluster.client_config(REQUESTER)
+    refusals = group_refusal(bootstrap, requester, group, request_topic)
+    assert refusals == [KafkaError.GROUP_AUTHORIZATION_FAILED] * 2, refusals
+    # The ACL refuses it, nothing else: a group no ACL names takes the same commit.
+    unguarded = [
+        ConsumerGroupTopicPartitions(f"{group}.open", [TopicPartition(request_topic, 0, 0)])
+    ]
+    requester_admin = AdminClient({"bootstrap.servers": bootstrap, **requester})
+    for future in requester_admin.alter_consumer_group_offsets(unguarded).values():
+        future.result(timeout=60)
+    own = Consumer({"bootstrap.servers": bootstrap, **client, "group.id": group})
+    try:
+        [position] = own.committed([TopicPartition(request_topic, 0)], timeout=30)
+    finally:
+        own.close()
+    assert position.offset == 1
     assert [j["client_key"] for j in service.call("GET", "/jobs").json()] == ["sasl-1"]
 
 
