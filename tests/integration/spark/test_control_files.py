@@ -357,6 +357,25 @@ def test_a_control_folder_others_can_write_is_refused_when_the_group_serves(
     assert list(loose_dir.iterdir()) == []
 
 
+def test_a_control_folder_under_a_parent_others_can_write_is_refused_naming_the_parent(
+    run_id: str, tmp_path: Path, loose_dir: Path
+) -> None:
+    """Issue 47, case 11: only the control folder was checked, not the folders above."""
+    folder = loose_dir / "run"
+    folder.mkdir(mode=0o700)
+    raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
+    raw["query_group"]["control_dir"] = str(folder)
+    group = idle_query_group(raw)
+
+    with pytest.raises(ConfigError) as refused:
+        ControlServer(group, host="127.0.0.1", port=0, control_dir=str(folder))
+
+    assert refused.value.key == "query_group.control_dir"
+    assert f"its parent folder {loose_dir} is writable by others" in str(refused.value)
+    assert "mode 0777" in str(refused.value)
+    assert list(folder.iterdir()) == []
+
+
 def test_floodgate_run_refuses_a_control_folder_of_another_user_before_spark_starts(
     run_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
