@@ -23,6 +23,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import BaseModel, ConfigDict, Field
 
 from admission.errors import AdmissionError
@@ -146,14 +147,12 @@ def build_app(service: AdmissionService) -> FastAPI:
 
     auth = [Depends(authorised)]
 
-    def holds_token(
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-    ) -> bool:
+    def holds_token(request: Request) -> bool:
         """Whether a read carries the admission token: only then does it show where the
-        service and its jobs run (process ids, host names)."""
-        return credentials is not None and secrets.compare_digest(
-            credentials.credentials.encode(), token.encode()
-        )
+        service and its jobs run (process ids, host names). Read from the header, not
+        through ``bearer``: reads stay open, and their schema asks for no token."""
+        scheme, given = get_authorization_scheme_param(request.headers.get("Authorization"))
+        return scheme.lower() == "bearer" and secrets.compare_digest(given.encode(), token.encode())
 
     Caller = Annotated[bool, Depends(holds_token)]
 
