@@ -18,14 +18,15 @@ The OpenAPI schema is at ``/openapi.json``.
 (:func:`hmac.compare_digest`); without it, or with another, the answer is 401 with
 ``WWW-Authenticate: Bearer`` (RFC 6750 section 3) and nothing changes. Reads
 (``/metrics``, ``/status``, ``/openapi.json``, ``/docs``) stay open: they change
-nothing and show no secret, and ``/status`` shows where the driver and its executors
-run (hosts, ports) only with the token. The token is :data:`CONTROL_TOKEN_ENV` when that is set
-(taken as it is written, never parsed), else a random one made at start.
+nothing and show no secret, and ``/status`` shows where the driver and its
+executors run (hosts, ports) only with the token. The token is
+:data:`CONTROL_TOKEN_ENV` when that is set (taken as it is written, never parsed),
+else a random one made at start.
 
 **Control files.** On start the server writes ``<control_dir>/<query group>.json``
-(:func:`pipeline.services.control_file.write_control_file`: the URL, its process id and
-start time, and an identity key made at each start) and, when it made the token itself,
-``<control_dir>/<query group>.token``; both mode 0600, replaced atomically, never
+(:func:`pipeline.services.control_file.write_control_file`: the URL, its process id
+and start time, and an identity key made at each start) and, when it made the token
+itself, ``<control_dir>/<query group>.token``; both mode 0600, replaced atomically, never
 written through a symbolic link, the folder 0700 when it is made. A control folder
 that others can write to, or that another user owns, is refused before the group
 starts (:func:`check_control_dir`; issue 37, finding 7): its files could be swapped.
