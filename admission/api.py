@@ -23,6 +23,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import BaseModel, ConfigDict, Field
 
 from admission.errors import AdmissionError
@@ -82,6 +83,26 @@ def _refusals(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
+#: A job's fields that tell where its process and the service run (``pid``;
+#: ``started_by``, the instance ``<host>:<pid>:<random>`` that started it).
+PROCESS_FIELDS = ("pid", "started_by")
+
+
+def without_process(job: dict[str, Any]) -> dict[str, Any]:
+    """A job as a read without the token shows it: without :data:`PROCESS_FIELDS`."""
+    return {k: v for k, v in job.items() if k not in PROCESS_FIELDS}
+
+
+def without_instances(status: dict[str, Any]) -> dict[str, Any]:
+    """``/status`` as a read without the token shows it: the leadership without any
+    instance (``<host>:<pid>:<random>``) or address; whether this one leads stays.
+    Knowing the service's process id is the first step to its ``/proc`` files."""
+    leader = status.get("leader")
+    if not isinstance(leader, dict):
+        return status
+    return {**status, "leader": {"is_leader": leader.get("is_leader")}}
+
+
 def build_app(service: AdmissionService) -> FastAPI:
     """The ASGI app of one :class:`AdmissionService`, behind its
     :class:`~pipeline.services.asgi.RequestGate` (token, then body limit)."""
@@ -126,6 +147,15 @@ def build_app(service: AdmissionService) -> FastAPI:
 
     auth = [Depends(authorised)]
 
+    def holds_token(request: Request) -> bool:
+        """Whether a read carries the admission token: only then does it show where the
+        service and its jobs run (process ids, host names). Read from the header, not
+        through ``bearer``: reads stay open, and their schema asks for no token."""
+        scheme, given = get_authorization_scheme_param(request.headers.get("Authorization"))
+        return scheme.lower() == "bearer" and secrets.compare_digest(given.encode(), token.encode())
+
+    Caller = Annotated[bool, Depends(holds_token)]
+
     def answer(call: Any) -> Any:
         try:
             return call()
@@ -162,21 +192,29 @@ def build_app(service: AdmissionService) -> FastAPI:
         return answer(schedule)
 
     @app.get("/requests/{request_id}", responses=_refusals(404, 422))
-    def request(request_id: Id) -> dict[str, Any]:
-        """A request: state, reason, completion step (its env's names only), jobs."""
-        return answer(lambda: dict(service.request(request_id)))
+    def request(request_id: Id, trusted: Caller) -> dict[str, Any]:
+        """A request: state, reason, completion step (its env's names only), jobs
+        (their process ids only with the token)."""
+        shown = answer(lambda: dict(service.request(request_id)))
+        if not trusted:
+            shown["jobs"] = [without_process(j) for j in shown.get("jobs", [])]
+        return shown
 
     @app.get("/jobs", responses=_refusals(422))
     def jobs(
-        state: JobState | None = None, limit: Annotated[int, Query(ge=1, le=10_000)] = 100
+        trusted: Caller,
+        state: JobState | None = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     ) -> list[dict[str, Any]]:
-        """Jobs, newest first (their env's names only)."""
-        return [j.as_json() for j in service.store.recent(state=state, limit=limit)]
+        """Jobs, newest first (their env's names only; process ids only with the token)."""
+        shown = [j.as_json() for j in service.store.recent(state=state, limit=limit)]
+        return shown if trusted else [without_process(j) for j in shown]
 
     @app.get("/jobs/{job_id}", responses=_refusals(404, 422))
-    def job(job_id: Id) -> dict[str, Any]:
-        """One job (its env's names only)."""
-        return answer(lambda: service.job(job_id).as_json())
+    def job(job_id: Id, trusted: Caller) -> dict[str, Any]:
+        """One job (its env's names only; its process id only with the token)."""
+        shown = answer(lambda: service.job(job_id).as_json())
+        return shown if trusted else without_process(shown)
 
     @app.post(
         "/jobs/{job_id}/start-now",
@@ -217,9 +255,11 @@ def build_app(service: AdmissionService) -> FastAPI:
         return answer(run)
 
     @app.get("/status")
-    def status() -> dict[str, object]:
-        """Load, emergency mode, load step, jobs by state, disabled lanes."""
-        return service.status()
+    def status(trusted: Caller) -> dict[str, object]:
+        """Load, emergency mode, load step, jobs by state, disabled lanes; the leader's
+        instance (host, process id) and address only with the token."""
+        shown = service.status()
+        return shown if trusted else without_instances(shown)
 
     @app.get("/stalls")
     def stalls() -> list[dict[str, Any]]:

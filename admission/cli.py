@@ -117,10 +117,13 @@ def serve(
     from admission.api import build_app
     from admission.config import load_admission_config
     from admission.service import AdmissionService
+    from pipeline.services.privacy import keep_to_ourselves, take_secret_variables
     from pipeline.services.serving import listen, log_service, serve_until_signal
 
+    keep_to_ourselves()  # no job (a process of our user) reads our environ or memory
     log_service(verbose, log_format)
     settings = load_admission_config(config)
+    take_secret_variables()  # read: held in ``settings`` only, inherited by nothing
     if settings.intake:
         intake_bootstrap(settings)  # refused before anything starts
     service = AdmissionService(settings)

@@ -9,7 +9,6 @@ long before the host runs short, and starting more jobs then only adds to it.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -24,8 +23,8 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from admission.algorithm import Load
-from pipeline.errors import UntrustedFileError
-from pipeline.services.files import read_trusted
+from pipeline.errors import FloodgateError, UntrustedEndpointError, UntrustedFileError
+from pipeline.services.control_file import ControlFile, read_control_file, verify_endpoint
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +75,12 @@ class DriverHeaps:
     second) never waits on HTTP; an endpoint that does not answer drops out until it
     does. A control file is trusted only when it is a regular file of the service's
     own user that others cannot write to, reached without a symbolic link
-    (:func:`~pipeline.services.files.read_trusted`; issue 37, finding 7): another is
-    left out, with one warning naming its path, owner and mode.
+    (:func:`~pipeline.services.files.read_trusted`; issue 37, finding 7), and its
+    endpoint is read only when it proves it is the driver that wrote the file
+    (:func:`~pipeline.services.control_file.verify_endpoint`: the process alive, ours,
+    listening on the port, answering the file's identity challenge), checked before
+    every read. Another is left out, with one warning naming the file (its owner and
+    mode, or the pid and port).
 
     Args:
         control_dir: where query groups write their control files (``None``: none).
@@ -101,27 +104,31 @@ class DriverHeaps:
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._ratios: dict[str, float] = {}
-        self._untrusted: set[tuple[str, int, int]] = set()  # warned of already
+        self._untrusted: set[tuple[object, ...]] = set()  # warned of already
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def endpoints(self) -> list[str]:
-        """The base URLs to read now."""
-        found = list(self.urls)
+    def control_files(self) -> list[ControlFile]:
+        """The trusted control files in ``control_dir`` now (others warned of once)."""
+        found: list[ControlFile] = []
         if self.control_dir is not None and self.control_dir.is_dir():
             for path in sorted(self.control_dir.glob("*.json")):
                 try:
-                    found.append(str(json.loads(read_trusted(path))["url"]).rstrip("/"))
+                    found.append(read_control_file(path))
                 except UntrustedFileError as exc:
-                    self._warn_untrusted(exc)
-                except (OSError, ValueError, KeyError):
+                    self._warn_untrusted((exc.path, exc.uid, exc.mode), exc)
+                except (OSError, ValueError):
                     continue  # being written or removed: next time
+        return found
+
+    def endpoints(self) -> list[str]:
+        """The base URLs to read now (those of control files not yet verified)."""
+        found = list(self.urls) + [c.url for c in self.control_files()]
         return list(dict.fromkeys(found))
 
-    def _warn_untrusted(self, exc: UntrustedFileError) -> None:
+    def _warn_untrusted(self, seen: tuple[object, ...], exc: FloodgateError) -> None:
         """Warn once of a control file that is not trusted (again if it changes)."""
-        seen = (exc.path, exc.uid, exc.mode)
         if seen not in self._untrusted:
             self._untrusted.add(seen)
             log.warning("driver heap not read: control file %s", exc)
@@ -130,7 +137,15 @@ class DriverHeaps:
         """Read every endpoint once; the new ``{query group: heap usage ratio}``."""
         ratios: dict[str, float] = {}
         with httpx.Client(timeout=self.timeout_s) as client:
-            for url in self.endpoints():
+            urls = list(self.urls)
+            for control in self.control_files():
+                try:
+                    verify_endpoint(control, client)
+                except UntrustedEndpointError as exc:
+                    self._warn_untrusted((exc.path, exc.pid, exc.port), exc)
+                    continue
+                urls.append(control.url)
+            for url in dict.fromkeys(urls):
                 try:
                     response = client.get(f"{url}/metrics")
                     response.raise_for_status()

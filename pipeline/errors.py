@@ -164,6 +164,27 @@ class UntrustedFileError(FloodgateError, PermissionError):
         self.reason = reason
 
 
+class UntrustedEndpointError(FloodgateError, PermissionError):
+    """The endpoint a query group's control file names is not proven to be the driver
+    that wrote it (:func:`pipeline.services.control_file.verify_endpoint`): its process
+    is gone, another user's, another process, does not listen on the port, or the
+    endpoint cannot prove it holds the file's identity key. No token was sent to it.
+
+    Attributes:
+        path: the control file.
+        pid: the process id it names.
+        port: the port its URL names (``None``: none).
+        reason: what failed, in words.
+    """
+
+    def __init__(self, message: str, *, path: str, pid: int, port: int | None, reason: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.pid = pid
+        self.port = port
+        self.reason = reason
+
+
 class SchemaError(FloodgateError, ValueError):
     """An Avro schema cannot be found or parsed, or a tuple does not match it.
 

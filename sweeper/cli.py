@@ -57,12 +57,15 @@ def serve(
 
     from pipeline.config import BOOTSTRAP_ENV, bootstrap_from
     from pipeline.metrics import add_metrics_route
+    from pipeline.services.privacy import keep_to_ourselves, take_secret_variables
     from pipeline.services.serving import listen, log_service, serve_until_signal
     from sweeper.config import load_sweeper_config
     from sweeper.service import Sweeper
 
+    keep_to_ourselves()  # no process of our user reads our environ or memory
     log_service(verbose, log_format)
     settings, groups = load_sweeper_config(config)
+    take_secret_variables()  # read: held in ``settings`` only, inherited by nothing
     servers = (
         bootstrap
         or settings.bootstrap_servers

@@ -43,21 +43,26 @@ def run(
     """Run a query group until it is stopped (SIGTERM/Ctrl-C) or, with --available-now, drained."""
     from pipeline.config import load_query_group
     from pipeline.errors import QueryGroupHeld
+    from pipeline.services.privacy import keep_to_ourselves, take_secret_variables
     from pipeline.spark.control import check_control_dir, resolve_token
     from pipeline.spark.query_group import QueryGroup
 
+    keep_to_ourselves()  # no process of our user reads our environ or memory
     setup_logging(verbose, log_format)
     cfg = load_query_group(config)
     servers = bootstrap_servers_for(bootstrap, cfg)
     # A control token that cannot serve, or a control folder others can change, is
     # refused before Spark starts.
-    resolve_token()
+    token, generated = resolve_token()
     check_control_dir(cfg.query_group.control_dir)
+    # Read: held here, never inherited by the Spark JVM PySpark launches with a copy of
+    # the environment, nor by its Python workers.
+    take_secret_variables()
     group = QueryGroup(cfg, bootstrap_servers=servers)
     stop = group.stop_requested
     stop_on_signals(stop, f"stopping query group {cfg.name}")
     group.start(available_now=available_now)
-    url = group.serve()
+    url = group.serve(token=None if generated else token)
     console.print(
         f"query group {cfg.name} {group.state} ({len(cfg.queries)} queries) on {servers}; "
         f"metrics {url}/metrics, control {url}/status"

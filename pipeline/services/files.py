@@ -12,7 +12,9 @@ alone, and what they trust was written by that user (issue 37, findings 4, 6, 7)
 * :func:`private_dir` makes a folder 0700, or checks one that exists: a folder another
   user owns, or that others can write to (``mode & 0o022``, sticky ``/tmp``-like ones
   too), is refused with its path and mode, as OpenSSH refuses such key files -- its
-  files could be swapped under us.
+  files could be swapped under us. So is one under a folder that others could change
+  (:func:`check_parents`, OpenSSH's ``safe_path``): whoever can write to a parent can
+  rename the private folder away and put a symbolic link in its place.
 * :func:`read_trusted` reads a file another process of ours wrote and whose content is
   trusted (a query group's control file, naming the URL its token goes to): it must be
   a regular file of our own user, not writable by others, reached without a symbolic
@@ -201,6 +203,56 @@ def read_trusted(path: Path | str, *, limit: int = TRUSTED_READ_LIMIT) -> str:
         return source.read(limit).decode("utf-8")
 
 
+def _parents(path: Path) -> list[Path]:
+    """Every folder above ``path`` up to ``/``: as written (made absolute, ``..``
+    kept) and as resolved (symbolic links followed), each once."""
+    written = Path(os.path.abspath(path))
+    found = [*written.parents, *path.resolve().parents]
+    return list(dict.fromkeys(found))
+
+
+def check_parents(path: Path | str, *, key: str) -> None:
+    """Refuse a private folder under a folder that others could change, as OpenSSH's
+    ``safe_path`` refuses an ``authorized_keys`` file (``StrictModes``): every folder
+    above it, up to ``/``, as written and as resolved, must be owned by root or by our
+    effective user, and not writable by group or others -- unless its sticky bit is
+    set (``/tmp``: there only a file's owner may rename or remove it). Folders that do
+    not exist yet are skipped (they are made by us).
+
+    Args:
+        path: the private folder.
+        key: the setting that named it, for the refusal.
+
+    Raises:
+        ConfigError: a parent fails; names ``key``, the folder, the parent, its owner
+            and its mode.
+    """
+    path = Path(path)
+    for parent in _parents(path):
+        try:
+            st = os.stat(parent)
+        except FileNotFoundError:
+            continue
+        problem = None
+        if st.st_uid not in (0, os.geteuid()):
+            problem = f"another user's (we are uid {os.geteuid()})"
+            fix = f"use a folder whose parents belong to root or to uid {os.geteuid()}"
+        elif st.st_mode & WRITABLE_BY_OTHERS and not st.st_mode & stat.S_ISVTX:
+            problem = "writable by others than its owner, and not sticky"
+            fix = f"chmod go-w {parent} (or chmod +t, as /tmp)"
+        if problem is not None:
+            raise ConfigError(
+                f"{key} {path}: its parent folder {parent} is {problem} ({describe(st)}): "
+                "refused, as OpenSSH refuses a key file under such a folder (whoever can "
+                f"write to it can move {path} away and put a symbolic link in its place); "
+                f"{fix}",
+                key=key,
+                value=str(path),
+                allowed="a folder whose every parent belongs to root or to the user "
+                "Floodgate runs as and is not writable by others (unless sticky, as /tmp)",
+            )
+
+
 def private_dir(path: Path | str, *, key: str, tighten: bool = False) -> Path:
     """Make the folder ``path`` (and its parents) with mode 0700, or check the one that
     exists: it must be a folder of our effective user that others cannot write to.
@@ -219,12 +271,16 @@ def private_dir(path: Path | str, *, key: str, tighten: bool = False) -> Path:
 
     Raises:
         ConfigError: it exists but is not a folder, is owned by another user, or can be
-            written by others (group or other write bit, sticky or not); names ``key``,
-            the path, its owner and its mode. Nothing was written into it.
+            written by others (group or other write bit, sticky or not); or a folder
+            above it is another user's or writable by others and not sticky
+            (:func:`check_parents`); names ``key``, the path, its owner and its mode.
+            Nothing was written into it.
         OSError: it cannot be created or read.
     """
     path = Path(path)
+    check_parents(path, key=key)  # before anything is made under them
     path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    check_parents(path, key=key)  # and the parents just made (with the umask)
     st = os.stat(path)
     mode = stat.S_IMODE(st.st_mode)
     problem = fix = None

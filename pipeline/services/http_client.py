@@ -4,26 +4,26 @@ A query group's control file (``<control_dir>/<name>.json``, the URL its control
 token is sent to) and token file are trusted only when they are regular files of our
 own user that others cannot write to, reached without a symbolic link
 (:func:`pipeline.services.files.read_trusted`; issue 37, finding 7): another is
-refused, naming its path, owner and mode, and nothing is sent.
+refused, naming its path, owner and mode, and nothing is sent. The endpoint the file
+names must then prove it is the driver that wrote it
+(:func:`pipeline.services.control_file.verify_endpoint`: its process alive, ours,
+listening on the port, and answering the file's identity challenge) before the token
+goes there; otherwise the call is refused, naming the file, the pid and the port.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from pipeline.config import DEFAULT_CONTROL_DIR
-from pipeline.errors import FloodgateError, UntrustedFileError
+from pipeline.errors import FloodgateError, UntrustedEndpointError, UntrustedFileError
+from pipeline.services.control_file import ControlFile, read_control_file, verify_endpoint
 from pipeline.services.files import read_trusted
-
-if TYPE_CHECKING:
-    pass
-
 
 #: Environment variable holding the control token of a query group's endpoint, read
 #: by the driver (``floodgate run``) and by ``floodgate query-group`` commands.
@@ -39,29 +39,38 @@ def error_detail(response: httpx.Response) -> str:
         return response.text
 
 
-def endpoint_url(
-    name: str, *, url: str | None = None, control_dir: str = DEFAULT_CONTROL_DIR
-) -> str:
-    """The base URL of a running query group: ``url`` if given, else its control file.
+def control_file(name: str, *, control_dir: str = DEFAULT_CONTROL_DIR) -> ControlFile:
+    """The control file of query group ``name`` in ``control_dir``.
 
     Raises:
-        FloodgateError: no URL was given and no control file names the group (the
-            message says where it looked), or the control file is not trusted
-            (another user's, writable by others, a symbolic link: names its path,
-            owner and mode).
+        FloodgateError: no control file names the group (the message says where it
+            looked), or it is not trusted (another user's, writable by others, a
+            symbolic link: names its path, owner and mode).
     """
-    if url:
-        return url.rstrip("/")
     path = Path(control_dir) / f"{name}.json"
     try:
-        return str(json.loads(read_trusted(path))["url"]).rstrip("/")
+        return read_control_file(path)
     except UntrustedFileError as exc:
         raise _untrusted(name, exc) from exc
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError) as exc:
         raise FloodgateError(
             f"query group {name!r}: no running endpoint found ({path} is missing or "
             "unreadable); is it running on this host? Pass --url http://host:port otherwise"
         ) from exc
+
+
+def endpoint_url(
+    name: str, *, url: str | None = None, control_dir: str = DEFAULT_CONTROL_DIR
+) -> str:
+    """The base URL of a running query group: ``url`` if given, else its control file
+    (not yet verified: :func:`call` verifies it before it sends anything).
+
+    Raises:
+        FloodgateError: as :func:`control_file`.
+    """
+    if url:
+        return url.rstrip("/")
+    return control_file(name, control_dir=control_dir).url
 
 
 def client_token(
@@ -88,8 +97,9 @@ def client_token(
         return None, f"{CONTROL_TOKEN_ENV} (unset) or {path} (missing or unreadable)"
 
 
-def _untrusted(name: str, exc: UntrustedFileError) -> FloodgateError:
-    """The refusal of a query group's control or token file that is not trusted."""
+def _untrusted(name: str, exc: FloodgateError) -> FloodgateError:
+    """The refusal of a query group's control or token file that is not trusted, or of
+    the endpoint its control file names."""
     return FloodgateError(
         f"query group {name!r}: {exc}; nothing was sent (a control file names where the "
         "control token goes): remove it, or pass --url http://host:port with "
@@ -113,8 +123,8 @@ def call(
         action: ``status``, ``release`` or ``stop``.
         url: the endpoint (default: from the group's control file in ``control_dir``).
         control_dir: where the group's control files are.
-        token: the control token for ``release`` / ``stop``; default
-            :func:`client_token`.
+        token: the control token, sent with every action (with ``status`` it shows
+            the driver's and executors' hosts); default :func:`client_token`.
         timeout_s: HTTP timeout, seconds.
 
     Returns:
@@ -123,18 +133,28 @@ def call(
     Raises:
         FloodgateError: the endpoint cannot be found or reached, or refused (the
             message carries its reason, e.g. "not HELD"; for a 401, where the token
-            was looked for); its control or token file is not trusted (nothing sent).
+            was looked for); its control or token file is not trusted, or the endpoint
+            its control file names is not proven to be the driver that wrote it
+            (:func:`~pipeline.services.control_file.verify_endpoint`; nothing but the
+            identity challenge sent).
     """
-    base = endpoint_url(name, url=url, control_dir=control_dir)
+    control = None if url else control_file(name, control_dir=control_dir)
+    base = control.url if control is not None else endpoint_url(name, url=url)
     where = "the token given"
-    if token is None and action != "status":
+    if token is None:
         token, where = client_token(name, control_dir=control_dir)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        if action == "status":
-            response = httpx.get(f"{base}/status", timeout=timeout_s)
-        else:
-            response = httpx.post(f"{base}/{action}", headers=headers, timeout=timeout_s)
+        with httpx.Client(timeout=timeout_s) as client:
+            if control is not None:
+                try:
+                    verify_endpoint(control, client)
+                except UntrustedEndpointError as exc:
+                    raise _untrusted(name, exc) from exc
+            if action == "status":
+                response = client.get(f"{base}/status", headers=headers)
+            else:
+                response = client.post(f"{base}/{action}", headers=headers)
     except httpx.HTTPError as exc:
         raise FloodgateError(f"query group {name!r} at {base}: {exc}") from exc
     if response.status_code == 401:

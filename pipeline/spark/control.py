@@ -4,7 +4,10 @@ A running query group (:meth:`pipeline.spark.query_group.QueryGroup.serve`) answ
 
 * ``GET /metrics`` -- its Prometheus metrics (the group's ``CollectorRegistry``);
 * ``GET /status`` -- state, hold, queries and output queues as JSON
-  (:meth:`~pipeline.spark.query_group.QueryGroup.status`);
+  (:meth:`~pipeline.spark.query_group.QueryGroup.status`); the driver's and the
+  executors' hosts and ports only to a caller with the control token;
+* ``GET /identity?challenge=<hex>`` -- the proof that this endpoint wrote its control
+  file (:func:`pipeline.services.control_file.prove` under the file's identity key);
 * ``POST /release`` -- release a HELD group (409 with the reason otherwise);
 * ``POST /stop`` -- stop the group (202; the process that runs it exits).
 
@@ -15,19 +18,23 @@ The OpenAPI schema is at ``/openapi.json``.
 (:func:`hmac.compare_digest`); without it, or with another, the answer is 401 with
 ``WWW-Authenticate: Bearer`` (RFC 6750 section 3) and nothing changes. Reads
 (``/metrics``, ``/status``, ``/openapi.json``, ``/docs``) stay open: they change
-nothing and show no secret. The token is :data:`CONTROL_TOKEN_ENV` when that is set
-(taken as it is written, never parsed), else a random one made at start.
+nothing and show no secret, and ``/status`` shows where the driver and its
+executors run (hosts, ports) only with the token. The token is
+:data:`CONTROL_TOKEN_ENV` when that is set (taken as it is written, never parsed),
+else a random one made at start.
 
 **Control files.** On start the server writes ``<control_dir>/<query group>.json``
-(``{"query_group", "url", "pid"}``) and, when it made the token itself,
-``<control_dir>/<query group>.token``; both mode 0600, replaced atomically, never
+(:func:`pipeline.services.control_file.write_control_file`: the URL, its process id
+and start time, and an identity key made at each start) and, when it made the token
+itself, ``<control_dir>/<query group>.token``; both mode 0600, replaced atomically, never
 written through a symbolic link, the folder 0700 when it is made. A control folder
 that others can write to, or that another user owns, is refused before the group
 starts (:func:`check_control_dir`; issue 37, finding 7): its files could be swapped.
 So ``floodgate query-group status|release|stop NAME`` run by the same user on the
 same host finds the endpoint and its token by name
 (:func:`pipeline.services.http_client.call`, which trusts only control files of its
-own user); both files are removed on stop. ``--url`` reaches any other endpoint, with
+own user, and sends the token only to an endpoint that proves it wrote the file);
+both files are removed on stop. ``--url`` reaches any other endpoint, with
 the token from :data:`CONTROL_TOKEN_ENV`.
 
 FastAPI and uvicorn do the HTTP (a well-kept library over our own code); the server
@@ -37,7 +44,6 @@ runs in a daemon thread of the driver.
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import os
 import secrets
@@ -45,12 +51,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
-from fastapi import Depends, FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import BaseModel
 
 from pipeline.errors import ConfigError, QueryGroupError
 from pipeline.metrics import add_metrics_route
+from pipeline.services.control_file import (
+    IDENTITY_PATH,
+    new_identity_key,
+    prove,
+    read_control_file,
+    write_control_file,
+)
 from pipeline.services.files import private_dir, read_trusted, write_private_text
 from pipeline.services.http_client import CONTROL_TOKEN_ENV
 from pipeline.services.serving import AppServer
@@ -138,13 +152,31 @@ def resolve_token(env: Mapping[str, str] | None = None) -> tuple[str, bool]:
     return token, False
 
 
-def build_app(group: ControlledGroup, *, token: str) -> FastAPI:
+def without_hosts(status: dict[str, Any]) -> dict[str, Any]:
+    """A group's ``/status`` without where its driver and executors run (``spark``'s
+    ``driver_host``, each executor's ``host`` and ``port``): what a caller without the
+    control token sees."""
+    spark = status.get("spark")
+    if not isinstance(spark, dict):
+        return status
+    shown = {k: v for k, v in spark.items() if k != "driver_host"}
+    shown["executors"] = [
+        {k: v for k, v in e.items() if k not in ("host", "port")}
+        for e in spark.get("executors", [])
+    ]
+    return {**status, "spark": shown}
+
+
+def build_app(group: ControlledGroup, *, token: str, identity_key: str | None = None) -> FastAPI:
     """The ASGI app of a query group's endpoint.
 
     Args:
         group: the query group.
         token: the control token every state-changing call must carry as
             ``Authorization: Bearer <token>`` (issue 26).
+        identity_key: the key of its control file, with which ``GET /identity``
+            answers a client's challenge (``None``: a new one, for an endpoint that
+            writes no control file).
 
     Raises:
         ValueError: ``token`` is empty (an empty token would let anyone in).
@@ -152,6 +184,7 @@ def build_app(group: ControlledGroup, *, token: str) -> FastAPI:
     if not token:
         raise ValueError("the control token must not be empty")
     expected = token.encode()
+    key = identity_key or new_identity_key()
     app = FastAPI(
         title=f"floodgate query group {group.name}",
         description=(
@@ -178,9 +211,21 @@ def build_app(group: ControlledGroup, *, token: str) -> FastAPI:
     auth = [Depends(authorised)]
 
     @app.get("/status")
-    def status() -> dict[str, Any]:
-        """State, hold, per-query figures and output queues."""
-        return group.status()
+    def status(request: Request) -> dict[str, Any]:
+        """State, hold, per-query figures and output queues; the driver's and
+        executors' hosts only with the control token (read from the header: the read
+        stays open, and its schema asks for no token)."""
+        scheme, given = get_authorization_scheme_param(request.headers.get("Authorization"))
+        shown = group.status()
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), expected):
+            return shown
+        return without_hosts(shown)
+
+    @app.get(IDENTITY_PATH)
+    def identity(challenge: Annotated[str, Query(min_length=16, max_length=256)]) -> dict[str, str]:
+        """The proof that this endpoint wrote its control file: the HMAC-SHA256 of
+        ``challenge`` under the file's identity key."""
+        return {"proof": prove(key, challenge)}
 
     @app.post(
         "/release",
@@ -262,6 +307,7 @@ class ControlServer:
         self.control_file = folder / f"{group.name}.json" if folder is not None else None
         self.token_file = folder / f"{group.name}.token" if folder is not None else None
         self.token, self.token_generated = (token, False) if token else resolve_token()
+        self.identity_key = new_identity_key()
         self._server: AppServer | None = None
 
     @property
@@ -273,7 +319,7 @@ class ControlServer:
     def start(self, timeout_s: float = 10.0) -> None:
         """Bind, serve in a thread, wait until it answers, write the control files."""
         self._server = AppServer(
-            build_app(self.group, token=self.token),
+            build_app(self.group, token=self.token, identity_key=self.identity_key),
             host=self.host,
             port=self.port,
             name=self.group.name,
@@ -285,9 +331,11 @@ class ControlServer:
                 write_private_text(self.token_file, self.token)
             else:
                 self.token_file.unlink(missing_ok=True)  # an earlier run's, now wrong
-            write_private_text(
+            write_control_file(
                 self.control_file,
-                json.dumps({"query_group": self.group.name, "url": self.url, "pid": os.getpid()}),
+                query_group=self.group.name,
+                url=self.url,
+                identity_key=self.identity_key,
             )
         log.info(
             "query group %s: metrics at %s/metrics, control at %s/status (control token %s)",
@@ -305,8 +353,8 @@ class ControlServer:
         """Stop serving and remove the control files (if they are still this one's)."""
         if self.control_file is not None and self.token_file is not None:
             try:
-                current = json.loads(read_trusted(self.control_file))
-                if current.get("pid") == os.getpid() and current.get("url") == self.url:
+                current = read_control_file(self.control_file)
+                if current.identity_key == self.identity_key:
                     self.control_file.unlink()
                     if self.token_generated and read_trusted(self.token_file) == self.token:
                         self.token_file.unlink()

@@ -650,7 +650,9 @@ class QueryGroup:
         self.stop_requested.set()
         threading.Thread(target=self.stop, name=f"floodgate-{self.name}-stop", daemon=True).start()
 
-    def serve(self, *, host: str | None = None, port: int | None = None) -> str:
+    def serve(
+        self, *, host: str | None = None, port: int | None = None, token: str | None = None
+    ) -> str:
         """Serve ``/metrics``, ``/status``, ``/release`` and ``/stop``
         (:mod:`pipeline.spark.control`) and write the control file
         ``<control_dir>/<name>.json``. ``/release`` and ``/stop`` need the control token
@@ -660,6 +662,8 @@ class QueryGroup:
         Args:
             host / port: default ``[query_group] metrics_host`` / ``metrics_port``
                 (port 0: a free one).
+            token: the control token (default: ``FLOODGATE_CONTROL_TOKEN``, else a
+                random one), for a caller that took it out of the environment.
 
         Returns:
             The endpoint's base URL, ``http://host:port``.
@@ -679,6 +683,7 @@ class QueryGroup:
                 host=group.metrics_host if host is None else host,
                 port=group.metrics_port if port is None else port,
                 control_dir=group.control_dir,
+                token=token,
             )
             self._server.start()
         return str(self._server.url)

@@ -29,9 +29,12 @@ so tests never see each other's data, even on a shared cluster.
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -268,25 +271,50 @@ def produce(
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[..., Service]]:
-    """Start the service with the settings given (over test defaults); stopped after."""
-    started: list[Service] = []
+    """Start the service with the settings given (over test defaults); stopped after.
 
-    def start(*, service_env: dict[str, str] | None = None, **settings: Any) -> Service:
+    ``user``: run it as that user (``setpriv``; takes root) with its files in a folder of
+    that user's under ``/tmp`` (the test's own ``tmp_path`` is root's alone)."""
+    started: list[Service] = []
+    folders: list[Path] = []
+
+    def start(
+        *, service_env: dict[str, str] | None = None, user: str | None = None, **settings: Any
+    ) -> Service:
+        files, as_user = tmp_path, []
+        if user is not None:
+            assert os.geteuid() == 0, "running the service as another user takes root"
+            account = pwd.getpwnam(user)
+            files = Path(tempfile.mkdtemp(prefix="floodgate-admission-", dir="/tmp"))
+            folders.append(files)
+            os.chown(files, account.pw_uid, account.pw_gid)
+            as_user = [
+                "setpriv",
+                f"--reuid={account.pw_uid}",
+                f"--regid={account.pw_gid}",
+                "--clear-groups",
+            ]
         config = {
             "port": 0,
             "allowlist": [SLEEP, "true", "false"],
             # The variables the tests' jobs set of their own (the default allows none).
             "job_env_allowlist": ["MARK", "MODE", "PART_SECRET", "DB_PASSWORD"],
-            "database_url": f"sqlite:///{tmp_path / 'jobs.db'}",
-            "log_dir": str(tmp_path / "logs"),
+            "database_url": f"sqlite:///{files / 'jobs.db'}",
+            "log_dir": str(files / "logs"),
             **settings,
         }
-        path = tmp_path / f"admission-{len(started)}.toml"
+        path = files / f"admission-{len(started)}.toml"
         path.write_text(tomli_w.dumps({"admission": config}))
+        if user is not None:
+            os.chown(path, account.pw_uid, account.pw_gid)  # the service's own file
         log_path = tmp_path / f"service-{len(started)}.log"
         with open(log_path, "wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.cli", "admission", "serve", "--config", str(path)],
+                [
+                    *as_user,
+                    *[sys.executable, "-m", "pipeline.cli", "admission", "serve"],
+                    *["--config", str(path)],
+                ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -316,3 +344,5 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Service]]:
         if service.process.poll() is None:
             service.process.send_signal(signal.SIGTERM)
             service.process.wait(timeout=30)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -6,11 +6,15 @@ the session's broker."""
 
 from __future__ import annotations
 
+import json
+import pwd
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.integration.admission_service import (
@@ -174,3 +178,57 @@ def test_the_intake_takes_only_signed_requests_and_a_poison_one_skips_no_other(
     # A service with a cluster named but the intake off reads nothing, and says so.
     assert "admission intake off" in off.log()
     assert off.call("GET", "/jobs").json() == []
+
+
+@pytest.mark.no_kafka
+def test_a_job_cannot_read_the_service_s_environment_through_proc(
+    serve: Callable[..., Service],
+) -> None:
+    """Issue 47, case 2: a job runs as the service's user, so it read
+    ``/proc/<service pid>/environ`` -- the admission token with it. The service is
+    now non-dumpable: the kernel refuses that file to its user's other processes. Root
+    reads any ``/proc``, so the service runs as ``nobody`` here."""
+    cat = shutil.which("cat")
+    assert cat is not None
+    service = serve(user="nobody", allowlist=[cat])
+    pid = service.process.pid  # setpriv execs the service in its own process
+    assert psutil.Process(pid).uids().real == pwd.getpwnam("nobody").pw_uid
+
+    job = service.submit([cat, f"/proc/{pid}/environ"], queueable=False)
+    wait_for(lambda: service.job(job["id"])["state"] in ("FINISHED_OK", "ERROR"), "the job")
+
+    done = service.job(job["id"])
+    read = Path(done["log_path"]).read_text(errors="replace")
+    leaked = TOKEN in read or "FLOODGATE__ADMISSION__TOKEN" in read
+    assert not leaked, "the job read the service's environment, the token in it"
+    assert done["state"] == "ERROR" and done["exit_code"] != 0
+    assert "Permission denied" in read, read
+
+
+@pytest.mark.no_kafka
+def test_reads_show_process_ids_and_hosts_only_with_the_token(
+    serve: Callable[..., Service],
+) -> None:
+    """Issue 47, part 2: ``GET /status`` published the leader's instance
+    (``<host>:<pid>:<random>``), and the jobs their ``pid`` and ``started_by``, to
+    anyone: the way to ``/proc/<pid>`` of case 2."""
+    service = serve()
+    wait_for(lambda: service.call("GET", "/status").json()["leader"]["is_leader"], "the lead")
+    job = service.submit(["true"], queueable=False)
+    wait_for(lambda: service.job(job["id"])["state"] == "FINISHED_OK", "the job")
+    pid = str(service.process.pid)
+
+    for token in (None, "wrong"):
+        status = service.call("GET", "/status", token=token).json()
+        assert status["leader"] == {"is_leader": True}
+        jobs = service.call("GET", "/jobs", token=token).json()
+        one = service.call("GET", f"/jobs/{job['id']}", token=token).json()
+        for shown in (*jobs, one):
+            assert "pid" not in shown and "started_by" not in shown, shown
+        assert pid not in json.dumps([status, jobs, one])
+
+    status = service.call("GET", "/status").json()
+    assert status["leader"]["instance"].split(":")[1] == pid
+    assert status["leader"]["holder"]["instance"] == status["leader"]["instance"]
+    one = service.call("GET", f"/jobs/{job['id']}").json()
+    assert one["started_by"] == status["leader"]["instance"] and one["pid"] > 0

@@ -47,8 +47,8 @@ def control_server(tmp_path: Path) -> Iterator[ControlServer]:
 
 
 def test_the_control_endpoint_keeps_to_its_schema(control_server: ControlServer) -> None:
-    # Valid requests only: no operation takes a parameter or a body, so there is no
-    # malformed input to generate (schemathesis' negative mode finds none). Each
+    # Valid requests only: no operation takes a body, and the one parameter (the
+    # identity's challenge) is a bounded string. Each
     # operation's Hypothesis strategy is driven by hand: schemathesis' pytest
     # integration (schema.parametrize, from_fixture) breaks on pytest 9 (it sets
     # Function._nodeid, which pytest 9 no longer has).
@@ -59,6 +59,7 @@ def test_the_control_endpoint_keeps_to_its_schema(control_server: ControlServer)
         operations.append(result.ok())
     assert {f"{o.method.upper()} {o.path}" for o in operations} == {
         "GET /status",
+        "GET /identity",
         "POST /release",
         "POST /stop",
     }
@@ -80,10 +81,11 @@ def test_the_control_endpoint_keeps_to_its_schema(control_server: ControlServer)
 def test_the_schema_documents_the_token_and_every_refusal(control_server: ControlServer) -> None:
     document = httpx.get(f"{control_server.url}/openapi.json", timeout=10).json()
     paths = document["paths"]
-    assert set(paths) == {"/status", "/release", "/stop"}
+    assert set(paths) == {"/status", "/identity", "/release", "/stop"}
     for path in ("/release", "/stop"):
         operation = paths[path]["post"]
         assert "401" in operation["responses"], path
         assert operation["security"] == [{"HTTPBearer": []}], path
     assert "409" in paths["/release"]["post"]["responses"]
-    assert "security" not in paths["/status"]["get"]  # reads stay open
+    for path in ("/status", "/identity"):
+        assert "security" not in paths[path]["get"], path  # reads stay open

@@ -17,11 +17,13 @@ import json
 import logging
 import os
 import pwd
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import psutil
 import pytest
 import tomli_w
 from typer.testing import CliRunner
@@ -29,6 +31,7 @@ from typer.testing import CliRunner
 from admission.load import DriverHeaps
 from pipeline.cli import app
 from pipeline.errors import ConfigError
+from pipeline.services.control_file import IDENTITY_PATH, new_identity_key, prove
 from pipeline.services.http_client import CONTROL_TOKEN_ENV
 from pipeline.spark.control import ControlServer
 from tests.integration.helpers import flights_raw_config, idle_query_group
@@ -41,11 +44,13 @@ TOKEN = "the-groups-control-token"
 
 
 class Recorder(ThreadingHTTPServer):
-    """An HTTP server on a loopback port that answers every call 200 with ``{}`` (and a
-    heap gauge on ``/metrics``) and records ``(method, path, Authorization header)``."""
+    """An HTTP server on a loopback port that answers every call 200 with ``{}`` (a
+    heap gauge on ``/metrics``, the proof of ``identity_key`` on ``/identity``) and
+    records ``(method, path, Authorization header)``."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str, str | None]] = []
+        self.identity_key = new_identity_key()
         super().__init__(("127.0.0.1", 0), _Recording)
 
     @property
@@ -59,6 +64,9 @@ class _Recording(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         self.server.seen.append((self.command, self.path, self.headers.get("Authorization")))
         body = b"{}"
+        if self.path.startswith(f"{IDENTITY_PATH}?challenge="):
+            challenge = self.path.split("=", 1)[1]
+            body = json.dumps({"proof": prove(self.server.identity_key, challenge)}).encode()
         if self.path == "/metrics":
             body = (
                 b'floodgate_query_group_jvm_heap_used_bytes{query_group="g"} 9.0\n'
@@ -141,21 +149,44 @@ PLANTS: dict[str, Callable[[Path, str], str]] = {
 }
 
 
-def _control(url: str) -> str:
-    return json.dumps({"query_group": "g", "url": url, "pid": 1})
+def _control(url: str, *, identity_key: str | None = None, pid: int | None = None) -> str:
+    """A control file naming ``url``, as the driver writes it: by default, this process
+    (which serves the recorder) with no identity key the recorder can prove."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        started = psutil.Process().create_time()
+    return json.dumps(
+        {
+            "query_group": "g",
+            "url": url,
+            "pid": pid,
+            "started": started,
+            "identity_key": identity_key or new_identity_key(),
+        }
+    )
+
+
+def _ours(recorder: Recorder) -> str:
+    """The control file of the recorder as the driver that wrote it (it proves its key)."""
+    return _control(recorder.url, identity_key=recorder.identity_key)
 
 
 def test_query_group_stop_sends_the_token_to_the_url_of_a_control_file_of_ours(
     control_dir: Path, recorder: Recorder
 ) -> None:
     """The recorder sees what a trusted control file gets: the check below can fail."""
-    _write(control_dir / "g.json", _control(recorder.url))
+    _write(control_dir / "g.json", _ours(recorder))
     _write(control_dir / "g.token", TOKEN)
 
     done = runner.invoke(app, ["query-group", "stop", "g", "--control-dir", str(control_dir)])
 
     assert done.exit_code == 0, done.output
-    assert recorder.seen == [("POST", "/stop", f"Bearer {TOKEN}")]
+    assert [(m, p.split("?")[0], a) for m, p, a in recorder.seen] == [
+        ("GET", IDENTITY_PATH, None),
+        ("POST", "/stop", f"Bearer {TOKEN}"),
+    ]
 
 
 @pytest.mark.parametrize("plant", PLANTS.values(), ids=PLANTS.keys())
@@ -163,7 +194,7 @@ def test_query_group_stop_sends_nothing_to_the_url_of_an_untrusted_control_file(
     control_dir: Path, recorder: Recorder, plant: Callable[[Path, str], str]
 ) -> None:
     control_file = control_dir / "g.json"
-    shown = plant(control_file, _control(recorder.url))
+    shown = plant(control_file, _ours(recorder))
     _write(control_dir / "g.token", TOKEN)
 
     refused = runner.invoke(app, ["query-group", "stop", "g", "--control-dir", str(control_dir)])
@@ -178,7 +209,7 @@ def test_query_group_stop_sends_nothing_to_the_url_of_an_untrusted_control_file(
 def test_query_group_stop_refuses_a_token_file_others_can_write(
     control_dir: Path, recorder: Recorder
 ) -> None:
-    _write(control_dir / "g.json", _control(recorder.url))
+    _write(control_dir / "g.json", _ours(recorder))
     _write(control_dir / "g.token", TOKEN, 0o666)
 
     refused = runner.invoke(app, ["query-group", "stop", "g", "--control-dir", str(control_dir)])
@@ -196,19 +227,107 @@ def test_admission_reads_no_driver_heap_from_an_untrusted_control_file(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with recording() as ours:
-        _write(control_dir / "ours.json", _control(ours.url))
-        shown = plant(control_dir / "planted.json", _control(recorder.url))
+        _write(control_dir / "ours.json", _ours(ours))
+        shown = plant(control_dir / "planted.json", _ours(recorder))
         heaps = DriverHeaps(control_dir=control_dir)
 
         with caplog.at_level(logging.WARNING, logger="admission.load"):
             assert heaps.refresh() == {"g": 0.9}
             heaps.refresh()
 
-    assert [path for _, path, _ in ours.seen] == ["/metrics", "/metrics"]
+    assert [path.split("?")[0] for _, path, _ in ours.seen] == [IDENTITY_PATH, "/metrics"] * 2
     assert recorder.seen == []
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings  # once, not every second
     assert str(control_dir / "planted.json") in warnings[0] and shown in warnings[0]
+
+
+# -- a control file whose endpoint is not the driver that wrote it -----------------
+#
+# Issue 47, case 5: a driver killed with SIGKILL leaves its control file behind;
+# whoever binds the port it names next got the control token from `floodgate
+# query-group stop`, and admission read heaps from it. Here the recorder plays the
+# one who bound the port: it cannot read the file's identity key.
+
+
+@pytest.fixture
+def sleeper() -> Iterator[psutil.Popen]:
+    """A live process of ours that listens on no port."""
+    process = psutil.Popen(["sleep", "300"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def _killed_driver(recorder: Recorder, _sleeper: psutil.Popen) -> tuple[str, str]:
+    process = psutil.Popen(["sleep", "300"])
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    return _control(recorder.url, pid=process.pid), f"pid {process.pid} is not running"
+
+
+def _another_process(recorder: Recorder, sleeper: psutil.Popen) -> tuple[str, str]:
+    return (
+        _control(recorder.url, pid=sleeper.pid),
+        f"pid {sleeper.pid} does not listen on port {recorder.server_address[1]}",
+    )
+
+
+def _no_proof(recorder: Recorder, _sleeper: psutil.Popen) -> tuple[str, str]:
+    # This process listens on the port (it serves the recorder), but the recorder does
+    # not hold the file's identity key.
+    return _control(recorder.url), "did not prove it holds the file's identity key"
+
+
+IMPOSTORS: dict[str, Callable[[Recorder, psutil.Popen], tuple[str, str]]] = {
+    "killed-driver": _killed_driver,
+    "another-process": _another_process,
+    "no-proof": _no_proof,
+}
+
+
+@pytest.mark.parametrize("impostor", IMPOSTORS.values(), ids=IMPOSTORS.keys())
+def test_query_group_stop_sends_no_token_to_a_port_the_driver_does_not_hold(
+    control_dir: Path,
+    recorder: Recorder,
+    sleeper: psutil.Popen,
+    impostor: Callable[[Recorder, psutil.Popen], tuple[str, str]],
+) -> None:
+    text, why = impostor(recorder, sleeper)
+    _write(control_dir / "g.json", text)
+    _write(control_dir / "g.token", TOKEN)
+    pid = json.loads(text)["pid"]
+
+    refused = runner.invoke(app, ["query-group", "stop", "g", "--control-dir", str(control_dir)])
+
+    message = " ".join(refused.output.split())
+    assert refused.exit_code != 0, refused.output
+    assert f"control file {control_dir / 'g.json'} names pid {pid} at port" in message
+    assert why in message and "nothing was sent" in message, refused.output
+    # At most the identity challenge, never the token.
+    assert all(a is None and p.startswith(IDENTITY_PATH) for _, p, a in recorder.seen)
+
+
+@pytest.mark.parametrize("impostor", IMPOSTORS.values(), ids=IMPOSTORS.keys())
+def test_admission_reads_no_driver_heap_from_a_port_the_driver_does_not_hold(
+    control_dir: Path,
+    recorder: Recorder,
+    sleeper: psutil.Popen,
+    impostor: Callable[[Recorder, psutil.Popen], tuple[str, str]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    text, why = impostor(recorder, sleeper)
+    _write(control_dir / "stale.json", text)
+    heaps = DriverHeaps(control_dir=control_dir)
+
+    with caplog.at_level(logging.WARNING, logger="admission.load"):
+        assert heaps.refresh() == {}
+        heaps.refresh()
+
+    assert [p for _, p, _ in recorder.seen if not p.startswith(IDENTITY_PATH)] == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert str(control_dir / "stale.json") in warnings[0] and why in warnings[0]
 
 
 # -- the control folder --------------------------------------------------------------
@@ -236,6 +355,25 @@ def test_a_control_folder_others_can_write_is_refused_when_the_group_serves(
     assert f"{loose_dir} is writable by others" in str(refused.value)
     assert "mode 0777" in str(refused.value)
     assert list(loose_dir.iterdir()) == []
+
+
+def test_a_control_folder_under_a_parent_others_can_write_is_refused_naming_the_parent(
+    run_id: str, tmp_path: Path, loose_dir: Path
+) -> None:
+    """Issue 47, case 11: only the control folder was checked, not the folders above."""
+    folder = loose_dir / "run"
+    folder.mkdir(mode=0o700)
+    raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
+    raw["query_group"]["control_dir"] = str(folder)
+    group = idle_query_group(raw)
+
+    with pytest.raises(ConfigError) as refused:
+        ControlServer(group, host="127.0.0.1", port=0, control_dir=str(folder))
+
+    assert refused.value.key == "query_group.control_dir"
+    assert f"its parent folder {loose_dir} is writable by others" in str(refused.value)
+    assert "mode 0777" in str(refused.value)
+    assert list(folder.iterdir()) == []
 
 
 def test_floodgate_run_refuses_a_control_folder_of_another_user_before_spark_starts(

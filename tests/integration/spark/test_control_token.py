@@ -13,6 +13,7 @@ import json
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -142,3 +143,27 @@ def test_an_unusable_token_in_the_environment_is_refused_naming_the_variable(
         ControlServer(group, host="127.0.0.1", port=0, control_dir=None)
 
     assert refused.value.key == CONTROL_TOKEN_ENV
+
+
+def test_the_status_shows_where_the_driver_and_executors_run_only_with_the_token(
+    served: ControlServer, group: QueryGroup, spark: Any
+) -> None:
+    """Issue 47, part 2: hosts and ports were shown to whoever reached ``/status``."""
+    group._spark = spark  # the suite's session: the group's own start needs a broker
+    driver_host = spark.sparkContext.getConf().get("spark.driver.host")
+
+    anyone = httpx.get(f"{served.url}/status", timeout=30).json()["spark"]
+    wrong = httpx.get(
+        f"{served.url}/status", headers={"Authorization": "Bearer wrong"}, timeout=30
+    ).json()["spark"]
+    holder = httpx.get(
+        f"{served.url}/status", headers={"Authorization": f"Bearer {served.token}"}, timeout=30
+    ).json()["spark"]
+
+    assert holder["driver_host"] == driver_host
+    assert holder["executors"] and all({"host", "port"} <= set(e) for e in holder["executors"])
+    for shown in (anyone, wrong):
+        assert "driver_host" not in shown
+        assert all(set(e) == {"running_tasks"} for e in shown["executors"])
+        assert len(shown["executors"]) == len(holder["executors"])
+        assert shown["master"] == holder["master"]

@@ -10,6 +10,7 @@ finds the same driver by its control file.
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
+import pytest
 from typer.testing import CliRunner
 
 from admission.load import DriverHeaps
@@ -24,6 +27,7 @@ from pipeline.cli import app
 from pipeline.client import connect
 from pipeline.demo.reception import read_all
 from pipeline.serde.schemas import SchemaRepository
+from pipeline.services.http_client import CONTROL_TOKEN_ENV
 from tests.integration.helpers import flights_raw_config, write_query_group
 from tests.integration.promtool import check_metrics
 from tests.integration.spark.drivers import DRIVER_TIMEOUT_S, kill_group, start_driver
@@ -120,3 +124,43 @@ def test_status_release_and_stop_reach_a_running_driver_by_name(
 
     assert Counter(identity(t) for t in got) == Counter(identity(r) for r in records)
     assert len(read_all(bootstrap, config.output_streams["flights_copy"].topic)) == len(records)
+
+
+def test_the_driver_s_spark_jvm_inherits_no_control_token(
+    bootstrap: str, run_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47, part 2: PySpark starts the JVM with a copy of the driver's environment,
+    so ``FLOODGATE_CONTROL_TOKEN`` was readable in ``/proc/<jvm pid>/environ``, by any
+    process of the user (the JVM is dumpable). ``floodgate run`` takes it out of its
+    environment once read and still holds it: the CLI stops the group with it."""
+    raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
+    control_dir = tmp_path / "run"
+    raw["query_group"]["control_dir"] = str(control_dir)
+    config_path = tmp_path / "group.toml"
+    name = write_query_group(raw, config_path).name
+    token = secrets.token_hex(32)
+    log_path = tmp_path / "driver.log"
+
+    driver = start_driver(config_path, bootstrap, log_path, **{CONTROL_TOKEN_ENV: token})
+    try:
+        deadline = time.monotonic() + DRIVER_TIMEOUT_S
+        while not (control_dir / f"{name}.json").exists():
+            assert driver.poll() is None, log_path.read_text()[-4000:]
+            assert time.monotonic() < deadline, "the driver never wrote its control file"
+            time.sleep(0.25)
+        children = psutil.Process(driver.pid).children(recursive=True)
+        jvms = [p for p in children if p.name() == "java"]
+        assert jvms, [p.name() for p in children]
+        for jvm in jvms:
+            environ = jvm.environ()
+            assert CONTROL_TOKEN_ENV not in environ
+            assert token not in "\0".join(environ.values())
+        assert not (control_dir / f"{name}.token").exists()  # taken as given, not made
+
+        monkeypatch.setenv(CONTROL_TOKEN_ENV, token)
+        stopped = cli("stop", name, "--control-dir", str(control_dir))
+        assert stopped.exit_code == 0, stopped.output
+        assert driver.wait(timeout=60) == 0, log_path.read_text()[-4000:]
+    finally:
+        if driver.poll() is None:
+            kill_group(driver)

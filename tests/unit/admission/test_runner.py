@@ -228,3 +228,49 @@ def test_a_flag_outlives_the_store(tmp_path: Path) -> None:
     store.set_flag("suspended", True, reason="at once", now=1.0)
     store.engine.dispose()
     assert JobStore(url).flag("suspended") is True
+
+
+@pytest.mark.parametrize(
+    ("parent_mode", "owner"),
+    [(0o777, None), (0o775, None), (0o755, "nobody")],
+    ids=["world-writable", "group-writable", "another-user-s"],
+)
+def test_a_log_folder_under_a_parent_others_can_change_is_refused_naming_the_parent(
+    tmp_path: Path, parent_mode: int, owner: str | None
+) -> None:
+    """Issue 47, case 11: a 0700 log folder under a 0777 one was used; whoever can write
+    to the parent renames the log folder away and puts a symbolic link in its place, and
+    the jobs' logs go where the link points."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(parent_mode)
+    if owner is not None:
+        assert os.geteuid() == 0, "chown to another user needs root"
+        os.chown(shared, pwd.getpwnam(owner).pw_uid, -1)
+    logs = shared / "logs"
+    logs.mkdir(mode=0o700)
+    settings = AdmissionSettings(
+        log_dir=str(logs), database_url=f"sqlite:///{tmp_path / 'db' / 'jobs.db'}"
+    )
+
+    with pytest.raises(ConfigError) as refused:
+        AdmissionService(settings)
+
+    message = str(refused.value)
+    assert refused.value.key == "admission.log_dir"
+    assert f"its parent folder {shared} is" in message, message
+    assert f"mode {parent_mode:04o}" in message
+    assert not (tmp_path / "db").exists()  # refused before the job database was made
+    assert list(logs.iterdir()) == []
+
+
+def test_a_log_folder_under_a_sticky_parent_is_used(tmp_path: Path) -> None:
+    """As under ``/tmp``: in a sticky folder only a file's owner renames or removes it."""
+    shared = tmp_path / "sticky"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    started = ProcessRunner(shared / "logs").start(
+        1, ["true"], cwd=None, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert Path(started.log_path).parent == shared / "logs"
+    assert mode(shared / "logs") == 0o700
