@@ -125,7 +125,13 @@ def serve(
         intake_bootstrap(settings)  # refused before anything starts
     service = AdmissionService(settings)
     server = listen(
-        build_app(service), host=settings.host, port=settings.port, name="admission", what="the API"
+        build_app(service),
+        host=settings.host,
+        port=settings.port,
+        name="admission",
+        what="the API",
+        allowed_hosts=settings.allowed_hosts,
+        hosts_setting="admission.allowed_hosts",
     )
     # Bound before the service takes the leadership and records where it answers.
     service.start(address=server.url)

@@ -679,6 +679,7 @@ class QueryGroup:
                 host=group.metrics_host if host is None else host,
                 port=group.metrics_port if port is None else port,
                 control_dir=group.control_dir,
+                allowed_hosts=group.allowed_hosts,
             )
             self._server.start()
         return str(self._server.url)

@@ -283,6 +283,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Service]]:
         }
         path = tmp_path / f"admission-{len(started)}.toml"
         path.write_text(tomli_w.dumps({"admission": config}))
+        path.chmod(0o600)  # it may hold the intake key: a secret in a file is its owner's
         log_path = tmp_path / f"service-{len(started)}.log"
         with open(log_path, "wb") as out:
             process = subprocess.Popen(

@@ -128,7 +128,7 @@ def test_the_token_is_checked_before_the_body_and_the_limit_before_parsing(
     limit. Each refusal below comes while the client has sent (next to) none of the
     body it announced: the server cannot have read it."""
     service = serve(max_request_body_bytes=4096)
-    announce = "POST /jobs HTTP/1.1\nHost: admission\nContent-Type: application/json\n"
+    announce = "POST /jobs HTTP/1.1\nHost: 127.0.0.1\nContent-Type: application/json\n"
     status, received = raw_request(service.url, f"{announce}Content-Length: 52428800\n", b"{")
     assert status == 401 and b"www-authenticate: bearer" in received.lower()
     authorised = f"{announce}Authorization: Bearer {TOKEN}\n"

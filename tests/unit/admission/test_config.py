@@ -11,13 +11,13 @@ from pipeline.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "conf" / "admission.toml"
-TOKEN = {"FLOODGATE__ADMISSION__TOKEN": "s3cr3t-t0ken"}
+TOKEN = {"FLOODGATE__ADMISSION__TOKEN": "s3cr3t-t0ken-of-the-unit-tests-0a1b"}
 
 
 def test_the_shipped_config_loads_with_a_token_from_the_environment() -> None:
     settings = load_admission_config(CONFIG, env=TOKEN)
     assert settings.system_cpu_limit == 0.85 and settings.max_queue_size == 100_000
-    assert settings.token is not None and settings.token.get_secret_value() == "s3cr3t-t0ken"
+    assert settings.token is not None and settings.token.get_secret_value() == TOKEN["FLOODGATE__ADMISSION__TOKEN"]
     assert "s3cr3t-t0ken" not in str(settings) + repr(settings)  # the secret is not shown
 
 
@@ -85,7 +85,15 @@ def test_kafka_client_may_not_set_what_the_intake_owns_naming_the_key(
     assert "pa55-w0rd" not in str(caught.value)
 
 
-@pytest.mark.parametrize("token", ['"quoted"', "12345", "true", "[1, 2]", "a = b"])
+@pytest.mark.parametrize(
+    "token",
+    [
+        '"quoted-3f9c0a7e1b5d"',
+        "1234567890" * 4,
+        "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]",
+        "a = 0x5e1f9c2d7b3a4c",
+    ],
+)
 def test_the_token_from_the_environment_is_taken_as_written(token: str) -> None:
     # Issue 26: the token was parsed as TOML ('"quoted"' lost its quotes, '12345'
     # became an int and was refused).
@@ -137,7 +145,7 @@ def test_the_request_intake_is_off_by_default_and_refused_on_without_its_key(
     assert caught.value.key == "admission.intake_key"
     with pytest.raises(ConfigError, match=r"at least 32 characters \(got 5\)"):
         load_admission_config(CONFIG, env={**on, "FLOODGATE__ADMISSION__INTAKE_KEY": "short"})
-    key = "k" * 32
+    key = "0123456789abcdef" * 2
     settings = load_admission_config(CONFIG, env={**on, "FLOODGATE__ADMISSION__INTAKE_KEY": key})
     assert settings.intake and key not in str(settings) + repr(settings)
 
