@@ -342,7 +342,9 @@ class ControlServer:
                 current = json.loads(read_trusted(self.control_file))
                 if current.get("pid") == os.getpid() and current.get("url") == self.url:
                     self.control_file.unlink()
-                    if self.token_generated and read_trusted(self.token_file) == self.token:
+                    if self.token_generated and same_secret(
+                        read_trusted(self.token_file), self.token
+                    ):
                         self.token_file.unlink()
             except (OSError, ValueError):
                 pass
