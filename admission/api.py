@@ -101,7 +101,6 @@ def build_app(service: AdmissionService) -> FastAPI:
         max_body_bytes=service.settings.max_request_body_bytes,
         token_name="admission.token",
         limit_name="admission.max_request_body_bytes",
-        service="admission",
         registry=service.registry,
         throttle=AuthThrottle(
             max_failures=service.settings.auth_max_failures,

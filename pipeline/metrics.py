@@ -74,8 +74,9 @@ def add_build_info(registry: CollectorRegistry) -> None:
 @dataclass(frozen=True)
 class HttpAuthMetrics:
     """Authentication at a Floodgate HTTP endpoint's gate
-    (:class:`pipeline.services.asgi.RequestGate`), label ``service`` (``admission``,
-    ``query_group``); never the client's address, whose values are unbounded.
+    (:class:`pipeline.services.asgi.RequestGate`), on the registry of the service that
+    serves it (Prometheus' ``job`` label tells the admission service from a query
+    group); no label: never the client's address, whose values are unbounded.
 
     * ``floodgate_http_auth_failures_total`` (counter): calls refused 401, with no
       bearer token or a wrong one;
@@ -99,7 +100,6 @@ class HttpAuthMetrics:
             Counter(
                 "http_auth_failures",
                 "Calls refused 401 at an HTTP endpoint: no bearer token, or a wrong one.",
-                ("service",),
                 namespace=NAMESPACE,
                 registry=registry,
             ),
@@ -107,7 +107,6 @@ class HttpAuthMetrics:
                 "http_auth_throttled",
                 "Calls refused 429 at an HTTP endpoint: their client address failed "
                 "authentication too often; the token was not checked.",
-                ("service",),
                 namespace=NAMESPACE,
                 registry=registry,
             ),

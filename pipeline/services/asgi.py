@@ -136,7 +136,6 @@ class RequestGate:
         token_name: how the token is named in the 401's detail (``admission.token``).
         limit_name: how the limit is named in the 413's detail
             (``admission.max_request_body_bytes``).
-        service: the ``service`` label of its metrics (``admission``).
         registry: where :class:`~pipeline.metrics.HttpAuthMetrics` count; ``None``:
             not counted.
         throttle: failed authentications per address (default: 10 in 60 s).
@@ -153,7 +152,6 @@ class RequestGate:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         token_name: str = "the token",
         limit_name: str = "the body limit",
-        service: str = "",
         registry: CollectorRegistry | None = None,
         throttle: AuthThrottle | None = None,
     ) -> None:
@@ -166,7 +164,6 @@ class RequestGate:
         self.max_body_bytes = max_body_bytes
         self.token_name = token_name
         self.limit_name = limit_name
-        self.service = service
         self.throttle = throttle if throttle is not None else AuthThrottle()
         self._metrics = HttpAuthMetrics.on(registry) if registry is not None else None
 
@@ -180,7 +177,7 @@ class RequestGate:
             wait_s = self.throttle.retry_after_s(address)
             if wait_s > 0:
                 if self._metrics is not None:
-                    self._metrics.throttled.labels(self.service).inc()
+                    self._metrics.throttled.inc()
                 await _refuse(
                     scope,
                     receive,
@@ -195,7 +192,7 @@ class RequestGate:
             if not self._authorised(headers):
                 self.throttle.failed(address)
                 if self._metrics is not None:
-                    self._metrics.failures.labels(self.service).inc()
+                    self._metrics.failures.inc()
                 await _refuse(
                     scope,
                     receive,

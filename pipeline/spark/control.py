@@ -230,7 +230,6 @@ def build_app(group: ControlledGroup, *, token: str) -> FastAPI:
         token_name=f"the query group's control token: {CONTROL_TOKEN_ENV}, or its control "
         "file <name>.token",
         limit_name="the control endpoint's body limit",
-        service="query_group",
         registry=group.registry,
     )
     return app
