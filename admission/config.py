@@ -70,8 +70,10 @@ class AdmissionSettings(BaseModel):
     port: Annotated[int, Field(ge=0, le=65_535)] = 8787
     """Port of the REST API (``/jobs``, ``/stalls``, ``/metrics``); 0 picks a free one."""
     token: SecretStr | None = None
-    """Bearer token every mutating call must carry (required); taken as written, also
-    from ``FLOODGATE__ADMISSION__TOKEN`` (never parsed as TOML)."""
+    """Bearer token every mutating call must carry (required): a random secret of 128
+    bits or more (``openssl rand -hex 16``), not the intake key; taken as written, also
+    from ``FLOODGATE__ADMISSION__TOKEN`` (never parsed as TOML). In this file only when
+    the file is mode 0600 or 0400."""
     allowed_hosts: list[HostName] = Field(default_factory=list)
     """Host names the API answers to besides IP addresses and ``localhost`` (the
     compose stack's ``admission``); a request with another ``Host`` is answered 400,
