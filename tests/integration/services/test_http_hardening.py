@@ -1,5 +1,5 @@
 """Every Floodgate HTTP server, as an attacker on the host or a web page in its browser
-would try it (issue 47, cases 7, 9, 10): half-sent requests held open, a rebound DNS
+would try it: half-sent requests held open, a rebound DNS
 name, guessed tokens. The real servers on loopback sockets: `floodgate admission serve`
 in a process of its own, a query group's control endpoint, a bare
 :class:`~pipeline.services.serving.AppServer`."""
@@ -98,7 +98,7 @@ def control_server(tmp_path: Path) -> Iterator[ControlServer]:
 def test_a_half_sent_request_is_closed_after_the_header_timeout(
     serve: Callable[..., Service],
 ) -> None:
-    """Case 9: a connection that sent half a request and no token was still open after
+    """a connection that sent half a request and no token was still open after
     65 s. The admission service closes it after its header timeout (10 s)."""
     service = serve()
     with connect(service.url) as sock:
@@ -164,7 +164,7 @@ def test_past_the_connection_limit_a_request_is_answered_503(
 def test_a_rebound_host_name_is_refused_by_the_admission_api(
     serve: Callable[..., Service],
 ) -> None:
-    """Case 10: a web page that rebinds its DNS name to 127.0.0.1 read ``GET /jobs``
+    """a web page that rebinds its DNS name to 127.0.0.1 read ``GET /jobs``
     (200, with argv) with ``Host: rebind.attacker.example``."""
     service = serve()
     service.submit(["true"])
@@ -214,7 +214,7 @@ def auth_counts(metrics_text: str) -> tuple[float, float]:
 def test_failed_tokens_from_one_address_are_throttled_then_let_through(
     serve: Callable[..., Service],
 ) -> None:
-    """Case 7: about 1 000 wrong tokens a second got 401 each, with no throttling. After
+    """about 1 000 wrong tokens a second got 401 each, with no throttling. After
     3 failures in the window the right token gets 429 too, until the window ends."""
     service = serve(auth_max_failures=3, auth_failure_window_s=5.0)
     body = {"argv": ["true"]}

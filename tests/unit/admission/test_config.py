@@ -191,7 +191,7 @@ def test_a_known_multi_call_program_is_refused_as_an_allowlist_entry(
 
 @pytest.mark.parametrize("token", ["a", "s3cr3t", "a" * 40, "0123456789abcdef0123456789abcde"])
 def test_a_token_weaker_than_128_bits_is_refused_naming_the_setting(token: str) -> None:
-    """Issue 47, case 7: an admission token ``a`` was accepted."""
+    """an admission token ``a`` was accepted."""
     with pytest.raises(ConfigError, match=r"admission\.token is too weak") as refused:
         load_admission_config(CONFIG, env={"FLOODGATE__ADMISSION__TOKEN": token})
     assert refused.value.key == "admission.token"
@@ -206,7 +206,7 @@ def test_an_intake_key_weaker_than_128_bits_is_refused_naming_the_setting() -> N
 
 
 def test_one_value_as_token_and_intake_key_or_control_token_is_refused_naming_both() -> None:
-    """Issue 47, case 7: an intake key equal to the admission token was accepted (a
+    """an intake key equal to the admission token was accepted (a
     requester given the key could then call the REST API)."""
     token = TOKEN["FLOODGATE__ADMISSION__TOKEN"]
     on = {**TOKEN, "FLOODGATE__ADMISSION__INTAKE": "true", "FLOODGATE_KAFKA_BOOTSTRAP": "b:9092"}
@@ -220,7 +220,7 @@ def test_one_value_as_token_and_intake_key_or_control_token_is_refused_naming_bo
 
 
 def test_a_config_file_holding_a_secret_must_be_its_owners_alone(tmp_path: Path) -> None:
-    """Issue 47, case 8: a 0644 config file holding ``token`` and ``intake_key`` was
+    """a 0644 config file holding ``token`` and ``intake_key`` was
     accepted."""
     path = tmp_path / "admission.toml"
     path.write_text(

@@ -66,7 +66,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 
 def test_no_option_takes_a_secret_as_its_value() -> None:
-    """Issue 47, case 6: ``floodgate broker --sasl-user NAME:PASSWORD`` took the
+    """``floodgate broker --sasl-user NAME:PASSWORD`` took the
     password in argv."""
     options = every_option()
     assert any(command == "floodgate admission submit" for command, _, _ in options)
@@ -84,7 +84,7 @@ def test_no_option_takes_a_secret_as_its_value() -> None:
 
 
 def test_a_sasl_user_with_a_password_is_refused_without_showing_it() -> None:
-    """Issue 47, case 6: the old ``NAME:PASSWORD`` form is refused, before any broker
+    """the old ``NAME:PASSWORD`` form is refused, before any broker
     starts, naming the two ways that keep the password off argv."""
     ran = run("broker", "--sasl-user", "alice:Pa55-w0rd-in-argv")
     assert ran.returncode == 2, ran.stderr
@@ -141,7 +141,7 @@ def test_the_token_option_is_refused_on_every_command_that_has_it() -> None:
 def test_a_token_file_group_or_others_may_read_is_refused_with_path_and_mode(
     tmp_path: Path,
 ) -> None:
-    """Issue 47, case 8: a 0644 ``--token-file`` was read without a word."""
+    """a 0644 ``--token-file`` was read without a word."""
     token_file = tmp_path / "token"
     token_file.write_text("0f3c9a6e1b7d4c28a5e9f0b3d6c1a7e4\n")
     token_file.chmod(0o644)

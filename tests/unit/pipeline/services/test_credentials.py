@@ -56,7 +56,7 @@ def test_the_estimate_is_the_length_times_log2_of_the_implied_alphabet(
 @pytest.mark.parametrize(
     "value",
     [
-        "a",  # issue 47, case 7: a token "a" was accepted
+        "a",  # a token "a" was once accepted
         "t0ken-for-tests",
         "0123456789abcdef0123456789abcde",  # 31 hex characters: 124 bits
         "a" * 64,

@@ -13,7 +13,7 @@ from pipeline.spark.control import ADMISSION_TOKEN_ENV, resolve_token
 
 @pytest.mark.parametrize("token", ["a", "not-the-token", "b" * 32])
 def test_a_control_token_weaker_than_128_bits_is_refused_naming_the_variable(token: str) -> None:
-    """Issue 47, case 7: a control token ``a`` was accepted."""
+    """a control token ``a`` was accepted."""
     with pytest.raises(ConfigError, match="FLOODGATE_CONTROL_TOKEN is too weak") as refused:
         resolve_token({"FLOODGATE_CONTROL_TOKEN": token})
     assert refused.value.key == "FLOODGATE_CONTROL_TOKEN"
