@@ -15,7 +15,6 @@ name or ``=`` in an ``env`` name; an id beyond 2^63 - 1; a NaN or infinite
 in the schema.
 """
 
-import secrets
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
@@ -31,7 +30,8 @@ from admission.jobs import JobRequest, ProcessText
 from admission.service import AdmissionService
 from admission.store import JobState
 from pipeline.metrics import add_metrics_route
-from pipeline.services.asgi import RequestGate
+from pipeline.services.asgi import AuthThrottle, RequestGate
+from pipeline.services.credentials import same_secret
 
 #: The largest id a job, request or stall entry can have: a signed 64-bit SQL integer.
 MAX_ID = 2**63 - 1
@@ -69,6 +69,7 @@ def _refusals(*statuses: int) -> dict[int | str, dict[str, Any]]:
     meaning = {
         400: "The body could not be read as JSON text (it is not UTF-8).",
         401: "No bearer token, or a wrong one (WWW-Authenticate: Bearer); the body was not read.",
+        429: "Too many failed authentications from this address (Retry-After); not checked.",
         403: "The program is not on admission.allowlist, or env names a denied variable.",
         404: "No such job, request or stall entry.",
         409: "The job, request or stall entry is not in a state that allows this.",
@@ -79,7 +80,7 @@ def _refusals(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
     return {
         status: {"model": Malformed if status == 422 else Refusal, "description": meaning[status]}
-        for status in statuses
+        for status in sorted(statuses)
     }
 
 
@@ -121,6 +122,11 @@ def build_app(service: AdmissionService) -> FastAPI:
         max_body_bytes=service.settings.max_request_body_bytes,
         token_name="admission.token",
         limit_name="admission.max_request_body_bytes",
+        registry=service.registry,
+        throttle=AuthThrottle(
+            max_failures=service.settings.auth_max_failures,
+            window_s=service.settings.auth_failure_window_s,
+        ),
     )
 
     @app.exception_handler(RequestValidationError)
@@ -136,9 +142,7 @@ def build_app(service: AdmissionService) -> FastAPI:
     def authorised(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> None:
-        if credentials is None or not secrets.compare_digest(
-            credentials.credentials.encode(), token.encode()
-        ):
+        if credentials is None or not same_secret(credentials.credentials, token):
             raise HTTPException(
                 status_code=401,
                 detail="a bearer token (admission.token) is required for this call",
@@ -166,7 +170,7 @@ def build_app(service: AdmissionService) -> FastAPI:
         "/jobs",
         dependencies=auth,
         status_code=201,
-        responses=_refusals(400, 401, 403, 413, 422, 503),
+        responses=_refusals(400, 401, 429, 403, 413, 422, 503),
     )
     def submit(request: JobRequest) -> dict[str, Any]:
         """Submit a job: started at once, enqueued, or refused."""
@@ -177,7 +181,7 @@ def build_app(service: AdmissionService) -> FastAPI:
         "/requests",
         dependencies=auth,
         status_code=201,
-        responses=_refusals(400, 401, 403, 409, 413, 422, 503),
+        responses=_refusals(400, 401, 429, 403, 409, 413, 422, 503),
     )
     def submit_request(body: RequestBody) -> dict[str, Any]:
         """Schedule a request part by part; a part that fails to schedule backs out the
@@ -219,7 +223,7 @@ def build_app(service: AdmissionService) -> FastAPI:
     @app.post(
         "/jobs/{job_id}/start-now",
         dependencies=auth,
-        responses=_refusals(401, 404, 409, 413, 422),
+        responses=_refusals(401, 429, 404, 409, 413, 422),
     )
     def start_now(job_id: Id) -> dict[str, Any]:
         """Start an enqueued job at once, whatever the load (logged as forced)."""
@@ -228,13 +232,13 @@ def build_app(service: AdmissionService) -> FastAPI:
     @app.post(
         "/jobs/{job_id}/cancel",
         dependencies=auth,
-        responses=_refusals(401, 404, 409, 413, 421, 422),
+        responses=_refusals(401, 429, 404, 409, 413, 421, 422),
     )
     def cancel(job_id: Id) -> dict[str, Any]:
         """Abort a job (taken out of the queue, or stopped)."""
         return answer(lambda: service.cancel(job_id).as_json())
 
-    @app.post("/suspend", dependencies=auth, responses=_refusals(401, 413, 421, 422))
+    @app.post("/suspend", dependencies=auth, responses=_refusals(401, 429, 413, 421, 422))
     def suspend(at_once: bool = False) -> dict[str, object]:
         """Stop starting jobs; ``at_once`` also aborts running and enqueued ones."""
 
@@ -244,7 +248,7 @@ def build_app(service: AdmissionService) -> FastAPI:
 
         return answer(run)
 
-    @app.post("/resume", dependencies=auth, responses=_refusals(401, 413, 421))
+    @app.post("/resume", dependencies=auth, responses=_refusals(401, 429, 413, 421))
     def resume() -> dict[str, object]:
         """Start jobs again."""
 
@@ -270,13 +274,13 @@ def build_app(service: AdmissionService) -> FastAPI:
         "/stalls/{stall_id}/reschedule",
         dependencies=auth,
         status_code=201,
-        responses=_refusals(401, 403, 404, 409, 413, 422, 503),
+        responses=_refusals(401, 429, 403, 404, 409, 413, 422, 503),
     )
     def reschedule(stall_id: Id) -> dict[str, Any]:
         """Enqueue a hard-stalled job's command again, as a new job."""
         return answer(lambda: service.reschedule(stall_id).as_json())
 
-    @app.post("/lanes/{name}/enable", dependencies=auth, responses=_refusals(401, 413, 422))
+    @app.post("/lanes/{name}/enable", dependencies=auth, responses=_refusals(401, 429, 413, 422))
     def enable_lane(name: Annotated[ProcessText, Path(max_length=200)]) -> dict[str, object]:
         """Let a lane disabled by a hard stall start jobs again."""
         service.enable_lane(name)

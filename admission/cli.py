@@ -41,6 +41,7 @@ from pipeline.cli.conventions import (
     usage_error,
 )
 from pipeline.errors import ConfigError
+from pipeline.services.credentials import read_secret_file
 from pipeline.services.http_client import error_detail
 from pipeline.services.logs import LogFormat
 
@@ -80,14 +81,17 @@ TokenFile = Annotated[
 
 def bearer_token(token: str | None, token_file: Path | None) -> str | None:
     """The admission token of a client command: from ``token_file`` (its text, one
-    trailing line break dropped, as a Docker or Kubernetes secret is mounted), else
-    from ``$FLOODGATE__ADMISSION__TOKEN``; never from the command line, where ``ps``
-    and the shell's history show it (as ``kafka-configs --command-config`` and
-    ``curl -H @file`` keep secrets off argv).
+    trailing line break dropped, as a Docker or Kubernetes secret is mounted; only a
+    file group and others may not read,
+    :func:`~pipeline.services.credentials.read_secret_file`), else from
+    ``$FLOODGATE__ADMISSION__TOKEN``; never from the command line, where ``ps`` and the
+    shell's history show it (as ``kafka-configs --command-config`` and ``curl -H
+    @file`` keep secrets off argv).
 
     Raises:
         typer.Exit: ``--token`` was given (status 2, naming both ways), or the file
-            cannot be read or is empty (status 1).
+            cannot be read, is empty, or group or others may read it (status 1, naming
+            the path and its mode).
     """
     if token is not None:
         raise usage_error(
@@ -97,13 +101,9 @@ def bearer_token(token: str | None, token_file: Path | None) -> str | None:
     if token_file is None:
         return os.environ.get(TOKEN_VARIABLE) or None
     try:
-        text = token_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise fail(f"--token-file {token_file}: {exc}") from exc
-    text = text.removesuffix("\n").removesuffix("\r")
-    if not text:
-        raise fail(f"--token-file {token_file} is empty")
-    return text
+        return read_secret_file(token_file, what="--token-file")
+    except ConfigError as exc:
+        raise fail(str(exc)) from exc
 
 
 @app.command()
@@ -128,7 +128,13 @@ def serve(
         intake_bootstrap(settings)  # refused before anything starts
     service = AdmissionService(settings)
     server = listen(
-        build_app(service), host=settings.host, port=settings.port, name="admission", what="the API"
+        build_app(service),
+        host=settings.host,
+        port=settings.port,
+        name="admission",
+        what="the API",
+        allowed_hosts=settings.allowed_hosts,
+        hosts_setting="admission.allowed_hosts",
     )
     # Bound before the service takes the leadership and records where it answers.
     service.start(address=server.url)

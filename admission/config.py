@@ -20,11 +20,17 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from admission.environment import allowlist_entry_reason, invalid_reason
-from pipeline.config import DEFAULT_CONTROL_DIR, BindHost, load_service_config
+from pipeline.config import DEFAULT_CONTROL_DIR, BindHost, HostName, load_service_config
 from pipeline.errors import ConfigError
 from pipeline.kafka.clients import RESERVED_KAFKA_KEYS
 from pipeline.names import ADMISSION_DEAD_LETTER_TOPIC
-from pipeline.services.asgi import DEFAULT_MAX_BODY_BYTES
+from pipeline.services.asgi import (
+    DEFAULT_AUTH_WINDOW_S,
+    DEFAULT_MAX_AUTH_FAILURES,
+    DEFAULT_MAX_BODY_BYTES,
+)
+from pipeline.services.credentials import MIN_SECRET_BITS, check_distinct, check_secret
+from pipeline.services.http_client import CONTROL_TOKEN_ENV
 
 #: ``admission.job_path``'s default: the service's Python's folder, then the system's.
 DEFAULT_JOB_PATH = ":".join(
@@ -64,8 +70,21 @@ class AdmissionSettings(BaseModel):
     port: Annotated[int, Field(ge=0, le=65_535)] = 8787
     """Port of the REST API (``/jobs``, ``/stalls``, ``/metrics``); 0 picks a free one."""
     token: SecretStr | None = None
-    """Bearer token every mutating call must carry (required); taken as written, also
-    from ``FLOODGATE__ADMISSION__TOKEN`` (never parsed as TOML)."""
+    """Bearer token every mutating call must carry (required): a random secret of 128
+    bits or more (``openssl rand -hex 16``), not the intake key; taken as written, also
+    from ``FLOODGATE__ADMISSION__TOKEN`` (never parsed as TOML). In this file only when
+    the file is mode 0600 or 0400."""
+    allowed_hosts: list[HostName] = Field(default_factory=list)
+    """Host names the API answers to besides IP addresses and ``localhost`` (the
+    compose stack's ``admission``); a request with another ``Host`` is answered 400,
+    so a web page cannot reach the API by DNS rebinding."""
+    auth_max_failures: Annotated[int, Field(ge=1)] = DEFAULT_MAX_AUTH_FAILURES
+    """Failed authentications (401) from one client address within
+    ``auth_failure_window_s`` after which its mutating calls are answered 429, the
+    token not checked, until the window ends (default 10)."""
+    auth_failure_window_s: Annotated[float, Field(gt=0, le=86_400)] = DEFAULT_AUTH_WINDOW_S
+    """The window failed authentications are counted in, seconds from an address's
+    first failure (default 60)."""
     max_request_body_bytes: Annotated[int, Field(ge=1)] = DEFAULT_MAX_BODY_BYTES
     """Most bytes of a request body (default 1 MiB): a larger one is refused (413) before
     it is read further, let alone parsed (issue 26)."""
@@ -306,9 +325,13 @@ def load_admission_config(
 
     Raises:
         ConfigError: the file is missing or not TOML, a key is unknown or refused (named
-            with its value and what is allowed), the token is missing, or an allowlist
-            entry names no executable.
+            with its value and what is allowed), the file holds a secret and group or
+            others may read it, the token is missing or weaker than 128 bits
+            (:func:`~pipeline.services.credentials.check_secret`), so is the intake
+            key, the token, the intake key and ``FLOODGATE_CONTROL_TOKEN`` are not
+            three different values, or an allowlist entry names no executable.
     """
+    env = os.environ if env is None else env
     loaded, source = load_service_config(path, AdmissionConfig, section="admission", env=env)
     settings = loaded.admission
     if settings.token is None or not settings.token.get_secret_value():
@@ -316,19 +339,34 @@ def load_admission_config(
             f"{source}: admission.token is required (every mutating call needs it as a "
             "bearer token); set it in [admission] or FLOODGATE__ADMISSION__TOKEN",
             key="admission.token",
-            allowed="a non-empty secret",
+            allowed=f"a random secret of at least {MIN_SECRET_BITS} bits",
         )
-    if settings.intake:
-        key = settings.intake_key.get_secret_value() if settings.intake_key else ""
-        if len(key) < MIN_INTAKE_KEY_CHARS:
-            raise ConfigError(
-                f"{source}: admission.intake is on, so every request on "
-                f"{settings.request_topic} must be signed: admission.intake_key must be "
-                f"a secret of at least {MIN_INTAKE_KEY_CHARS} characters (got "
-                f"{len(key)}); set it in [admission] or FLOODGATE__ADMISSION__INTAKE_KEY, "
-                "or turn admission.intake off",
-                key="admission.intake_key",
-                allowed=f"a secret of at least {MIN_INTAKE_KEY_CHARS} characters",
-            )
+    token = settings.token.get_secret_value()
+    intake_key = settings.intake_key.get_secret_value() if settings.intake_key else ""
+    if settings.intake and len(intake_key) < MIN_INTAKE_KEY_CHARS:
+        raise ConfigError(
+            f"{source}: admission.intake is on, so every request on "
+            f"{settings.request_topic} must be signed: admission.intake_key must be "
+            f"a secret of at least {MIN_INTAKE_KEY_CHARS} characters (got "
+            f"{len(intake_key)}); set it in [admission] or FLOODGATE__ADMISSION__INTAKE_KEY, "
+            "or turn admission.intake off",
+            key="admission.intake_key",
+            allowed=f"a secret of at least {MIN_INTAKE_KEY_CHARS} characters",
+        )
+    try:
+        check_secret(token, setting="admission.token")
+        if intake_key:
+            check_secret(intake_key, setting="admission.intake_key")
+        check_distinct(
+            {
+                "admission.token": token,
+                "admission.intake_key": intake_key,
+                CONTROL_TOKEN_ENV: env.get(CONTROL_TOKEN_ENV),
+            }
+        )
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{source}: {exc}", key=exc.key, value=exc.value, allowed=exc.allowed
+        ) from None
     settings.resolved_allowlist()
     return settings

@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from admission.algorithm import StartReason
 from admission.store import JobState, StallKind
-from pipeline.metrics import Families, add_build_info
+from pipeline.metrics import Families, HttpAuthMetrics, add_build_info
 
 NAMESPACE = "floodgate"
 SUBSYSTEM = "admission"
@@ -37,11 +37,14 @@ class AdmissionMetrics:
     * ``floodgate_admission_leader`` (gauge, 0/1): this instance starts jobs;
     * ``floodgate_admission_driver_heap_usage_ratio{query_group}`` (gauge, 0..1): each
       known Spark driver's heap in use over its max (counted in the memory usage);
-    * ``floodgate_build_info`` (:func:`pipeline.metrics.add_build_info`).
+    * ``floodgate_build_info`` (:func:`pipeline.metrics.add_build_info`);
+    * ``floodgate_http_auth_failures_total`` and ``_throttled_total`` of its REST API
+      (:class:`pipeline.metrics.HttpAuthMetrics`).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         add_build_info(registry)
+        HttpAuthMetrics.on(registry)  # the REST API's gate
         families = Families(registry, SUBSYSTEM)
         gauge, counter = families.gauge, families.counter
 

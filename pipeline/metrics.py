@@ -71,6 +71,48 @@ def add_build_info(registry: CollectorRegistry) -> None:
     gauge.labels(**build_versions()).set(1)
 
 
+@dataclass(frozen=True)
+class HttpAuthMetrics:
+    """Authentication at a Floodgate HTTP endpoint's gate
+    (:class:`pipeline.services.asgi.RequestGate`), on the registry of the service that
+    serves it (Prometheus' ``job`` label tells the admission service from a query
+    group); no label: never the client's address, whose values are unbounded.
+
+    * ``floodgate_http_auth_failures_total`` (counter): calls refused 401, with no
+      bearer token or a wrong one;
+    * ``floodgate_http_auth_throttled_total`` (counter): calls refused 429 because
+      their address failed too often, the token not checked.
+    """
+
+    failures: Counter
+    throttled: Counter
+
+    @classmethod
+    def on(cls, registry: CollectorRegistry) -> HttpAuthMetrics:
+        """The families on ``registry``, registered once: a second call (a service and
+        its gate) gets the same ones."""
+        known = registry._names_to_collectors  # no public lookup by name
+        failures = known.get(f"{NAMESPACE}_http_auth_failures_total")
+        throttled = known.get(f"{NAMESPACE}_http_auth_throttled_total")
+        if isinstance(failures, Counter) and isinstance(throttled, Counter):
+            return cls(failures, throttled)
+        return cls(
+            Counter(
+                "http_auth_failures",
+                "Calls refused 401 at an HTTP endpoint: no bearer token, or a wrong one.",
+                namespace=NAMESPACE,
+                registry=registry,
+            ),
+            Counter(
+                "http_auth_throttled",
+                "Calls refused 429 at an HTTP endpoint: their client address failed "
+                "authentication too often; the token was not checked.",
+                namespace=NAMESPACE,
+                registry=registry,
+            ),
+        )
+
+
 class ClientMetrics:
     """Metrics of the back-pressure client (data transmission API), per stream.
 
@@ -220,6 +262,7 @@ class QueryGroupMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         add_build_info(registry)
+        HttpAuthMetrics.on(registry)  # its control endpoint's gate
         by_stream = ("query_group", "stream")
         by_query = ("query_group", "query")
         self.state = Gauge(

@@ -89,7 +89,14 @@ def serve(
         return sweeper.status()
 
     add_metrics_route(api, sweeper.registry)
-    server = listen(api, host=settings.host, port=settings.port, name="sweeper")
+    server = listen(
+        api,
+        host=settings.host,
+        port=settings.port,
+        name="sweeper",
+        allowed_hosts=settings.allowed_hosts,
+        hosts_setting="sweeper.allowed_hosts",
+    )
     sweeper.election.address = server.url
     sweeper.start()
     serve_until_signal(server, announce=[f"FLOODGATE_SWEEPER_URL={server.url}"], stop=sweeper.stop)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from pipeline.config import (
     BindHost,
+    HostName,
     QueryGroupConfig,
     load_query_group,
     load_service_config,
@@ -61,6 +62,10 @@ class SweeperSettings(BaseModel):
     """Interface of ``/metrics`` and ``/status`` (an empty or invalid one is refused)."""
     port: Annotated[int, Field(ge=0, le=65_535)] = 8788
     """Port of ``/metrics`` and ``/status``; 0 picks a free one."""
+    allowed_hosts: list[HostName] = Field(default_factory=list)
+    """Host names ``/metrics`` and ``/status`` answer to besides IP addresses and
+    ``localhost`` (the compose stack's ``sweeper``); another ``Host`` is answered 400
+    (DNS rebinding)."""
     leader_check_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     """Several sweepers on one catalog: one sweeps (:mod:`pipeline.services.leader`)."""
 

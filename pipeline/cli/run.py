@@ -133,7 +133,14 @@ def produce(
     registry = CollectorRegistry()
     api = FastAPI(title="floodgate producer")
     add_metrics_route(api, registry)
-    server = listen(api, host=metrics_host, port=metrics_port, name="producer")
+    server = listen(
+        api,
+        host=metrics_host,
+        port=metrics_port,
+        name="producer",
+        allowed_hosts=cfg.query_group.allowed_hosts,
+        hosts_setting="query_group.allowed_hosts",
+    )
     server.start()
     console.print(f"FLOODGATE_PRODUCER_URL={server.url}", soft_wrap=True)
     stop = threading.Event()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from pathlib import Path
@@ -138,10 +139,20 @@ def broker(
     sasl_user: Annotated[
         list[str] | None,
         typer.Option(
-            help="NAME:PASSWORD of a SASL/PLAIN user (repeat for more; apache-kafka only). "
-            "Given: the broker's listener is SASL_PLAINTEXT and every client must "
-            "authenticate ([kafka] client: security.protocol, sasl.mechanism = PLAIN, "
-            "sasl.username, sasl.password).",
+            help="NAME of a SASL/PLAIN user (repeat for more; apache-kafka only); its "
+            f"password from --sasl-password-file or, for one user, ${SASL_PASSWORD_ENV}, "
+            "never the command line. Given: the broker's listener is SASL_PLAINTEXT and "
+            "every client must authenticate ([kafka] client: security.protocol, "
+            "sasl.mechanism = PLAIN, sasl.username, sasl.password).",
+        ),
+    ] = None,
+    sasl_password_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="FLOODGATE_SASL_PASSWORD_FILE",
+            help="A file of NAME:PASSWORD lines, the passwords of the --sasl-user "
+            "names (mode 0600: a file group or others may read is refused).",
+            show_default=False,
         ),
     ] = None,
 ) -> None:
@@ -160,7 +171,8 @@ def broker(
     started: Any
     if sasl_user:
         try:
-            started = _sasl_cluster(engine, sasl_user, nodes=nodes, data_dir=data_dir, port=port)
+            passwords = sasl_passwords(sasl_user, sasl_password_file)
+            started = _sasl_cluster(engine, passwords, nodes=nodes, data_dir=data_dir, port=port)
         except ConfigError as exc:  # the command line's --sasl-user / --engine
             raise usage_error(str(exc)) from exc
     else:
@@ -180,16 +192,70 @@ def broker(
         started.stop()
 
 
+#: The password of the one ``--sasl-user`` of ``floodgate broker``.
+SASL_PASSWORD_ENV = "FLOODGATE_SASL_PASSWORD"
+
+
+def sasl_passwords(users: list[str], password_file: Path | None) -> dict[str, str]:
+    """``{name: password}`` of the ``--sasl-user`` names: from ``password_file``
+    (``NAME:PASSWORD`` lines, read by
+    :func:`~pipeline.services.credentials.read_secret_file`), else, for one user, from
+    :data:`SASL_PASSWORD_ENV`. Never from the command line, where ``ps`` shows every
+    process's arguments to every user of the host.
+
+    Raises:
+        ConfigError: a ``--sasl-user`` holds ``:`` (the old ``NAME:PASSWORD`` form; the
+            value not shown), the file is refused or has a line without ``:``, or a
+            user has no password; names the option, the file or the user.
+    """
+    from pipeline.services.credentials import read_secret_file
+
+    if any(":" in user for user in users):
+        raise ConfigError(
+            "--sasl-user takes a NAME only: a password on the command line is shown by "
+            "ps (the entry is not shown); put NAME:PASSWORD lines in --sasl-password-file "
+            f"FILE (mode 0600), or the one user's password in ${SASL_PASSWORD_ENV}",
+            key="sasl_user",
+            allowed="NAME",
+        )
+    known: dict[str, str] = {}
+    if password_file is not None:
+        text = read_secret_file(password_file, what="--sasl-password-file")
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            name, colon, password = line.partition(":")
+            if not colon:
+                raise ConfigError(
+                    f"--sasl-password-file {password_file}: line {number} has no ':' "
+                    "(not shown); write NAME:PASSWORD",
+                    key="sasl_password_file",
+                    allowed="NAME:PASSWORD lines",
+                )
+            known[name.strip()] = password
+    elif len(users) == 1 and os.environ.get(SASL_PASSWORD_ENV):
+        known[users[0]] = os.environ[SASL_PASSWORD_ENV]
+    missing = [user for user in users if user not in known]
+    if missing:
+        raise ConfigError(
+            f"--sasl-user {', '.join(missing)}: no password; give --sasl-password-file "
+            f"FILE with a NAME:PASSWORD line for each user, or, for one user, "
+            f"${SASL_PASSWORD_ENV}",
+            key="sasl_password_file",
+            allowed="NAME:PASSWORD lines",
+        )
+    return {user: known[user] for user in users}
+
+
 def _sasl_cluster(
-    engine: Engine, users: list[str], *, nodes: int, data_dir: Path | None, port: int | None
+    engine: Engine, users: dict[str, str], *, nodes: int, data_dir: Path | None, port: int | None
 ) -> Any:
     """An Apache Kafka cluster whose listener requires SASL/PLAIN as one of ``users``
-    (``NAME:PASSWORD`` each).
+    (``{name: password}``, :func:`sasl_passwords`).
 
     Raises:
         ConfigError: the engine is not apache-kafka (noida-db has no SASL), or a user is
-            not ``NAME:PASSWORD`` (named, the password never shown), or is refused by
-            :func:`pipeline.brokers.apache_kafka.cluster.check_sasl_users`.
+            refused by :func:`pipeline.brokers.apache_kafka.cluster.check_sasl_users`.
     """
     from pipeline.brokers.apache_kafka import ApacheKafkaCluster
 
@@ -200,15 +266,4 @@ def _sasl_cluster(
             value=engine.value,
             allowed="apache-kafka",
         )
-    pairs: dict[str, str] = {}
-    for entry in users:
-        name, colon, password = entry.partition(":")
-        if not colon:
-            raise ConfigError(
-                "--sasl-user: an entry has no ':' (not shown: it may be a password); "
-                "give NAME:PASSWORD",
-                key="sasl_user",
-                allowed="NAME:PASSWORD",
-            )
-        pairs[name] = password
-    return ApacheKafkaCluster(nodes=nodes, data_dir=data_dir, port=port, sasl_users=pairs)
+    return ApacheKafkaCluster(nodes=nodes, data_dir=data_dir, port=port, sasl_users=users)

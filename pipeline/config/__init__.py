@@ -56,7 +56,7 @@ from pipeline.config.clusters import (
     SparkConfig,
     bootstrap_from,
 )
-from pipeline.config.hosts import BindHost, check_bind_host
+from pipeline.config.hosts import BindHost, HostName, check_bind_host, check_host_name
 from pipeline.config.loading import (
     ServiceConfig,
     load_query_group,
@@ -94,6 +94,7 @@ __all__ = [
     "BindHost",
     "ConfigError",
     "Encoding",
+    "HostName",
     "Identifier",
     "InputStreamConfig",
     "KafkaConfig",
@@ -111,6 +112,7 @@ __all__ = [
     "apply_env_overrides",
     "bootstrap_from",
     "check_bind_host",
+    "check_host_name",
     "config_error",
     "load_query_group",
     "load_service_config",

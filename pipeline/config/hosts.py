@@ -41,3 +41,27 @@ _HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 #: The interface of an HTTP endpoint a service listens on (:func:`check_bind_host`).
 BindHost = Annotated[str, AfterValidator(check_bind_host)]
+
+
+def check_host_name(value: str) -> str:
+    """``value`` if it is a host name (RFC 1123 section 2.1) an HTTP endpoint may be
+    reached by (an ``allowed_hosts`` entry), lower-cased.
+
+    Raises:
+        ValueError: anything else (an address, a port, a pattern), naming the value.
+    """
+    labels = value.split(".")
+    if not (
+        0 < len(value) <= 253
+        and not value.replace(".", "").isdigit()
+        and all(_HOST_LABEL.fullmatch(label) for label in labels)
+    ):
+        raise ValueError(
+            f"{value!r} is no host name; allowed: letters, digits, '-' and '.', without "
+            "a port (IP addresses and localhost are always answered)"
+        )
+    return value.lower()
+
+
+#: A host name an endpoint answers to in ``Host`` (:func:`check_host_name`).
+HostName = Annotated[str, AfterValidator(check_host_name)]

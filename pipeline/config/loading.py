@@ -17,6 +17,7 @@ from pipeline.config.query_group import QueryGroupConfig
 from pipeline.config.refusals import config_error
 from pipeline.config.streams import InputStreamConfig, OutputStreamConfig
 from pipeline.errors import ConfigError
+from pipeline.services.credentials import check_private_mode
 
 
 def load_query_group(path: str | Path, *, env: Mapping[str, str] | None = None) -> QueryGroupConfig:
@@ -78,19 +79,35 @@ def load_service_config(
     Returns:
         ``(the validated file, how to name it in errors)``.
 
+    A file that holds a secret key of the section (a ``SecretStr`` field, such as
+    ``admission.token``) is taken only when its owner alone may read it (mode 0600 or
+    0400, :func:`~pipeline.services.credentials.check_private_mode`); the environment
+    (``FLOODGATE__<SECTION>__<KEY>``) keeps secrets out of files altogether.
+
     Raises:
-        ConfigError: the file is missing or not TOML, or a key is unknown or refused
-            (named with its value and what is allowed).
+        ConfigError: the file is missing or not TOML, a key is unknown or refused
+            (named with its value and what is allowed), or the file holds a secret and
+            group or others may read it (named with its path and mode).
     """
     env = os.environ if env is None else env
     raw: dict[str, Any] = {}
     source = "<defaults>"
+    secrets = secret_keys(model.model_fields[section].annotation)
     if path is not None:
         source = str(path)
         raw = read_toml(path, f"{section} config file")
+        table = raw.get(section)
+        held = sorted(secrets & set(table)) if isinstance(table, dict) else []
+        if held:
+            check_private_mode(
+                path,
+                os.stat(path),
+                what=f"{section} config file",
+                holds=", ".join(f"{section}.{key}" for key in held),
+            )
     prefix = f"{OVERRIDE_ENV_PREFIX}{section.upper()}__"
     ours = {k: v for k, v in env.items() if k.upper().startswith(prefix)}
-    verbatim = {f"{section}.{key}" for key in secret_keys(model.model_fields[section].annotation)}
+    verbatim = {f"{section}.{key}" for key in secrets}
     try:
         return model.model_validate(apply_env_overrides(raw, ours, verbatim=verbatim)), source
     except ValidationError as exc:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from pipeline.config.clusters import KafkaConfig, SchemaRegistryConfig, SparkConfig
-from pipeline.config.hosts import BindHost
+from pipeline.config.hosts import BindHost, HostName
 from pipeline.config.section import Identifier, Section, TopicName
 from pipeline.config.streams import (
     SYSTEM_DEFAULTS,
@@ -94,6 +94,10 @@ class QueryGroupSection(StreamSettings):
     metrics_host: BindHost = "127.0.0.1"
     """Interface of the query group's metrics and control endpoint (``0.0.0.0`` in a
     container)."""
+    allowed_hosts: list[HostName] = Field(default_factory=list)
+    """Host names the metrics and control endpoint (and ``floodgate produce``'s
+    ``/metrics``) answer to besides IP addresses and ``localhost`` (the compose stack's
+    ``query-group``); another ``Host`` is answered 400 (DNS rebinding)."""
     metrics_port: Annotated[int, Field(ge=0, le=65_535)] = 0
     """Port of the metrics and control endpoint (``/metrics``, ``/status``, ``/release``,
     ``/stop``); 0 picks a free one, announced in the log and the control file."""

@@ -15,8 +15,10 @@ The OpenAPI schema is at ``/openapi.json``.
 
 **The control token** (issue 26). Every call that changes state (``POST /release``,
 ``POST /stop``) needs ``Authorization: Bearer <token>``, compared in constant time
-(:func:`hmac.compare_digest`); without it, or with another, the answer is 401 with
-``WWW-Authenticate: Bearer`` (RFC 6750 section 3) and nothing changes. Reads
+(:func:`~pipeline.services.credentials.same_secret`); without it, or with another, the
+answer is 401 with ``WWW-Authenticate: Bearer`` (RFC 6750 section 3) and nothing
+changes. The endpoint's :class:`~pipeline.services.asgi.RequestGate` checks it before
+the app, and answers 429 to an address after 10 failures in 60 s. Reads
 (``/metrics``, ``/status``, ``/openapi.json``, ``/docs``) stay open: they change
 nothing and show no secret, and ``/status`` shows where the driver and its
 executors run (hosts, ports) only with the token. The token is
@@ -43,11 +45,10 @@ runs in a daemon thread of the driver.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
@@ -58,6 +59,8 @@ from pydantic import BaseModel
 
 from pipeline.errors import ConfigError, QueryGroupError
 from pipeline.metrics import add_metrics_route
+from pipeline.services.asgi import RequestGate
+from pipeline.services.credentials import check_distinct, check_secret, same_secret
 from pipeline.services.control_file import (
     IDENTITY_PATH,
     new_identity_key,
@@ -116,8 +119,18 @@ _UNAUTHORISED: dict[int | str, dict[str, Any]] = {
         "model": Refusal,
         "description": "No bearer token, or not the control token (issue 26); nothing changed.",
         "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
-    }
+    },
+    429: {
+        "model": Refusal,
+        "description": "Too many failed authentications from this address; not checked.",
+        "headers": {"Retry-After": {"schema": {"type": "string"}}},
+    },
 }
+
+
+#: The admission service's token variable: a driver whose environment holds it too
+#: (one ``.env`` for a compose stack) refuses a control token equal to it.
+ADMISSION_TOKEN_ENV = "FLOODGATE__ADMISSION__TOKEN"
 
 
 def resolve_token(env: Mapping[str, str] | None = None) -> tuple[str, bool]:
@@ -132,9 +145,12 @@ def resolve_token(env: Mapping[str, str] | None = None) -> tuple[str, bool]:
         and ``True`` when the variable is not set.
 
     Raises:
-        ConfigError: the variable is set but empty, or holds a character an HTTP
+        ConfigError: the variable is set but empty, holds a character an HTTP
             ``Authorization`` header cannot carry in a bearer token (whitespace,
-            control characters, non-ASCII); names the variable.
+            control characters, non-ASCII), is weaker than 128 bits
+            (:func:`~pipeline.services.credentials.check_secret`), or is the admission
+            token of the same environment (:data:`ADMISSION_TOKEN_ENV`); names the
+            variable.
     """
     env = os.environ if env is None else env
     token = env.get(CONTROL_TOKEN_ENV)
@@ -143,12 +159,14 @@ def resolve_token(env: Mapping[str, str] | None = None) -> tuple[str, bool]:
     if not token or not token.isascii() or not token.isprintable() or " " in token:
         raise ConfigError(
             f"{CONTROL_TOKEN_ENV} is set but {'empty' if not token else 'not a bearer token'}: "
-            "give it printable ASCII without spaces (e.g. openssl rand -hex 32), or unset "
+            "give it printable ASCII without spaces (e.g. openssl rand -hex 16), or unset "
             "it and the query group makes a random token and writes it to its control "
             "file <control_dir>/<name>.token",
             key=CONTROL_TOKEN_ENV,
             allowed="a non-empty string of printable ASCII characters without spaces",
         )
+    check_secret(token, setting=CONTROL_TOKEN_ENV)
+    check_distinct({ADMISSION_TOKEN_ENV: env.get(ADMISSION_TOKEN_ENV), CONTROL_TOKEN_ENV: token})
     return token, False
 
 
@@ -183,7 +201,6 @@ def build_app(group: ControlledGroup, *, token: str, identity_key: str | None = 
     """
     if not token:
         raise ValueError("the control token must not be empty")
-    expected = token.encode()
     key = identity_key or new_identity_key()
     app = FastAPI(
         title=f"floodgate query group {group.name}",
@@ -196,8 +213,8 @@ def build_app(group: ControlledGroup, *, token: str, identity_key: str | None = 
     def authorised(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
     ) -> None:
-        given = credentials.credentials.encode() if credentials is not None else b""
-        if not hmac.compare_digest(given, expected):
+        given = credentials.credentials if credentials is not None else ""
+        if not same_secret(given, token):
             raise HTTPException(
                 status_code=401,
                 detail=(
@@ -217,7 +234,7 @@ def build_app(group: ControlledGroup, *, token: str, identity_key: str | None = 
         stays open, and its schema asks for no token)."""
         scheme, given = get_authorization_scheme_param(request.headers.get("Authorization"))
         shown = group.status()
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), expected):
+        if scheme.lower() == "bearer" and same_secret(given, token):
             return shown
         return without_hosts(shown)
 
@@ -250,6 +267,16 @@ def build_app(group: ControlledGroup, *, token: str, identity_key: str | None = 
         return {"query_group": group.name, "stopping": True}
 
     add_metrics_route(app, group.registry)
+    # The token checked before a body is read, failures throttled per address and
+    # counted (floodgate_http_auth_*); the dependency above keeps it in the schema.
+    app.add_middleware(
+        RequestGate,
+        token=token,
+        token_name=f"the query group's control token: {CONTROL_TOKEN_ENV}, or its control "
+        "file <name>.token",
+        limit_name="the control endpoint's body limit",
+        registry=group.registry,
+    )
     return app
 
 
@@ -283,6 +310,8 @@ class ControlServer:
         control_dir: where the control files go (``None``: none is written).
         token: the control token; default: :func:`resolve_token` (the environment,
             else a random one).
+        allowed_hosts: host names it answers to besides IP addresses and
+            ``localhost`` (``query_group.allowed_hosts``).
 
     Raises:
         ConfigError: (from the constructor) :data:`CONTROL_TOKEN_ENV` is set but empty
@@ -299,8 +328,10 @@ class ControlServer:
         port: int,
         control_dir: str | None,
         token: str | None = None,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
         self.group = group
+        self.allowed_hosts = list(allowed_hosts)
         self.host = host
         self.port = port
         folder = check_control_dir(control_dir) if control_dir is not None else None
@@ -323,6 +354,8 @@ class ControlServer:
             host=self.host,
             port=self.port,
             name=self.group.name,
+            allowed_hosts=self.allowed_hosts,
+            hosts_setting="query_group.allowed_hosts",
         )
         self.port = self._server.port
         self._server.start(timeout_s)
@@ -356,7 +389,9 @@ class ControlServer:
                 current = read_control_file(self.control_file)
                 if current.identity_key == self.identity_key:
                     self.control_file.unlink()
-                    if self.token_generated and read_trusted(self.token_file) == self.token:
+                    if self.token_generated and same_secret(
+                        read_trusted(self.token_file), self.token
+                    ):
                         self.token_file.unlink()
             except (OSError, ValueError):
                 pass

@@ -684,6 +684,7 @@ class QueryGroup:
                 port=group.metrics_port if port is None else port,
                 control_dir=group.control_dir,
                 token=token,
+                allowed_hosts=group.allowed_hosts,
             )
             self._server.start()
         return str(self._server.url)

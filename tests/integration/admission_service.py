@@ -16,7 +16,8 @@ import httpx
 
 from tests.integration.helpers import wait_until
 
-TOKEN = "t0ken-for-tests"
+#: The admission token of the tests: 128 bits or more, as every bearer token must be.
+TOKEN = "admission-token-for-tests-6f1c0e9a"
 #: ``admission.intake_key`` of the tests that turn the request intake on.
 INTAKE_KEY = "intake-key-for-tests-0123456789abcdef"
 

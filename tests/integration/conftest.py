@@ -305,6 +305,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Service]]:
         }
         path = files / f"admission-{len(started)}.toml"
         path.write_text(tomli_w.dumps({"admission": config}))
+        path.chmod(0o600)  # it may hold the intake key: a secret in a file is its owner's
         if user is not None:
             os.chown(path, account.pw_uid, account.pw_gid)  # the service's own file
         log_path = tmp_path / f"service-{len(started)}.log"

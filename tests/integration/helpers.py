@@ -4,12 +4,14 @@ import these by absolute name (``from tests.integration.helpers import ...``).""
 
 from __future__ import annotations
 
+import socket
 import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import tomli_w
 from prometheus_client import CollectorRegistry
@@ -137,3 +139,17 @@ def wait_until(
         f"timed out after {timeout_s:.0f} s waiting for {what}"
         + (f" (last error: {last!r})" if last else "")
     )
+
+
+def raw_request(url: str, head: str, body: bytes = b"") -> tuple[int, bytes]:
+    """Send ``head`` (request line and headers) and ``body`` on a fresh connection; the
+    status and everything the server sends before it closes the connection. The socket
+    timeout only keeps a failing run from hanging."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=60) as sock:
+        sock.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    status_line = received.split(b"\r\n", 1)[0]
+    return int(status_line.split()[1]), received

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shlex
 import subprocess
 import sys
@@ -45,9 +46,17 @@ def services() -> dict[str, dict[str, Any]]:
 
 def environment(service: dict[str, Any]) -> dict[str, str]:
     """The service's environment as compose would hand it over, every ``${X...}`` set
-    (to a token-like value: the variables it reads are the tokens)."""
+    (the variables it reads are the tokens: each to a value of its own, as
+    ``openssl rand -hex 16`` would make)."""
     env = {k: str(v) for k, v in (service.get("environment") or {}).items()}
-    return {k: re.sub(r"\$\{(\w+)[^}]*\}", "compose-test-token", v) for k, v in env.items()}
+    return {
+        k: re.sub(r"\$\{(\w+)[^}]*\}", lambda m: _TOKENS.setdefault(m[1], secrets.token_hex(16)), v)
+        for k, v in env.items()
+    }
+
+
+#: The value of each variable of the stack, for :func:`environment`.
+_TOKENS: dict[str, str] = {}
 
 
 class RequiredVariableMissing(Exception):
@@ -250,6 +259,23 @@ def test_every_floodgate_service_s_config_loads_under_the_stack_s_environment(
     assert sweeper.catalog_url == group.query_group.sweep_catalog_url
     assert [g.checkpoint_root for g in groups] == [group.checkpoint_root]
 
+    # Each endpoint answers to the name the stack reaches it by (Prometheus' targets,
+    # admission's driver URL): any other Host is answered 400.
+    answers_to = {
+        "query-group": group.query_group.allowed_hosts,
+        "demo-producer": group.query_group.allowed_hosts,  # produce reads the group file
+        "admission": admission.allowed_hosts,
+        "sweeper": sweeper.allowed_hosts,
+    }
+    config = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())
+    reached = [
+        t for job in config["scrape_configs"] for s in job["static_configs"] for t in s["targets"]
+    ] + [url.removeprefix("http://") for url in admission.driver_metrics_urls]
+    assert reached
+    for target in reached:
+        host = target.split(":")[0]
+        assert host in answers_to[host], f"{host} does not answer to its name in the stack"
+
 
 def test_the_readme_documents_every_published_port() -> None:
     readme = (ROOT / "README.md").read_text()
@@ -367,13 +393,14 @@ def test_the_services_refuse_to_start_without_their_tokens(
     with pytest.raises(ConfigError, match="FLOODGATE__ADMISSION__TOKEN"):
         load_admission_config(ROOT / "conf" / "admission.toml", env=admission_env)
     # With .env filled in, both start.
-    tokens = {"FLOODGATE_ADMISSION_TOKEN": "a" * 32, "FLOODGATE_CONTROL_TOKEN": "b" * 32}
+    admission, control = secrets.token_hex(16), secrets.token_hex(16)  # openssl rand -hex 16
+    tokens = {"FLOODGATE_ADMISSION_TOKEN": admission, "FLOODGATE_CONTROL_TOKEN": control}
     stack = interpolate_all(compose(), env=tokens)["services"]
     group_env = {k: str(v) for k, v in stack["query-group"]["environment"].items()}
-    assert resolve_token(group_env) == ("b" * 32, False)
+    assert resolve_token(group_env) == (control, False)
     admission_env = {k: str(v) for k, v in stack["admission"]["environment"].items()}
     settings = load_admission_config(ROOT / "conf" / "admission.toml", env=admission_env)
-    assert settings.token is not None and settings.token.get_secret_value() == "a" * 32
+    assert settings.token is not None and settings.token.get_secret_value() == admission
 
 
 def test_the_query_group_and_admission_share_one_control_directory(

@@ -8,7 +8,6 @@ body is read and the body limit before it is parsed; an empty host is refused at
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,6 +18,7 @@ import httpx
 import pytest
 
 from tests.integration.admission_service import TOKEN, Service
+from tests.integration.helpers import raw_request
 
 pytestmark = pytest.mark.no_kafka
 
@@ -107,20 +107,6 @@ def test_malformed_input_is_422_naming_the_field_and_nothing_is_stored(
     assert "Traceback" not in service.log()
 
 
-def raw_request(url: str, head: str, body: bytes = b"") -> tuple[int, bytes]:
-    """Send ``head`` (request line and headers) and ``body`` on a fresh connection; the
-    status and everything the server sends before it closes the connection. The socket
-    timeout only keeps a failing run from hanging."""
-    parts = urlsplit(url)
-    with socket.create_connection((parts.hostname, parts.port), timeout=60) as sock:
-        sock.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
-        received = b""
-        while chunk := sock.recv(65536):
-            received += chunk
-    status_line = received.split(b"\r\n", 1)[0]
-    return int(status_line.split()[1]), received
-
-
 def test_the_token_is_checked_before_the_body_and_the_limit_before_parsing(
     serve: Callable[..., Service],
 ) -> None:
@@ -128,7 +114,7 @@ def test_the_token_is_checked_before_the_body_and_the_limit_before_parsing(
     limit. Each refusal below comes while the client has sent (next to) none of the
     body it announced: the server cannot have read it."""
     service = serve(max_request_body_bytes=4096)
-    announce = "POST /jobs HTTP/1.1\nHost: admission\nContent-Type: application/json\n"
+    announce = "POST /jobs HTTP/1.1\nHost: 127.0.0.1\nContent-Type: application/json\n"
     status, received = raw_request(service.url, f"{announce}Content-Length: 52428800\n", b"{")
     assert status == 401 and b"www-authenticate: bearer" in received.lower()
     authorised = f"{announce}Authorization: Bearer {TOKEN}\n"

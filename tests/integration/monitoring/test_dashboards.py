@@ -209,7 +209,7 @@ def test_every_panel_query_returns_series_from_a_real_prometheus_scraping_the_st
         start(
             "admission",
             floodgate("admission", "serve", "--config", str(stack.admission)),
-            FLOODGATE__ADMISSION__TOKEN="dashboards-test",
+            FLOODGATE__ADMISSION__TOKEN="dashboards-test-token-7d2e4b9c",
         )
         start("sweeper", floodgate("sweeper", "serve", "--config", str(stack.sweeper)))
         start(

@@ -107,7 +107,7 @@ def test_a_token_from_the_environment_is_used_as_written_and_never_written_down(
     control_dir.mkdir(parents=True)
     stale = control_dir / f"{group.name}.token"
     stale.write_text("an earlier run's generated token")
-    token = '"quoted"-and=1.5'  # not TOML: the quotes are part of it
+    token = '"quoted"-and=1.5e7;0x3f9c'  # not TOML: the quotes are part of it
     monkeypatch.setenv(CONTROL_TOKEN_ENV, token)
     server = ControlServer(group, host="127.0.0.1", port=0, control_dir=str(control_dir))
     server.start()
@@ -120,7 +120,7 @@ def test_a_token_from_the_environment_is_used_as_written_and_never_written_down(
         )
         assert wrong.status_code == 401
 
-        monkeypatch.setenv(CONTROL_TOKEN_ENV, "not-the-token")
+        monkeypatch.setenv(CONTROL_TOKEN_ENV, "not-the-token-but-as-strong-5a0c")
         with pytest.raises(FloodgateError, match="stop refused: a bearer token"):
             call(group.name, "stop", control_dir=str(control_dir))
         assert not group.stop_requested.is_set()

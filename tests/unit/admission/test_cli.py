@@ -41,6 +41,7 @@ def test_a_token_on_the_command_line_is_refused_naming_both_other_ways() -> None
 def test_an_empty_token_file_is_refused_before_any_call(tmp_path: Path) -> None:
     empty = tmp_path / "token"
     empty.write_text("\n")
+    empty.chmod(0o600)
     result = runner.invoke(
         app, ["cancel", "1", "--token-file", str(empty), "--url", "http://127.0.0.1:1"]
     )

@@ -11,14 +11,15 @@ from pipeline.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "conf" / "admission.toml"
-TOKEN = {"FLOODGATE__ADMISSION__TOKEN": "s3cr3t-t0ken"}
+TOKEN = {"FLOODGATE__ADMISSION__TOKEN": "s3cr3t-t0ken-of-the-unit-tests-0a1b"}
 
 
 def test_the_shipped_config_loads_with_a_token_from_the_environment() -> None:
     settings = load_admission_config(CONFIG, env=TOKEN)
     assert settings.system_cpu_limit == 0.85 and settings.max_queue_size == 100_000
-    assert settings.token is not None and settings.token.get_secret_value() == "s3cr3t-t0ken"
-    assert "s3cr3t-t0ken" not in str(settings) + repr(settings)  # the secret is not shown
+    token = TOKEN["FLOODGATE__ADMISSION__TOKEN"]
+    assert settings.token is not None and settings.token.get_secret_value() == token
+    assert token not in str(settings) + repr(settings)  # the secret is not shown
 
 
 def test_a_missing_token_is_refused_naming_the_key_and_the_variable() -> None:
@@ -85,7 +86,15 @@ def test_kafka_client_may_not_set_what_the_intake_owns_naming_the_key(
     assert "pa55-w0rd" not in str(caught.value)
 
 
-@pytest.mark.parametrize("token", ['"quoted"', "12345", "true", "[1, 2]", "a = b"])
+@pytest.mark.parametrize(
+    "token",
+    [
+        '"quoted-3f9c0a7e1b5d"',
+        "1234567890" * 4,
+        "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]",
+        "a = 0x5e1f9c2d7b3a4c",
+    ],
+)
 def test_the_token_from_the_environment_is_taken_as_written(token: str) -> None:
     # Issue 26: the token was parsed as TOML ('"quoted"' lost its quotes, '12345'
     # became an int and was refused).
@@ -137,7 +146,7 @@ def test_the_request_intake_is_off_by_default_and_refused_on_without_its_key(
     assert caught.value.key == "admission.intake_key"
     with pytest.raises(ConfigError, match=r"at least 32 characters \(got 5\)"):
         load_admission_config(CONFIG, env={**on, "FLOODGATE__ADMISSION__INTAKE_KEY": "short"})
-    key = "k" * 32
+    key = "0123456789abcdef" * 2
     settings = load_admission_config(CONFIG, env={**on, "FLOODGATE__ADMISSION__INTAKE_KEY": key})
     assert settings.intake and key not in str(settings) + repr(settings)
 
@@ -178,3 +187,62 @@ def test_a_known_multi_call_program_is_refused_as_an_allowlist_entry(
         with pytest.raises(ConfigError, match="would admit every program it can run") as caught:
             AdmissionSettings(allowlist=[entry]).resolved_allowlist()
         assert caught.value.key == "admission.allowlist" and target in str(caught.value)
+
+
+@pytest.mark.parametrize("token", ["a", "s3cr3t", "a" * 40, "0123456789abcdef0123456789abcde"])
+def test_a_token_weaker_than_128_bits_is_refused_naming_the_setting(token: str) -> None:
+    """an admission token ``a`` was accepted."""
+    with pytest.raises(ConfigError, match=r"admission\.token is too weak") as refused:
+        load_admission_config(CONFIG, env={"FLOODGATE__ADMISSION__TOKEN": token})
+    assert refused.value.key == "admission.token"
+    assert "128 bits" in str(refused.value)
+
+
+def test_an_intake_key_weaker_than_128_bits_is_refused_naming_the_setting() -> None:
+    env = {**TOKEN, "FLOODGATE__ADMISSION__INTAKE_KEY": "k" * 40}
+    with pytest.raises(ConfigError, match=r"admission\.intake_key is too weak") as refused:
+        load_admission_config(CONFIG, env=env)
+    assert refused.value.key == "admission.intake_key"
+
+
+def test_one_value_as_token_and_intake_key_or_control_token_is_refused_naming_both() -> None:
+    """an intake key equal to the admission token was accepted (a
+    requester given the key could then call the REST API)."""
+    token = TOKEN["FLOODGATE__ADMISSION__TOKEN"]
+    on = {**TOKEN, "FLOODGATE__ADMISSION__INTAKE": "true", "FLOODGATE_KAFKA_BOOTSTRAP": "b:9092"}
+    with pytest.raises(ConfigError) as refused:
+        load_admission_config(CONFIG, env={**on, "FLOODGATE__ADMISSION__INTAKE_KEY": token})
+    assert "admission.token and admission.intake_key hold the same value" in str(refused.value)
+    assert token not in str(refused.value)
+    with pytest.raises(ConfigError) as refused:
+        load_admission_config(CONFIG, env={**TOKEN, "FLOODGATE_CONTROL_TOKEN": token})
+    assert "admission.token and FLOODGATE_CONTROL_TOKEN hold the same value" in str(refused.value)
+
+
+def test_a_config_file_holding_a_secret_must_be_its_owners_alone(tmp_path: Path) -> None:
+    """a 0644 config file holding ``token`` and ``intake_key`` was
+    accepted."""
+    path = tmp_path / "admission.toml"
+    path.write_text(
+        "[admission]\n"
+        f'token = "{TOKEN["FLOODGATE__ADMISSION__TOKEN"]}"\n'
+        'intake_key = "0f3c9a6e1b7d4c28a5e9f0b3d6c1a7e4"\n'
+        f'database_url = "sqlite:///{tmp_path}/jobs.db"\n'
+    )
+    for mode in (0o644, 0o640, 0o604):
+        path.chmod(mode)
+        with pytest.raises(ConfigError) as refused:
+            load_admission_config(path, env={})
+        message = str(refused.value)
+        assert f"admission config file {path} holds admission.intake_key, admission.token" in (
+            message
+        )
+        assert f"(mode {mode:04o})" in message and "chmod 600" in message
+        assert "0f3c9a6e" not in message
+    path.chmod(0o600)
+    assert load_admission_config(path, env={}).token is not None
+    # A file without a secret may be read by others: the token then comes from the
+    # environment.
+    path.write_text(f'[admission]\ndatabase_url = "sqlite:///{tmp_path}/jobs.db"\n')
+    path.chmod(0o644)
+    assert load_admission_config(path, env=TOKEN).token is not None

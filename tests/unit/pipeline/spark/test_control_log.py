@@ -34,7 +34,11 @@ def test_the_metrics_url_is_logged_at_info(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = ControlServer(
-        _Group(), host="127.0.0.1", port=0, control_dir=str(tmp_path), token="t" * 32
+        _Group(),
+        host="127.0.0.1",
+        port=0,
+        control_dir=str(tmp_path),
+        token="control-token-for-the-log-test-0123",
     )
     with caplog.at_level(logging.DEBUG, logger="pipeline.spark.control"):
         server.start()
