@@ -156,7 +156,7 @@ def build_app(service: AdmissionService) -> FastAPI:
         service and its jobs run (process ids, host names). Read from the header, not
         through ``bearer``: reads stay open, and their schema asks for no token."""
         scheme, given = get_authorization_scheme_param(request.headers.get("Authorization"))
-        return scheme.lower() == "bearer" and secrets.compare_digest(given.encode(), token.encode())
+        return scheme.lower() == "bearer" and same_secret(given, token)
 
     Caller = Annotated[bool, Depends(holds_token)]
 

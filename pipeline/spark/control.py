@@ -60,7 +60,6 @@ from pydantic import BaseModel
 from pipeline.errors import ConfigError, QueryGroupError
 from pipeline.metrics import add_metrics_route
 from pipeline.services.asgi import RequestGate
-from pipeline.services.credentials import check_distinct, check_secret, same_secret
 from pipeline.services.control_file import (
     IDENTITY_PATH,
     new_identity_key,
@@ -68,6 +67,7 @@ from pipeline.services.control_file import (
     read_control_file,
     write_control_file,
 )
+from pipeline.services.credentials import check_distinct, check_secret, same_secret
 from pipeline.services.files import private_dir, read_trusted, write_private_text
 from pipeline.services.http_client import CONTROL_TOKEN_ENV
 from pipeline.services.serving import AppServer
