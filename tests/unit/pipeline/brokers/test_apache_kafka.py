@@ -175,7 +175,9 @@ def test_the_broker_command_refuses_sasl_on_the_embedded_engine() -> None:
     from pipeline.cli import app
 
     result = CliRunner().invoke(
-        app, ["broker", "--engine", "noida-db", "--sasl-user", "alice:pw"], env={}
+        app,
+        ["broker", "--engine", "noida-db", "--sasl-user", "alice"],
+        env={"FLOODGATE_SASL_PASSWORD": "Pa55-w0rd-of-alice"},
     )
     assert result.exit_code == 2  # a usage error: options that do not go together
     assert result.stdout == ""
