@@ -183,6 +183,22 @@ class PrivateNetwork:
         self.hosts[name] = host
         return host
 
+    def reach(self, source: Host, address: str, owner: Host) -> None:
+        """Let ``source`` (a spoke namespace) reach ``address``, an address of
+        ``owner`` outside the subnet (an interface of the root namespace, such as
+        ``eth0``'s): ``source`` routes it through the hub, the hub to ``owner``'s link.
+        Gone with the namespaces.
+
+        Raises:
+            ValueError: ``source`` is the root namespace.
+            NetworkError: an ``ip`` command failed.
+        """
+        if source.namespace is None:
+            raise ValueError(f"spoke {source.name!r} is the root namespace")
+        ip("-n", self.hub, "route", "add", f"{address}/32", "dev", f"h-{owner.name}")
+        ip("-n", source.namespace, "route", "add", f"{address}/32", "via", self.gateway,
+           "dev", "eth0")  # fmt: skip
+
     # -- partitions -------------------------------------------------------------
 
     def cut(self, a: Host, b: Host, *, both_ways: bool = True) -> None:
