@@ -50,7 +50,8 @@ LOOPBACK = "127.0.0.1"
 #: (``local[...]``, ``local-cluster[...]``) and neither of them, nor ``SPARK_LOCAL_IP``,
 #: is set: the driver's RPC environment and its block manager (whose Netty server binds
 #: ``spark.driver.bindAddress`` on the driver, ``SparkEnv.createDriverEnv``) listen on
-#: loopback only; Spark's default is every interface.
+#: loopback only. Spark's default is the host's own address (``Utils.localHostName``,
+#: e.g. ``eth0``'s), which the network reaches.
 LOCAL_DRIVER_DEFAULTS: dict[str, str] = {
     "spark.driver.bindAddress": LOOPBACK,
     "spark.driver.host": LOOPBACK,
@@ -189,7 +190,7 @@ def build_spark_session(
         log.warning(
             "spark.ui.enabled=true: Spark binds its web UI to %s, which this driver's "
             "JVM does not have, so to every interface; set %s=127.0.0.1 (or the "
-            "interface to serve it on) in the environment spark-submit runs in",
+            "interface to serve it on) in the driver's environment (spark-submit's)",
             SPARK_LOCAL_IP,
             SPARK_LOCAL_IP,
         )
