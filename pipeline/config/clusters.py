@@ -11,7 +11,12 @@ from collections.abc import Mapping
 from pydantic import Field, SecretStr, field_validator
 
 from pipeline.config.section import Section
+from pipeline.errors import ConfigError
 from pipeline.kafka.clients import check_pass_through
+
+#: Spark settings whose value is a secret, refused in ``[spark] conf``: Spark's RPC
+#: authentication secret (Spark's security guide, "Spark RPC").
+SECRET_SPARK_KEYS = frozenset({"spark.authenticate.secret"})
 
 #: Environment variable naming the Kafka bootstrap servers
 #: (:func:`pipeline.brokers.local.resolve_broker`).
@@ -74,7 +79,27 @@ class SparkConfig(Section):
     master: str = "local[2]"
     """Used only when not already set (e.g. by ``spark-submit --master``)."""
     conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    """Extra Spark configuration, e.g. ``{"spark.sql.shuffle.partitions" = 2}``."""
+    """Extra Spark configuration, e.g. ``{"spark.sql.shuffle.partitions" = 2}``; not
+    ``spark.authenticate.secret`` (:data:`SECRET_SPARK_KEYS`), which belongs in
+    ``spark-defaults.conf`` or a secret file (docs/spark-cluster.md)."""
+
+    @field_validator("conf")
+    @classmethod
+    def _check_conf(
+        cls, value: dict[str, str | int | float | bool]
+    ) -> dict[str, str | int | float | bool]:
+        for name in value:
+            if name in SECRET_SPARK_KEYS:
+                raise ConfigError(
+                    f"spark.conf may not set {name!r}: a secret in a query group file is "
+                    "read by whoever reads the file; give it in spark-defaults.conf "
+                    "(mode 0600, SPARK_CONF_DIR), or on Kubernetes in a file named by "
+                    "spark.authenticate.secret.file",
+                    key=f"spark.conf.{name}",
+                    allowed="spark.authenticate.secret in spark-defaults.conf, or "
+                    "spark.authenticate.secret.file / .driver.file and .executor.file",
+                )
+        return value
 
 
 def bootstrap_from(config: KafkaConfig, env: Mapping[str, str] | None = None) -> str | None:

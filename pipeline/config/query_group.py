@@ -115,6 +115,11 @@ class QueryGroupSection(StreamSettings):
     control_dir: str = DEFAULT_CONTROL_DIR
     """Where a running query group writes ``<name>.json`` with its endpoint's URL, for
     ``floodgate query-group status|release|stop NAME`` on the same host."""
+    allow_unauthenticated_spark: bool = False
+    """Run on a Spark cluster (a master other than ``local[...]`` and
+    ``local-cluster[...]``) without ``spark.authenticate``: anyone who reaches the
+    driver's or an executor's ports then talks to them as an executor would. ``false``
+    refuses to start such a driver (:func:`pipeline.spark.session.check_cluster_security`)."""
 
 
 class QueryConfig(Section):

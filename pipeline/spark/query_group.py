@@ -198,6 +198,7 @@ class QueryGroup:
                 app_name=f"floodgate-{self.name}",
                 master=self.config.spark.master,
                 conf=self.config.spark.conf,
+                allow_unauthenticated=self.config.query_group.allow_unauthenticated_spark,
             )
             self._spark = parent.newSession()
             self._spark.dataSource.register(KafkaStreamDataSource)

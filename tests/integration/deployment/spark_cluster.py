@@ -2,6 +2,11 @@
 PySpark wheel of an installed Floodgate (``spark-class ...deploy.master.Master`` /
 ``...deploy.worker.Worker``), on loopback, on free ports, each stopped by its PID.
 
+Its RPC is authenticated and encrypted as docs/spark-cluster.md says to run one:
+``spark.authenticate`` with one random secret in the ``spark-defaults.conf`` (0600, in
+a 0700 ``SPARK_CONF_DIR``) that the master, the workers and the driver all read (a
+worker hands it to its executors in their environment, never on a command line).
+
 Executors run the installed virtualenv's Python (``spark.pyspark.python``), so the
 tasks import Floodgate from the wheel, never from this checkout; the driver is
 ``spark-submit "$(floodgate driver-path)" run ...`` in that virtualenv.
@@ -12,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -47,9 +53,35 @@ class StandaloneCluster:
     def url(self) -> str:
         return f"spark://127.0.0.1:{self.master_port}"
 
+    @property
+    def conf_dir(self) -> Path:
+        """The ``SPARK_CONF_DIR`` of the master, the workers and the driver."""
+        return self.workdir / "conf"
+
+    def _write_conf(self) -> None:
+        self.conf_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        defaults = self.conf_dir / "spark-defaults.conf"
+        fd = os.open(defaults, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(
+                "spark.authenticate true\n"
+                f"spark.authenticate.secret {secrets.token_hex(32)}\n"
+                "spark.network.crypto.enabled true\n"
+            )
+
+    @property
+    def secret(self) -> str:
+        """The cluster's ``spark.authenticate.secret``."""
+        for line in (self.conf_dir / "spark-defaults.conf").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "spark.authenticate.secret":
+                return value
+        raise LookupError(f"no spark.authenticate.secret in {self.conf_dir}")
+
     def _env(self) -> dict[str, str]:
         return self.installed.env(
             SPARK_LOCAL_IP="127.0.0.1",
+            SPARK_CONF_DIR=str(self.conf_dir),
             SPARK_LOG_DIR=str(self.workdir / "logs"),
             SPARK_WORKER_DIR=str(self.workdir / "work"),
         )
@@ -70,6 +102,7 @@ class StandaloneCluster:
 
     def start(self, timeout_s: float = 120.0) -> StandaloneCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self._write_conf()
         self._spawn(
             "master",
             "org.apache.spark.deploy.master.Master",
@@ -163,7 +196,7 @@ def spark_submit(
 ) -> subprocess.Popen[bytes]:
     """``spark-submit --master <cluster> [--conf k=v ...] "$(floodgate driver-path)"
     <args>``, in a process group of its own (a kill takes the driver's JVM and Python
-    down together)."""
+    down together), with the cluster's ``SPARK_CONF_DIR`` (its RPC secret)."""
     with open(log_path, "ab") as log:
         return subprocess.Popen(
             [
@@ -184,6 +217,8 @@ def spark_submit(
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=cwd,
-            env=installed.env(SPARK_LOCAL_IP="127.0.0.1", **env),
+            env=installed.env(
+                **{"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_CONF_DIR": str(cluster.conf_dir), **env}
+            ),
             start_new_session=True,
         )

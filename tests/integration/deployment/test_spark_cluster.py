@@ -157,6 +157,39 @@ def test_the_flights_group_on_the_cluster_processes_every_tuple_once(
     assert_flights_figures(bootstrap, config, flights)
 
 
+def test_a_driver_without_the_clusters_secret_is_refused_before_spark_starts(
+    spark_cluster: StandaloneCluster,
+    installed: InstalledFloodgate,
+    bootstrap: str,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    """Floodgate refuses a driver on a standalone master without ``spark.authenticate``
+    (an empty ``SPARK_CONF_DIR``), naming the setting and the way out; the master
+    never sees an application."""
+    path, _ = flights_group(run_id, tmp_path)
+    empty = tmp_path / "no-conf"
+    empty.mkdir()
+    log_path = tmp_path / "driver.log"
+    applications = len(spark_cluster.state()["completedapps"] + spark_cluster.state()["activeapps"])
+    driver = spark_submit(
+        installed,
+        spark_cluster,
+        ["run", str(path), "--bootstrap", bootstrap, "--available-now"],
+        cwd=tmp_path,
+        log_path=log_path,
+        SPARK_CONF_DIR=str(empty),
+    )
+    try:
+        assert driver.wait(timeout=DRIVER_TIMEOUT_S) != 0, tail(log_path)
+    finally:
+        kill_driver(driver)
+    log = log_path.read_text(errors="replace")
+    assert "spark.authenticate" in log and "allow_unauthenticated_spark" in log, tail(log_path)
+    state = spark_cluster.state()
+    assert len(state["completedapps"] + state["activeapps"]) == applications
+
+
 def status(tmp_path: Path, config: QueryGroupConfig) -> dict[str, Any] | None:
     """The running driver's ``GET /status`` (its URL from the control file)."""
     try:
@@ -226,6 +259,9 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
         )
         victims = spark_cluster.executors()
         assert victims, spark_cluster.logs()
+        for executor in victims:  # authenticated: the worker handed it the secret, privately
+            assert executor.environ().get("_SPARK_AUTH_SECRET") == spark_cluster.secret
+            assert spark_cluster.secret not in " ".join(executor.cmdline())
         victims[0].send_signal(signal.SIGKILL)
         killed = victims[0].pid
         assert not all_processed(bootstrap, config), "the kill must land mid-stream"

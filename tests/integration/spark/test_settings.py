@@ -8,14 +8,17 @@ and prints what the running session has.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.no_kafka]
@@ -123,3 +126,77 @@ def test_without_spark_settings_the_file_then_floodgate_decide(tmp_path: Path) -
     assert seen["settings"]["spark.sql.shuffle.partitions"]["source"] == "query group"
     assert seen["settings"]["spark.sql.session.timeZone"] == {"value": "UTC", "source": "floodgate"}
     assert seen["task_jvms"] == ["driver"]
+
+
+#: A driver whose query group file says ``local[2]``; exit status 3 when Floodgate
+#: refuses it, with the error's key and text.
+CLUSTER_PROBE = textwrap.dedent(
+    """
+    import sys
+    from pipeline.errors import ConfigError
+    from pipeline.spark.session import build_spark_session
+
+    allow = {"allow_unauthenticated": True} if sys.argv[1] == "allow" else {}
+    try:
+        build_spark_session(app_name="cluster-probe", master="local[2]", **allow)
+    except ConfigError as exc:
+        print(f"REFUSED {exc.key}: {exc}", flush=True)
+        sys.exit(3)
+    """
+)
+
+
+@pytest.mark.parametrize("allowed", [False, True], ids=["refused", "allowed"])
+def test_a_cluster_master_from_spark_defaults_needs_authentication(
+    tmp_path: Path, allowed: bool
+) -> None:
+    """``spark-defaults.conf`` names a standalone master (a socket of the test's) over
+    the file's ``local[2]``, with no ``spark.authenticate``: the driver is refused
+    before it contacts the master, unless ``allow_unauthenticated_spark``; then it
+    registers with the master, from a JVM without Floodgate's loopback-only
+    ``SPARK_LOCAL_IP`` (a cluster's executors must reach it)."""
+    script = tmp_path / "probe.py"
+    script.write_text(CLUSTER_PROBE)
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    environ = {k: v for k, v in os.environ.items() if k not in {"PYSPARK_SUBMIT_ARGS", "MASTER"}}
+    environ.pop("SPARK_LOCAL_IP", None)
+    environ["SPARK_CONF_DIR"] = str(conf_dir)
+    log_path = tmp_path / "probe.log"
+    with socket.create_server(("127.0.0.1", 0)) as master, log_path.open("w") as log:
+        port = master.getsockname()[1]
+        (conf_dir / "spark-defaults.conf").write_text(f"spark.master spark://127.0.0.1:{port}\n")
+        probe = subprocess.Popen(
+            [sys.executable, str(script), "allow" if allowed else "refuse"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=environ,
+            cwd=tmp_path,
+        )
+        try:
+            if not allowed:
+                out, _ = probe.communicate(timeout=300)
+                assert probe.returncode == 3, log_path.read_text()[-4000:]
+                assert out.startswith("REFUSED spark.authenticate: "), out
+                assert "allow_unauthenticated_spark" in out
+                master.setblocking(False)
+                with pytest.raises(BlockingIOError):  # nobody knocked
+                    master.accept()
+                return
+            master.settimeout(300)
+            connection, _ = master.accept()  # the standalone client registering
+            connection.close()
+            jvms = [
+                p for p in psutil.Process(probe.pid).children(recursive=True) if p.name() == "java"
+            ]
+            assert len(jvms) == 1, jvms  # the first JVM, on loopback, is gone
+            assert "SPARK_LOCAL_IP" not in jvms[0].environ()
+        finally:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                for process in psutil.Process(probe.pid).children(recursive=True):
+                    process.kill()
+            probe.kill()
+            probe.wait(timeout=30)
+    assert "allow_unauthenticated_spark" in log_path.read_text()

@@ -485,3 +485,22 @@ def test_registry_basic_auth_is_passed_on_and_never_shown(raw: dict[str, Any]) -
         "basic.auth.user.info": "u:s3cret",
     }
     assert "s3cret" not in repr(config)
+
+
+def test_spark_authenticate_secret_in_the_file_is_refused(raw: dict[str, Any]) -> None:
+    """A secret in ``[spark] conf`` is read by whoever reads the file: Spark's RPC
+    secret belongs in ``spark-defaults.conf`` or a secret file."""
+    raw["spark"] = {"conf": {"spark.authenticate": True, "spark.authenticate.secret": "s3cr3t"}}
+    with pytest.raises(ConfigError) as refused:
+        parse_query_group(raw, env={})
+    assert refused.value.key == "spark.conf"
+    assert "'spark.authenticate.secret'" in str(refused.value)
+    assert "spark-defaults.conf" in str(refused.value)
+    assert "s3cr3t" not in str(refused.value)
+
+
+def test_allow_unauthenticated_spark_is_off_unless_set(raw: dict[str, Any]) -> None:
+    assert parse_query_group(raw, env={}).query_group.allow_unauthenticated_spark is False
+    raw["query_group"]["allow_unauthenticated_spark"] = True
+    raw["spark"] = {"conf": {"spark.authenticate.secret.file": "/run/secrets/spark"}}
+    assert parse_query_group(raw, env={}).query_group.allow_unauthenticated_spark is True
