@@ -23,6 +23,7 @@ Results: a table, and JSON in ``bench/out/admission.json``.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import statistics
 import tempfile
@@ -48,7 +49,7 @@ from admission.store import JobState, jobs
 TRUE = shutil.which("true") or "/bin/true"
 CHECKS = 5
 STEP = 2
-TOKEN = "bench-token"
+TOKEN = secrets.token_hex(16)  # the service refuses a token under 128 bits
 
 
 def settings(tmp: Path, **extra: Any) -> AdmissionSettings:

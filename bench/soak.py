@@ -99,6 +99,7 @@ import logging
 import multiprocessing
 import os
 import random
+import secrets
 import shutil
 import signal
 import subprocess
@@ -194,7 +195,8 @@ class Layout:
     admission: Path
     sweeper: Path
     ports: dict[str, int]
-    token: str = "soak-token"
+    #: The admission token: random, 128 bits (the service refuses a weaker one).
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
 
     @property
     def logs(self) -> Path:
