@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -37,6 +38,17 @@ runner = CliRunner()
 
 def cli(*args: str) -> Any:
     return runner.invoke(app, ["query-group", *args])
+
+
+def wait_for_control_file(
+    driver: subprocess.Popen[bytes], path: Path, log_path: Path, deadline: float
+) -> None:
+    """Until the driver wrote its control file ``path``; fails, with the end of its log,
+    when the driver ended first or ``deadline`` (``time.monotonic()``) passed."""
+    while not path.exists():
+        assert driver.poll() is None, log_path.read_text()[-4000:]
+        assert time.monotonic() < deadline, "the driver never wrote its control file"
+        time.sleep(0.25)
 
 
 def test_status_release_and_stop_reach_a_running_driver_by_name(
@@ -71,10 +83,7 @@ def test_status_release_and_stop_reach_a_running_driver_by_name(
     driver = start_driver(config_path, bootstrap, log_path)
     try:
         deadline = time.monotonic() + DRIVER_TIMEOUT_S
-        while not (control_dir / f"{name}.json").exists():
-            assert driver.poll() is None, log_path.read_text()[-4000:]
-            assert time.monotonic() < deadline, "the driver never wrote its control file"
-            time.sleep(0.25)
+        wait_for_control_file(driver, control_dir / f"{name}.json", log_path, deadline)
         while state() != "HELD":
             assert time.monotonic() < deadline, log_path.read_text()[-4000:]
             time.sleep(0.25)
@@ -144,10 +153,7 @@ def test_the_driver_s_spark_jvm_inherits_no_control_token(
     driver = start_driver(config_path, bootstrap, log_path, **{CONTROL_TOKEN_ENV: token})
     try:
         deadline = time.monotonic() + DRIVER_TIMEOUT_S
-        while not (control_dir / f"{name}.json").exists():
-            assert driver.poll() is None, log_path.read_text()[-4000:]
-            assert time.monotonic() < deadline, "the driver never wrote its control file"
-            time.sleep(0.25)
+        wait_for_control_file(driver, control_dir / f"{name}.json", log_path, deadline)
         children = psutil.Process(driver.pid).children(recursive=True)
         jvms = [p for p in children if p.name() == "java"]
         assert jvms, [p.name() for p in children]

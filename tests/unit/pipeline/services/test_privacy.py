@@ -51,7 +51,6 @@ def test_a_url_with_a_password_is_a_secret_and_other_variables_are_kept() -> Non
     }
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
 def test_a_process_that_keeps_to_itself_is_not_dumpable_and_its_children_are() -> None:
     script = (
         "import subprocess, sys\n"
