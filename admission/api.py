@@ -22,7 +22,6 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import BaseModel, ConfigDict, Field
 
 from admission.errors import AdmissionError
@@ -31,7 +30,7 @@ from admission.service import AdmissionService
 from admission.store import JobState
 from pipeline.metrics import add_metrics_route
 from pipeline.services.asgi import AuthThrottle, RequestGate
-from pipeline.services.credentials import same_secret
+from pipeline.services.credentials import carries_bearer, same_secret
 
 #: The largest id a job, request or stall entry can have: a signed 64-bit SQL integer.
 MAX_ID = 2**63 - 1
@@ -155,8 +154,7 @@ def build_app(service: AdmissionService) -> FastAPI:
         """Whether a read carries the admission token: only then does it show where the
         service and its jobs run (process ids, host names). Read from the header, not
         through ``bearer``: reads stay open, and their schema asks for no token."""
-        scheme, given = get_authorization_scheme_param(request.headers.get("Authorization"))
-        return scheme.lower() == "bearer" and same_secret(given, token)
+        return carries_bearer(request.headers.get("Authorization"), token)
 
     Caller = Annotated[bool, Depends(holds_token)]
 

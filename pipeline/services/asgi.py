@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse
 
 from pipeline.metrics import HttpAuthMetrics
-from pipeline.services.credentials import same_secret
+from pipeline.services.credentials import carries_bearer
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -232,9 +232,7 @@ class RequestGate:
         await self.app(scope, replay, send)
 
     def _authorised(self, headers: dict[str, str]) -> bool:
-        scheme, _, credentials = headers.get("authorization", "").partition(" ")
-        given = credentials.strip() if scheme.lower() == "bearer" else ""
-        return same_secret(given, self._token)
+        return carries_bearer(headers.get("authorization"), self._token)
 
     def _too_large(self, what: str) -> str:
         return (

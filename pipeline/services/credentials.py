@@ -144,6 +144,17 @@ def same_secret(given: str | bytes, expected: str | bytes) -> bool:
     return hmac.compare_digest(a, b)
 
 
+def carries_bearer(authorization: str | None, token: str) -> bool:
+    """Whether an HTTP ``Authorization`` header value is ``Bearer <token>`` (RFC 6750
+    section 2.1; the scheme's case ignored, the credentials' surrounding blanks
+    dropped), compared in constant time (:func:`same_secret`). ``None`` or another
+    scheme: ``False``. The one reading of a bearer token, for the gate in front of a
+    service's API and for the open reads that show more to a token holder."""
+    scheme, _, credentials = (authorization or "").partition(" ")
+    given = credentials.strip() if scheme.lower() == "bearer" else ""
+    return same_secret(given, token)
+
+
 def check_private_mode(
     path: str | Path, st: os.stat_result, *, what: str, holds: str = "a secret"
 ) -> None:

@@ -54,7 +54,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import BaseModel
 
 from pipeline.errors import ConfigError, QueryGroupError
@@ -67,7 +66,12 @@ from pipeline.services.control_file import (
     read_control_file,
     write_control_file,
 )
-from pipeline.services.credentials import check_distinct, check_secret, same_secret
+from pipeline.services.credentials import (
+    carries_bearer,
+    check_distinct,
+    check_secret,
+    same_secret,
+)
 from pipeline.services.files import private_dir, read_trusted, write_private_text
 from pipeline.services.http_client import CONTROL_TOKEN_ENV
 from pipeline.services.serving import AppServer
@@ -232,9 +236,8 @@ def build_app(group: ControlledGroup, *, token: str, identity_key: str | None = 
         """State, hold, per-query figures and output queues; the driver's and
         executors' hosts only with the control token (read from the header: the read
         stays open, and its schema asks for no token)."""
-        scheme, given = get_authorization_scheme_param(request.headers.get("Authorization"))
         shown = group.status()
-        if scheme.lower() == "bearer" and same_secret(given, token):
+        if carries_bearer(request.headers.get("Authorization"), token):
             return shown
         return without_hosts(shown)
 
