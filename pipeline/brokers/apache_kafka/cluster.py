@@ -26,10 +26,12 @@ Broker settings (:func:`broker_properties`) are Kafka's defaults but for what a 
 machine of 2 cores needs, each said where it is set. With ``sasl_users`` the client
 listener is ``SASL_PLAINTEXT`` with mechanism ``PLAIN`` (KIP-43; Kafka's
 ``PlainLoginModule``), so a client must authenticate as one of those users
-(:meth:`ApacheKafkaCluster.client_config`); the KRaft controller listener stays
-PLAINTEXT on loopback. A 3-node cluster creates topics
-with replication factor 3 and ``min.insync.replicas=2`` by default, so a producer with
-``acks=all`` keeps writing while any one node is down.
+(:meth:`ApacheKafkaCluster.client_config`); with ``sasl_mechanism`` SCRAM the
+clients authenticate with SCRAM (KIP-84), the users' credentials written by
+``StorageTool format --add-scram`` (KIP-900), while the brokers keep PLAIN among
+themselves. The KRaft controller listener stays PLAINTEXT on loopback. A 3-node
+cluster creates topics with replication factor 3 and ``min.insync.replicas=2`` by
+default, so a producer with ``acks=all`` keeps writing while any one node is down.
 """
 
 from __future__ import annotations
@@ -149,6 +151,10 @@ class KafkaNode:
         return self.directory / "server.properties"
 
 
+#: The SASL mechanisms a cluster's clients may be asked to use (``sasl_mechanism``).
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+SASL_MECHANISMS: tuple[SaslMechanism, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
 #: The user the brokers authenticate as to each other on a SASL listener.
 INTER_BROKER_USER = "floodgate-broker"
 
@@ -201,13 +207,17 @@ def broker_properties(
     host: str,
     overrides: Mapping[str, str] = {},
     sasl_users: Mapping[str, str] | None = None,
+    sasl_mechanism: SaslMechanism = "PLAIN",
 ) -> dict[str, str]:
     """The ``server.properties`` of one node of an ``n``-node cluster.
 
     ``sasl_users`` (``{name: password}``, :data:`INTER_BROKER_USER` among them): the
     client listener is ``SASL_PLAINTEXT`` with the ``PLAIN`` mechanism only, these
     users in its JAAS config (Kafka's ``PlainLoginModule``: ``user_<name>="<password>"``),
-    and the brokers talk to each other on it as :data:`INTER_BROKER_USER`.
+    and the brokers talk to each other on it as :data:`INTER_BROKER_USER`. With
+    ``sasl_mechanism`` ``SCRAM-SHA-256`` or ``-512`` that mechanism is enabled too,
+    with Kafka's ``ScramLoginModule`` (the credentials are in the cluster's metadata,
+    :meth:`ApacheKafkaCluster.start` writes them); the brokers still use PLAIN.
 
     Kafka's defaults, except:
 
@@ -274,6 +284,12 @@ def broker_properties(
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": f"{jaas};",
             }
         )
+        if sasl_mechanism != "PLAIN":
+            scram = sasl_mechanism.lower()
+            properties["sasl.enabled.mechanisms"] = f"PLAIN,{sasl_mechanism}"
+            properties[f"listener.name.sasl_plaintext.{scram}.sasl.jaas.config"] = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            )
     properties.update(overrides)
     return properties
 
@@ -294,6 +310,9 @@ class ApacheKafkaCluster:
         overrides: ``server.properties`` entries over :func:`broker_properties`.
         sasl_users: ``{name: password}``: clients must authenticate with SASL/PLAIN
             as one of them (:meth:`client_config`); ``None``: a PLAINTEXT listener.
+        sasl_mechanism: the clients' SASL mechanism with ``sasl_users``: ``PLAIN``
+            (default), ``SCRAM-SHA-256`` or ``SCRAM-SHA-512`` (the users' SCRAM
+            credentials are written when a node is formatted).
         node_hosts: each node's own address, one per node (e.g. each in a network
             namespace of its own, where ``host`` is not local); every node then
             listens on ``port`` (default 9092) and its controller on 9093. ``None``:
@@ -305,7 +324,7 @@ class ApacheKafkaCluster:
         ValueError: ``nodes`` < 1, or ``node_hosts`` / ``node_command_prefixes`` not
             one per node.
         ConfigError: a SASL user or password Kafka cannot take
-            (:func:`check_sasl_users`).
+            (:func:`check_sasl_users`), or a mechanism not in :data:`SASL_MECHANISMS`.
     """
 
     engine: Literal["apache-kafka"] = "apache-kafka"
@@ -321,6 +340,7 @@ class ApacheKafkaCluster:
         heap_mb: int = HEAP_MB,
         overrides: Mapping[str, str] | None = None,
         sasl_users: Mapping[str, str] | None = None,
+        sasl_mechanism: SaslMechanism = "PLAIN",
         node_hosts: Sequence[str] | None = None,
         node_command_prefixes: Sequence[Sequence[str]] | None = None,
     ) -> None:
@@ -334,6 +354,15 @@ class ApacheKafkaCluster:
             )
         if sasl_users is not None:
             check_sasl_users(sasl_users)
+        if sasl_mechanism not in SASL_MECHANISMS:
+            raise ConfigError(
+                f"sasl_mechanism {sasl_mechanism!r} is not one Floodgate's broker runs",
+                key="sasl_mechanism",
+                value=sasl_mechanism,
+                allowed=", ".join(SASL_MECHANISMS),
+            )
+        #: The clients' SASL mechanism (with :attr:`sasl_users`).
+        self.sasl_mechanism: SaslMechanism = sasl_mechanism
         #: ``{name: password}`` of the SASL/PLAIN listener, the brokers' own user
         #: included (a random password, new at each start of this object); ``None``:
         #: a PLAINTEXT listener.
@@ -401,7 +430,8 @@ class ApacheKafkaCluster:
         name = user or next(iter(self.sasl_users))
         return {
             "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
+            # The brokers' own user has no SCRAM credential: it logs in with PLAIN.
+            "sasl.mechanism": "PLAIN" if name == INTER_BROKER_USER else self.sasl_mechanism,
             "sasl.username": name,
             "sasl.password": self.sasl_users[name],
         }
@@ -601,22 +631,44 @@ class ApacheKafkaCluster:
             "--config",
             str(node.properties_path),
             "--ignore-formatted",
+            *self._scram_arguments(),
         ]
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=120, check=False,
             stdin=subprocess.DEVNULL, umask=PRIVATE_UMASK,
         )  # fmt: skip
         if done.returncode != 0:
+            shown = [re.sub(r"password=.*\]$", "password=***]", word) for word in command]
             raise BrokerError(
                 f"Apache Kafka's StorageTool could not format node {node.node_id}",
-                command=command,
+                command=shown,  # without the SCRAM users' passwords
                 output="\n".join((done.stdout + done.stderr).splitlines()[-20:]),
             )
+
+    def _scram_arguments(self) -> list[str]:
+        """``--add-scram`` of each client user when the clients use SCRAM (KIP-900:
+        the credentials go into the formatted metadata log, before any listener can
+        authenticate a client)."""
+        if self.sasl_users is None or self.sasl_mechanism == "PLAIN":
+            return []
+        arguments: list[str] = []
+        for name, password in self.sasl_users.items():
+            if name != INTER_BROKER_USER:
+                arguments += [
+                    "--add-scram",
+                    f'{self.sasl_mechanism}=[name={name},password="{password}"]',
+                ]
+        return arguments
 
     def _write_properties(self, node: KafkaNode) -> None:
         private_data_dir(node.directory)
         properties = broker_properties(
-            node, self.nodes, host=self.host, overrides=self.overrides, sasl_users=self.sasl_users
+            node,
+            self.nodes,
+            host=self.host,
+            overrides=self.overrides,
+            sasl_users=self.sasl_users,
+            sasl_mechanism=self.sasl_mechanism,
         )
         text = (
             "# Written by Floodgate (pipeline.brokers.apache_kafka.cluster); rewritten at every "

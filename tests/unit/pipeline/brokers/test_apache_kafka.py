@@ -14,6 +14,7 @@ from pipeline.brokers.apache_kafka import (
     kafka_libs,
 )
 from pipeline.brokers.apache_kafka.artifacts import cache_dir, java_command
+from pipeline.brokers.apache_kafka.cluster import INTER_BROKER_USER
 from pipeline.brokers.embedded import EmbeddedBroker
 from pipeline.brokers.engines import ENGINE_ENV, kafka_engine
 from pipeline.brokers.local import local_broker
@@ -145,6 +146,49 @@ def test_sasl_users_make_the_client_listener_sasl_plain_and_leave_the_controller
         "sasl.password": "al1ce-pw",
     }
     assert ApacheKafkaCluster(data_dir=tmp_path / "plain").client_config() == {}
+
+
+def test_a_scram_cluster_adds_the_mechanism_and_each_users_credential_at_format(
+    tmp_path: Path,
+) -> None:
+    cluster = ApacheKafkaCluster(
+        data_dir=tmp_path, sasl_users={"alice": "al1ce,pw]"}, sasl_mechanism="SCRAM-SHA-512"
+    )
+    (node,) = cluster.nodes
+    assert cluster.sasl_users is not None
+    props = broker_properties(
+        node,
+        cluster.nodes,
+        host="127.0.0.1",
+        sasl_users=cluster.sasl_users,
+        sasl_mechanism="SCRAM-SHA-512",
+    )
+    assert props["sasl.enabled.mechanisms"] == "PLAIN,SCRAM-SHA-512"
+    assert props["sasl.mechanism.inter.broker.protocol"] == "PLAIN"
+    assert props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    )
+    assert cluster.client_config("alice")["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert cluster.client_config(INTER_BROKER_USER)["sasl.mechanism"] == "PLAIN"
+    # The brokers' own user logs in with PLAIN: only the clients' users get SCRAM.
+    assert cluster._scram_arguments() == [
+        "--add-scram",
+        'SCRAM-SHA-512=[name=alice,password="al1ce,pw]"]',
+    ]
+    assert (
+        ApacheKafkaCluster(data_dir=tmp_path / "p", sasl_users={"a": "b"})._scram_arguments() == []
+    )
+
+
+def test_an_unknown_sasl_mechanism_is_refused_naming_the_allowed_ones(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as refused:
+        ApacheKafkaCluster(
+            data_dir=tmp_path,
+            sasl_users={"alice": "pw"},
+            sasl_mechanism="GSSAPI",  # type: ignore[arg-type]
+        )
+    assert refused.value.key == "sasl_mechanism"
+    assert refused.value.allowed == "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,9 @@ import java.util.stream.Stream;
  *   <li>librdkafka-only tuning ({@code queued.min.messages}, {@code statistics.interval.ms}, ...)
  *       is dropped; the Java client would only warn that it does not know it.
  * </ul>
+ *
+ * <p>Then, in the shaded jar, the Kafka class names of options naming classes (a JAAS login module,
+ * callback handlers, assignors, ...) get the jar's relocated package ({@link ShadedClassNames}).
  */
 final class ClientProperties {
   /** librdkafka tuning with no Java counterpart: dropped. */
@@ -115,6 +118,7 @@ final class ClientProperties {
     jaas(client, out);
     truststore(client, out);
     keystore(client, out);
+    ShadedClassNames.relocate(out);
     return out;
   }
 

@@ -2,6 +2,7 @@ package io.floodgate.spark.deadletter;
 
 import io.floodgate.spark.serde.TupleRejected;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -12,11 +13,14 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.function.Supplier;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
@@ -31,13 +35,21 @@ import org.slf4j.LoggerFactory;
  * <query>@<topic>/<partition>/<offset>} so a reader drops the repeats of a retried task. The record
  * shape is the Python source's ({@code pipeline.deadletter}); {@code floodgate audit} reads both.
  *
- * <p>At least once: a retried task sends them again.
+ * <p>At least once: a retried task sends them again. A dead letter the topic does not acknowledge
+ * in time fails the task ({@link DeadLettersUnsentException}, {@code FG-SOURCE-006}), so Spark
+ * retries it; none is dropped without a failure.
  */
 public final class DeadLetterWriter {
   private static final Logger LOG = LoggerFactory.getLogger(DeadLetterWriter.class);
 
-  /** How long a task waits for the broker to acknowledge its dead letters. */
+  /** How long a task waits for the broker to acknowledge its dead letters, ms. */
   public static final long DELIVERY_TIMEOUT_MS = 30_000;
+
+  /**
+   * How long closing the producer may wait for requests still in flight, ms; then Kafka aborts them
+   * (their dead letters are counted unsent, {@link DeadLettersUnsentException}).
+   */
+  public static final long CLOSE_TIMEOUT_MS = 5_000;
 
   /**
    * Floodgate's dead-letter headers, in the order a dead letter carries them after the tuple's own:
@@ -94,13 +106,36 @@ public final class DeadLetterWriter {
 
   /**
    * Send every pending tuple, wait for the acknowledgements, and log them as one {@code
-   * FG-SOURCE-001} line per reason.
+   * FG-SOURCE-001} line per reason. The producer is closed within {@link #CLOSE_TIMEOUT_MS}
+   * whatever happened (Kafka's {@code close()} without a timeout waits for ever on a broker that
+   * does not answer, and a failed task's end would hang).
    *
    * @param batchId the micro-batch they were read for (for the log)
-   * @throws IllegalStateException no dead-letter topic (naming the first refusal), or a record not
-   *     acknowledged within {@link #DELIVERY_TIMEOUT_MS}
+   * @throws IllegalStateException no dead-letter topic (naming the first refusal)
+   * @throws DeadLettersUnsentException ({@code FG-SOURCE-006}) not every dead letter acknowledged
+   *     within {@link #DELIVERY_TIMEOUT_MS}: the task fails, naming how many, and Spark retries it
    */
   public void send(Long batchId) {
+    if (!pending.isEmpty() && topic != null) {
+      Properties props = new Properties();
+      props.putAll(producerProperties);
+      props.putAll(PRODUCER);
+      // send() blocks for metadata and buffer space at most this long (Kafka's default: 60 s).
+      props.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, Long.toString(DELIVERY_TIMEOUT_MS));
+      send(
+          batchId,
+          () -> new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer()),
+          DELIVERY_TIMEOUT_MS);
+    } else {
+      send(batchId, null, DELIVERY_TIMEOUT_MS);
+    }
+  }
+
+  /**
+   * {@link #send(Long)} through the producer {@code producers} makes, waiting {@code timeoutMs} ms
+   * at most for the acknowledgements (tests give Kafka's {@code MockProducer} and a short wait).
+   */
+  void send(Long batchId, Supplier<Producer<byte[], byte[]>> producers, long timeoutMs) {
     if (pending.isEmpty()) {
       return;
     }
@@ -111,46 +146,74 @@ public final class DeadLetterWriter {
           first.getValue().describe(stream, r.topic(), r.partition(), r.offset()),
           first.getValue());
     }
-    Properties props = new Properties();
-    props.putAll(producerProperties);
-    props.putAll(PRODUCER);
-    try (KafkaProducer<byte[], byte[]> producer =
-        new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer())) {
+    long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+    int acknowledged = 0;
+    Throwable firstError = null;
+    Producer<byte[], byte[]> producer = producers.get();
+    try {
       List<Future<RecordMetadata>> sent = new ArrayList<>();
-      for (Map.Entry<ConsumerRecord<byte[], byte[]>, TupleRejected> e : pending) {
-        ConsumerRecord<byte[], byte[]> r = e.getKey();
-        RecordHeaders headers = new RecordHeaders();
-        for (Header h : r.headers()) {
-          headers.add(h);
+      try {
+        for (Map.Entry<ConsumerRecord<byte[], byte[]>, TupleRejected> e : pending) {
+          sent.add(producer.send(record(e.getKey(), e.getValue())));
         }
-        List<String> values =
-            List.of(
-                e.getValue().reason(),
-                e.getValue().describe(stream, r.topic(), r.partition(), r.offset()),
-                stream,
-                query == null ? "" : query,
-                r.topic(),
-                Integer.toString(r.partition()),
-                Long.toString(r.offset()));
-        for (int i = 0; i < HEADERS.size(); i++) {
-          header(headers, HEADERS.get(i), values.get(i));
-        }
-        byte[] key = key(query, r.topic(), r.partition(), r.offset());
-        sent.add(producer.send(new ProducerRecord<>(topic, null, key, r.value(), headers)));
+      } catch (KafkaException e) { // not sent (metadata, buffer full): the rest are not either
+        firstError = e;
       }
-      producer.flush();
       for (Future<RecordMetadata> f : sent) {
-        f.get(DELIVERY_TIMEOUT_MS, TimeUnit.MILLISECONDS);
+        try {
+          f.get(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+          acknowledged++;
+        } catch (ExecutionException e) {
+          firstError = firstError == null ? e.getCause() : firstError;
+        } catch (TimeoutException e) {
+          firstError = firstError == null ? e : firstError;
+        }
       }
-    } catch (ExecutionException | TimeoutException e) {
-      throw new IllegalStateException(
-          "dead-letter topic '" + topic + "': not acknowledged: " + e.getMessage(), e);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
-      throw new IllegalStateException("interrupted while sending dead letters", e);
+      firstError = e;
+    } finally {
+      try {
+        producer.close(Duration.ofMillis(CLOSE_TIMEOUT_MS));
+      } catch (RuntimeException e) {
+        LOG.warn("closing the dead-letter producer of topic '{}' failed", topic, e);
+      }
+    }
+    if (acknowledged < pending.size()) {
+      throw new DeadLettersUnsentException(
+          topic,
+          pending.size() - acknowledged,
+          pending.size(),
+          stream,
+          batchId,
+          timeoutMs,
+          firstError);
     }
     logSummary(batchId);
     pending.clear();
+  }
+
+  /** The dead letter of {@code r}: its key, value and headers, then Floodgate's headers. */
+  private ProducerRecord<byte[], byte[]> record(
+      ConsumerRecord<byte[], byte[]> r, TupleRejected why) {
+    RecordHeaders headers = new RecordHeaders();
+    for (Header h : r.headers()) {
+      headers.add(h);
+    }
+    List<String> values =
+        List.of(
+            why.reason(),
+            why.describe(stream, r.topic(), r.partition(), r.offset()),
+            stream,
+            query == null ? "" : query,
+            r.topic(),
+            Integer.toString(r.partition()),
+            Long.toString(r.offset()));
+    for (int i = 0; i < HEADERS.size(); i++) {
+      header(headers, HEADERS.get(i), values.get(i));
+    }
+    byte[] key = key(query, r.topic(), r.partition(), r.offset());
+    return new ProducerRecord<>(topic, null, key, r.value(), headers);
   }
 
   private void logSummary(Long batchId) {
