@@ -13,9 +13,12 @@ the source. The session is a child process of its own
 (``tests/integration/spark/connector_compare.py``): the connector's jars must be on
 the JVM's class path when it starts.
 
-Marked ``apache_kafka``: it runs on the second CI pass, on Apache Kafka's own broker
-(the reference), where Maven -- which fetches the connector on first use into
-``~/.cache/floodgate/spark-kafka-4.2.0`` -- is there for the broker's jars anyway.
+The comparisons of rows are marked ``apache_kafka``: they run on the second CI pass,
+on Apache Kafka's own broker (the reference), where Maven -- which fetches the
+connector on first use into ``~/.cache/floodgate/spark-kafka-4.2.0`` -- is there for
+the broker's jars anyway. The data-loss scenarios (fixture ``loss``: a restart before
+micro-batch 0 was committed, a topic deleted and created again, a batch DataFrame
+collected twice) run on both engines, in one session of their own.
 
 What is compared: the source's schema (Spark's Kafka source schema with
 ``includeHeaders``) and every row of the query, ``key``, ``value``, ``topic``,
