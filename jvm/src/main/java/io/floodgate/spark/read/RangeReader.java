@@ -78,6 +78,13 @@ public final class RangeReader implements PartitionReader<InternalRow> {
    */
   static final long AVAILABLE_CHECK_MS = 1_000;
 
+  /**
+   * What a data-loss failure tells the user, as Spark's {@code INSTRUCTION_FOR_FAIL_ON_DATA_LOSS}.
+   */
+  static final String FAIL_HINT =
+      "Some data may have been lost. Set failOnDataLoss = false to skip such offsets and go on, as"
+          + " Spark's Kafka source allows";
+
   /** Consumer properties of range reads; the user's {@code kafka.*} options win. */
   static final Map<String, String> RANGE_CONSUMER =
       Map.of(
@@ -330,7 +337,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
             + " (its topic deleted and created again, or truncated) since the query was planned";
     if (options.failOnDataLoss) {
       throw new DataLossException(
-          what + ". " + FAIL_HINT, tp.topic(), tp.partition(), range.start(), latest, null);
+          what + ". " + FAIL_HINT, tp.topic(), tp.partition(), range.start(), range.end(), null);
     }
     dataLoss++;
     LOG.warn(
@@ -341,13 +348,6 @@ public final class RangeReader implements PartitionReader<InternalRow> {
         what);
     return range.start();
   }
-
-  /**
-   * What a data-loss failure tells the user, as Spark's {@code INSTRUCTION_FOR_FAIL_ON_DATA_LOSS}.
-   */
-  static final String FAIL_HINT =
-      "Some data may have been lost. Set failOnDataLoss = false to skip such offsets and go on, as"
-          + " Spark's Kafka source allows";
 
   private void finishRange() {
     endSwept();
