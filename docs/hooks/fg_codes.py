@@ -1,7 +1,8 @@
 """MkDocs hook: the FG-* message codes of a page are exactly the code's.
 
 Floodgate's stable log and error codes (``FG-QG-001``, ...) are string literals in
-the log calls and error messages of ``pipeline/``, ``admission/`` and ``sweeper/``;
+the log calls and error messages of ``pipeline/``, ``admission/``, ``sweeper/`` and
+the JVM source (``jvm/src/main/java``);
 there is no registry to generate a table from. A page that documents them holds the
 marker ``<!-- floodgate:fg-codes -->`` and one table row per code
 (``| `FG-QG-001` | ...``). At build time this hook collects every code the source
@@ -20,20 +21,25 @@ from typing import Any
 MARKER = re.compile(r"<!--\s*floodgate:fg-codes\s*-->")
 CODE = re.compile(r"\bFG-[A-Z]+-\d{3}\b")
 ROW = re.compile(r"^\|\s*`(FG-[A-Z]+-\d{3})`", re.MULTILINE)
-#: Where the codes live, relative to mkdocs.yml.
-SOURCES = ("pipeline", "admission", "sweeper")
+#: Where the codes live, relative to mkdocs.yml: folder and the files' pattern.
+SOURCES = (
+    ("pipeline", "*.py"),
+    ("admission", "*.py"),
+    ("sweeper", "*.py"),
+    ("jvm/src/main/java", "*.java"),
+)
 
 log = logging.getLogger("mkdocs.hooks.fg_codes")
 
 
 def source_codes(root: Path) -> dict[str, set[str]]:
-    """``{code: {files that mention it}}`` over the Python sources.
+    """``{code: {files that mention it}}`` over the Python and Java sources.
 
     ``FG-ADM-%s`` (a code built at run time from ``001``/``002``) is matched by the
     docstring that lists the codes, as every code is."""
     found: dict[str, set[str]] = {}
-    for folder in SOURCES:
-        for path in sorted((root / folder).rglob("*.py")):
+    for folder, pattern in SOURCES:
+        for path in sorted((root / folder).rglob(pattern)):
             for code in CODE.findall(path.read_text(encoding="utf-8")):
                 found.setdefault(code, set()).add(str(path.relative_to(root)))
     return found
@@ -59,6 +65,6 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         log.error("%s: %s has a row here but no source file mentions it", page.file.src_uri, code)
     note = (
         f"*Checked when the site is built: these {len(in_page)} codes are exactly the ones "
-        f"the source of `{'/`, `'.join(SOURCES)}/` uses.*"
+        f"the source of `{'/`, `'.join(folder for folder, _ in SOURCES)}/` uses.*"
     )
     return MARKER.sub(note, markdown)

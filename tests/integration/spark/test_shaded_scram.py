@@ -6,7 +6,7 @@ The jar relocates kafka-clients under ``io.floodgate.shaded``, so that name is a
 the jar does not hold; the source maps it to the relocated one (``ShadedClassNames``),
 and without that mapping the client cannot log in. SCRAM runs on Apache Kafka's own
 broker (``--add-scram`` credentials): noida-db has no SASL, so this test starts an
-Apache Kafka cluster of its own whichever engine the run uses.
+Apache Kafka cluster of its own, so it runs on the Apache Kafka pass only (once in CI).
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from pipeline.spark.options import SOURCE_NAME
 USER = "scram-reader"
 PASSWORD = "scram-test-password"
 MECHANISM: Final = "SCRAM-SHA-256"
+
+#: It starts its own SCRAM cluster of Apache Kafka: once per CI run is enough.
+pytestmark = pytest.mark.apache_kafka
 
 #: Spark's Kafka source's JAAS line for SCRAM, with Kafka's own class name.
 JAAS = (

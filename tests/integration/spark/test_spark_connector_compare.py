@@ -13,9 +13,12 @@ the source. The session is a child process of its own
 (``tests/integration/spark/connector_compare.py``): the connector's jars must be on
 the JVM's class path when it starts.
 
-Marked ``apache_kafka``: it runs on the second CI pass, on Apache Kafka's own broker
-(the reference), where Maven -- which fetches the connector on first use into
-``~/.cache/floodgate/spark-kafka-4.2.0`` -- is there for the broker's jars anyway.
+The comparisons of rows are marked ``apache_kafka``: they run on the second CI pass,
+on Apache Kafka's own broker (the reference), where Maven -- which fetches the
+connector on first use into ``~/.cache/floodgate/spark-kafka-4.2.0`` -- is there for
+the broker's jars anyway. The data-loss scenarios (fixture ``loss``: a restart before
+micro-batch 0 was committed, a topic deleted and created again, a batch DataFrame
+collected twice) run on both engines, in one session of their own.
 
 What is compared: the source's schema (Spark's Kafka source schema with
 ``includeHeaders``) and every row of the query, ``key``, ``value``, ``topic``,
@@ -242,20 +245,81 @@ def test_a_batch_query_of_a_pattern_reads_the_same_rows_from_both(bootstrap: str
     assert result["floodgate_kafka"]["rows"] == spark["rows"]
 
 
+@pytest.fixture(scope="module")
+def loss(bootstrap: str) -> dict[str, Any]:
+    """Every data-loss scenario (``connector_compare.loss_scenarios``) on Spark's
+    connector and the JVM source, in one session of their own: ``{scenario: {format:
+    result}}``. They run on both engines (noida-db deletes topics too)."""
+    return compare({}, mode="loss", bootstrap=bootstrap)
+
+
+def test_a_restart_before_the_first_micro_batch_was_committed_replans_it_from_the_same_offsets(
+    loss: dict[str, Any],
+) -> None:
+    """Micro-batch 0 logged (``offsets/0``) and not committed (``commits/0`` removed, as
+    a driver dying in between leaves it), the log start moved past its first offsets
+    meanwhile: the restart runs micro-batch 0 again from the first offsets the
+    checkpoint keeps (``startingOffsets = earliest`` is not asked again) and finds them
+    gone: both fail on the data loss, where a source that planned ``earliest`` again
+    would skip offsets 0 and 1 unseen."""
+    result = loss["restart_before_commit"]
+    for fmt in ("kafka", "floodgate_kafka"):
+        assert result[fmt]["first"] == [[0, o] for o in range(5)], (fmt, result[fmt])
+        assert "failOnDataLoss" in result[fmt].get("error", ""), (fmt, result[fmt])
+    assert "data loss on topic" in result["floodgate_kafka"]["error"]
+
+
+def test_a_topic_deleted_and_created_again_fails_the_query_naming_the_offsets(
+    loss: dict[str, Any],
+) -> None:
+    """``failOnDataLoss`` (the default): the offsets went back from 5 to 0; both fail,
+    naming the partition's old and new offsets."""
+    result = loss["topic_created_again_fail"]
+    for fmt in ("kafka", "floodgate_kafka"):
+        error = result[fmt].get("error", "")
+        assert "offset was changed from 5 to 0" in error, (fmt, result[fmt])
+        assert "failOnDataLoss" in error, (fmt, error)
+
+
+def test_a_topic_deleted_and_created_again_is_read_on_without_fail_on_data_loss(
+    loss: dict[str, Any],
+) -> None:
+    """``failOnDataLoss = false``: both go on and read the new topic's tuples."""
+    result = loss["topic_created_again_skip"]
+    assert sorted(result["kafka"]["offsets"]) == [0, 0, 1, 1, 2, 2, 3, 4]
+    assert sorted(result["floodgate_kafka"]["offsets"]) == sorted(result["kafka"]["offsets"])
+
+
+def test_a_batch_dataframe_collected_twice_reads_latest_at_each_collect(
+    loss: dict[str, Any],
+) -> None:
+    """``spark.read`` with ``endingOffsets`` latest: the second collect reads the two
+    tuples written after the first, as Spark's connector does."""
+    result = loss["collected_twice"]
+    assert result["kafka"]["collects"] == [[0, 1, 2], [0, 1, 2, 3, 4]]
+    assert result["floodgate_kafka"] == result["kafka"]
+
+
 def compare(
-    options: dict[str, str], *, mode: str = "stream", formats: list[str] | None = None
+    options: dict[str, str],
+    *,
+    mode: str = "stream",
+    formats: list[str] | None = None,
+    bootstrap: str | None = None,
 ) -> dict[str, Any]:
     """Run ``connector_compare`` in a process of its own (the connector's jars on the
     class path of its JVM): per format, the schema and the rows (``formats``: only
-    those)."""
+    those); mode ``loss``: the data-loss scenarios on ``bootstrap``."""
     jars = jars_spark_lacks(fetch_connector(), Path(pyspark.__file__).parent / "jars")
+    request = {
+        "options": options,
+        "jars": jars,
+        "mode": mode,
+        "formats": formats,
+        "bootstrap": bootstrap,
+    }
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.spark.connector_compare",
-            json.dumps({"options": options, "jars": jars, "mode": mode, "formats": formats}),
-        ],
+        [sys.executable, "-m", "tests.integration.spark.connector_compare", json.dumps(request)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -95,4 +95,19 @@ final class BatchBounds implements Serializable {
     }
     return ends;
   }
+
+  /**
+   * Whether {@code tp}'s end is {@code latest} ({@code endingOffsets} not given, {@code latest}, or
+   * -1 in its JSON): resolved each time the query is executed, not once when it is planned.
+   *
+   * @param tp a topic-partition read ({@link #ends} checked the options)
+   */
+  boolean endsAtLatest(TopicPartition tp) {
+    String text = endingOffsets == null ? "latest" : endingOffsets.strip();
+    if (text.equalsIgnoreCase("latest")) {
+      return true;
+    }
+    Long given = TopicPartitions.flatten(Assignment.allOffsets(text)).get(tp);
+    return given != null && given == SourceOptions.LATEST;
+  }
 }

@@ -12,6 +12,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.SortedMap;
+import java.util.function.Supplier;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.spark.SparkContext;
 import org.apache.spark.sql.connector.read.Batch;
@@ -27,22 +28,45 @@ import org.apache.spark.sql.types.StructType;
  * latest), each topic-partition's range read by the same tasks as a micro-batch's (swept ranges
  * from their BLOBs with {@code sweepCatalog}, dead letters, {@code failOnDataLoss}). With {@code
  * sweepCatalog}, {@code earliest} starts where the topic-partition's swept BLOBs do.
+ *
+ * <p>An end at {@code latest} is read again by each task when the query runs ({@link
+ * KafkaRange#endAtLatest}): a DataFrame collected twice reads what was written in between, as
+ * Spark's Kafka source resolves {@code latest} at each execution ({@code KafkaRelation.buildScan},
+ * {@code KafkaBatch.planInputPartitions}) and never when the DataFrame is defined. Spark may run a
+ * DataFrame's plan again without planning it again (its {@code BatchScanExec} keeps the input
+ * partitions), so the planning's reading serves only to size and refuse the ranges.
  */
 final class KafkaBatch implements Batch {
   private final SourceOptions options;
   private final StructType schema;
   private final RowLayout layout;
   private final BatchBounds bounds;
+  private final Supplier<TopicOffsets> offsets;
 
   KafkaBatch(SourceOptions options, StructType schema, RowLayout layout, BatchBounds bounds) {
+    this(options, schema, layout, bounds, () -> new TopicOffsets(options));
+  }
+
+  /**
+   * @param offsets the driver's reads of the topics' offsets, one per planning (closed after it)
+   */
+  KafkaBatch(
+      SourceOptions options,
+      StructType schema,
+      RowLayout layout,
+      BatchBounds bounds,
+      Supplier<TopicOffsets> offsets) {
     this.options = options;
     this.schema = schema;
     this.layout = layout;
     this.bounds = bounds;
+    this.offsets = offsets;
   }
 
   /**
-   * A task per topic-partition with tuples in {@code [start, end)} (at most {@code maxTasks}).
+   * A task per topic-partition with tuples in {@code [start, end)} (at most {@code maxTasks}); one
+   * whose end is {@code latest} has a task even when it holds nothing now, as it may when the query
+   * runs.
    *
    * @throws IllegalArgumentException a start at {@code latest} (-1), an end at {@code earliest}
    *     (-2), or a topic-partition whose end is before its start, as Spark's Kafka source refuses
@@ -61,7 +85,7 @@ final class KafkaBatch implements Batch {
               + " allowed: earliest (the default), committed, or JSON with -2 for earliest");
     }
     List<KafkaRange> ranges = new ArrayList<>();
-    try (TopicOffsets offsets = new TopicOffsets(options)) {
+    try (TopicOffsets offsets = this.offsets.get()) {
       SortedMap<TopicPartition, Long> start = offsets.start(how, options.startingPartitionOffsets);
       if (how.equals("earliest")) {
         start = withSwept(start);
@@ -81,8 +105,10 @@ final class KafkaBatch implements Batch {
                   + ", before its start "
                   + from);
         }
-        if (e.getValue() > from) {
-          ranges.add(new KafkaRange(tp.topic(), tp.partition(), from, e.getValue(), null, null));
+        boolean atLatest = bounds.endsAtLatest(tp);
+        if (e.getValue() > from || atLatest) {
+          ranges.add(
+              new KafkaRange(tp.topic(), tp.partition(), from, e.getValue(), null, null, atLatest));
         }
       }
     }

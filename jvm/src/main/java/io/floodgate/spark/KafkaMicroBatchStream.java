@@ -3,6 +3,7 @@ package io.floodgate.spark;
 import io.floodgate.spark.alignment.EventTimeAligner;
 import io.floodgate.spark.alignment.IdleTracker;
 import io.floodgate.spark.offsets.BatchPlanner;
+import io.floodgate.spark.offsets.InitialOffsetLog;
 import io.floodgate.spark.offsets.SourceOffset;
 import io.floodgate.spark.offsets.TopicPartitions;
 import io.floodgate.spark.offsets.WatermarkLog;
@@ -57,8 +58,15 @@ import org.slf4j.LoggerFactory;
  *       commitOffsets}).
  * </ul>
  *
- * <p>A topic-partition that is no longer there (its topic deleted) fails the planning with {@code
- * failOnDataLoss} (the default), as Spark's source does; without, it is logged and dropped.
+ * <p>The first offsets ({@link #initialOffset}) are planned once and kept in the checkpoint ({@link
+ * InitialOffsetLog}), as Spark's source keeps them: a restart before micro-batch 0 was committed
+ * plans it from the same offsets.
+ *
+ * <p>Data loss is found where Spark's source finds it, and fails the planning with {@code
+ * failOnDataLoss} (the default); without, it is logged and the query goes on: a topic-partition
+ * that is no longer there (its topic deleted) is dropped ({@code FG-SOURCE-004}); one whose offsets
+ * went back (its topic deleted and created again, or truncated: the last stable offset is below the
+ * offset to read next) is read on from its new log start ({@code FG-SOURCE-006}).
  *
  * <p>Offsets are {@link SourceOffset}s, the Python source's JSON byte for byte.
  */
@@ -76,6 +84,19 @@ public final class KafkaMicroBatchStream
   private final EventTimeAligner aligner;
   private final IdleTracker idle;
   private final TopicOffsets offsets;
+
+  /** The checkpoint's first offsets; {@code null}: none kept (no checkpoint location). */
+  private final InitialOffsetLog firstOffsets;
+
+  /** {@link #initialOffset}, once known. */
+  private SourceOffset initial;
+
+  /**
+   * The new start of each topic-partition whose offsets went back, by the offset it went back from
+   * ({@link #wentBack}), kept so that the micro-batch's tasks read from where it was planned.
+   */
+  private final Map<TopicPartition, Map.Entry<Long, Long>> wentBackStarts = new HashMap<>();
+
   private SortedMap<TopicPartition, Long> availableNowTarget;
 
   /** When the last micro-batch was let through (minOffsetsPerTrigger); 0: never. */
@@ -92,15 +113,43 @@ public final class KafkaMicroBatchStream
   private final Map<TopicPartition, Long> addedStarts = new HashMap<>();
 
   KafkaMicroBatchStream(
-      SourceOptions options, StructType schema, RowLayout layout, EventTimeAligner aligner) {
+      SourceOptions options,
+      StructType schema,
+      RowLayout layout,
+      EventTimeAligner aligner,
+      InitialOffsetLog firstOffsets) {
+    this(
+        options,
+        schema,
+        layout,
+        aligner,
+        firstOffsets,
+        new TopicOffsets(options),
+        SourceAccumulators.register(SparkContext.getOrCreate(), options.stream));
+  }
+
+  /**
+   * @param firstOffsets where the first offsets are kept ({@code <checkpointLocation>/0}); {@code
+   *     null}: nowhere
+   * @param offsets the driver's reads of the topics' offsets
+   * @param accumulators what the source counts
+   */
+  KafkaMicroBatchStream(
+      SourceOptions options,
+      StructType schema,
+      RowLayout layout,
+      EventTimeAligner aligner,
+      InitialOffsetLog firstOffsets,
+      TopicOffsets offsets,
+      SourceAccumulators accumulators) {
     this.options = options;
     this.schema = schema;
     this.layout = layout;
     this.aligner = aligner;
     this.idle = new IdleTracker(options.idlePartitionTimeoutMs);
-    this.offsets = new TopicOffsets(options);
-    SparkContext context = SparkContext.getOrCreate();
-    this.accumulators = SourceAccumulators.register(context, options.stream);
+    this.firstOffsets = firstOffsets;
+    this.offsets = offsets;
+    this.accumulators = accumulators;
   }
 
   /**
@@ -132,16 +181,38 @@ public final class KafkaMicroBatchStream
     }
   }
 
+  /**
+   * Where the query starts: the offsets kept in the checkpoint, or (the first time) those of {@code
+   * startingOffsets}, written there before they are returned (Spark's {@code
+   * KafkaMicroBatchStream.getOrCreateInitialPartitionOffsets}). Spark asks again when it re-runs
+   * micro-batch 0 after a restart; a checkpoint an older Floodgate wrote has no such file, and gets
+   * one now, as Spark's source does with an empty log.
+   */
   @Override
   public Offset initialOffset() {
-    return stoppable(this::startingOffset);
+    if (initial == null) {
+      initial =
+          stoppable(
+              () ->
+                  new SourceOffset(
+                      firstOffsets == null
+                          ? startingOffsets()
+                          : firstOffsets.getOrCreate(this::startingOffsets)));
+      LOG.info("source {}: initial offsets {}", options.stream, initial.offsets());
+    }
+    return initial;
   }
 
-  private Offset startingOffset() {
+  private SortedMap<TopicPartition, Long> startingOffsets() {
     SortedMap<TopicPartition, Long> start =
         offsets.start(options.startingOffsets, options.startingPartitionOffsets);
-    LOG.info("source {}: initial offsets {}", options.stream, start);
-    return new SourceOffset(start);
+    LOG.info(
+        "source {}: first offsets from startingOffsets = {}: {}{}",
+        options.stream,
+        options.startingOffsets,
+        start,
+        firstOffsets == null ? "" : ", kept in " + firstOffsets.file());
+    return start;
   }
 
   @Override
@@ -168,10 +239,14 @@ public final class KafkaMicroBatchStream
   }
 
   private Offset plan(Offset start, ReadLimit limit) {
+    SortedMap<TopicPartition, Long> before = lastLatest;
     SortedMap<TopicPartition, Long> latest = latest();
     SortedMap<TopicPartition, Long> begin =
         skipDiscarded(
-            withAdded(present(SourceOffset.of(start).offsets(), latest), latest.keySet()));
+            wentBack(
+                withAdded(present(SourceOffset.of(start).offsets(), latest), latest.keySet()),
+                latest,
+                before));
     if (availableNowTarget != null) {
       SortedMap<TopicPartition, Long> capped = TopicPartitions.empty();
       latest.forEach(
@@ -229,8 +304,96 @@ public final class KafkaMicroBatchStream
                 + "; their tuples after the last micro-batch may be lost. Set failOnDataLoss ="
                 + " false to go on without them (as Spark's Kafka source)");
       }
+      accumulators.dataLoss().add(gone.size());
       LOG.warn("FG-SOURCE-004 {}: dropped from the offsets (failOnDataLoss = false)", what);
     }
+    return out;
+  }
+
+  /**
+   * {@code begin} with each topic-partition whose offsets went back ({@code latest} below the
+   * offset to read next: its topic deleted and created again, or its log truncated) moved to where
+   * its log starts now. Spark's source reports the same ("Partition ...'s offset was changed from X
+   * to Y, some data may have been missed", {@code KafkaOffsetReaderAdmin
+   * .getOffsetRangesFromResolvedOffsets}); planned from the old offset, the partition would read
+   * nothing until its new log passed it, then skip what lies below without a word.
+   *
+   * <p>With {@code failOnDataLoss = false} the partition is read on from its new log start (Spark's
+   * goes on from the new end, losing what was written below it meanwhile), logging {@code
+   * FG-SOURCE-006} and counting {@code dataLoss} and, in {@code offsetOutOfRange}, the offsets
+   * between the old offset and the old log end last seen. After a truncation that start may be
+   * below tuples read before: they are read again rather than risk losing new ones.
+   *
+   * @param before the last stable offsets the planning read before this call (for the count)
+   * @throws IllegalStateException with {@code failOnDataLoss} (the default), naming each such
+   *     topic-partition, the offset it went back from and the one it went back to
+   */
+  private SortedMap<TopicPartition, Long> wentBack(
+      SortedMap<TopicPartition, Long> begin,
+      Map<TopicPartition, Long> latest,
+      Map<TopicPartition, Long> before) {
+    SortedMap<TopicPartition, Long> back = TopicPartitions.empty();
+    begin.forEach(
+        (tp, from) -> {
+          Long now = latest.get(tp);
+          if (now != null && now < from) {
+            back.put(tp, now);
+          }
+        });
+    if (back.isEmpty()) {
+      return begin;
+    }
+    SortedMap<TopicPartition, Long> out = TopicPartitions.sorted(begin);
+    List<TopicPartition> unknown = new ArrayList<>();
+    for (TopicPartition tp : back.keySet()) {
+      Map.Entry<Long, Long> known = wentBackStarts.get(tp);
+      if (known != null && known.getKey().equals(begin.get(tp))) {
+        out.put(tp, known.getValue()); // reported when this micro-batch was planned
+      } else {
+        unknown.add(tp);
+      }
+    }
+    if (unknown.isEmpty()) {
+      return out;
+    }
+    StringBuilder what = new StringBuilder();
+    for (TopicPartition tp : unknown) {
+      what.append(what.length() == 0 ? "" : "; ")
+          .append("partition ")
+          .append(tp)
+          .append("'s offset was changed from ")
+          .append(begin.get(tp))
+          .append(" to ")
+          .append(back.get(tp));
+    }
+    String message =
+        "source "
+            + options.stream
+            + ": "
+            + what
+            + " (its topic deleted and created again, or its log truncated): the tuples after"
+            + " the last micro-batch may be lost";
+    if (options.failOnDataLoss) {
+      throw new IllegalStateException(
+          message
+              + ". Set failOnDataLoss = false to read on from the new log start (as Spark's"
+              + " Kafka source allows)");
+    }
+    SortedMap<TopicPartition, Long> starts = offsets.earliest(unknown);
+    SortedMap<TopicPartition, Long> readFrom = TopicPartitions.empty();
+    for (TopicPartition tp : unknown) {
+      long from = begin.get(tp);
+      long to = Math.min(starts.getOrDefault(tp, back.get(tp)), back.get(tp));
+      wentBackStarts.put(tp, Map.entry(from, to));
+      readFrom.put(tp, to);
+      out.put(tp, to);
+      accumulators.dataLoss().add(1);
+      accumulators.offsetOutOfRange().add(Math.max(0, before.getOrDefault(tp, from) - from));
+    }
+    LOG.warn(
+        "FG-SOURCE-006 {}; read on from the new log start {} (failOnDataLoss = false)",
+        message,
+        readFrom);
     return out;
   }
 
@@ -319,7 +482,12 @@ public final class KafkaMicroBatchStream
     SortedMap<TopicPartition, Long> finish = SourceOffset.of(end).offsets();
     SortedMap<TopicPartition, Long> begin =
         stoppable(
-            () -> skipDiscarded(withAdded(SourceOffset.of(start).offsets(), finish.keySet())));
+            () ->
+                skipDiscarded(
+                    wentBack(
+                        withAdded(SourceOffset.of(start).offsets(), finish.keySet()),
+                        finish,
+                        Map.of())));
     Long watermark = null;
     Long batch = null;
     if (options.watermarkCheckpoint != null) {
@@ -382,8 +550,10 @@ public final class KafkaMicroBatchStream
   /**
    * The source's metrics in every {@code StreamingQueryProgress}: {@code lag} (offsets from the
    * consumed offsets to the last high watermarks seen, summed over topic-partitions), {@code
-   * alignmentCaps}, {@code deadLettered}, {@code sweptRead} and {@code rowsRead} (totals since the
-   * query started, from the tasks).
+   * alignmentCaps}, {@code offsetOutOfRange} and {@code dataLoss} (offsets, and times, found lost
+   * and skipped with {@code failOnDataLoss = false}: the tasks' and the planning's), {@code
+   * deadLettered}, {@code sweptRead} and {@code rowsRead} (totals since the query started, from the
+   * tasks).
    */
   @Override
   public Map<String, String> metrics(Optional<Offset> latestConsumedOffset) {
@@ -398,6 +568,8 @@ public final class KafkaMicroBatchStream
       out.put("lag", Long.toString(lag));
     }
     out.put("alignmentCaps", Long.toString(aligner.capped()));
+    out.put("offsetOutOfRange", Long.toString(accumulators.offsetOutOfRange().sum()));
+    out.put("dataLoss", Long.toString(accumulators.dataLoss().sum()));
     out.put("deadLettered", Long.toString(accumulators.deadLettered().sum()));
     out.put("sweptRead", Long.toString(accumulators.sweptRead().sum()));
     out.put("rowsRead", Long.toString(accumulators.rowsRead().sum()));

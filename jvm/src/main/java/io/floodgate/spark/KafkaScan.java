@@ -2,7 +2,9 @@ package io.floodgate.spark;
 
 import io.floodgate.spark.alignment.EventTimeAligner;
 import io.floodgate.spark.alignment.EventTimeAligners;
+import io.floodgate.spark.offsets.InitialOffsetLog;
 import io.floodgate.spark.read.RowLayout;
+import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.connector.metric.CustomMetric;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.Scan;
@@ -35,6 +37,12 @@ final class KafkaScan implements Scan {
     return "floodgate_kafka[" + options.describe() + "]";
   }
 
+  /**
+   * The stream of a streaming query. Spark gives it the source's own checkpoint directory ({@code
+   * <checkpoint>/sources/<n>}), where the stream keeps its first offsets ({@link
+   * InitialOffsetLog}), opened with the session's Hadoop configuration (a checkpoint on HDFS or
+   * object storage too).
+   */
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
     if (bounds.endingOffsets != null) {
@@ -45,7 +53,10 @@ final class KafkaScan implements Scan {
     RowLayout layout = new RowLayout(required, FloodgateKafkaProvider.avroSchema(options), options);
     EventTimeAligner aligner =
         options.maxEventTimeDriftMs == null ? EventTimeAligner.NONE : EventTimeAligners.of(options);
-    return new KafkaMicroBatchStream(options, required, layout, aligner);
+    InitialOffsetLog firstOffsets =
+        new InitialOffsetLog(
+            checkpointLocation, SparkSession.active().sessionState().newHadoopConf());
+    return new KafkaMicroBatchStream(options, required, layout, aligner, firstOffsets);
   }
 
   @Override

@@ -8,6 +8,7 @@ import java.util.Map;
 import java.util.SortedMap;
 import java.util.SortedSet;
 import java.util.TreeSet;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
@@ -28,14 +29,23 @@ final class TopicOffsets implements AutoCloseable {
 
   private final SourceOptions options;
   private final Subscription subscription;
-  private KafkaConsumer<byte[], byte[]> consumer;
+  private Consumer<byte[], byte[]> consumer;
 
   TopicOffsets(SourceOptions options) {
-    this.options = options;
-    this.subscription = new Subscription(options);
+    this(options, null);
   }
 
-  KafkaConsumer<byte[], byte[]> consumer() {
+  /**
+   * @param consumer the consumer to read with (tests: Kafka's {@code MockConsumer}); {@code null}:
+   *     one made from the options on first use
+   */
+  TopicOffsets(SourceOptions options, Consumer<byte[], byte[]> consumer) {
+    this.options = options;
+    this.subscription = new Subscription(options);
+    this.consumer = consumer;
+  }
+
+  Consumer<byte[], byte[]> consumer() {
     if (consumer == null) {
       consumer =
           new KafkaConsumer<>(

@@ -36,7 +36,7 @@ import org.slf4j.LoggerFactory;
  * shape is the Python source's ({@code pipeline.deadletter}); {@code floodgate audit} reads both.
  *
  * <p>At least once: a retried task sends them again. A dead letter the topic does not acknowledge
- * in time fails the task ({@link DeadLettersUnsentException}, {@code FG-SOURCE-006}), so Spark
+ * in time fails the task ({@link DeadLettersUnsentException}, {@code FG-SOURCE-007}), so Spark
  * retries it; none is dropped without a failure.
  */
 public final class DeadLetterWriter {
@@ -112,7 +112,7 @@ public final class DeadLetterWriter {
    *
    * @param batchId the micro-batch they were read for (for the log)
    * @throws IllegalStateException no dead-letter topic (naming the first refusal)
-   * @throws DeadLettersUnsentException ({@code FG-SOURCE-006}) not every dead letter acknowledged
+   * @throws DeadLettersUnsentException ({@code FG-SOURCE-007}) not every dead letter acknowledged
    *     within {@link #DELIVERY_TIMEOUT_MS}: the task fails, naming how many, and Spark retries it
    */
   public void send(Long batchId) {

@@ -1,7 +1,7 @@
 package io.floodgate.spark.deadletter;
 
 /**
- * {@code FG-SOURCE-006}: a Spark task's dead letters were not all acknowledged by the dead-letter
+ * {@code FG-SOURCE-007}: a Spark task's dead letters were not all acknowledged by the dead-letter
  * topic in time. Thrown from the task's end so the task fails and Spark retries it: the retry reads
  * the same offsets, refuses the same tuples and sends them again (a dead letter's key makes the
  * repeats droppable), so no refused tuple is lost without a failure saying so.
@@ -20,7 +20,7 @@ public final class DeadLettersUnsentException extends IllegalStateException {
       long timeoutMs,
       Throwable cause) {
     super(
-        "FG-SOURCE-006 dead-letter topic '"
+        "FG-SOURCE-007 dead-letter topic '"
             + topic
             + "': "
             + unsent

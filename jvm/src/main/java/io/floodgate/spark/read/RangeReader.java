@@ -21,9 +21,9 @@ import java.util.Map;
 import java.util.Properties;
 import org.apache.avro.Schema;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
@@ -44,9 +44,16 @@ import org.slf4j.LoggerFactory;
  * dead-lettered at the end of the task ({@link DeadLetterWriter}), and the task goes on.
  *
  * <p>Offsets the broker no longer holds fail the task ({@code failOnDataLoss}, the default), or are
- * skipped with a {@code FG-SOURCE-004} warning, as Spark's Kafka source does. With a sweep catalog
- * ({@code sweepCatalog}), offsets below the broker's log start are read from the swept BLOBs first
- * ({@link SweptRanges}), as the Python source's {@code read_partition} does.
+ * skipped with a {@code FG-SOURCE-004} warning, wherever the range meets them, as Spark's {@code
+ * KafkaDataConsumer} does: below the log start when the range starts, an out-of-range answer in the
+ * middle of the range, or a range whose end lies past the log's end (the topic deleted and created
+ * again, or truncated, since the range was planned). What is skipped is counted ({@code
+ * offsetOutOfRange}: offsets, {@code dataLoss}: times; {@link SourceAccumulators}). With a sweep
+ * catalog ({@code sweepCatalog}), offsets below the broker's log start are read from the swept
+ * BLOBs first ({@link SweptRanges}), as the Python source's {@code read_partition} does.
+ *
+ * <p>A consumer goes back to the pool only after its range was read to the end; one that stopped
+ * inside a range, or whose range failed to start, is closed.
  */
 public final class RangeReader implements PartitionReader<InternalRow> {
   private static final Logger LOG = LoggerFactory.getLogger(RangeReader.class);
@@ -62,6 +69,21 @@ public final class RangeReader implements PartitionReader<InternalRow> {
 
   /** A range that makes no progress for this long fails the task. */
   static final long READ_STALL_TIMEOUT_MS = 60_000;
+
+  /**
+   * While a range makes no progress, how often the reader asks the broker which offsets it holds
+   * (two requests), to tell a gap (the range's offsets gone: data loss) from a broker that is slow
+   * to answer. Asked after two polls in a row return nothing at the same position: the first poll
+   * after a seek may return before its fetch does.
+   */
+  static final long AVAILABLE_CHECK_MS = 1_000;
+
+  /**
+   * What a data-loss failure tells the user, as Spark's {@code INSTRUCTION_FOR_FAIL_ON_DATA_LOSS}.
+   */
+  static final String FAIL_HINT =
+      "Some data may have been lost. Set failOnDataLoss = false to skip such offsets and go on, as"
+          + " Spark's Kafka source allows";
 
   /** Consumer properties of range reads; the user's {@code kafka.*} options win. */
   static final Map<String, String> RANGE_CONSUMER =
@@ -91,20 +113,32 @@ public final class RangeReader implements PartitionReader<InternalRow> {
   private final int keyFieldCount;
   private final RefusalRules rules;
   private final DeadLetterWriter dead;
-  private final Properties consumerProperties;
+  private final RangeConsumers consumers;
   private final GenericInternalRow row;
   private final SourceAccumulators metrics;
   private final Configuration hadoopConf;
 
   private int rangeIndex = -1;
   private KafkaRange range;
-  private KafkaConsumer<byte[], byte[]> consumer;
+  private Consumer<byte[], byte[]> consumer;
   private Iterator<ConsumerRecord<byte[], byte[]>> fetched = java.util.Collections.emptyIterator();
   private boolean rangeDone = true;
   private long rowsRead;
   private SweptRanges swept;
   private SweptRecords sweptRecords;
   private long sweptRead;
+
+  /** Offsets skipped as lost ({@code failOnDataLoss = false}). */
+  private long offsetOutOfRange;
+
+  /** Times offsets were found lost and skipped. */
+  private long dataLoss;
+
+  /** Polls in a row that returned nothing at the same position. */
+  private int stalledPolls;
+
+  /** When the reader last asked the broker which offsets it holds (ms since the epoch). */
+  private long availableCheckedMs;
 
   RangeReader(
       SourceOptions options,
@@ -113,6 +147,20 @@ public final class RangeReader implements PartitionReader<InternalRow> {
       KafkaRange[] ranges,
       SourceAccumulators metrics,
       Configuration hadoopConf) {
+    this(options, schema, layout, ranges, metrics, hadoopConf, null);
+  }
+
+  /**
+   * @param consumers where each range's consumer comes from; {@code null}: the executor's pool
+   */
+  RangeReader(
+      SourceOptions options,
+      StructType schema,
+      RowLayout layout,
+      KafkaRange[] ranges,
+      SourceAccumulators metrics,
+      Configuration hadoopConf,
+      RangeConsumers consumers) {
     this.options = options;
     this.hadoopConf = hadoopConf;
     this.ranges = ranges;
@@ -135,7 +183,8 @@ public final class RangeReader implements PartitionReader<InternalRow> {
     this.dead =
         new DeadLetterWriter(
             options.deadLetterTopic, KafkaClients.producer(options), options.stream, options.query);
-    this.consumerProperties = KafkaClients.consumer(options, RANGE_CONSUMER);
+    Properties consumerProperties = KafkaClients.consumer(options, RANGE_CONSUMER);
+    this.consumers = consumers != null ? consumers : RangeConsumers.pooled(consumerProperties);
   }
 
   /** The value decoder of {@code topic}'s tuples; {@code null}: nothing is decoded. */
@@ -199,17 +248,15 @@ public final class RangeReader implements PartitionReader<InternalRow> {
         // consumer left mid-fetch, or by an exception, is closed, not pooled, as Spark's
         // KafkaDataConsumer does for a failed or interrupted task. The dead letters below are
         // sent whatever this close throws.
-        KafkaConsumer<byte[], byte[]> unfinished = consumer;
-        consumer = null;
-        try {
-          unfinished.close(Duration.ZERO);
-        } catch (RuntimeException e) {
-          LOG.warn("closing the consumer of an unfinished range failed", e);
-        }
+        discardConsumer();
       }
       finishRange();
       Long batch = ranges.length > 0 ? ranges[0].batchId() : null;
       int refused = dead.size();
+      if (metrics != null) {
+        metrics.offsetOutOfRange().add(offsetOutOfRange);
+        metrics.dataLoss().add(dataLoss);
+      }
       dead.send(batch);
       if (metrics != null) {
         metrics.deadLettered().add(refused);
@@ -218,9 +265,19 @@ public final class RangeReader implements PartitionReader<InternalRow> {
       }
     } finally {
       if (consumer != null) {
-        consumer.close(Duration.ZERO);
-        consumer = null;
+        discardConsumer();
       }
+    }
+  }
+
+  /** Close {@link #consumer} instead of pooling it; a failure to close is logged. */
+  private void discardConsumer() {
+    Consumer<byte[], byte[]> unfinished = consumer;
+    consumer = null;
+    try {
+      consumers.discard(unfinished);
+    } catch (RuntimeException e) {
+      LOG.warn("closing the consumer of an unfinished range failed", e);
     }
   }
 
@@ -231,9 +288,25 @@ public final class RangeReader implements PartitionReader<InternalRow> {
       return false;
     }
     range = ranges[rangeIndex];
-    consumer = ConsumerPool.acquire(consumerProperties, range.topic(), range.partition());
     TopicPartition tp = new TopicPartition(range.topic(), range.partition());
+    consumer = consumers.acquire(tp);
+    try {
+      startRange(tp);
+    } catch (RuntimeException e) {
+      // Not pooled: the next task would get a consumer in whatever state this one failed in.
+      discardConsumer();
+      throw e;
+    }
+    return true;
+  }
+
+  /** Assign {@link #consumer} to {@code tp} and seek to where {@link #range} starts. */
+  private void startRange(TopicPartition tp) {
     consumer.assign(List.of(tp));
+    stalledPolls = 0;
+    if (range.endAtLatest()) {
+      range = range.withEnd(latestEnd(tp));
+    }
     long start = range.start();
     if (!options.failOnDataLoss) {
       start = pastLost(tp);
@@ -244,13 +317,42 @@ public final class RangeReader implements PartitionReader<InternalRow> {
     }
     consumer.seek(tp, start);
     rangeDone = start >= range.end() && !fetched.hasNext();
-    return true;
+  }
+
+  /**
+   * Where a range planned to {@code latest} ends now: the partition's last stable offset when the
+   * task runs. Below the range's start (the topic deleted and created again, or truncated, since
+   * the planning), that is data loss, as in {@link #skipLost}: the range is then empty.
+   */
+  private long latestEnd(TopicPartition tp) {
+    long latest = consumer.endOffsets(List.of(tp)).get(tp);
+    if (latest >= range.start()) {
+      return latest;
+    }
+    String what =
+        "the partition's offsets went back from "
+            + range.start()
+            + " to "
+            + latest
+            + " (its topic deleted and created again, or truncated) since the query was planned";
+    if (options.failOnDataLoss) {
+      throw new DataLossException(
+          what + ". " + FAIL_HINT, tp.topic(), tp.partition(), range.start(), range.end(), null);
+    }
+    dataLoss++;
+    LOG.warn(
+        "FG-SOURCE-004 source {}: {}[{}]: {}: nothing is read (failOnDataLoss = false)",
+        options.stream,
+        tp.topic(),
+        tp.partition(),
+        what);
+    return range.start();
   }
 
   private void finishRange() {
     endSwept();
     if (consumer != null && range != null) {
-      ConsumerPool.release(consumerProperties, range.topic(), range.partition(), consumer);
+      consumers.release(new TopicPartition(range.topic(), range.partition()), consumer);
       consumer = null;
     }
   }
@@ -261,6 +363,8 @@ public final class RangeReader implements PartitionReader<InternalRow> {
     if (range.start() >= low) {
       return range.start();
     }
+    dataLoss++;
+    offsetOutOfRange += Math.min(low, range.end()) - range.start();
     LOG.warn(
         "FG-SOURCE-004 source {}: offsets [{}, {}) of {}[{}] are no longer on the broker and are"
             + " skipped (failOnDataLoss = false)",
@@ -280,48 +384,60 @@ public final class RangeReader implements PartitionReader<InternalRow> {
     }
     long deadline = System.currentTimeMillis() + READ_STALL_TIMEOUT_MS;
     while (true) {
+      long before = consumer.position(tp);
       ConsumerRecords<byte[], byte[]> records;
       try {
         records = consumer.poll(Duration.ofMillis(POLL_MS));
       } catch (OffsetOutOfRangeException e) {
-        if (options.sweepCatalog != null) {
-          // Swept while this range was reading: BLOBs hold the rest up to the log start.
-          long from = e.offsetOutOfRangePartitions().getOrDefault(tp, consumer.position(tp));
-          long low = consumer.beginningOffsets(List.of(tp)).get(tp);
-          if (from < low) {
-            consumer.seek(tp, unsweep(tp, from, low));
-            return;
-          }
-        }
-        long next = consumer.position(tp, Duration.ofSeconds(30));
+        long from = e.offsetOutOfRangePartitions().getOrDefault(tp, before);
         long low = consumer.beginningOffsets(List.of(tp)).get(tp);
-        DataLossException lost =
-            new DataLossException(
-                "the broker no longer holds offset "
-                    + next
-                    + " (log start "
-                    + low
-                    + "; retention or delete-records) and no BLOB holds it. Set failOnDataLoss"
-                    + " = false to skip such offsets, as Spark's Kafka source allows",
-                range.topic(),
-                range.partition(),
-                next,
-                range.end(),
-                low);
-        lost.initCause(e);
-        throw lost;
+        if (options.sweepCatalog != null && from < low) {
+          // Swept while this range was reading: BLOBs hold the rest up to the log start.
+          consumer.seek(tp, unsweep(tp, from, low));
+          return;
+        }
+        long next = skipLost(tp, from, low, consumer.endOffsets(List.of(tp)).get(tp), e);
+        if (next >= range.end()) {
+          rangeDone = true;
+          return;
+        }
+        if (next != from) { // progress; else the broker holds it again: the deadline stands
+          deadline = System.currentTimeMillis() + READ_STALL_TIMEOUT_MS;
+        }
+        consumer.seek(tp, next);
+        continue;
       }
       List<ConsumerRecord<byte[], byte[]>> got = records.records(tp);
       if (!got.isEmpty()) {
+        stalledPolls = 0;
         fetched = got.iterator();
         return;
       }
       // Transaction markers and aborted records take offsets but yield no record.
-      if (consumer.position(tp) >= range.end()) {
+      long position = consumer.position(tp);
+      if (position >= range.end()) {
         rangeDone = true;
         return;
       }
-      if (System.currentTimeMillis() > deadline) {
+      stalledPolls = position == before ? stalledPolls + 1 : 0;
+      long now = System.currentTimeMillis();
+      if (stalledPolls >= 2 && now - availableCheckedMs >= AVAILABLE_CHECK_MS) {
+        availableCheckedMs = now;
+        long low = consumer.beginningOffsets(List.of(tp)).get(tp);
+        long high = consumer.endOffsets(List.of(tp)).get(tp);
+        if (position < low || position >= high) {
+          long next = skipLost(tp, position, low, high, null);
+          if (next >= range.end()) {
+            rangeDone = true;
+            return;
+          }
+          consumer.seek(tp, next);
+          stalledPolls = 0;
+          deadline = now + READ_STALL_TIMEOUT_MS;
+          continue;
+        }
+      }
+      if (now > deadline) {
         throw new IllegalStateException(
             "reading "
                 + tp
@@ -332,9 +448,79 @@ public final class RangeReader implements PartitionReader<InternalRow> {
                 + ") made no progress for "
                 + READ_STALL_TIMEOUT_MS / 1000
                 + " s at offset "
-                + consumer.position(tp));
+                + position);
       }
     }
+  }
+
+  /**
+   * The broker holds {@code [low, high)} of {@code tp} and the range needs {@code from}, which it
+   * does not hold, or did not a moment ago: where to go on, as Spark's {@code
+   * KafkaDataConsumer.getEarliestAvailableOffsetBetween}: the range's end when what is left of it
+   * and what the broker holds do not meet (the log ends below {@code from}: deleted and created
+   * again, or truncated), {@code low} when the log now starts inside the range (retention or {@code
+   * DeleteRecords} passed {@code from}), {@code from} itself when the broker holds it again (a
+   * topic created again and written past it meanwhile).
+   *
+   * @param cause the out-of-range error of a poll, or {@code null} (the reader found the gap)
+   * @return the next offset to read; the range's end: nothing left to read
+   * @throws DataLossException with {@code failOnDataLoss} (the default): naming the partition, the
+   *     offsets lost and those the broker holds
+   */
+  private long skipLost(TopicPartition tp, long from, long low, long high, Exception cause) {
+    long until = range.end();
+    long next;
+    if (from >= high || low >= until) {
+      next = until;
+    } else if (from >= low) {
+      next = from;
+    } else {
+      next = low;
+    }
+    String held = "the broker holds [" + low + ", " + high + ")";
+    if (options.failOnDataLoss) {
+      DataLossException lost =
+          new DataLossException(
+              "the broker no longer holds offset "
+                  + from
+                  + " ("
+                  + held
+                  + "; retention, delete-records, or the topic deleted or truncated)"
+                  + (options.sweepCatalog != null ? " and no BLOB holds it" : "")
+                  + ". "
+                  + FAIL_HINT,
+              range.topic(),
+              range.partition(),
+              from,
+              until,
+              low);
+      lost.initCause(cause);
+      throw lost;
+    }
+    if (next == from) {
+      LOG.warn(
+          "FG-SOURCE-004 source {}: offset {} of {}[{}] was out of range and is held again ({});"
+              + " some tuples may be lost (failOnDataLoss = false)",
+          options.stream,
+          from,
+          range.topic(),
+          range.partition(),
+          held);
+      dataLoss++;
+      return next;
+    }
+    LOG.warn(
+        "FG-SOURCE-004 source {}: offsets [{}, {}) of {}[{}] are no longer on the broker ({}) and"
+            + " are skipped (failOnDataLoss = false)",
+        options.stream,
+        from,
+        next,
+        range.topic(),
+        range.partition(),
+        held);
+    dataLoss++;
+    offsetOutOfRange += next - from;
+    return next;
   }
 
   /**

@@ -108,7 +108,7 @@ class DeadLetterWriterTest {
     assertEquals(2, e.unsent());
     assertEquals(2, e.total());
     assertTrue(
-        e.getMessage().startsWith("FG-SOURCE-006 dead-letter topic 'dlq': 2 of 2"), e.getMessage());
+        e.getMessage().startsWith("FG-SOURCE-007 dead-letter topic 'dlq': 2 of 2"), e.getMessage());
     assertTrue(e.getCause() instanceof RecordTooLargeException, String.valueOf(e.getCause()));
     assertEquals(2, writer.size(), "not sent: still pending");
     producer.assertClosedOnceWithin();

@@ -1,0 +1,132 @@
+package io.floodgate.spark;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.floodgate.spark.alignment.EventTimeAligner;
+import io.floodgate.spark.offsets.InitialOffsetLog;
+import io.floodgate.spark.offsets.SourceOffset;
+import io.floodgate.spark.read.KafkaRange;
+import io.floodgate.spark.read.KafkaTask;
+import io.floodgate.spark.read.SourceAccumulators;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.kafka.clients.consumer.MockConsumer;
+import org.apache.kafka.clients.consumer.OffsetResetStrategy;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.streaming.ReadLimit;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The planning's guarantees of Spark's Kafka source, on Kafka's {@code MockConsumer}: the first
+ * offsets are kept in the checkpoint and read back after a restart, and offsets that go back (a
+ * topic deleted and created again) are data loss.
+ */
+class KafkaMicroBatchStreamTest {
+  private static final TopicPartition TP = new TopicPartition("t", 0);
+
+  @TempDir Path checkpoint;
+
+  private final SourceAccumulators counts = SourceAccumulators.unregistered();
+
+  /** A broker holding {@code [low, high)} of the one partition of topic {@code t}. */
+  private static MockConsumer<byte[], byte[]> broker(long low, long high) {
+    MockConsumer<byte[], byte[]> consumer = new MockConsumer<>(OffsetResetStrategy.NONE);
+    consumer.updatePartitions("t", List.of(new PartitionInfo("t", 0, null, null, null)));
+    consumer.updateBeginningOffsets(Map.of(TP, low));
+    consumer.updateEndOffsets(Map.of(TP, high));
+    return consumer;
+  }
+
+  private KafkaMicroBatchStream stream(
+      MockConsumer<byte[], byte[]> broker, Map<String, String> extra) {
+    Map<String, String> given = new HashMap<>();
+    given.put("kafka.bootstrap.servers", "127.0.0.1:9");
+    given.put("subscribe", "t");
+    given.putAll(extra);
+    SourceOptions options = SourceOptions.parse(given);
+    InitialOffsetLog log =
+        new InitialOffsetLog(checkpoint.resolve("sources/0").toString(), new Configuration());
+    return new KafkaMicroBatchStream(
+        options, null, null, EventTimeAligner.NONE, log, new TopicOffsets(options, broker), counts);
+  }
+
+  private static SourceOffset at(long offset) {
+    return new SourceOffset(Map.of(TP, offset));
+  }
+
+  private static List<KafkaRange> ranges(InputPartition[] tasks) {
+    List<KafkaRange> out = new ArrayList<>();
+    for (InputPartition task : tasks) {
+      out.addAll(List.of(((KafkaTask) task).ranges()));
+    }
+    return out;
+  }
+
+  @Test
+  void theFirstOffsetsAreKeptInTheCheckpointAndReadBackAfterARestart() {
+    Map<String, String> latest = Map.of("startingOffsets", "latest");
+    assertEquals(at(7), stream(broker(0, 7), latest).initialOffset());
+    assertTrue(Files.exists(checkpoint.resolve("sources/0/0")));
+
+    // The driver died before micro-batch 0 was committed; tuples came meanwhile.
+    assertEquals(at(7), stream(broker(0, 12), latest).initialOffset());
+  }
+
+  @Test
+  void aCheckpointOfAnOlderFloodgateWithoutTheFileGetsOne() throws Exception {
+    Files.createDirectories(checkpoint.resolve("offsets"));
+    Files.writeString(checkpoint.resolve("offsets/0"), "v1\n{}\n{\"t\": {\"0\": 3}}");
+    Files.createDirectories(checkpoint.resolve("sources/0"));
+
+    Map<String, String> earliest = Map.of("startingOffsets", "earliest");
+    assertEquals(at(2), stream(broker(2, 9), earliest).initialOffset());
+    assertEquals(at(2), stream(broker(4, 9), earliest).initialOffset());
+  }
+
+  @Test
+  void offsetsThatWentBackFailTheQueryNamingThePartitionAndBothOffsets() {
+    KafkaMicroBatchStream stream = stream(broker(0, 5), Map.of("failOnDataLoss", "true"));
+
+    IllegalStateException lost =
+        assertThrows(
+            IllegalStateException.class,
+            () -> stream.latestOffset(at(100), ReadLimit.allAvailable()));
+    assertTrue(
+        lost.getMessage().contains("partition t-0's offset was changed from 100 to 5"),
+        lost.getMessage());
+    assertTrue(lost.getMessage().contains("failOnDataLoss"), lost.getMessage());
+  }
+
+  @Test
+  void offsetsThatWentBackAreReadOnFromTheNewLogStartWithoutFailOnDataLoss() {
+    KafkaMicroBatchStream stream = stream(broker(0, 5), Map.of("failOnDataLoss", "false"));
+
+    SourceOffset end = (SourceOffset) stream.latestOffset(at(100), ReadLimit.allAvailable());
+    assertEquals(at(5), end);
+    assertEquals(
+        List.of(new KafkaRange("t", 0, 0, 5, null, null)),
+        ranges(stream.planInputPartitions(at(100), end)));
+    assertEquals("1", stream.metrics(Optional.empty()).get("dataLoss"));
+  }
+
+  @Test
+  void aMicroBatchPlannedBackIsReadFromTheNewLogStartAfterARestart() {
+    // Planned and logged before the driver died; the new log starts at 2 now.
+    KafkaMicroBatchStream restarted = stream(broker(2, 5), Map.of("failOnDataLoss", "false"));
+
+    assertEquals(
+        List.of(new KafkaRange("t", 0, 2, 5, null, null)),
+        ranges(restarted.planInputPartitions(at(100), at(5))));
+  }
+}
