@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from admission.intake import RequestTaker
 from pipeline.serde.codec import StreamCodec
@@ -32,14 +33,32 @@ from tests.integration.admission_service import (
 )
 from tests.integration.postgres import fresh_database
 
+#: Errors of a group coordinator that is not ready yet, retried by :func:`committed`.
+COORDINATOR_NOT_READY = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
+
 
 def committed(bootstrap: str, group: str, topic: str) -> int:
     """The offset ``group`` committed for partition 0 of ``topic`` (negative: none),
     read without joining the group."""
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        [partition] = reader.committed([TopicPartition(topic, 0)], timeout=10)
-        return int(partition.offset)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                [partition] = reader.committed([TopicPartition(topic, 0)], timeout=10)
+                return int(partition.offset)
+            except KafkaException as exc:
+                # The group's coordinator is still being elected or loading its offsets
+                # (a fresh cluster under load): Kafka's own clients retry these errors.
+                if exc.args[0].code() not in COORDINATOR_NOT_READY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         reader.close()
 
