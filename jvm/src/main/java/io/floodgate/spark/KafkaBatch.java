@@ -3,6 +3,7 @@ package io.floodgate.spark;
 import io.floodgate.spark.offsets.TopicPartitions;
 import io.floodgate.spark.read.KafkaRange;
 import io.floodgate.spark.read.KafkaTask;
+import io.floodgate.spark.read.OffsetRangeCalculator;
 import io.floodgate.spark.read.RangeReaderFactory;
 import io.floodgate.spark.read.RowLayout;
 import io.floodgate.spark.read.SourceAccumulators;
@@ -90,7 +91,8 @@ final class KafkaBatch implements Batch {
       if (how.equals("earliest")) {
         start = withSwept(start);
       }
-      SortedMap<TopicPartition, Long> end = bounds.ends(offsets.latest(start.keySet()));
+      SortedMap<TopicPartition, Long> end =
+          bounds.ends(offsets.latest(start.keySet()), offsets::offsetsForTimes);
       for (Map.Entry<TopicPartition, Long> e : end.entrySet()) {
         TopicPartition tp = e.getKey();
         long from = start.get(tp);
@@ -112,7 +114,9 @@ final class KafkaBatch implements Batch {
         }
       }
     }
-    return KafkaTask.partitions(ranges, options.maxTasks);
+    return KafkaTask.partitions(
+        OffsetRangeCalculator.split(ranges, options.minPartitions, options.maxRecordsPerPartition),
+        options.maxTasks);
   }
 
   /**

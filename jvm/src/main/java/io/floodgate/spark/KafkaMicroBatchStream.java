@@ -9,6 +9,7 @@ import io.floodgate.spark.offsets.TopicPartitions;
 import io.floodgate.spark.offsets.WatermarkLog;
 import io.floodgate.spark.read.KafkaRange;
 import io.floodgate.spark.read.KafkaTask;
+import io.floodgate.spark.read.OffsetRangeCalculator;
 import io.floodgate.spark.read.RangeReaderFactory;
 import io.floodgate.spark.read.RowLayout;
 import io.floodgate.spark.read.SourceAccumulators;
@@ -513,7 +514,9 @@ public final class KafkaMicroBatchStream
             new KafkaRange(tp.topic(), tp.partition(), from, e.getValue(), watermark, batch));
       }
     }
-    return KafkaTask.partitions(ranges, options.maxTasks);
+    return KafkaTask.partitions(
+        OffsetRangeCalculator.split(ranges, options.minPartitions, options.maxRecordsPerPartition),
+        options.maxTasks);
   }
 
   @Override

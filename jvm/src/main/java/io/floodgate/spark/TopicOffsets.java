@@ -106,11 +106,69 @@ final class TopicOffsets implements AutoCloseable {
   }
 
   /**
-   * Where a query starts, per topic-partition read: {@code latest}, {@code earliest}, {@code
-   * specific} (Spark's JSON naming every topic-partition read, -2 earliest and -1 latest) or {@code
-   * committed} (the consumer group's offsets, the earliest where it has none).
+   * Kafka's {@code offsetsForTimes}: per topic-partition of {@code timestamps} (epoch ms), the
+   * first offset whose timestamp is at or after it; a topic-partition with none is left out.
+   */
+  Map<TopicPartition, Long> offsetsForTimes(Map<TopicPartition, Long> timestamps) {
+    Map<TopicPartition, Long> out = new java.util.HashMap<>();
+    if (timestamps.isEmpty()) {
+      return out;
+    }
+    consumer()
+        .offsetsForTimes(timestamps, READ_TIMEOUT)
+        .forEach(
+            (tp, found) -> {
+              if (found != null) {
+                out.put(tp, found.offset());
+              }
+            });
+    return out;
+  }
+
+  /**
+   * Where a query starts by timestamp ({@code startingTimestamp} or {@code
+   * startingOffsetsByTimestamp}), as Spark's {@code KafkaOffsetReaderAdmin.readTimestampOffsets}
+   * does: each topic-partition at its first offset whose timestamp is at or after its starting
+   * timestamp; one with none fails the query ({@code startingOffsetsByTimestampStrategy = error},
+   * with Spark's message) or starts at its latest offset ({@code latest}).
    *
-   * @param how one of the four
+   * @param timestamps the starting timestamp of every topic-partition read (epoch ms)
+   * @param found {@link #offsetsForTimes} of them
+   * @param latest the latest offsets of the topic-partitions read
+   * @param strategy {@code error} or {@code latest}
+   * @throws IllegalArgumentException a topic-partition with no offset at or after its timestamp,
+   *     with strategy {@code error}
+   */
+  static SortedMap<TopicPartition, Long> startsByTimestamp(
+      Map<TopicPartition, Long> timestamps,
+      Map<TopicPartition, Long> found,
+      Map<TopicPartition, Long> latest,
+      String strategy) {
+    SortedMap<TopicPartition, Long> start = TopicPartitions.empty();
+    for (TopicPartition tp : TopicPartitions.sorted(timestamps).keySet()) {
+      Long o = found.get(tp);
+      if (o == null && !strategy.equals("latest")) {
+        throw SourceOptions.refuse(
+            "No offset matched from request of topic-partition "
+                + tp
+                + " and timestamp "
+                + timestamps.get(tp)
+                + ". (as Spark's Kafka source; startingOffsetsByTimestampStrategy = latest starts"
+                + " such a topic-partition at its latest offset)");
+      }
+      start.put(tp, o != null ? o : latest.get(tp));
+    }
+    return start;
+  }
+
+  /**
+   * Where a query starts, per topic-partition read: {@code latest}, {@code earliest}, {@code
+   * specific} (Spark's JSON naming every topic-partition read, -2 earliest and -1 latest), {@code
+   * timestamp} ({@link #startsByTimestamp} of {@code startingTimestamp}, or of {@code
+   * startingOffsetsByTimestamp}, which must name every topic-partition read) or {@code committed}
+   * (the consumer group's offsets, the earliest where it has none).
+   *
+   * @param how one of the five
    * @param specific the JSON's offsets per topic, for {@code specific}
    * @throws IllegalArgumentException {@code specific} does not name exactly the topic-partitions
    *     read (Spark's {@code KafkaOffsetReaderAdmin.fetchSpecificOffsets}: "you must specify all
@@ -123,6 +181,28 @@ final class TopicOffsets implements AutoCloseable {
     switch (how) {
       case "latest" -> start.putAll(latest(tps));
       case "earliest" -> start.putAll(earliest(tps));
+      case "timestamp" -> {
+        Map<TopicPartition, Long> timestamps = new java.util.HashMap<>();
+        if (options.startingTimestamp != null) {
+          tps.forEach(tp -> timestamps.put(tp, options.startingTimestamp));
+        } else {
+          timestamps.putAll(TopicPartitions.flatten(options.startingPartitionTimestamps));
+          if (!timestamps.keySet().equals(tps)) {
+            throw SourceOptions.refuse(
+                "startingOffsetsByTimestamp names topic-partitions "
+                    + TopicPartitions.sorted(timestamps).keySet()
+                    + " but the source reads "
+                    + tps
+                    + ": name every one (as Spark's Kafka source requires)");
+          }
+        }
+        start.putAll(
+            startsByTimestamp(
+                timestamps,
+                offsetsForTimes(timestamps),
+                latest(tps),
+                options.startingTimestampStrategy));
+      }
       case "specific" -> {
         SortedMap<TopicPartition, Long> given = TopicPartitions.flatten(specific);
         if (!given.keySet().equals(tps)) {
