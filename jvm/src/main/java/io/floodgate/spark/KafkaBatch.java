@@ -1,6 +1,7 @@
 package io.floodgate.spark;
 
 import io.floodgate.spark.offsets.TopicPartitions;
+import io.floodgate.spark.read.ExecutorLocations;
 import io.floodgate.spark.read.KafkaRange;
 import io.floodgate.spark.read.KafkaTask;
 import io.floodgate.spark.read.OffsetRangeCalculator;
@@ -44,8 +45,12 @@ final class KafkaBatch implements Batch {
   private final BatchBounds bounds;
   private final Supplier<TopicOffsets> offsets;
 
+  /** The application's executors, sorted, for the tasks' preferred locations (tests: none). */
+  private Supplier<List<String>> executors = List::of;
+
   KafkaBatch(SourceOptions options, StructType schema, RowLayout layout, BatchBounds bounds) {
     this(options, schema, layout, bounds, () -> new TopicOffsets(options));
+    this.executors = ExecutorLocations::current;
   }
 
   /**
@@ -116,7 +121,8 @@ final class KafkaBatch implements Batch {
     }
     return KafkaTask.partitions(
         OffsetRangeCalculator.split(ranges, options.minPartitions, options.maxRecordsPerPartition),
-        options.maxTasks);
+        options.maxTasks,
+        executors.get());
   }
 
   /**

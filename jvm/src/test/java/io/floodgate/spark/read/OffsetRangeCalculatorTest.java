@@ -103,6 +103,50 @@ class OffsetRangeCalculatorTest {
         parts);
   }
 
+  /**
+   * A task reading a whole range prefers the executor Spark's calculator gives its topic-partition
+   * (executors sorted by host then id, descending); parts of a split range prefer none.
+   */
+  @Test
+  void aWholeRangesTaskPrefersTheExecutorSparkPicksForItsPartition() {
+    List<String> executors =
+        ExecutorLocations.sorted(
+            List.of(
+                new ExecutorLocations.Executor("host-a", "1"),
+                new ExecutorLocations.Executor("host-b", "2"),
+                new ExecutorLocations.Executor("host-a", "3")));
+    assertEquals(List.of("executor_host-b_2", "executor_host-a_3", "executor_host-a_1"), executors);
+    List<KafkaRange> ranges = new ArrayList<>();
+    for (int p = 0; p < 12; p++) {
+      ranges.add(range("topic-" + (p % 3), p, 0, 10));
+    }
+    List<KafkaOffsetRange> given = new ArrayList<>();
+    for (KafkaRange r : ranges) {
+      given.add(
+          new KafkaOffsetRange(
+              new TopicPartition(r.topic(), r.partition()), r.start(), r.end(), Option.empty()));
+    }
+    List<KafkaOffsetRange> located =
+        CollectionConverters.asJava(
+            new KafkaOffsetRangeCalculator(Option.empty(), Option.empty())
+                .getRanges(
+                    CollectionConverters.asScala(given).toList(),
+                    CollectionConverters.asScala(executors).toList()));
+    org.apache.spark.sql.connector.read.InputPartition[] tasks =
+        KafkaTask.partitions(ranges, null, executors);
+    for (int i = 0; i < ranges.size(); i++) {
+      assertEquals(
+          List.of(located.get(i).preferredLoc().get()),
+          List.of(tasks[i].preferredLocations()),
+          ranges.get(i).toString());
+    }
+    for (org.apache.spark.sql.connector.read.InputPartition part :
+        KafkaTask.partitions(
+            OffsetRangeCalculator.split(List.of(range("t", 0, 0, 10)), 2, null), null, executors)) {
+      assertEquals(0, part.preferredLocations().length);
+    }
+  }
+
   /** Random micro-batches: the same parts as Spark's calculator, option by option. */
   @Test
   void randomRangesSplitAsSparksCalculatorDoes() {
