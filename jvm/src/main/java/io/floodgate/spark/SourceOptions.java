@@ -16,7 +16,9 @@ import java.util.UUID;
  * ({@code subscribe}, {@code kafka.bootstrap.servers}, {@code startingOffsets}, {@code
  * maxOffsetsPerTrigger}, ...) and Floodgate's own ({@code schema}, {@code schemas}, {@code
  * deadLetterTopic}, ...), with the same names, defaults and refusals as the Python source's {@code
- * pipeline.spark.options.SourceOptions} (docs/reference/spark-kafka-options.md).
+ * pipeline.spark.options.SourceOptions} (docs/reference/spark-kafka-options.md), but for Spark's
+ * options the JVM source alone takes: offsets by timestamp, {@code minPartitions}, {@code
+ * maxRecordsPerPartition} and {@code fetchOffset.*}.
  *
  * <p>Every refusal is an {@link IllegalArgumentException} whose message starts with {@code
  * floodgate_kafka:} and names the option, the value given and what is allowed.
@@ -142,6 +144,15 @@ public final class SourceOptions implements Serializable {
    * ranges split; {@code null}: not given.
    */
   public final Long maxRecordsPerPartition;
+
+  /**
+   * {@code fetchOffset.numRetries}: attempts at a driver's read of offsets or metadata before the
+   * error is raised (Spark's {@code KafkaOffsetReaderAdmin.withRetries}; default 3).
+   */
+  public final int fetchOffsetNumRetries;
+
+  /** {@code fetchOffset.retryIntervalMs}: milliseconds between those attempts (default 1000). */
+  public final long fetchOffsetRetryIntervalMs;
 
   public final String deadLetterTopic;
 
@@ -303,6 +314,14 @@ public final class SourceOptions implements Serializable {
     }
     minPartitions = minParts == null ? null : minParts.intValue();
     maxRecordsPerPartition = opts.whole("maxRecordsPerPartition", 1, "");
+    Long retries = opts.whole("fetchOffset.numRetries", 1, "");
+    if (retries != null && retries > 1000) {
+      throw refuse(
+          "fetchOffset.numRetries = " + retries + "; allowed: a whole number >= 1, <= 1000");
+    }
+    fetchOffsetNumRetries = retries == null ? 3 : retries.intValue();
+    Long interval = opts.whole("fetchOffset.retryIntervalMs", 0, "milliseconds");
+    fetchOffsetRetryIntervalMs = interval == null ? 1000 : interval;
     for (String split : List.of("minPartitions", "maxRecordsPerPartition")) {
       if (opts.get(split) != null && opts.get("maxTasks") != null) {
         throw refuse(
