@@ -35,9 +35,9 @@ FORMATS = ("kafka", "floodgate_kafka", "floodgate_kafka_python")
 BATCH_FORMATS = ("kafka", "floodgate_kafka")
 
 
-def run(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
+def run(spark: Any, fmt: str, options: dict[str, str], name: str = "") -> dict[str, Any]:
     """``QUERY`` over ``format(fmt)`` with ``options``, run to the end of the topic
-    (Trigger.AvailableNow) into a memory table.
+    (Trigger.AvailableNow) into a memory table (its name ends with ``name``).
 
     Returns:
         ``{"schema": <the source's schema as DDL>, "rows": [<row as a list>, ...]}``,
@@ -45,7 +45,7 @@ def run(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
     """
     df = spark.readStream.format(fmt).options(**options).load()
     df.createOrReplaceTempView("src")
-    table = f"compare_{fmt}"
+    table = f"compare_{fmt}{name}"
     query = (
         spark.sql(QUERY)
         .writeStream.format("memory")
@@ -65,12 +65,13 @@ def run_batch(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
     """``QUERY`` over a batch read (``spark.read.format(fmt)``) with ``options``.
 
     Returns:
-        As :func:`run`.
+        As :func:`run`, and ``"tasks"``: the read's input partitions (Spark tasks).
     """
     df = spark.read.format(fmt).options(**options).load()
     df.createOrReplaceTempView("src")
     rows = spark.sql(f"SELECT * FROM ({QUERY}) ORDER BY topic, partition, offset").collect()
     return {
+        "tasks": df.rdd.getNumPartitions(),
         "schema": df.schema.simpleString(),
         "rows": [json.loads(json.dumps(row.asDict(recursive=True), default=str)) for row in rows],
     }
@@ -268,11 +269,33 @@ def loss_scenarios(spark: Any, bootstrap: str) -> dict[str, Any]:
     return out
 
 
+def cases(spark: Any, given: dict[str, Any], formats: list[str]) -> dict[str, Any]:
+    """Several comparisons in this one session: per case name, ``{"mode": "stream" or
+    "batch", "options": {...}}`` run on each of ``formats``.
+
+    Returns:
+        ``{case: {format: result of run or run_batch, or {"error": <message>}}}``.
+    """
+    out: dict[str, Any] = {}
+    for i, (name, case) in enumerate(given.items()):
+        for fmt in formats:
+            try:
+                if case["mode"] == "batch":
+                    result = run_batch(spark, fmt, case["options"])
+                else:
+                    result = run(spark, fmt, case["options"], f"_{i}")
+            except Exception as e:  # the query failed: its message, for the test to show
+                result = {"error": str(e)[:3000]}
+            out.setdefault(name, {})[fmt] = result
+    return out
+
+
 def main(request: dict[str, Any]) -> dict[str, Any]:
     """Run every format of :data:`FORMATS` (of :data:`BATCH_FORMATS` when
     ``request["mode"]`` is ``batch``; only those of ``request["formats"]`` when it
     names some) with ``request["options"]``, or (mode ``loss``) the data-loss
-    scenarios of :func:`loss_scenarios` on ``request["bootstrap"]``; the session's
+    scenarios of :func:`loss_scenarios` on ``request["bootstrap"]``, or (mode
+    ``cases``) the comparisons of ``request["cases"]`` (:func:`cases`); the session's
     JVM starts with ``request["jars"]`` (Spark's connector) given to ``--jars`` in
     ``PYSPARK_SUBMIT_ARGS``, as ``spark-submit --jars`` would: a ``spark.jars`` set
     once the JVM runs does not reach the class path data sources are looked up in."""
@@ -286,6 +309,8 @@ def main(request: dict[str, Any]) -> dict[str, Any]:
         wanted = request.get("formats")
         if request.get("mode") == "loss":
             return loss_scenarios(spark, request["bootstrap"])
+        if request.get("mode") == "cases":
+            return cases(spark, request["cases"], wanted or list(BATCH_FORMATS))
         if request.get("mode") == "batch":
             formats = [f for f in BATCH_FORMATS if wanted is None or f in wanted]
             return {fmt: run_batch(spark, fmt, request["options"]) for fmt in formats}

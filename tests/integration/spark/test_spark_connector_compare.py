@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -245,6 +246,132 @@ def test_a_batch_query_of_a_pattern_reads_the_same_rows_from_both(bootstrap: str
     assert result["floodgate_kafka"]["rows"] == spark["rows"]
 
 
+def _produce_timed(bootstrap: str, topic: str, base_ms: int) -> None:
+    """Twenty tuples over two partitions, tuple ``i`` at Kafka timestamp ``base_ms + 1000
+    * i`` (CreateTime): partition 0 holds the even ones, partition 1 the odd ones."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(20):
+        producer.produce(
+            topic,
+            key=f"key-{i}".encode(),
+            value=f"value-{i}".encode(),
+            partition=i % 2,
+            timestamp=base_ms + 1000 * i,
+        )
+    assert producer.flush(30) == 0
+
+
+@pytest.fixture(scope="module")
+def spark_options(bootstrap: str) -> dict[str, Any]:
+    """Spark's options by timestamp and of range splitting, each case read by Spark's
+    connector and the JVM source, all cases in one session: ``{case: {format: result}}``.
+    A topic of two partitions, tuples one second apart (:func:`_produce_timed`)."""
+    topic = f"compare.options.{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (2, None)})
+    # a minute back: timestamps older than the topic's retention would be deleted at once
+    base = int(time.time() * 1000) - 60_000
+    _produce_timed(bootstrap, topic, base)
+    common = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "includeHeaders": "true"}
+    cases = {
+        # tuple 5 (partition 1) on: partition 0 from tuple 6, partition 1 from tuple 5
+        "starting_timestamp": {
+            "mode": "stream",
+            "options": {**common, "startingTimestamp": str(base + 5000), "minPartitions": "5"},
+        },
+        # partition 0 from tuple 12; partition 1 past its last tuple: latest (nothing)
+        "by_timestamp_latest": {
+            "mode": "stream",
+            "options": {
+                **common,
+                "startingOffsetsByTimestamp": json.dumps(
+                    {topic: {"0": base + 11_500, "1": base + 60_000}}
+                ),
+                "startingOffsetsByTimestampStrategy": "latest",
+                "startingOffsets": "earliest",  # hidden by the timestamps, as in Spark
+            },
+        },
+        # tuples 2 to 14 (ending timestamp excluded), parts of at most 3 offsets
+        "batch_timestamps": {
+            "mode": "batch",
+            "options": {
+                **common,
+                "startingTimestamp": str(base + 2000),
+                "endingTimestamp": str(base + 15_000),
+                "maxRecordsPerPartition": "3",
+            },
+        },
+        "batch_min_partitions": {
+            "mode": "batch",
+            "options": {**common, "startingOffsets": "earliest", "minPartitions": "7"},
+        },
+    }
+    out = compare({}, mode="cases", cases=cases, formats=SEVERAL_TOPICS)
+    out["base"] = base
+    return out
+
+
+def _read(result: dict[str, Any]) -> list[tuple[int, str]]:
+    """``(partition, value)`` of each row, in the order read; the query's error fails."""
+    assert "error" not in result, result["error"]
+    return [(r["partition"], r["value"]) for r in result["rows"]]
+
+
+@pytest.mark.apache_kafka
+def test_starting_timestamp_reads_the_same_rows_from_both(spark_options: dict[str, Any]) -> None:
+    """``startingTimestamp`` (with ``minPartitions`` splitting the ranges): every
+    partition from its first tuple at or after it."""
+    result = spark_options["starting_timestamp"]
+    assert sorted(v for _, v in _read(result["kafka"])) == sorted(
+        f"value-{i}" for i in range(5, 20)
+    )
+    assert _read(result["floodgate_kafka"]) == _read(result["kafka"])
+    assert result["floodgate_kafka"]["rows"] == result["kafka"]["rows"]
+
+
+@pytest.mark.apache_kafka
+def test_starting_offsets_by_timestamp_with_strategy_latest_reads_the_same_rows_from_both(
+    spark_options: dict[str, Any],
+) -> None:
+    """``startingOffsetsByTimestamp`` wins over ``startingOffsets``; a partition with no
+    tuple at or after its timestamp starts at latest
+    (``startingOffsetsByTimestampStrategy = latest``)."""
+    result = spark_options["by_timestamp_latest"]
+    assert _read(result["kafka"]) == [(0, f"value-{i}") for i in range(12, 20, 2)]
+    assert _read(result["floodgate_kafka"]) == _read(result["kafka"])
+    assert result["floodgate_kafka"]["rows"] == result["kafka"]["rows"]
+
+
+@pytest.mark.apache_kafka
+def test_a_batch_between_two_timestamps_split_by_max_records_reads_the_same_rows_from_both(
+    spark_options: dict[str, Any],
+) -> None:
+    """``spark.read`` from ``startingTimestamp`` to ``endingTimestamp`` (the first offset
+    at or after it, not read), ranges of at most ``maxRecordsPerPartition`` offsets."""
+    result = spark_options["batch_timestamps"]
+    assert sorted(v for _, v in _read(result["kafka"])) == sorted(
+        f"value-{i}" for i in range(2, 15)
+    )
+    assert _read(result["floodgate_kafka"]) == _read(result["kafka"])
+    assert result["floodgate_kafka"]["rows"] == result["kafka"]["rows"]
+    # partition 0 offsets [1, 8): 3 parts; partition 1 [1, 7): 2 parts
+    assert result["kafka"]["tasks"] == 5
+    assert result["floodgate_kafka"]["tasks"] == result["kafka"]["tasks"]
+
+
+@pytest.mark.apache_kafka
+def test_a_batch_split_by_min_partitions_reads_the_same_rows_from_both(
+    spark_options: dict[str, Any],
+) -> None:
+    """``spark.read`` of the whole topic with ``minPartitions`` above its partitions."""
+    result = spark_options["batch_min_partitions"]
+    assert len(_read(result["kafka"])) == 20
+    assert _read(result["floodgate_kafka"]) == _read(result["kafka"])
+    assert result["floodgate_kafka"]["rows"] == result["kafka"]["rows"]
+    # two ranges of 10 offsets, each round(10 / 20 * 7) = 4 parts
+    assert result["kafka"]["tasks"] == 8
+    assert result["floodgate_kafka"]["tasks"] == result["kafka"]["tasks"]
+
+
 @pytest.fixture(scope="module")
 def loss(bootstrap: str) -> dict[str, Any]:
     """Every data-loss scenario (``connector_compare.loss_scenarios``) on Spark's
@@ -306,10 +433,12 @@ def compare(
     mode: str = "stream",
     formats: list[str] | None = None,
     bootstrap: str | None = None,
+    cases: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``connector_compare`` in a process of its own (the connector's jars on the
     class path of its JVM): per format, the schema and the rows (``formats``: only
-    those); mode ``loss``: the data-loss scenarios on ``bootstrap``."""
+    those); mode ``loss``: the data-loss scenarios on ``bootstrap``; mode ``cases``:
+    each of ``cases`` (``connector_compare.cases``)."""
     jars = jars_spark_lacks(fetch_connector(), Path(pyspark.__file__).parent / "jars")
     request = {
         "options": options,
@@ -317,6 +446,7 @@ def compare(
         "mode": mode,
         "formats": formats,
         "bootstrap": bootstrap,
+        "cases": cases,
     }
     done = subprocess.run(
         [sys.executable, "-m", "tests.integration.spark.connector_compare", json.dumps(request)],

@@ -1,8 +1,10 @@
 package io.floodgate.spark;
 
 import io.floodgate.spark.offsets.TopicPartitions;
+import io.floodgate.spark.read.ExecutorLocations;
 import io.floodgate.spark.read.KafkaRange;
 import io.floodgate.spark.read.KafkaTask;
+import io.floodgate.spark.read.OffsetRangeCalculator;
 import io.floodgate.spark.read.RangeReaderFactory;
 import io.floodgate.spark.read.RowLayout;
 import io.floodgate.spark.read.SourceAccumulators;
@@ -43,8 +45,12 @@ final class KafkaBatch implements Batch {
   private final BatchBounds bounds;
   private final Supplier<TopicOffsets> offsets;
 
+  /** The application's executors, sorted, for the tasks' preferred locations (tests: none). */
+  private Supplier<List<String>> executors = List::of;
+
   KafkaBatch(SourceOptions options, StructType schema, RowLayout layout, BatchBounds bounds) {
     this(options, schema, layout, bounds, () -> new TopicOffsets(options));
+    this.executors = ExecutorLocations::current;
   }
 
   /**
@@ -90,7 +96,8 @@ final class KafkaBatch implements Batch {
       if (how.equals("earliest")) {
         start = withSwept(start);
       }
-      SortedMap<TopicPartition, Long> end = bounds.ends(offsets.latest(start.keySet()));
+      SortedMap<TopicPartition, Long> end =
+          bounds.ends(offsets.latest(start.keySet()), offsets::offsetsForTimes);
       for (Map.Entry<TopicPartition, Long> e : end.entrySet()) {
         TopicPartition tp = e.getKey();
         long from = start.get(tp);
@@ -112,7 +119,10 @@ final class KafkaBatch implements Batch {
         }
       }
     }
-    return KafkaTask.partitions(ranges, options.maxTasks);
+    return KafkaTask.partitions(
+        OffsetRangeCalculator.split(ranges, options.minPartitions, options.maxRecordsPerPartition),
+        options.maxTasks,
+        executors.get());
   }
 
   /**

@@ -7,8 +7,10 @@ import io.floodgate.spark.offsets.InitialOffsetLog;
 import io.floodgate.spark.offsets.SourceOffset;
 import io.floodgate.spark.offsets.TopicPartitions;
 import io.floodgate.spark.offsets.WatermarkLog;
+import io.floodgate.spark.read.ExecutorLocations;
 import io.floodgate.spark.read.KafkaRange;
 import io.floodgate.spark.read.KafkaTask;
+import io.floodgate.spark.read.OffsetRangeCalculator;
 import io.floodgate.spark.read.RangeReaderFactory;
 import io.floodgate.spark.read.RowLayout;
 import io.floodgate.spark.read.SourceAccumulators;
@@ -112,6 +114,8 @@ public final class KafkaMicroBatchStream
    */
   private final Map<TopicPartition, Long> addedStarts = new HashMap<>();
 
+  private final Supplier<List<String>> executors;
+
   KafkaMicroBatchStream(
       SourceOptions options,
       StructType schema,
@@ -125,7 +129,8 @@ public final class KafkaMicroBatchStream
         aligner,
         firstOffsets,
         new TopicOffsets(options),
-        SourceAccumulators.register(SparkContext.getOrCreate(), options.stream));
+        SourceAccumulators.register(SparkContext.getOrCreate(), options.stream),
+        ExecutorLocations::current);
   }
 
   /**
@@ -142,6 +147,23 @@ public final class KafkaMicroBatchStream
       InitialOffsetLog firstOffsets,
       TopicOffsets offsets,
       SourceAccumulators accumulators) {
+    this(options, schema, layout, aligner, firstOffsets, offsets, accumulators, List::of);
+  }
+
+  /**
+   * @param executors the application's executors, sorted ({@link ExecutorLocations#current}), read
+   *     at each planning for the tasks' preferred locations
+   */
+  private KafkaMicroBatchStream(
+      SourceOptions options,
+      StructType schema,
+      RowLayout layout,
+      EventTimeAligner aligner,
+      InitialOffsetLog firstOffsets,
+      TopicOffsets offsets,
+      SourceAccumulators accumulators,
+      Supplier<List<String>> executors) {
+    this.executors = executors;
     this.options = options;
     this.schema = schema;
     this.layout = layout;
@@ -513,7 +535,10 @@ public final class KafkaMicroBatchStream
             new KafkaRange(tp.topic(), tp.partition(), from, e.getValue(), watermark, batch));
       }
     }
-    return KafkaTask.partitions(ranges, options.maxTasks);
+    return KafkaTask.partitions(
+        OffsetRangeCalculator.split(ranges, options.minPartitions, options.maxRecordsPerPartition),
+        options.maxTasks,
+        executors.get());
   }
 
   @Override

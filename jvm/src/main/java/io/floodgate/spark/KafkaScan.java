@@ -45,10 +45,9 @@ final class KafkaScan implements Scan {
    */
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-    if (bounds.endingOffsets != null) {
-      throw SourceOptions.refuse(
-          "option 'endingOffsets' is not supported in a streaming query: it applies to batch"
-              + " queries only (spark.read), as in Spark's Kafka source");
+    String refusal = bounds.streamingRefusal();
+    if (refusal != null) {
+      throw SourceOptions.refuse(refusal);
     }
     RowLayout layout = new RowLayout(required, FloodgateKafkaProvider.avroSchema(options), options);
     EventTimeAligner aligner =

@@ -16,7 +16,9 @@ import java.util.UUID;
  * ({@code subscribe}, {@code kafka.bootstrap.servers}, {@code startingOffsets}, {@code
  * maxOffsetsPerTrigger}, ...) and Floodgate's own ({@code schema}, {@code schemas}, {@code
  * deadLetterTopic}, ...), with the same names, defaults and refusals as the Python source's {@code
- * pipeline.spark.options.SourceOptions} (docs/reference/spark-kafka-options.md).
+ * pipeline.spark.options.SourceOptions} (docs/reference/spark-kafka-options.md), but for Spark's
+ * options the JVM source alone takes: offsets by timestamp, {@code minPartitions}, {@code
+ * maxRecordsPerPartition} and {@code fetchOffset.*}.
  *
  * <p>Every refusal is an {@link IllegalArgumentException} whose message starts with {@code
  * floodgate_kafka:} and names the option, the value given and what is allowed.
@@ -47,23 +49,13 @@ public final class SourceOptions implements Serializable {
         "it applies to batch queries only (Spark's Kafka source refuses it in streaming queries"
             + " too), and the source is a streaming source");
     REFUSED_OPTIONS.put(
-        "startingTimestamp", "offsets by timestamp are not supported; use startingOffsets");
+        BatchBounds.ENDING_TIMESTAMP,
+        "it applies to batch queries only (Spark's Kafka source ignores it in streaming"
+            + " queries), and the source is a streaming source");
     REFUSED_OPTIONS.put(
-        "startingOffsetsByTimestamp",
-        "offsets by timestamp are not supported; use startingOffsets");
-    REFUSED_OPTIONS.put(
-        "startingOffsetsByTimestampStrategy",
-        "offsets by timestamp are not supported; use startingOffsets");
-    REFUSED_OPTIONS.put("endingTimestamp", "it applies to batch queries only");
-    REFUSED_OPTIONS.put("endingOffsetsByTimestamp", "it applies to batch queries only");
-    REFUSED_OPTIONS.put(
-        "minPartitions",
-        "the source never splits a Kafka partition over tasks; it groups them (maxTasks)"
-            + " instead");
-    REFUSED_OPTIONS.put(
-        "maxRecordsPerPartition",
-        "the source never splits a Kafka partition over tasks; bound a micro-batch with"
-            + " maxOffsetsPerTrigger");
+        BatchBounds.ENDING_OFFSETS_BY_TIMESTAMP,
+        "it applies to batch queries only (Spark's Kafka source refuses it in streaming"
+            + " queries too), and the source is a streaming source");
     REFUSED_CLIENT_PROPERTIES.put(
         "auto.offset.reset",
         "the source decides where to start (startingOffsets) and what a lost offset does"
@@ -117,6 +109,50 @@ public final class SourceOptions implements Serializable {
    * and partitions in order; empty for a word.
    */
   public final SortedMap<String, SortedMap<Integer, Long>> startingPartitionOffsets;
+
+  /**
+   * {@code startingTimestamp}: every topic-partition read starts at its first offset whose Kafka
+   * timestamp is at or after this (epoch ms), as Spark's {@code GlobalTimestampRangeLimit}; {@code
+   * null}: not given. Given, it wins over {@code startingOffsetsByTimestamp} and {@code
+   * startingOffsets} (kind {@code timestamp}).
+   */
+  public final Long startingTimestamp;
+
+  /**
+   * {@code startingOffsetsByTimestamp}: topic to partition to timestamp (epoch ms), Spark's {@code
+   * SpecificTimestampRangeLimit}; empty when not given or when {@code startingTimestamp} is. Given,
+   * it wins over {@code startingOffsets} (kind {@code timestamp}).
+   */
+  public final SortedMap<String, SortedMap<Integer, Long>> startingPartitionTimestamps;
+
+  /**
+   * {@code startingOffsetsByTimestampStrategy}: what a topic-partition with no offset at or after
+   * its starting timestamp does: {@code error} (the default, as Spark) or {@code latest} (it starts
+   * at its latest offset).
+   */
+  public final String startingTimestampStrategy;
+
+  /**
+   * {@code minPartitions}: least Spark tasks a micro-batch or batch query is read with, a Kafka
+   * partition's range split over several tasks when there are fewer ({@code
+   * io.floodgate.spark.read.OffsetRangeCalculator}); {@code null}: not given.
+   */
+  public final Integer minPartitions;
+
+  /**
+   * {@code maxRecordsPerPartition}: most offsets a Spark task reads of a Kafka partition, longer
+   * ranges split; {@code null}: not given.
+   */
+  public final Long maxRecordsPerPartition;
+
+  /**
+   * {@code fetchOffset.numRetries}: attempts at a driver's read of offsets or metadata before the
+   * error is raised (Spark's {@code KafkaOffsetReaderAdmin.withRetries}; default 3).
+   */
+  public final int fetchOffsetNumRetries;
+
+  /** {@code fetchOffset.retryIntervalMs}: milliseconds between those attempts (default 1000). */
+  public final long fetchOffsetRetryIntervalMs;
 
   public final String deadLetterTopic;
 
@@ -247,12 +283,56 @@ public final class SourceOptions implements Serializable {
     client = Collections.unmodifiableMap(clientProps);
     Long maxRows = opts.whole("maxRowsPerTrigger", 1, "");
     maxRowsPerTrigger = maxRows != null ? maxRows : opts.whole("maxOffsetsPerTrigger", 1, "");
-    Object[] starting = opts.startingOffsets(named, namedGroup ? "committed" : "latest");
-    startingOffsets = (String) starting[0];
+    // Spark's precedence: startingTimestamp, then startingOffsetsByTimestamp, then
+    // startingOffsets (KafkaSourceProvider.getKafkaOffsetRangeLimit); one given hides the next.
+    boolean byTime =
+        opts.get("startingTimestamp") != null || opts.get("startingOffsetsByTimestamp") != null;
+    Object[] starting =
+        byTime
+            ? new Object[] {"timestamp", new TreeMap<String, SortedMap<Integer, Long>>()}
+            : opts.startingOffsets(named, namedGroup ? "committed" : "latest");
     @SuppressWarnings("unchecked")
     SortedMap<String, SortedMap<Integer, Long>> partitionOffsets =
         (SortedMap<String, SortedMap<Integer, Long>>) starting[1];
     startingPartitionOffsets = partitionOffsets;
+    startingTimestampStrategy =
+        opts.choiceIgnoringCase(
+            "startingOffsetsByTimestampStrategy", List.of("error", "latest"), "error");
+    startingTimestamp = opts.timestamp("startingTimestamp");
+    startingPartitionTimestamps =
+        startingTimestamp != null
+            ? new TreeMap<>()
+            : opts.partitionTimestamps("startingOffsetsByTimestamp", named);
+    startingOffsets =
+        startingTimestamp != null || !startingPartitionTimestamps.isEmpty()
+            ? "timestamp"
+            : (String) starting[0];
+    Long minParts = opts.whole("minPartitions", 1, "");
+    if (minParts != null && minParts > Integer.MAX_VALUE) {
+      throw refuse(
+          "minPartitions = " + minParts + "; allowed: a whole number >= 1 and <= 2147483647");
+    }
+    minPartitions = minParts == null ? null : minParts.intValue();
+    maxRecordsPerPartition = opts.whole("maxRecordsPerPartition", 1, "");
+    Long retries = opts.whole("fetchOffset.numRetries", 1, "");
+    if (retries != null && retries > 1000) {
+      throw refuse(
+          "fetchOffset.numRetries = " + retries + "; allowed: a whole number >= 1, <= 1000");
+    }
+    fetchOffsetNumRetries = retries == null ? 3 : retries.intValue();
+    Long interval = opts.whole("fetchOffset.retryIntervalMs", 0, "milliseconds");
+    fetchOffsetRetryIntervalMs = interval == null ? 1000 : interval;
+    for (String split : List.of("minPartitions", "maxRecordsPerPartition")) {
+      if (opts.get(split) != null && opts.get("maxTasks") != null) {
+        throw refuse(
+            "options '"
+                + split
+                + "' and 'maxTasks' go not together: "
+                + split
+                + " splits a Kafka partition's range over more tasks, maxTasks deals ranges"
+                + " out to fewer; give one of them");
+      }
+    }
     failOnDataLoss = opts.flag("failOnDataLoss", true);
     if (!failOnDataLoss && opts.get("sweepCatalog") != null) {
       throw refuse(
@@ -435,12 +515,97 @@ public final class SourceOptions implements Serializable {
       return value;
     }
 
+    /** {@link #choice} of a value in any case, returned in lower case (as Spark's enumerations). */
+    String choiceIgnoringCase(String key, List<String> allowed, String fallback) {
+      String value = values.getOrDefault(key.toLowerCase(Locale.ROOT), fallback);
+      if (!allowed.contains(value.strip().toLowerCase(Locale.ROOT))) {
+        throw refuse(key + " = " + repr(value) + "; allowed: " + String.join(", ", allowed));
+      }
+      return value.strip().toLowerCase(Locale.ROOT);
+    }
+
     String choice(String key, List<String> allowed, String fallback) {
       String value = values.getOrDefault(key.toLowerCase(Locale.ROOT), fallback);
       if (!allowed.contains(value)) {
         throw refuse(key + " = " + repr(value) + "; allowed: " + String.join(", ", allowed));
       }
       return value;
+    }
+
+    /**
+     * A timestamp option, as Spark's {@code getKafkaOffsetRangeLimit} reads one: the value trimmed,
+     * a whole number of milliseconds since the epoch ({@code null}: not given).
+     *
+     * @throws IllegalArgumentException not a whole number, or below 0 (Kafka's {@code
+     *     offsetsForTimes} takes none)
+     */
+    Long timestamp(String key) {
+      String text = get(key);
+      if (text == null) {
+        return null;
+      }
+      String trimmed = text.strip();
+      Long value =
+          !trimmed.isEmpty() && trimmed.chars().allMatch(Character::isDigit)
+              ? parseLong(trimmed)
+              : null;
+      if (value == null) {
+        throw refuse(
+            key
+                + " = "
+                + repr(text)
+                + ": Expected a single long value, got "
+                + trimmed
+                + " (as Spark's Kafka source); allowed: milliseconds since the epoch, >= 0");
+      }
+      return value;
+    }
+
+    /**
+     * {@code startingOffsetsByTimestamp}'s JSON {@code {"<topic>": {"<partition>": <epoch ms>}}}
+     * (Spark's {@code JsonUtils.partitionTimestamps}); empty when not given. Its topics must be
+     * topics read, as {@code startingOffsets}' are; that it names every topic-partition read is
+     * checked when the query starts.
+     */
+    SortedMap<String, SortedMap<Integer, Long>> partitionTimestamps(String key, Named named) {
+      String text = get(key);
+      if (text == null) {
+        return new TreeMap<>();
+      }
+      String allowed =
+          "; allowed: JSON {\"<topic>\": {\"<partition>\": <epoch ms>}, ...}, timestamps >= 0,"
+              + " as Spark's Kafka source";
+      SortedMap<String, SortedMap<Integer, Long>> timestamps;
+      try {
+        timestamps = Assignment.allOffsets(text.strip());
+      } catch (IllegalArgumentException e) {
+        throw refuse(key + " = " + repr(text) + allowed);
+      }
+      boolean bad = timestamps.isEmpty();
+      for (SortedMap<Integer, Long> perTopic : timestamps.values()) {
+        bad |= perTopic.isEmpty() || perTopic.firstKey() < 0;
+        for (long t : perTopic.values()) {
+          bad |= t < 0;
+        }
+      }
+      if (bad) {
+        throw refuse(key + " = " + repr(text) + allowed);
+      }
+      if (named.topics != null) {
+        for (String t : timestamps.keySet()) {
+          if (!named.topics.contains(t)) {
+            throw refuse(
+                key
+                    + " names topic "
+                    + repr(t)
+                    + ", which "
+                    + named.key
+                    + " does not; allowed: the topics read "
+                    + pyList(named.topics));
+          }
+        }
+      }
+      return timestamps;
     }
 
     boolean flag(String key, boolean fallback) {

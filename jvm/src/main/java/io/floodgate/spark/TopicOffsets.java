@@ -22,6 +22,13 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * commits, and where a query starts ({@code startingOffsets}). One consumer (read committed, never
  * subscribing), made on first use.
  *
+ * <p>Every read is tried up to {@code fetchOffset.numRetries} times (default 3), {@code
+ * fetchOffset.retryIntervalMs} apart (default 1000), with a new consumer each time, as Spark's
+ * {@code KafkaOffsetReaderAdmin.withRetries} does over a short broker outage; only Kafka's errors
+ * are tried again (Spark tries any), not the options' refusals, and not a read that timed out: the
+ * consumer itself waits and retries for its 60 s, and a topic deleted meanwhile is found by the
+ * listing after it ({@link #latest()}), which three times 60 s would only delay.
+ *
  * <p>Not thread-safe: the driver's planning thread uses it.
  */
 final class TopicOffsets implements AutoCloseable {
@@ -29,7 +36,12 @@ final class TopicOffsets implements AutoCloseable {
 
   private final SourceOptions options;
   private final Subscription subscription;
+  private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(TopicOffsets.class);
+
   private Consumer<byte[], byte[]> consumer;
+
+  /** Whether the consumer was given (tests): kept across attempts instead of made anew. */
+  private final boolean given;
 
   TopicOffsets(SourceOptions options) {
     this(options, null);
@@ -43,6 +55,44 @@ final class TopicOffsets implements AutoCloseable {
     this.options = options;
     this.subscription = new Subscription(options);
     this.consumer = consumer;
+    this.given = consumer != null;
+  }
+
+  /**
+   * {@code read}, tried again on a Kafka error up to {@code fetchOffset.numRetries} attempts in
+   * all, {@code fetchOffset.retryIntervalMs} apart, the consumer closed and made anew in between
+   * (Spark's {@code withRetries} and {@code resetAdmin}).
+   *
+   * @throws org.apache.kafka.common.KafkaException the last attempt's error
+   */
+  private <T> T retrying(String what, java.util.function.Supplier<T> read) {
+    for (int attempt = 1; ; attempt++) {
+      try {
+        return read.get();
+      } catch (org.apache.kafka.common.KafkaException e) {
+        if (attempt >= options.fetchOffsetNumRetries || e instanceof TimeoutException) {
+          throw e;
+        }
+        LOG.warn(
+            "source {}: reading {} failed (attempt {} of {}), trying again in {} ms: {}",
+            options.stream,
+            what,
+            attempt,
+            options.fetchOffsetNumRetries,
+            options.fetchOffsetRetryIntervalMs,
+            e.toString());
+        if (!given && consumer != null) {
+          consumer.close(Duration.ZERO);
+          consumer = null;
+        }
+        try {
+          Thread.sleep(options.fetchOffsetRetryIntervalMs);
+        } catch (InterruptedException stop) {
+          Thread.currentThread().interrupt();
+          throw new org.apache.kafka.common.errors.InterruptException(stop);
+        }
+      }
+    }
   }
 
   Consumer<byte[], byte[]> consumer() {
@@ -63,7 +113,7 @@ final class TopicOffsets implements AutoCloseable {
    * @throws IllegalArgumentException {@code assign} names partitions a topic does not have
    */
   SortedSet<TopicPartition> topicPartitions() {
-    return subscription.partitions(consumer());
+    return retrying("the topic-partitions", () -> subscription.partitions(consumer()));
   }
 
   /**
@@ -94,7 +144,9 @@ final class TopicOffsets implements AutoCloseable {
     if (tps.isEmpty()) {
       return TopicPartitions.empty();
     }
-    return TopicPartitions.sorted(consumer().endOffsets(tps, READ_TIMEOUT));
+    return retrying(
+        "the latest offsets",
+        () -> TopicPartitions.sorted(consumer().endOffsets(tps, READ_TIMEOUT)));
   }
 
   /** The earliest offsets the broker holds of {@code tps}. */
@@ -102,15 +154,76 @@ final class TopicOffsets implements AutoCloseable {
     if (tps.isEmpty()) {
       return TopicPartitions.empty();
     }
-    return TopicPartitions.sorted(consumer().beginningOffsets(tps, READ_TIMEOUT));
+    return retrying(
+        "the earliest offsets",
+        () -> TopicPartitions.sorted(consumer().beginningOffsets(tps, READ_TIMEOUT)));
+  }
+
+  /**
+   * Kafka's {@code offsetsForTimes}: per topic-partition of {@code timestamps} (epoch ms), the
+   * first offset whose timestamp is at or after it; a topic-partition with none is left out.
+   */
+  Map<TopicPartition, Long> offsetsForTimes(Map<TopicPartition, Long> timestamps) {
+    Map<TopicPartition, Long> out = new java.util.HashMap<>();
+    if (timestamps.isEmpty()) {
+      return out;
+    }
+    retrying(
+            "the offsets for timestamps",
+            () -> consumer().offsetsForTimes(timestamps, READ_TIMEOUT))
+        .forEach(
+            (tp, found) -> {
+              if (found != null) {
+                out.put(tp, found.offset());
+              }
+            });
+    return out;
+  }
+
+  /**
+   * Where a query starts by timestamp ({@code startingTimestamp} or {@code
+   * startingOffsetsByTimestamp}), as Spark's {@code KafkaOffsetReaderAdmin.readTimestampOffsets}
+   * does: each topic-partition at its first offset whose timestamp is at or after its starting
+   * timestamp; one with none fails the query ({@code startingOffsetsByTimestampStrategy = error},
+   * with Spark's message) or starts at its latest offset ({@code latest}).
+   *
+   * @param timestamps the starting timestamp of every topic-partition read (epoch ms)
+   * @param found {@link #offsetsForTimes} of them
+   * @param latest the latest offsets of the topic-partitions read
+   * @param strategy {@code error} or {@code latest}
+   * @throws IllegalArgumentException a topic-partition with no offset at or after its timestamp,
+   *     with strategy {@code error}
+   */
+  static SortedMap<TopicPartition, Long> startsByTimestamp(
+      Map<TopicPartition, Long> timestamps,
+      Map<TopicPartition, Long> found,
+      Map<TopicPartition, Long> latest,
+      String strategy) {
+    SortedMap<TopicPartition, Long> start = TopicPartitions.empty();
+    for (TopicPartition tp : TopicPartitions.sorted(timestamps).keySet()) {
+      Long o = found.get(tp);
+      if (o == null && !strategy.equals("latest")) {
+        throw SourceOptions.refuse(
+            "No offset matched from request of topic-partition "
+                + tp
+                + " and timestamp "
+                + timestamps.get(tp)
+                + ". (as Spark's Kafka source; startingOffsetsByTimestampStrategy = latest starts"
+                + " such a topic-partition at its latest offset)");
+      }
+      start.put(tp, o != null ? o : latest.get(tp));
+    }
+    return start;
   }
 
   /**
    * Where a query starts, per topic-partition read: {@code latest}, {@code earliest}, {@code
-   * specific} (Spark's JSON naming every topic-partition read, -2 earliest and -1 latest) or {@code
-   * committed} (the consumer group's offsets, the earliest where it has none).
+   * specific} (Spark's JSON naming every topic-partition read, -2 earliest and -1 latest), {@code
+   * timestamp} ({@link #startsByTimestamp} of {@code startingTimestamp}, or of {@code
+   * startingOffsetsByTimestamp}, which must name every topic-partition read) or {@code committed}
+   * (the consumer group's offsets, the earliest where it has none).
    *
-   * @param how one of the four
+   * @param how one of the five
    * @param specific the JSON's offsets per topic, for {@code specific}
    * @throws IllegalArgumentException {@code specific} does not name exactly the topic-partitions
    *     read (Spark's {@code KafkaOffsetReaderAdmin.fetchSpecificOffsets}: "you must specify all
@@ -123,6 +236,28 @@ final class TopicOffsets implements AutoCloseable {
     switch (how) {
       case "latest" -> start.putAll(latest(tps));
       case "earliest" -> start.putAll(earliest(tps));
+      case "timestamp" -> {
+        Map<TopicPartition, Long> timestamps = new java.util.HashMap<>();
+        if (options.startingTimestamp != null) {
+          tps.forEach(tp -> timestamps.put(tp, options.startingTimestamp));
+        } else {
+          timestamps.putAll(TopicPartitions.flatten(options.startingPartitionTimestamps));
+          if (!timestamps.keySet().equals(tps)) {
+            throw SourceOptions.refuse(
+                "startingOffsetsByTimestamp names topic-partitions "
+                    + TopicPartitions.sorted(timestamps).keySet()
+                    + " but the source reads "
+                    + tps
+                    + ": name every one (as Spark's Kafka source requires)");
+          }
+        }
+        start.putAll(
+            startsByTimestamp(
+                timestamps,
+                offsetsForTimes(timestamps),
+                latest(tps),
+                options.startingTimestampStrategy));
+      }
       case "specific" -> {
         SortedMap<TopicPartition, Long> given = TopicPartitions.flatten(specific);
         if (!given.keySet().equals(tps)) {
@@ -155,7 +290,11 @@ final class TopicOffsets implements AutoCloseable {
       default -> {
         SortedMap<TopicPartition, Long> low = earliest(tps);
         Map<TopicPartition, OffsetAndMetadata> committed =
-            tps.isEmpty() ? Map.of() : consumer().committed(new HashSet<>(tps), READ_TIMEOUT);
+            tps.isEmpty()
+                ? Map.of()
+                : retrying(
+                    "the committed offsets",
+                    () -> consumer().committed(new HashSet<>(tps), READ_TIMEOUT));
         for (TopicPartition tp : tps) {
           OffsetAndMetadata c = committed.get(tp);
           start.put(tp, c != null ? c.offset() : low.get(tp));

@@ -27,9 +27,31 @@ public record KafkaTask(KafkaRange[] ranges, String[] preferredExecutors)
    * tasks of {@link #group}, with no preferred executor.
    */
   public static InputPartition[] partitions(List<KafkaRange> ranges, Long maxTasks) {
+    return partitions(ranges, maxTasks, List.of());
+  }
+
+  /**
+   * The input partitions of a scan of {@code ranges}: the tasks of {@link #group}; a task that
+   * reads a topic-partition's whole range prefers the executor {@link ExecutorLocations#of} names,
+   * as Spark's Kafka source does, so that executor's pooled consumer reads on. A task of several
+   * ranges ({@code maxTasks}) or of part of a split range prefers none, as Spark's split ranges.
+   *
+   * @param executors the executors' locations, sorted ({@link ExecutorLocations#current})
+   */
+  public static InputPartition[] partitions(
+      List<KafkaRange> ranges, Long maxTasks, List<String> executors) {
+    java.util.Map<String, Integer> perPartition = new java.util.HashMap<>();
+    ranges.forEach(r -> perPartition.merge(r.topic() + "-" + r.partition(), 1, Integer::sum));
     List<InputPartition> tasks = new ArrayList<>();
     for (KafkaRange[] task : group(ranges, maxTasks)) {
-      tasks.add(new KafkaTask(task, new String[0]));
+      boolean whole =
+          task.length == 1 && perPartition.get(task[0].topic() + "-" + task[0].partition()) == 1;
+      tasks.add(
+          new KafkaTask(
+              task,
+              whole
+                  ? ExecutorLocations.of(task[0].topic(), task[0].partition(), executors)
+                  : new String[0]));
     }
     return tasks.toArray(new InputPartition[0]);
   }
