@@ -84,9 +84,8 @@ def test_one_query_reads_the_same_rows_from_sparks_connector_and_floodgates_sour
     result = compare(options)
     spark = result["kafka"]
     assert len(spark["rows"]) == 23 - 2  # partition 1 from offset 2
-    for source in ("floodgate_kafka", "floodgate_kafka_python"):
-        assert result[source]["schema"] == spark["schema"], source
-        assert result[source]["rows"] == spark["rows"], source
+    assert result["floodgate_kafka"]["schema"] == spark["schema"]
+    assert result["floodgate_kafka"]["rows"] == spark["rows"]
 
 
 @pytest.mark.apache_kafka
@@ -116,10 +115,6 @@ def test_one_batch_query_reads_the_same_rows_from_sparks_connector_and_the_jvm_s
     assert result["floodgate_kafka"]["rows"] == spark["rows"]
 
 
-#: The formats that read several topics (the Python source reads one so far).
-SEVERAL_TOPICS = ["kafka", "floodgate_kafka"]
-
-
 @pytest.mark.apache_kafka
 def test_a_query_of_two_subscribed_topics_reads_the_same_rows_from_both(bootstrap: str) -> None:
     """``subscribe`` of two topics, ``startingOffsets`` JSON over both (Spark: every
@@ -138,7 +133,7 @@ def test_a_query_of_two_subscribed_topics_reads_the_same_rows_from_both(bootstra
         "includeHeaders": "true",
         "failOnDataLoss": "true",
     }
-    result = compare(options, formats=SEVERAL_TOPICS)
+    result = compare(options)
     spark = result["kafka"]
     assert {r["topic"] for r in spark["rows"]} == {first, second}
     assert len(spark["rows"]) == (23 - 2) + (9 - 4)
@@ -162,7 +157,7 @@ def test_a_query_of_partitions_of_two_topics_assigned_reads_the_same_rows_from_b
         "startingOffsets": json.dumps({first: {"1": -2}, second: {"0": 3}}),
         "includeHeaders": "true",
     }
-    result = compare(options, formats=SEVERAL_TOPICS)
+    result = compare(options)
     spark = result["kafka"]
     assert {(r["topic"], r["partition"]) for r in spark["rows"]} == {(first, 1), (second, 0)}
     assert len(spark["rows"]) == 8 + (9 - 3)  # first's partition 1 holds every third tuple
@@ -190,7 +185,7 @@ def test_a_query_of_a_pattern_reads_the_same_rows_from_both(bootstrap: str) -> N
         "startingOffsets": "earliest",
         "includeHeaders": "true",
     }
-    result = compare(options, formats=SEVERAL_TOPICS)
+    result = compare(options)
     spark = result["kafka"]
     assert {r["topic"] for r in spark["rows"]} == set(matching)
     assert len(spark["rows"]) == 14

@@ -156,6 +156,7 @@ def test_the_removed_source_setting_is_refused_from_the_environment_too(
     with pytest.raises(ConfigError) as info:
         parse_query_group(raw, env={"FLOODGATE__QUERY_GROUP__SOURCE": "python"})
     assert info.value.key == "query_group.source"
+    assert "removed with the Python source" in str(info.value)
 
 
 def test_unknown_key_in_a_stream_lists_that_sections_keys(raw: dict[str, Any]) -> None:
