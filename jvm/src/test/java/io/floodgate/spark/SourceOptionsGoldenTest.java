@@ -20,10 +20,10 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestFactory;
 
 /**
- * {@link SourceOptions#parse} against {@code tests/golden/options/cases.json}, which holds what the
- * Python source's {@code SourceOptions.parse} makes of each option map (written by {@code
- * tests/golden/make_options.py}): the same fields, by their camel-case names, or a refusal whose
- * message contains the Python message.
+ * {@link SourceOptions#parse} against {@code tests/golden/options/cases.json}, the specification
+ * edited by hand in review (tests/golden/README.md) of what the source makes of each option map:
+ * the fields, by the camel-case names of their Python names, or a refusal whose message contains
+ * the given text.
  */
 class SourceOptionsGoldenTest {
   private static final JsonNode CASES = Golden.read("options/cases.json");
