@@ -21,8 +21,8 @@ import org.junit.jupiter.api.TestFactory;
 /**
  * {@link PartitionOffsets} against {@code tests/golden/offsets/}: the texts of the source's offsets
  * in Spark's offset log, the specification edited by hand in review (tests/golden/README.md; the
- * removed Python source wrote the same, so its checkpoints resume here). The source must write
- * them byte for byte and read them, and the form Spark's own Kafka source writes, back to the same
+ * removed Python source wrote the same, so its checkpoints resume here). The source must write them
+ * byte for byte and read them, and the form Spark's own Kafka source writes, back to the same
  * offsets.
  */
 class PartitionOffsetsGoldenTest {
