@@ -160,7 +160,6 @@ def test_the_key_column_is_decoded_and_bad_keys_are_dead_lettered(
         )
 
 
-@pytest.mark.parametrize("group_source", ["jvm", "python"])
 def test_a_query_group_reads_a_confluent_keyed_stream(
     bootstrap: str,
     registry_url: str,
@@ -169,13 +168,10 @@ def test_a_query_group_reads_a_confluent_keyed_stream(
     flights: list[dict[str, Any]],
     run_id: str,
     tmp_path: Path,
-    group_source: str,
 ) -> None:
     """The query group passes ``key_encoding`` on to its source (``keyEncoding``,
     ``keyFields``, the registry): every tuple is read, and a raw key is dead-lettered."""
-    raw = flights_raw_config(
-        run_id, tmp_path / "checkpoints", only_passthrough=True, source=group_source
-    )
+    raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
     raw["input_streams"]["flights"]["key_encoding"] = "confluent"
     raw["schema_registry"] = {"url": registry_url}
     config = parse_query_group(raw, env={})
