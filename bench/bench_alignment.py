@@ -57,11 +57,9 @@ class Variant:
         return self.n / self.seconds
 
 
-def configs(directory: Path, source: str = "jvm") -> dict[bool, Path]:
-    """The shipped query group file (aligned), and the same without the alignment, both
-    reading with ``source`` (``query_group.source``)."""
+def configs(directory: Path) -> dict[bool, Path]:
+    """The shipped query group file (aligned), and the same without the alignment."""
     raw = tomllib.loads(DEFAULT_CONFIG.read_text())
-    raw["query_group"]["source"] = source
     assert raw["input_streams"]["flights"].get("max_event_time_drift_ms"), "demo not aligned"
     aligned = directory / "aligned.toml"
     aligned.write_text(tomli_w.dumps(raw))
@@ -110,18 +108,12 @@ def main() -> None:
         action="store_true",
         help="run the demo's own (aligned) config only: the 0-late check",
     )
-    parser.add_argument(
-        "--source",
-        choices=("jvm", "python"),
-        default="jvm",
-        help="Floodgate's source (query_group.source; default jvm, the floodgate_kafka jar)",
-    )
     args = parser.parse_args()
     spark = common.start_spark("floodgate-bench-alignment")
     runs: list[Variant] = []
     phases = SparkPhases()
     with tempfile.TemporaryDirectory(prefix="floodgate-alignment-") as tmp, phases.installed():
-        paths = configs(Path(tmp), args.source)
+        paths = configs(Path(tmp))
         try:
             warm = run_variant(spark, paths[True], True, args.warmup, args.engine, phases)
             console.log(f"warm-up (discarded): {warm.tuples_per_s:,.0f} tuples/s")
@@ -171,7 +163,6 @@ def main() -> None:
         args.json,
         "event-time-aligned micro-batches vs planned by offsets",
         engine=args.engine,
-        source=args.source,
         versions=versions,
         **fields,
     )

@@ -13,7 +13,7 @@ says why) and this machine's 2 cores:
    ``--repeat`` runs each, the two systems' order alternating from run to run:
 
    * **Floodgate**: the flights group (``trigger_interval_ms`` replaced, everything
-     else as in ``conf/flights.toml``; ``--source``, default the JVM source) in a driver
+     else as in ``conf/flights.toml``) in a driver
      process of its own (``bench_spark_kafka.py --floodgate-worker``, the project's
      ``.venv``), as the peer's: neither driver shares its process with the reception;
    * **the peer**: ``bench/spark_kafka_peer.py`` with output (b), the two queries
@@ -232,12 +232,11 @@ def floodgate_run(
     rate: float,
     limit: int | None,
     checkpoints: Path,
-    source: str,
 ) -> LatencyRun:
-    """One Floodgate latency run: the flights group with ``trigger`` and ``source`` in
-    its own driver process, the flights replayed at ``rate`` and the output read here,
-    exactly as :func:`peer_run` runs the peer."""
-    return _run(driver, "floodgate", trigger, rate, limit, checkpoints, source)
+    """One Floodgate latency run: the flights group with ``trigger`` in its own driver
+    process, the flights replayed at ``rate`` and the output read here, exactly as
+    :func:`peer_run` runs the peer."""
+    return _run(driver, "floodgate", trigger, rate, limit, checkpoints)
 
 
 def start_floodgate() -> tuple[bsk.Driver, dict[str, Any]]:
@@ -303,7 +302,6 @@ def _run(
     rate: float,
     limit: int | None,
     checkpoints: Path,
-    source: str = "jvm",
 ) -> LatencyRun:
     """One latency run of ``system`` (``floodgate`` or ``peer``): a fresh broker and
     topics, the system's queries started with ``trigger`` in its own driver process,
@@ -325,7 +323,7 @@ def _run(
     topic = f"bench.flights.{uuid.uuid4().hex[:8]}"
     # The input queue never full nor near it (no consumer group commits for the peer).
     bound = 10 * (limit or 400_000)
-    name = "peer_foreach_batch" if system == "peer" else f"floodgate_{source}"
+    name = "peer_foreach_batch" if system == "peer" else "floodgate_jvm"
     raw = bsk.run_config(topic, bound, checkpoints, name)
     raw["query_group"]["trigger_interval_ms"] = trigger
     config = parse_query_group(raw, env={})
@@ -544,12 +542,6 @@ def main() -> None:
         default=",".join(SYSTEMS),
         help=f"comma-separated, of {', '.join(SYSTEMS)} (default: both)",
     )
-    parser.add_argument(
-        "--source",
-        choices=("jvm", "python"),
-        default="jvm",
-        help="Floodgate's source (query_group.source; default jvm, the floodgate_kafka jar)",
-    )
     args = parser.parse_args()
     triggers = [int(t) for t in args.triggers.split(",")]
     systems = [s for s in args.systems.split(",") if s]
@@ -591,9 +583,7 @@ def main() -> None:
                     f"{warm_peer.tuples_per_s:,.0f} tuples/s"
                 )
             if floodgate is not None:
-                warm_fg = floodgate_run(
-                    floodgate, 0, rate, args.warmup or args.limit, Path(tmp), args.source
-                )
+                warm_fg = floodgate_run(floodgate, 0, rate, args.warmup or args.limit, Path(tmp))
                 console.log(
                     f"Floodgate warm-up at trigger 0 (discarded): p99 {warm_fg.p99_s:.2f} s, "
                     f"{warm_fg.tuples_per_s:,.0f} tuples/s"
@@ -605,9 +595,7 @@ def main() -> None:
                         try:
                             if system == "floodgate":
                                 assert floodgate is not None
-                                run = floodgate_run(
-                                    floodgate, trigger, rate, args.limit, Path(tmp), args.source
-                                )
+                                run = floodgate_run(floodgate, trigger, rate, args.limit, Path(tmp))
                             else:
                                 assert driver is not None
                                 run = peer_run(driver, trigger, rate, args.limit, Path(tmp))
@@ -636,7 +624,6 @@ def main() -> None:
     common.write_results(
         args.json,
         "end-to-end latency of the flights pipeline, Floodgate and the Spark-native peer",
-        source=args.source,
         versions=versions.get("floodgate", {}),
         peer_versions=versions.get("peer", {}),
         load_average_at_start=uptime,

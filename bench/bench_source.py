@@ -1,7 +1,7 @@
 """Throughput of the ``floodgate_kafka`` Spark source against a plain consumer (issue 2).
 
 What it measures: tuples per second read by Floodgate's Spark streaming source
-(:class:`pipeline.spark.source.KafkaStreamDataSource`, in a ``local[2]`` SparkSession
+(``format("floodgate_kafka")``, on the JVM, in a ``local[2]`` SparkSession
 from :func:`pipeline.spark.session.build_spark_session`) reading every flight of
 a 4-partition topic into Spark's ``noop`` sink with ``Trigger.AvailableNow``.
 The time runs from ``writeStream.start()`` to the end of ``awaitTermination()``
@@ -28,10 +28,7 @@ Diagnostics (not part of the ratio), to show where the time goes:
 * ``consume only``: the baseline's loop without decoding;
 * ``baseline tuned``: the baseline with ``queued.min.messages=10000``, the
   setting the source's readers use (see ``FETCH_TUNING``), so the baseline is
-  not the only one left with librdkafka's default;
-* ``source read() in-process``: the source's own :meth:`KafkaStreamReader.read`
-  (consume, decode, build rows, Arrow record batches) over all partitions, one
-  after the other, in this process and without Spark.
+  not the only one left with librdkafka's default.
 
 Only the two source variants count for the target, against the plain baseline.
 
@@ -105,7 +102,7 @@ DEFAULT_MAX_ROWS_PER_TRIGGER = 60_000
 #: queued. A range that fits (84 000 flights per partition here) is fetched whole, and
 #: the fetcher then polls the log end; noida-db answers such a fetch at once instead of
 #: holding it for ``fetch.wait.max.ms``, so broker and client spin while Python decodes.
-#: The source's readers set 10 000 (pipeline/spark/source.py); ``baseline tuned`` does too.
+#: ``baseline tuned`` sets 10 000, as the removed Python source's readers did.
 FETCH_TUNING = {"queued.min.messages": "10000"}
 TUNING_LABEL = "queued.min.messages=10000"
 #: The issue's target for source / baseline.
@@ -300,41 +297,6 @@ def source_options(
     if max_rows_per_trigger:
         options["maxRowsPerTrigger"] = str(max_rows_per_trigger)
     return options
-
-
-def measure_read_in_process(
-    options: dict[str, str], n: int, *, repeat: int, broker_pid: int | None
-) -> Figure:
-    """The source's ``read()`` over every partition in this process, without Spark."""
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
-
-    from pipeline.spark.source import KafkaStreamDataSource
-
-    source = KafkaStreamDataSource(options)
-    runs = []
-    for i in range(repeat):
-        quiet = common.wait_until_quiet(broker_pid)
-        meter = common.Meter(broker_pid)
-        with meter.measure():
-            reader = source.streamReader(source.schema())
-            try:
-                start = reader.initialOffset()
-                end = reader.latestOffset(start, ReadAllAvailable())
-                rows = sum(
-                    batch.num_rows
-                    for part in reader.partitions(start, end)
-                    for batch in reader.read(part)
-                )
-            finally:
-                reader.stop()
-        if rows != n:
-            raise RuntimeError(f"source read() in-process read {rows} rows, expected {n}")
-        run = Run(
-            rows, meter.seconds, meter.machine_busy, meter.broker_cpu_s, quiet.quiet, quiet.waited_s
-        )
-        say(f"read() in-process run {i + 1}/{repeat}", run)
-        runs.append(run)
-    return Figure("source read() in-process, no Spark", runs)
 
 
 def run_source_once(
@@ -536,7 +498,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-diagnostics",
         action="store_true",
-        help="skip the diagnostics (consume only, tuned baseline, in-process read())",
+        help="skip the diagnostics (consume only, tuned baseline)",
     )
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -604,17 +566,14 @@ def main(argv: list[str] | None = None) -> int:
                     label, bootstrap, topic, n, codec, decode=decode, client=client, **timing
                 )
                 figures.append((figure, False))
-            figures.append((measure_read_in_process(single, n, **timing), False))
 
         console.print(
             "[bold]source: floodgate_kafka -> noop, Trigger.AvailableNow, local[2][/bold]"
         )
         from pipeline.spark.session import build_spark_session
-        from pipeline.spark.source import KafkaStreamDataSource
 
         session_start = time.perf_counter()
         spark = build_spark_session(app_name="floodgate-bench-source")
-        spark.dataSource.register(KafkaStreamDataSource)
         result["spark_session_start_s"] = round(time.perf_counter() - session_start, 1)
         result["spark_master"] = spark.sparkContext.master
         source_timing = {**timing, "checkpoint_root": checkpoint_root}

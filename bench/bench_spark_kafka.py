@@ -8,14 +8,12 @@ apache-kafka``), with the same input topic and bytes:
   4-partition topic through the back-pressure client (``common.produce_flights``:
   Avro single-object encoding, the stream's key). Its CPU is the *producer* role,
   the same for every system since all of them read these bytes.
-* **Floodgate**, twice: the ``flights`` query group of ``conf/flights.toml`` (both
+* **Floodgate**: the ``flights`` query group of ``conf/flights.toml`` (both
   queries, micro-batches of up to ``max_tuples_per_trigger`` = 150 000 rows, event-time
   alignment on, the transactional sink with its output stream queue bound, exactly
   once), with ``Trigger.AvailableNow``, in a driver process of its own (the project's
   ``.venv``; this script run with ``--floodgate-worker``), reading with
-  ``floodgate_jvm``: the ``floodgate_kafka`` source on the JVM (``query_group.source =
-  "jvm"``, the default), and ``floodgate_python``: its Python reference
-  (``source = "python"``).
+  ``floodgate_jvm``: the ``floodgate_kafka`` source on the JVM.
 * **the peer, two outputs** (``bench/spark_kafka_peer.py``; by default in the project's
   ``.venv``, so on the same PySpark as Floodgate, with Spark's Kafka connector and Avro
   module 4.2.0, the newest Maven Central serves, which run on PySpark 4.3 as the test
@@ -117,7 +115,6 @@ MARKER = "@@bench "
 #: The systems measured: (name in tables and JSON, driver, the peer's output variant).
 SYSTEMS = {
     "floodgate_jvm": "Floodgate, JVM source (floodgate_kafka, transactional sink, bounded queues)",
-    "floodgate_python": "Floodgate, Python source (floodgate_kafka_python, the same sink)",
     "peer_foreach_batch": "peer (b): Spark Kafka source + from_avro, foreachBatch transaction",
     "peer_kafka_sink": "peer (a): Spark Kafka source + from_avro, Spark Kafka sink",
 }
@@ -660,7 +657,6 @@ def run_config(topic: str, n: int, checkpoints: Path, system: str) -> dict[str, 
     run = uuid.uuid4().hex[:8]
     short = {
         "floodgate_jvm": "fj",
-        "floodgate_python": "fp",
         "peer_foreach_batch": "pb",
         "peer_kafka_sink": "pa",
     }[system]
@@ -670,8 +666,6 @@ def run_config(topic: str, n: int, checkpoints: Path, system: str) -> dict[str, 
         control_dir=str(checkpoints / "control"),
         dead_letter_topic=f"bench.dead-letter.{run}",
     )
-    if system.startswith("floodgate_"):
-        raw["query_group"]["source"] = system.removeprefix("floodgate_")
     raw["input_streams"]["flights"].update(
         topic=topic, starting_offsets="earliest", max_queue_size=n + 1
     )
@@ -945,12 +939,9 @@ def report(runs: Sequence[Run]) -> dict[str, Any]:
     ratios = {
         peer: [r.ratio(peer) for r in runs] for peer in ("peer_foreach_batch", "peer_kafka_sink")
     }
-    ratios["python_source_vs_peer_foreach_batch"] = [
-        r.ratio("peer_foreach_batch", "floodgate_python") for r in runs
-    ]
     for peer, values in ratios.items():
         console.print(
-            f"Floodgate (JVM source unless named) / {peer} per run: "
+            f"Floodgate / {peer} per run: "
             + " ".join(f"{v:.2f}" for v in values)
             + f"; median {_median(values):.2f}x (min {min(values):.2f}, max {max(values):.2f})"
         )
@@ -1079,8 +1070,7 @@ def main() -> None:
                 progress.console.log(
                     f"run {r + 1}/{args.repeat}: Floodgate JVM / peer (b) "
                     f"{run.ratio('peer_foreach_batch'):.2f}x, "
-                    f"/ peer (a) {run.ratio('peer_kafka_sink'):.2f}x; Python source / peer (b) "
-                    f"{run.ratio('peer_foreach_batch', 'floodgate_python'):.2f}x"
+                    f"/ peer (a) {run.ratio('peer_kafka_sink'):.2f}x"
                 )
     finally:
         for d in drivers.values():

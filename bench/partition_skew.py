@@ -4,7 +4,7 @@ replay, which is what the input stream's watermark delay must cover.
 Spark's watermark is the latest event time the query has read, over every partition,
 less the delay (``withWatermark``); a micro-batch planned when one partition's head
 is ahead of another's moves the watermark past the lagging partition's next flights,
-and the source dead-letters those as late (``pipeline.spark.source``, reason ``late``).
+and the source dead-letters those as late (reason ``late``).
 Flights are replayed in event-time order, but a replay runs a year through in seconds
 and librdkafka sends each partition its own batches (up to ``batch.num.messages``
 tuples), so the heads are not written together.
@@ -47,62 +47,6 @@ def head_skews(samples: list[tuple[int, ...]], event_times: dict[int, list[int]]
             last = [event_times[p][offset - 1] for p, offset in enumerate(heads)]
             skews.append((max(last) - min(last)) / HOUR_MS)
     return skews
-
-
-def planned_skews(
-    samples: list[tuple[int, ...]],
-    event_times: dict[int, list[int]],
-    *,
-    max_rows: int,
-    drift_ms: int | None,
-) -> list[float]:
-    """The source's planning replayed over the sampled heads: per sample, the next
-    micro-batch planned from where the previous one ended, by offsets
-    (:func:`~pipeline.offsets.plan_batch_end`) and, with ``drift_ms``, aligned in event
-    time (:func:`~pipeline.spark.alignment.align_batch_end`); the skew (hours) between
-    the event times at the planned ends (a partition with nothing to read: at its head).
-
-    Args:
-        samples: high watermarks, one offset per partition, in partition order.
-        event_times: per partition, the event time (epoch ms) of each offset.
-        max_rows: the micro-batch's row limit (``max_tuples_per_trigger``).
-        drift_ms: the alignment's drift; ``None``: by offsets only.
-    """
-    from pipeline.offsets import plan_batch_end
-    from pipeline.spark.alignment import align_batch_end
-
-    def event_time_at(partition: int, offset: int) -> int | None:
-        times = event_times[partition]
-        return times[offset] if 0 <= offset < len(times) else None
-
-    begin = dict.fromkeys(range(PARTITIONS), 0)
-    skews = []
-    for heads in samples:
-        latest = dict(enumerate(heads))
-        end = plan_batch_end(begin, latest, max_rows)
-        if drift_ms is not None:
-            end = align_batch_end(
-                begin,
-                end,
-                latest,
-                lambda wanted: {p: event_time_at(p, o) for p, o in wanted.items()},
-                drift_ms,
-            )
-        at = [event_time_at(p, end[p] - 1) for p in range(PARTITIONS) if end[p] > 0]
-        if len(at) == PARTITIONS and all(t is not None for t in at):
-            known = [t for t in at if t is not None]
-            skews.append((max(known) - min(known)) / HOUR_MS)
-        begin = end
-    return skews
-
-
-def _quantiles(skews: list[float]) -> dict[str, float]:
-    ordered = sorted(skews) or [0.0]
-    return {
-        "p50_h": ordered[len(ordered) // 2],
-        "p99_h": ordered[int(0.99 * (len(ordered) - 1))],
-        "max_h": ordered[-1],
-    }
 
 
 def one_run(limit: int, *, sequential: bool) -> dict[str, Any]:
@@ -189,12 +133,6 @@ def one_run(limit: int, *, sequential: bool) -> dict[str, Any]:
         "p50_h": skews[len(skews) // 2],
         "max_tuples_per_trigger": max_rows,
         "drift_h": None if drift is None else drift / HOUR_MS,
-        "planned_by_offsets": _quantiles(
-            planned_skews(samples, event_times, max_rows=max_rows, drift_ms=None)
-        ),
-        "planned_aligned": _quantiles(
-            planned_skews(samples, event_times, max_rows=max_rows, drift_ms=drift)
-        ),
     }
 
 
@@ -234,20 +172,6 @@ def main() -> None:
         "median", "", "", "", f"{statistics.median(worst):.0f} ({min(worst):.0f}-{max(worst):.0f})"
     )
     console.print(table)
-    planned = Table(
-        title="Skew between the planned ends of micro-batches over the same heads "
-        f"(event-time hours; alignment drift {runs[0]['drift_h']} h)"
-    )
-    for column in ("run", "by offsets p50", "p99", "max", "aligned p50", "p99", "max"):
-        planned.add_column(column, justify="right")
-    for i, run in enumerate(runs, 1):
-        offsets, aligned = run["planned_by_offsets"], run["planned_aligned"]
-        planned.add_row(
-            str(i),
-            *(f"{offsets[k]:.1f}" for k in ("p50_h", "p99_h", "max_h")),
-            *(f"{aligned[k]:.1f}" for k in ("p50_h", "p99_h", "max_h")),
-        )
-    console.print(planned)
     common.write_results(
         args.json,
         "skew between partition heads during a replay",

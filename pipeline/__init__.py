@@ -15,7 +15,7 @@ __all__ = ["connect"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so Spark's Python workers importing pipeline.spark.source do not load the client.
+    # Lazy, so importing a part of pipeline does not load the client.
     if name == "connect":
         from pipeline.client import connect
 

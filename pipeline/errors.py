@@ -307,21 +307,6 @@ class DeserializationError(FloodgateError, ValueError):
         return located
 
 
-class RefusedTupleError(DeserializationError):
-    """A tuple that decodes but that a query's source must not pass on; it goes to the
-    dead-letter topic with its reason, like an undecodable one:
-
-    * ``null-key``: a record without a key on a keyed input stream (written by a
-      producer other than the back-pressure client, which refuses it: ``NullKeyError``);
-    * ``future-event-time``: an event time more than ``max_event_time_ahead_ms`` after
-      the record's Kafka timestamp (it would move the watermark on and make the tuples
-      after it late);
-    * ``late``: an event time before the watermark of the micro-batch that reads it:
-      Spark would drop it from every event-time aggregation without a trace
-      (``numRowsDroppedByWatermark``).
-    """
-
-
 class DataLossError(FloodgateError, RuntimeError):
     """Offsets a micro-batch must read are held neither by the broker nor by a BLOB.
 

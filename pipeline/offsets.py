@@ -2,11 +2,10 @@
 
 Spark's Kafka source, and so Floodgate's source, records a micro-batch's
 end offsets as JSON per topic and partition, the *next* offset to read of each
-topic-partition: ``{"arrivals": {"0": 310}, "flights": {"0": 1200, "1": 1187}}``.
-The source keys them by ``(topic, partition)`` (:data:`TopicPartitionKey`), plans
-and writes them (:func:`plan_batch_end`, :func:`topic_offsets_to_json`); the
-single-topic helpers (:func:`offsets_to_json`, :func:`offsets_from_json`) serve the
-query group, the sweeper and the sink, which know one topic. The transactional sink reads a
+topic-partition: ``{"arrivals": {"0": 310}, "flights": {"0": 1200, "1": 1187}}``
+(``tests/golden/offsets/``). A query group writes offsets in that shape for the
+source's options (:func:`topic_offsets_to_json`, keyed by :data:`TopicPartitionKey`);
+:func:`offsets_from_json` reads one topic's part. The transactional sink reads a
 batch's entry back to commit the same offsets in its Kafka transaction
 (:func:`read_offset_log`), and the sweeper reads the logs of a query group it
 sweeps for: how far its queries have planned (:func:`planned_ends`) and where a
@@ -20,7 +19,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -32,20 +31,10 @@ Offsets = dict[int, int]
 #: topic, then partition (as Spark's Kafka source orders ``TopicPartition``).
 TopicPartitionKey = tuple[str, int]
 
-#: Offsets per topic-partition.
-TopicOffsets = dict[TopicPartitionKey, int]
-
-#: What offsets are keyed by: a partition of one topic, or a topic-partition.
-PartitionT = TypeVar("PartitionT", int, TopicPartitionKey)
-
-
-def offsets_to_json(topic: str, offsets: Mapping[int, int]) -> dict[str, dict[str, int]]:
-    """``{0: 5}`` -> ``{"topic": {"0": 5}}`` (Spark's Kafka offset shape)."""
-    return {topic: {str(p): int(o) for p, o in sorted(offsets.items())}}
-
 
 def offsets_from_json(topic: str, value: Mapping[str, Any]) -> Offsets:
-    """Inverse of :func:`offsets_to_json`; a missing topic is an empty dict.
+    """``{"topic": {"0": 5}}`` (Spark's Kafka offset shape) -> ``{0: 5}``, the offsets of
+    ``topic``; a missing topic is an empty dict.
 
     Raises:
         ValueError: the offset does not have the expected shape.
@@ -64,126 +53,6 @@ def topic_offsets_to_json(offsets: Mapping[TopicPartitionKey, int]) -> dict[str,
     for (topic, partition), offset in sorted(offsets.items()):
         out.setdefault(topic, {})[str(partition)] = int(offset)
     return out
-
-
-def topic_offsets_from_json(value: Mapping[str, Any]) -> TopicOffsets:
-    """Inverse of :func:`topic_offsets_to_json`: every topic of Spark's Kafka offsets
-    JSON, keyed by ``(topic, partition)``.
-
-    Raises:
-        ValueError: a topic's offsets are not an object of partitions and offsets.
-    """
-    offsets: TopicOffsets = {}
-    for topic in value:
-        for partition, offset in offsets_from_json(topic, value).items():
-            offsets[(topic, partition)] = offset
-    return offsets
-
-
-def plan_batch_end(
-    start: Mapping[PartitionT, int], latest: Mapping[PartitionT, int], max_rows: int | None
-) -> dict[PartitionT, int]:
-    """Choose a micro-batch's end offsets under a row limit.
-
-    Args:
-        start: next offset to read per partition (a partition of one topic, or a
-            :data:`TopicPartitionKey`: the source plans every topic it reads at once,
-            one budget over all their partitions, as Spark's Kafka source).
-        latest: the high watermark (end of available data) per partition; a
-            partition missing from ``start`` starts at 0... callers pass it in ``start``.
-        max_rows: most tuples to read in total; ``None`` for no limit.
-
-    Returns:
-        ``end`` per partition of ``start``, with ``start[p] <= end[p] <= max(start[p], latest[p])``.
-
-    The rule (tested by property tests): when everything available fits in
-    ``max_rows`` the batch takes all of it. Otherwise it takes exactly
-    ``max_rows`` tuples: every partition with a backlog first gets one tuple,
-    then the rest of the budget is shared in proportion to the backlogs
-    (largest remainder). Proportional shares keep partitions aligned in event
-    time when producers write in time order, which is what keeps a watermark
-    from dropping tuples as late.
-
-    When ``max_rows`` is smaller than the number of partitions with a backlog,
-    one tuple each goes to ``max_rows`` of them chosen round-robin: the cursor
-    is ``sum(start) // max_rows`` (the sum grows by exactly ``max_rows`` a
-    batch), so every partition is served within as many batches as there are
-    partitions -- without keeping state between calls. Partitions are ordered by
-    their keys: topic-partitions by topic, then partition.
-
-    Raises:
-        ValueError: ``max_rows`` below 1 when the backlog does not fit in it.
-    """
-    backlog = {p: max(0, latest.get(p, s) - s) for p, s in start.items()}
-    total = sum(backlog.values())
-    if max_rows is None or total <= max_rows:
-        return {p: start[p] + backlog[p] for p in start}
-    if max_rows < 1:
-        raise ValueError(f"max_rows must be positive or None, got {max_rows}")
-    take: dict[PartitionT, int] = dict.fromkeys(start, 0)
-    waiting = sorted(p for p in backlog if backlog[p] > 0)
-    if max_rows < len(waiting):
-        order = sorted(start)
-        cursor = (sum(start.values()) // max_rows) % len(order)
-        rotated = order[cursor:] + order[:cursor]
-        for p in [p for p in rotated if backlog[p] > 0][:max_rows]:
-            take[p] = 1
-        return {p: start[p] + take[p] for p in start}
-    budget = max_rows - len(waiting)
-    for p in waiting:
-        take[p] = 1
-    if budget > 0:
-        remaining = {p: backlog[p] - take[p] for p in start}
-        remaining_total = sum(remaining.values())  # > budget, since total > max_rows
-        shares = {p: budget * remaining[p] // remaining_total for p in start}
-        for p, share in shares.items():
-            take[p] += share
-        left = budget - sum(shares.values())
-        by_remainder = sorted(start, key=lambda p: (-(budget * remaining[p] % remaining_total), p))
-        for p in by_remainder:
-            if left == 0:
-                break
-            if take[p] < backlog[p]:
-                take[p] += 1
-                left -= 1
-    return {p: start[p] + take[p] for p in start}
-
-
-def batch_watermark(
-    checkpoint: str, end: Mapping[TopicPartitionKey, int], *, look_back: int = 8
-) -> tuple[int, int] | None:
-    """The watermark Spark applies to late tuples of the micro-batch that ends at ``end``.
-
-    Spark writes ``<checkpoint>/offsets/<batch>`` before it plans a micro-batch: a
-    version line, the batch's metadata (``batchWatermarkMs``, the event-time watermark
-    its stateful operators evict state by), then one offsets line per source. The
-    batch is the newest of the last ``look_back`` with a source line whose offsets,
-    over every topic, equal ``end`` (per ``(topic, partition)``). Late tuples are
-    judged by the *previous* batch's watermark (Spark >= 3.4,
-    ``PropagateWatermarkSimulator.getInputWatermarkForLateEvents``, the default with
-    ``spark.sql.streaming.statefulOperator.allowMultiple``): 0 for the first batch.
-
-    Returns:
-        ``(batch id, watermark ms)``, or ``None`` when no logged batch matches (the
-        checkpoint is not a local directory, or the batch is not logged yet).
-    """
-    directory = os.path.join(checkpoint, "offsets")
-    try:
-        batches = sorted((int(n) for n in os.listdir(directory) if n.isdigit()), reverse=True)
-    except OSError:
-        return None
-    wanted = {(str(t), int(p)): int(o) for (t, p), o in end.items()}
-    for batch in batches[:look_back]:
-        text = local_offset_log(directory, batch)
-        for logged in parse_offset_log(text or ""):
-            with contextlib.suppress(ValueError, AttributeError, TypeError):
-                if topic_offsets_from_json(logged) == wanted:
-                    previous = local_offset_log(directory, batch - 1) if batch > 0 else None
-                    if previous is None:
-                        return batch, 0
-                    metadata = json.loads(previous.splitlines()[1])
-                    return batch, int(metadata.get("batchWatermarkMs", 0))
-    return None
 
 
 def read_offset_log(spark: Any, checkpoint_dir: str, batch_id: int) -> list[dict[str, Any]]:

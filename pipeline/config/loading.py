@@ -136,6 +136,17 @@ def parse_query_group(
         and k[len(OVERRIDE_ENV_PREFIX) :].upper().split("__")[0] in sections
     }
     data = apply_env_overrides(raw, ours)
+    section = data.get("query_group")
+    if isinstance(section, dict) and "source" in section:
+        raise ConfigError(
+            f"{source}: invalid query group file:\n  key 'query_group.source' = "
+            f"{section['source']!r}: the setting was removed with the Python source; the "
+            "floodgate_kafka source on the JVM is the only source: delete the line "
+            "(docs/changelog.md)",
+            key="query_group.source",
+            value=section["source"],
+            allowed="(none: delete the key)",
+        )
     try:
         config = QueryGroupConfig.model_validate(data)
     except ValidationError as exc:

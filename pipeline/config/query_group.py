@@ -101,15 +101,9 @@ class QueryGroupSection(StreamSettings):
     metrics_port: Annotated[int, Field(ge=0, le=65_535)] = 0
     """Port of the metrics and control endpoint (``/metrics``, ``/status``, ``/release``,
     ``/stop``); 0 picks a free one, announced in the log and the control file."""
-    source: Literal["jvm", "python"] = "jvm"
-    """The Spark source the queries read their input streams with: ``jvm``, the
-    ``floodgate_kafka`` source on the JVM (``jvm/``, shipped as a jar in the wheel), or
-    ``python``, its reference implementation in Python (``floodgate_kafka_python``).
-    Both take the same options, give the same columns and write the same offsets, so a
-    query's checkpoint resumes under either."""
     sweep_catalog_url: str | None = None
     """The sweep catalog (SQLAlchemy URL) of the sweeper that sweeps this group's
-    queues (``sweeper/``): the sources read offsets the broker no longer
+    queues (``sweeper/``): the source reads offsets the broker no longer
     holds back from their BLOBs, and swept tuples stop counting in queue lengths.
     ``None``: not swept (an offset the broker lost is a data-loss error)."""
     control_dir: str = DEFAULT_CONTROL_DIR

@@ -338,8 +338,8 @@ def run_demo(
 
 
 def _await_first_trigger(group: QueryGroup, timeout_s: float = 120.0) -> None:
-    """Wait until every query of ``group`` has run its first trigger (its Python source
-    process started, the topic's offsets read), so that the replay, and the time the
+    """Wait until every query of ``group`` has run its first trigger (its source
+    started, the topic's offsets read), so that the replay, and the time the
     demo measures, starts against a running pipeline as a producer would.
 
     Raises:

@@ -19,12 +19,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.offsets import local_checkpoint_path
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.late_plan import late_plan
-from pipeline.spark.options import (
-    PYTHON_SOURCE_NAME,
-    SOURCE_NAME,
-    EventTimeWindow,
-    SourceOptions,
-)
+from pipeline.spark.options import SOURCE_NAME, EventTimeWindow, SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +36,8 @@ def register_inputs(
     """(Re)define the input views for ``query``, which is analysed right after.
 
     Every input stream of the group becomes a temporary view of the stream's name,
-    read with the group's source (``query_group.source``: ``floodgate_kafka`` on the
-    JVM, or ``floodgate_kafka_python``), with a watermark on ``event_time`` where the
-    stream has one. The JVM source then decodes only the fields the query reads
+    read with the ``floodgate_kafka`` source, with a watermark on ``event_time`` where
+    the stream has one. The source then decodes only the fields the query reads
     (option ``fields``, :func:`read_fields`).
 
     Args:
@@ -56,7 +50,6 @@ def register_inputs(
             to (:attr:`Hold.discard_before <pipeline.spark.hold.Hold.discard_before>`).
     """
     late = late_window(spark, config, query)
-    jvm = config.query_group.source == "jvm"
     views: dict[str, SourceOptions] = {}
     for name in config.input_streams:
         views[name] = source_options(
@@ -65,15 +58,13 @@ def register_inputs(
             name,
             bootstrap_servers=bootstrap_servers,
             schemas_json=schemas.as_json(),
-            # One task per core, not per Kafka partition: a Python data source task
-            # costs ~0.1-0.2 s of Spark's time however little it reads (group_ranges).
+            # One task per core, not per Kafka partition (option maxTasks: the source
+            # deals the partitions out to the tasks).
             max_tasks=spark.sparkContext.defaultParallelism,
             late=late[1:] if late is not None and late[0] == name else None,
             discard_before=discard_before.get(name),
         )
         _define_view(spark, config, name, views[name])
-    if not jvm:
-        return
     fields = read_fields(
         spark,
         config.queries[query].sql,
@@ -97,8 +88,8 @@ def source_options(
 ) -> SourceOptions:
     """The source's options for input stream ``name`` of ``query``, typed, from the
     group's config: the one model both the config and the source use
-    (:meth:`SourceOptions.to_options` renders it for Spark, :meth:`SourceOptions.parse`
-    reads it back in the source).
+    (:meth:`SourceOptions.to_options` renders it for Spark; the source parses it on
+    the JVM).
 
     Args:
         config: the group's config.
@@ -158,8 +149,7 @@ def _define_view(
     spark: SparkSession, config: QueryGroupConfig, name: str, options: SourceOptions
 ) -> None:
     """The temporary view ``name``: the input stream read with ``options``."""
-    source = SOURCE_NAME if config.query_group.source == "jvm" else PYTHON_SOURCE_NAME
-    df = spark.readStream.format(source).options(**options.to_options()).load()
+    df = spark.readStream.format(SOURCE_NAME).options(**options.to_options()).load()
     watermark = config.input_streams[name].watermark
     if watermark:
         df = df.withWatermark("event_time", watermark)

@@ -56,7 +56,6 @@ from pipeline.spark.progress import ProgressListener, QueryStats
 from pipeline.spark.queue_gauges import QueueGauges
 from pipeline.spark.session import build_spark_session
 from pipeline.spark.sink import KafkaTransactionalSink
-from pipeline.spark.source import KafkaStreamDataSource
 from pipeline.spark.states import QueryGroupState
 from pipeline.spark.status import QueryStatus, group_status
 
@@ -201,7 +200,6 @@ class QueryGroup:
                 allow_unauthenticated=self.config.query_group.allow_unauthenticated_spark,
             )
             self._spark = parent.newSession()
-            self._spark.dataSource.register(KafkaStreamDataSource)
             self._spark.conf.set(
                 "spark.sql.streaming.noDataMicroBatches.enabled",
                 str(self.config.query_group.no_data_micro_batches).lower(),

@@ -157,21 +157,6 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-@pytest.fixture(params=["jvm", "python"])
-def source(request: pytest.FixtureRequest) -> str:
-    """Each of Floodgate's two sources in turn (``query_group.source``): the behavioural
-    tests of the source run on both, the JVM one and its Python reference."""
-    return str(request.param)
-
-
-@pytest.fixture
-def source_format(source: str) -> str:
-    """The ``format(...)`` name of :func:`source`."""
-    from pipeline.spark.options import PYTHON_SOURCE_NAME, SOURCE_NAME
-
-    return SOURCE_NAME if source == "jvm" else PYTHON_SOURCE_NAME
-
-
 @pytest.fixture(scope="session")
 def schemas() -> SchemaRepository:
     return SchemaRepository.load()

@@ -37,7 +37,6 @@ def flights_raw_config(
     no_data_micro_batches: bool | None = None,
     watermark: str = "2 hours",
     aligned: bool = False,
-    source: str | None = None,
 ) -> dict[str, Any]:
     """``conf/flights.toml`` with this run's names: topics, group and checkpoints.
 
@@ -45,8 +44,7 @@ def flights_raw_config(
     a few thousand flights (``test_refused_tuples``). Micro-batches are planned by
     offsets only unless ``aligned`` (the demo aligns them in event time,
     ``max_event_time_drift_ms``; ``demo/test_demo.py`` runs it so), so a test decides
-    alone which tuples a micro-batch holds. ``source``: ``query_group.source`` (the
-    ``source`` fixture runs a test on both).
+    alone which tuples a micro-batch holds.
     """
     raw = tomllib.loads(FLIGHTS_TOML.read_text())
     raw["input_streams"]["flights"]["watermark"] = watermark
@@ -54,8 +52,6 @@ def flights_raw_config(
         raw["input_streams"]["flights"].pop("max_event_time_drift_ms", None)
     group = raw["query_group"]
     group["name"] = f"t{run_id}"
-    if source is not None:  # else the default, the JVM source
-        group["source"] = source
     group["checkpoint_dir"] = str(checkpoint_dir)
     group["trigger_interval_ms"] = trigger_interval_ms
     if no_data_micro_batches is not None:

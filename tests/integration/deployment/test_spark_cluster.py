@@ -3,8 +3,8 @@
 is installed, the driver started with ``spark-submit`` as the docs say.
 
 In standalone mode no task runs in the driver: every micro-batch's tasks (the Kafka
-reads of the Python data source, the swept BLOB reads, the aggregations) run in the
-workers' executor JVMs and their Python workers.
+reads of the ``floodgate_kafka`` source, the swept BLOB reads, the aggregations) run
+in the workers' executor JVMs.
 """
 
 from __future__ import annotations

@@ -190,60 +190,6 @@ def test_topics_are_ensured_through_a_broker_restart(
         broker.stop()
 
 
-def test_the_sources_offset_reads_wait_out_a_broker_restart(
-    tmp_path: Path, new_broker: Callable[..., LocalBroker]
-) -> None:
-    """``latestOffset`` runs on the driver every trigger. Asked again and again across
-    a broker restart -- when librdkafka answers ``_UNKNOWN_PARTITION`` for a moment
-    after the broker is back -- it waits and answers (FG-SOURCE-003) instead of failing
-    the query."""
-    from pyspark.sql.types import StructType
-
-    from pipeline.spark.options import SourceOptions
-    from pipeline.spark.source import KafkaStreamReader
-
-    broker = new_broker(data_dir=tmp_path / "broker").start()
-    try:
-        ensure_topics(broker.bootstrap_servers, {"waits": (2, 1)})
-        producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
-        for i in range(10):
-            producer.produce("waits", str(i).encode(), partition=i % 2)
-        assert producer.flush(30) == 0
-        options = SourceOptions.parse(
-            {
-                "bootstrap.servers": broker.bootstrap_servers,
-                "topic": "waits",
-                "schema": "flight",
-                "schemas": "{}",
-                "group.id": "waits",
-            }
-        )
-        reader = KafkaStreamReader(options, StructType())
-        answers: list[dict[tuple[str, int], int]] = []
-        failures: list[BaseException] = []
-        restarted = threading.Event()
-
-        def ask() -> None:
-            while not restarted.is_set() or len(answers) < 50:
-                try:
-                    answers.append(reader._latest())
-                except BaseException as exc:  # what would fail the query
-                    failures.append(exc)
-                    return
-
-        asking = threading.Thread(target=ask)
-        asking.start()
-        for _ in range(3):
-            broker.stop(remove_data=False)
-            broker.start()
-        restarted.set()
-        asking.join(timeout=120)
-        assert not failures, failures
-        assert answers and all(answer == {("waits", 0): 5, ("waits", 1): 5} for answer in answers)
-    finally:
-        broker.stop()
-
-
 def test_a_resting_reader_stays_paused_until_a_transaction_is_committed_then_reads_it(
     bootstrap: str,
 ) -> None:

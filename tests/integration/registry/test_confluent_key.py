@@ -1,8 +1,8 @@
 """Keys in the Confluent wire format (``key_encoding = "confluent"``) against a real Schema
 Registry: Floodgate's client writes each tuple's key fields as an Avro record under the
-subject ``<topic>-key``, which Confluent's own deserializer reads; the JVM source and the
-Python source give the same rows, with the ``key`` column a struct of the key fields equal
-to those fields of the tuple, and dead-letter a key that does not decode (``bad-key``)."""
+subject ``<topic>-key``, which Confluent's own deserializer reads; the ``floodgate_kafka``
+source gives rows whose ``key`` column is a struct of the key fields equal to those
+fields of the tuple, and dead-letters a key that does not decode (``bad-key``)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pipeline.demo.reception import read_all
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.codec import epoch_ms
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.spark.options import PYTHON_SOURCE_NAME, SOURCE_NAME
+from pipeline.spark.options import SOURCE_NAME
 from tests.integration.helpers import Drained, flights_raw_config
 
 #: The key fields of ``conf/flights.toml``'s input stream.
@@ -95,10 +95,10 @@ def test_the_client_writes_keys_confluents_deserializer_reads(
     assert got == expected
 
 
-def read_with(spark: Any, source: str, options: dict[str, str], checkpoint: Path) -> list[Any]:
-    """:data:`QUERY` over ``source`` to the end of the topic (Trigger.AvailableNow)."""
-    name = f"confluent_key_{source}"
-    df = spark.readStream.format(source).options(**options).load()
+def read_with(spark: Any, options: dict[str, str], checkpoint: Path) -> list[Any]:
+    """:data:`QUERY` over the source to the end of the topic (Trigger.AvailableNow)."""
+    name = f"confluent_key_{SOURCE_NAME}"
+    df = spark.readStream.format(SOURCE_NAME).options(**options).load()
     df.createOrReplaceTempView("src")
     query = (
         spark.sql(QUERY)
@@ -116,7 +116,7 @@ def read_with(spark: Any, source: str, options: dict[str, str], checkpoint: Path
     ]
 
 
-def test_both_sources_decode_the_key_column_alike_and_dead_letter_bad_keys(
+def test_the_key_column_is_decoded_and_bad_keys_are_dead_lettered(
     bootstrap: str,
     registry_url: str,
     keyed: tuple[QueryGroupConfig, dict[str, bytes], bytes],
@@ -124,40 +124,32 @@ def test_both_sources_decode_the_key_column_alike_and_dead_letter_bad_keys(
     spark: Any,
     tmp_path: Path,
 ) -> None:
-    from pipeline.spark.source import KafkaStreamDataSource
-
     config, _, value = keyed
     topic = config.input_streams["flights"].topic
-    session = spark.newSession()
-    session.dataSource.register(KafkaStreamDataSource)
-    rows = {}
-    for source in (SOURCE_NAME, PYTHON_SOURCE_NAME):
-        dead_topic = f"{topic}.dead.{source}"
-        ensure_topics(bootstrap, {dead_topic: (1, 1)})
-        options = {
-            "kafka.bootstrap.servers": bootstrap,
-            "subscribe": topic,
-            "stream": "flights",
-            "startingOffsets": "earliest",
-            "schema": "flight",
-            "schemas": schemas.as_json(),
-            "deadLetterTopic": dead_topic,
-            "encoding": "confluent",
-            "keyEncoding": "confluent",
-            "keyFields": ",".join(KEY),
-            "keyRequired": "true",
-            "schemaRegistry.url": registry_url,
-        }
-        rows[source] = read_with(session, source, options, tmp_path)
-        dead = read_all(bootstrap, dead_topic)
-        reasons = [dict(m.headers())["floodgate.reason"].decode() for m in dead]
-        assert reasons == ["bad-key", "bad-key"], source
-        assert all(m.value() == value for m in dead)  # the original value, kept
-        errors = [dict(m.headers())["floodgate.error"].decode() for m in dead]
-        assert any("bad-magic-byte" in e for e in errors), errors
-        assert any("unknown-schema-id" in e for e in errors), errors
-    assert rows[SOURCE_NAME] == rows[PYTHON_SOURCE_NAME]
-    got = rows[SOURCE_NAME]
+    dead_topic = f"{topic}.dead.{SOURCE_NAME}"
+    ensure_topics(bootstrap, {dead_topic: (1, 1)})
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "stream": "flights",
+        "startingOffsets": "earliest",
+        "schema": "flight",
+        "schemas": schemas.as_json(),
+        "deadLetterTopic": dead_topic,
+        "encoding": "confluent",
+        "keyEncoding": "confluent",
+        "keyFields": ",".join(KEY),
+        "keyRequired": "true",
+        "schemaRegistry.url": registry_url,
+    }
+    got = read_with(spark.newSession(), options, tmp_path)
+    dead = read_all(bootstrap, dead_topic)
+    reasons = [dict(m.headers())["floodgate.reason"].decode() for m in dead]
+    assert reasons == ["bad-key", "bad-key"]
+    assert all(m.value() == value for m in dead)  # the original value, kept
+    errors = [dict(m.headers())["floodgate.error"].decode() for m in dead]
+    assert any("bad-magic-byte" in e for e in errors), errors
+    assert any("unknown-schema-id" in e for e in errors), errors
     assert len(got) == 300
     for row in got:
         assert not row["no_key"]
@@ -168,7 +160,6 @@ def test_both_sources_decode_the_key_column_alike_and_dead_letter_bad_keys(
         )
 
 
-@pytest.mark.parametrize("group_source", ["jvm", "python"])
 def test_a_query_group_reads_a_confluent_keyed_stream(
     bootstrap: str,
     registry_url: str,
@@ -177,13 +168,10 @@ def test_a_query_group_reads_a_confluent_keyed_stream(
     flights: list[dict[str, Any]],
     run_id: str,
     tmp_path: Path,
-    group_source: str,
 ) -> None:
     """The query group passes ``key_encoding`` on to its source (``keyEncoding``,
     ``keyFields``, the registry): every tuple is read, and a raw key is dead-lettered."""
-    raw = flights_raw_config(
-        run_id, tmp_path / "checkpoints", only_passthrough=True, source=group_source
-    )
+    raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
     raw["input_streams"]["flights"]["key_encoding"] = "confluent"
     raw["schema_registry"] = {"url": registry_url}
     config = parse_query_group(raw, env={})

@@ -1,12 +1,12 @@
 """One query text run on Spark's own Kafka connector (``format("kafka")``) and on
-Floodgate's two sources (``format("floodgate_kafka")``, on the JVM, and
-``format("floodgate_kafka_python")``) with the same options, in a
+Floodgate's source (``format("floodgate_kafka")``) with the same options, in a
 SparkSession of its own: Spark's connector jars must be on the JVM's class path when
 it starts (``--jars``), and the test session's JVM started without them.
 
 Run by ``test_spark_connector_compare.py`` as
 ``python -m tests.integration.spark.connector_compare <request JSON>``; prints one
-line, ``RESULT <JSON>``: per format, the source's schema and the query's rows.
+line, ``RESULT <JSON>``: per case and format, the source's schema and the query's
+rows (or its error), and the data-loss scenarios' outcomes.
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ SELECT CAST(key AS STRING) AS key,
 FROM src
 """
 
-#: The formats compared: streaming queries, and batch queries (``spark.read``: the JVM
-#: source alone; the Python one reads streams only).
-FORMATS = ("kafka", "floodgate_kafka", "floodgate_kafka_python")
-BATCH_FORMATS = ("kafka", "floodgate_kafka")
+#: The formats compared, in streaming queries, batch queries (``spark.read``) and the
+#: data-loss scenarios.
+FORMATS = ("kafka", "floodgate_kafka")
 
 
 def run(spark: Any, fmt: str, options: dict[str, str], name: str = "") -> dict[str, Any]:
@@ -75,10 +74,6 @@ def run_batch(spark: Any, fmt: str, options: dict[str, str]) -> dict[str, Any]:
         "schema": df.schema.simpleString(),
         "rows": [json.loads(json.dumps(row.asDict(recursive=True), default=str)) for row in rows],
     }
-
-
-#: The formats the data-loss scenarios compare (the Python source is not held to them).
-LOSS_FORMATS = ("kafka", "floodgate_kafka")
 
 
 def _produce(bootstrap: str, topic: str, count: int) -> None:
@@ -249,7 +244,7 @@ def collected_twice(spark: Any, fmt: str, bootstrap: str, run: str) -> dict[str,
 
 
 def loss_scenarios(spark: Any, bootstrap: str) -> dict[str, Any]:
-    """Every data-loss scenario on each format of :data:`LOSS_FORMATS`, in this session.
+    """Every data-loss scenario on each format of :data:`FORMATS`, in this session.
 
     Returns:
         ``{scenario: {format: result}}``.
@@ -258,7 +253,7 @@ def loss_scenarios(spark: Any, bootstrap: str) -> dict[str, Any]:
 
     run = uuid.uuid4().hex[:8]
     out: dict[str, Any] = {}
-    for fmt in LOSS_FORMATS:
+    for fmt in FORMATS:
         out.setdefault("restart_before_commit", {})[fmt] = restart_before_commit(
             spark, fmt, bootstrap, run
         )
@@ -291,31 +286,22 @@ def cases(spark: Any, given: dict[str, Any], formats: list[str]) -> dict[str, An
 
 
 def main(request: dict[str, Any]) -> dict[str, Any]:
-    """Run every format of :data:`FORMATS` (of :data:`BATCH_FORMATS` when
-    ``request["mode"]`` is ``batch``; only those of ``request["formats"]`` when it
-    names some) with ``request["options"]``, or (mode ``loss``) the data-loss
-    scenarios of :func:`loss_scenarios` on ``request["bootstrap"]``, or (mode
-    ``cases``) the comparisons of ``request["cases"]`` (:func:`cases`); the session's
-    JVM starts with ``request["jars"]`` (Spark's connector) given to ``--jars`` in
-    ``PYSPARK_SUBMIT_ARGS``, as ``spark-submit --jars`` would: a ``spark.jars`` set
-    once the JVM runs does not reach the class path data sources are looked up in."""
+    """Every comparison of ``request["cases"]`` (:func:`cases`, on :data:`FORMATS`) and,
+    when ``request["bootstrap"]`` is given, the data-loss scenarios of
+    :func:`loss_scenarios` on it, in this one session: ``{"cases": ..., "loss": ...}``.
+    The session's JVM starts with ``request["jars"]`` (Spark's connector) given to
+    ``--jars`` in ``PYSPARK_SUBMIT_ARGS``, as ``spark-submit --jars`` would: a
+    ``spark.jars`` set once the JVM runs does not reach the class path data sources are
+    looked up in. One session for all: each costs a JVM's start (10-30 s on 2 cores)."""
     from pipeline.spark.session import build_spark_session
-    from pipeline.spark.source import KafkaStreamDataSource
 
     os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {','.join(request['jars'])} pyspark-shell"
     spark = build_spark_session(app_name="floodgate-connector-compare", master="local[2]")
     try:
-        spark.dataSource.register(KafkaStreamDataSource)
-        wanted = request.get("formats")
-        if request.get("mode") == "loss":
-            return loss_scenarios(spark, request["bootstrap"])
-        if request.get("mode") == "cases":
-            return cases(spark, request["cases"], wanted or list(BATCH_FORMATS))
-        if request.get("mode") == "batch":
-            formats = [f for f in BATCH_FORMATS if wanted is None or f in wanted]
-            return {fmt: run_batch(spark, fmt, request["options"]) for fmt in formats}
-        formats = [f for f in FORMATS if wanted is None or f in wanted]
-        return {fmt: run(spark, fmt, request["options"]) for fmt in formats}
+        out: dict[str, Any] = {"cases": cases(spark, request.get("cases") or {}, list(FORMATS))}
+        if request.get("bootstrap"):
+            out["loss"] = loss_scenarios(spark, request["bootstrap"])
+        return out
     finally:
         spark.stop()
 

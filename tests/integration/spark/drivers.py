@@ -101,7 +101,6 @@ def setup_group(
     tmp_path: Path,
     produce: Callable[..., None],
     records: list[dict[str, Any]],
-    source: str | None = None,
 ) -> tuple[Any, Path]:
     """The flights group with the pass-through query alone (``copy`` to
     ``flights_copy``: one output tuple per input tuple), 250 tuples a micro-batch and no
@@ -113,7 +112,6 @@ def setup_group(
         max_tuples_per_trigger=250,
         only_passthrough=True,
         trigger_interval_ms=0,
-        source=source,
     )
     config_path = tmp_path / "group.toml"
     config = write_query_group(raw, config_path)

@@ -145,10 +145,9 @@ def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing(
     run_id: str,
     tmp_path: Path,
     produce: Any,
-    source: str,
 ) -> None:
     records = flights[:3_000]
-    config, config_path = setup_group(run_id, tmp_path, produce, records, source)
+    config, config_path = setup_group(run_id, tmp_path, produce, records)
     log_path = tmp_path / "driver.log"
     topic = config.input_streams["flights"].topic
     group = config.consumer_group("copy")

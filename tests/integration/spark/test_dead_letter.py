@@ -23,9 +23,8 @@ def test_malformed_unknown_fingerprint_and_overflowing_tuples_are_dead_lettered(
     flights: list[dict[str, Any]],
     flights_config: Callable[..., QueryGroupConfig],
     produce: Callable[..., None],
-    source: str,
 ) -> None:
-    config = flights_config(only_passthrough=True, source=source)
+    config = flights_config(only_passthrough=True)
     topic = config.input_streams["flights"].topic
     good = flights[:1_000]
     produce(config, good[:500])

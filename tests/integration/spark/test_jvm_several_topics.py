@@ -161,3 +161,42 @@ def test_a_deleted_topic_of_a_pattern_fails_the_query_or_is_dropped(
             assert query.isActive
     finally:
         query.stop()
+
+
+def test_a_pattern_that_matches_nothing_yet_plans_empty_micro_batches_until_it_does(
+    spark: Any, bootstrap: str, tmp_path: Path
+) -> None:
+    """No topic matches: the offsets are ``{}`` and no micro-batch reads anything, with
+    no error (as Spark); the first topic that comes to match is read from its start."""
+    run = uuid.uuid4().hex[:8]
+    topic = f"empty.{run}.first"
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribePattern": rf"empty\.{run}\..*",
+        "startingOffsets": "latest",
+    }
+    rows: list[Any] = []
+
+    def collect(batch: Any, _batch_id: int) -> None:
+        rows.extend(batch.select("topic", "offset").collect())
+
+    df = spark.newSession().readStream.format(SOURCE_NAME).options(**options).load()
+    query = (
+        df.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        assert rows == [] and query.exception() is None
+        ensure_topics(bootstrap, {topic: (1, None)})
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for i in range(3):
+            producer.produce(topic, value=f"v{i}".encode())
+        assert producer.flush(30) == 0
+        # The pattern is matched again as each micro-batch is planned.
+        wait_until(lambda: len(rows) == 3 or query.exception() is not None, 120, "3 rows")
+        assert query.exception() is None, query.exception()
+        assert sorted((r.topic, r.offset) for r in rows) == [(topic, o) for o in range(3)]
+    finally:
+        query.stop()

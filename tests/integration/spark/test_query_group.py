@@ -7,7 +7,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from pipeline.config import QueryGroupConfig
@@ -74,11 +73,6 @@ def test_flights_figures_equal_an_independent_pandas_computation(
         assert [tp.offset for tp in committed] == highs, query
 
 
-@pytest.mark.parametrize(
-    "sources",
-    [("jvm", "jvm"), ("python", "jvm", "python")],
-    ids=["restart", "python-jvm-python"],
-)
 def test_stop_and_restart_from_the_checkpoint_loses_and_duplicates_nothing(
     bootstrap: str,
     drain: Callable[[QueryGroupConfig], Drained],
@@ -86,21 +80,18 @@ def test_stop_and_restart_from_the_checkpoint_loses_and_duplicates_nothing(
     flights: list[dict[str, Any]],
     flights_config: Callable[..., QueryGroupConfig],
     produce: Callable[..., None],
-    sources: tuple[str, ...],
 ) -> None:
-    """The group stopped and restarted on its checkpoint goes on where it stopped, also
-    when it restarts with the other source: both write the same offsets JSON, byte for
-    byte (docs/formats.md), so Spark takes the logged offsets of one as the other's."""
-    size = len(flights) // len(sources)
-    parts = [flights[i * size : (i + 1) * size] for i in range(len(sources) - 1)]
-    parts.append(flights[(len(sources) - 1) * size :])
+    """The group stopped and restarted on its checkpoint goes on where it stopped (a
+    checkpoint of the removed Python source resumes too:
+    ``test_python_source_checkpoint.py``)."""
+    half = len(flights) // 2
     config = None
-    for source, part in zip(sources, parts, strict=True):
-        config = flights_config(max_tuples_per_trigger=500, passthrough=True, source=source)
+    for part in (flights[:half], flights[half:]):
+        config = flights_config(max_tuples_per_trigger=500, passthrough=True)
         produce(config, part)
         # The restarted group went on from the checkpoint: it read only the new part.
         stats = drain(config).stats
-        assert all(s.input_tuples == len(part) for s in stats.values()), (source, stats)
+        assert all(s.input_tuples == len(part) for s in stats.values()), stats
     assert config is not None
 
     copies = [m for m in read_all(bootstrap, config.output_streams["flights_copy"].topic)]

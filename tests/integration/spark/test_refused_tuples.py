@@ -31,12 +31,11 @@ def test_keyless_future_and_late_tuples_are_dead_lettered_and_the_rest_flows(
     flights: list[dict[str, Any]],
     flights_config: Callable[..., QueryGroupConfig],
     produce: Callable[..., None],
-    source: str,
 ) -> None:
     # The watermark the first drain reached is written by a micro-batch after its last
     # one with data: a no-data micro-batch (without it, the restarted query starts from
     # the older watermark and the late tuple is aggregated; see no_data_micro_batches).
-    config = flights_config(passthrough=True, no_data_micro_batches=True, source=source)
+    config = flights_config(passthrough=True, no_data_micro_batches=True)
     stream = config.input_streams["flights"]
     assert stream.watermark == "2 hours" and stream.key
     first, second = flights[:2_000], flights[2_000:3_000]

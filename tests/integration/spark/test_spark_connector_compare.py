@@ -16,9 +16,11 @@ the JVM's class path when it starts.
 The comparisons of rows are marked ``apache_kafka``: they run on the second CI pass,
 on Apache Kafka's own broker (the reference), where Maven -- which fetches the
 connector on first use into ``~/.cache/floodgate/spark-kafka-4.2.0`` -- is there for
-the broker's jars anyway. The data-loss scenarios (fixture ``loss``: a restart before
-micro-batch 0 was committed, a topic deleted and created again, a batch DataFrame
-collected twice) run on both engines, in one session of their own.
+the broker's jars anyway. The data-loss scenarios (a restart before micro-batch 0 was
+committed, a topic deleted and created again, a batch DataFrame collected twice) run on
+both engines. Every comparison of a run is made in one session (fixture ``compared``):
+each test's topics are written first, then one child process reads them all, as a
+session costs a JVM's start.
 
 What is compared: the source's schema (Spark's Kafka source schema with
 ``includeHeaders``) and every row of the query, ``key``, ``value``, ``topic``,
@@ -45,6 +47,7 @@ import pyspark
 import pytest
 from confluent_kafka import Producer
 
+from pipeline.brokers.engines import kafka_engine
 from pipeline.brokers.spark_connector import fetch_connector, jars_spark_lacks
 from pipeline.kafka.topics import ensure_topics
 
@@ -67,11 +70,13 @@ def _produce(bootstrap: str, topic: str, count: int = 23, partitions: int = 2) -
     assert producer.flush(30) == 0
 
 
-@pytest.mark.apache_kafka
-def test_one_query_reads_the_same_rows_from_sparks_connector_and_floodgates_source(
-    bootstrap: str,
-) -> None:
-    topic = f"compare.{uuid.uuid4().hex[:8]}"
+#: One comparison: ``{"mode": "stream" or "batch", "options": {...}}``, and what its test
+#: checks the rows against (``"topics"``).
+Case = dict[str, Any]
+
+
+def _one_query(bootstrap: str, run: str) -> Case:
+    topic = f"compare.{run}"
     ensure_topics(bootstrap, {topic: (2, None)})
     _produce(bootstrap, topic)
     options = {
@@ -82,21 +87,11 @@ def test_one_query_reads_the_same_rows_from_sparks_connector_and_floodgates_sour
         "includeHeaders": "true",
         "failOnDataLoss": "true",
     }
-    result = compare(options)
-    spark = result["kafka"]
-    assert len(spark["rows"]) == 23 - 2  # partition 1 from offset 2
-    for source in ("floodgate_kafka", "floodgate_kafka_python"):
-        assert result[source]["schema"] == spark["schema"], source
-        assert result[source]["rows"] == spark["rows"], source
+    return {"mode": "stream", "options": options}
 
 
-@pytest.mark.apache_kafka
-def test_one_batch_query_reads_the_same_rows_from_sparks_connector_and_the_jvm_source(
-    bootstrap: str,
-) -> None:
-    """``spark.read`` with Spark's ``startingOffsets`` and ``endingOffsets`` JSON (-2
-    earliest, -1 latest, given offsets), as Spark's guide backfills a topic."""
-    topic = f"compare.batch.{uuid.uuid4().hex[:8]}"
+def _one_batch(bootstrap: str, run: str) -> Case:
+    topic = f"compare.batch.{run}"
     ensure_topics(bootstrap, {topic: (2, None)})
     _produce(bootstrap, topic)
     options = {
@@ -107,26 +102,10 @@ def test_one_batch_query_reads_the_same_rows_from_sparks_connector_and_the_jvm_s
         "includeHeaders": "true",
         "failOnDataLoss": "true",
     }
-    result = compare(options, mode="batch")
-    spark = result["kafka"]
-    assert [(r["partition"], r["offset"]) for r in spark["rows"]] == [
-        *((0, o) for o in range(10)),
-        *((1, o) for o in range(2, 8)),
-    ]
-    assert result["floodgate_kafka"]["schema"] == spark["schema"]
-    assert result["floodgate_kafka"]["rows"] == spark["rows"]
+    return {"mode": "batch", "options": options}
 
 
-#: The formats that read several topics (the Python source reads one so far).
-SEVERAL_TOPICS = ["kafka", "floodgate_kafka"]
-
-
-@pytest.mark.apache_kafka
-def test_a_query_of_two_subscribed_topics_reads_the_same_rows_from_both(bootstrap: str) -> None:
-    """``subscribe`` of two topics, ``startingOffsets`` JSON over both (Spark: every
-    topic-partition named) and one ``maxOffsetsPerTrigger`` budget over the three
-    topic-partitions; each row's ``topic`` is its own."""
-    run = uuid.uuid4().hex[:8]
+def _two_subscribed(bootstrap: str, run: str) -> Case:
     first, second = f"compare.two.a.{run}", f"compare.two.b.{run}"
     ensure_topics(bootstrap, {first: (2, None), second: (1, None)})
     _produce(bootstrap, first)
@@ -139,20 +118,10 @@ def test_a_query_of_two_subscribed_topics_reads_the_same_rows_from_both(bootstra
         "includeHeaders": "true",
         "failOnDataLoss": "true",
     }
-    result = compare(options, formats=SEVERAL_TOPICS)
-    spark = result["kafka"]
-    assert {r["topic"] for r in spark["rows"]} == {first, second}
-    assert len(spark["rows"]) == (23 - 2) + (9 - 4)
-    assert result["floodgate_kafka"]["schema"] == spark["schema"]
-    assert result["floodgate_kafka"]["rows"] == spark["rows"]
+    return {"mode": "stream", "options": options, "topics": [first, second]}
 
 
-@pytest.mark.apache_kafka
-def test_a_query_of_partitions_of_two_topics_assigned_reads_the_same_rows_from_both(
-    bootstrap: str,
-) -> None:
-    """``assign`` of partitions of two topics, ``startingOffsets`` naming exactly them."""
-    run = uuid.uuid4().hex[:8]
+def _two_assigned(bootstrap: str, run: str) -> Case:
     first, second = f"compare.assign.a.{run}", f"compare.assign.b.{run}"
     ensure_topics(bootstrap, {first: (2, None), second: (1, None)})
     _produce(bootstrap, first)
@@ -163,23 +132,10 @@ def test_a_query_of_partitions_of_two_topics_assigned_reads_the_same_rows_from_b
         "startingOffsets": json.dumps({first: {"1": -2}, second: {"0": 3}}),
         "includeHeaders": "true",
     }
-    result = compare(options, formats=SEVERAL_TOPICS)
-    spark = result["kafka"]
-    assert {(r["topic"], r["partition"]) for r in spark["rows"]} == {(first, 1), (second, 0)}
-    assert len(spark["rows"]) == 8 + (9 - 3)  # first's partition 1 holds every third tuple
-    assert result["floodgate_kafka"]["schema"] == spark["schema"]
-    assert result["floodgate_kafka"]["rows"] == spark["rows"]
+    return {"mode": "stream", "options": options, "topics": [first, second]}
 
 
-@pytest.mark.apache_kafka
-def test_a_query_of_a_pattern_reads_the_same_rows_from_both(bootstrap: str) -> None:
-    """``subscribePattern``: the topics whose name matches, from earliest. Anchored
-    (``^...$``), as the design's whole-name match (Kafka's consumer,
-    ``Pattern.matcher(name).matches()``) and Spark's own Admin-based strategy (a match
-    anywhere, ``findFirstIn``) read the same topics only then: without the anchors
-    Spark's connector reads ``x.compare...`` too, Floodgate's source does not
-    (docs/reference/spark-kafka-options.md)."""
-    run = uuid.uuid4().hex[:8]
+def _pattern(bootstrap: str, run: str) -> Case:
     matching = [f"compare.pattern.{run}.{n}" for n in ("eu", "us")]
     other = f"x.compare.pattern.{run}.eu"
     ensure_topics(bootstrap, {matching[0]: (2, None), matching[1]: (1, None), other: (1, None)})
@@ -191,19 +147,10 @@ def test_a_query_of_a_pattern_reads_the_same_rows_from_both(bootstrap: str) -> N
         "startingOffsets": "earliest",
         "includeHeaders": "true",
     }
-    result = compare(options, formats=SEVERAL_TOPICS)
-    spark = result["kafka"]
-    assert {r["topic"] for r in spark["rows"]} == set(matching)
-    assert len(spark["rows"]) == 14
-    assert result["floodgate_kafka"]["schema"] == spark["schema"]
-    assert result["floodgate_kafka"]["rows"] == spark["rows"]
+    return {"mode": "stream", "options": options, "topics": matching}
 
 
-@pytest.mark.apache_kafka
-def test_a_batch_query_of_two_topics_reads_the_same_rows_from_both(bootstrap: str) -> None:
-    """``spark.read`` of two subscribed topics, ``startingOffsets`` and
-    ``endingOffsets`` JSON naming every topic-partition of both."""
-    run = uuid.uuid4().hex[:8]
+def _batch_two_topics(bootstrap: str, run: str) -> Case:
     first, second = f"compare.batch.two.a.{run}", f"compare.batch.two.b.{run}"
     ensure_topics(bootstrap, {first: (2, None), second: (1, None)})
     _produce(bootstrap, first)
@@ -215,22 +162,10 @@ def test_a_batch_query_of_two_topics_reads_the_same_rows_from_both(bootstrap: st
         "endingOffsets": json.dumps({first: {"0": 10, "1": -1}, second: {"0": 6}}),
         "includeHeaders": "true",
     }
-    result = compare(options, mode="batch")
-    spark = result["kafka"]
-    assert [(r["topic"], r["partition"], r["offset"]) for r in spark["rows"]] == [
-        *((first, 0, o) for o in range(10)),
-        *((first, 1, o) for o in range(2, 8)),
-        *((second, 0, o) for o in range(1, 6)),
-    ]
-    assert result["floodgate_kafka"]["schema"] == spark["schema"]
-    assert result["floodgate_kafka"]["rows"] == spark["rows"]
+    return {"mode": "batch", "options": options, "topics": [first, second]}
 
 
-@pytest.mark.apache_kafka
-def test_a_batch_query_of_a_pattern_reads_the_same_rows_from_both(bootstrap: str) -> None:
-    """``spark.read`` with ``subscribePattern``: every matching topic from earliest to
-    latest."""
-    run = uuid.uuid4().hex[:8]
+def _batch_pattern(bootstrap: str, run: str) -> Case:
     matching = [f"compare.batch.pattern.{run}.{n}" for n in ("eu", "us")]
     ensure_topics(bootstrap, {matching[0]: (2, None), matching[1]: (1, None)})
     _produce(bootstrap, matching[0], count=7)
@@ -240,10 +175,7 @@ def test_a_batch_query_of_a_pattern_reads_the_same_rows_from_both(bootstrap: str
         "subscribePattern": rf"^compare\.batch\.pattern\.{run}\..*",
         "includeHeaders": "true",
     }
-    result = compare(options, mode="batch")
-    spark = result["kafka"]
-    assert len(spark["rows"]) == 14
-    assert result["floodgate_kafka"]["rows"] == spark["rows"]
+    return {"mode": "batch", "options": options}
 
 
 def _produce_timed(bootstrap: str, topic: str, base_ms: int) -> None:
@@ -261,18 +193,17 @@ def _produce_timed(bootstrap: str, topic: str, base_ms: int) -> None:
     assert producer.flush(30) == 0
 
 
-@pytest.fixture(scope="module")
-def spark_options(bootstrap: str) -> dict[str, Any]:
-    """Spark's options by timestamp and of range splitting, each case read by Spark's
-    connector and the JVM source, all cases in one session: ``{case: {format: result}}``.
-    A topic of two partitions, tuples one second apart (:func:`_produce_timed`)."""
-    topic = f"compare.options.{uuid.uuid4().hex[:8]}"
+def _option_cases(bootstrap: str, run: str) -> dict[str, Case]:
+    """Spark's options by timestamp and of range splitting: a topic of two partitions,
+    tuples one second apart (:func:`_produce_timed`) from ``base`` (each case's
+    ``"base"``)."""
+    topic = f"compare.options.{run}"
     ensure_topics(bootstrap, {topic: (2, None)})
     # a minute back: timestamps older than the topic's retention would be deleted at once
     base = int(time.time() * 1000) - 60_000
     _produce_timed(bootstrap, topic, base)
     common = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "includeHeaders": "true"}
-    cases = {
+    return {
         # tuple 5 (partition 1) on: partition 0 from tuple 6, partition 1 from tuple 5
         "starting_timestamp": {
             "mode": "stream",
@@ -305,9 +236,129 @@ def spark_options(bootstrap: str) -> dict[str, Any]:
             "options": {**common, "startingOffsets": "earliest", "minPartitions": "7"},
         },
     }
-    out = compare({}, mode="cases", cases=cases, formats=SEVERAL_TOPICS)
-    out["base"] = base
+
+
+#: The row comparisons, by case name: each writes its topics and returns its case.
+ROW_CASES = {
+    "one_query": _one_query,
+    "one_batch": _one_batch,
+    "two_subscribed": _two_subscribed,
+    "two_assigned": _two_assigned,
+    "pattern": _pattern,
+    "batch_two_topics": _batch_two_topics,
+    "batch_pattern": _batch_pattern,
+}
+
+
+@pytest.fixture(scope="module")
+def compared(bootstrap: str) -> dict[str, Any]:
+    """Every comparison of this module in one session of Spark's connector and the JVM
+    source: ``{"cases": {case: {format: result}}, "loss": {scenario: {format: result}},
+    "given": {case: case}}``. The row and option comparisons on Apache Kafka (the
+    reference; their tests are marked ``apache_kafka``), the data-loss scenarios on
+    both engines (noida-db deletes topics and records too)."""
+    given: dict[str, Case] = {}
+    if kafka_engine() == "apache-kafka":
+        run = uuid.uuid4().hex[:8]
+        given = {name: make(bootstrap, run) for name, make in ROW_CASES.items()}
+        given.update(_option_cases(bootstrap, run))
+    out = compare(given, bootstrap=bootstrap)
+    out["given"] = given
     return out
+
+
+def _same_rows(compared: dict[str, Any], name: str) -> dict[str, Any]:
+    """Spark's result of case ``name``, after checking the JVM source's schema and rows
+    are the same."""
+    result = compared["cases"][name]
+    spark = result["kafka"]
+    assert "error" not in spark, spark["error"]
+    assert result["floodgate_kafka"].get("schema") == spark["schema"], result["floodgate_kafka"]
+    assert result["floodgate_kafka"]["rows"] == spark["rows"]
+    return dict(spark)
+
+
+@pytest.mark.apache_kafka
+def test_one_query_reads_the_same_rows_from_sparks_connector_and_floodgates_source(
+    compared: dict[str, Any],
+) -> None:
+    spark = _same_rows(compared, "one_query")
+    assert len(spark["rows"]) == 23 - 2  # partition 1 from offset 2
+
+
+@pytest.mark.apache_kafka
+def test_one_batch_query_reads_the_same_rows_from_sparks_connector_and_the_jvm_source(
+    compared: dict[str, Any],
+) -> None:
+    """``spark.read`` with Spark's ``startingOffsets`` and ``endingOffsets`` JSON (-2
+    earliest, -1 latest, given offsets), as Spark's guide backfills a topic."""
+    spark = _same_rows(compared, "one_batch")
+    assert [(r["partition"], r["offset"]) for r in spark["rows"]] == [
+        *((0, o) for o in range(10)),
+        *((1, o) for o in range(2, 8)),
+    ]
+
+
+@pytest.mark.apache_kafka
+def test_a_query_of_two_subscribed_topics_reads_the_same_rows_from_both(
+    compared: dict[str, Any],
+) -> None:
+    """``subscribe`` of two topics, ``startingOffsets`` JSON over both (Spark: every
+    topic-partition named) and one ``maxOffsetsPerTrigger`` budget over the three
+    topic-partitions; each row's ``topic`` is its own."""
+    first, second = compared["given"]["two_subscribed"]["topics"]
+    spark = _same_rows(compared, "two_subscribed")
+    assert {r["topic"] for r in spark["rows"]} == {first, second}
+    assert len(spark["rows"]) == (23 - 2) + (9 - 4)
+
+
+@pytest.mark.apache_kafka
+def test_a_query_of_partitions_of_two_topics_assigned_reads_the_same_rows_from_both(
+    compared: dict[str, Any],
+) -> None:
+    """``assign`` of partitions of two topics, ``startingOffsets`` naming exactly them."""
+    first, second = compared["given"]["two_assigned"]["topics"]
+    spark = _same_rows(compared, "two_assigned")
+    assert {(r["topic"], r["partition"]) for r in spark["rows"]} == {(first, 1), (second, 0)}
+    assert len(spark["rows"]) == 8 + (9 - 3)  # first's partition 1 holds every third tuple
+
+
+@pytest.mark.apache_kafka
+def test_a_query_of_a_pattern_reads_the_same_rows_from_both(compared: dict[str, Any]) -> None:
+    """``subscribePattern``: the topics whose name matches, from earliest. Anchored
+    (``^...$``), as the design's whole-name match (Kafka's consumer,
+    ``Pattern.matcher(name).matches()``) and Spark's own Admin-based strategy (a match
+    anywhere, ``findFirstIn``) read the same topics only then: without the anchors
+    Spark's connector reads ``x.compare...`` too, Floodgate's source does not
+    (docs/reference/spark-kafka-options.md)."""
+    spark = _same_rows(compared, "pattern")
+    assert {r["topic"] for r in spark["rows"]} == set(compared["given"]["pattern"]["topics"])
+    assert len(spark["rows"]) == 14
+
+
+@pytest.mark.apache_kafka
+def test_a_batch_query_of_two_topics_reads_the_same_rows_from_both(
+    compared: dict[str, Any],
+) -> None:
+    """``spark.read`` of two subscribed topics, ``startingOffsets`` and
+    ``endingOffsets`` JSON naming every topic-partition of both."""
+    first, second = compared["given"]["batch_two_topics"]["topics"]
+    spark = _same_rows(compared, "batch_two_topics")
+    assert [(r["topic"], r["partition"], r["offset"]) for r in spark["rows"]] == [
+        *((first, 0, o) for o in range(10)),
+        *((first, 1, o) for o in range(2, 8)),
+        *((second, 0, o) for o in range(1, 6)),
+    ]
+
+
+@pytest.mark.apache_kafka
+def test_a_batch_query_of_a_pattern_reads_the_same_rows_from_both(
+    compared: dict[str, Any],
+) -> None:
+    """``spark.read`` with ``subscribePattern``: every matching topic from earliest to
+    latest."""
+    spark = _same_rows(compared, "batch_pattern")
+    assert len(spark["rows"]) == 14
 
 
 def _read(result: dict[str, Any]) -> list[tuple[int, str]]:
@@ -317,10 +368,10 @@ def _read(result: dict[str, Any]) -> list[tuple[int, str]]:
 
 
 @pytest.mark.apache_kafka
-def test_starting_timestamp_reads_the_same_rows_from_both(spark_options: dict[str, Any]) -> None:
+def test_starting_timestamp_reads_the_same_rows_from_both(compared: dict[str, Any]) -> None:
     """``startingTimestamp`` (with ``minPartitions`` splitting the ranges): every
     partition from its first tuple at or after it."""
-    result = spark_options["starting_timestamp"]
+    result = compared["cases"]["starting_timestamp"]
     assert sorted(v for _, v in _read(result["kafka"])) == sorted(
         f"value-{i}" for i in range(5, 20)
     )
@@ -330,12 +381,12 @@ def test_starting_timestamp_reads_the_same_rows_from_both(spark_options: dict[st
 
 @pytest.mark.apache_kafka
 def test_starting_offsets_by_timestamp_with_strategy_latest_reads_the_same_rows_from_both(
-    spark_options: dict[str, Any],
+    compared: dict[str, Any],
 ) -> None:
     """``startingOffsetsByTimestamp`` wins over ``startingOffsets``; a partition with no
     tuple at or after its timestamp starts at latest
     (``startingOffsetsByTimestampStrategy = latest``)."""
-    result = spark_options["by_timestamp_latest"]
+    result = compared["cases"]["by_timestamp_latest"]
     assert _read(result["kafka"]) == [(0, f"value-{i}") for i in range(12, 20, 2)]
     assert _read(result["floodgate_kafka"]) == _read(result["kafka"])
     assert result["floodgate_kafka"]["rows"] == result["kafka"]["rows"]
@@ -343,11 +394,11 @@ def test_starting_offsets_by_timestamp_with_strategy_latest_reads_the_same_rows_
 
 @pytest.mark.apache_kafka
 def test_a_batch_between_two_timestamps_split_by_max_records_reads_the_same_rows_from_both(
-    spark_options: dict[str, Any],
+    compared: dict[str, Any],
 ) -> None:
     """``spark.read`` from ``startingTimestamp`` to ``endingTimestamp`` (the first offset
     at or after it, not read), ranges of at most ``maxRecordsPerPartition`` offsets."""
-    result = spark_options["batch_timestamps"]
+    result = compared["cases"]["batch_timestamps"]
     assert sorted(v for _, v in _read(result["kafka"])) == sorted(
         f"value-{i}" for i in range(2, 15)
     )
@@ -360,10 +411,10 @@ def test_a_batch_between_two_timestamps_split_by_max_records_reads_the_same_rows
 
 @pytest.mark.apache_kafka
 def test_a_batch_split_by_min_partitions_reads_the_same_rows_from_both(
-    spark_options: dict[str, Any],
+    compared: dict[str, Any],
 ) -> None:
     """``spark.read`` of the whole topic with ``minPartitions`` above its partitions."""
-    result = spark_options["batch_min_partitions"]
+    result = compared["cases"]["batch_min_partitions"]
     assert len(_read(result["kafka"])) == 20
     assert _read(result["floodgate_kafka"]) == _read(result["kafka"])
     assert result["floodgate_kafka"]["rows"] == result["kafka"]["rows"]
@@ -372,16 +423,8 @@ def test_a_batch_split_by_min_partitions_reads_the_same_rows_from_both(
     assert result["floodgate_kafka"]["tasks"] == result["kafka"]["tasks"]
 
 
-@pytest.fixture(scope="module")
-def loss(bootstrap: str) -> dict[str, Any]:
-    """Every data-loss scenario (``connector_compare.loss_scenarios``) on Spark's
-    connector and the JVM source, in one session of their own: ``{scenario: {format:
-    result}}``. They run on both engines (noida-db deletes topics too)."""
-    return compare({}, mode="loss", bootstrap=bootstrap)
-
-
 def test_a_restart_before_the_first_micro_batch_was_committed_replans_it_from_the_same_offsets(
-    loss: dict[str, Any],
+    compared: dict[str, Any],
 ) -> None:
     """Micro-batch 0 logged (``offsets/0``) and not committed (``commits/0`` removed, as
     a driver dying in between leaves it), the log start moved past its first offsets
@@ -389,7 +432,7 @@ def test_a_restart_before_the_first_micro_batch_was_committed_replans_it_from_th
     checkpoint keeps (``startingOffsets = earliest`` is not asked again) and finds them
     gone: both fail on the data loss, where a source that planned ``earliest`` again
     would skip offsets 0 and 1 unseen."""
-    result = loss["restart_before_commit"]
+    result = compared["loss"]["restart_before_commit"]
     for fmt in ("kafka", "floodgate_kafka"):
         assert result[fmt]["first"] == [[0, o] for o in range(5)], (fmt, result[fmt])
         assert "failOnDataLoss" in result[fmt].get("error", ""), (fmt, result[fmt])
@@ -397,11 +440,11 @@ def test_a_restart_before_the_first_micro_batch_was_committed_replans_it_from_th
 
 
 def test_a_topic_deleted_and_created_again_fails_the_query_naming_the_offsets(
-    loss: dict[str, Any],
+    compared: dict[str, Any],
 ) -> None:
     """``failOnDataLoss`` (the default): the offsets went back from 5 to 0; both fail,
     naming the partition's old and new offsets."""
-    result = loss["topic_created_again_fail"]
+    result = compared["loss"]["topic_created_again_fail"]
     for fmt in ("kafka", "floodgate_kafka"):
         error = result[fmt].get("error", "")
         assert "offset was changed from 5 to 0" in error, (fmt, result[fmt])
@@ -409,51 +452,36 @@ def test_a_topic_deleted_and_created_again_fails_the_query_naming_the_offsets(
 
 
 def test_a_topic_deleted_and_created_again_is_read_on_without_fail_on_data_loss(
-    loss: dict[str, Any],
+    compared: dict[str, Any],
 ) -> None:
     """``failOnDataLoss = false``: both go on and read the new topic's tuples."""
-    result = loss["topic_created_again_skip"]
+    result = compared["loss"]["topic_created_again_skip"]
     assert sorted(result["kafka"]["offsets"]) == [0, 0, 1, 1, 2, 2, 3, 4]
     assert sorted(result["floodgate_kafka"]["offsets"]) == sorted(result["kafka"]["offsets"])
 
 
 def test_a_batch_dataframe_collected_twice_reads_latest_at_each_collect(
-    loss: dict[str, Any],
+    compared: dict[str, Any],
 ) -> None:
     """``spark.read`` with ``endingOffsets`` latest: the second collect reads the two
     tuples written after the first, as Spark's connector does."""
-    result = loss["collected_twice"]
+    result = compared["loss"]["collected_twice"]
     assert result["kafka"]["collects"] == [[0, 1, 2], [0, 1, 2, 3, 4]]
     assert result["floodgate_kafka"] == result["kafka"]
 
 
-def compare(
-    options: dict[str, str],
-    *,
-    mode: str = "stream",
-    formats: list[str] | None = None,
-    bootstrap: str | None = None,
-    cases: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+def compare(cases: dict[str, Case], *, bootstrap: str | None = None) -> dict[str, Any]:
     """Run ``connector_compare`` in a process of its own (the connector's jars on the
-    class path of its JVM): per format, the schema and the rows (``formats``: only
-    those); mode ``loss``: the data-loss scenarios on ``bootstrap``; mode ``cases``:
-    each of ``cases`` (``connector_compare.cases``)."""
+    class path of its JVM): each of ``cases`` (``connector_compare.cases``) and, with
+    ``bootstrap``, the data-loss scenarios on it (``connector_compare.loss_scenarios``)."""
     jars = jars_spark_lacks(fetch_connector(), Path(pyspark.__file__).parent / "jars")
-    request = {
-        "options": options,
-        "jars": jars,
-        "mode": mode,
-        "formats": formats,
-        "bootstrap": bootstrap,
-        "cases": cases,
-    }
+    request = {"jars": jars, "bootstrap": bootstrap, "cases": cases}
     done = subprocess.run(
         [sys.executable, "-m", "tests.integration.spark.connector_compare", json.dumps(request)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
         check=False,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

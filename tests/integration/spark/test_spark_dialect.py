@@ -21,7 +21,6 @@ from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.options import SOURCE_NAME
-from pipeline.spark.source import KafkaStreamDataSource
 from pipeline.swept.blob import blob_name, write_sealed_blob
 from pipeline.swept.catalog import SweepCatalog
 from pipeline.swept.reading import RANGE_CONSUMER, read_partition
@@ -45,25 +44,20 @@ def _produce(bootstrap: str, topic: str, per_partition: int, partitions: int) ->
 
 
 def _session(spark: Any) -> Any:
-    """A session of its own with the source registered (as a query group registers it
-    in its own session: a second registration in one session is an error)."""
-    session = spark.newSession()
-    session.dataSource.register(KafkaStreamDataSource)
-    return session
+    """A session of its own, as a query group has."""
+    return spark.newSession()
 
 
-def _read(
-    spark: Any, options: dict[str, str], name: str, fmt: str
-) -> tuple[list[Any], list[int], list[str]]:
-    """Run ``options`` with source ``fmt`` under Trigger.AvailableNow into a memory table.
+def _read(spark: Any, options: dict[str, str], name: str) -> tuple[list[Any], list[int], list[str]]:
+    """Run ``options`` under Trigger.AvailableNow into a memory table.
 
     Returns:
         The rows by partition and offset, each micro-batch's number of rows, and the
         columns.
     """
     spark = _session(spark)
-    df = spark.readStream.format(fmt).options(**options).load()
-    name = f"{name}_{fmt}"
+    df = spark.readStream.format(SOURCE_NAME).options(**options).load()
+    name = f"{name}_{SOURCE_NAME}"
     query = df.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
     try:
         query.awaitTermination(180)
@@ -75,7 +69,7 @@ def _read(
     return rows, batches, spark.table(name).columns
 
 
-def test_sparks_options_read_sparks_columns(spark: Any, bootstrap: str, source_format: str) -> None:
+def test_sparks_options_read_sparks_columns(spark: Any, bootstrap: str) -> None:
     topic = f"dialect.{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, {topic: (2, None)})
     _produce(bootstrap, topic, per_partition=6, partitions=2)
@@ -90,7 +84,6 @@ def test_sparks_options_read_sparks_columns(spark: Any, bootstrap: str, source_f
             "failOnDataLoss": "true",
         },
         "dialect_columns",
-        source_format,
     )
     assert [(r.partition, r.offset) for r in rows] == [
         *((0, o) for o in range(6)),
@@ -122,7 +115,7 @@ def test_sparks_options_read_sparks_columns(spark: Any, bootstrap: str, source_f
 
 @pytest.mark.parametrize("fail", [True, False], ids=["fail", "skip"])
 def test_offsets_no_longer_on_the_broker_fail_or_are_skipped(
-    spark: Any, bootstrap: str, fail: bool, source_format: str
+    spark: Any, bootstrap: str, fail: bool
 ) -> None:
     """``failOnDataLoss``: a micro-batch that starts at offsets the broker deleted
     fails the query (the default), or starts at the first offset it still holds."""
@@ -139,18 +132,17 @@ def test_offsets_no_longer_on_the_broker_fail_or_are_skipped(
         "failOnDataLoss": str(fail).lower(),
     }
     if fail:
-        df = _session(spark).readStream.format(source_format).options(**options).load()
+        df = _session(spark).readStream.format(SOURCE_NAME).options(**options).load()
         query = (
             df.writeStream.format("memory")
-            .queryName(f"dialect_lost_fail_{source_format}")
+            .queryName(f"dialect_lost_fail_{SOURCE_NAME}")
             .trigger(availableNow=True)
             .start()
         )
-        # The Python source raises DataLossError, the JVM one DataLossException.
-        with pytest.raises(StreamingQueryException, match=r"DataLoss(Error|Exception)"):
+        with pytest.raises(StreamingQueryException, match=r"DataLossException"):
             query.awaitTermination(180)
         return
-    rows, _, _ = _read(spark, options, "dialect_lost_skip", source_format)
+    rows, _, _ = _read(spark, options, "dialect_lost_skip")
     assert [r.offset for r in rows] == [5, 6, 7]
 
 
@@ -159,7 +151,6 @@ def test_decoded_tuples_carry_sparks_columns_beside_their_fields(
     bootstrap: str,
     schemas: SchemaRepository,
     flights: list[dict[str, Any]],
-    source_format: str,
 ) -> None:
     """With ``schema``, a row holds the stream's decoded fields and, beside them,
     Spark's columns: the raw ``value`` is the bytes the producer wrote."""
@@ -181,7 +172,6 @@ def test_decoded_tuples_carry_sparks_columns_beside_their_fields(
             "schemas": schemas.as_json(),
         },
         "dialect_decoded",
-        source_format,
     )
     assert columns[: len(schemas.get("flight").field_names)] == schemas.get("flight").field_names
     assert [(r.carrier, r.flight) for r in rows] == [
@@ -195,7 +185,7 @@ def test_decoded_tuples_carry_sparks_columns_beside_their_fields(
 
 
 def test_a_partition_added_later_is_read_from_its_earliest_offset(
-    spark: Any, bootstrap: str, source_format: str, tmp_path: Path
+    spark: Any, bootstrap: str, tmp_path: Path
 ) -> None:
     """A partition added to the topic while the query is stopped starts at its earliest
     offset, as in Spark's Kafka source, not at 0: here its first 5 records are deleted
@@ -219,7 +209,7 @@ def test_a_partition_added_later_is_read_from_its_earliest_offset(
                 (r.partition, r.offset) for r in batch.select("partition", "offset").collect()
             )
 
-        df = _session(spark).readStream.format(source_format).options(**options).load()
+        df = _session(spark).readStream.format(SOURCE_NAME).options(**options).load()
         query = (
             df.writeStream.foreachBatch(collect)
             .option("checkpointLocation", checkpoint)

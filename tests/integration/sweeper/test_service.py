@@ -92,12 +92,9 @@ def test_a_producer_at_three_times_the_service_rate_is_swept_and_nothing_is_lost
     run_id: str,
     tmp_path: Path,
     sweeper_for: Callable[..., Sweeper],
-    source: str,
     start_query_group: Callable[..., QueryGroup],
 ) -> None:
-    config = swept_group(
-        run_id, tmp_path, max_tuples_per_trigger=200, trigger_interval_ms=500, source=source
-    )
+    config = swept_group(run_id, tmp_path, max_tuples_per_trigger=200, trigger_interval_ms=500)
     sweeper = sweeper_for(config, sweep_interval_s=1.0)
     records = sequenced(flights, 8_000)
     samples: list[tuple[int, int]] = []

@@ -135,6 +135,30 @@ def test_unknown_key_is_named_with_allowed_keys(raw: dict[str, Any]) -> None:
     assert isinstance(error, ValueError)
 
 
+@pytest.mark.parametrize("value", ["python", "jvm"])
+def test_the_removed_source_setting_is_refused_saying_what_to_do(
+    raw: dict[str, Any], value: str
+) -> None:
+    """``query_group.source`` went with the Python source: a file that still sets it,
+    even to the one source left, is refused naming the key, with what to do."""
+    raw["query_group"]["source"] = value
+    error = refused(raw)
+    text = str(error)
+    assert error.key == "query_group.source"
+    assert "'query_group.source'" in text
+    assert "removed with the Python source" in text
+    assert "delete the line" in text
+
+
+def test_the_removed_source_setting_is_refused_from_the_environment_too(
+    raw: dict[str, Any],
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_query_group(raw, env={"FLOODGATE__QUERY_GROUP__SOURCE": "python"})
+    assert info.value.key == "query_group.source"
+    assert "removed with the Python source" in str(info.value)
+
+
 def test_unknown_key_in_a_stream_lists_that_sections_keys(raw: dict[str, Any]) -> None:
     raw["input_streams"]["flights"]["watermarks"] = "1 hour"
     error = refused(raw)

@@ -9,8 +9,8 @@ import java.nio.file.Path;
 import java.util.Comparator;
 
 /**
- * The golden files both sources' tests read ({@code tests/golden/} of the repository, written by
- * its {@code make_*.py} scripts from the Python source's functions).
+ * The golden files of {@code tests/golden/} of the repository: the source's specification, edited
+ * by hand in review (tests/golden/README.md).
  */
 public final class Golden {
   /** Reads the golden JSON files: integers stay whole, whatever their size. */

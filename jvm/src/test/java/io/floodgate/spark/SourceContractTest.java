@@ -14,10 +14,10 @@ import java.util.Properties;
 import org.junit.jupiter.api.Test;
 
 /**
- * The names and settings both sources share, against {@code tests/golden/contract/source.json}
- * (written by {@code tests/golden/make_contract.py} from the Python side's owners): the source's
- * name, the consumer group it makes up, the dead letter's headers, key and producer, and which
- * consumer settings a {@code kafka.*} option may change.
+ * The source's names and settings against {@code tests/golden/contract/source.json}, the
+ * specification edited by hand in review (tests/golden/README.md): the source's name, the consumer
+ * group it makes up, the dead letter's headers, key and producer, and which consumer settings a
+ * {@code kafka.*} option may change.
  */
 class SourceContractTest {
   private static final JsonNode CONTRACT = Golden.read("contract/source.json");

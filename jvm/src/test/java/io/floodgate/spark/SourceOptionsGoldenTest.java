@@ -20,35 +20,18 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestFactory;
 
 /**
- * {@link SourceOptions#parse} against {@code tests/golden/options/cases.json}, which holds what the
- * Python source's {@code SourceOptions.parse} makes of each option map (written by {@code
- * tests/golden/make_options.py}): the same fields, by their camel-case names, or a refusal whose
- * message contains the Python message; and against {@code tests/golden/options/jvm_cases.json},
- * written by hand, of the options only the JVM source takes (Spark's offsets by timestamp and range
- * splitting), in the same shape. A JVM case named as a Python one replaces it (the Python source
- * refuses those options).
+ * {@link SourceOptions#parse} against {@code tests/golden/options/cases.json}, the specification
+ * edited by hand in review (tests/golden/README.md) of what the source makes of each option map:
+ * the fields, by the camel-case names of their Python names, or a refusal whose message contains
+ * the given text.
  */
 class SourceOptionsGoldenTest {
   private static final JsonNode CASES = Golden.read("options/cases.json");
-  private static final JsonNode JVM_CASES = Golden.read("options/jvm_cases.json");
 
   @TestFactory
-  Stream<DynamicTest> everyCaseParsesAsInPython() {
+  Stream<DynamicTest> everyCaseParsesAsSpecified() {
     List<DynamicTest> tests = new ArrayList<>();
-    java.util.Set<String> replaced = new java.util.HashSet<>();
-    JVM_CASES.forEach(c -> replaced.add(c.get("name").asText()));
     for (JsonNode c : CASES) {
-      if (!replaced.contains(c.get("name").asText())) {
-        tests.add(DynamicTest.dynamicTest(c.get("name").asText(), () -> check(c)));
-      }
-    }
-    return tests.stream();
-  }
-
-  @TestFactory
-  Stream<DynamicTest> everyJvmOnlyCaseParsesAsWritten() {
-    List<DynamicTest> tests = new ArrayList<>();
-    for (JsonNode c : JVM_CASES) {
       tests.add(DynamicTest.dynamicTest(c.get("name").asText(), () -> check(c)));
     }
     return tests.stream();

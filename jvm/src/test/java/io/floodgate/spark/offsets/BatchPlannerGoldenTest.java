@@ -18,9 +18,8 @@ import org.junit.jupiter.api.TestFactory;
 
 /**
  * {@link BatchPlanner#planBatchEnd} and {@link KafkaTask#group} against {@code
- * tests/golden/planning/plan_batch_end.json}: what the Python source's {@code plan_batch_end} and
- * {@code group_ranges} give for hand-written and seeded random cases (written by {@code
- * tests/golden/make_planning.py}).
+ * tests/golden/planning/plan_batch_end.json}: the planned ends and task groups of hand-written and
+ * seeded random cases, the specification edited by hand in review (tests/golden/README.md).
  */
 class BatchPlannerGoldenTest {
   private static final JsonNode CASES = Golden.read("planning/plan_batch_end.json");

@@ -19,10 +19,11 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestFactory;
 
 /**
- * {@link PartitionOffsets} against {@code tests/golden/offsets/}: the texts the Python source hands
- * Spark for its offset log ({@code json.dumps(offsets_to_json(...))}, written by {@code
- * tests/golden/make_offsets.py}). The JVM source must write them byte for byte and read them, and
- * the form Spark's own Kafka source writes, back to the same offsets.
+ * {@link PartitionOffsets} against {@code tests/golden/offsets/}: the texts of the source's offsets
+ * in Spark's offset log, the specification edited by hand in review (tests/golden/README.md; the
+ * removed Python source wrote the same, so its checkpoints resume here). The source must write them
+ * byte for byte and read them, and the form Spark's own Kafka source writes, back to the same
+ * offsets.
  */
 class PartitionOffsetsGoldenTest {
   private static final JsonNode INDEX = Golden.read("offsets/index.json");
