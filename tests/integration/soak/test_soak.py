@@ -90,7 +90,8 @@ def test_nothing_is_lost_or_duplicated_under_overload_and_every_fault(tmp_path: 
     # What ended the driver (its state, exit status and log tail) first: a CI log keeps the
     # head and the tail of a long message, and the summary's middle is cut.
     ends = json.dumps(report.get("driver_ends_unplanned"), indent=1, default=str)
-    assert report["driver_restarts_unplanned"] == 0, f"drivers ended on their own:\n{ends}\n{summary}"
+    ended = f"drivers ended on their own:\n{ends}\n{summary}"
+    assert report["driver_restarts_unplanned"] == 0, ended
     assert not report["hanging_transactions"], summary
     broker_faults = [f for f in report["faults"] if f["kind"] == "restart-broker"]
     killed = "SIGKILL" if report["engine"] == "apache-kafka" else "stop"
