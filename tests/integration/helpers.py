@@ -137,6 +137,38 @@ def wait_until(
     )
 
 
+def offsets_read_available_now(
+    session: Any, options: dict[str, str], checkpoint: str | Path
+) -> list[tuple[int, int]]:
+    """``(partition, offset)`` of every row a streaming query of ``floodgate_kafka`` with
+    ``options`` reads on ``checkpoint`` up to what the topics hold now
+    (``Trigger.AvailableNow``; ``foreachBatch`` collects in the driver), sorted.
+
+    Raises:
+        AssertionError: the query failed (its exception is named).
+    """
+    from pipeline.spark.options import SOURCE_NAME
+
+    seen: list[tuple[int, int]] = []
+
+    def collect(batch: Any, _batch_id: int) -> None:
+        seen.extend((r.partition, r.offset) for r in batch.select("partition", "offset").collect())
+
+    df = session.readStream.format(SOURCE_NAME).options(**options).load()
+    query = (
+        df.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(180)
+        assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
+    return sorted(seen)
+
+
 def raw_request(url: str, head: str, body: bytes = b"") -> tuple[int, bytes]:
     """Send ``head`` (request line and headers) and ``body`` on a fresh connection; the
     status and everything the server sends before it closes the connection. The socket

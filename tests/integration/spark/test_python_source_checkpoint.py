@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Producer
 
 from pipeline.kafka.topics import ensure_topics
-from pipeline.spark.options import SOURCE_NAME
+from tests.integration.helpers import offsets_read_available_now
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "checkpoints" / "python_source"
 
@@ -63,30 +63,14 @@ def test_a_checkpoint_of_the_python_source_resumes_under_the_jvm_source(
     checkpoint = tmp_path / "checkpoint"
     python_source_checkpoint(checkpoint, topic, committed=committed)
 
-    seen: list[tuple[int, int]] = []
-
-    def collect(batch: Any, _batch_id: int) -> None:
-        seen.extend((r.partition, r.offset) for r in batch.select("partition", "offset").collect())
-
     options = {
         "kafka.bootstrap.servers": bootstrap,
         "subscribe": topic,
         "startingOffsets": "earliest",  # not used: the checkpoint says where to go on
         "maxOffsetsPerTrigger": "6",
     }
-    df = spark.newSession().readStream.format(SOURCE_NAME).options(**options).load()
-    query = (
-        df.writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination(180)
-        assert query.exception() is None, query.exception()
-    finally:
-        query.stop()
-    assert sorted(seen) == [(p, o) for p in (0, 1) for o in range(first, 9)]
+    seen = offsets_read_available_now(spark.newSession(), options, checkpoint)
+    assert seen == [(p, o) for p in (0, 1) for o in range(first, 9)]
     # The JVM source logs its offsets in the same shape.
     newest = max(int(e.name) for e in (checkpoint / "offsets").iterdir() if e.name.isdigit())
     logged = (checkpoint / "offsets" / str(newest)).read_text(encoding="utf-8").split("\n")[2]

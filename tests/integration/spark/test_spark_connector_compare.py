@@ -47,7 +47,6 @@ import pyspark
 import pytest
 from confluent_kafka import Producer
 
-from pipeline.brokers.engines import kafka_engine
 from pipeline.brokers.spark_connector import fetch_connector, jars_spark_lacks
 from pipeline.kafka.topics import ensure_topics
 
@@ -251,14 +250,14 @@ ROW_CASES = {
 
 
 @pytest.fixture(scope="module")
-def compared(bootstrap: str) -> dict[str, Any]:
+def compared(bootstrap: str, kafka_engine_name: str) -> dict[str, Any]:
     """Every comparison of this module in one session of Spark's connector and the JVM
     source: ``{"cases": {case: {format: result}}, "loss": {scenario: {format: result}},
     "given": {case: case}}``. The row and option comparisons on Apache Kafka (the
     reference; their tests are marked ``apache_kafka``), the data-loss scenarios on
     both engines (noida-db deletes topics and records too)."""
     given: dict[str, Case] = {}
-    if kafka_engine() == "apache-kafka":
+    if kafka_engine_name == "apache-kafka":
         run = uuid.uuid4().hex[:8]
         given = {name: make(bootstrap, run) for name, make in ROW_CASES.items()}
         given.update(_option_cases(bootstrap, run))

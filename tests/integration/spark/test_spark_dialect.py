@@ -24,7 +24,7 @@ from pipeline.spark.options import SOURCE_NAME
 from pipeline.swept.blob import blob_name, write_sealed_blob
 from pipeline.swept.catalog import SweepCatalog
 from pipeline.swept.reading import RANGE_CONSUMER, read_partition
-from tests.integration.helpers import wait_until
+from tests.integration.helpers import offsets_read_available_now, wait_until
 
 
 def _produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> None:
@@ -202,26 +202,7 @@ def test_a_partition_added_later_is_read_from_its_earliest_offset(
     checkpoint = str(tmp_path / "checkpoint")
 
     def run() -> list[tuple[int, int]]:
-        seen: list[tuple[int, int]] = []
-
-        def collect(batch: Any, _batch_id: int) -> None:
-            seen.extend(
-                (r.partition, r.offset) for r in batch.select("partition", "offset").collect()
-            )
-
-        df = _session(spark).readStream.format(SOURCE_NAME).options(**options).load()
-        query = (
-            df.writeStream.foreachBatch(collect)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
-        try:
-            query.awaitTermination(180)
-            assert query.exception() is None, query.exception()
-        finally:
-            query.stop()
-        return sorted(seen)
+        return offsets_read_available_now(_session(spark), options, checkpoint)
 
     assert run() == [(0, o) for o in range(4)]
     admin = AdminClient({"bootstrap.servers": bootstrap})
