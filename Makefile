@@ -21,7 +21,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# The benchmarks' extra (matplotlib for the soak's plot), on top of the test extra.
+# The benchmarks' extra (matplotlib for the soak's plot, polars for bench_limit.py's
+# codec-matched consumer), on top of the test extra.
 $(VENV)/.bench: pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	touch $@

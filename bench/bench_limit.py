@@ -17,7 +17,7 @@ flights, on the same topic (``flights``, its partition count and replication fro
   puts (:func:`pipeline.demo.flights.flight_table`) and encodes it ``--block`` tuples at
   a time with :class:`~pipeline.serde.block.BlockEncoder` (keys from the key columns,
   as ``StreamInput.put`` builds them from a table); the consumer decodes what it reads
-  ``--block`` tuples at a time with :class:`~pipeline.serde.block.BlockDecoder` into
+  ``--block`` tuples at a time with ``block_decode.BlockDecoder`` (polars) into
   Arrow tables.
 * **Floodgate**: the main job as ``make demo`` runs it and ``bench_flights.py``
   measures it (:func:`pipeline.demo.run.run_demo`: the replay process through the
@@ -69,11 +69,12 @@ from typing import Any
 import common
 import pyarrow as pa
 import pyarrow.compute as pc
+from block_decode import BlockDecoder
 from common import console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pipeline.serde.block import BlockDecoder, BlockEncoder
+from pipeline.serde.block import BlockEncoder
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 

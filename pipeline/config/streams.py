@@ -160,6 +160,15 @@ class InputStreamConfig(StreamSettings):
     starting_offsets: Literal["committed", "earliest", "latest"] = "committed"
     """Where a query with a new checkpoint starts: the consumer group's committed
     offsets (earliest where none), the log start, or the high watermark."""
+    starting_timestamp_ms: Annotated[int, Field(ge=0)] | None = None
+    """Where a query with a new checkpoint starts instead of ``starting_offsets``: in each
+    partition, the first tuple whose Kafka timestamp is at or after this (ms since the
+    epoch; the source's option ``startingTimestamp``, as Spark's). Not with
+    ``starting_offsets``."""
+    starting_timestamp_strategy: Literal["error", "latest"] = "error"
+    """With ``starting_timestamp_ms``: what a partition with no tuple at or after it does:
+    ``error`` fails the query (as Spark's ``startingOffsetsByTimestampStrategy``),
+    ``latest`` starts it at its high watermark."""
     key: list[str] = Field(default_factory=list)
     """Fields whose values, joined with ``|``, form the Kafka key the client writes
     (empty: no key; ``murmur2_random`` then spreads tuples at random). A keyed stream
@@ -208,6 +217,16 @@ class InputStreamConfig(StreamSettings):
 
     @model_validator(mode="after")
     def _check_timestamp(self) -> InputStreamConfig:
+        if self.starting_timestamp_ms is not None and "starting_offsets" in self.model_fields_set:
+            raise ValueError(
+                "starting_timestamp_ms and starting_offsets go not together (both say where "
+                "a new checkpoint starts); allowed: one of them"
+            )
+        if (
+            self.starting_timestamp_ms is None
+            and "starting_timestamp_strategy" in self.model_fields_set
+        ):
+            raise ValueError("starting_timestamp_strategy is only used with starting_timestamp_ms")
         if self.key_encoding == "confluent" and not self.key:
             raise ValueError(
                 "key_encoding 'confluent' needs key (the fields of the key record); "

@@ -6,7 +6,7 @@ import io
 import math
 import operator
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -210,10 +210,6 @@ class StreamCodec:
         except (ValueError, TypeError, KeyError, AttributeError, struct.error) as exc:
             raise self._encode_error(record, exc) from exc
         return buffer.getvalue()
-
-    def encode_many(self, records: Iterator[Mapping[str, Any]] | list[Any]) -> list[bytes]:
-        """Encode several tuples; same errors as :meth:`encode`."""
-        return [self.encode(r) for r in records]
 
     def _encode_error(self, record: Mapping[str, Any], exc: Exception) -> SchemaError:
         field_name = _offending_field(self.schema, record)

@@ -59,10 +59,8 @@ class ConfluentCodec(StreamCodec):
     stream's schema can evolve as the registry's compatibility rules allow.
 
     Tuples are encoded one by one, through confluent-kafka's serializer (the block
-    encoder of :mod:`pipeline.serde.block` stays off). The source decodes a
-    micro-batch's tuples one block per schema id
-    (:class:`~pipeline.serde.confluent_block.ConfluentBlockDecoder`) and falls back
-    to :meth:`decode` tuple by tuple, which gives the same rows.
+    encoder of :mod:`pipeline.serde.block` stays off); :meth:`decode` reads one
+    (the client's reception, the demo). The Spark source decodes on the JVM.
 
     Args:
         stream: the stream's name (used in errors).

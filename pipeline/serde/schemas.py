@@ -152,10 +152,6 @@ class SchemaRepository:
         return sorted(self._by_name)
 
     def as_json(self) -> str:
-        """The whole repository as JSON (``{name: schema}``), to ship to Spark workers."""
+        """The whole repository as JSON (``{name: schema}``): the source's option
+        ``schemas``, read on the JVM."""
         return json.dumps({name: r.schema for name, r in self._by_name.items()})
-
-    @classmethod
-    def from_json(cls, text: str) -> SchemaRepository:
-        """Inverse of :meth:`as_json`."""
-        return cls(json.loads(text))

@@ -122,6 +122,10 @@ def source_options(
         commit_offsets=False,
         max_rows_per_trigger=settings.max_tuples_per_trigger,
         starting_offsets=stream.starting_offsets,
+        starting_timestamp_ms=stream.starting_timestamp_ms,
+        starting_timestamp_strategy=(
+            stream.starting_timestamp_strategy if stream.starting_timestamp_ms is not None else None
+        ),
         dead_letter_topic=config.dead_letter_topic,
         timestamp_mode=stream.timestamp_mode,
         timestamp_field=stream.timestamp_field,

@@ -26,9 +26,6 @@ JAR_NAME = "floodgate-spark.jar"
 #: (``pyspark>=4.2,<5``) and CI runs (tests/integration/deployment).
 TESTED_SPARK_MINORS = ("4.2", "4.3")
 
-#: The JVM source's class, for ``format(...)`` where its short name is taken.
-PROVIDER_CLASS = "io.floodgate.spark.FloodgateKafkaProvider"
-
 
 def source_jar() -> Path:
     """The built jar of the ``floodgate_kafka`` source.

@@ -12,9 +12,15 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from typing import Any
+from typing import Any, Literal
 
 from pipeline.offsets import topic_offsets_to_json
+
+#: The largest ``minPartitions`` (a Java int, as Spark's option).
+_MAX_INT = 2**31 - 1
+
+#: Most ``fetchOffset.numRetries`` the source takes.
+_MAX_RETRIES = 1000
 
 #: Short name to use with ``spark.readStream.format(...)``: the source on the JVM
 #: (``jvm/``, :mod:`pipeline.spark.jvm`), whose jar every Floodgate session loads.
@@ -114,6 +120,29 @@ class SourceOptions:
     #: ``assign``: the partitions read per topic, sorted (``None``: every partition of
     #: the topics read).
     assigned: dict[str, tuple[int, ...]] | None = None
+    #: ``startingTimestamp``: a new checkpoint starts each partition at its first offset
+    #: whose Kafka timestamp is at or after this (epoch ms); wins over
+    #: ``starting_offsets``, as Spark's precedence.
+    starting_timestamp_ms: int | None = None
+    #: ``startingOffsetsByTimestamp``: per topic read, per partition, that timestamp
+    #: (epoch ms); wins over ``starting_offsets``. Not with ``starting_timestamp_ms``.
+    starting_partition_timestamps: dict[str, dict[int, int]] = dataclass_field(default_factory=dict)
+    #: ``startingOffsetsByTimestampStrategy``: a partition with no offset at or after its
+    #: starting timestamp fails the query (``error``, the source's default) or starts
+    #: at the latest offset (``latest``). Only with a starting timestamp.
+    starting_timestamp_strategy: Literal["error", "latest"] | None = None
+    #: ``minPartitions``: least Spark tasks a micro-batch is read with, a partition's
+    #: range split over several (Spark's ``KafkaOffsetRangeCalculator``). Not with
+    #: ``max_tasks``.
+    min_partitions: int | None = None
+    #: ``maxRecordsPerPartition``: most offsets one Spark task reads of a partition.
+    #: Not with ``max_tasks``.
+    max_records_per_partition: int | None = None
+    #: ``fetchOffset.numRetries``: attempts at the driver's offset reads (the source's
+    #: default 3, as Spark's).
+    fetch_offset_num_retries: int | None = None
+    #: ``fetchOffset.retryIntervalMs``: ms between those attempts (default 1000).
+    fetch_offset_retry_interval_ms: int | None = None
     min_rows_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60_000
     fail_on_data_loss: bool = True
@@ -121,6 +150,72 @@ class SourceOptions:
     #: ``fields``: the stream's fields the queries read (``None``: all). The JVM source
     #: decodes only these.
     fields: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse values the source would refuse, naming the option and what it takes.
+
+        Raises:
+            ValueError: a starting timestamp below 0, both kinds of starting timestamp,
+                timestamps for a topic not read, a strategy other than ``error`` or
+                ``latest`` or one without a starting timestamp, ``minPartitions``
+                outside 1 .. 2147483647, ``maxRecordsPerPartition`` under 1, either of
+                them with ``maxTasks``, ``fetchOffset.numRetries`` outside 1 .. 1000, or
+                ``fetchOffset.retryIntervalMs`` below 0.
+        """
+        _whole("startingTimestamp", self.starting_timestamp_ms, 0, "milliseconds since the epoch")
+        self._check_partition_timestamps()
+        if self.starting_timestamp_strategy is not None:
+            if self.starting_timestamp_strategy not in ("error", "latest"):
+                raise ValueError(
+                    "startingOffsetsByTimestampStrategy = "
+                    f"{self.starting_timestamp_strategy!r}; allowed: error, latest"
+                )
+            if self.starting_timestamp_ms is None and not self.starting_partition_timestamps:
+                raise ValueError(
+                    "startingOffsetsByTimestampStrategy is only used with startingTimestamp "
+                    "or startingOffsetsByTimestamp; allowed: give one of them, or leave the "
+                    "strategy out"
+                )
+        _whole("minPartitions", self.min_partitions, 1, "", _MAX_INT)
+        _whole("maxRecordsPerPartition", self.max_records_per_partition, 1, "")
+        for key, value in (
+            ("minPartitions", self.min_partitions),
+            ("maxRecordsPerPartition", self.max_records_per_partition),
+        ):
+            if value is not None and self.max_tasks is not None:
+                raise ValueError(
+                    f"options '{key}' and 'maxTasks' go not together: {key} splits a Kafka "
+                    "partition's range over more tasks, maxTasks deals ranges out to fewer; "
+                    "give one of them"
+                )
+        _whole("fetchOffset.numRetries", self.fetch_offset_num_retries, 1, "", _MAX_RETRIES)
+        _whole("fetchOffset.retryIntervalMs", self.fetch_offset_retry_interval_ms, 0, "ms")
+
+    def _check_partition_timestamps(self) -> None:
+        timestamps = self.starting_partition_timestamps
+        if not timestamps:
+            return
+        if self.starting_timestamp_ms is not None:
+            raise ValueError(
+                "startingTimestamp and startingOffsetsByTimestamp go not together (Spark's "
+                "source would ignore the second); allowed: one of them"
+            )
+        for topic, per_partition in timestamps.items():
+            if self.topics is not None and topic not in self.topics:
+                raise ValueError(
+                    f"startingOffsetsByTimestamp names topic {topic!r}, which is not read; "
+                    f"allowed: the topics read {sorted(self.topics)}"
+                )
+            bad = not per_partition or any(
+                type(p) is not int or p < 0 or type(t) is not int or t < 0
+                for p, t in per_partition.items()
+            )
+            if bad:
+                raise ValueError(
+                    f"startingOffsetsByTimestamp of topic {topic!r} = {per_partition!r}; "
+                    "allowed: one or more partitions >= 0, each to milliseconds since the "
+                    "epoch >= 0"
+                )
 
     def to_options(self) -> dict[str, str]:
         """The option map Spark hands the source, for these options. This is how a query
@@ -155,6 +250,17 @@ class SourceOptions:
             "minOffsetsPerTrigger": self.min_rows_per_trigger,
             "maxTriggerDelay": f"{self.max_trigger_delay_ms}ms",
             "startingOffsets": starting,
+            "startingTimestamp": self.starting_timestamp_ms,
+            "startingOffsetsByTimestamp": (
+                json.dumps(_offsets_json(self.starting_partition_timestamps))
+                if self.starting_partition_timestamps
+                else None
+            ),
+            "startingOffsetsByTimestampStrategy": self.starting_timestamp_strategy,
+            "minPartitions": self.min_partitions,
+            "maxRecordsPerPartition": self.max_records_per_partition,
+            "fetchOffset.numRetries": self.fetch_offset_num_retries,
+            "fetchOffset.retryIntervalMs": self.fetch_offset_retry_interval_ms,
             "failOnDataLoss": self.fail_on_data_loss,
             "includeHeaders": self.include_headers,
             "deadLetterTopic": self.dead_letter_topic,
@@ -185,3 +291,20 @@ class SourceOptions:
             for key, value in given.items()
             if value is not None
         }
+
+
+def _whole(
+    key: str, value: int | None, minimum: int, unit: str, maximum: int | None = None
+) -> None:
+    """Refuse ``value`` of option ``key`` unless it is ``None`` or a whole number (not a
+    ``bool``) from ``minimum`` to ``maximum``, with the words the source uses.
+
+    Raises:
+        ValueError: naming the option, the value and what is allowed.
+    """
+    if value is None:
+        return
+    if type(value) is not int or value < minimum or (maximum is not None and value > maximum):
+        what = f"a whole number of {unit}" if unit else "a whole number"
+        upper = f" and <= {maximum}" if maximum is not None else ""
+        raise ValueError(f"{key} = {value!r}; allowed: {what} >= {minimum}{upper}")

@@ -70,7 +70,7 @@ def event_times() -> dict[int, list[int]]:
 def produce_skewed(bootstrap: str, topic: str, mode: str) -> SchemaRepository:
     """Write :func:`event_times` to ``topic`` (two partitions), the Kafka timestamp the
     event time under ``server`` and the produce time under ``data_source``."""
-    repository = SchemaRepository.from_json(json.dumps({"tick": TICK}))
+    repository = SchemaRepository({"tick": TICK})
     codec = StreamCodec("ticks", repository.get("tick"), repository)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for p, times in event_times().items():

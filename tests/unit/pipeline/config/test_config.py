@@ -212,6 +212,35 @@ def test_timestamp_field_without_data_source_mode_is_refused(raw: dict[str, Any]
     assert "timestamp_field" in str(refused(raw))
 
 
+def test_a_starting_timestamp_reaches_the_stream_typed(raw: dict[str, Any]) -> None:
+    raw["input_streams"]["flights"]["starting_timestamp_ms"] = 1_357_000_000_000
+    raw["input_streams"]["flights"]["starting_timestamp_strategy"] = "latest"
+    stream = parse_query_group(raw, env={}).input_streams["flights"]
+    assert (stream.starting_timestamp_ms, stream.starting_timestamp_strategy) == (
+        1_357_000_000_000,
+        "latest",
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"starting_timestamp_ms": -1}, "starting_timestamp_ms"),
+        ({"starting_timestamp_ms": 5, "starting_offsets": "earliest"}, "starting_offsets"),
+        ({"starting_timestamp_strategy": "latest"}, "starting_timestamp_strategy"),
+        ({"starting_timestamp_ms": 5, "starting_timestamp_strategy": "next"}, "'error'"),
+    ],
+    ids=["negative", "with-starting-offsets", "strategy-alone", "unknown-strategy"],
+)
+def test_a_bad_starting_timestamp_is_refused_naming_the_key(
+    raw: dict[str, Any], given: dict[str, Any], named: str
+) -> None:
+    raw["input_streams"]["flights"].update(given)
+    error = refused(raw)
+    assert error.key is not None and error.key.startswith("input_streams.flights")
+    assert named in str(error)
+
+
 def test_query_output_must_name_an_output_stream(raw: dict[str, Any]) -> None:
     raw["queries"]["q"]["output"] = "nowhere"
     text = str(refused(raw))

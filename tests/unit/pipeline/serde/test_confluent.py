@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import DeserializationError, SchemaError, SchemaRegistryError
-from pipeline.serde.block import BlockDecoder, BlockEncoder
+from pipeline.serde.block import BlockEncoder
 from pipeline.serde.confluent import ConfluentCodec, stream_codec
-from pipeline.serde.confluent_block import ConfluentBlockDecoder, block_decoder
 from pipeline.serde.schemas import MAGIC, SchemaRepository
 
 
@@ -73,28 +72,9 @@ def test_a_registry_that_does_not_answer_is_an_outage_not_a_bad_tuple(
         )
 
 
-def test_confluent_streams_are_block_decoded_per_schema_id_and_encoded_tuple_by_tuple(
-    repo: SchemaRepository,
-) -> None:
-    confluent = codec(repo)
-    assert not BlockEncoder(confluent).enabled
-    assert not BlockDecoder(confluent).enabled  # the single-object framing's reader
-    assert isinstance(block_decoder(confluent), ConfluentBlockDecoder)
-    assert block_decoder(confluent).enabled
-    single = stream_codec("flights", repo.get("flight"), repo)
-    assert BlockEncoder(single).enabled
-    assert type(block_decoder(single)) is BlockDecoder
-
-
-@pytest.mark.parametrize("value", [b"", b"\x00\x00\x00\x00\x01", MAGIC + bytes(8) + b"\x02", None])
-def test_the_confluent_block_decoder_leaves_a_batch_it_cannot_vouch_for_to_the_per_tuple_path(
-    repo: SchemaRepository, value: bytes | None
-) -> None:
-    """Framing it refuses, and a registry that does not answer: ``None``, so the
-    per-tuple path names the bad tuple or raises the outage."""
-    quiet = block_decoder(codec(repo, f"http://127.0.0.1:{closed_port()}"))
-    assert quiet.decode([b"\x00\x00\x00\x00\x01\x02", value]) is None  # type: ignore[list-item]
-    assert quiet.decode([b"\x00\x00\x00\x00\x01\x02"]) is None  # the registry is away
+def test_confluent_streams_are_encoded_tuple_by_tuple(repo: SchemaRepository) -> None:
+    assert not BlockEncoder(codec(repo)).enabled
+    assert BlockEncoder(stream_codec("flights", repo.get("flight"), repo)).enabled
 
 
 def test_an_unknown_encoding_or_a_missing_registry_is_refused(repo: SchemaRepository) -> None:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
+
+import pytest
 
 from pipeline.spark.options import EventTimeWindow, SourceOptions
 
@@ -103,3 +106,117 @@ def test_a_query_group_configures_the_source_through_the_typed_model() -> None:
     assert rendered["maxTasks"] == "2"
     assert rendered["lateWindow"] == "3600000,3600000,0"
     assert rendered["discardBefore"] == json.dumps({stream.topic: {"0": 7}})
+
+
+def test_the_options_by_timestamp_splitting_and_retries_are_rendered_by_spark_s_names() -> None:
+    by_time = dataclasses.replace(
+        MINIMAL,
+        starting_timestamp_ms=1_357_000_000_000,
+        starting_timestamp_strategy="latest",
+        fetch_offset_num_retries=5,
+        fetch_offset_retry_interval_ms=0,
+    ).to_options()
+    assert by_time["startingTimestamp"] == "1357000000000"
+    assert by_time["startingOffsetsByTimestampStrategy"] == "latest"
+    assert (by_time["fetchOffset.numRetries"], by_time["fetchOffset.retryIntervalMs"]) == (
+        "5",
+        "0",
+    )
+    per_partition = dataclasses.replace(
+        MINIMAL, starting_partition_timestamps={"flights": {1: 20, 0: 10}}
+    ).to_options()
+    # Spark's partitionTimestamps JSON: topics, then partitions, in order.
+    assert per_partition["startingOffsetsByTimestamp"] == '{"flights": {"0": 10, "1": 20}}'
+    split = dataclasses.replace(
+        MINIMAL, min_partitions=8, max_records_per_partition=1000
+    ).to_options()
+    assert (split["minPartitions"], split["maxRecordsPerPartition"]) == ("8", "1000")
+    unset = MINIMAL.to_options()
+    assert not {
+        "startingTimestamp",
+        "startingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy",
+        "minPartitions",
+        "maxRecordsPerPartition",
+        "fetchOffset.numRetries",
+        "fetchOffset.retryIntervalMs",
+    } & set(unset)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"starting_timestamp_ms": -1}, "startingTimestamp = -1; allowed: a whole number of"),
+        (
+            {"starting_timestamp_ms": 1, "starting_partition_timestamps": {"flights": {0: 1}}},
+            "startingTimestamp and startingOffsetsByTimestamp go not together",
+        ),
+        (
+            {"starting_partition_timestamps": {"arrivals": {0: 1}}},
+            "names topic 'arrivals', which is not read; allowed: the topics read ['flights']",
+        ),
+        (
+            {"starting_partition_timestamps": {"flights": {0: -5}}},
+            "allowed: one or more partitions >= 0",
+        ),
+        (
+            {"starting_timestamp_ms": 1, "starting_timestamp_strategy": "next"},
+            "startingOffsetsByTimestampStrategy = 'next'; allowed: error, latest",
+        ),
+        (
+            {"starting_timestamp_strategy": "latest"},
+            "startingOffsetsByTimestampStrategy is only used with startingTimestamp",
+        ),
+        ({"min_partitions": 0}, "minPartitions = 0; allowed: a whole number >= 1"),
+        ({"min_partitions": 2**31}, "and <= 2147483647"),
+        ({"max_records_per_partition": 0}, "maxRecordsPerPartition = 0; allowed"),
+        (
+            {"max_records_per_partition": 10, "max_tasks": 2},
+            "options 'maxRecordsPerPartition' and 'maxTasks' go not together",
+        ),
+        (
+            {"min_partitions": 4, "max_tasks": 2},
+            "options 'minPartitions' and 'maxTasks' go not together",
+        ),
+        ({"fetch_offset_num_retries": 1001}, "fetchOffset.numRetries = 1001; allowed"),
+        ({"fetch_offset_num_retries": True}, "fetchOffset.numRetries = True; allowed"),
+        (
+            {"fetch_offset_retry_interval_ms": -1},
+            "fetchOffset.retryIntervalMs = -1; allowed: a whole number of ms >= 0",
+        ),
+    ],
+)
+def test_a_value_the_source_would_refuse_is_refused_naming_the_option(
+    given: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError) as info:
+        dataclasses.replace(MINIMAL, **given)
+    assert message in str(info.value)
+
+
+def test_a_query_group_s_starting_timestamp_reaches_the_source() -> None:
+    """``starting_timestamp_ms`` and its strategy, in an input stream's section, become
+    the source's ``startingTimestamp`` and ``startingOffsetsByTimestampStrategy``."""
+    from pipeline.config import load_query_group
+    from pipeline.resources import query_group_file
+    from pipeline.spark.inputs import source_options
+
+    config = load_query_group(
+        query_group_file("flights"),
+        env={
+            "FLOODGATE__INPUT_STREAMS__FLIGHTS__STARTING_TIMESTAMP_MS": "1357000000000",
+            "FLOODGATE__INPUT_STREAMS__FLIGHTS__STARTING_TIMESTAMP_STRATEGY": "latest",
+        },
+    )
+    query = next(iter(config.queries))
+    rendered = source_options(
+        config, query, "flights", bootstrap_servers="b:1", schemas_json="{}", max_tasks=2
+    ).to_options()
+    assert rendered["startingTimestamp"] == "1357000000000"
+    assert rendered["startingOffsetsByTimestampStrategy"] == "latest"
+    plain = load_query_group(query_group_file("flights"), env={})
+    rendered = source_options(
+        plain, query, "flights", bootstrap_servers="b:1", schemas_json="{}", max_tasks=2
+    ).to_options()
+    assert "startingTimestamp" not in rendered
+    assert "startingOffsetsByTimestampStrategy" not in rendered
