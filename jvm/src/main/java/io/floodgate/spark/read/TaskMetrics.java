@@ -6,11 +6,12 @@ import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 
 /**
  * What the tasks of a scan count, as Spark's custom task metrics: each {@link RangeReader} reports
- * its task's counts ({@code PartitionReader.currentMetricsValues}) and Spark sums those of the
- * successful task attempts into the scan node's SQL metrics ({@code MicroBatchScanExec}, {@code
- * BatchScanExec}; the SQL tab of the UI), once per micro-batch or batch query. A stage run again
- * counts its tasks once, where an accumulator added to by the tasks counted them again. Spark's
- * Kafka source reports {@code offsetOutOfRange} and {@code dataLoss} so ({@code
+ * its task's counts ({@code PartitionReader.currentMetricsValues}) and Spark sums them into the
+ * scan node's SQL metrics ({@code MicroBatchScanExec}, {@code BatchScanExec}; the SQL tab of the
+ * UI), per micro-batch or batch query. Spark's SQL tab keeps one value per task of a stage attempt
+ * ({@code SQLAppStatusListener}): a task run again, or speculatively, is counted once, where an
+ * accumulator the tasks add to counts each successful run of a shuffle-map task. Spark's Kafka
+ * source reports {@code offsetOutOfRange} and {@code dataLoss} so ({@code
  * KafkaBatchPartitionReader}, {@code OffsetOutOfRangeMetric}, {@code DataLossMetric}).
  *
  * <p>Spark makes each metric on the driver from its class name, by the class's no-argument
