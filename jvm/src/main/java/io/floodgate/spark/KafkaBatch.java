@@ -7,7 +7,6 @@ import io.floodgate.spark.read.KafkaTask;
 import io.floodgate.spark.read.OffsetRangeCalculator;
 import io.floodgate.spark.read.RangeReaderFactory;
 import io.floodgate.spark.read.RowLayout;
-import io.floodgate.spark.read.SourceAccumulators;
 import io.floodgate.spark.swept.BlobRow;
 import io.floodgate.spark.swept.SweepCatalogReader;
 import java.util.ArrayList;
@@ -16,7 +15,6 @@ import java.util.Map;
 import java.util.SortedMap;
 import java.util.function.Supplier;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.spark.SparkContext;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
@@ -149,11 +147,6 @@ final class KafkaBatch implements Batch {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new RangeReaderFactory(
-        options,
-        schema,
-        layout,
-        SourceAccumulators.register(SparkContext.getOrCreate(), options.stream),
-        RangeReaderFactory.hadoopConf(options));
+    return new RangeReaderFactory(options, schema, layout, RangeReaderFactory.hadoopConf(options));
   }
 }

@@ -13,10 +13,10 @@ import io.floodgate.spark.read.KafkaTask;
 import io.floodgate.spark.read.OffsetRangeCalculator;
 import io.floodgate.spark.read.RangeReaderFactory;
 import io.floodgate.spark.read.RowLayout;
-import io.floodgate.spark.read.SourceAccumulators;
 import java.io.InterruptedIOException;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -27,7 +27,6 @@ import java.util.function.Supplier;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InterruptException;
-import org.apache.spark.SparkContext;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
@@ -82,7 +81,6 @@ public final class KafkaMicroBatchStream
   private final SourceOptions options;
   private final StructType schema;
   private final RowLayout layout;
-  private final SourceAccumulators accumulators;
   private final EventTimeAligner aligner;
   private final IdleTracker idle;
   private final TopicOffsets offsets;
@@ -104,7 +102,21 @@ public final class KafkaMicroBatchStream
   /** When the last micro-batch was let through (minOffsetsPerTrigger); 0: never. */
   private long lastTriggerMs;
 
+  /**
+   * The last stable offsets the last planning read ({@link #latest}): for {@link
+   * #reportLatestOffset}, the lag metrics and {@link #commit}.
+   */
   private SortedMap<TopicPartition, Long> lastLatest = TopicPartitions.empty();
+
+  /**
+   * Offsets, and times, the planning found lost and skipped ({@code failOnDataLoss = false}): the
+   * topic-partitions gone ({@link #present}, times only) and those whose offsets went back ({@link
+   * #wentBack}), since the query started. The tasks count theirs in their own metrics ({@link
+   * io.floodgate.spark.read.TaskMetrics}).
+   */
+  private long plannedOffsetOutOfRange;
+
+  private long plannedDataLoss;
 
   /**
    * Where each topic-partition first seen after the query started begins (a partition added to a
@@ -129,7 +141,6 @@ public final class KafkaMicroBatchStream
         aligner,
         firstOffsets,
         new TopicOffsets(options),
-        SourceAccumulators.register(SparkContext.getOrCreate(), options.stream),
         ExecutorLocations::current);
   }
 
@@ -137,7 +148,6 @@ public final class KafkaMicroBatchStream
    * @param firstOffsets where the first offsets are kept ({@code <checkpointLocation>/0}); {@code
    *     null}: nowhere
    * @param offsets the driver's reads of the topics' offsets
-   * @param accumulators what the source counts
    */
   KafkaMicroBatchStream(
       SourceOptions options,
@@ -145,9 +155,8 @@ public final class KafkaMicroBatchStream
       RowLayout layout,
       EventTimeAligner aligner,
       InitialOffsetLog firstOffsets,
-      TopicOffsets offsets,
-      SourceAccumulators accumulators) {
-    this(options, schema, layout, aligner, firstOffsets, offsets, accumulators, List::of);
+      TopicOffsets offsets) {
+    this(options, schema, layout, aligner, firstOffsets, offsets, List::of);
   }
 
   /**
@@ -161,7 +170,6 @@ public final class KafkaMicroBatchStream
       EventTimeAligner aligner,
       InitialOffsetLog firstOffsets,
       TopicOffsets offsets,
-      SourceAccumulators accumulators,
       Supplier<List<String>> executors) {
     this.executors = executors;
     this.options = options;
@@ -171,12 +179,11 @@ public final class KafkaMicroBatchStream
     this.idle = new IdleTracker(options.idlePartitionTimeoutMs);
     this.firstOffsets = firstOffsets;
     this.offsets = offsets;
-    this.accumulators = accumulators;
   }
 
   /**
-   * The last stable offsets (read committed) of the topic-partitions read now, remembered for the
-   * lag metric.
+   * The last stable offsets (read committed) of the topic-partitions read now, read from the broker
+   * and remembered in {@link #lastLatest}.
    */
   private SortedMap<TopicPartition, Long> latest() {
     lastLatest = offsets.latest();
@@ -326,7 +333,7 @@ public final class KafkaMicroBatchStream
                 + "; their tuples after the last micro-batch may be lost. Set failOnDataLoss ="
                 + " false to go on without them (as Spark's Kafka source)");
       }
-      accumulators.dataLoss().add(gone.size());
+      plannedDataLoss += gone.size();
       LOG.warn("FG-SOURCE-004 {}: dropped from the offsets (failOnDataLoss = false)", what);
     }
     return out;
@@ -409,8 +416,8 @@ public final class KafkaMicroBatchStream
       wentBackStarts.put(tp, Map.entry(from, to));
       readFrom.put(tp, to);
       out.put(tp, to);
-      accumulators.dataLoss().add(1);
-      accumulators.offsetOutOfRange().add(Math.max(0, before.getOrDefault(tp, from) - from));
+      plannedDataLoss++;
+      plannedOffsetOutOfRange += Math.max(0, before.getOrDefault(tp, from) - from);
     }
     LOG.warn(
         "FG-SOURCE-006 {}; read on from the new log start {} (failOnDataLoss = false)",
@@ -489,9 +496,17 @@ public final class KafkaMicroBatchStream
     return moved;
   }
 
+  /**
+   * The last stable offsets the last {@link #latestOffset(Offset, ReadLimit)} read, as Spark's
+   * {@code KafkaMicroBatchStream.reportLatestOffset} returns them: Spark asks right after that
+   * call, and a second read of the broker would cost each trigger two more requests and could
+   * report offsets the micro-batch was not planned against.
+   *
+   * @return {@code null} before the first planning, as Spark's source
+   */
   @Override
   public Offset reportLatestOffset() {
-    return stoppable(() -> new SourceOffset(latest()));
+    return lastLatest.isEmpty() ? null : new SourceOffset(lastLatest);
   }
 
   @Override
@@ -543,8 +558,7 @@ public final class KafkaMicroBatchStream
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new RangeReaderFactory(
-        options, schema, layout, accumulators, RangeReaderFactory.hadoopConf(options));
+    return new RangeReaderFactory(options, schema, layout, RangeReaderFactory.hadoopConf(options));
   }
 
   @Override
@@ -573,12 +587,15 @@ public final class KafkaMicroBatchStream
   }
 
   /**
-   * The source's metrics in every {@code StreamingQueryProgress}: {@code lag} (offsets from the
-   * consumed offsets to the last high watermarks seen, summed over topic-partitions), {@code
-   * alignmentCaps}, {@code offsetOutOfRange} and {@code dataLoss} (offsets, and times, found lost
-   * and skipped with {@code failOnDataLoss = false}: the tasks' and the planning's), {@code
-   * deadLettered}, {@code sweptRead} and {@code rowsRead} (totals since the query started, from the
-   * tasks).
+   * The source's metrics in every {@code StreamingQueryProgress}. Over the topic-partitions both in
+   * {@code latestConsumedOffset} and in the last stable offsets the last planning read (as Spark's
+   * {@code KafkaMicroBatchStream.metrics}: a partition added since, or gone, is in one only), the
+   * offsets each is behind, never below 0: {@code lag} (their sum), and Spark's {@code
+   * minOffsetsBehindLatest}, {@code maxOffsetsBehindLatest} and {@code avgOffsetsBehindLatest}
+   * (those three only when a partition is in both). Then {@code alignmentCaps}, and {@code
+   * offsetOutOfRange} and {@code dataLoss}: the offsets, and times, the planning found lost and
+   * skipped with {@code failOnDataLoss = false}, since the query started. What the tasks count is
+   * in the scan's SQL metrics instead ({@link io.floodgate.spark.read.TaskMetrics}).
    */
   @Override
   public Map<String, String> metrics(Optional<Offset> latestConsumedOffset) {
@@ -586,18 +603,25 @@ public final class KafkaMicroBatchStream
     if (latestConsumedOffset.isPresent()) {
       SortedMap<TopicPartition, Long> consumed =
           SourceOffset.of(latestConsumedOffset.get()).offsets();
-      long lag = 0;
-      for (Map.Entry<TopicPartition, Long> e : lastLatest.entrySet()) {
-        lag += Math.max(0, e.getValue() - consumed.getOrDefault(e.getKey(), 0L));
-      }
+      List<Long> behind = new ArrayList<>();
+      lastLatest.forEach(
+          (tp, latest) -> {
+            Long at = consumed.get(tp);
+            if (at != null) {
+              behind.add(Math.max(0, latest - at));
+            }
+          });
+      long lag = behind.stream().mapToLong(Long::longValue).sum();
       out.put("lag", Long.toString(lag));
+      if (!behind.isEmpty()) {
+        out.put("minOffsetsBehindLatest", Long.toString(Collections.min(behind)));
+        out.put("maxOffsetsBehindLatest", Long.toString(Collections.max(behind)));
+        out.put("avgOffsetsBehindLatest", Double.toString((double) lag / behind.size()));
+      }
     }
     out.put("alignmentCaps", Long.toString(aligner.capped()));
-    out.put("offsetOutOfRange", Long.toString(accumulators.offsetOutOfRange().sum()));
-    out.put("dataLoss", Long.toString(accumulators.dataLoss().sum()));
-    out.put("deadLettered", Long.toString(accumulators.deadLettered().sum()));
-    out.put("sweptRead", Long.toString(accumulators.sweptRead().sum()));
-    out.put("rowsRead", Long.toString(accumulators.rowsRead().sum()));
+    out.put("offsetOutOfRange", Long.toString(plannedOffsetOutOfRange));
+    out.put("dataLoss", Long.toString(plannedDataLoss));
     return out;
   }
 

@@ -4,6 +4,7 @@ import io.floodgate.spark.alignment.EventTimeAligner;
 import io.floodgate.spark.alignment.EventTimeAligners;
 import io.floodgate.spark.offsets.InitialOffsetLog;
 import io.floodgate.spark.read.RowLayout;
+import io.floodgate.spark.read.TaskMetrics;
 import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.connector.metric.CustomMetric;
 import org.apache.spark.sql.connector.read.Batch;
@@ -64,8 +65,9 @@ final class KafkaScan implements Scan {
     return new KafkaBatch(options, required, layout, bounds);
   }
 
+  /** What the tasks count ({@link TaskMetrics}), as Spark's Kafka scan declares its own. */
   @Override
   public CustomMetric[] supportedCustomMetrics() {
-    return new CustomMetric[0];
+    return TaskMetrics.supported();
   }
 }

@@ -1,6 +1,7 @@
 package io.floodgate.spark;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -9,10 +10,11 @@ import io.floodgate.spark.offsets.InitialOffsetLog;
 import io.floodgate.spark.offsets.SourceOffset;
 import io.floodgate.spark.read.KafkaRange;
 import io.floodgate.spark.read.KafkaTask;
-import io.floodgate.spark.read.SourceAccumulators;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -30,22 +32,47 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * The planning's guarantees of Spark's Kafka source, on Kafka's {@code MockConsumer}: the first
  * offsets are kept in the checkpoint and read back after a restart, and offsets that go back (a
- * topic deleted and created again) are data loss.
+ * topic deleted and created again) are data loss; the latest offsets reported and the lag are those
+ * of the last planning, as Spark's source reports them.
  */
 class KafkaMicroBatchStreamTest {
   private static final TopicPartition TP = new TopicPartition("t", 0);
 
   @TempDir Path checkpoint;
 
-  private final SourceAccumulators counts = SourceAccumulators.unregistered();
-
   /** A broker holding {@code [low, high)} of the one partition of topic {@code t}. */
-  private static MockConsumer<byte[], byte[]> broker(long low, long high) {
-    MockConsumer<byte[], byte[]> consumer = new MockConsumer<>(OffsetResetStrategy.NONE);
-    consumer.updatePartitions("t", List.of(new PartitionInfo("t", 0, null, null, null)));
-    consumer.updateBeginningOffsets(Map.of(TP, low));
-    consumer.updateEndOffsets(Map.of(TP, high));
+  private static CountingBroker broker(long low, long high) {
+    return broker(low, new long[] {high});
+  }
+
+  /** A broker holding {@code [low, highs[p])} of each partition {@code p} of topic {@code t}. */
+  private static CountingBroker broker(long low, long... highs) {
+    CountingBroker consumer = new CountingBroker();
+    List<PartitionInfo> partitions = new ArrayList<>();
+    for (int p = 0; p < highs.length; p++) {
+      TopicPartition tp = new TopicPartition("t", p);
+      partitions.add(new PartitionInfo("t", p, null, null, null));
+      consumer.updateBeginningOffsets(Map.of(tp, low));
+      consumer.updateEndOffsets(Map.of(tp, highs[p]));
+    }
+    consumer.updatePartitions("t", partitions);
     return consumer;
+  }
+
+  /** Kafka's {@code MockConsumer}, counting the reads of the latest offsets. */
+  private static final class CountingBroker extends MockConsumer<byte[], byte[]> {
+    int endOffsetReads;
+
+    CountingBroker() {
+      super(OffsetResetStrategy.NONE);
+    }
+
+    @Override
+    public synchronized Map<TopicPartition, Long> endOffsets(
+        Collection<TopicPartition> partitions, Duration timeout) {
+      endOffsetReads++;
+      return super.endOffsets(partitions, timeout);
+    }
   }
 
   private KafkaMicroBatchStream stream(
@@ -58,7 +85,7 @@ class KafkaMicroBatchStreamTest {
     InitialOffsetLog log =
         new InitialOffsetLog(checkpoint.resolve("sources/0").toString(), new Configuration());
     return new KafkaMicroBatchStream(
-        options, null, null, EventTimeAligner.NONE, log, new TopicOffsets(options, broker), counts);
+        options, null, null, EventTimeAligner.NONE, log, new TopicOffsets(options, broker));
   }
 
   private static SourceOffset at(long offset) {
@@ -118,6 +145,34 @@ class KafkaMicroBatchStreamTest {
         List.of(new KafkaRange("t", 0, 0, 5, null, null)),
         ranges(stream.planInputPartitions(at(100), end)));
     assertEquals("1", stream.metrics(Optional.empty()).get("dataLoss"));
+  }
+
+  @Test
+  void theLatestOffsetReportedIsTheOneTheLastPlanningReadWithoutAskingTheBrokerAgain() {
+    CountingBroker broker = broker(0, 5);
+    KafkaMicroBatchStream stream = stream(broker, Map.of());
+    assertNull(stream.reportLatestOffset()); // nothing planned yet, as Spark's source
+
+    assertEquals(at(2), stream.latestOffset(at(0), ReadLimit.maxRows(2)));
+    int reads = broker.endOffsetReads;
+    broker.updateEndOffsets(Map.of(TP, 9L)); // tuples written since the planning
+
+    assertEquals(at(5), stream.reportLatestOffset());
+    assertEquals(reads, broker.endOffsetReads);
+  }
+
+  @Test
+  void theLagCountsOnlyTopicPartitionsBothInTheConsumedOffsetsAndTheLatest() {
+    KafkaMicroBatchStream stream = stream(broker(0, 10, 4, 6), Map.of());
+    // t-2 was added to the topic after the consumed micro-batch was planned: it is not behind.
+    SourceOffset consumed = new SourceOffset(Map.of(TP, 7L, new TopicPartition("t", 1), 0L));
+    stream.latestOffset(consumed, ReadLimit.allAvailable());
+
+    Map<String, String> metrics = stream.metrics(Optional.of(consumed));
+    assertEquals("7", metrics.get("lag"));
+    assertEquals("3", metrics.get("minOffsetsBehindLatest"));
+    assertEquals("4", metrics.get("maxOffsetsBehindLatest"));
+    assertEquals("3.5", metrics.get("avgOffsetsBehindLatest"));
   }
 
   @Test

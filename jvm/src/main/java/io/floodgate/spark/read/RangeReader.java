@@ -31,6 +31,7 @@ import org.apache.kafka.common.record.TimestampType;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.util.GenericArrayData;
+import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
@@ -48,9 +49,11 @@ import org.slf4j.LoggerFactory;
  * KafkaDataConsumer} does: below the log start when the range starts, an out-of-range answer in the
  * middle of the range, or a range whose end lies past the log's end (the topic deleted and created
  * again, or truncated, since the range was planned). What is skipped is counted ({@code
- * offsetOutOfRange}: offsets, {@code dataLoss}: times; {@link SourceAccumulators}). With a sweep
- * catalog ({@code sweepCatalog}), offsets below the broker's log start are read from the swept
- * BLOBs first ({@link SweptRanges}), as the Python source's {@code read_partition} does.
+ * offsetOutOfRange}: offsets, {@code dataLoss}: times), with the rows read, the tuples
+ * dead-lettered and those read from BLOBs, in the task's metrics ({@link #currentMetricsValues},
+ * {@link TaskMetrics}). With a sweep catalog ({@code sweepCatalog}), offsets below the broker's log
+ * start are read from the swept BLOBs first ({@link SweptRanges}), as the Python source's {@code
+ * read_partition} does.
  *
  * <p>A consumer goes back to the pool only after its range was read to the end; one that stopped
  * inside a range, or whose range failed to start, is closed.
@@ -115,7 +118,6 @@ public final class RangeReader implements PartitionReader<InternalRow> {
   private final DeadLetterWriter dead;
   private final RangeConsumers consumers;
   private final GenericInternalRow row;
-  private final SourceAccumulators metrics;
   private final Configuration hadoopConf;
 
   private int rangeIndex = -1;
@@ -127,6 +129,9 @@ public final class RangeReader implements PartitionReader<InternalRow> {
   private SweptRanges swept;
   private SweptRecords sweptRecords;
   private long sweptRead;
+
+  /** Tuples dead-lettered (sent when the reader closes). */
+  private long deadLettered;
 
   /** Offsets skipped as lost ({@code failOnDataLoss = false}). */
   private long offsetOutOfRange;
@@ -145,9 +150,8 @@ public final class RangeReader implements PartitionReader<InternalRow> {
       StructType schema,
       RowLayout layout,
       KafkaRange[] ranges,
-      SourceAccumulators metrics,
       Configuration hadoopConf) {
-    this(options, schema, layout, ranges, metrics, hadoopConf, null);
+    this(options, schema, layout, ranges, hadoopConf, null);
   }
 
   /**
@@ -158,14 +162,12 @@ public final class RangeReader implements PartitionReader<InternalRow> {
       StructType schema,
       RowLayout layout,
       KafkaRange[] ranges,
-      SourceAccumulators metrics,
       Configuration hadoopConf,
       RangeConsumers consumers) {
     this.options = options;
     this.hadoopConf = hadoopConf;
     this.ranges = ranges;
     this.layout = layout;
-    this.metrics = metrics;
     this.row = new GenericInternalRow(schema.fields().length);
     if (options.decoded()) {
       this.repository = new SchemaRepository(options.schemasJson);
@@ -251,23 +253,30 @@ public final class RangeReader implements PartitionReader<InternalRow> {
         discardConsumer();
       }
       finishRange();
-      Long batch = ranges.length > 0 ? ranges[0].batchId() : null;
-      int refused = dead.size();
-      if (metrics != null) {
-        metrics.offsetOutOfRange().add(offsetOutOfRange);
-        metrics.dataLoss().add(dataLoss);
-      }
-      dead.send(batch);
-      if (metrics != null) {
-        metrics.deadLettered().add(refused);
-        metrics.rowsRead().add(rowsRead);
-        metrics.sweptRead().add(sweptRead);
-      }
+      dead.send(ranges.length > 0 ? ranges[0].batchId() : null);
     } finally {
       if (consumer != null) {
         discardConsumer();
       }
     }
+  }
+
+  /**
+   * The task's counts so far ({@link TaskMetrics}). Spark asks as rows are read and once more when
+   * {@link #next} returns {@code false}, before {@link #close}: the tuples dead-lettered are
+   * counted as they are refused, though they are sent when the reader closes (a send that fails
+   * fails the task, and Spark keeps no metric of a failed task).
+   */
+  @Override
+  public CustomTaskMetric[] currentMetricsValues() {
+    long swept = sweptRead + (sweptRecords == null ? 0 : sweptRecords.count());
+    return new CustomTaskMetric[] {
+      TaskMetrics.value(TaskMetrics.ROWS_READ, rowsRead),
+      TaskMetrics.value(TaskMetrics.DEAD_LETTERED, deadLettered),
+      TaskMetrics.value(TaskMetrics.SWEPT_READ, swept),
+      TaskMetrics.value(TaskMetrics.OFFSET_OUT_OF_RANGE, offsetOutOfRange),
+      TaskMetrics.value(TaskMetrics.DATA_LOSS, dataLoss)
+    };
   }
 
   /** Close {@link #consumer} instead of pooling it; a failure to close is logged. */
@@ -569,7 +578,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
       try {
         decoder.decode(record.value(), row);
       } catch (TupleRejected e) {
-        dead.add(record, e);
+        deadLetter(record, e);
         return false;
       }
       if (options.timestampMode.equals("data_source")) {
@@ -588,7 +597,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
         try {
           keyDecoder.decode(record.key(), decodedKey);
         } catch (TupleRejected e) {
-          dead.add(
+          deadLetter(
               record,
               new TupleRejected(
                   "bad-key", "the key does not decode (" + e.reason() + "): " + e.detail(), e));
@@ -604,7 +613,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
                 range.watermarkMs(),
                 range.batchId());
         if (refusal != null) {
-          dead.add(record, refusal);
+          deadLetter(record, refusal);
           return false;
         }
       }
@@ -652,6 +661,12 @@ public final class RangeReader implements PartitionReader<InternalRow> {
       }
     }
     return true;
+  }
+
+  /** Keep {@code record} for the dead-letter topic, counted in {@code deadLettered}. */
+  private void deadLetter(ConsumerRecord<byte[], byte[]> record, TupleRejected why) {
+    dead.add(record, why);
+    deadLettered++;
   }
 
   private void setMicros(int ordinal, Long epochMs) {

@@ -20,7 +20,6 @@ public final class RangeReaderFactory implements PartitionReaderFactory {
   private final SourceOptions options;
   private final StructType schema;
   private final RowLayout layout;
-  private final SourceAccumulators metrics;
   private final SerializableConfiguration hadoopConf;
 
   /**
@@ -31,12 +30,10 @@ public final class RangeReaderFactory implements PartitionReaderFactory {
       SourceOptions options,
       StructType schema,
       RowLayout layout,
-      SourceAccumulators metrics,
       SerializableConfiguration hadoopConf) {
     this.options = options;
     this.schema = schema;
     this.layout = layout;
-    this.metrics = metrics;
     this.hadoopConf = hadoopConf;
   }
 
@@ -64,7 +61,6 @@ public final class RangeReaderFactory implements PartitionReaderFactory {
         schema,
         layout,
         ((KafkaTask) partition).ranges(),
-        metrics,
         hadoopConf == null ? null : hadoopConf.value());
   }
 }

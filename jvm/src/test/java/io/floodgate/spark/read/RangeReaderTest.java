@@ -8,6 +8,7 @@ import io.floodgate.spark.SourceOptions;
 import io.floodgate.spark.serde.StreamSchema;
 import io.floodgate.spark.swept.DataLossException;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import org.apache.kafka.clients.consumer.Consumer;
@@ -16,6 +17,7 @@ import org.apache.kafka.clients.consumer.MockConsumer;
 import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.clients.consumer.OffsetResetStrategy;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 import org.apache.spark.sql.types.StructType;
 import org.junit.jupiter.api.Test;
 
@@ -23,7 +25,8 @@ import org.junit.jupiter.api.Test;
  * A task's reads where offsets are gone, on Kafka's {@code MockConsumer}: {@code failOnDataLoss}
  * holds inside a range as Spark's {@code KafkaDataConsumer} holds it (fail naming the loss, or skip
  * what is gone and go on, counted), a range planned to {@code latest} reads to the end the broker
- * has when the task runs, and a consumer that failed is closed, not pooled.
+ * has when the task runs, and a consumer that failed is closed, not pooled. What a task counts is
+ * in its metrics when its last row was read.
  */
 class RangeReaderTest {
   private static final TopicPartition TP = new TopicPartition("t", 0);
@@ -71,7 +74,11 @@ class RangeReaderTest {
     }
   }
 
-  private final SourceAccumulators counts = SourceAccumulators.unregistered();
+  /**
+   * The reader's metrics when {@link RangeReader#next} returned {@code false}, where Spark takes a
+   * task's last values (before it closes the reader), by name.
+   */
+  private final Map<String, Long> metrics = new HashMap<>();
 
   private static SourceOptions options(boolean failOnDataLoss) {
     return SourceOptions.parse(
@@ -88,15 +95,20 @@ class RangeReaderTest {
     SourceOptions options = options(failOnDataLoss);
     StructType schema = StreamSchema.of(options.stream, null, false, null);
     return new RangeReader(
-        options, schema, new RowLayout(schema, null, options), ranges, counts, null, consumers);
+        options, schema, new RowLayout(schema, null, options), ranges, null, consumers);
   }
 
-  /** The offsets of every row read, the reader closed after. */
-  private static List<Long> offsetsRead(RangeReader reader) {
+  /**
+   * The offsets of every row read, the reader closed after; its last metrics in {@link #metrics}.
+   */
+  private List<Long> offsetsRead(RangeReader reader) {
     List<Long> out = new ArrayList<>();
     try (reader) {
       while (reader.next()) {
         out.add(reader.get().getLong(OFFSET_COLUMN));
+      }
+      for (CustomTaskMetric m : reader.currentMetricsValues()) {
+        metrics.put(m.name(), m.value());
       }
     }
     return out;
@@ -138,8 +150,14 @@ class RangeReaderTest {
     RangeReader reader = reader(false, consumers, new KafkaRange("t", 0, 0, 10, null, null));
 
     assertEquals(List.of(0L, 1L, 2L, 6L, 7L, 8L, 9L), offsetsRead(reader));
-    assertEquals(3, counts.offsetOutOfRange().sum());
-    assertEquals(1, counts.dataLoss().sum());
+    assertEquals(
+        Map.of(
+            "rowsRead", 7L,
+            "offsetOutOfRange", 3L,
+            "dataLoss", 1L,
+            "deadLettered", 0L,
+            "sweptRead", 0L),
+        metrics);
     assertEquals(1, consumers.released); // read to its end: pooled
   }
 
@@ -164,8 +182,9 @@ class RangeReaderTest {
     RangeReader reader = reader(false, consumers, new KafkaRange("t", 0, 0, 5, null, null));
 
     assertEquals(List.of(0L, 1L), offsetsRead(reader));
-    assertEquals(3, counts.offsetOutOfRange().sum());
-    assertEquals(1, counts.dataLoss().sum());
+    assertEquals(2, metrics.get("rowsRead"));
+    assertEquals(3, metrics.get("offsetOutOfRange"));
+    assertEquals(1, metrics.get("dataLoss"));
   }
 
   @Test
