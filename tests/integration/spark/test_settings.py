@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -46,12 +47,19 @@ PROBE = textwrap.dedent(
                     return [pid]
         return [0]
 
+    def jvm_argv(pid):
+        with open(f"/proc/{pid}/cmdline", "rb") as cmd:
+            return cmd.read().replace(bytes(1), b" ").decode()
+
     driver = spark._jvm.java.lang.ProcessHandle.current().pid()
     # A job that needs executors: on local-cluster its tasks run in executor JVMs.
     pids = set(spark.range(0, 40, 1, 4).rdd.mapPartitions(jvm_pid).collect())
     hosts = sorted("driver" if pid == driver else "executor" for pid in pids)
     print("PROBE " + json.dumps({
         "master": sc.master,
+        "authenticate": sc.getConf().get("spark.authenticate", "false"),
+        "crypto": sc.getConf().get("spark.network.crypto.enabled", "false"),
+        "argv": [jvm_argv(pid) for pid in sorted(pids | {driver})],
         "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
         "time_zone": spark.conf.get("spark.sql.session.timeZone"),
         "x": spark.conf.get("spark.app.x"),
@@ -83,6 +91,22 @@ def _probe(tmp_path: Path, command: list[str], **env: str) -> dict[str, Any]:
 
 
 def test_spark_submit_master_and_conf_reach_the_session(tmp_path: Path) -> None:
+    """``local-cluster``: a master and two workers in the driver's JVM, executors in
+    JVMs of their own, which speak to the driver over RPC. The cluster runs as a
+    deployment should, with ``spark.authenticate`` and ``spark.network.crypto.enabled``
+    on and the secret in a 0600 ``spark-defaults.conf``: the executors that ran the
+    job's tasks are the ones that passed the driver's authentication, and the secret
+    is in no JVM's argv nor in the settings Floodgate shows."""
+    secret = secrets.token_hex(16)
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    defaults = conf_dir / "spark-defaults.conf"
+    defaults.touch(mode=0o600)
+    defaults.write_text(
+        "spark.authenticate  true\n"
+        f"spark.authenticate.secret  {secret}\n"
+        "spark.network.crypto.enabled  true\n"
+    )
     seen = _probe(
         tmp_path,
         [
@@ -94,7 +118,11 @@ def test_spark_submit_master_and_conf_reach_the_session(tmp_path: Path) -> None:
             "--conf",
             f"spark.pyspark.python={sys.executable}",
         ],
+        SPARK_CONF_DIR=str(conf_dir),
     )
+    assert (seen["authenticate"], seen["crypto"]) == ("true", "true")
+    assert len(seen["argv"]) == 3 and all(secret not in argv for argv in seen["argv"])
+    assert secret not in json.dumps(seen["settings"])
     assert seen["master"] == "local-cluster[2,1,1024]"
     assert seen["shuffle_partitions"] == "3"  # spark-submit's, not the file's 5
     assert seen["settings"]["spark.sql.shuffle.partitions"]["source"] == "spark"
