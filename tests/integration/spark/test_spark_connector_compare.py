@@ -324,11 +324,10 @@ def test_a_query_of_partitions_of_two_topics_assigned_reads_the_same_rows_from_b
 
 @pytest.mark.apache_kafka
 def test_a_query_of_a_pattern_reads_the_same_rows_from_both(compared: dict[str, Any]) -> None:
-    """``subscribePattern``: the topics whose name matches, from earliest. Anchored
-    (``^...$``), as the design's whole-name match (Kafka's consumer,
-    ``Pattern.matcher(name).matches()``) and Spark's own Admin-based strategy (a match
-    anywhere, ``findFirstIn``) read the same topics only then: without the anchors
-    Spark's connector reads ``x.compare...`` too, Floodgate's source does not
+    """``subscribePattern``: the topics whose name matches, from earliest. Both
+    connectors find the pattern anywhere in a topic's name (Spark's Admin-based
+    strategy's ``findFirstIn``, Floodgate's ``Matcher.find()``), so both would read
+    ``x.compare...`` too without the anchors (``^...$``), which keep it out
     (docs/reference/spark-kafka-options.md)."""
     spark = _same_rows(compared, "pattern")
     assert {r["topic"] for r in spark["rows"]} == set(compared["given"]["pattern"]["topics"])

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -184,12 +185,14 @@ def test_decoded_tuples_carry_sparks_columns_beside_their_fields(
     assert [r.offset for r in rows] == [r._offset for r in rows] == list(range(5))
 
 
-def test_a_partition_added_later_is_read_from_its_earliest_offset(
+def test_a_partition_added_later_above_offset_0_fails_or_is_read_from_its_earliest(
     spark: Any, bootstrap: str, tmp_path: Path
 ) -> None:
-    """A partition added to the topic while the query is stopped starts at its earliest
-    offset, as in Spark's Kafka source, not at 0: here its first 5 records are deleted
-    (retention would do the same), and a start at 0 fails the query (failOnDataLoss)."""
+    """A partition added to the topic while the query is stopped, whose first 5 records
+    were deleted before the query saw it (retention would do the same), is data loss, as
+    in Spark's Kafka source: with ``failOnDataLoss`` the query fails, naming the
+    partition and its earliest offset ("Added partition ... starts from 5 instead of
+    0"); without, the query goes on from that offset, not from 0."""
     topic = f"dialect.added.{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, {topic: (1, None)})
     _produce(bootstrap, topic, per_partition=4, partitions=1)
@@ -197,14 +200,14 @@ def test_a_partition_added_later_is_read_from_its_earliest_offset(
         "kafka.bootstrap.servers": bootstrap,
         "subscribe": topic,
         "startingOffsets": "earliest",
-        "failOnDataLoss": "true",
     }
     checkpoint = str(tmp_path / "checkpoint")
 
-    def run() -> list[tuple[int, int]]:
-        return offsets_read_available_now(_session(spark), options, checkpoint)
+    def run(fail_on_data_loss: bool) -> list[tuple[int, int]]:
+        given = {**options, "failOnDataLoss": str(fail_on_data_loss).lower()}
+        return offsets_read_available_now(_session(spark), given, checkpoint)
 
-    assert run() == [(0, o) for o in range(4)]
+    assert run(True) == [(0, o) for o in range(4)]
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_partitions([NewPartitions(topic, 2)]).values():
         future.result(30)
@@ -215,7 +218,12 @@ def test_a_partition_added_later_is_read_from_its_earliest_offset(
     # An admin client made before the partition was added keeps answering "no leaders
     # found" for it: a new one each try.
     wait_until(lambda: _deleted(bootstrap, TopicPartition(topic, 1, 5)), 30, "records deleted")
-    assert run() == [(1, 5), (1, 6), (1, 7)]
+    with pytest.raises(
+        StreamingQueryException,
+        match=re.escape(f"added partition {topic}-1 starts from 5 instead of 0"),
+    ):
+        run(True)
+    assert run(False) == [(1, 5), (1, 6), (1, 7)]
 
 
 def _deleted(bootstrap: str, before: TopicPartition) -> bool:

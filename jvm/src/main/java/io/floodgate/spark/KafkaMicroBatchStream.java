@@ -65,9 +65,10 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Data loss is found where Spark's source finds it, and fails the planning with {@code
  * failOnDataLoss} (the default); without, it is logged and the query goes on: a topic-partition
- * that is no longer there (its topic deleted) is dropped ({@code FG-SOURCE-004}); one whose offsets
- * went back (its topic deleted and created again, or truncated: the last stable offset is below the
- * offset to read next) is read on from its new log start ({@code FG-SOURCE-006}).
+ * that is no longer there (its topic deleted) is dropped ({@code FG-SOURCE-004}); one added whose
+ * earliest offset is not 0 is read from there ({@code FG-SOURCE-004}); one whose offsets went back
+ * (its topic deleted and created again, or truncated: the last stable offset is below the offset to
+ * read next) is read on from its new log start ({@code FG-SOURCE-006}).
  *
  * <p>Offsets are {@link SourceOffset}s, the Python source's JSON byte for byte.
  */
@@ -455,9 +456,18 @@ public final class KafkaMicroBatchStream
   /**
    * {@code begin} with each of {@code partitions} it does not name: a topic-partition first seen
    * since the offsets were planned (a partition added to a topic, a topic created that matches
-   * {@code subscribePattern}) starts at its earliest offset, not at 0, which retention or {@code
-   * DeleteRecords} may have removed (Spark's {@code KafkaMicroBatchStream} does the same, logging
-   * "Added partition ... starting from earliest").
+   * {@code subscribePattern}) starts at its earliest offset, as Spark's Kafka source starts it
+   * ({@code KafkaOffsetReaderAdmin.getOffsetRangesFromResolvedOffsets}: "new" is in the end offsets
+   * and not in the start ones, the previous micro-batch's end or the first offsets).
+   *
+   * <p>One whose earliest offset is not 0 is data loss, as in Spark ("Added partition t-1 starts
+   * from 5 instead of 0"): records were deleted from it (retention, {@code DeleteRecords}) before
+   * the query first saw it. With {@code failOnDataLoss} (the default) the planning fails; else it
+   * is read from its earliest offset, logging {@code FG-SOURCE-004} and counting {@code dataLoss}
+   * (once per partition) and, in {@code offsetOutOfRange}, the offsets below its start.
+   *
+   * @throws IllegalStateException an added topic-partition starts above 0 and {@code
+   *     failOnDataLoss} is true, naming each such partition and its earliest offset
    */
   private SortedMap<TopicPartition, Long> withAdded(
       SortedMap<TopicPartition, Long> begin, Set<TopicPartition> partitions) {
@@ -474,6 +484,7 @@ public final class KafkaMicroBatchStream
               + " offsets {}",
           options.stream,
           found);
+      reportAddedAfterZero(found);
       addedStarts.putAll(found);
     }
     SortedMap<TopicPartition, Long> out = TopicPartitions.sorted(begin);
@@ -481,6 +492,47 @@ public final class KafkaMicroBatchStream
       out.putIfAbsent(p, addedStarts.getOrDefault(p, 0L));
     }
     return out;
+  }
+
+  /**
+   * The data loss of added topic-partitions whose earliest offset ({@code found}) is not 0 ({@link
+   * #withAdded}): fails with {@code failOnDataLoss}, else logs and counts it.
+   */
+  private void reportAddedAfterZero(Map<TopicPartition, Long> found) {
+    StringBuilder what = new StringBuilder();
+    long skipped = 0;
+    int lost = 0;
+    for (Map.Entry<TopicPartition, Long> e : found.entrySet()) {
+      if (e.getValue() != 0) {
+        what.append(what.length() == 0 ? "" : "; ")
+            .append("added partition ")
+            .append(e.getKey())
+            .append(" starts from ")
+            .append(e.getValue())
+            .append(" instead of 0");
+        skipped += Math.max(0, e.getValue());
+        lost++;
+      }
+    }
+    if (lost == 0) {
+      return;
+    }
+    String message =
+        "source "
+            + options.stream
+            + ": "
+            + what
+            + " (records deleted before the query first saw it: retention or DeleteRecords),"
+            + " some data may have been missed";
+    if (options.failOnDataLoss) {
+      throw new IllegalStateException(
+          message
+              + ". Set failOnDataLoss = false to read it from its earliest offset (as Spark's"
+              + " Kafka source allows)");
+    }
+    plannedDataLoss += lost;
+    plannedOffsetOutOfRange += skipped;
+    LOG.warn("FG-SOURCE-004 {}; read from the earliest offset (failOnDataLoss = false)", message);
   }
 
   /** {@code begin} moved up to {@code discardBefore}, for the topic-partitions it holds. */

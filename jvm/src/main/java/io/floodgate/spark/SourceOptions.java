@@ -37,7 +37,11 @@ public final class SourceOptions implements Serializable {
   /** Spark's default {@code maxTriggerDelay} with {@code minOffsetsPerTrigger}. */
   public static final String DEFAULT_MAX_TRIGGER_DELAY = "15m";
 
-  /** Spark's Kafka options the source refuses, and why. */
+  /**
+   * Spark's Kafka options the source refuses, and why: the bounds of a batch query, which {@link
+   * BatchBounds#take} takes out of its options before they are parsed here; a streaming query
+   * refuses them with {@link BatchBounds#streamingRefusal}.
+   */
   static final Map<String, String> REFUSED_OPTIONS = new LinkedHashMap<>();
 
   /** {@code kafka.<property>} options the source refuses, and why. */
@@ -46,16 +50,16 @@ public final class SourceOptions implements Serializable {
   static {
     REFUSED_OPTIONS.put(
         "endingOffsets",
-        "it applies to batch queries only (Spark's Kafka source refuses it in streaming queries"
-            + " too), and the source is a streaming source");
+        "it bounds a batch query (spark.read), which takes it apart from these options, and a"
+            + " streaming query refuses it, as Spark's Kafka source does");
     REFUSED_OPTIONS.put(
         BatchBounds.ENDING_TIMESTAMP,
-        "it applies to batch queries only (Spark's Kafka source ignores it in streaming"
-            + " queries), and the source is a streaming source");
+        "it bounds a batch query (spark.read), which takes it apart from these options, and a"
+            + " streaming query refuses it, where Spark's Kafka source ignores it");
     REFUSED_OPTIONS.put(
         BatchBounds.ENDING_OFFSETS_BY_TIMESTAMP,
-        "it applies to batch queries only (Spark's Kafka source refuses it in streaming"
-            + " queries too), and the source is a streaming source");
+        "it bounds a batch query (spark.read), which takes it apart from these options, and a"
+            + " streaming query refuses it, as Spark's Kafka source does");
     REFUSED_CLIENT_PROPERTIES.put(
         "auto.offset.reset",
         "the source decides where to start (startingOffsets) and what a lost offset does"
@@ -71,7 +75,9 @@ public final class SourceOptions implements Serializable {
         "value.deserializer",
         "a Java client property: values are read as bytes (decoded with schema)");
     REFUSED_CLIENT_PROPERTIES.put(
-        "interceptor.classes", "a Java client property, which librdkafka does not have");
+        "interceptor.classes",
+        "an interceptor can change the records the source reads (Spark's Kafka source refuses"
+            + " it too, for that reason)");
   }
 
   public final String bootstrapServers;
@@ -358,6 +364,27 @@ public final class SourceOptions implements Serializable {
     maxTasks = opts.whole("maxTasks", 1, "");
     maxEventTimeDriftMs = opts.whole("maxEventTimeDriftMs", 0, "milliseconds");
     minRowsPerTrigger = opts.whole("minOffsetsPerTrigger", 1, "");
+    if (minRowsPerTrigger != null
+        && maxRowsPerTrigger != null
+        && minRowsPerTrigger > maxRowsPerTrigger) {
+      // Spark's KafkaSourceProvider.validateGeneralOptions, in streaming and batch queries.
+      String max =
+          opts.get("maxRowsPerTrigger") != null ? "maxRowsPerTrigger" : "maxOffsetsPerTrigger";
+      throw refuse(
+          "minOffsetsPerTrigger = "
+              + minRowsPerTrigger
+              + " is higher than "
+              + max
+              + " = "
+              + maxRowsPerTrigger
+              + "; allowed: at most "
+              + max
+              + " (Spark's Kafka source refuses it too: \"The value of minOffsetPerTrigger("
+              + minRowsPerTrigger
+              + ") is higher than the maxOffsetsPerTrigger("
+              + maxRowsPerTrigger
+              + ").\")");
+    }
     String delay = opts.get("maxTriggerDelay");
     maxTriggerDelayMs =
         TimeStrings.toMillis("maxTriggerDelay", delay != null ? delay : DEFAULT_MAX_TRIGGER_DELAY);

@@ -32,11 +32,13 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * The planning's guarantees of Spark's Kafka source, on Kafka's {@code MockConsumer}: the first
  * offsets are kept in the checkpoint and read back after a restart, and offsets that go back (a
- * topic deleted and created again) are data loss; the latest offsets reported and the lag are those
- * of the last planning, as Spark's source reports them.
+ * topic deleted and created again) and a partition added whose earliest offset is not 0 are data
+ * loss; the latest offsets reported and the lag are those of the last planning, as Spark's source
+ * reports them.
  */
 class KafkaMicroBatchStreamTest {
   private static final TopicPartition TP = new TopicPartition("t", 0);
+  private static final TopicPartition ADDED = new TopicPartition("t", 1);
 
   @TempDir Path checkpoint;
 
@@ -75,13 +77,36 @@ class KafkaMicroBatchStreamTest {
     }
   }
 
+  /**
+   * A broker holding {@code [0, 4)} of partition 0 of topic {@code t} and {@code [low, high)} of
+   * partition 1, added to the topic after the query planned its offsets (they name partition 0
+   * only).
+   */
+  private static MockConsumer<byte[], byte[]> partitionAdded(long low, long high) {
+    MockConsumer<byte[], byte[]> consumer = new MockConsumer<>(OffsetResetStrategy.NONE);
+    consumer.updatePartitions(
+        "t",
+        List.of(
+            new PartitionInfo("t", 0, null, null, null),
+            new PartitionInfo("t", 1, null, null, null)));
+    consumer.updateBeginningOffsets(Map.of(TP, 0L, ADDED, low));
+    consumer.updateEndOffsets(Map.of(TP, 4L, ADDED, high));
+    return consumer;
+  }
+
   private KafkaMicroBatchStream stream(
       MockConsumer<byte[], byte[]> broker, Map<String, String> extra) {
-    Map<String, String> given = new HashMap<>();
-    given.put("kafka.bootstrap.servers", "127.0.0.1:9");
+    Map<String, String> given = new HashMap<>(extra);
     given.put("subscribe", "t");
-    given.putAll(extra);
-    SourceOptions options = SourceOptions.parse(given);
+    return streamOf(broker, given);
+  }
+
+  /** A stream of the topics {@code given} names, on {@code broker}. */
+  private KafkaMicroBatchStream streamOf(
+      MockConsumer<byte[], byte[]> broker, Map<String, String> given) {
+    Map<String, String> all = new HashMap<>(given);
+    all.put("kafka.bootstrap.servers", "127.0.0.1:9");
+    SourceOptions options = SourceOptions.parse(all);
     InitialOffsetLog log =
         new InitialOffsetLog(checkpoint.resolve("sources/0").toString(), new Configuration());
     return new KafkaMicroBatchStream(
@@ -183,5 +208,80 @@ class KafkaMicroBatchStreamTest {
     assertEquals(
         List.of(new KafkaRange("t", 0, 2, 5, null, null)),
         ranges(restarted.planInputPartitions(at(100), at(5))));
+  }
+
+  @Test
+  void aPartitionAddedFromOffsetZeroIsReadFromThereWithFailOnDataLoss() {
+    KafkaMicroBatchStream stream = stream(partitionAdded(0, 3), Map.of("failOnDataLoss", "true"));
+
+    SourceOffset end = (SourceOffset) stream.latestOffset(at(4), ReadLimit.allAvailable());
+    assertEquals(new SourceOffset(Map.of(TP, 4L, ADDED, 3L)), end);
+    assertEquals(
+        List.of(new KafkaRange("t", 1, 0, 3, null, null)),
+        ranges(stream.planInputPartitions(at(4), end)));
+    assertEquals("0", stream.metrics(Optional.empty()).get("dataLoss"));
+  }
+
+  @Test
+  void aPartitionAddedAbove0FailsTheQueryNamingThePartitionAndItsStart() {
+    KafkaMicroBatchStream stream = stream(partitionAdded(5, 8), Map.of("failOnDataLoss", "true"));
+
+    IllegalStateException lost =
+        assertThrows(
+            IllegalStateException.class,
+            () -> stream.latestOffset(at(4), ReadLimit.allAvailable()));
+    assertTrue(
+        lost.getMessage().contains("added partition t-1 starts from 5 instead of 0"),
+        lost.getMessage());
+    assertTrue(lost.getMessage().contains("failOnDataLoss"), lost.getMessage());
+  }
+
+  @Test
+  void aPartitionAddedAbove0FailsTheMicroBatchLoggedBeforeARestart() {
+    // Planned and logged before the driver died, with partition 1 from its earliest offset.
+    KafkaMicroBatchStream restarted =
+        stream(partitionAdded(5, 8), Map.of("failOnDataLoss", "true"));
+
+    SourceOffset end = new SourceOffset(Map.of(TP, 4L, ADDED, 8L));
+    IllegalStateException lost =
+        assertThrows(IllegalStateException.class, () -> restarted.planInputPartitions(at(4), end));
+    assertTrue(
+        lost.getMessage().contains("added partition t-1 starts from 5 instead of 0"),
+        lost.getMessage());
+  }
+
+  @Test
+  void aPartitionAddedAbove0IsReadFromItsEarliestOffsetWithoutFailOnDataLoss() {
+    KafkaMicroBatchStream stream = stream(partitionAdded(5, 8), Map.of("failOnDataLoss", "false"));
+
+    SourceOffset end = (SourceOffset) stream.latestOffset(at(4), ReadLimit.allAvailable());
+    assertEquals(new SourceOffset(Map.of(TP, 4L, ADDED, 8L)), end);
+    assertEquals(
+        List.of(new KafkaRange("t", 1, 5, 8, null, null)),
+        ranges(stream.planInputPartitions(at(4), end)));
+    Map<String, String> metrics = stream.metrics(Optional.empty());
+    assertEquals("1", metrics.get("dataLoss"), "counted once, though planned twice");
+    assertEquals("5", metrics.get("offsetOutOfRange"));
+  }
+
+  @Test
+  void aTopicCreatedThatThePatternMatchesIsAddedByTheSameRule() {
+    Map<String, String> pattern = new HashMap<>();
+    pattern.put("failOnDataLoss", "true");
+    pattern.put("subscribePattern", "^u$");
+    MockConsumer<byte[], byte[]> broker = new MockConsumer<>(OffsetResetStrategy.NONE);
+    TopicPartition created = new TopicPartition("u", 0);
+    broker.updatePartitions("u", List.of(new PartitionInfo("u", 0, null, null, null)));
+    broker.updateBeginningOffsets(Map.of(created, 2L));
+    broker.updateEndOffsets(Map.of(created, 6L));
+    KafkaMicroBatchStream stream = streamOf(broker, pattern);
+
+    IllegalStateException lost =
+        assertThrows(
+            IllegalStateException.class,
+            () -> stream.latestOffset(new SourceOffset(Map.of()), ReadLimit.allAvailable()));
+    assertTrue(
+        lost.getMessage().contains("added partition u-0 starts from 2 instead of 0"),
+        lost.getMessage());
   }
 }
