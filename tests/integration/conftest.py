@@ -55,6 +55,7 @@ from pipeline.spark.query_group import QueryGroup
 from pipeline.swept.store import object_filesystem
 from tests.integration.admission_service import SLEEP, TOKEN, Service
 from tests.integration.helpers import Drained, flights_raw_config
+from tests.integration.jvm_classes import ensure_archive, submit_args
 from tests.integration.postgres import postgres_server
 from tests.integration.s3proxy import S3Server, s3_server
 
@@ -89,6 +90,26 @@ def pytest_report_header() -> str:
 
         return f"kafka engine: apache-kafka {APACHE_KAFKA_VERSION} (KRaft)"
     return f"kafka engine: {engine}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def jvm_class_data() -> Iterator[Path | None]:
+    """The Spark drivers of the run start on a class-data-sharing archive
+    (:mod:`tests.integration.jvm_classes`), made once per machine: each JVM maps
+    Spark's classes instead of loading them. Unless ``PYSPARK_SUBMIT_ARGS`` is set
+    already (the user's, left alone) or ``FLOODGATE_TEST_CDS=0``."""
+    if "PYSPARK_SUBMIT_ARGS" in os.environ or os.environ.get("FLOODGATE_TEST_CDS") == "0":
+        yield None
+        return
+    archive = ensure_archive()
+    if archive is None:
+        yield None
+        return
+    os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args(archive)
+    try:
+        yield archive
+    finally:
+        os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
 
 
 @pytest.fixture(scope="session")

@@ -295,7 +295,10 @@ def main(request: dict[str, Any]) -> dict[str, Any]:
     looked up in. One session for all: each costs a JVM's start (10-30 s on 2 cores)."""
     from pipeline.spark.session import build_spark_session
 
-    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {','.join(request['jars'])} pyspark-shell"
+    # The run's own arguments (the class-data archive, tests/integration/jvm_classes.py) kept.
+    given = os.environ.get("PYSPARK_SUBMIT_ARGS", "").removesuffix("pyspark-shell").strip()
+    jars = f"--jars {','.join(request['jars'])}"
+    os.environ["PYSPARK_SUBMIT_ARGS"] = " ".join(a for a in (given, jars, "pyspark-shell") if a)
     spark = build_spark_session(app_name="floodgate-connector-compare", master="local[2]")
     try:
         out: dict[str, Any] = {"cases": cases(spark, request.get("cases") or {}, list(FORMATS))}
