@@ -6,9 +6,12 @@ import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.types.StructType;
 
 /**
- * Builds the source's scan. It takes the columns a query reads when Spark pushes them down ({@link
- * SupportsPushDownRequiredColumns}); Spark 4 plans a streaming scan without that push down, so the
- * query group also names them in option {@code fields}.
+ * Builds the source's scan, reading the columns Spark asks for ({@link
+ * SupportsPushDownRequiredColumns}). A batch query's scan gets only the columns the query reads
+ * (Spark's {@code V2ScanRelationPushDown}); a streaming query's does not: Spark 4's {@code
+ * MicroBatchExecution} calls {@link #pruneColumns} with the relation's whole output, before the
+ * query is optimized. Option {@code fields} therefore shapes the table's schema itself ({@code
+ * FloodgateKafkaProvider.inferSchema}), so a streaming query cannot read a field it does not name.
  */
 final class KafkaScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns {
   private final StructType schema;
