@@ -159,3 +159,37 @@ def test_a_query_whose_fields_are_not_found_decodes_every_field_warned_and_count
     assert "delays_by_origin_hour" in warnings[0]
     labels = {"query_group": config.name, "query": "delays_by_origin_hour"}
     assert registry.get_sample_value("floodgate_query_pruning_failures_total", labels) == 1.0
+
+
+def test_a_batch_query_reading_event_time_alone_gets_it_from_its_field(
+    spark: Any, bootstrap: str, schemas: SchemaRepository, flights: list[dict[str, Any]]
+) -> None:
+    """Spark prunes a batch scan to ``event_time``; with ``timestampMode = data_source``
+    the source reads ``timestampField`` too, which the event time is taken from."""
+    topic = f"pruned.{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (1, None)})
+    codec = StreamCodec("flights", schemas.get("flight"), schemas)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for flight in flights[:3]:
+        producer.produce(topic, value=codec.encode(flight), partition=0)
+    assert producer.flush(30) == 0
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+        "endingOffsets": "latest",
+        "schema": "flight",
+        "schemas": schemas.as_json(),
+        "timestampMode": "data_source",
+        "timestampField": "time_hour",
+    }
+    rows = (
+        spark.read.format(SOURCE_NAME)
+        .options(**options)
+        .load()
+        .selectExpr("unix_millis(event_time) AS ms", "_offset")
+        .collect()
+    )
+    assert {(r.ms, r._offset) for r in rows} == {
+        (f["time_hour"], i) for i, f in enumerate(flights[:3])
+    }

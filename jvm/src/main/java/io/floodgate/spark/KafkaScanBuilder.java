@@ -1,5 +1,6 @@
 package io.floodgate.spark;
 
+import java.util.List;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
@@ -26,8 +27,23 @@ final class KafkaScanBuilder implements ScanBuilder, SupportsPushDownRequiredCol
     this.required = schema;
   }
 
+  /**
+   * Reads the columns Spark asks for, and the {@code timestampField} column with {@code event_time}
+   * when {@code timestampMode = data_source}: the event time is read from that field, so a batch
+   * query reading {@code event_time} alone would otherwise get NULL. Spark keeps an extra column of
+   * the read schema out of the query's output ({@code V2ScanRelationPushDown} projects it away).
+   */
   @Override
   public void pruneColumns(StructType requiredSchema) {
+    String field = options.timestampField;
+    List<String> names = List.of(requiredSchema.fieldNames());
+    if (options.timestampMode.equals("data_source")
+        && field != null
+        && names.contains("event_time")
+        && !names.contains(field)
+        && List.of(schema.fieldNames()).contains(field)) {
+      requiredSchema = requiredSchema.add(schema.apply(field));
+    }
     this.required = requiredSchema;
   }
 
