@@ -241,6 +241,9 @@ class QueryGroupMetrics:
       tuples read by the query's sources (``numInputRows`` of each progress); its
       ``rate()`` is Spark's input rate, and over
       ``rate(floodgate_query_batch_duration_seconds_sum)`` Spark's processing rate.
+    * ``floodgate_query_pruning_failures_total`` (counter, ``query_group``, ``query``):
+      times the fields a query reads could not be found as its inputs were defined
+      (``FG-QG-011``): its sources then decode every field.
     * ``floodgate_input_stream_processed_tuples_total`` (counter, ``query_group``,
       ``stream``): tuples the query group processed, as the ledger counts them: the
       advance of the slowest reading query's committed offsets, summed over the
@@ -363,6 +366,13 @@ class QueryGroupMetrics:
         self.input_tuples = Counter(
             "query_input_tuples",
             "Tuples read by the query's sources (numInputRows of each micro-batch).",
+            by_query,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.pruning_failures = Counter(
+            "query_pruning_failures",
+            "Times the fields a query reads could not be found (FG-QG-011): every field decoded.",
             by_query,
             namespace=NAMESPACE,
             registry=registry,

@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import replace
 
+from prometheus_client import Counter
 from pyspark.sql import SparkSession
 
 from pipeline.config import QueryGroupConfig
@@ -32,13 +33,17 @@ def register_inputs(
     bootstrap_servers: str,
     schemas: SchemaRepository,
     discard_before: Mapping[str, Mapping[int, int]],
+    pruning_failures: Counter | None = None,
 ) -> None:
     """(Re)define the input views for ``query``, which is analysed right after.
 
     Every input stream of the group becomes a temporary view of the stream's name,
     read with the ``floodgate_kafka`` source, with a watermark on ``event_time`` where
-    the stream has one. The source then decodes only the fields the query reads
-    (option ``fields``, :func:`read_fields`).
+    the stream has one. The view is then defined again with option ``fields``, the
+    fields the query reads (:func:`read_fields`): the source's schema has columns for
+    those only, so it decodes only them, and a column the query reads that is not
+    among them fails the query's analysis naming it (it never reads NULL). When the
+    fields cannot be found, every field is decoded, logged as ``FG-QG-011``.
 
     Args:
         spark: the group's SparkSession.
@@ -48,6 +53,9 @@ def register_inputs(
         schemas: the schema repository.
         discard_before: per input stream, the offsets a discarding release skipped
             to (:attr:`Hold.discard_before <pipeline.spark.hold.Hold.discard_before>`).
+        pruning_failures: incremented (labels ``query_group``, ``query``) when the
+            query's fields cannot be found
+            (``floodgate_query_pruning_failures_total``); ``None``: not counted.
     """
     late = late_window(spark, config, query)
     views: dict[str, SourceOptions] = {}
@@ -65,11 +73,23 @@ def register_inputs(
             discard_before=discard_before.get(name),
         )
         _define_view(spark, config, name, views[name])
-    fields = read_fields(
-        spark,
-        config.queries[query].sql,
-        {name: schemas.get(s.schema_).field_names for name, s in config.input_streams.items()},
-    )
+    try:
+        fields = read_fields(
+            spark,
+            config.queries[query].sql,
+            {name: schemas.get(s.schema_).field_names for name, s in config.input_streams.items()},
+        )
+    except PruningError as exc:
+        log.warning(
+            "FG-QG-011 query group %s, query %s: the fields it reads are not known, so its "
+            "sources decode every field: %s",
+            config.name,
+            query,
+            exc,
+        )
+        if pruning_failures is not None:
+            pruning_failures.labels(config.name, query).inc()
+        return
     for name, options in views.items():
         if fields.get(name):  # none read: decode them all (option fields takes one or more)
             _define_view(spark, config, name, replace(options, fields=tuple(fields[name])))
@@ -160,29 +180,38 @@ def _define_view(
     df.createOrReplaceTempView(name)
 
 
+class PruningError(Exception):
+    """Spark's optimizer could not be run on a query's plan here, so the fields the
+    query reads are not known (:func:`read_fields`)."""
+
+
 def read_fields(
     spark: SparkSession, sql: str, stream_fields: Mapping[str, list[str]]
 ) -> dict[str, list[str]]:
     """The fields of each input stream that the query ``sql`` reads, in schema order.
 
     Spark plans a streaming scan without pushing the query's projection down to the
-    source, so the query group finds it: Spark's optimizer, run on the analysed plan,
-    prunes the columns each operator needs down to the relations (``ColumnPruning``),
-    and the attributes left name the fields. By name, so a field is kept if any
-    stream's column of that name is read (a superset, never too few).
+    source (its ``MicroBatchExecution`` gives the scan the relation's whole output as
+    the required columns), so the query group finds it: Spark's optimizer, run on
+    the analysed plan, prunes the columns each operator needs down to the relations
+    (``ColumnPruning``), and the attributes left name the fields. By name, so a field
+    is kept if any stream's column of that name is read (a superset, never too few).
 
     Returns:
-        ``{stream: [field, ...]}``; a stream is missing (decode every field) when the
-        plan could not be optimized here (logged at DEBUG).
+        ``{stream: [field, ...]}``.
+
+    Raises:
+        PruningError: the plan could not be analysed or optimized here (a private
+            Spark API that changed, or a query Spark cannot analyse); the message
+            names the query and the cause.
     """
     try:
         session = spark._jsparkSession
         analysed = spark.sql(sql)._jdf.queryExecution().analyzed()
         optimized = session.sessionState().optimizer().execute(analysed)
         plan = json.loads(optimized.toJSON())
-    except Exception as exc:  # an optimisation only: every field is decoded
-        log.debug("the fields of query %r are not known (%s): every field is decoded", sql, exc)
-        return {}
+    except Exception as exc:
+        raise PruningError(f"query {sql!r} was not optimized: {exc}") from exc
     referenced: set[str] = set()
     _attribute_names(plan, referenced)
     return {

@@ -286,6 +286,7 @@ class QueryGroup:
                 bootstrap_servers=self.bootstrap_servers,
                 schemas=self.schemas,
                 discard_before=self.hold.discard_before,
+                pruning_failures=self.metrics.pruning_failures,
             )
             self._start_query(spark, name, available_now=self._available_now)
 

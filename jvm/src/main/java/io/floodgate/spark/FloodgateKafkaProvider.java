@@ -29,24 +29,31 @@ public final class FloodgateKafkaProvider implements TableProvider, DataSourceRe
   }
 
   /**
-   * The stream's columns: the Avro record's fields, then the metadata columns; without option
-   * {@code schema}, Spark's Kafka source columns.
+   * The stream's columns: the Avro record's fields (with option {@code fields}, those and {@code
+   * timestampField} only), then the metadata columns; without option {@code schema}, Spark's Kafka
+   * source columns.
    *
-   * @throws IllegalArgumentException bad options, or a schema the source cannot map
+   * @throws IllegalArgumentException bad options, a name in {@code fields} that is no field of the
+   *     stream, or a schema the source cannot map
    */
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
     Map<String, String> given = new HashMap<>(options.asCaseSensitiveMap());
     BatchBounds.take(given); // a batch query's bounds: the table's scan reads them
-    SourceOptions parsed = SourceOptions.parse(given);
+    return schema(SourceOptions.parse(given));
+  }
+
+  /** The table's schema for {@code parsed} ({@link #inferSchema}). */
+  static StructType schema(SourceOptions parsed) {
+    Schema avro = avroSchema(parsed);
     List<String> decoded = null;
     if (parsed.fields != null) {
+      StreamSchema.requireFields(parsed.stream, avro, parsed.fields);
       decoded = new ArrayList<>(parsed.fields);
       if (parsed.timestampField != null) {
         decoded.add(parsed.timestampField);
       }
     }
-    Schema avro = avroSchema(parsed);
     return StreamSchema.of(
         parsed.stream, avro, parsed.includeHeaders, decoded, keySchema(parsed, avro));
   }

@@ -209,8 +209,11 @@ public final class SourceOptions implements Serializable {
 
   /**
    * The stream's fields the queries read ({@code fields}, comma-separated; {@code null}: all). The
-   * columns of the others stay in the schema and read null: Spark plans a streaming scan without
-   * pushing its projection down, so the query group passes it.
+   * table's schema has columns for these only (and {@code timestampField}), so a query reading
+   * another fails its analysis naming the column: Spark's {@code MicroBatchExecution} builds a
+   * streaming scan with the relation's whole output as the required columns, so the query group
+   * names the fields its queries read here. Each must be a field of the stream ({@link
+   * io.floodgate.spark.serde.StreamSchema#requireFields}).
    */
   public final List<String> fields;
 
@@ -409,6 +412,11 @@ public final class SourceOptions implements Serializable {
       }
     }
     fields = opts.names("fields");
+    if (fields != null && schemaName == null) {
+      throw refuse(
+          "option 'fields' needs option 'schema': it names fields of the stream's schema, and"
+              + " without one the source reads raw Kafka columns");
+    }
   }
 
   /**

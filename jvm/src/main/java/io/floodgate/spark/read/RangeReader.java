@@ -623,9 +623,6 @@ public final class RangeReader implements PartitionReader<InternalRow> {
       switch (columns[i]) {
         case FIELD:
           break;
-        case SKIPPED_FIELD:
-          row.setNullAt(i);
-          break;
         case EVENT_TIME:
           setMicros(i, eventTimeMs);
           break;

@@ -11,8 +11,13 @@ import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 
 /**
- * Where each column of the source's rows comes from: a field of the stream's Avro record (decoded,
- * or left null when no query reads it), or the Kafka record (metadata and Spark's Kafka columns).
+ * Where each column of the source's rows comes from: a field of the stream's Avro record, decoded,
+ * or the Kafka record (metadata and Spark's Kafka columns).
+ *
+ * <p>Every field column of the scan's schema is decoded: the schema holds only the fields read
+ * (option {@code fields} shapes the table's schema; a batch scan is pruned further by Spark's
+ * {@code V2ScanRelationPushDown}), so no column is ever left null for want of decoding. A column of
+ * a field outside {@code fields} is refused by name, as Spark refuses a column it cannot resolve.
  */
 public final class RowLayout implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -20,7 +25,6 @@ public final class RowLayout implements Serializable {
   /** What fills a column. */
   public enum Column {
     FIELD,
-    SKIPPED_FIELD,
     EVENT_TIME,
     KEY,
     /** The {@code key} column of {@code keyEncoding = confluent}: the key record, decoded. */
@@ -47,9 +51,12 @@ public final class RowLayout implements Serializable {
   final boolean timestampFieldIsMicros;
 
   /**
-   * @param schema the rows' Spark schema (the stream's, {@code StreamSchema.of})
+   * @param schema the rows' Spark schema: the scan's read schema (the table's, {@code
+   *     StreamSchema.of}, or fewer columns)
    * @param avro the stream's Avro schema, {@code null} when nothing is decoded
    * @param options the source's options ({@code fields}, {@code timestampField})
+   * @throws IllegalArgumentException a column is a field of the stream outside option {@code
+   *     fields} (it would read null in every row), or a column the source has no value for
    */
   public RowLayout(StructType schema, Schema avro, SourceOptions options) {
     StructField[] fields = schema.fields();
@@ -64,15 +71,23 @@ public final class RowLayout implements Serializable {
     for (int i = 0; i < fields.length; i++) {
       String name = fields[i].name();
       if (avroNames.contains(name)) {
-        boolean wanted =
+        boolean read =
             options.fields == null
                 || options.fields.contains(name)
                 || name.equals(options.timestampField);
-        columns[i] = wanted ? Column.FIELD : Column.SKIPPED_FIELD;
-        if (wanted) {
-          decodedFields.add(name);
-          ordinals.add(i);
+        if (!read) {
+          throw new IllegalArgumentException(
+              "stream '"
+                  + options.stream
+                  + "': column '"
+                  + name
+                  + "' is read, but option 'fields' does not name it (fields: "
+                  + String.join(", ", options.fields)
+                  + ")");
         }
+        columns[i] = Column.FIELD;
+        decodedFields.add(name);
+        ordinals.add(i);
         if (name.equals(options.timestampField)) {
           tsOrdinal = i;
           tsMicros = fields[i].dataType().equals(DataTypes.TimestampType);

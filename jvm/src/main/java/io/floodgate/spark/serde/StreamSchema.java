@@ -75,8 +75,8 @@ public final class StreamSchema {
    * @param stream the stream's name (for errors)
    * @param schema the stream's Avro record schema; {@code null} when nothing is decoded
    * @param includeHeaders option {@code includeHeaders}
-   * @param decoded the fields decoded ({@code null}: all); the others read null, so their columns
-   *     are nullable whatever their Avro type
+   * @param decoded the fields read ({@code null}: all): the schema has a column for these fields
+   *     only, so a query that names another fails its analysis naming it
    * @throws IllegalArgumentException a field's Avro type has no Spark column here, or a field
    *     clashes with a metadata column
    */
@@ -106,10 +106,9 @@ public final class StreamSchema {
     Set<String> names = new HashSet<>();
     for (Schema.Field f : schema.getFields()) {
       StructField column = sparkField(stream, f);
-      if (decoded != null && !decoded.contains(f.name()) && !column.nullable()) {
-        column = field(column.name(), column.dataType(), true);
+      if (decoded == null || decoded.contains(f.name())) {
+        fields.add(column);
       }
-      fields.add(column);
       names.add(f.name());
     }
     Set<String> clash = new TreeSet<>(names);
@@ -132,6 +131,33 @@ public final class StreamSchema {
       }
     }
     return new StructType(fields.toArray(new StructField[0]));
+  }
+
+  /**
+   * Checks option {@code fields} against the stream's record: every name must be one of its fields
+   * (case-sensitive, as Avro's names are). A misspelled name would otherwise leave out the field
+   * meant, and the query reading it would fail on a column the user thinks is there.
+   *
+   * @param stream the stream's name (for errors)
+   * @param schema the stream's Avro record schema
+   * @param fields option {@code fields}
+   * @throws IllegalArgumentException a name is no field of the record: the message names it and
+   *     lists the record's fields
+   */
+  public static void requireFields(String stream, Schema schema, List<String> fields) {
+    List<String> known = new ArrayList<>();
+    schema.getFields().forEach(f -> known.add(f.name()));
+    List<String> unknown = new ArrayList<>(fields);
+    unknown.removeAll(known);
+    if (!unknown.isEmpty()) {
+      throw new IllegalArgumentException(
+          "stream '"
+              + stream
+              + "': option 'fields' names "
+              + unknown
+              + ", which its record does not have; its fields: "
+              + String.join(", ", known));
+    }
   }
 
   /**
