@@ -14,9 +14,9 @@ import java.util.stream.Stream;
 /**
  * {@code kafka.*} options as the Java client's properties.
  *
- * <p>Spark's users write the Java client's names; the Python source's users, and the query group
- * passing its {@code [kafka] client} settings, write librdkafka's (CONFIGURATION.md of librdkafka).
- * Most names mean the same in both and pass through; those that differ are translated:
+ * <p>Spark's users write the Java client's names; a query group passing its {@code [kafka] client}
+ * settings, which Floodgate's Python clients share, writes librdkafka's (CONFIGURATION.md of
+ * librdkafka). Most names mean the same in both and pass through; those that differ are translated:
  *
  * <ul>
  *   <li>{@code sasl.mechanisms} is {@code sasl.mechanism}; {@code fetch.wait.max.ms} is {@code

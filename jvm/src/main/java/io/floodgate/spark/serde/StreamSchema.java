@@ -16,8 +16,8 @@ import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 
 /**
- * A stream's Avro schema as the Spark columns the source reads; the same columns, in the same
- * order, as the Python source's {@code pipeline.spark.schema.spark_schema}.
+ * A stream's Avro schema as the Spark columns the source reads, those a query group's SQL is
+ * written against ({@code docs/reference/spark-kafka-options.md}, "Columns").
  *
  * <p>Without a schema: Spark's Kafka source columns exactly ({@code key, value, topic, partition,
  * offset, timestamp, timestampType}, then {@code headers} with {@code includeHeaders}). With one:
@@ -162,8 +162,7 @@ public final class StreamSchema {
 
   /**
    * The {@code key} column of a Confluent-encoded key: a struct of the key record's fields, each
-   * typed as the same field of the stream's columns (the Python source's {@code
-   * pipeline.spark.schema.key_struct}).
+   * typed as the same field of the stream's columns.
    *
    * @throws IllegalArgumentException a key field's Avro type has no Spark column here
    */
