@@ -1,5 +1,6 @@
 package io.floodgate.spark.alignment;
 
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
@@ -37,7 +38,9 @@ public final class AlignmentPlan {
 
   private AlignmentPlan() {}
 
-  /** {@link #align(Map, Map, Map, EventTimes, long, Set, EventTimes, CutIndex)} with no index. */
+  /**
+   * {@link #align(Map, Map, Map, EventTimes, long, Set, KnownEventTimes, CutIndex)} with no index.
+   */
   public static SortedMap<Integer, Long> align(
       Map<Integer, Long> begin,
       Map<Integer, Long> end,
@@ -45,7 +48,7 @@ public final class AlignmentPlan {
       EventTimes eventTimesAt,
       long driftMs,
       Set<Integer> idle,
-      EventTimes known) {
+      KnownEventTimes known) {
     return align(begin, end, latest, eventTimesAt, driftMs, idle, known, null);
   }
 
@@ -62,9 +65,10 @@ public final class AlignmentPlan {
    * @param driftMs how far (ms) any partition may be read ahead of the least one
    * @param idle partitions that have stopped receiving tuples: with nothing more to read they hold
    *     nobody back
-   * @param known like {@code eventTimesAt}, answering only what it knows without reading the broker
-   *     ({@link EventTimeProbe#known}); a search takes those steps first, so that the rounds of
-   *     reads are shared by as many partitions as can be; {@code null}: none
+   * @param known the event times known without reading the broker ({@link EventTimeProbe#between}:
+   *     the tuples earlier reads fetched, this planning's and the previous triggers'); a search
+   *     takes those steps first ({@link EventTimeCut#learn}), so that it reads only what is new and
+   *     the rounds of reads are shared by as many partitions as can be; {@code null}: none
    * @param index the first offset past the bound, asked once for all capped partitions before any
    *     search; an answer at or before {@code begin[p]} tells nothing of {@code [begin[p], end[p])}
    *     (an older tuple past the bound, a transaction marker) and that partition is searched;
@@ -82,7 +86,7 @@ public final class AlignmentPlan {
       EventTimes eventTimesAt,
       long driftMs,
       Set<Integer> idle,
-      EventTimes known,
+      KnownEventTimes known,
       CutIndex index) {
     for (int p : begin.keySet()) {
       if (latest.getOrDefault(p, 0L) == 0 && !idle.contains(p)) {
@@ -123,7 +127,8 @@ public final class AlignmentPlan {
       }
       long stop = end.getOrDefault(p, start);
       if (stop > start && e.getValue() > bound) {
-        cuts.put(p, new EventTimeCut(start, stop, bound, e.getValue()));
+        long aimBelow = known == null ? 0 : known.readAhead() / 2;
+        cuts.put(p, new EventTimeCut(start, stop, bound, e.getValue(), aimBelow));
       }
     }
     if (index != null && !cuts.isEmpty()) {
@@ -144,13 +149,7 @@ public final class AlignmentPlan {
             it.hasNext(); ) {
           Map.Entry<Integer, EventTimeCut> e = it.next();
           EventTimeCut cut = e.getValue();
-          while (cut.result() == null) {
-            Map<Integer, Long> free = known.at(Map.of(e.getKey(), cut.asking()));
-            if (!free.containsKey(e.getKey())) {
-              break;
-            }
-            cut.observe(free.get(e.getKey()));
-          }
+          cut.learn(known.between(e.getKey(), cut.openFrom(), cut.openTo()));
           if (cut.result() != null) {
             aligned.put(e.getKey(), cut.result());
             it.remove();
@@ -167,7 +166,11 @@ public final class AlignmentPlan {
           it.hasNext(); ) {
         Map.Entry<Integer, EventTimeCut> e = it.next();
         EventTimeCut cut = e.getValue();
-        cut.observe(answers.get(e.getKey()));
+        cut.observe(
+            answers.get(e.getKey()),
+            known == null
+                ? Collections.emptyNavigableMap()
+                : known.between(e.getKey(), cut.asking(), cut.openTo()));
         if (cut.result() != null) {
           aligned.put(e.getKey(), cut.result());
           it.remove();

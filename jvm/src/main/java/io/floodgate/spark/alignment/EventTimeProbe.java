@@ -8,9 +8,13 @@ import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
+import java.util.NavigableMap;
+import java.util.Objects;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.function.Supplier;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -44,10 +48,18 @@ import org.slf4j.LoggerFactory;
 public final class EventTimeProbe implements AutoCloseable {
   private static final Logger LOG = LoggerFactory.getLogger(EventTimeProbe.class);
 
-  /** Tuples a read keeps of a partition's fetch (they fill the cache around the offset). */
-  public static final int PROBE_BATCH = 64;
+  /**
+   * Tuples a read keeps of a partition's fetch, from the offset asked on (they fill the cache): an
+   * event-time search aims its guesses half that below its estimate, so that they straddle the cut
+   * ({@link KnownEventTimes#readAhead}). On the flights, an interpolated guess from a range's ends
+   * fell 50-80 offsets past the cut: 64 tuples missed it as often as not, 256 hold it.
+   */
+  public static final int PROBE_BATCH = 256;
 
-  /** Bytes a read's fetch asks for of a partition: {@link #PROBE_BATCH} flights are ~4 KiB. */
+  /**
+   * Bytes a read's fetch asks for of a partition: {@link #PROBE_BATCH} flights are ~16 KiB, the
+   * fetch holds ~1 000.
+   */
   public static final int PROBE_FETCH_BYTES = 64 * 1024;
 
   /** Event times cached per partition, most recent offsets kept. */
@@ -57,8 +69,8 @@ public final class EventTimeProbe implements AutoCloseable {
   private final RecordEventTime eventTime;
   private final Duration timeout;
   private final Duration patience;
-  private final Properties properties;
-  private KafkaConsumer<byte[], byte[]> consumer;
+  private final Supplier<Consumer<byte[], byte[]>> consumers;
+  private Consumer<byte[], byte[]> consumer;
   private final Set<TopicPartition> assigned = new HashSet<>();
   private final Map<TopicPartition, TreeMap<Long, Long>> cache = new HashMap<>();
 
@@ -81,27 +93,71 @@ public final class EventTimeProbe implements AutoCloseable {
       RecordEventTime eventTime,
       Duration timeout,
       Duration patience) {
+    this(consumer(consumerProperties), topic, eventTime, timeout, patience);
+  }
+
+  /**
+   * A probe reading with the consumer {@code consumers} makes on first use (tests pass Kafka's
+   * {@code MockConsumer}).
+   */
+  EventTimeProbe(
+      Supplier<Consumer<byte[], byte[]>> consumers,
+      String topic,
+      RecordEventTime eventTime,
+      Duration timeout,
+      Duration patience) {
+    this.consumers = consumers;
     this.topic = topic;
     this.eventTime = eventTime;
     this.timeout = timeout;
     this.patience = patience;
-    this.properties = new Properties();
+  }
+
+  /** A consumer of {@code consumerProperties} with the probe's {@link #settings()} on top. */
+  private static Supplier<Consumer<byte[], byte[]>> consumer(Properties consumerProperties) {
+    Properties properties = new Properties();
     properties.putAll(consumerProperties);
     properties.putAll(settings());
+    return () ->
+        new KafkaConsumer<>(properties, new ByteArrayDeserializer(), new ByteArrayDeserializer());
   }
 
-  /** The probe's consumer settings, over the user's: never wait, fetch little. */
+  /**
+   * The probe's consumer settings, over the user's: never wait, fetch little. The whole response is
+   * capped too ({@code fetch.max.bytes}, four partitions' worth): on the embedded broker, which
+   * sends more than {@code max.partition.fetch.bytes} a partition (a poll returns {@code
+   * max.poll.records} of one), a planning's first read of the flights took 1.3-1.5 s without the
+   * cap and 0.3 s with it. On Apache Kafka a read of more than four partitions may then take more
+   * than one fetch.
+   */
   static Map<String, String> settings() {
     return Map.of(
-        ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "10",
-        ConsumerConfig.FETCH_MIN_BYTES_CONFIG, "1",
-        ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG, Integer.toString(PROBE_FETCH_BYTES),
-        ConsumerConfig.MAX_POLL_RECORDS_CONFIG, Integer.toString(PROBE_BATCH * 16),
-        ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG,
+        "10",
+        ConsumerConfig.FETCH_MIN_BYTES_CONFIG,
+        "1",
+        ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG,
+        Integer.toString(PROBE_FETCH_BYTES),
+        ConsumerConfig.FETCH_MAX_BYTES_CONFIG,
+        Integer.toString(PROBE_FETCH_BYTES * 4),
+        ConsumerConfig.MAX_POLL_RECORDS_CONFIG,
+        Integer.toString(PROBE_BATCH * 16),
+        ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG,
+        "false");
   }
 
-  /** Set the offsets the planning works below (its last stable offsets). */
+  /**
+   * Set the offsets the planning works below (its last stable offsets). Where a partition's limit
+   * moved, the offsets cached as holding no tuple before the old limit (markers, aborted writes up
+   * to it) are forgotten: a tuple may follow them now.
+   */
   public void limit(Map<TopicPartition, Long> latest) {
+    cache.forEach(
+        (p, cached) -> {
+          if (!latest.getOrDefault(p, 0L).equals(limits.getOrDefault(p, 0L))) {
+            cached.values().removeIf(Objects::isNull);
+          }
+        });
     this.limits = Map.copyOf(latest);
   }
 
@@ -170,15 +226,32 @@ public final class EventTimeProbe implements AutoCloseable {
     return found;
   }
 
-  /** Drop cached offsets that are read already ({@code < begin[p]}). */
-  public void forgetBefore(Map<TopicPartition, Long> begin) {
-    cache.forEach((p, cached) -> cached.headMap(begin.getOrDefault(p, 0L)).clear());
+  /**
+   * The cached event times of a partition's offsets in {@code [from, to)} ({@link
+   * KnownEventTimes#between}), in offset order; a map that allows {@code null} values.
+   */
+  public NavigableMap<Long, Long> between(TopicPartition partition, long from, long to) {
+    TreeMap<Long, Long> cached = cache.get(partition);
+    if (cached == null || from >= to) {
+      return new TreeMap<>();
+    }
+    return new TreeMap<>(cached.subMap(from, true, to, false));
   }
 
-  private KafkaConsumer<byte[], byte[]> consumer() {
+  /**
+   * Drop cached offsets that are read already ({@code < begin[p] - 1}). The one at {@code begin[p]
+   * - 1} is kept: it is the head of a partition read up to its high watermark, whose event time the
+   * next planning asks for again as long as no tuple arrives, so that a partition whose head did
+   * not move is not read again. What is at or past {@code begin[p]} (the cut, the planned end, the
+   * tuples read with them) is the next planning's to start from.
+   */
+  public void forgetBefore(Map<TopicPartition, Long> begin) {
+    cache.forEach((p, cached) -> cached.headMap(begin.getOrDefault(p, 0L) - 1).clear());
+  }
+
+  private Consumer<byte[], byte[]> consumer() {
     if (consumer == null) {
-      consumer =
-          new KafkaConsumer<>(properties, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+      consumer = consumers.get();
     }
     return consumer;
   }
@@ -190,7 +263,7 @@ public final class EventTimeProbe implements AutoCloseable {
    * @return the event times of the partitions the broker answered for within the timeout
    */
   private Map<TopicPartition, Long> fetch(Map<TopicPartition, Long> missing) {
-    KafkaConsumer<byte[], byte[]> c = consumer();
+    Consumer<byte[], byte[]> c = consumer();
     Map<TopicPartition, Long> open = new HashMap<>(missing);
     if (!assigned.containsAll(open.keySet())) {
       assigned.addAll(open.keySet());
@@ -248,8 +321,7 @@ public final class EventTimeProbe implements AutoCloseable {
   }
 
   /** The consumer's position in {@code tp}; {@code -1} when the broker did not tell by then. */
-  private static long position(
-      KafkaConsumer<byte[], byte[]> c, TopicPartition tp, long deadlineNanos) {
+  private static long position(Consumer<byte[], byte[]> c, TopicPartition tp, long deadlineNanos) {
     try {
       return c.position(tp, Duration.ofNanos(Math.max(0, deadlineNanos - System.nanoTime())));
     } catch (TimeoutException e) {

@@ -6,6 +6,7 @@ import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.NavigableMap;
 import java.util.Set;
 import java.util.SortedMap;
 import java.util.TreeMap;
@@ -16,7 +17,8 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The aligner of option {@code maxEventTimeDriftMs}: {@link AlignmentPlan#align} with the event
- * times read from the broker at planning ({@link EventTimeProbe}, cached per offset), and, where a
+ * times read from the broker at planning ({@link EventTimeProbe}, cached per offset from one
+ * planning to the next, so that a trigger reads only what the ones before did not), and, where a
  * record's timestamp is its event time, the cuts from Kafka's time index ({@link KafkaTimeIndex}),
  * as the Python source's {@code KafkaStreamReader._aligned}, over every topic-partition read.
  */
@@ -58,7 +60,17 @@ final class ProbingAligner implements EventTimeAligner {
             wanted -> keys.index(probe.many(keys.topicPartitions(wanted))),
             driftMs,
             keys.index(idle),
-            wanted -> keys.index(probe.known(keys.topicPartitions(wanted))),
+            new KnownEventTimes() {
+              @Override
+              public NavigableMap<Long, Long> between(int partition, long from, long to) {
+                return probe.between(keys.topicPartition(partition), from, to);
+              }
+
+              @Override
+              public long readAhead() {
+                return EventTimeProbe.PROBE_BATCH;
+              }
+            },
             index == null
                 ? null
                 : (partitions, boundMs) ->
@@ -124,6 +136,10 @@ final class ProbingAligner implements EventTimeAligner {
             }
           });
       return out;
+    }
+
+    TopicPartition topicPartition(int index) {
+      return byIndex.get(index);
     }
 
     SortedMap<TopicPartition, Long> topicPartitions(Map<Integer, Long> map) {

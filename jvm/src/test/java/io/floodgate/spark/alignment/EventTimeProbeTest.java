@@ -8,9 +8,16 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.time.Duration;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
 import java.util.UUID;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.MockConsumer;
+import org.apache.kafka.clients.consumer.OffsetResetStrategy;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.record.TimestampType;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -67,6 +74,63 @@ class EventTimeProbeTest {
       assertNull(found.get(P1));
       assertEquals(2, found.size());
       assertEquals(0, probe.reads());
+    }
+  }
+
+  /**
+   * A broker whose partition 0 holds transaction markers (no tuple) at offsets 0-9 and, once
+   * written, a tuple at 10 (event time 77): a read committed fetch skips the markers and stops at
+   * the last stable offset.
+   */
+  private static final class MarkersThenATuple extends MockConsumer<byte[], byte[]> {
+    boolean written;
+
+    MarkersThenATuple() {
+      super(OffsetResetStrategy.EARLIEST);
+    }
+
+    @Override
+    public synchronized ConsumerRecords<byte[], byte[]> poll(Duration timeout) {
+      if (written) {
+        addRecord(
+            new ConsumerRecord<>(
+                TOPIC,
+                0,
+                10,
+                77L,
+                TimestampType.CREATE_TIME,
+                0,
+                0,
+                new byte[0],
+                new byte[0],
+                new RecordHeaders(),
+                Optional.empty()));
+      } else if (!paused().contains(P0)) {
+        seek(P0, 10); // past the markers, at the last stable offset
+      }
+      return super.poll(timeout);
+    }
+  }
+
+  @Test
+  void anOffsetOfMarkersIsReadAgainOnceTheLimitMoves() {
+    MarkersThenATuple broker = new MarkersThenATuple();
+    try (EventTimeProbe probe =
+        new EventTimeProbe(
+            () -> broker,
+            TOPIC,
+            RecordEventTime.kafkaTimestamp(),
+            Duration.ofSeconds(5),
+            Duration.ofSeconds(5))) {
+      probe.limit(Map.of(P0, 10L));
+      Map<TopicPartition, Long> found = probe.many(Map.of(P0, 5L));
+      assertNull(found.get(P0)); // nothing but markers before the limit
+      probe.limit(Map.of(P0, 10L));
+      assertNull(probe.many(Map.of(P0, 5L)).get(P0));
+      assertEquals(1, probe.reads(), "the same limit: the cached answer");
+      broker.written = true;
+      probe.limit(Map.of(P0, 11L));
+      assertEquals(77L, probe.many(Map.of(P0, 5L)).get(P0)); // the next tuple's event time
     }
   }
 }
