@@ -41,10 +41,18 @@ class EventTimeProbeTest {
 
   @Test
   void aPartitionTheBrokerDoesNotAnswerForFailsThePlanningByName() {
-    // A patience many times a read's 200 ms poll: the first read also makes the consumer, which
-    // took over a second on a loaded 2-core machine, and the test is of asking again.
-    Duration patience = Duration.ofSeconds(4);
-    try (EventTimeProbe probe = unansweredProbe(patience)) {
+    // A broker that never answers (Kafka's MockConsumer with no records): each read waits its
+    // 200 ms out, and the probe asks again until the patience is spent. A mock, so that no
+    // consumer's start (seconds on a loaded machine) eats the patience before the second read.
+    Duration patience = Duration.ofSeconds(1);
+    MockConsumer<byte[], byte[]> silent = new MockConsumer<>(OffsetResetStrategy.NONE);
+    try (EventTimeProbe probe =
+        new EventTimeProbe(
+            () -> silent,
+            TOPIC,
+            RecordEventTime.kafkaTimestamp(),
+            Duration.ofMillis(200),
+            patience)) {
       probe.limit(Map.of(P0, 100L, P1, 100L));
       long started = System.nanoTime();
       EventTimesUnansweredException e =
