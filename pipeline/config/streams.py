@@ -165,10 +165,10 @@ class InputStreamConfig(StreamSettings):
     partition, the first tuple whose Kafka timestamp is at or after this (ms since the
     epoch; the source's option ``startingTimestamp``, as Spark's). Not with
     ``starting_offsets``."""
-    starting_timestamp_strategy: Literal["error", "latest"] = "error"
+    starting_timestamp_strategy: Literal["error", "latest"] | None = None
     """With ``starting_timestamp_ms``: what a partition with no tuple at or after it does:
-    ``error`` fails the query (as Spark's ``startingOffsetsByTimestampStrategy``),
-    ``latest`` starts it at its high watermark."""
+    ``error`` (unset: Spark's default) fails the query (as Spark's
+    ``startingOffsetsByTimestampStrategy``), ``latest`` starts it at its high watermark."""
     key: list[str] = Field(default_factory=list)
     """Fields whose values, joined with ``|``, form the Kafka key the client writes
     (empty: no key; ``murmur2_random`` then spreads tuples at random). A keyed stream
@@ -217,15 +217,13 @@ class InputStreamConfig(StreamSettings):
 
     @model_validator(mode="after")
     def _check_timestamp(self) -> InputStreamConfig:
-        if self.starting_timestamp_ms is not None and "starting_offsets" in self.model_fields_set:
+        # "committed", the default, is what a dump of the model writes back: not a choice.
+        if self.starting_timestamp_ms is not None and self.starting_offsets != "committed":
             raise ValueError(
                 "starting_timestamp_ms and starting_offsets go not together (both say where "
                 "a new checkpoint starts); allowed: one of them"
             )
-        if (
-            self.starting_timestamp_ms is None
-            and "starting_timestamp_strategy" in self.model_fields_set
-        ):
+        if self.starting_timestamp_ms is None and self.starting_timestamp_strategy is not None:
             raise ValueError("starting_timestamp_strategy is only used with starting_timestamp_ms")
         if self.key_encoding == "confluent" and not self.key:
             raise ValueError(

@@ -223,6 +223,22 @@ def test_a_starting_timestamp_reaches_the_stream_typed(raw: dict[str, Any]) -> N
 
 
 @pytest.mark.parametrize(
+    "given",
+    [{}, {"starting_timestamp_ms": 1_357_000_000_000}],
+    ids=["without-timestamp", "with-timestamp"],
+)
+def test_a_query_group_dumped_and_read_again_is_the_same(
+    raw: dict[str, Any], given: dict[str, Any]
+) -> None:
+    """A tool that writes a parsed file back (``model_dump``) writes every default: the
+    defaults of where a stream starts are no choice the file is refused for."""
+    raw["input_streams"]["flights"].update(given)
+    config = parse_query_group(raw, env={})
+    dumped = config.model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert parse_query_group(dumped, env={}) == config
+
+
+@pytest.mark.parametrize(
     ("given", "named"),
     [
         ({"starting_timestamp_ms": -1}, "starting_timestamp_ms"),
