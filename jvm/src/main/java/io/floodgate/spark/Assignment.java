@@ -15,11 +15,12 @@ import java.util.regex.Pattern;
 
 /**
  * Spark's Kafka JSON options, {@code assign}, {@code startingOffsets}, {@code endingOffsets} and
- * {@code discardBefore}, over any number of topics, read as the Python source's {@code
- * pipeline.spark.options} reads them ({@code json_offsets}).
+ * {@code discardBefore}, over any number of topics, read strictly ({@link #offsets}); a query group
+ * writes {@code startingOffsets} and {@code discardBefore} with {@code
+ * pipeline.offsets.topic_offsets_to_json}.
  */
 final class Assignment {
-  /** Python's {@code json.loads}: one JSON value, nothing after it. */
+  /** One JSON value, nothing after it (trailing text refused). */
   private static final ObjectMapper JSON =
       new ObjectMapper().enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
 
@@ -72,7 +73,7 @@ final class Assignment {
   }
 
   /**
-   * One JSON value, as Python's {@code json.loads} reads it (text after it refused).
+   * One JSON value (text after it refused).
    *
    * @throws IllegalArgumentException not JSON
    */
@@ -112,8 +113,8 @@ final class Assignment {
 
   /**
    * The offsets of {@code topic} in Spark's Kafka JSON {@code {"<topic>": {"<partition>":
-   * <offset>}}}, strictly, as the Python {@code json_offsets}: partitions decimal texts of an
-   * {@code int}, offsets JSON whole numbers of a {@code long}; a missing topic is an empty map.
+   * <offset>}}}, strictly: partitions decimal texts of an {@code int}, offsets JSON whole numbers
+   * of a {@code long}; a missing topic is an empty map.
    *
    * @throws IllegalArgumentException another shape
    */

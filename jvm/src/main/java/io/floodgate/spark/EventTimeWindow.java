@@ -38,14 +38,17 @@ public record EventTimeWindow(long durationMs, long slideMs, long startMs) imple
     return watermarkMs > 0 && lastEnd(eventTimeMs) <= watermarkMs;
   }
 
-  /** One part of {@code lateWindow}, as Python's {@code int(text)} reads a text. */
+  /**
+   * One part of {@code lateWindow}: a sign and digits (Unicode's), single {@code _} between digits,
+   * spaces around.
+   */
   private static final Pattern WHOLE =
       Pattern.compile("\\s*([+-]?\\d+(?:_\\d+)*)\\s*", Pattern.UNICODE_CHARACTER_CLASS);
 
   /**
-   * Option {@code lateWindow}: {@code <duration ms>,<slide ms>,<start ms>}, as the Python {@code
-   * EventTimeWindow.parse_option}: three whole numbers as Python's {@code int} reads them (spaces
-   * around, a sign, digits grouped by {@code _}).
+   * Option {@code lateWindow}: {@code <duration ms>,<slide ms>,<start ms>}, as {@code
+   * pipeline.spark.options.EventTimeWindow.option} writes it: three whole numbers (spaces around, a
+   * sign, digits grouped by {@code _}, as Python's {@code int} reads them).
    *
    * @throws IllegalArgumentException not three whole numbers, duration and slide >= 1
    */

@@ -9,8 +9,9 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
  * user's {@code kafka.*} options (Spark's dialect; the Java client's property names), then what the
  * source must decide itself.
  *
- * <p>The Python source passes {@code kafka.*} to librdkafka, whose names mostly match the Java
- * client's; the few that differ are translated by {@link ClientProperties}.
+ * <p>A query group passes its {@code [kafka] client} settings as {@code kafka.*} in librdkafka's
+ * names, those of Floodgate's Python clients; they mostly match the Java client's, and the few that
+ * differ are translated by {@link ClientProperties}.
  */
 public final class KafkaClients {
   private KafkaClients() {}

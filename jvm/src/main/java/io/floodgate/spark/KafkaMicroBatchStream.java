@@ -70,7 +70,9 @@ import org.slf4j.LoggerFactory;
  * (its topic deleted and created again, or truncated: the last stable offset is below the offset to
  * read next) is read on from its new log start ({@code FG-SOURCE-006}).
  *
- * <p>Offsets are {@link SourceOffset}s, the Python source's JSON byte for byte.
+ * <p>Offsets are {@link SourceOffset}s, whose JSON {@code tests/golden/offsets} specifies byte for
+ * byte ({@link io.floodgate.spark.offsets.PartitionOffsets}): the text the removed Python source
+ * wrote, so a checkpoint it wrote resumes here ({@code test_python_source_checkpoint.py}).
  */
 public final class KafkaMicroBatchStream
     implements MicroBatchStream,

@@ -15,10 +15,11 @@ import java.util.UUID;
  * The options of the {@code floodgate_kafka} source, parsed and checked once: Spark's Kafka dialect
  * ({@code subscribe}, {@code kafka.bootstrap.servers}, {@code startingOffsets}, {@code
  * maxOffsetsPerTrigger}, ...) and Floodgate's own ({@code schema}, {@code schemas}, {@code
- * deadLetterTopic}, ...), with the same names, defaults and refusals as the Python source's {@code
- * pipeline.spark.options.SourceOptions} (docs/reference/spark-kafka-options.md), but for Spark's
- * options the JVM source alone takes: offsets by timestamp, {@code minPartitions}, {@code
- * maxRecordsPerPartition} and {@code fetchOffset.*}.
+ * deadLetterTopic}, ...), described in docs/reference/spark-kafka-options.md. What the source makes
+ * of an option map, its fields or its refusal, is specified by {@code
+ * tests/golden/options/cases.json} ({@code SourceOptionsGoldenTest}: a Java field is the camel case
+ * of the name the golden file gives it). A query group writes the map from {@code
+ * pipeline.spark.options.SourceOptions}, the options typed in Python.
  *
  * <p>Every refusal is an {@link IllegalArgumentException} whose message starts with {@code
  * floodgate_kafka:} and names the option, the value given and what is allowed.
@@ -270,7 +271,7 @@ public final class SourceOptions implements Serializable {
             "option 'kafka." + refused.getKey() + "' is not supported: " + refused.getValue());
       }
     }
-    // As Python's `client.pop(...) or opts.get(...)`: an empty value is a missing one.
+    // kafka.bootstrap.servers, else bootstrap.servers; an empty value is a missing one.
     String bootstrap = emptyAsNull(clientProps.remove("bootstrap.servers"));
     if (bootstrap == null) {
       bootstrap = opts.get("bootstrap.servers");
@@ -348,7 +349,8 @@ public final class SourceOptions implements Serializable {
           "failOnDataLoss = false and sweepCatalog go not together: offsets the broker no"
               + " longer holds are read back from their BLOBs, never skipped");
     }
-    // The rest in the order the Python parser reads them, so the first refusal is the same.
+    // The rest in a fixed order, so that of several wrong options the one refused is always the
+    // same.
     Long idle = opts.whole("idlePartitionTimeoutMs", 0, "milliseconds");
     idlePartitionTimeoutMs = idle != null ? idle : 10_000L;
     String stream = opts.get("stream");
@@ -448,9 +450,10 @@ public final class SourceOptions implements Serializable {
   }
 
   /**
-   * {@code text} as Python's {@code repr} writes a string, so that refusals quote a value as the
-   * Python source's do: in single quotes, or double ones when it holds a single quote and no double
-   * one; backslash, the quote and what Python does not print ({@code str.isprintable}) escaped.
+   * {@code text} quoted for a refusal's message, as Python's {@code repr} writes a string (the
+   * refusals of {@code tests/golden/options/cases.json} quote values so): in single quotes, or
+   * double ones when it holds a single quote and no double one; backslash, the quote and what is
+   * not {@link #printable} escaped.
    */
   static String repr(String text) {
     char quote = text.indexOf('\'') >= 0 && text.indexOf('"') < 0 ? '"' : '\'';
@@ -479,7 +482,11 @@ public final class SourceOptions implements Serializable {
     return out.append(quote).toString();
   }
 
-  /** Python's {@code str.isprintable} of one code point. */
+  /**
+   * Whether a code point is written as it is in a quoted value (Python's {@code str.isprintable}):
+   * the space, and none of Unicode's control, format, surrogate, private-use, unassigned or
+   * separator code points.
+   */
   private static boolean printable(int cp) {
     if (cp == ' ') {
       return true;
@@ -499,7 +506,7 @@ public final class SourceOptions implements Serializable {
     }
   }
 
-  /** A list of names as Python writes it: {@code ['a', 'b']}. */
+  /** A list of names in refusals, each quoted as {@link #repr} does: {@code ['a', 'b']}. */
   static String pyList(List<String> names) {
     List<String> quoted = new ArrayList<>();
     names.forEach(n -> quoted.add(repr(n)));
@@ -693,7 +700,7 @@ public final class SourceOptions implements Serializable {
 
     /**
      * A comma-separated list of names, each stripped, empty ones left out; {@code null} when
-     * missing (as the Python {@code OptionMap.names}).
+     * missing.
      *
      * @throws IllegalArgumentException no name in it
      */

@@ -7,11 +7,11 @@ import java.util.regex.Pattern;
 
 /**
  * Spark's time strings ({@code JavaUtils.timeStringAsMs}), as options such as {@code
- * maxTriggerDelay} take them; read as the Python source's {@code
- * pipeline.spark.options.time_string_ms} reads them.
+ * maxTriggerDelay} take them, with the cases of {@code tests/golden/options/cases.json} ({@code
+ * maxTriggerDelay}) as their specification.
  */
 final class TimeStrings {
-  /** Python's {@code \s*(\d+)\s*([a-z]*)\s*}: its {@code \d} and {@code \s} are Unicode's. */
+  /** Digits and a unit, spaces around and between; {@code \d} and {@code \s} are Unicode's. */
   private static final Pattern TEXT =
       Pattern.compile("\\s*(\\d+)\\s*([a-z]*)\\s*", Pattern.UNICODE_CHARACTER_CLASS);
 
@@ -23,9 +23,9 @@ final class TimeStrings {
 
   /**
    * A whole number with an optional unit ({@code us, ms, s, m, min, h, d}; none is ms), in ms:
-   * exact for every unit but {@code us}, whose value is {@code (long) (n * 0.001)} in doubles as
-   * Python's {@code int(n * 0.001)}; beyond {@code Long.MAX_VALUE} ms it is {@code Long.MAX_VALUE}
-   * (as Spark's {@code TimeUnit.convert}, and the Python source).
+   * exact for every unit but {@code us}, whose value is {@code (long) (n * 0.001)} in doubles
+   * (truncated); beyond {@code Long.MAX_VALUE} ms it is {@code Long.MAX_VALUE} (as Spark's {@code
+   * TimeUnit.convert}).
    *
    * @param key the option, named in the refusal
    * @param text the option's value

@@ -61,7 +61,7 @@ class SourceContractTest {
   }
 
   @Test
-  void theConsumerForcesAndDefaultsWhatThePythonSourceDoes() {
+  void theConsumerForcesAndDefaultsWhatTheContractSays() {
     JsonNode consumer = CONTRACT.get("consumer");
     Properties plain = KafkaClients.consumer(SourceOptions.parse(MINIMAL), Map.of());
     consumer

@@ -22,8 +22,8 @@ import org.junit.jupiter.api.TestFactory;
 /**
  * {@link SourceOptions#parse} against {@code tests/golden/options/cases.json}, the specification
  * edited by hand in review (tests/golden/README.md) of what the source makes of each option map:
- * the fields, by the camel-case names of their Python names, or a refusal whose message contains
- * the given text.
+ * the fields, by the camel case of their names in {@code pipeline.spark.options.SourceOptions}, or
+ * a refusal whose message contains the given text.
  */
 class SourceOptionsGoldenTest {
   private static final JsonNode CASES = Golden.read("options/cases.json");

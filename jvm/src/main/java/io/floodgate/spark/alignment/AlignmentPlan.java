@@ -11,8 +11,8 @@ import java.util.TreeMap;
 import java.util.TreeSet;
 
 /**
- * The rule that caps a planned micro-batch in event time, the Python source's {@code
- * pipeline.spark.alignment.align_batch_end}, as Flink's watermark alignment does across splits:
+ * The rule that caps a planned micro-batch in event time (docs/architecture.md, "Micro-batches
+ * aligned in event time"), as Flink's watermark alignment does across splits:
  *
  * <ul>
  *   <li>each partition's <em>planned event time</em> is the event time at its planned end (the last
@@ -32,7 +32,7 @@ import java.util.TreeSet;
 public final class AlignmentPlan {
   /**
    * A capped partition's search stops once the cut is known within {@code 1 / 64} of its planned
-   * range (the Python source's {@code CUT_TOLERANCE}).
+   * range: the cut may fall up to that many offsets short of the first tuple past the bound.
    */
   public static final long CUT_TOLERANCE_DIVISOR = 64;
 

@@ -9,7 +9,8 @@ import org.apache.kafka.common.TopicPartition;
 /**
  * Caps a micro-batch's end so that no topic-partition is read more than {@code maxEventTimeDriftMs}
  * past the least planned event time over every topic-partition read (option {@code
- * maxEventTimeDriftMs}), as the Python source's {@code pipeline.spark.alignment.align_batch_end}.
+ * maxEventTimeDriftMs}); {@link AlignmentPlan} states the rule (docs/architecture.md,
+ * "Micro-batches aligned in event time").
  */
 public interface EventTimeAligner extends AutoCloseable {
   /**

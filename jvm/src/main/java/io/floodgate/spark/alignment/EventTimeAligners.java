@@ -8,7 +8,9 @@ import java.util.Map;
 /** The event-time aligner of a source's options. */
 public final class EventTimeAligners {
   /**
-   * How long one read of the broker at planning may wait (the Python probe's {@code timeout_s}).
+   * How long one read of the broker at planning may wait: a round of the probe's fetches (what it
+   * did not answer by then is asked again, up to {@link #PATIENCE}), or one {@code offsetsForTimes}
+   * of the time index.
    */
   static final Duration READ_TIMEOUT = Duration.ofSeconds(10);
 

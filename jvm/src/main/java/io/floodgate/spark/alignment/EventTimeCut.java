@@ -7,8 +7,8 @@ import java.util.NavigableMap;
 
 /**
  * One partition's search for the least offset in {@code [start, stop)} whose tuple's event time is
- * past {@code bound} (the tuple at {@code stop - 1} is known to be past it), the Python source's
- * {@code pipeline.spark.alignment._Cut}.
+ * past {@code bound} (the tuple at {@code stop - 1} is known to be past it), for {@link
+ * AlignmentPlan}.
  *
  * <p>First the tuple at {@code start}; then an interpolation search, every other step a bisection:
  * a partition's event times grow about evenly with its offsets, so interpolation finds the cut in a
@@ -201,7 +201,9 @@ final class EventTimeCut {
     asking = middle;
   }
 
-  /** {@code floor(a * b / c)}, exact where {@code a * b} overflows a long (Python's ints). */
+  /**
+   * {@code floor(a * b / c)}, exact where {@code a * b} overflows a long (as a {@code BigInteger}).
+   */
   static long scaled(long a, long b, long c) {
     try {
       return Math.floorDiv(Math.multiplyExact(a, b), c);

@@ -27,15 +27,16 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * Reads the event time of the tuple at an offset, for planning, and caches it: the Python source's
- * {@code pipeline.spark.alignment.EventTimeProbe}.
+ * Reads the event time of the tuple at an offset, for planning ({@link AlignmentPlan}), and caches
+ * it.
  *
  * <p>One consumer, assigned every partition it has probed and paused between reads: a read seeks
  * and resumes the partitions it needs, so their fetches travel in one request to each broker (a
  * planning step costs one round trip, not one per partition), and a paused partition is not fetched
- * in the background between plannings (the Python probe unassigns for the same reason, commit
- * 15bae0c). It never long-polls ({@code fetch.max.wait.ms} = 10, as the Python probes' {@code
- * fetch.wait.max.ms}, commit 774de2b) and asks for {@link #PROBE_FETCH_BYTES} a partition.
+ * in the background between plannings (records fetched there would cost the broker and be thrown
+ * away at the next seek). It never long-polls ({@code fetch.max.wait.ms} = 10, against the
+ * consumer's default of 500: a planning waits for each round of reads) and asks for {@link
+ * #PROBE_FETCH_BYTES} a partition.
  *
  * <p>A partition the broker does not answer for (a broker restarting, a leader moving) is asked
  * again, with a {@code FG-SOURCE-003} warning, for up to the probe's patience; then {@link #many}
@@ -285,8 +286,7 @@ public final class EventTimeProbe implements AutoCloseable {
           records = c.poll(Duration.ofNanos(left));
         } catch (OffsetOutOfRangeException e) {
           // Swept (the sweeper truncated the topic behind its BLOBs) or deleted: a tuple the
-          // broker no longer holds has no known event time and caps nothing, as in the
-          // Python source's probe.
+          // broker no longer holds has no known event time and caps nothing.
           for (TopicPartition tp : e.partitions()) {
             if (open.remove(tp) != null) {
               found.put(tp, null);

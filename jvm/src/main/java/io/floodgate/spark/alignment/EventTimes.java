@@ -4,8 +4,8 @@ import java.util.Map;
 
 /**
  * The event times of the tuples at some offsets: {@code {partition: offset} -> {partition: event
- * time}} (epoch ms), the parameter {@code event_times_at} (and {@code known}) of the Python
- * source's {@code pipeline.spark.alignment.align_batch_end}.
+ * time}} (epoch ms): the parameters {@code eventTimesAt} (read from the broker) and {@code known}
+ * (cached only) of {@link AlignmentPlan#align}.
  *
  * <p>An answer maps a partition to {@code null} where its event time is unknown (the offset holds
  * no tuple before the high watermark, the broker no longer holds it, or it does not decode); a

@@ -9,8 +9,8 @@ import org.apache.kafka.common.TopicPartition;
  * The broker did not answer the event-time reads of some partitions at planning for as long as the
  * source waits ({@link EventTimeProbe}): the micro-batch is not planned, and the query fails with
  * {@code FG-SOURCE-005}. Planning without them could read the other partitions past their tuples,
- * which would then come late; a restart of the query resumes from its checkpoint. Mirrors the
- * Python source's {@code BrokerError} of the same code, message included.
+ * which would then come late; a restart of the query resumes from its checkpoint. The code is
+ * listed in docs/reference/codes.md.
  */
 public class EventTimesUnansweredException extends IllegalStateException {
   private static final long serialVersionUID = 1L;

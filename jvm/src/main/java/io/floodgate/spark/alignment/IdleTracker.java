@@ -8,8 +8,8 @@ import java.util.function.LongSupplier;
 
 /**
  * Which partitions are idle: their high watermark has not moved for {@code idlePartitionTimeoutMs}
- * (option {@code idlePartitionTimeoutMs}), so they hold nobody back in event-time alignment, as the
- * Python source's {@code pipeline.spark.alignment.IdleTracker}: a head is timed from the first
+ * (option {@code idlePartitionTimeoutMs}), so they hold nobody back in event-time alignment (as a
+ * split marked idle by Flink's {@code withIdleness} does): a head is timed from the first
  * observation at which it had its current value, and a partition is idle from the first observation
  * at least the timeout later.
  *

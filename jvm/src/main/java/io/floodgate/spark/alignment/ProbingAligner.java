@@ -20,7 +20,7 @@ import org.slf4j.LoggerFactory;
  * times read from the broker at planning ({@link EventTimeProbe}, cached per offset from one
  * planning to the next, so that a trigger reads only what the ones before did not), and, where a
  * record's timestamp is its event time, the cuts from Kafka's time index ({@link KafkaTimeIndex}),
- * as the Python source's {@code KafkaStreamReader._aligned}, over every topic-partition read.
+ * over every topic-partition read.
  */
 final class ProbingAligner implements EventTimeAligner {
   private static final Logger LOG = LoggerFactory.getLogger(ProbingAligner.class);

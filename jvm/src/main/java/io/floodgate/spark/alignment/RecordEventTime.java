@@ -15,8 +15,8 @@ import org.apache.kafka.common.record.TimestampType;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 
 /**
- * A record's event time (epoch ms) as the source's tasks read it ({@code RangeReader}), the Python
- * source's {@code KafkaStreamReader._event_time_reader}: the Kafka timestamp ({@code timestampMode
+ * A record's event time (epoch ms) as the source's tasks read it ({@code RangeReader}) and the
+ * planning's alignment reads it ({@link EventTimeProbe}): the Kafka timestamp ({@code timestampMode
  * = server}), or the decoded {@code timestampField} ({@code data_source}); {@code null} when it has
  * none.
  */
@@ -78,7 +78,8 @@ public interface RecordEventTime {
    * an {@code int} or {@code long} as epoch ms, a {@code timestamp-millis} or {@code
    * timestamp-micros} as epoch ms (floored), as the tasks read {@code timestampField}; {@code null}
    * when the tuple does not decode ({@link TupleRejected}), the field is null, or it is no whole
-   * number (the Python source takes only an {@code int}).
+   * number (a field whose Avro type is no {@code int} or {@code long}, such as a {@code double},
+   * gives no event time for any tuple).
    *
    * @param decoder a decoder of the stream's field {@code name} alone, into ordinal 0
    * @param schema the stream's Avro schema

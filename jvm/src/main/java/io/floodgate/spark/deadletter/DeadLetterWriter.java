@@ -32,8 +32,10 @@ import org.slf4j.LoggerFactory;
  * end of the task, with the original key, value and headers plus Floodgate's: {@code
  * floodgate.reason, floodgate.error, floodgate.stream, floodgate.query, floodgate.topic,
  * floodgate.partition, floodgate.offset} (UTF-8), keyed {@code
- * <query>@<topic>/<partition>/<offset>} so a reader drops the repeats of a retried task. The record
- * shape is the Python source's ({@code pipeline.deadletter}); {@code floodgate audit} reads both.
+ * <query>@<topic>/<partition>/<offset>} so a reader drops the repeats of a retried task. The
+ * headers, key and producer settings are specified by {@code tests/golden/contract/source.json};
+ * {@code pipeline.deadletter} names the headers for the Python readers (the ledger behind {@code
+ * floodgate audit}).
  *
  * <p>At least once: a retried task sends them again. A dead letter the topic does not acknowledge
  * in time fails the task ({@link DeadLettersUnsentException}, {@code FG-SOURCE-007}), so Spark
@@ -53,7 +55,8 @@ public final class DeadLetterWriter {
 
   /**
    * Floodgate's dead-letter headers, in the order a dead letter carries them after the tuple's own:
-   * Python's {@code pipeline.deadletter.DLQ_HEADERS} ({@code tests/golden/contract/}).
+   * {@code tests/golden/contract/source.json}, as {@code pipeline.deadletter.DLQ_HEADERS} lists
+   * them.
    */
   public static final List<String> HEADERS =
       List.of(
@@ -67,7 +70,7 @@ public final class DeadLetterWriter {
 
   /**
    * The producer's own settings: idempotent, every replica's ack (a dead letter is the only copy of
-   * a tuple the queries refused); Python's {@code DEAD_LETTER_PRODUCER}.
+   * a tuple the queries refused), as {@code tests/golden/contract/source.json} specifies.
    */
   public static final Map<String, String> PRODUCER =
       Map.of(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true", ProducerConfig.ACKS_CONFIG, "all");
@@ -244,7 +247,7 @@ public final class DeadLetterWriter {
 
   /**
    * A dead letter's key, {@code <query>@<topic>/<partition>/<offset>} ({@code query} null: empty),
-   * unique per reading query and tuple: Python's {@code dead_letter_key}.
+   * unique per reading query and tuple ({@code tests/golden/contract/source.json} holds cases).
    */
   public static byte[] key(String query, String topic, int partition, long offset) {
     return ((query == null ? "" : query) + "@" + topic + "/" + partition + "/" + offset)

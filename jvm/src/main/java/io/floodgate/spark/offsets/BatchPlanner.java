@@ -9,10 +9,10 @@ import java.util.SortedMap;
 import java.util.TreeMap;
 
 /**
- * How much of each partition a micro-batch reads: the rule the Python source applies ({@code
- * pipeline.offsets.plan_batch_end}), ported line for line so both sources plan the same batches
- * from the same offsets ({@code tests/golden/planning/plan_batch_end.json} holds cases both sides'
- * tests check). Sums and products of offsets are exact, as Python's integers.
+ * How much of each partition a micro-batch reads under option {@code maxOffsetsPerTrigger}: the
+ * rule below, specified by the cases of {@code tests/golden/planning/plan_batch_end.json} ({@code
+ * BatchPlannerGoldenTest}). Sums and products of offsets are exact ({@code BigInteger}): backlogs
+ * near {@code Long.MAX_VALUE} do not overflow.
  */
 public final class BatchPlanner {
   private BatchPlanner() {}
@@ -43,9 +43,8 @@ public final class BatchPlanner {
 
   /**
    * {@link #planBatchEnd(Map, Map, Long)} over keys of any kind in {@code order}: one budget over
-   * every topic-partition of a source that reads several topics ({@link TopicPartitions#ORDER}, the
-   * Python source's order of {@code (topic, partition)} tuples), the round-robin and the ties going
-   * in that order.
+   * every topic-partition of a source that reads several topics ({@link TopicPartitions#ORDER}: by
+   * topic, then partition), the round-robin and the ties going in that order.
    *
    * @param order the keys' order (the partitions' "numeric order" above)
    * @return end per key of {@code start}, a map in {@code order}

@@ -15,14 +15,17 @@ import org.apache.kafka.common.TopicPartition;
  * writes to Spark's offset log: {@code {"flights": {"0": 1200, "1": 1187}, "runways": {"0": 7}}}
  * (topics in name order; one entry per topic read).
  *
- * <p>The text is byte-identical to the Python source's ({@code json.dumps} of {@code {topic:
- * {str(partition): offset}}}, partitions in numeric order, {@code ": "} and {@code ", "}
- * separators), so a checkpoint written by one source resumes under the other (docs/formats.md,
- * golden files in {@code tests/golden/offsets}). Spark's own Kafka source writes the same shape
- * without the spaces; both parse either.
+ * <p>The text is specified byte for byte by the golden files in {@code tests/golden/offsets}
+ * (docs/formats.md, "Offsets"): partitions in numeric order, {@code ": "} and {@code ", "}
+ * separators, no other white space. It is the text the removed Python source wrote, so a checkpoint
+ * it wrote resumes under this source ({@code tests/golden/checkpoints/python_source/}, {@code
+ * test_python_source_checkpoint.py}): Spark compares offsets by their text, and a logged offset
+ * that differed from the same offsets written now would look like new data. Spark's own Kafka
+ * source writes the same shape without the spaces; {@link #fromJson} reads either, as do the Python
+ * readers of the offset log ({@code pipeline.offsets}).
  */
 public final class PartitionOffsets {
-  /** Python's {@code json.loads}: one JSON value, nothing after it. */
+  /** One JSON value, nothing after it (trailing text refused). */
   private static final ObjectMapper JSON =
       new ObjectMapper().enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
 
@@ -89,7 +92,7 @@ public final class PartitionOffsets {
 
   /**
    * The offsets of {@code topic} in an offset log's text, with or without spaces; an absent topic
-   * is an empty map (as the Python {@code offsets_from_json}).
+   * is an empty map (as {@code pipeline.offsets.offsets_from_json} reads it).
    *
    * @param topic the topic
    * @param json one source's line of the offset log

@@ -8,9 +8,9 @@ import org.apache.kafka.common.TopicPartition;
 
 /**
  * Kafka's {@link TopicPartition}, the key of every per-partition map of the source (offsets,
- * backlogs, event times, commits), in one order: by topic name, then partition number, as the
- * Python source orders its {@code (topic, partition)} tuples (topic names are ASCII, so Java's and
- * Python's string orders agree).
+ * backlogs, event times, commits), in one order: by topic name, then partition number, the ordering
+ * of Spark's Kafka connector ({@code JsonUtils.partitionOffsets}). Topic names are ASCII ({@code
+ * [a-zA-Z0-9._-]}), so {@link String#compareTo} orders them code point by code point.
  */
 public final class TopicPartitions {
   /** By topic, then partition. */

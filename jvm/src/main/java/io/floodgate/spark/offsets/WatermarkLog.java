@@ -16,7 +16,7 @@ import org.apache.kafka.common.TopicPartition;
 
 /**
  * The watermark Spark applies to late tuples of a micro-batch, read from a local checkpoint's
- * offset log, as the Python source's {@code pipeline.offsets.batch_watermark}.
+ * offset log (docs/formats.md, "Offsets").
  *
  * <p>Spark writes {@code <checkpoint>/offsets/<batch>} before it plans a micro-batch: a version
  * line, the batch's metadata ({@code batchWatermarkMs}), then one offsets line per source. Late

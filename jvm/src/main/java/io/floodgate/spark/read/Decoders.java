@@ -10,8 +10,8 @@ import java.util.List;
 import org.apache.avro.Schema;
 
 /**
- * The decoder of a source's {@code encoding}, as the Python source's {@code
- * pipeline.serde.confluent.stream_codec} picks its codec.
+ * The decoder of a source's {@code encoding} ({@code single-object} or {@code confluent}), as
+ * {@code pipeline.serde.confluent.stream_codec} picks Floodgate's Python codec of a stream.
  */
 final class Decoders {
   private Decoders() {}

@@ -11,8 +11,8 @@ import org.apache.spark.sql.connector.read.InputPartition;
  * (topic, partition) order.
  *
  * <p>A JVM task costs Spark milliseconds, so by default every Kafka partition is a task of its own,
- * as in Spark's Kafka source; option {@code maxTasks} deals the ranges out to fewer tasks, as the
- * Python source does ({@link #group}).
+ * as in Spark's Kafka source; option {@code maxTasks} deals the ranges out to fewer tasks ({@link
+ * #group}).
  */
 public record KafkaTask(KafkaRange[] ranges, String[] preferredExecutors)
     implements InputPartition {
@@ -58,13 +58,14 @@ public record KafkaTask(KafkaRange[] ranges, String[] preferredExecutors)
 
   /**
    * Deal {@code ranges} out to at most {@code maxTasks} tasks ({@code null}: one range a task),
-   * largest range first to the task with the fewest offsets so far (LPT scheduling), as the Python
-   * source's {@code group_ranges} (tests/golden/planning/plan_batch_end.json holds cases of both).
+   * largest range first to the task with the fewest offsets so far (LPT scheduling), as the cases
+   * {@code group_ranges} of tests/golden/planning/plan_batch_end.json specify ({@code
+   * BatchPlannerGoldenTest}).
    *
    * @param ranges the micro-batch's ranges, one per topic-partition
    * @param maxTasks most tasks ({@code >= 1}), or {@code null}
    * @return the tasks, in the (topic, partition) order of their first range; ties of size go to the
-   *     lower (topic, partition), as the Python source's tuples sort; none empty
+   *     lower (topic, partition), by topic name, then partition number; none empty
    */
   public static List<KafkaRange[]> group(List<KafkaRange> ranges, Long maxTasks) {
     Comparator<KafkaRange> byPartition =

@@ -52,8 +52,8 @@ import org.slf4j.LoggerFactory;
  * offsetOutOfRange}: offsets, {@code dataLoss}: times), with the rows read, the tuples
  * dead-lettered and those read from BLOBs, in the task's metrics ({@link #currentMetricsValues},
  * {@link TaskMetrics}). With a sweep catalog ({@code sweepCatalog}), offsets below the broker's log
- * start are read from the swept BLOBs first ({@link SweptRanges}), as the Python source's {@code
- * read_partition} does.
+ * start are read from the swept BLOBs first ({@link SweptRanges}), as the Python reader of swept
+ * BLOBs does ({@code pipeline.swept.reading.read_partition}).
  *
  * <p>A consumer goes back to the pool only after its range was read to the end; one that stopped
  * inside a range, or whose range failed to start, is closed.

@@ -8,8 +8,8 @@ import java.time.temporal.ChronoUnit;
 import java.util.Locale;
 
 /**
- * The tuples the source refuses although they decode, each dead-lettered with its reason, as the
- * Python source's {@code pipeline.spark.refusals.RefusalRules}:
+ * The tuples the source refuses although they decode, each dead-lettered with its reason
+ * (docs/reference/codes.md, "Dead letters"):
  *
  * <ul>
  *   <li>{@code null-key}: the stream is keyed ({@code keyRequired}) and the record has no key;
@@ -83,10 +83,13 @@ public final class RefusalRules {
     return null;
   }
 
-  /** Epoch ms as ISO 8601 UTC with milliseconds, as Python's {@code isoformat}. */
+  /**
+   * Epoch ms as ISO 8601 with milliseconds and the offset {@code +00:00}, as refusals' messages
+   * write times: {@code 2024-01-01T00:00:00.000+00:00}.
+   */
   static String iso(long epochMs) {
     String text = Instant.ofEpochMilli(epochMs).truncatedTo(ChronoUnit.MILLIS).toString();
-    // Instant prints 2024-01-01T00:00:00Z; Python prints 2024-01-01T00:00:00.000+00:00.
+    // Instant prints 2024-01-01T00:00:00Z: no millisecond digits when they are 0, and a Z.
     String bare = text.substring(0, text.length() - 1);
     if (bare.length() == 19) {
       bare += ".000";

@@ -7,17 +7,19 @@ import org.apache.avro.SchemaParseException;
 
 /**
  * Decodes a stream's tuples in the Confluent wire format (magic byte {@code 0}, the writer schema's
- * Schema Registry id as 4 bytes big-endian, the Avro binary body) into the columns of a Spark row;
- * the JVM side of the Python source's {@code pipeline.serde.confluent.ConfluentCodec.decode}.
+ * Schema Registry id as 4 bytes big-endian, the Avro binary body) into the columns of a Spark row
+ * (docs/how-to/confluent-wire-format.md). Floodgate's Python codec of the format, {@code
+ * pipeline.serde.confluent.ConfluentCodec}, reads the same framing with the same refusal reasons.
  *
  * <p>The writer schema is fetched by id from the registry ({@link SchemaRegistryClient}, subject
  * {@code <topic>-value}, Confluent's {@code TopicNameStrategy}) and resolved to the stream's schema
  * by Avro's rules, so a tuple written with an older schema reads as the stream's. Refusals, with
- * the Python source's reasons: {@code bad-magic-byte} (shorter than the 5-byte framing, or a first
- * byte other than 0), {@code unknown-schema-id} (the registry answers 404), {@code bad-body} (the
- * body does not decode with the writer schema, or that schema is not Avro or does not resolve to
- * the stream's). A registry that cannot be asked is no refusal: {@link SchemaRegistryException}
- * fails the task, which Spark retries, and no tuple is dead-lettered for an outage.
+ * the dead-letter reasons of docs/reference/codes.md ("Dead letters"): {@code bad-magic-byte}
+ * (shorter than the 5-byte framing, or a first byte other than 0), {@code unknown-schema-id} (the
+ * registry answers 404), {@code bad-body} (the body does not decode with the writer schema, or that
+ * schema is not Avro or does not resolve to the stream's). A registry that cannot be asked is no
+ * refusal: {@link SchemaRegistryException} fails the task, which Spark retries, and no tuple is
+ * dead-lettered for an outage.
  *
  * <p>A stream's keys in the same format ({@code keyEncoding = confluent}) are decoded by one made
  * with {@link #forKey}: subject {@code <topic>-key}, the key record of {@link KeySchema} as the

@@ -8,8 +8,8 @@ import org.apache.avro.Schema;
  * The Avro schema of a stream's Confluent-encoded key ({@code keyEncoding = confluent}): a record
  * named {@code <the stream record's name>Key}, in the stream record's namespace, whose fields are
  * the stream schema's fields named by {@code keyFields}, in that order, each as the stream's schema
- * declares it. The same schema as the Python side's {@code pipeline.serde.confluent.key_schema}, so
- * a key written there resolves here.
+ * declares it. The same schema as {@code pipeline.serde.confluent.key_schema} makes in Python, so a
+ * key encoded with it resolves here.
  */
 public final class KeySchema {
   private KeySchema() {}

@@ -518,7 +518,10 @@ public final class SchemaRegistryClient {
     return uri.getScheme() + "://" + uri.getHost() + port + path;
   }
 
-  /** {@code user:password} of a URL's raw user info, each percent-decoded (Python's unquote). */
+  /**
+   * {@code user:password} of a URL's raw user info, each percent-decoded as UTF-8, a {@code +} kept
+   * (RFC 3986's user info, not a form).
+   */
   private static String decodeUserInfo(String raw) {
     int colon = raw.indexOf(':');
     String user = colon < 0 ? raw : raw.substring(0, colon);

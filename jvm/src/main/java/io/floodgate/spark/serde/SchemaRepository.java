@@ -12,9 +12,9 @@ import org.apache.avro.Schema;
 import org.apache.avro.SchemaNormalization;
 
 /**
- * The Avro schemas of option {@code schemas} ({@code {name: schema}}, the Python repository's
- * {@code as_json}), by name and by CRC-64-AVRO fingerprint, the 8 bytes after the marker of Avro's
- * single-object encoding.
+ * The Avro schemas of option {@code schemas} ({@code {name: schema}}, as a query group writes it
+ * with {@code pipeline.serde.schemas.SchemaRepository.as_json}), by name and by CRC-64-AVRO
+ * fingerprint, the 8 bytes after the marker of Avro's single-object encoding.
  */
 public final class SchemaRepository {
   private static final ObjectMapper JSON = new ObjectMapper();

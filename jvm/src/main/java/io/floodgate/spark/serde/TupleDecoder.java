@@ -170,8 +170,8 @@ public class TupleDecoder {
       resolver.drain();
     } catch (InvalidNumberEncodingException | ArithmeticException e) {
       // A varint too long for an Avro int or long (a careless producer's 40-bit int), or a
-      // timestamp beyond Spark's range: the Python source meets these when the value does
-      // not fit its Arrow column, reason bad-value.
+      // timestamp beyond Spark's range: the value does not fit its column, reason bad-value
+      // (docs/reference/codes.md, "Dead letters").
       throw new TupleRejected("bad-value", "a value does not fit its column: " + e.getMessage(), e);
     } catch (IOException | RuntimeException e) {
       throw new TupleRejected(

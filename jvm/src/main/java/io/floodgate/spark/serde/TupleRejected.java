@@ -2,9 +2,10 @@ package io.floodgate.spark.serde;
 
 /**
  * A tuple the source does not pass on: it does not decode, or a rule refuses it. Its {@link
- * #reason()} is the {@code floodgate.reason} header of its dead-letter record, the same words as
- * the Python source's ({@code bad-marker, unknown-fingerprint, bad-body, unknown-schema-id,
- * bad-magic-byte, null-key, future-event-time, late, bad-value}).
+ * #reason()} is the {@code floodgate.reason} header of its dead-letter record, one of the reasons
+ * docs/reference/codes.md lists ("Dead letters"; {@code bad-marker, unknown-fingerprint, bad-body,
+ * unknown-schema-id, bad-magic-byte, bad-key, null-key, future-event-time, late, bad-value}), by
+ * which the ledger counts dead letters ({@code pipeline.services.ledger}).
  */
 public final class TupleRejected extends Exception {
   private static final long serialVersionUID = 1L;
@@ -37,7 +38,7 @@ public final class TupleRejected extends Exception {
 
   /**
    * The {@code floodgate.error} header: {@code stream '<s>': <detail> (topic '<t>', partition <p>,
-   * offset <o>)}, as the Python source writes it.
+   * offset <o>)}.
    */
   public String describe(String stream, String topic, int partition, long offset) {
     return "stream '"

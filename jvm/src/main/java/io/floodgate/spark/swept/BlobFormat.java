@@ -12,19 +12,19 @@ import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.record.TimestampType;
 
 /**
- * The swept BLOB format (docs/formats.md, "Swept BLOBs"; Python's {@code pipeline.swept.blob}): an
- * Avro container file of {@code floodgate.sweep.SweptBatch} records, each a run of consecutive
- * Kafka records of one partition column by column. Integers are packed little-endian ({@code
- * offsets}, {@code timestamps} int64; {@code key_lengths}, {@code value_lengths} int32, -1 for
- * null), one byte of timestamp type per record (confluent-kafka's kinds: 0 none, 1 CreateTime, 2
- * LogAppendTime), keys and values concatenated; headers one row per header, naming its record by
- * index in the batch.
+ * The swept BLOB format (docs/formats.md, "Swept BLOBs"; the sweeper writes it with {@code
+ * pipeline.swept.blob}): an Avro container file of {@code floodgate.sweep.SweptBatch} records, each
+ * a run of consecutive Kafka records of one partition column by column. Integers are packed
+ * little-endian ({@code offsets}, {@code timestamps} int64; {@code key_lengths}, {@code
+ * value_lengths} int32, -1 for null), one byte of timestamp type per record (confluent-kafka's
+ * kinds: 0 none, 1 CreateTime, 2 LogAppendTime), keys and values concatenated; headers one row per
+ * header, naming its record by index in the batch.
  */
 public final class BlobFormat {
   /** The Avro record's full name, checked in every file's header. */
   public static final String RECORD_NAME = "floodgate.sweep.SweptBatch";
 
-  /** Python's {@code BLOB_SCHEMA}, the reader's schema. */
+  /** The reader's schema: {@code pipeline.swept.blob.BLOB_SCHEMA}, the writer's. */
   public static final Schema SCHEMA =
       new Schema.Parser()
           .parse(
@@ -53,7 +53,7 @@ public final class BlobFormat {
   }
 
   /**
-   * The Kafka records of one batch (Python's {@code records_of_batch}).
+   * The Kafka records of one batch (as {@code pipeline.swept.blob.records_of_batch} reads them).
    *
    * @param batch a {@link #SCHEMA} record
    * @param offsets its {@link #offsets}
@@ -150,7 +150,10 @@ public final class BlobFormat {
     return out;
   }
 
-  /** Python's {@code _split}: lengths below 0 are null, the others slice {@code data} in order. */
+  /**
+   * As {@code pipeline.swept.blob._split}: lengths below 0 are null, the others slice {@code data}
+   * in order.
+   */
   private static byte[][] split(int[] lengths, ByteBuffer data, String column) {
     ByteBuffer view = data.duplicate();
     byte[][] out = new byte[lengths.length][];

@@ -2,9 +2,10 @@ package io.floodgate.spark.swept;
 
 /**
  * A registered BLOB is not what the sweeper wrote: its size, SHA-256, record count or offsets
- * differ from its catalog row, or the file is missing or cannot be parsed (Python's {@code
- * pipeline.errors.BlobIntegrityError}, same message). The reader stops at this BLOB; {@link
- * #start()} and {@link #end()} are the BLOB's registered range.
+ * differ from its catalog row, or the file is missing or cannot be parsed (its message worded as
+ * that of {@code pipeline.errors.BlobIntegrityError}, which the Python reader of swept BLOBs raises
+ * for the same damage). The reader stops at this BLOB; {@link #start()} and {@link #end()} are the
+ * BLOB's registered range.
  */
 public class BlobIntegrityException extends DataLossException {
   private static final long serialVersionUID = 1L;
@@ -18,7 +19,8 @@ public class BlobIntegrityException extends DataLossException {
    * @param message what differs
    * @param blob the catalog row
    * @param reason {@code missing}, {@code size}, {@code sha256}, {@code offset}, {@code count},
-   *     {@code unreadable} (Python's {@code DAMAGE_REASONS}), or a {@link BlobPathException}'s
+   *     {@code unreadable} ({@code pipeline.swept.catalog.DAMAGE_REASONS}), or a {@link
+   *     BlobPathException}'s
    * @param offset the first offset found wrong, or {@code null}
    */
   public BlobIntegrityException(String message, BlobRow blob, String reason, Long offset) {
@@ -52,7 +54,7 @@ public class BlobIntegrityException extends DataLossException {
     return path;
   }
 
-  /** What differs (a metric label on the Python side). */
+  /** What differs: one of the stable words listed for the constructor's {@code reason}. */
   public String reason() {
     return reason;
   }

@@ -1,11 +1,11 @@
 package io.floodgate.spark.swept;
 
 /**
- * A catalog row names a file that is not the sweeper's BLOB, so nothing is read from it (Python's
- * {@code pipeline.errors.BlobPathError}): {@code reason} {@code outside} (the path, symbolic links
- * resolved, is not inside the catalog's BLOB directory; an object URL is not {@code
- * <blob_dir>/<name>}, {@link ObjectBlobs#inside}) or {@code not-a-file} (a symbolic link, a device,
- * a FIFO, a folder, a prefix of objects).
+ * A catalog row names a file that is not the sweeper's BLOB, so nothing is read from it (as the
+ * Python reader of swept BLOBs refuses it, {@code pipeline.errors.BlobPathError}): {@code reason}
+ * {@code outside} (the path, symbolic links resolved, is not inside the catalog's BLOB directory;
+ * an object URL is not {@code <blob_dir>/<name>}, {@link ObjectBlobs#inside}) or {@code not-a-file}
+ * (a symbolic link, a device, a FIFO, a folder, a prefix of objects).
  */
 public class BlobPathException extends BlobIntegrityException {
   private static final long serialVersionUID = 1L;

@@ -9,9 +9,10 @@ import java.util.ArrayDeque;
 import java.util.Deque;
 
 /**
- * Which file a BLOB row may name (Python's {@code check_blob_path} and {@code inside}): one inside
- * the catalog's BLOB directory once both are resolved (symbolic links, {@code ..}), and not the
- * directory itself. Nothing is opened.
+ * Which file a BLOB row may name (as the Python reader of swept BLOBs checks it, {@code
+ * pipeline.swept.catalog.check_blob_path} and {@code inside}): one inside the catalog's BLOB
+ * directory once both are resolved (symbolic links, {@code ..}), and not the directory itself.
+ * Nothing is opened.
  */
 public final class BlobPaths {
   /** Symbolic links followed in one path before it is taken as it is (Linux's MAXSYMLINKS). */
@@ -26,7 +27,8 @@ public final class BlobPaths {
    * ({@link ObjectBlobs#inside}); a local path once links are resolved ({@link #inside}).
    *
    * @throws BlobPathException {@code reason} {@code outside}, naming the BLOB id, its path, where
-   *     it resolves to (an object URL: itself) and the directory, Python's message
+   *     it resolves to (an object URL: itself) and the directory, the message of {@code
+   *     pipeline.swept.catalog.check_blob_path}
    */
   public static void check(BlobRow blob) {
     String directory = blob.blobDir();

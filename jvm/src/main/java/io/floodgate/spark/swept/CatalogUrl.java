@@ -12,8 +12,9 @@ import java.util.Properties;
  * <ul>
  *   <li>{@code sqlite:///relative/path}, {@code sqlite:////absolute/path}: SQLAlchemy's rule, the
  *       path is what follows the third slash (a relative one is taken from the JVM's working
- *       directory, as from the Python process's). Query parameters are ignored; an in-memory
- *       database ({@code sqlite://}, {@code :memory:}) is refused: no sweeper's BLOBs are there.
+ *       directory, as the sweeper's Python process takes it from its own). Query parameters are
+ *       ignored; an in-memory database ({@code sqlite://}, {@code :memory:}) is refused: no
+ *       sweeper's BLOBs are there.
  *   <li>{@code postgresql[+driver]://user:password@host:port/database?params}: user and password
  *       (percent-decoded) become properties; libpq's {@code connect_timeout} and {@code
  *       application_name} become the JDBC driver's {@code connectTimeout} and {@code

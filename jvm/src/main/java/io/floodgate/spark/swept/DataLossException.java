@@ -3,8 +3,9 @@ package io.floodgate.spark.swept;
 /**
  * Offsets a micro-batch must read are held neither by the broker nor by a BLOB: lost data, never
  * skipped silently (the sweeper truncates the broker only behind a registered BLOB, so a gap is a
- * loss). Mirrors the Python source's {@code pipeline.errors.DataLossError}, message included:
- * {@code data loss on topic 'T' partition P, offsets [start, end): ...}.
+ * loss). Its message is worded as that of {@code pipeline.errors.DataLossError}, which the Python
+ * reader of swept BLOBs ({@code pipeline.swept.reading}) raises for the same gap: {@code data loss
+ * on topic 'T' partition P, offsets [start, end): ...}.
  */
 public class DataLossException extends IllegalStateException {
   private static final long serialVersionUID = 1L;

@@ -38,7 +38,7 @@ public final class ObjectBlobs {
   }
 
   /**
-   * Whether the object {@code path} is exactly {@code <blobDir>/<name>} as written (Python's {@code
+   * Whether the object {@code path} is exactly {@code <blobDir>/<name>} as written ({@code
    * pipeline.swept.catalog.inside} for object URLs): {@code blobDir} (a trailing {@code /} ignored)
    * then one segment, not empty, {@code .} nor {@code ..}; besides, no empty, {@code .} or {@code
    * ..} segment anywhere (Hadoop's {@link Path} would normalize them away), nor a query or

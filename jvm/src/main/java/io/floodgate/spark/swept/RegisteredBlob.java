@@ -32,7 +32,8 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The records of a registered BLOB, batch by batch in offset order, checked against its catalog row
- * (Python's {@code read_registered}; issue 26: no silent BLOB corruption).
+ * (as the Python reader of swept BLOBs checks it, {@code pipeline.swept.catalog.read_registered}),
+ * so a damaged BLOB is never read as if it were whole.
  *
  * <p>Before the file is opened: its path is inside the catalog's BLOB directory ({@link
  * BlobPaths#check}) and it is a regular file, not a symbolic link (an object, not a prefix, on

@@ -38,8 +38,8 @@ public final class SweepCatalogReader {
   }
 
   /**
-   * The BLOBs that hold offsets of {@code [start, end)} of a partition, in offset order (Python's
-   * {@code SweepCatalog.covering}).
+   * The BLOBs that hold offsets of {@code [start, end)} of a partition, in offset order (as {@code
+   * pipeline.swept.catalog.SweepCatalog.covering} finds them).
    *
    * @throws IllegalStateException the catalog cannot be read (the message names its URL, without
    *     password)
@@ -117,7 +117,10 @@ public final class SweepCatalogReader {
     }
   }
 
-  /** Catalogs made before checksums have no seal columns (Python adds them when it opens one). */
+  /**
+   * Catalogs made before checksums have no seal columns ({@code
+   * pipeline.swept.catalog.SweepCatalog} adds them when it opens one).
+   */
   private static boolean hasColumn(Connection conn, String table, String column)
       throws SQLException {
     try (ResultSet rs = conn.getMetaData().getColumns(null, null, table, column)) {

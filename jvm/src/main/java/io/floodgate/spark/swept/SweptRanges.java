@@ -6,8 +6,8 @@ import org.apache.hadoop.conf.Configuration;
 
 /**
  * Reads swept offsets of a partition back in Kafka order (unsweep), from the BLOB chain the sweep
- * catalog records (Python's {@code BlobReader.read} and {@code read_swept}, {@code
- * pipeline.swept.reading}). The broker takes over where the chain stops.
+ * catalog records (as the Python reader of swept BLOBs does, {@code BlobReader.read} and {@code
+ * read_swept} of {@code pipeline.swept.reading}). The broker takes over where the chain stops.
  */
 public final class SweptRanges {
   private final SweepCatalogReader catalog;

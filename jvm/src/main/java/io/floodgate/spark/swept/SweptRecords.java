@@ -14,7 +14,8 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
  *
  * <p>A {@link BlobIntegrityException} is thrown from {@link #hasNext}/{@link #next} when a BLOB
  * fails its checks, before any of that BLOB's records, and again from every later call: a reader
- * that catches it and reads on never takes the damaged range as read (Python's {@code _Failed}).
+ * that catches it and reads on never takes the damaged range as read (as {@code
+ * pipeline.swept.reading._Failed} does).
  */
 public final class SweptRecords implements Iterator<ConsumerRecord<byte[], byte[]>>, Closeable {
   private final Iterator<BlobRow> blobs;

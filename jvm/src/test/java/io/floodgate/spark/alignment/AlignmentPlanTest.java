@@ -15,9 +15,8 @@ import java.util.TreeMap;
 import org.junit.jupiter.api.Test;
 
 /**
- * {@link AlignmentPlan#align}: the cases of the Python source's tests of {@code align_batch_end}
- * (tests/unit/pipeline/spark/test_alignment.py), its properties over random partitions (seeded),
- * and the cuts answered by a time index.
+ * {@link AlignmentPlan#align}: worked cases of the rule, its properties over random partitions
+ * (seeded), and the cuts answered by a time index.
  */
 class AlignmentPlanTest {
   private static final long HOUR = 3_600_000L;

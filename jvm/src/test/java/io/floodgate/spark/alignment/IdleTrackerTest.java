@@ -7,7 +7,10 @@ import java.util.Set;
 import java.util.concurrent.atomic.AtomicLong;
 import org.junit.jupiter.api.Test;
 
-/** {@link IdleTracker}, as the Python source's test of its {@code IdleTracker}. */
+/**
+ * {@link IdleTracker}: a head that stands still for the timeout makes its partition idle, counting
+ * only time the source watched.
+ */
 class IdleTrackerTest {
   @Test
   void aHeadThatStandsStillMakesItsPartitionIdle() {

@@ -25,7 +25,7 @@ class BatchPlannerGoldenTest {
   private static final JsonNode CASES = Golden.read("planning/plan_batch_end.json");
 
   @TestFactory
-  Stream<DynamicTest> planBatchEndAsInPython() {
+  Stream<DynamicTest> planBatchEndAsTheGoldenCasesSay() {
     List<DynamicTest> tests = new ArrayList<>();
     for (JsonNode c : CASES.get("plan_batch_end")) {
       tests.add(DynamicTest.dynamicTest(c.get("name").asText(), () -> checkPlan(c)));
@@ -43,7 +43,8 @@ class BatchPlannerGoldenTest {
           assertThrows(
               IllegalArgumentException.class,
               () -> BatchPlanner.planBatchEnd(start, latest, maxRows));
-      // Python says max_rows ... None, Java maxRows ... null.
+      // The golden text names the limit as the cases do (max_rows, None); the planner's message
+      // names maxRows and null.
       assertTrue(refused.getMessage().startsWith("maxRows must be positive"));
       return;
     }
@@ -54,7 +55,7 @@ class BatchPlannerGoldenTest {
   }
 
   @TestFactory
-  Stream<DynamicTest> groupAsPythonsGroupRanges() {
+  Stream<DynamicTest> groupAsTheGoldenCasesSay() {
     List<DynamicTest> tests = new ArrayList<>();
     for (JsonNode c : CASES.get("group_ranges")) {
       tests.add(

@@ -12,11 +12,7 @@ import java.util.Map;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-/**
- * {@link WatermarkLog#batchWatermark} on offset logs written as Spark writes them; the cases of the
- * Python source's {@code batch_watermark} tests ({@code
- * tests/unit/pipeline/spark/test_source_planning.py}), and the same answers.
- */
+/** {@link WatermarkLog#batchWatermark} on offset logs written as Spark writes them. */
 class WatermarkLogTest {
   @TempDir Path checkpoint;
 

@@ -23,8 +23,9 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 /**
- * Tuples in the Confluent wire format decoded against a registry in the test's JVM: the reasons and
- * the outage behaviour of the Python source's {@code ConfluentCodec.decode}.
+ * Tuples in the Confluent wire format decoded against a registry in the test's JVM: the refusal
+ * reasons (docs/reference/codes.md, "Dead letters"), and a registry that cannot be asked failing
+ * the task rather than refusing a tuple.
  */
 class ConfluentDecoderTest {
   /** The stream's schema: what the queries read. */

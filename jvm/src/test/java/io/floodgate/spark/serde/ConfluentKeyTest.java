@@ -18,7 +18,8 @@ import org.junit.jupiter.api.Test;
 /**
  * Keys in the Confluent wire format ({@code keyEncoding = confluent}): the key record's schema, the
  * decoder of subject {@code <topic>-key}, and the options (the {@code key} column's struct is
- * checked against the Python source's in tests/integration/registry, where Spark's types load).
+ * checked end to end against a real Schema Registry in
+ * tests/integration/registry/test_confluent_key.py, where Spark's types load).
  */
 class ConfluentKeyTest {
   private FakeSchemaRegistry registry;

@@ -13,8 +13,8 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
- * The golden BLOBs the Python writer made (tests/golden/blobs/) read to the records expected.json
- * lists, through the catalog catalog.sql makes, as the Python test
+ * The golden BLOBs the sweeper's writer made (tests/golden/blobs/, tests/golden/make_blobs.py) read
+ * to the records expected.json lists, through the catalog catalog.sql makes, as the Python test
  * (tests/unit/pipeline/swept/test_golden_blob.py) reads them.
  */
 class GoldenBlobTest {

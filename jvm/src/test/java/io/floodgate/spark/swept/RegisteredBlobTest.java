@@ -22,9 +22,10 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
- * A registered BLOB is read only if it is what its catalog row says (Python's
- * tests/unit/pipeline/swept/test_integrity.py): each failed check is a {@link
- * BlobIntegrityException} with Python's reason.
+ * A registered BLOB is read only if it is what its catalog row says (the checks
+ * tests/unit/pipeline/swept/test_integrity.py makes of the Python reader): each failed check is a
+ * {@link BlobIntegrityException} with the reason the Python reader gives ({@code
+ * pipeline.swept.catalog.DAMAGE_REASONS}).
  */
 class RegisteredBlobTest {
   @TempDir Path tmp;

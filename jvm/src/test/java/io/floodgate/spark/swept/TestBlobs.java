@@ -13,8 +13,8 @@ import org.apache.avro.generic.GenericDatumWriter;
 import org.apache.avro.generic.GenericRecord;
 
 /**
- * BLOBs written here for the checks' tests, as Python's {@code write_sealed_blob} writes them
- * (values {@code v<offset>}, keys {@code k<offset>}, CreateTime), and their catalog rows.
+ * BLOBs written here for the checks' tests, as {@code pipeline.swept.blob.write_sealed_blob} writes
+ * them (values {@code v<offset>}, keys {@code k<offset>}, CreateTime), and their catalog rows.
  */
 final class TestBlobs {
   static final String TOPIC = "flights";
