@@ -1,4 +1,4 @@
-"""Throughput of the ``floodgate_kafka`` Spark source against a plain consumer (issue 2).
+"""Throughput of the ``floodgate_kafka`` Spark source against a plain consumer.
 
 What it measures: tuples per second read by Floodgate's Spark streaming source
 (``format("floodgate_kafka")``, on the JVM, in a ``local[2]`` SparkSession
@@ -511,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     common.log_warnings()
     started = dt.datetime.now(dt.UTC)
     result: dict[str, Any] = {
-        "benchmark": "source throughput (issue 2)",
+        "benchmark": "source throughput",
         "date": started.isoformat(timespec="seconds"),
     }
     result["machine"] = common.machine()
