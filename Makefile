@@ -110,7 +110,7 @@ bench: $(STAMP) $(JAR)
 	$(BIN)/python bench/bench_output.py $(ARGS)
 	$(BIN)/python bench/bench_admission.py
 
-# Issue 9: against Quix Streams, the raw limit, latency, memory (about 35 minutes;
+# Against Quix Streams, the raw limit, latency, memory (about 35 minutes;
 # bench/README.md). The Quix side makes its own virtualenv, bench/.venv-quix.
 bench-peers: $(VENV)/.bench
 	$(BIN)/python bench/bench_flights.py $(ARGS)
@@ -118,7 +118,7 @@ bench-peers: $(VENV)/.bench
 	$(BIN)/python bench/bench_latency.py $(ARGS)
 	$(BIN)/python bench/bench_memory.py $(ARGS)
 
-# Issue 28: against Spark's own Kafka connector and from_avro (bench/README.md; about
+# Against Spark's own Kafka connector and from_avro (bench/README.md; about
 # 15 minutes with the default 5 repeats). The peer makes its own virtualenv,
 # bench/.venv-spark-kafka (pyspark 4.2.0), and fetches the connector's jars with Maven
 # into ~/.cache/floodgate/spark-kafka-4.2.0 on first use.

@@ -5,7 +5,7 @@ show a job's ``env`` values, only the variables' names; every call that may chan
 state (every ``POST``) needs ``Authorization: Bearer <admission.token>``, compared in
 constant time (401 without it or with a wrong one), checked before a byte of the body
 is read; a body over ``admission.max_request_body_bytes`` (1 MiB) is 413 before it is
-parsed (:class:`~pipeline.services.asgi.RequestGate`, issue 26). Errors answer with the reason:
+parsed (:class:`~pipeline.services.asgi.RequestGate`). Errors answer with the reason:
 403 a program off the allowlist or a denied ``env`` variable, 404 no such job, 409 a
 job in the wrong state, 421 a call only the leader can serve (the detail names it),
 503 the queue is full, 400 a body that is not UTF-8, 422 a malformed request (the

@@ -87,7 +87,7 @@ class AdmissionSettings(BaseModel):
     first failure (default 60)."""
     max_request_body_bytes: Annotated[int, Field(ge=1)] = DEFAULT_MAX_BODY_BYTES
     """Most bytes of a request body (default 1 MiB): a larger one is refused (413) before
-    it is read further, let alone parsed (issue 26)."""
+    it is read further, let alone parsed."""
     allowlist: list[str] = Field(default_factory=list)
     """Executables jobs may run: paths (relative ones from the service's working
     directory), or names resolved on ``job_path``, at start. A job's program must be
@@ -175,7 +175,7 @@ class AdmissionSettings(BaseModel):
     kafka_client: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """Extra librdkafka properties of the intake's producer, consumer and admin client,
     as a query group's ``[kafka] client``: ``security.protocol``, ``sasl.*``, ``ssl.*``
-    to reach a TLS or SASL cluster (issue 26). Not the ones the intake sets from other
+    to reach a TLS or SASL cluster. Not the ones the intake sets from other
     keys or relies on (:data:`INTAKE_OWNED_KAFKA_KEYS`)."""
 
     @field_validator("kafka_client")

@@ -1,4 +1,4 @@
-"""A job's environment: built, never inherited from the service (issue 26).
+"""A job's environment: built, never inherited from the service.
 
 The allowlist says which programs a job may run; a job's environment must not
 change what those programs load before they do their work. Once a dynamic loader
@@ -145,7 +145,7 @@ DENIED_PREFIXES: Mapping[str, str] = {
 def denied_reason(name: str) -> str | None:
     """Why a job's ``env`` may not set ``name``; ``None`` when it may.
 
-    The deny-list (issue 26) is :data:`DENIED_NAMES` and :data:`DENIED_PREFIXES`,
+    The deny-list is :data:`DENIED_NAMES` and :data:`DENIED_PREFIXES`,
     matched upper-cased.
     """
     upper = name.upper()

@@ -19,7 +19,7 @@ class CommandNotAllowed(AdmissionError, PermissionError):
 
 class EnvNotAllowed(AdmissionError, PermissionError):
     """The job's ``env`` names a variable on the deny-list (:mod:`admission.environment`:
-    it would change what an allowlisted program loads, issue 26); nothing was stored or
+    it would change what an allowlisted program loads); nothing was stored or
     started.
 
     Attributes:

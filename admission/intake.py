@@ -299,7 +299,7 @@ class KafkaIntake:
         self.taker = RequestTaker(service, self.requests)
         self.events = StreamCodec("job_event", schemas.get("job_event"), schemas)
         #: ``admission.kafka_client`` (``security.protocol``, ``sasl.*``, ``ssl.*``...):
-        #: every client of the intake takes it (issue 26).
+        #: every client of the intake takes it (producer, consumer and admin client).
         self.client: dict[str, Any] = dict(self.settings.kafka_client)
         self._producer = Producer(
             kafka_settings(

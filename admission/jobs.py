@@ -76,7 +76,7 @@ ProcessText = Annotated[str, AfterValidator(process_text)]
 class JobRequest(BaseModel):
     """A job command as a requester sends it: the body of ``POST /jobs``, a part of
     ``POST /requests``, a decoded ``job_request`` tuple of the Kafka intake. Strict: a
-    boolean is ``true`` or ``false``, a number a number (no strings coerced, issue 26).
+    boolean is ``true`` or ``false``, a number a number (no strings coerced).
 
     Raises (``model_validate``):
         pydantic.ValidationError: naming each refused field (REST answers 422; the
@@ -247,7 +247,7 @@ class JobRules:
 
     def refusal_at_start(self, job: Job) -> str | None:
         """Why a stored job may not start now: its program left the allowlist, or its
-        ``env`` holds what is refused today (it was enqueued before; issue 26)."""
+        ``env`` holds what is refused today (it was enqueued before the rules changed)."""
         if not job.argv:
             return "it has no command"
         if self.program(job.argv) is None:

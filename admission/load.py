@@ -75,7 +75,8 @@ class DriverHeaps:
     second) never waits on HTTP; an endpoint that does not answer drops out until it
     does. A control file is trusted only when it is a regular file of the service's
     own user that others cannot write to, reached without a symbolic link
-    (:func:`~pipeline.services.files.read_trusted`; issue 37, finding 7), and its
+    (:func:`~pipeline.services.files.read_trusted`: another user could have written any
+    other), and its
     endpoint is read only when it proves it is the driver that wrote the file
     (:func:`~pipeline.services.control_file.verify_endpoint`: the process alive, ours,
     listening on the port, answering the file's identity challenge), checked before

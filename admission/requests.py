@@ -86,7 +86,7 @@ class Requests:
     def request(self, request_id: int) -> dict[str, object]:
         """A request: its state, reason, completion step and jobs (``GET /requests/{id}``),
         as the API shows it: the completion step's ``env`` and the jobs' are the sorted
-        variables' names, never their values (a value may be a secret, issue 26).
+        variables' names, never their values (a value may be a secret).
 
         Raises:
             JobNotFound: no such request.

@@ -4,7 +4,8 @@ Each job runs in a session of its own (``start_new_session``), so stopping it st
 everything it started (a ``spark-submit`` and its JVM); its output goes to
 ``<log_dir>/<job id>.log`` (mode 0600, never opened through a symbolic link; the
 folder created 0700, and refused at start when another user owns it or others can
-write to it: a job's output is its owner's; issue 37, finding 4).
+write to it: a job's output is its owner's, and a link planted at its name could
+send it to any file the service may write).
 The program is the allowlisted absolute path the service resolved, never
 looked up on ``PATH`` again at run time, run with ``argv[0]`` as the job gave it, and
 the environment is exactly the one the service built (:mod:`admission.environment`):
@@ -17,10 +18,10 @@ jobs run adopts a recorded pid only when the process there has that start time a
 is still the job's: its command line as recorded, or -- when the program has since
 ``exec``'d another (``spark-submit`` becomes ``spark-class``, then ``java``) -- the
 job's id in its environment (``FLOODGATE_ADMISSION_JOB_ID``). A pid reused by an
-unrelated process is not adopted, so cancelling the job never signals it (issue 26).
+unrelated process is not adopted, so cancelling the job never signals it.
 
 A service killed after it started a job's process and before it recorded the pid
-(issue 39) leaves a RUNNING job with no pid: :meth:`ProcessRunner.find` finds its
+(SIGKILL, a power loss) leaves a RUNNING job with no pid: :meth:`ProcessRunner.find` finds its
 process by what only that process has -- it leads a session of its own, carries the
 job's id in its environment, writes its output to the job's log, and started after
 the job was claimed.
@@ -225,7 +226,7 @@ class ProcessRunner:
 
     def find(self, job_id: int, *, claimed: float) -> Started | None:
         """Find and watch the process of a job started by an earlier run of the service
-        that was killed before it recorded the pid (issue 39).
+        that was killed before it recorded the pid.
 
         The job's process is the one that leads a session of its own (:meth:`start`
         makes one per job), carries ``FLOODGATE_ADMISSION_JOB_ID=<job_id>``, has the

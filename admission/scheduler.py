@@ -255,7 +255,7 @@ class Scheduler:
         The allowlist and the env deny-list are checked again first: a job enqueued
         before its program left the allowlist is ABORTED with the reason, not started.
         A process that cannot be spawned (a missing program, a NUL byte) ends the job
-        as ERROR with the reason: never RUNNING without a process (issue 26)."""
+        as ERROR with the reason: never RUNNING without a process."""
         now = self.clock()
         refusal = self.rules.refusal_at_start(job)
         if refusal is not None:

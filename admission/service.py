@@ -257,7 +257,7 @@ class AdmissionService:
 
     def _recover_unrecorded(self, job: Job) -> str | None:
         """Recover a RUNNING job with no pid: a service killed between claiming it and
-        recording its process (issue 39). Claimed on this host, it is either
+        recording its process. Claimed on this host, it is either
 
         * started: its process is found (:meth:`ProcessRunner.find
           <admission.runner.ProcessRunner.find>`), recorded and watched;

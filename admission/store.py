@@ -7,7 +7,7 @@ not O(queue).
 
 A SQLite file holds jobs' environments and command lines: it is created with mode
 0600 in a folder created 0700 (SQLite gives its ``-wal`` and ``-shm`` files the
-database's mode), and an existing one is set to 0600 (issue 26). Service-wide state
+database's mode), and an existing one is set to 0600. Service-wide state
 that must outlive a restart (a suspension) is a row of ``floodgate_flags``.
 """
 

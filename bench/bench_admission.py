@@ -1,6 +1,6 @@
 """Benchmark: the admission service's check, submits through the API, storage per job.
 
-What is measured (issue 5), in this one script:
+What is measured, in this one script:
 
 * **check with 100 000 jobs enqueued vs with 10**: ``AdmissionService.check()`` --
   record ended jobs, sample load (a fixed low load, injected), decide, take the next
@@ -203,7 +203,7 @@ def main() -> None:
     )
     common.write_results(
         args.json,
-        "admission check, storage per job, API submits (issue 5)",
+        "admission check, storage per job, API submits",
         pid=os.getpid(),
         runs={str(n): r for n, r in runs.items()},
         check_ratio=round(ratio, 3),

@@ -1,4 +1,4 @@
-"""Benchmark: the whole flights pipeline against Quix Streams (issue 9, comparison 1).
+"""Benchmark: the whole flights pipeline against Quix Streams.
 
 What is measured, per run, on one embedded broker, with the same data:
 

@@ -1,5 +1,5 @@
 """Benchmark: end-to-end latency of the flights pipeline, Floodgate against the
-Spark-native peer (issue 9, comparison 3; issue 28, part 4).
+Spark-native peer.
 
 What is measured, on an embedded broker of its own per run (``common.fresh_broker``
 says why) and this machine's 2 cores:

@@ -1,5 +1,5 @@
 """Benchmark: Floodgate end to end against the limit of moving its tuples through the
-broker: the transport limit and the codec-matched limit (issue 28, part 2).
+broker: the transport limit and the codec-matched limit.
 
 What is measured, per run, each on a broker of its own (:func:`broker`), over the same
 flights, on the same topic (``flights``, its partition count and replication from

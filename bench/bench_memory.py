@@ -1,4 +1,4 @@
-"""Benchmark: peak resident memory of every process of the demo (issue 9, comparison 4).
+"""Benchmark: peak resident memory of every process of the demo.
 
 What is measured: ``floodgate demo`` (the command ``make demo`` runs: its own
 embedded broker, the ``flights`` query group, the replay process, the reception),

@@ -1,4 +1,4 @@
-"""Benchmark: the cost of the output stream queue bound (issue 4).
+"""Benchmark: the cost of the output stream queue bound.
 
 What is measured, in this one script, on one embedded broker and one SparkSession:
 end-to-end throughput of the ``flights`` query group (``conf/flights.toml``: both

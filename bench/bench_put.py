@@ -1,6 +1,6 @@
 """Benchmark: the back-pressure client's ``StreamInput.put`` against a raw producer.
 
-What is measured (issue 3), all in this one script on the same embedded broker,
+What is measured, all in this one script on the same embedded broker,
 one fresh topic per run, the same 336 776 flights (or ``--limit``) in batches
 of 1 000:
 
@@ -146,7 +146,7 @@ def main() -> None:
     )
     common.write_results(
         args.json,
-        "StreamInput.put vs raw produce (issue 3)",
+        "StreamInput.put vs raw produce",
         n=len(records),
         batch=BATCH,
         runs_tuples_per_s=runs,

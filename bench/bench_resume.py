@@ -1,6 +1,6 @@
 """Benchmark: how soon a reader that pauses when idle sees a committed transaction.
 
-Why (issue 9): the demo's reception (and the admission intake, and the soak's reader)
+Why: the demo's reception (and the admission intake, and the soak's reader)
 pause their partitions after an empty read, so as not to poll the embedded broker's
 log end all along (it answers a fetch at the log end at once, so an idle reader
 spins: docs/kafka-engines.md), and resume them a moment later. The latency

@@ -1,5 +1,5 @@
 """Benchmark: the flights query group against the Spark-native peer, Spark's own Kafka
-connector and Avro module (issue 28, part 1).
+connector and Avro module.
 
 What is measured, per run, on a broker of its own (noida-db, or ``--engine
 apache-kafka``), with the same input topic and bytes:

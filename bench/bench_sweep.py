@@ -1,4 +1,4 @@
-"""Sweep and unsweep throughput against reading the same range from the broker (issue 6).
+"""Sweep and unsweep throughput against reading the same range from the broker.
 
 What it measures, on the embedded broker, for every partition of a topic holding
 the flights (produced once, through the back-pressure client):

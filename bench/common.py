@@ -54,7 +54,7 @@ QUIET_TIMEOUT_S = 60.0
 #: them, as many as a timed run). A query group is a long-running service, so its
 #: steady state is what a user compares: the JVM's JIT compiles Spark's and the
 #: generated code over the first tens of micro-batches, and a run after a 20 000-flight
-#: warm-up spent ~half of the driver JVM's CPU in its compiler threads (issue 9).
+#: warm-up spent ~half of the driver JVM's CPU in its compiler threads.
 WARMUP_FLIGHTS: int | None = None
 
 

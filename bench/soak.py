@@ -1,4 +1,4 @@
-"""The soak: the whole stack at twice its service rate, under a chaos loop (issue 8).
+"""The soak: the whole stack at twice its service rate, under a chaos loop.
 
 What runs, each its own process, as in production:
 

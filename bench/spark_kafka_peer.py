@@ -1,4 +1,4 @@
-"""The Spark-native peer of ``bench/bench_spark_kafka.py`` (issue 28): the two queries of
+"""The Spark-native peer of ``bench/bench_spark_kafka.py``: the two queries of
 ``conf/flights.toml`` written the way a PySpark user would, with Spark's own JVM Kafka
 source and sink and its Avro module.
 

@@ -341,7 +341,7 @@ class DataLossError(FloodgateError, RuntimeError):
 
 
 class BlobIntegrityError(DataLossError):
-    """A registered BLOB is not what the sweeper wrote (issue 26: no silent BLOB
+    """A registered BLOB is not what the sweeper wrote (no silent BLOB
     corruption): its SHA-256, size, record count, or record offsets differ from what
     the sweep catalog recorded when the BLOB was registered, or the file is missing or
     cannot be parsed.

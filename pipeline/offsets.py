@@ -73,7 +73,7 @@ def read_offset_log(spark: Any, checkpoint_dir: str, batch_id: int) -> list[dict
     local = local_checkpoint_path(checkpoint_dir)
     if local is not None:
         # Straight from disk: through py4j and Hadoop this took 20-45 ms of every
-        # micro-batch (eight JVM round trips; issue 9). A scheme-less path that is not
+        # micro-batch (eight JVM round trips). A scheme-less path that is not
         # on this disk may be on Hadoop's default file system: read it through Hadoop.
         text = local_offset_log(os.path.join(local, "offsets"), batch_id)
         if text is not None:

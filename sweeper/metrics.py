@@ -43,7 +43,7 @@ class SweeperMetrics:
       DescribeLogDirs) is not available through librdkafka;
     * ``floodgate_sweeper_leader`` (gauge, 0/1): this instance sweeps.
     * ``floodgate_sweeper_damaged_blobs_total{reason}`` (counter): registered
-      BLOBs found not to be what the catalog recorded (issue 26), each counted once
+      BLOBs found not to be what the catalog recorded, each counted once
       per sweeper process, ``reason`` as :class:`pipeline.errors.BlobIntegrityError`
       (``missing``, ``size``, ``sha256``, ``offset``, ``count``, ``unreadable``;
       ``outside``, ``not-a-file``, ``name`` for a row naming a file that is not the

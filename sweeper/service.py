@@ -45,7 +45,7 @@ Stable log codes: ``FG-SWP-001`` a BLOB registered, ``FG-SWP-002`` a sweep abort
 ``FG-SWP-003`` the BLOB store is full (no more sweeps), ``FG-SWP-004`` it has room
 again, ``FG-SWP-005`` the broker truncated, ``FG-SWP-006`` tuples unaccounted for
 (the tuple ledger, :mod:`pipeline.services.ledger`), ``FG-SWP-007`` a registered BLOB fails its
-integrity check (issue 26).
+integrity check (no silent BLOB corruption).
 """
 
 from __future__ import annotations

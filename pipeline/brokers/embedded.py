@@ -45,7 +45,7 @@ class EmbeddedBroker:
 
     The broker is single-node and keeps topics in memory, saving them to
     ``data_dir`` as they change. The data is ours alone (it holds every tuple, and
-    admission's requests with their job env values; issue 37, finding 6): the folder
+    admission's requests with their job env values): the folder
     is 0700 and the broker runs with umask 077, so its files are 0600. An existing
     ``data_dir`` that others can enter is set to 0700 (with a warning); one that
     others can write to, or another user owns, is refused (:meth:`start`).

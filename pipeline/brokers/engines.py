@@ -33,10 +33,10 @@ ENGINE_ENV = "FLOODGATE_KAFKA_ENGINE"
 
 
 def private_data_dir(data_dir: Path) -> Path:
-    """Make a broker's data folder 0700, or check the one that exists (issue 26,
-    finding 6: it holds every tuple, and admission's requests with their job env
-    values). One that others can enter or read is set to 0700 with a warning (files an
-    earlier run wrote may be 0644); one that others can write to, or another user
+    """Make a broker's data folder 0700, or check the one that exists (it holds
+    every tuple, and admission's requests with their job env values). One that others
+    can enter or read is set to 0700 with a warning (files an earlier run wrote may be
+    0644); one that others can write to, or another user
     owns, is refused: files planted in it could be there already. The broker itself
     runs with umask 077 (:data:`pipeline.services.files.PRIVATE_UMASK`), so what it
     writes is 0600.

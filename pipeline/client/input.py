@@ -443,11 +443,12 @@ class StreamInput:
         Raises:
             SchemaError: a tuple does not match the schema: names the tuple's index and
                 the field, or the type of what was given instead of a dict; nothing sent.
-                Values are checked strictly (:meth:`~pipeline.serde.codec.StreamCodec.normalise`,
-                issue 26): a float with a fraction or a ``bool`` for an ``int``/``long``
-                field is refused, never truncated; ``1545.0`` is the int ``1545``, and a
-                ``datetime`` (naive: UTC) for a ``timestamp-millis`` field is its epoch
-                ms, so the same tuple given either way has the same Kafka key.
+                Values are checked strictly
+                (:meth:`~pipeline.serde.codec.StreamCodec.normalise`): a float with a
+                fraction or a ``bool`` for an ``int``/``long`` field is refused, never
+                truncated; ``1545.0`` is the int ``1545``, and a ``datetime`` (naive:
+                UTC) for a ``timestamp-millis`` field is its epoch ms, so the same tuple
+                given either way has the same Kafka key.
             TupleTooLargeError: a tuple's encoded key and value exceed
                 ``message.max.bytes`` (names its index, size and the limit); nothing sent.
             QueueFullError: the batch does not fit (at once, or at ``timeout_s``); nothing sent.

@@ -17,7 +17,7 @@ def check_bind_host(value: str) -> str:
 
     Raises:
         ValueError: anything else, naming the value and what is allowed; an empty
-            host among them, which uvicorn would bind to every interface (issue 26).
+            host among them, which uvicorn would bind to every interface.
     """
     try:
         ipaddress.IPv4Address(value)

@@ -217,7 +217,7 @@ def parse_query_group(
 def _check_schema_fields(config: QueryGroupConfig, source: str) -> None:
     """Refuse a stream whose ``key`` (or ``timestamp_field``) names a field its schema
     does not have: every put would otherwise fail with a ``NullKeyError`` that blames
-    the tuples (issue 26).
+    the tuples.
 
     The schemas are those of ``schema_dir``; a directory that does not load, or a schema
     it does not hold, is refused where the schemas are loaded (the query group's start,

@@ -36,7 +36,7 @@ def apply_env_overrides(
     A value is read as a TOML value (``250`` an int, ``true`` a bool, ``[1, 2]`` a
     list), or as text when it is none, except at the dotted keys of ``verbatim``
     (lower-case, ``admission.token``): those are taken as written, quotes and all --
-    a secret such as a token is never parsed (issue 26).
+    a secret such as a token is never parsed.
     """
     data = _deep_copy(raw)
     for name, text in sorted(env.items()):

@@ -54,7 +54,7 @@ class QueryGroupSection(StreamSettings):
     own session). Such a batch is how ``append`` mode emits the windows the watermark
     closed and how state past the watermark is evicted; in ``update`` and ``complete``
     mode it emits nothing, and ``false`` leaves the eviction to the next batch with
-    data, saving a micro-batch's fixed cost after each one (issue 9). Spark records a
+    data, saving a micro-batch's fixed cost after each one. Spark records a
     query's watermark in the offset log of the batch *after* the one that moved it, so
     with ``false`` a query stopped after a batch with data restarts from the watermark
     before that batch: tuples late by the newer one are then aggregated (and not

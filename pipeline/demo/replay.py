@@ -104,7 +104,7 @@ class ReplayProcess:
     flight, all of it under the GIL) stalled every ``foreachBatch`` call, py4j round
     trip and Arrow collect of the micro-batches (measured on the 2-core machine:
     Spark's executors idle for most of each 1.3 s micro-batch while its Python
-    function waited for the GIL; ``bench/README.md``, issue 9).
+    function waited for the GIL; ``bench/README.md``).
 
     The process (``python -c``, so a caller's script is not imported again as
     ``multiprocessing``'s spawn would) loads the flights and connects to the

@@ -75,7 +75,7 @@ def kafka_settings(
 ) -> dict[str, Any]:
     """One client's librdkafka properties: ``bootstrap.servers``, then the user's
     ``client`` pass-through, then ``own`` (the role's), then
-    ``allow.auto.create.topics = false`` (issue 26: a metadata request must never
+    ``allow.auto.create.topics = false`` (a metadata request must never
     create a topic with the broker's default partition count).
 
     Args:

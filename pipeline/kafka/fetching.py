@@ -102,7 +102,7 @@ def resume_fetching(
     leader and so wakes that broker's thread, ends the wait: **0.18 s** and **0.31 s**
     (the pause itself). In the flights demo the reception saw the output of a micro-batch
     2.7-4.9 s after the batch ended; the latency benchmark's figures before this fix
-    were mostly that wait (``bench/README.md``, issue 9).
+    were mostly that wait (``bench/README.md``).
 
     The wake-up is best effort: a broker that does not answer is logged at debug level
     and fetching resumes at the thread's next wake-up, as without it.

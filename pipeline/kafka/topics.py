@@ -47,7 +47,7 @@ def ensure_topics(
     An existing topic is never changed (Kafka cannot shrink a topic, and growing one
     re-maps keys to partitions, so the tuples of a key written before and after would
     lose their order). One with *more* partitions than configured is kept, with the
-    warning ``FG-BROKER-001``; one with *fewer* is refused (issue 26: a topic a broker
+    warning ``FG-BROKER-001``; one with *fewer* is refused (a topic a broker
     auto-created with its default of 1 partition must not pass for the configured 4).
 
     Raises:

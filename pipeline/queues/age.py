@@ -40,7 +40,7 @@ class StableOffsetWatch:
     to a *hanging transaction* (Kafka's KIP-664, fixed for good by KIP-890): records
     in a transaction the coordinator does not know, which no producer will end.
     noida-db 0.2.3 leaves one when it restarts during a transaction (found by the
-    soak, issue 8). Every reader of the stream is blocked at it until an operator
+    soak, ``bench/soak.py``). Every reader of the stream is blocked at it until an operator
     aborts it (``kafka-transactions.sh abort``; noida-db: a restart).
     """
 

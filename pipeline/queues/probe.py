@@ -79,7 +79,7 @@ class QueueProbe:
     the admin client's ``list_consumer_group_offsets``: librdkafka 2.16.1 aborts the
     whole process (``rd_kafka_enq_once_del_source_return: Assertion eonce->refcnt >
     0`` in ``rd_kafka_admin_coord_request``) when a coordinator admin request is
-    resent across a broker restart (found by the soak, issue 8).
+    resent across a broker restart (found by the soak, ``bench/soak.py``).
     """
 
     def __init__(
@@ -101,7 +101,7 @@ class QueueProbe:
         self.swept = swept or NothingSwept()
         self.timeout_s = timeout_s
         # The metadata request for the topic must not create it (librdkafka's default
-        # for an admin client, a producer handle, is true): issue 26, kafka_settings.
+        # for an admin client, a producer handle, is true): kafka_settings sets it false.
         self._client_config = kafka_settings(bootstrap_servers, client)
         self._admin: AdminClient | None = AdminClient(self._client_config)
         self._group_readers: dict[str, Consumer] = {}
@@ -163,8 +163,8 @@ class QueueProbe:
         """The topic's partitions (cached; call :meth:`forget_partitions` after a resize).
 
         The topic is never created here: a broker with ``auto.create.topics.enable``
-        would create it with its default partition count, not the configured one
-        (issue 26). So the metadata asked for is every topic's (a request that names
+        would create it with its default partition count, not the configured one.
+        So the metadata asked for is every topic's (a request that names
         no topic creates none, whatever the broker honours of
         ``allow.auto.create.topics``, false on these clients too).
 

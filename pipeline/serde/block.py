@@ -72,7 +72,7 @@ class BlockEncoder:
 
     The per-tuple path (:meth:`StreamCodec.encode`, ``fastavro.schemaless_writer``) takes
     a dict per tuple: ~9 µs a flight on the 2-core development machine, half of the
-    demo replay's CPU (py-spy, issue 9). Here every column of an Arrow table is turned
+    demo replay's CPU (measured with py-spy). Here every column of an Arrow table is turned
     into its Avro bytes with numpy (zig-zag varints for ``int``/``long``, a length
     varint and the UTF-8 bytes for ``string``, IEEE 754 little-endian for ``double``
     and ``float``, one byte for ``boolean`` and for a union's branch index) and the

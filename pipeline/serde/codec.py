@@ -27,7 +27,7 @@ class TupleKey:
 
     The one rule for every stream, input or output (``key = [...]`` in the query
     group file): each value is written as the text of what Avro stores for it, so one
-    tuple has one key however its values were given (issue 26):
+    tuple has one key however its values were given:
 
     * ``None`` is the empty string;
     * a ``datetime`` is its UTC epoch milliseconds (what ``timestamp-millis`` stores;
@@ -126,8 +126,8 @@ class StreamCodec:
 
     def normalise(self, record: Any) -> Mapping[str, Any]:
         """``record`` checked against the Python types the schema's fields take, with
-        each value in the one form it is encoded and keyed from (issue 26: fastavro
-        alone truncates ``1400.7`` into an ``int`` field and writes ``True`` as 1).
+        each value in the one form it is encoded and keyed from (fastavro alone
+        truncates ``1400.7`` into an ``int`` field and writes ``True`` as 1).
 
         Per top-level field type (also as the non-null branch of ``["null", T]``):
 

@@ -51,7 +51,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 #: Methods that read only: they need no token.
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
-#: 1 MiB: the default body limit of the services' APIs (issue 26).
+#: 1 MiB: the default body limit of the services' APIs: a body is never read past it,
+#: so a client cannot make a service hold an unbounded one.
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 #: Failed authentications from one client address before it is throttled.

@@ -1,5 +1,6 @@
 """Private files and folders: what the services and the CLI write is their user's
-alone, and what they trust was written by that user (issue 37, findings 4, 6, 7).
+alone, and what they trust was written by that user: a file another user could have
+planted or swapped is refused.
 
 * :func:`private_file` opens every file Floodgate creates: the SQLite databases and
   their ``.leader`` lock files, job logs, a query group's control and token files,

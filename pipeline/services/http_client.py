@@ -3,9 +3,9 @@
 A query group's control file (``<control_dir>/<name>.json``, the URL its control
 token is sent to) and token file are trusted only when they are regular files of our
 own user that others cannot write to, reached without a symbolic link
-(:func:`pipeline.services.files.read_trusted`; issue 37, finding 7): another is
-refused, naming its path, owner and mode, and nothing is sent. The endpoint the file
-names must then prove it is the driver that wrote it
+(:func:`pipeline.services.files.read_trusted`): any other could have been written by
+another user, so it is refused, naming its path, owner and mode, and nothing is sent.
+The endpoint the file names must then prove it is the driver that wrote it
 (:func:`pipeline.services.control_file.verify_endpoint`: its process alive, ours,
 listening on the port, and answering the file's identity challenge) before the token
 goes there; otherwise the call is refused, naming the file, the pid and the port.

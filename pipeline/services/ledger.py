@@ -1,5 +1,5 @@
 """The tuple ledger: where every tuple of an input stream queue is, from the broker,
-the sweep catalog and the dead-letter topic (issue 8).
+the sweep catalog and the dead-letter topic.
 
 Floodgate's promise is that a tuple handed to it is processed, still queued, swept,
 dead-lettered with a reason, or reported back to its producer (the last never reaches

@@ -13,7 +13,7 @@ A running query group (:meth:`pipeline.spark.query_group.QueryGroup.serve`) answ
 
 The OpenAPI schema is at ``/openapi.json``.
 
-**The control token** (issue 26). Every call that changes state (``POST /release``,
+**The control token**. Every call that changes state (``POST /release``,
 ``POST /stop``) needs ``Authorization: Bearer <token>``, compared in constant time
 (:func:`~pipeline.services.credentials.same_secret`); without it, or with another, the
 answer is 401 with ``WWW-Authenticate: Bearer`` (RFC 6750 section 3) and nothing
@@ -31,7 +31,7 @@ and start time, and an identity key made at each start) and, when it made the to
 itself, ``<control_dir>/<query group>.token``; both mode 0600, replaced atomically, never
 written through a symbolic link, the folder 0700 when it is made. A control folder
 that others can write to, or that another user owns, is refused before the group
-starts (:func:`check_control_dir`; issue 37, finding 7): its files could be swapped.
+starts (:func:`check_control_dir`): its files could be swapped.
 So ``floodgate query-group status|release|stop NAME`` run by the same user on the
 same host finds the endpoint and its token by name
 (:func:`pipeline.services.http_client.call`, which trusts only control files of its
@@ -121,7 +121,7 @@ _BEARER = HTTPBearer(auto_error=False, description="The query group's control to
 _UNAUTHORISED: dict[int | str, dict[str, Any]] = {
     401: {
         "model": Refusal,
-        "description": "No bearer token, or not the control token (issue 26); nothing changed.",
+        "description": "No bearer token, or not the control token; nothing changed.",
         "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
     },
     429: {
@@ -195,7 +195,7 @@ def build_app(group: ControlledGroup, *, token: str, identity_key: str | None = 
     Args:
         group: the query group.
         token: the control token every state-changing call must carry as
-            ``Authorization: Bearer <token>`` (issue 26).
+            ``Authorization: Bearer <token>``.
         identity_key: the key of its control file, with which ``GET /identity``
             answers a client's challenge (``None``: a new one, for an endpoint that
             writes no control file).

@@ -111,7 +111,7 @@ def late_plan(parsed_plan_json: str) -> LatePlan:
 
     Spark drops a late tuple only in a stateful operator (an aggregation over the
     watermarked ``event_time``, ``window.end <= watermark``); a stateless query passes
-    it on, so it gets no lateness rule (issue 8). Grouping on ``event_time`` itself,
+    it on, so it gets no lateness rule. Grouping on ``event_time`` itself,
     ``dropDuplicates`` and stream-stream joins are not read: their late tuples are
     still dropped by Spark and only counted (``numRowsDroppedByWatermark``).
     """

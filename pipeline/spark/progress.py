@@ -77,7 +77,7 @@ class _JsonProgressCallbacks(JStreamingQueryListener):
     PySpark's own ``onQueryProgress`` builds the event field by field through py4j:
     some 40 calls back into the JVM per micro-batch, several of which resolve names by
     ``Class.forName`` over every jar of Spark's class path. In the flights demo at
-    trigger 0 that was a third of the driver JVM's sampled CPU (JFR, issue 9).
+    trigger 0 that was a third of the driver JVM's sampled CPU (measured with JFR).
     Started and idle events are not converted at all: the group ignores them.
     """
 

@@ -241,7 +241,7 @@ def _bounded(what: str, call: Callable[..., Any], *args: Any) -> None:
     60 s timeout) after the broker that was its group coordinator was killed and
     restarted: the coordinator request's own timeout is never checked (librdkafka
     issue 5456), and a coordinator that left the metadata is never looked up again
-    (issue 5511). The call's thread is left to it; the caller drops the producer,
+    (librdkafka issue 5511). The call's thread is left to it; the caller drops the producer,
     and the next producer's ``init_transactions`` fences it.
 
     Raises:
@@ -510,7 +510,7 @@ class KafkaTransactionalSink:
         normalise, encode = self.codec.normalise, self.codec.encode_normalised
         encoded = []
         for given in tuples:
-            # Normalised as the client normalises a put (issue 26): the same key text
+            # Normalised as the client normalises a put: the same key text
             # for the same values, whoever writes the stream.
             normalised = normalise({name: given.get(name) for name in fields})
             key = self.key(normalised if self._keys_in_schema else given)

@@ -282,7 +282,7 @@ def gc_paused() -> Iterator[None]:
 @dataclass(frozen=True)
 class BlobSeal:
     """What a BLOB must be, recorded in the catalog when it is registered and checked
-    on every read (issue 26: no silent BLOB corruption).
+    on every read (no silent BLOB corruption).
 
     Attributes:
         sha256: SHA-256 of the whole file, 64 lowercase hex digits.
@@ -371,7 +371,7 @@ def write_sealed_blob(path: Path, batches: Iterable[Sequence[Any]]) -> BlobSeal:
     Raises:
         OSError: the file cannot be created or written (a full disk).
     """
-    # Tuples are the producers' data: the BLOB is its owner's alone (issue 26).
+    # Tuples are the producers' data: the BLOB is its owner's alone.
     with os.fdopen(private_file(path, flags=os.O_WRONLY | os.O_TRUNC), "wb") as out:
         seal = write_sealed(out, batches)
         out.flush()

@@ -333,7 +333,7 @@ def _increasing(offsets: array.array[int]) -> bool:
 
 def read_registered(blob: Blob) -> Iterator[list[SweptRecord]]:
     """The records of a registered BLOB, batch by batch, in offset order, checked
-    against its catalog row (issue 26: no silent BLOB corruption).
+    against its catalog row (no silent BLOB corruption).
 
     Before any record is yielded: the file's size and SHA-256 are the recorded ones.
     While reading: offsets are strictly increasing (not contiguous: transaction
@@ -454,7 +454,7 @@ blobs = Table(
     Column("bytes", BigInteger, nullable=False),
     Column("tuples", BigInteger, nullable=False),
     Column("created", Float, nullable=False),
-    # The seal (issue 26); NULL in rows registered before checksums existed.
+    # The seal (no silent BLOB corruption); NULL in rows registered before checksums existed.
     Column("sha256", String(64), nullable=True),
     Column("first_offset", BigInteger, nullable=True),
     Column("last_offset", BigInteger, nullable=True),

@@ -1,10 +1,10 @@
-"""``docker-compose.yml`` and the ``Dockerfile`` hold together without a Docker engine
-(issue 7): the file parses, every file it mounts or the image copies exists, every
+"""``docker-compose.yml`` and the ``Dockerfile`` hold together without a Docker engine:
+the file parses, every file it mounts or the image copies exists, every
 scrape target and the Grafana datasource name a service and a port it listens on,
 every Floodgate service's config loads under the stack's environment, and the README
 documents every published port.
 
-And the stack starts in order (issue 29): every service has a healthcheck against its
+And the stack starts in order: every service has a healthcheck against its
 own endpoint and every dependency waits for it to be healthy; no variable is required
 for the file to parse (``docker compose down -v``, ``ps`` and ``logs`` work in a shell
 without the tokens), the tokens come from ``.env`` (``.env.example`` shows the keys)
@@ -285,7 +285,7 @@ def test_the_readme_documents_every_published_port() -> None:
 
 
 def test_every_service_has_a_healthcheck_against_its_own_endpoint() -> None:
-    """Issue 29: only Kafka had one, so nothing could wait for anything else."""
+    """Only Kafka once had one, so nothing could wait for anything else."""
     endpoints = {
         "kafka": "localhost:9092",
         "query-group": "http://127.0.0.1:8790/status",
@@ -316,7 +316,7 @@ def test_every_service_has_a_healthcheck_against_its_own_endpoint() -> None:
 
 
 def test_every_dependency_waits_for_a_healthy_service() -> None:
-    """Issue 29: start order is the healthchecks', not crash-and-restart's."""
+    """Start order is the healthchecks', not crash-and-restart's."""
     stack = services()
     for name, service in stack.items():
         depends_on = service.get("depends_on", {})
@@ -337,7 +337,7 @@ def test_every_dependency_waits_for_a_healthy_service() -> None:
 
 
 def test_the_file_parses_without_any_variable_set() -> None:
-    """Issue 29: ``${FLOODGATE_ADMISSION_TOKEN:?...}`` made every command fail in a shell
+    """``${FLOODGATE_ADMISSION_TOKEN:?...}`` once made every command fail in a shell
     without it, ``docker compose down -v`` included. Nothing is required now."""
     text = (ROOT / "docker-compose.yml").read_text()
     assert not re.search(r"\$\{\w+:?\?", text), "a required variable: down -v would fail"
@@ -378,7 +378,7 @@ def test_the_tokens_come_from_a_dot_env_file_the_docs_show_how_to_make() -> None
 def test_the_services_refuse_to_start_without_their_tokens(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The query group listens on the compose network (issue 26): ``/release`` and
+    """The query group listens on the compose network: ``/release`` and
     ``/stop`` need a token, and so does the admission API. The file parses without the
     tokens, so the services themselves refuse an empty one, naming the variable."""
     monkeypatch.chdir(ROOT)
@@ -406,7 +406,7 @@ def test_the_services_refuse_to_start_without_their_tokens(
 def test_the_query_group_and_admission_share_one_control_directory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 29: admission looked in ``.floodgate/run`` (its default) for the control
+    """Admission once looked in ``.floodgate/run`` (its default) for the control
     files the query group writes to ``/data/run``."""
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
@@ -420,7 +420,7 @@ def test_the_query_group_and_admission_share_one_control_directory(
 
 
 def test_the_image_installs_the_wheel_with_runtime_dependencies_only() -> None:
-    """Issue 29: the image installs Floodgate's wheel (built in a stage of its own, so
+    """The image installs Floodgate's wheel (built in a stage of its own, so
     the sources stay out), never an editable checkout, and no extra that brings test
     tools."""
     stages = dockerfile_stages()

@@ -50,7 +50,7 @@ def test_a_family_with_no_sample_yet_is_described_with_its_labels() -> None:
     )
 
 
-# -- issue 29: one name per quantity, tuples throughout, counters behind every rate, the
+# -- one name per quantity, tuples throughout, counters behind every rate, the
 # same label names everywhere, floodgate_build_info on every endpoint -----------------
 
 #: The label names a family may carry (docs/architecture.md, "Observability"): the

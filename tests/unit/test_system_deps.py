@@ -1,4 +1,4 @@
-"""``scripts/system-deps`` (issue 29): what pip cannot install is checked before
+"""``scripts/system-deps``: what pip cannot install is checked before
 ``make demo``, ``make test`` and ``.ci/run`` start anything, installed with apt-get
 when the run can (root, or passwordless sudo), else named in one command within
 seconds, never found missing by minutes of failing tests.
@@ -145,7 +145,7 @@ def test_everything_present_exits_0_silently_and_installs_nothing(machine: Machi
 def test_a_missing_promtool_without_root_stops_within_seconds_naming_the_command(
     machine: Machine,
 ) -> None:
-    # The run the issue saw: `make test` on a machine without Debian's prometheus.
+    # The run that once went wrong: `make test` on a machine without Debian's prometheus.
     machine.tools(*JAR_TOOLS)
     machine.postgres()
     machine.uid(1000)

@@ -15,8 +15,8 @@ Layout of the data directory::
     <data_dir>/node-<id>/broker.log  what the JVM printed
     <data_dir>/node-<id>/logs/       the node's log directory (log.dirs)
 
-Every file and folder in it is ours alone (issue 37, finding 6: the log directories
-hold every tuple): the folders 0700, the files Floodgate writes 0600
+Every file and folder in it is ours alone (the log directories hold every
+tuple): the folders 0700, the files Floodgate writes 0600
 (:func:`pipeline.services.files.private_file`), and the JVMs (``StorageTool``, each
 node) run with umask 077, so what Kafka writes is 0600 too. An existing data folder
 that others can enter is set to 0700; one others can write to, or another user owns,

@@ -1,5 +1,5 @@
-"""The admission API refuses bad input cleanly and shows no secret (issue 26, findings 6,
-7, 8, 9 and 13), against `floodgate admission serve` in a process of its own (no Kafka
+"""The admission API refuses bad input cleanly and shows no secret, against
+`floodgate admission serve` in a process of its own (no Kafka
 intake): env values never shown; NUL bytes, '=' in env names, huge ids, NaN and
 loose booleans are 422 naming the field; the token is checked before a byte of the
 body is read and the body limit before it is parsed; an empty host is refused at start.
@@ -26,7 +26,7 @@ SECRET = "hunter2-do-not-show"
 
 
 def test_reads_show_env_names_never_their_values(serve: Callable[..., Service]) -> None:
-    """Finding 6: GET /requests/{id}, without a token, showed a completion step's env."""
+    """GET /requests/{id}, without a token, once showed a completion step's env."""
     service = serve()
     body = {
         "parts": [{"argv": ["true"], "env": {"PART_SECRET": SECRET}}],
@@ -59,7 +59,7 @@ def refused_fields(response: httpx.Response) -> list[list[object]]:
 def test_malformed_input_is_422_naming_the_field_and_nothing_is_stored(
     serve: Callable[..., Service],
 ) -> None:
-    """Findings 7 and 13: a NUL byte or '=' in an env name was a 500 (and a job RUNNING
+    """A NUL byte or '=' in an env name was once a 500 (and a job RUNNING
     with no process), ids beyond 2^63 and a NaN expected_s 500s, "no" a boolean."""
     service = serve()
     cases = {
@@ -110,9 +110,9 @@ def test_malformed_input_is_422_naming_the_field_and_nothing_is_stored(
 def test_the_token_is_checked_before_the_body_and_the_limit_before_parsing(
     serve: Callable[..., Service],
 ) -> None:
-    """Finding 9: bodies were read and parsed before the token was checked, with no
-    limit. Each refusal below comes while the client has sent (next to) none of the
-    body it announced: the server cannot have read it."""
+    """Bodies were once read and parsed before the token was checked, with no limit.
+    Each refusal below comes while the client has sent (next to) none of the body it
+    announced: the server cannot have read it."""
     service = serve(max_request_body_bytes=4096)
     announce = "POST /jobs HTTP/1.1\nHost: 127.0.0.1\nContent-Type: application/json\n"
     status, received = raw_request(service.url, f"{announce}Content-Length: 52428800\n", b"{")
@@ -153,7 +153,7 @@ def serve_command(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedPr
 def test_an_empty_or_invalid_host_is_refused_and_the_bound_address_is_logged(
     serve: Callable[..., Service], tmp_path: Path
 ) -> None:
-    """Finding 8: an empty host bound every interface while the log printed 127.0.0.1."""
+    """An empty host once bound every interface while the log printed 127.0.0.1."""
     for host in ("", "not a host"):
         ran = serve_command({"FLOODGATE__ADMISSION__HOST": host}, tmp_path)
         assert ran.returncode == 1, ran.stdout + ran.stderr

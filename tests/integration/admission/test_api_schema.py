@@ -1,4 +1,4 @@
-"""The admission API keeps to its own OpenAPI schema (issue 26): schemathesis sends
+"""The admission API keeps to its own OpenAPI schema: schemathesis sends
 generated requests -- valid ones and malformed ones -- to every operation of
 ``/openapi.json`` of a real `floodgate admission serve` (its own process, no Kafka
 intake), with the admission token, and checks that no answer is a 5xx and that every

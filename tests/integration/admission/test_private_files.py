@@ -1,6 +1,6 @@
-"""Issue 37, finding 4, as the service meets it: a symbolic link planted at the next
-job's log name (job ids are sequential, so the name is predictable) once received the
-job's output, and the file it named became 0600. The job now ends ERROR with the
+"""A symbolic link planted at the next job's log name, as the service meets it (job
+ids are sequential, so the name is predictable): it once received the job's output,
+and the file it named became 0600. The job now ends ERROR with the
 reason, and the file is left as it was."""
 
 from __future__ import annotations

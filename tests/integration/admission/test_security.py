@@ -1,4 +1,4 @@
-"""The admission service as an attacker on the same host would try it (issue 37): the
+"""The admission service as an attacker on the same host would try it: the
 request topic as a way around the token, a symlink on the allowlist as a way to other
 programs, a poison request to skip the ones after it, the deny-list's gaps, the token
 on the command line. `floodgate admission serve` in a process of its own, real jobs,
@@ -41,7 +41,7 @@ esac
 def test_an_allowlisted_symlink_runs_as_its_own_name_and_admits_no_other(
     serve: Callable[..., Service], tmp_path: Path
 ) -> None:
-    """Issue 37: the job ran the symlink's target with the target's name as argv[0]
+    """The job once ran the symlink's target with the target's name as argv[0]
     (the wrapper then ran argv[1], /usr/bin/touch), and every other symlink to the
     same file was admitted (201)."""
     marks, victim = tmp_path / "marks", tmp_path / "victim"
@@ -71,8 +71,8 @@ def test_an_allowlisted_symlink_runs_as_its_own_name_and_admits_no_other(
 def test_env_names_are_taken_from_the_allowlist_and_glibcs_unsafe_ones_never(
     serve: Callable[..., Service],
 ) -> None:
-    """Issue 37: GETCONF_DIR, LOCALDOMAIN, RES_OPTIONS, NIS_PATH, TZDIR, MALLOC_TRACE,
-    KRB5_CONFIG and SASL_PATH were accepted (201); a job could set any other name."""
+    """GETCONF_DIR, LOCALDOMAIN, RES_OPTIONS, NIS_PATH, TZDIR, MALLOC_TRACE, KRB5_CONFIG
+    and SASL_PATH were once accepted (201); a job could set any other name."""
     open_to_all = serve(job_env_allowlist=["*"])
     for name in (
         "GETCONF_DIR",
@@ -125,7 +125,7 @@ def test_the_cli_takes_the_token_from_a_file_and_refuses_it_in_argv(
 def test_the_intake_takes_only_signed_requests_and_a_poison_one_skips_no_other(
     serve: Callable[..., Service], bootstrap: str, run_id: str, tmp_path: Path
 ) -> None:
-    """Issue 37: an unsigned ``job_request`` ran as a job; a NUL byte in argv[0] raised
+    """An unsigned ``job_request`` once ran as a job; a NUL byte in argv[0] raised
     in the intake, and the rest of its batch was skipped and committed past; lane ''
     and expected_s = -1, which REST refuses, were stored."""
     from confluent_kafka import Producer
@@ -184,7 +184,7 @@ def test_the_intake_takes_only_signed_requests_and_a_poison_one_skips_no_other(
 def test_a_job_cannot_read_the_service_s_environment_through_proc(
     serve: Callable[..., Service],
 ) -> None:
-    """Issue 47, case 2: a job runs as the service's user, so it read
+    """A job runs as the service's user, so it once read
     ``/proc/<service pid>/environ`` -- the admission token with it. The service is
     now non-dumpable: the kernel refuses that file to its user's other processes. Root
     reads any ``/proc``, so the service runs as ``nobody`` here."""
@@ -209,9 +209,9 @@ def test_a_job_cannot_read_the_service_s_environment_through_proc(
 def test_reads_show_process_ids_and_hosts_only_with_the_token(
     serve: Callable[..., Service],
 ) -> None:
-    """Issue 47, part 2: ``GET /status`` published the leader's instance
-    (``<host>:<pid>:<random>``), and the jobs their ``pid`` and ``started_by``, to
-    anyone: the way to ``/proc/<pid>`` of case 2."""
+    """``GET /status`` once published the leader's instance (``<host>:<pid>:<random>``),
+    and the jobs their ``pid`` and ``started_by``, to anyone: the way to the
+    ``/proc/<pid>/environ`` of the test above."""
     service = serve()
     wait_for(lambda: service.call("GET", "/status").json()["leader"]["is_leader"], "the lead")
     job = service.submit(["true"], queueable=False)

@@ -79,8 +79,8 @@ def mode(path: str | Path) -> int:
 def test_a_job_env_naming_a_loader_or_interpreter_variable_is_refused_naming_it(
     serve: Callable[..., Service],
 ) -> None:
-    """Issue 26: PYTHONPATH, LD_PRELOAD, SPARK_HOME and PATH in a job's env ran code of
-    the submitter's choosing inside allowlisted programs."""
+    """PYTHONPATH, LD_PRELOAD, SPARK_HOME and PATH in a job's env once ran code of the
+    submitter's choosing inside allowlisted programs."""
     service = serve()
     for name in ("PYTHONPATH", "LD_PRELOAD", "SPARK_HOME", "PATH", "JAVA_TOOL_OPTIONS"):
         refused = service.call("POST", "/jobs", json={"argv": ["true"], "env": {name: "/tmp/x"}})
@@ -101,7 +101,7 @@ def test_a_job_env_naming_a_loader_or_interpreter_variable_is_refused_naming_it(
 def test_a_job_sees_the_built_environment_and_the_service_writes_private_files(
     serve: Callable[..., Service], tmp_path: Path
 ) -> None:
-    """Issue 26: every job inherited the service's environment, its token among them; the
+    """Every job once inherited the service's environment, its token among them; the
     job database and job logs were 0644."""
     service = serve(
         allowlist=["env"],
@@ -128,7 +128,7 @@ def test_a_job_sees_the_built_environment_and_the_service_writes_private_files(
 def test_a_job_whose_program_left_the_allowlist_is_not_started_after_a_restart(
     serve: Callable[..., Service],
 ) -> None:
-    """Issue 26: a job enqueued before its program was removed from the allowlist was
+    """A job enqueued before its program was removed from the allowlist was once
     started after the restart."""
     first = serve()
     assert first.call("POST", "/suspend").status_code == 200
@@ -147,7 +147,7 @@ def test_a_job_whose_program_left_the_allowlist_is_not_started_after_a_restart(
 def test_a_reused_pid_is_not_adopted_and_cancel_leaves_that_process_alone(
     serve: Callable[..., Service], tmp_path: Path
 ) -> None:
-    """Issue 26: a restart adopted any live process by its pid, and cancel then killed an
+    """A restart once adopted any live process by its pid, and cancel then killed an
     unrelated process that had reused it. Adoption checks the start time and command."""
     first = serve()
     job = first.submit([SLEEP, "300"], queueable=False)
@@ -204,7 +204,7 @@ def test_a_reused_pid_is_not_adopted_and_cancel_leaves_that_process_alone(
 def test_a_job_that_cannot_be_spawned_ends_as_error_not_running(
     serve: Callable[..., Service], tmp_path: Path
 ) -> None:
-    """Issue 26: a NUL byte reaching Popen gave a 500 and left the job RUNNING with no
+    """A NUL byte reaching Popen once gave a 500 and left the job RUNNING with no
     process. Stored straight into the queue: the API refuses such a job before that."""
     store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
     row: dict[str, Any] = {
@@ -297,7 +297,7 @@ def run_to_the_end(service: Service) -> None:
 def test_a_restart_keeps_enqueued_jobs_and_the_suspension_and_a_vanished_job_is_unknown(
     serve: Callable[..., Service],
 ) -> None:
-    """Issue 26: after POST /suspend and a restart, enqueued jobs used to start at once."""
+    """After POST /suspend and a restart, enqueued jobs used to start at once."""
     first = serve()
     running = first.submit([SLEEP, "60"], queueable=False)
     assert running["state"] == "RUNNING"

@@ -1,4 +1,4 @@
-"""The admission service killed with SIGKILL while it starts a job (issue 39): after a
+"""The admission service killed with SIGKILL while it starts a job: after a
 restart no job is lost and none runs twice.
 
 The kill lands at a failpoint of the scheduler (``FLOODGATE_FAILPOINT``): ``claimed``,

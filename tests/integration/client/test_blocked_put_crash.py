@@ -1,5 +1,5 @@
-"""A producer process killed with SIGKILL while its ``put(block=True)`` waits for room
-(issue 39): nothing of the blocked batch reaches the queue (a put is all or nothing),
+"""A producer process killed with SIGKILL while its ``put(block=True)`` waits for room:
+nothing of the blocked batch reaches the queue (a put is all or nothing),
 the ledger balances, and the queue's room comes back for the next producer.
 
 The room a producer counts is its own (the client's budget lives in the process; the

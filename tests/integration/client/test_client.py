@@ -339,7 +339,7 @@ def test_after_a_fatal_producer_error_the_held_tuples_come_back_and_puts_go_on(
 ) -> None:
     """A topic deleted and created again under a running idempotent producer: noida-db
     answers OUT_OF_ORDER_SEQUENCE_NUMBER, fatal in librdkafka, as after a broker that
-    lost its producer state (the soak, issue 8). The client reports what it held and
+    lost its producer state (found by the soak). The client reports what it held and
     goes on. (The trigger is noida-db's: Apache Kafka answers UNKNOWN_PRODUCER_ID and
     librdkafka bumps the producer's epoch instead, KIP-360; the next test.)"""
     config = small_queue(10_000)
@@ -517,7 +517,7 @@ def test_one_flight_given_in_any_accepted_form_has_one_key_and_one_partition(
     small_queue: Callable[..., QueryGroupConfig],
     open_input: Callable[..., StreamInput],
 ) -> None:
-    """Issue 26: epoch ms, an aware datetime, the same in another zone, a naive datetime
+    """Epoch ms, an aware datetime, the same in another zone, a naive datetime
     (UTC), integral floats and an Arrow timestamp column reach the broker as one key,
     one partition and one value, so the flight's tuples keep their order."""
     config = small_queue(1_000)
@@ -553,8 +553,8 @@ def test_a_truncating_float_a_bool_or_a_non_dict_is_refused_and_nothing_is_sent(
     small_queue: Callable[..., QueryGroupConfig],
     open_input: Callable[..., StreamInput],
 ) -> None:
-    """Issue 26: ``1400.7`` was written as 1400, ``True`` as 1, and a non-dict tuple
-    raised a bare TypeError."""
+    """``1400.7`` was once written as 1400, ``True`` as 1, and a non-dict tuple raised
+    a bare TypeError."""
     config = small_queue(1_000)
     stream_input = open_input(bootstrap, config, schemas)
     for bad, field in [
@@ -587,7 +587,7 @@ def test_a_stream_input_on_a_missing_topic_is_refused_and_the_topic_is_not_creat
     tmp_path: Any,
     open_input: Callable[..., StreamInput],
 ) -> None:
-    """Issue 26: the first read of the queue created the topic with the broker's default
+    """The first read of the queue once created the topic with the broker's default
     of 1 partition (the config says 4), and ensure_topics then kept it."""
     from confluent_kafka.admin import AdminClient
 

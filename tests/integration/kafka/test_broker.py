@@ -248,8 +248,8 @@ def test_a_resting_reader_stays_paused_until_a_transaction_is_committed_then_rea
 def test_ensure_topics_refuses_a_topic_with_fewer_partitions_than_configured(
     bootstrap: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 26: a topic auto-created with 1 partition was kept where the config asks
-    for 4. Fewer partitions are refused (growing them would re-map keys), naming the
+    """A topic auto-created with 1 partition was once kept where the config asks for
+    4. Fewer partitions are refused (growing them would re-map keys), naming the
     topic and both counts, and nothing of the call is created; more are kept, with a
     warning."""
     run = uuid.uuid4().hex[:8]

@@ -1,4 +1,4 @@
-"""Issue 37, finding 6: ``floodgate broker --data-dir`` under umask 022 left the data
+"""``floodgate broker --data-dir`` under umask 022 once left the data
 folder 0755 and its files 0644: every tuple, and every admission request with its
 job env values, readable by any user of the host. The broker of the run's engine
 (``noida-db`` on the normal pass, Apache Kafka on the Apache Kafka pass) now keeps

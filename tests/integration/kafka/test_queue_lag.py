@@ -1,4 +1,4 @@
-"""Lag in time (issue 7): the age of a queue's oldest unconsumed tuple, read by
+"""Lag in time: the age of a queue's oldest unconsumed tuple, read by
 :class:`pipeline.queues.age.QueueAge` from the record at the slowest consumer group's
 committed offset on a real broker, and from the BLOB that holds it once swept."""
 

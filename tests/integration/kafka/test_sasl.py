@@ -1,8 +1,8 @@
-"""Floodgate on a Kafka cluster that requires SASL/PLAIN (issue 26: ``[kafka] client``
-reaches every Kafka client Floodgate makes; the admission intake ignored it) and
-authorizes with ACLs (issue 37: only a principal with WRITE on the request topic
-reaches the admission queue; issue 47: only the service's principal, with READ on the
-intake's consumer group, joins it or commits its offsets).
+"""Floodgate on a Kafka cluster that requires SASL/PLAIN (``[kafka] client`` reaches
+every Kafka client Floodgate makes; the admission intake once ignored it) and
+authorizes with ACLs (only a principal with WRITE on the request topic reaches the
+admission queue; only the service's principal, with READ on the intake's consumer
+group, joins it or commits its offsets).
 
 Apache Kafka's own broker with a ``SASL_PLAINTEXT`` listener (PLAIN mechanism; the
 KRaft controller listener stays PLAINTEXT), started once for this module. A client
@@ -172,13 +172,13 @@ def group_refusal(bootstrap: str, client: dict[str, Any], group: str, topic: str
 def test_only_a_principal_with_write_on_the_request_topic_reaches_the_admission_queue(
     sasl_cluster: ApacheKafkaCluster, serve: Callable[..., Service], run_id: str
 ) -> None:
-    """Issue 37: the request topic was a way around the admission token. On a cluster
+    """The request topic was once a way around the admission token. On a cluster
     with SASL and ACLs (StandardAuthorizer) the broker refuses a request from a
     principal without WRITE on the topic, even one signed with the intake key; the
     intake, with its own principal in ``admission.kafka_client``, takes the
     requester's and publishes its events.
 
-    Issue 47: with READ on the intake's consumer group for the service's principal
+    With READ on the intake's consumer group for the service's principal
     only, the requester can neither join the group nor commit an offset for it
     (``GROUP_AUTHORIZATION_FAILED``), so it cannot make the intake read a request
     again; the service's own offset stays."""

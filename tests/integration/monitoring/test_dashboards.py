@@ -1,4 +1,4 @@
-"""Every Grafana panel shows data from a real stack (issue 7; README, "Monitoring
+"""Every Grafana panel shows data from a real stack (README, "Monitoring
 (Prometheus)").
 
 The demo's services run as the docker-compose stack runs them, each its own process

@@ -1,4 +1,4 @@
-"""The tuple ledger on a real broker (issue 8, part 1): ``floodgate audit`` balances a
+"""The tuple ledger on a real broker: ``floodgate audit`` balances a
 drained query group with a dead letter and a backlog, names the tuples that retention
 deleted before any query read them, and the sweeper exports them as
 ``floodgate_ledger_unaccounted_tuples``."""

@@ -140,7 +140,7 @@ def _alive(process: subprocess.Popen[bytes], log_path: Path) -> bool:
 def test_the_query_group_status_shows_spark_secrets_redacted(
     driver: Driver, known: Secrets
 ) -> None:
-    """Issue 47, case 1: ``GET /status`` is open to anyone who reaches the port; and a
+    """``GET /status`` is open to anyone who reaches the port; and a
     holder of the control token sees no secret either."""
     open_read = httpx.get(f"{driver.url}/status", timeout=10)
     assert open_read.status_code == 200

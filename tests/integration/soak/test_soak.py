@@ -1,4 +1,4 @@
-"""The soak's short mode (issues 8, 39): the whole stack -- the broker, admission
+"""The soak's short mode: the whole stack -- the broker, admission
 service, the flights query group's driver as an admission job, sweeper, a producer
 offering twice the service rate, a reception consumer -- with each fault of the chaos
 loop injected once: ``kill -9`` of the driver and of the sweeper, a broker restart on

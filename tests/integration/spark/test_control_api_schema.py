@@ -1,4 +1,4 @@
-"""The query group's control endpoint keeps to its own OpenAPI schema (issue 26):
+"""The query group's control endpoint keeps to its own OpenAPI schema:
 schemathesis sends generated requests to every operation of
 ``/openapi.json``, with the control token, and checks that no answer is a 5xx and
 every status code, header and body is the one the schema documents. It also sends

@@ -1,4 +1,4 @@
-"""Issue 37, finding 7: a control folder others can write to was used as is, and a
+"""A control folder others can write to was once used as is, and a
 control file another user planted there was trusted: ``floodgate query-group stop``
 sent the control token to the URL it named, and admission read "driver heaps" from it.
 
@@ -244,7 +244,7 @@ def test_admission_reads_no_driver_heap_from_an_untrusted_control_file(
 
 # -- a control file whose endpoint is not the driver that wrote it -----------------
 #
-# Issue 47, case 5: a driver killed with SIGKILL leaves its control file behind;
+# A driver killed with SIGKILL leaves its control file behind;
 # whoever binds the port it names next got the control token from `floodgate
 # query-group stop`, and admission read heaps from it. Here the recorder plays the
 # one who bound the port: it cannot read the file's identity key.
@@ -360,7 +360,7 @@ def test_a_control_folder_others_can_write_is_refused_when_the_group_serves(
 def test_a_control_folder_under_a_parent_others_can_write_is_refused_naming_the_parent(
     run_id: str, tmp_path: Path, loose_dir: Path
 ) -> None:
-    """Issue 47, case 11: only the control folder was checked, not the folders above."""
+    """Only the control folder was once checked, not the folders above."""
     folder = loose_dir / "run"
     folder.mkdir(mode=0o700)
     raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)

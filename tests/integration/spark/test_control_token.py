@@ -1,6 +1,6 @@
 """The query group's control endpoint needs its control token for every call that
-changes state (issue 26, finding 10: anyone who could reach ``/stop`` or ``/release``
-stopped or released the group).
+changes state (anyone who could reach ``/stop`` or ``/release`` once stopped or
+released the group).
 
 A real :class:`~pipeline.spark.query_group.QueryGroup` (not started: no Spark, no broker)
 behind the real :class:`~pipeline.spark.control.ControlServer` on a loopback port; the
@@ -148,7 +148,7 @@ def test_an_unusable_token_in_the_environment_is_refused_naming_the_variable(
 def test_the_status_shows_where_the_driver_and_executors_run_only_with_the_token(
     served: ControlServer, group: QueryGroup, spark: Any
 ) -> None:
-    """Issue 47, part 2: hosts and ports were shown to whoever reached ``/status``."""
+    """Hosts and ports were once shown to whoever reached ``/status``."""
     group._spark = spark  # the suite's session: the group's own start needs a broker
     driver_host = spark.sparkContext.getConf().get("spark.driver.host")
 

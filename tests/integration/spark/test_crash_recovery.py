@@ -114,7 +114,7 @@ def test_kill_9_mid_transaction_with_its_records_sent_then_restart_writes_each_o
     tmp_path: Path,
     produce: Any,
 ) -> None:
-    """Issue 39: the driver killed between the first produce and the commit of batch 2,
+    """The driver killed between the first produce and the commit of batch 2,
     its 250 records acknowledged by the broker in the open transaction. The restarted
     driver's producer (same ``transactional.id``) aborts that transaction and writes the
     batch again: a ``read_committed`` reader sees each tuple once, reads every partition

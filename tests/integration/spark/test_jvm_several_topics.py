@@ -1,5 +1,5 @@
-"""The JVM source (``floodgate_kafka``) over several topics (issue 40,
-docs/reference/spark-kafka-options.md): with ``subscribePattern`` a topic created
+"""The JVM source (``floodgate_kafka``) over several topics
+(docs/reference/spark-kafka-options.md): with ``subscribePattern`` a topic created
 after the query started is read from its first offset, as Spark's Kafka source reads
 one; the source's own dead-letter topic, which the pattern matches too, is never read;
 a dead letter from the second topic names it; the consumer group holds a commit per

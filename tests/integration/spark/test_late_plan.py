@@ -1,6 +1,6 @@
 """Which queries drop late tuples, read from plans Spark's own SQL parser makes: only an
 aggregation over an event-time window of one watermarked stream gets the source's
-lateness rule (issue 8), with the window's duration, slide and start."""
+lateness rule, with the window's duration, slide and start."""
 
 from __future__ import annotations
 

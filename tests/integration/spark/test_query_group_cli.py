@@ -138,7 +138,7 @@ def test_status_release_and_stop_reach_a_running_driver_by_name(
 def test_the_driver_s_spark_jvm_inherits_no_control_token(
     bootstrap: str, run_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 47, part 2: PySpark starts the JVM with a copy of the driver's environment,
+    """PySpark starts the JVM with a copy of the driver's environment,
     so ``FLOODGATE_CONTROL_TOKEN`` was readable in ``/proc/<jvm pid>/environ``, by any
     process of the user (the JVM is dumpable). ``floodgate run`` takes it out of its
     environment once read and still holds it: the CLI stops the group with it."""

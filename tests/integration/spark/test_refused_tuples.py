@@ -1,5 +1,5 @@
 """Tuples that decode but must not reach the queries go to the dead-letter topic with their
-reason (issue 8, bad input): a record without a key on a keyed stream, an event time far
+reason: a record without a key on a keyed stream, an event time far
 ahead of its record's timestamp (which would move the watermark on), and -- for the
 query that aggregates over event-time windows, the one that would drop it -- an event
 time whose window closed before the watermark. Nothing else is lost or blocked, and

@@ -1,6 +1,6 @@
 """One query text, the same options, two sources: Spark's own Kafka connector
 (``format("kafka")``, the JVM connector from Maven Central) and Floodgate's
-(``format("floodgate_kafka")``) read the same topic to the same rows (issue 29).
+(``format("floodgate_kafka")``) read the same topic to the same rows.
 
 The versions differ, on purpose: the project runs pyspark 4.3.0, and Maven Central
 serves ``spark-sql-kafka-0-10_2.13`` only up to 4.2.0

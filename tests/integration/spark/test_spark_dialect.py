@@ -1,5 +1,5 @@
-"""The ``floodgate_kafka`` source read with Spark's Kafka source options alone (issue
-29): ``kafka.bootstrap.servers``, ``subscribe``, ``startingOffsets`` as Spark's JSON,
+"""The ``floodgate_kafka`` source read with Spark's Kafka source options alone:
+``kafka.bootstrap.servers``, ``subscribe``, ``startingOffsets`` as Spark's JSON,
 ``maxOffsetsPerTrigger``, ``includeHeaders``, ``failOnDataLoss``; and Spark's columns
 ``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``,
 ``timestampType``, ``headers``. The same query against Spark's own connector is

@@ -352,7 +352,7 @@ def test_a_sweeper_killed_during_a_write_leaves_a_consistent_catalog_and_loses_n
     path = tmp_path / "group.toml"
     path.write_text(tomli_w.dumps(queue.model_dump(mode="json", by_alias=True, exclude_none=True)))
     blob_dir = tmp_path / "blobs"
-    # Files the sweeper did not write (finding 5: recovery deleted them).
+    # Files the sweeper did not write (its recovery once deleted them).
     blob_dir.mkdir()
     notes = blob_dir / "operator-notes.txt"
     notes.write_text("do not delete\n")
@@ -625,7 +625,7 @@ def _damaged_blob_of(
 ) -> tuple[str, Blob]:
     """300 tuples in a swept output stream's partition 0, its reception group at 50,
     ``[50, 100)`` swept into a registered BLOB (as the sweeper writes and registers
-    one) whose value of tuple 70 then has a flipped byte (issue 26, finding 3)."""
+    one) whose value of tuple 70 then has a flipped byte."""
     topic = config.output_streams["flights_copy"].topic
     ensure_topics(bootstrap, {topic: (1, 1)})
     codec = StreamCodec("flights_copy", schemas.get("flight"), schemas)
@@ -667,10 +667,10 @@ def test_a_reception_reading_a_damaged_blob_fails_and_commits_nothing_past_it(
     tmp_path: Path,
     flights: list[dict[str, Any]],
 ) -> None:
-    """Issue 26, finding 3: a flipped byte in a swept value was returned as an altered
-    tuple. Now the reception's get raises a DataLossError naming the BLOB, the
-    partition and the offsets, again on every later get, and the group's committed
-    offset stays where the BLOB starts."""
+    """A flipped byte in a swept value was once returned as an altered tuple. Now the
+    reception's get raises a DataLossError naming the BLOB, the partition and the
+    offsets, again on every later get, and the group's committed offset stays where
+    the BLOB starts."""
     config = swept_group(run_id, tmp_path, output={"swept": True, "reception_groups": [run_id]})
     topic, blob = _damaged_blob_of(bootstrap, schemas, run_id, flights, config, tmp_path / "b")
     admin = AdminClient({"bootstrap.servers": bootstrap})

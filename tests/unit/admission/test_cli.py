@@ -29,7 +29,7 @@ def test_a_missing_job_id_is_a_usage_error() -> None:
 
 
 def test_a_token_on_the_command_line_is_refused_naming_both_other_ways() -> None:
-    """Issue 37: ``--token`` put the admission token in argv, where ps shows it."""
+    """``--token`` once put the admission token in argv, where ps shows it."""
     result = runner.invoke(app, ["cancel", "1", "--token", "s3cret", "--url", "http://127.0.0.1:1"])
 
     assert result.exit_code == 2

@@ -96,7 +96,7 @@ def test_kafka_client_may_not_set_what_the_intake_owns_naming_the_key(
     ],
 )
 def test_the_token_from_the_environment_is_taken_as_written(token: str) -> None:
-    # Issue 26: the token was parsed as TOML ('"quoted"' lost its quotes, '12345'
+    # The token was once parsed as TOML ('"quoted"' lost its quotes, '12345'
     # became an int and was refused).
     settings = load_admission_config(CONFIG, env={"FLOODGATE__ADMISSION__TOKEN": token})
     assert settings.token is not None and settings.token.get_secret_value() == token
@@ -137,7 +137,7 @@ def test_the_request_body_limit_defaults_to_one_mib_and_must_be_positive() -> No
 def test_the_request_intake_is_off_by_default_and_refused_on_without_its_key(
     tmp_path: Path,
 ) -> None:
-    """Issue 37: with a cluster named, the intake read unauthenticated requests."""
+    """With a cluster named, the intake once read unauthenticated requests."""
     env = {**TOKEN, "FLOODGATE_KAFKA_BOOTSTRAP": "127.0.0.1:9092"}
     assert load_admission_config(CONFIG, env=env).intake is False
     on = {**env, "FLOODGATE__ADMISSION__INTAKE": "true"}
@@ -159,7 +159,7 @@ def write_program(path: Path) -> Path:
 
 
 def test_an_allowlisted_symlink_admits_its_own_name_only(tmp_path: Path) -> None:
-    """Issue 37: every symlink to an allowlisted file was admitted, and the job ran the
+    """Every symlink to an allowlisted file was once admitted, and the job ran the
     file the symlink pointed to with that file's name as argv[0]."""
     wrapper = write_program(tmp_path / "lib" / "wrapper")
     (tmp_path / "bin").mkdir()

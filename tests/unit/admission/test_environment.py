@@ -1,5 +1,5 @@
 """A job's environment is built from a base set and the job's own ``env``, minus a
-deny-list (issue 26): nothing of the service's own environment leaks into it."""
+deny-list: nothing of the service's own environment leaks into it."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def test_docs_admission_lists_every_denied_name_and_prefix() -> None:
 
 
 #: glibc's list of variables unsafe for a privileged program (unsecvars.h), and the
-#: variables that make Kerberos or SASL load plug-ins: issue 37 found eight accepted.
+#: variables that make Kerberos or SASL load plug-ins: eight of them were once accepted.
 GLIBC_UNSAFE = (
     "GCONV_PATH",
     "GETCONF_DIR",

@@ -1,5 +1,5 @@
 """Job processes and the job store, with real processes and real files: a job's
-process is adopted after a restart only when it is still the job's (issue 26), and
+process is adopted after a restart only when it is still the job's, and
 what the service writes is private (0600 files, 0700 folders, never through a
 symbolic link; a log folder others can change is refused)."""
 
@@ -118,8 +118,8 @@ def test_job_logs_are_0600_in_a_0700_folder(tmp_path: Path) -> None:
 
 
 def test_a_symlink_planted_at_the_next_job_s_log_is_not_followed(tmp_path: Path) -> None:
-    """Issue 37, finding 4: a symbolic link at ``<log_dir>/<next id>.log`` sent the job's
-    output into the file it named, and set that file to 0600."""
+    """A symbolic link at ``<log_dir>/<next id>.log`` once sent the job's output into the
+    file it named, and set that file to 0600."""
     runner = ProcessRunner(tmp_path / "logs")
     target = tmp_path / "someone-else-s.txt"
     target.write_text("kept\n")
@@ -142,7 +142,7 @@ def test_a_symlink_planted_at_the_next_job_s_log_is_not_followed(tmp_path: Path)
 def test_a_log_folder_others_can_change_is_refused_before_anything_is_written(
     tmp_path: Path, folder_mode: int, owner: str | None
 ) -> None:
-    """Issue 37, finding 4: the service only warned of a log folder others could enter,
+    """The service once only warned of a log folder others could enter,
     and used one they could write to (where they plant the link above)."""
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -238,7 +238,7 @@ def test_a_flag_outlives_the_store(tmp_path: Path) -> None:
 def test_a_log_folder_under_a_parent_others_can_change_is_refused_naming_the_parent(
     tmp_path: Path, parent_mode: int, owner: str | None
 ) -> None:
-    """Issue 47, case 11: a 0700 log folder under a 0777 one was used; whoever can write
+    """A 0700 log folder under a 0777 one was once used; whoever can write
     to the parent renames the log folder away and puts a symbolic link in its place, and
     the jobs' logs go where the link points."""
     shared = tmp_path / "shared"

@@ -1,4 +1,4 @@
-"""``floodgate sweeper blobs --verify`` (issue 26, finding 3): every registered BLOB
+"""``floodgate sweeper blobs --verify``: every registered BLOB
 checked against its catalog row, exit code 1 when one is damaged. No broker."""
 
 from __future__ import annotations

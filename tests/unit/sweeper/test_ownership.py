@@ -1,4 +1,4 @@
-"""The sweeper touches only its own (security issue, finding 5), no broker: a sweeper
+"""The sweeper touches only its own, no broker: a sweeper
 of no query groups, its catalog and its BLOB directory.
 
 Found at 88f3718: ``Sweeper.recover()`` deleted every file of ``blob_dir`` its catalog

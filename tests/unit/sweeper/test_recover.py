@@ -1,5 +1,5 @@
-"""The sweeper's start seals the BLOBs a catalog made before checksums holds (issue
-26, finding 3): each is read whole and checked first; a damaged one is reported
+"""The sweeper's start seals the BLOBs a catalog made before checksums holds: each
+is read whole and checked first; a damaged one is reported
 (``FG-SWP-007``, ``floodgate_sweeper_damaged_blobs_total``) and left unsealed. No
 broker: a sweeper of no query groups touches none until it cycles."""
 

@@ -3,7 +3,7 @@ address of its own (``conftest.py``), a partition a silent blackhole of the netw
 hub (``netns.py``), while the ``flights`` query group runs in the test session's
 SparkSession and a producer writes through the back-pressure client.
 
-The cases (issue 39, item 1), on one 3-node cluster (replication factor 3,
+The cases, on one 3-node cluster (replication factor 3,
 ``min.insync.replicas=2``):
 
 (a) the driver cut from every broker for less than any timeout of its clients

@@ -52,7 +52,7 @@ def test_run_without_any_cluster_says_how_to_name_one(tmp_path: Path) -> None:
 
 
 def test_run_refuses_an_empty_control_token_naming_the_variable_before_spark_starts() -> None:
-    """Issue 26: an empty ``FLOODGATE_CONTROL_TOKEN`` must never mean "no token"."""
+    """An empty ``FLOODGATE_CONTROL_TOKEN`` must never mean "no token"."""
     result = runner.invoke(
         app,
         ["run", str(ROOT / "conf" / "flights.toml"), "--bootstrap", "127.0.0.1:1"],
@@ -64,7 +64,7 @@ def test_run_refuses_an_empty_control_token_naming_the_variable_before_spark_sta
 
 
 def test_produce_refuses_an_empty_metrics_host_before_connecting() -> None:
-    """Issue 26, finding 8: an empty host would bind every interface."""
+    """An empty host would bind every interface."""
     result = runner.invoke(
         app,
         [

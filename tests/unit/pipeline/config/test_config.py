@@ -432,7 +432,7 @@ def test_a_swept_output_stream_needs_the_sweep_catalog(raw: dict[str, Any]) -> N
 def test_a_key_field_not_in_the_schema_is_refused_at_load(
     raw: dict[str, Any], kind: str, stream: str, key: str, value: Any
 ) -> None:
-    """Issue 26: accepted, such a key made every put fail with a NullKeyError blaming
+    """Accepted, such a key would make every put fail with a NullKeyError blaming
     the tuples. The error names the key, the field and the schema's fields."""
     raw[kind][stream][key] = value
     if key == "timestamp_field":
@@ -454,7 +454,7 @@ def test_key_fields_of_the_schema_are_accepted(raw: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("host", ["", "not a host", "999.1.1.1"])
 def test_an_empty_or_invalid_metrics_host_is_refused(raw: dict[str, Any], host: str) -> None:
-    """uvicorn binds an empty host to every interface (issue 26, finding 8)."""
+    """uvicorn binds an empty host to every interface."""
     raw["query_group"]["metrics_host"] = host
     error = refused(raw)
     assert error.key == "query_group.metrics_host"

@@ -1,4 +1,4 @@
-"""The hanging-transaction watch (issue 8): how long an output stream partition's last
+"""The hanging-transaction watch: how long an output stream partition's last
 stable offset has stayed unmoved below its high watermark."""
 
 from __future__ import annotations

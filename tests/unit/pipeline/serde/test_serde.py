@@ -447,7 +447,7 @@ def _representations(ms: int, micros: int, offset_min: int) -> list[Any]:
 def test_one_instant_in_any_accepted_form_has_one_key_and_one_encoding(
     ms: int, micros: int, offset_min: int
 ) -> None:
-    """Issue 26: an aware datetime, a naive one (UTC), another zone's, epoch ms as an
+    """An aware datetime, a naive one (UTC), another zone's, epoch ms as an
     int or an integral float: one Kafka key and one value, so one partition and the
     per-key order kept."""
     codec = _flight_codec()

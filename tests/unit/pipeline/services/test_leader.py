@@ -43,7 +43,7 @@ def test_services_have_distinct_stable_lock_keys() -> None:
 
 
 def test_the_sqlite_lock_file_is_its_owners_alone(tmp_path: Path) -> None:
-    """The ``<database>.leader`` lock file is 0600 like the database (issue 26)."""
+    """The ``<database>.leader`` lock file is 0600 like the database."""
     previous = os.umask(0)
     try:
         election = LeaderElection(f"sqlite:///{tmp_path / 'state.db'}", "sweeper").start()

@@ -1,4 +1,4 @@
-"""A service keeps its memory and secrets to itself (issue 47, part 2): which of its
+"""A service keeps its memory and secrets to itself: which of its
 variables are secrets, and the dumpable flag, read back from the kernel in a process of
 its own."""
 

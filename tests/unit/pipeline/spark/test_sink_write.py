@@ -1,4 +1,4 @@
-"""KafkaTransactionalSink.write's tuples, and its former keyword ``rows`` (issue 41).
+"""KafkaTransactionalSink.write's tuples, and its former keyword ``rows``.
 
 No broker: ``write`` runs on a stand-in sink whose transaction only keeps what it
 was given, so what is checked is how the tuples are taken and encoded.

@@ -1,4 +1,4 @@
-"""BLOB integrity (issue 26, finding 3), no broker: a registered BLOB is read only if
+"""BLOB integrity, no broker: a registered BLOB is read only if
 it is what the sweeper wrote -- its size and SHA-256 as the catalog recorded them,
 its offsets strictly increasing inside the registered range, from the recorded first
 to the recorded last, as many as recorded. Anything else is a ``DataLossError``

@@ -214,7 +214,7 @@ def test_an_avro_file_of_other_records_is_not_read_as_a_blob(tmp_path: Path) -> 
 
 def test_blobs_and_the_catalog_are_their_owners_alone(tmp_path: Path) -> None:
     """BLOBs hold producers' tuples: 0600 in a folder made 0700, and the SQLite
-    catalog likewise, whatever the umask lets through (issue 26, finding 6)."""
+    catalog likewise, whatever the umask lets through."""
     previous = os.umask(0)  # what would make every file world-readable and writable
     try:
         blob = tmp_path / "blobs" / "t" / "b.avro"
