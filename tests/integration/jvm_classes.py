@@ -7,9 +7,10 @@ classes of Spark's jars before its first micro-batch. A dynamic CDS archive (JDK
 instead. The archive is made once per machine (about half a minute), under
 ``~/.cache/floodgate/cds``, by a short driver that runs a streaming aggregation and a
 batch job, and named after what it depends on: the ``java`` binary, PySpark's version
-and the jars it ships. A JVM that finds it unusable (another JDK build) starts without
-it (``-Xshare:auto``). Nothing of Floodgate changes: :func:`submit_args` goes into
-``PYSPARK_SUBMIT_ARGS``, which PySpark's launch of a driver's JVM reads, as a user's
+and the jars it ships, by path. A JVM that finds it unusable (another JDK build,
+another class path) starts without it (``-Xshare:auto``), silently. Nothing of
+Floodgate changes: :func:`submit_args` goes into ``PYSPARK_SUBMIT_ARGS``, which
+PySpark's launch of a driver's JVM reads, as a user's
 ``spark.driver.defaultJavaOptions`` would.
 
 Run as ``python -m tests.integration.jvm_classes PATH``: the driver that writes the
@@ -57,10 +58,12 @@ def archive_path() -> Path | None:
     java = _java()
     if java is None:
         return None
-    jars = Path(pyspark.__file__).parent / "jars"
+    jars = (Path(pyspark.__file__).parent / "jars").resolve()
     key = hashlib.sha256()
     stat = java.stat()
-    key.update(f"{java}:{stat.st_size}:{stat.st_mtime_ns}:{pyspark.__version__}".encode())
+    # The JVM checks the archive against the class path it was made with, by path: each
+    # virtualenv (a clone's, the deployment tests' fresh one) needs its own.
+    key.update(f"{java}:{stat.st_size}:{stat.st_mtime_ns}:{pyspark.__version__}:{jars}".encode())
     for jar in sorted(jars.glob("*.jar")):
         key.update(f"{jar.name}:{jar.stat().st_size}".encode())
     return ARCHIVE_DIR / f"spark-driver-{key.hexdigest()[:16]}.jsa"
@@ -101,7 +104,12 @@ def ensure_archive() -> Path | None:
 
 def submit_args(archive: Path) -> str:
     """``PYSPARK_SUBMIT_ARGS`` that start a driver's JVM on ``archive``."""
-    option = f"{DEFAULT_JAVA_OPTIONS}=-XX:SharedArchiveFile={archive} -Xshare:auto"
+    # A JVM of another class path (the deployment tests' virtualenv) cannot use it and
+    # starts as it would without: its "unable to use shared archive" warning is silenced.
+    option = (
+        f"{DEFAULT_JAVA_OPTIONS}=-XX:SharedArchiveFile={archive} -Xshare:auto"
+        " -Xlog:cds=off,cds+dynamic=off"
+    )
     return f"--conf {shlex.quote(option)} pyspark-shell"
 
 
