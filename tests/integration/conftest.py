@@ -95,7 +95,7 @@ def pytest_report_header() -> str:
 @pytest.fixture(scope="session", autouse=True)
 def jvm_class_data() -> Iterator[Path | None]:
     """The Spark drivers of the run start on a class-data-sharing archive
-    (:mod:`tests.integration.jvm_classes`), made once per machine: each JVM maps
+    (:mod:`tests.integration.jvm_classes`), made once per virtualenv: each JVM maps
     Spark's classes instead of loading them. Unless ``PYSPARK_SUBMIT_ARGS`` is set
     already (the user's, left alone) or ``FLOODGATE_TEST_CDS=0``."""
     if "PYSPARK_SUBMIT_ARGS" in os.environ or os.environ.get("FLOODGATE_TEST_CDS") == "0":

@@ -4,7 +4,7 @@ Most of an integration test's time is Spark drivers starting: ``floodgate run``
 processes, the shared SparkSession, probes. Each JVM loads and verifies some 20 000
 classes of Spark's jars before its first micro-batch. A dynamic CDS archive (JDK 13+,
 ``-XX:ArchiveClassesAtExit``, then ``-XX:SharedArchiveFile``) maps them from one file
-instead. The archive is made once per machine (about half a minute), under
+instead. The archive is made once per virtualenv (about half a minute), under
 ``~/.cache/floodgate/cds``, by a short driver that runs a streaming aggregation and a
 batch job, and named after what it depends on: the ``java`` binary, PySpark's version
 and the jars it ships, by path. A JVM that finds it unusable (another JDK build,
