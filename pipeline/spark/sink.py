@@ -239,10 +239,10 @@ def _bounded(what: str, call: Callable[..., Any], *args: Any) -> None:
     Why: librdkafka 2.16 does not always honour the timeout it is given.
     ``send_offsets_to_transaction`` waited for ever (measured: over 10 minutes, with a
     60 s timeout) after the broker that was its group coordinator was killed and
-    restarted: the coordinator request's own timeout is never checked (librdkafka
-    issue 5456), and a coordinator that left the metadata is never looked up again
-    (librdkafka issue 5511). The call's thread is left to it; the caller drops the producer,
-    and the next producer's ``init_transactions`` fences it.
+    restarted: librdkafka never checks the coordinator request's own timeout, and never
+    looks up again a coordinator that left the metadata (both reported to librdkafka).
+    The call's thread is left to it; the caller drops the producer, and the next
+    producer's ``init_transactions`` fences it.
 
     Raises:
         _StuckCall: the call did not return within :data:`STUCK_AFTER_S`.
@@ -578,7 +578,7 @@ class KafkaTransactionalSink:
                 return
             if self._broker_lost_since_commit and self._committed_once:
                 # A broker went away since the last commit: a new producer, so that no
-                # coordinator cached before the loss is asked (librdkafka issue 5511:
+                # coordinator cached before the loss is asked (librdkafka's
                 # send_offsets_to_transaction waited for ever on a coordinator that
                 # had left the metadata and come back).
                 self._renew_producer(batch_id, attempt, "since the last commit")
