@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
 # private_file is imported from here by callers of old (pipeline.swept.blob).
-from pipeline.services.files import private_file
+from pipeline.services.files import private_file, restrict_file
 
 
 def create_database_engine(url: str, **kwargs: Any) -> Engine:
@@ -47,11 +47,13 @@ def create_database_engine(url: str, **kwargs: Any) -> Engine:
 
 
 def private_sqlite_file(url: str) -> None:
-    """Create a SQLite database file 0600 in a folder created 0700, or set an existing
-    file (and the WAL, shared-memory and journal files an earlier run left) to 0600,
-    each through :func:`~pipeline.services.files.private_file` (never through a
-    symbolic link). SQLite gives the files it creates later the database file's mode.
-    Other URLs: nothing to do (the database server owns its files).
+    """Create a SQLite database file 0600 in a folder created 0700
+    (:func:`~pipeline.services.files.private_file`), or set an existing file (and the
+    WAL, shared-memory and journal files an earlier run left) to 0600 without opening
+    them for I/O (:func:`~pipeline.services.files.restrict_file`: a connection of this
+    process to the same file keeps its locks), never through a symbolic link. SQLite
+    gives the files it creates later the database file's mode. Other URLs: nothing to
+    do (the database server owns its files).
 
     Raises:
         UntrustedFileError: one of the files is a symbolic link, not a regular file, or
@@ -61,10 +63,13 @@ def private_sqlite_file(url: str) -> None:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return
-    os.close(private_file(parsed.database))
+    try:
+        restrict_file(parsed.database)
+    except FileNotFoundError:
+        os.close(private_file(parsed.database))  # new: no connection can hold it yet
     for suffix in ("-wal", "-shm", "-journal"):
         with contextlib.suppress(FileNotFoundError):
-            os.close(private_file(f"{parsed.database}{suffix}", create=False))
+            restrict_file(f"{parsed.database}{suffix}")
 
 
 def create_tables(metadata: MetaData, engine: Engine) -> None:

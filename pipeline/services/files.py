@@ -8,6 +8,8 @@ planted or swapped is refused.
   ``O_NOFOLLOW``, so a symbolic link planted at the name is refused, never followed
   (a job's output once went to whatever file ``<log_dir>/<next id>.log`` pointed at,
   and that file became 0600); ``O_EXCL`` when the file must be new.
+* :func:`restrict_file` makes a file that exists 0600 without opening it for reading
+  or writing (the SQLite files a connection of this process may hold locks on).
 * :func:`write_private_text` replaces a whole file atomically through a new
   :func:`private_file` beside it.
 * :func:`private_dir` makes a folder 0700, or checks one that exists: a folder another
@@ -156,6 +158,45 @@ def private_file(
         os.close(fd)
         raise
     return fd
+
+
+def restrict_file(path: Path | str) -> None:
+    """Set ``path``, a file that exists, to mode 0600 with the checks of
+    :func:`private_file`, through an ``O_PATH`` descriptor: one that opens the file for
+    neither reading nor writing.
+
+    Why not :func:`private_file`: a process's POSIX record locks on a file are all
+    released when it closes *any* descriptor of that file (fcntl(2)), and SQLite's
+    locks are such locks. Opening and closing a database file, or its ``-shm`` file,
+    that a connection of this process holds would drop that connection's locks:
+    another process then takes the database for unused, truncates the ``-shm`` file
+    this process has mapped (SIGBUS on its next read), or checkpoints and deletes the
+    WAL this process still writes to (its writes lost). Closing an ``O_PATH``
+    descriptor releases no lock (Linux skips ``locks_remove_posix`` for it); the mode
+    is set through ``/proc/self/fd``. Where there is no ``O_PATH`` (not Linux), the
+    file is opened as :func:`private_file` opens it.
+
+    Raises:
+        FileNotFoundError: nothing is at ``path``.
+        UntrustedFileError: it is a symbolic link, not a regular file, or another
+            user's; its mode is left as it was.
+    """
+    path = Path(path)
+    o_path = getattr(os, "O_PATH", None)
+    if o_path is None:
+        os.close(private_file(path, create=False))
+        return
+    fd = os.open(path, o_path | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)  # of the link itself, when one is at the name (O_NOFOLLOW)
+        problem = _problem(st, writable_by_others=True)
+        if problem is not None:
+            if stat.S_ISLNK(st.st_mode):
+                _refuse_link(path, OSError(errno.ELOOP, "a symbolic link"), "opened")
+            raise _untrusted(path, st, problem, "opened")
+        os.chmod(f"/proc/self/fd/{fd}", PRIVATE_FILE_MODE)
+    finally:
+        os.close(fd)
 
 
 def write_private_text(path: Path | str, text: str) -> None:
