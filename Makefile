@@ -8,6 +8,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# pytest; when it dies on a signal (a crash in native code), the Python stack of the
+# thread that crashed is printed last (scripts/pytest-or-crash, tests/crash_report.py).
+PYTEST := scripts/pytest-or-crash $(BIN)/python -m pytest
 
 .PHONY: jar test-jvm demo test test-unit test-integration test-apache-kafka test-soak \
 	system-deps-demo system-deps-test system-deps-test-integration \
@@ -61,32 +64,32 @@ demo: system-deps-demo $(STAMP) $(JAR)
 # On the embedded broker whatever else the machine has: a Docker engine (as
 # test-compose starts one) would otherwise be tried first, through testcontainers.
 test: system-deps-test $(STAMP) $(JAR) test-jvm
-	FLOODGATE_KAFKA_ENGINE=$${FLOODGATE_KAFKA_ENGINE:-noida-db} $(BIN)/python -m pytest $(ARGS)
+	FLOODGATE_KAFKA_ENGINE=$${FLOODGATE_KAFKA_ENGINE:-noida-db} $(PYTEST) $(ARGS)
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit $(ARGS)
+	$(PYTEST) tests/unit $(ARGS)
 
 test-integration: system-deps-test-integration $(STAMP) $(JAR)
-	FLOODGATE_KAFKA_ENGINE=$${FLOODGATE_KAFKA_ENGINE:-noida-db} $(BIN)/python -m pytest tests/integration $(ARGS)
+	FLOODGATE_KAFKA_ENGINE=$${FLOODGATE_KAFKA_ENGINE:-noida-db} $(PYTEST) tests/integration $(ARGS)
 
 # The integration tests (soak included) on Apache Kafka's own broker instead of the
 # embedded one: needs Maven on first use, to fetch the broker's jars (docs/kafka-engines.md).
 # With them, the tests of Floodgate as users deploy it (marker `deployment`): the built
 # wheel in a fresh virtualenv, and a Spark standalone cluster (docs/spark-cluster.md).
 test-apache-kafka: system-deps-test-apache-kafka $(STAMP) $(JAR)
-	FLOODGATE_KAFKA_ENGINE=apache-kafka $(BIN)/python -m pytest tests/integration $(ARGS)
+	FLOODGATE_KAFKA_ENGINE=apache-kafka $(PYTEST) tests/integration $(ARGS)
 
 # The soak's short mode alone, on Apache Kafka (CI's second pass runs it; a few
 # minutes). On the embedded broker: FLOODGATE_KAFKA_ENGINE=noida-db make soak ARGS=--short.
 test-soak: system-deps-test-soak $(STAMP) $(JAR)
-	FLOODGATE_KAFKA_ENGINE=apache-kafka $(BIN)/python -m pytest tests/integration/soak/test_soak.py -m soak $(ARGS)
+	FLOODGATE_KAFKA_ENGINE=apache-kafka $(PYTEST) tests/integration/soak/test_soak.py -m soak $(ARGS)
 
 # The docker-compose stack, for real: Docker's engine started if none runs (and stopped
 # after), the images built from Debian, Maven Central and PyPI (scripts/compose-images),
 # the stack up on them (docker-compose.ci.yml), checked, and taken down.
 test-compose: system-deps-test-compose $(STAMP) $(JAR)
 	scripts/with-dockerd env FLOODGATE_TEST_COMPOSE=1 sh -c 'scripts/compose-images && \
-		FLOODGATE_KAFKA_ENGINE=apache-kafka $(BIN)/python -m pytest tests/integration/deployment/test_compose_stack.py -m compose $(ARGS)'
+		FLOODGATE_KAFKA_ENGINE=apache-kafka $(PYTEST) tests/integration/deployment/test_compose_stack.py -m compose $(ARGS)'
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline admission sweeper tests bench

@@ -1,6 +1,5 @@
 """Hooks of every test run, unit and integration: SIGTERM ends the run as Ctrl-C does
-(:mod:`tests.interrupt`), so the fixtures tear down what they started."""
+(:mod:`tests.interrupt`), so the fixtures tear down what they started; a crash's Python
+stacks go where ``scripts/pytest-or-crash`` prints them (:mod:`tests.crash_report`)."""
 
-from tests.interrupt import pytest_configure
-
-__all__ = ["pytest_configure"]
+pytest_plugins = ["tests.interrupt", "tests.crash_report"]
