@@ -334,6 +334,15 @@ def batch_figures(query: Any) -> list[dict[str, Any]]:
     ]
 
 
+def alignment_reads(query: Any) -> int:
+    """The rounds of event-time reads ``query``'s Floodgate source made of the broker
+    (the ``alignmentReads`` source metric of its last progress; 0 without one)."""
+    last = query.lastProgress
+    if not last:
+        return 0
+    return sum(int((s.get("metrics") or {}).get("alignmentReads", 0)) for s in last["sources"])
+
+
 def floodgate_worker() -> None:
     """The Floodgate driver process (``--floodgate-worker``): a ``local[2]`` SparkSession
     (``common.start_spark``); per run, a :class:`~pipeline.spark.query_group.QueryGroup`
@@ -374,7 +383,14 @@ def floodgate_worker() -> None:
                 if not group.await_termination(RUN_TIMEOUT_S):
                     raise RuntimeError(f"the query group did not finish in {RUN_TIMEOUT_S} s")
                 run_s = time.monotonic() - started
-                queries = {name: progress_figures(q) for name, q in group.queries().items()}
+                queries = {
+                    name: {
+                        **progress_figures(q),
+                        "per_batch": batch_figures(q),
+                        "alignment_reads": alignment_reads(q),
+                    }
+                    for name, q in group.queries().items()
+                }
                 outputs = sorted({q.output for q in group.config.queries.values()})
                 held = {
                     kind: int(
@@ -622,6 +638,10 @@ class Measurement:
         machine_busy: share of both cores busy in the window (0..1).
         started_quiet: the machine and broker were quiet before it.
         sleeps / holds: Floodgate's sleeps on and holds by a full output stream queue.
+        per_batch: per query, each micro-batch with data as :func:`batch_figures` gives it
+            (Spark's phases in ms: where a trigger's time went).
+        alignment_reads: per query, the rounds of event-time reads the source's planning
+            made of the broker (its ``alignmentReads`` metric; Floodgate only).
     """
 
     system: str
@@ -639,6 +659,8 @@ class Measurement:
     started_quiet: bool
     sleeps: int = 0
     holds: int = 0
+    per_batch: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    alignment_reads: dict[str, int] = field(default_factory=dict)
 
     @property
     def tuples_per_s(self) -> float:
@@ -829,6 +851,10 @@ def measure(
         started_quiet=quiet.quiet,
         sleeps=int(ran.get("sleeps", 0)),
         holds=int(ran.get("holds", 0)),
+        per_batch={k: v["per_batch"] for k, v in q.items() if "per_batch" in v},
+        alignment_reads={
+            k: int(v["alignment_reads"]) for k, v in q.items() if "alignment_reads" in v
+        },
     )
 
 

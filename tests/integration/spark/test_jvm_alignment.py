@@ -182,4 +182,5 @@ def test_no_micro_batch_reads_a_partition_more_than_the_drift_past_the_other(
     # Partition 1 was held back: planned by offsets, the first micro-batches would have
     # read it 50 minutes ahead of partition 0.
     assert int(answer["metrics"]["alignmentCaps"]) > 0, answer["metrics"]
+    assert int(answer["metrics"]["alignmentReads"]) > 0, answer["metrics"]
     assert len(answer["batches"]) >= 2 * PER_PARTITION // PER_TRIGGER

@@ -646,7 +646,8 @@ public final class KafkaMicroBatchStream
    * {@code KafkaMicroBatchStream.metrics}: a partition added since, or gone, is in one only), the
    * offsets each is behind, never below 0: {@code lag} (their sum), and Spark's {@code
    * minOffsetsBehindLatest}, {@code maxOffsetsBehindLatest} and {@code avgOffsetsBehindLatest}
-   * (those three only when a partition is in both). Then {@code alignmentCaps}, and {@code
+   * (those three only when a partition is in both). Then {@code alignmentCaps}, {@code
+   * alignmentReads} (rounds of event-time reads of the broker the planning made), and {@code
    * offsetOutOfRange} and {@code dataLoss}: the offsets, and times, the planning found lost and
    * skipped with {@code failOnDataLoss = false}, since the query started. What the tasks count is
    * in the scan's SQL metrics instead ({@link io.floodgate.spark.read.TaskMetrics}).
@@ -674,6 +675,7 @@ public final class KafkaMicroBatchStream
       }
     }
     out.put("alignmentCaps", Long.toString(aligner.capped()));
+    out.put("alignmentReads", Long.toString(aligner.eventTimeReads()));
     out.put("offsetOutOfRange", Long.toString(plannedOffsetOutOfRange));
     out.put("dataLoss", Long.toString(plannedDataLoss));
     return out;

@@ -31,6 +31,14 @@ public interface EventTimeAligner extends AutoCloseable {
   /** How many topic-partition ends alignment capped so far. */
   long capped();
 
+  /**
+   * Rounds of reads of the broker alignment made so far to learn event times (each one fetch
+   * request to each broker for the partitions it needed): the cost of planning.
+   */
+  default long eventTimeReads() {
+    return 0;
+  }
+
   @Override
   void close();
 

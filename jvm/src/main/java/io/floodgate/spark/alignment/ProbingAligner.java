@@ -161,6 +161,11 @@ final class ProbingAligner implements EventTimeAligner {
   }
 
   @Override
+  public long eventTimeReads() {
+    return probe.reads();
+  }
+
+  @Override
   public void close() {
     probe.close();
     if (index != null) {
