@@ -82,6 +82,10 @@ log = logging.getLogger(__name__)
 #: Seconds a transaction step may take before it is abandoned and the batch fails.
 TRANSACTION_TIMEOUT_S = 60.0
 
+#: Seconds :meth:`KafkaTransactionalSink.prepare` gives ``init_transactions`` (a broker
+#: that does not answer then delays the first micro-batch, which tries again, by as much).
+PREPARE_TIMEOUT_S = 10.0
+
 
 #: How many times a micro-batch's transaction is written when the broker goes away
 #: during it (:meth:`KafkaTransactionalSink._transaction`).
@@ -337,7 +341,44 @@ class KafkaTransactionalSink:
 
     # -- clients -------------------------------------------------------------
 
-    def _get_producer(self) -> Producer:
+    def prepare(self) -> threading.Thread:
+        """Make the transactional producer (its ``init_transactions``) and the consumer
+        now, in a thread of their own, so that the first micro-batch finds them made:
+        the query's first planning runs meanwhile. On Apache Kafka 4.4 a second
+        query's ``init_transactions`` took 0.5 s, which was all inside its first
+        ``addBatch``.
+
+        The first micro-batch waits for the thread (the sink's lock). A failure is
+        logged at DEBUG and changes nothing: the first micro-batch makes the clients
+        itself and fails as it would have. ``init_transactions`` fences an earlier
+        producer of the same ``transactional.id`` (a zombie driver's) here, a trigger
+        sooner than the first micro-batch would.
+
+        Returns:
+            The thread, started.
+        """
+
+        def make() -> None:
+            with self._lock:
+                try:
+                    self._get_producer(PREPARE_TIMEOUT_S)
+                    self._get_consumer()
+                except Exception:
+                    log.debug(
+                        "query group %s query %s: output clients not made ahead of the "
+                        "first micro-batch",
+                        self.query_group,
+                        self.query,
+                        exc_info=True,
+                    )
+
+        thread = threading.Thread(
+            target=make, name=f"floodgate-sink-{self.query}-prepare", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _get_producer(self, timeout_s: float = TRANSACTION_TIMEOUT_S) -> Producer:
         if self._producer is None:
             producer = Producer(
                 kafka_settings(
@@ -351,7 +392,7 @@ class KafkaTransactionalSink:
                     },
                 )
             )
-            producer.init_transactions(TRANSACTION_TIMEOUT_S)
+            producer.init_transactions(timeout_s)
             self._producer = producer
         return self._producer
 
