@@ -29,6 +29,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -232,18 +233,22 @@ class QueryGroup:
         self._make_guards()
         self.gauges.add_inputs()
         self._zero_query_series()
-        try:  # before any query runs: the bases of the processed and dead-letter counters
-            self.sample_queues()
-        except Exception:
-            log.warning("query group %s: queues not read at start", self.name, exc_info=True)
+        # The bases of the processed and dead-letter counters are read before any query
+        # runs, in a thread beside the first query's input views (the one waits on the
+        # broker, the other on Spark's analysis): a start takes the longer of the two.
+        bases = threading.Thread(
+            target=self._sample_bases, name=f"floodgate-{self.name}-bases", daemon=True
+        )
+        bases.start()
         spark = self.spark
         self._listener = ProgressListener(
             spark, on_progress=self._on_progress, on_terminated=self._on_terminated
         )
         spark.streams.addListener(self._listener)
         try:
-            self._start_queries()
+            self._start_queries(before_first=bases.join)
         except BaseException as exc:
+            bases.join()  # done with the broker's clients before stop() closes them
             self.state = QueryGroupState.FAILED
             self.failure = exc
             self.stop()
@@ -276,7 +281,17 @@ class QueryGroup:
             self.failure = exc
             raise
 
-    def _start_queries(self) -> None:
+    def _sample_bases(self) -> None:
+        """:meth:`sample_queues` at start; a broker that does not answer is logged (the
+        counters then start from the first reading of the monitor)."""
+        try:
+            self.sample_queues()
+        except Exception:
+            log.warning("query group %s: queues not read at start", self.name, exc_info=True)
+
+    def _start_queries(self, before_first: Callable[[], object] | None = None) -> None:
+        """Define each query's input views and start it, in the config's order;
+        ``before_first`` is called before the first query starts."""
         spark = self.spark
         for name in self.config.queries:
             register_inputs(
@@ -288,6 +303,9 @@ class QueryGroup:
                 discard_before=self.hold.discard_before,
                 pruning_failures=self.metrics.pruning_failures,
             )
+            if before_first is not None:
+                before_first()
+                before_first = None
             self._start_query(spark, name, available_now=self._available_now)
 
     def _make_guards(self) -> None:
@@ -400,6 +418,8 @@ class QueryGroup:
             raise QueryGroupError(
                 f"failed to start: {exc}", query_group=self.name, query=name
             ) from exc
+        if previous is None:
+            sink.prepare()  # its clients made while the first trigger is planned
         running = _RunningQuery(
             name, query, sink, previous.stats if previous is not None else QueryStats()
         )
