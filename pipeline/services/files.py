@@ -95,11 +95,15 @@ def _refuse_link(path: Path, exc: OSError, what: str) -> None:
     except OSError:
         return
     if stat.S_ISLNK(st.st_mode):
-        try:
-            target = os.readlink(path)
-        except OSError:
-            target = "?"
-        raise _untrusted(path, st, f"a symbolic link (to {target})", what) from exc
+        raise _untrusted(path, st, f"a symbolic link (to {_link_target(path)})", what) from exc
+
+
+def _link_target(path: Path) -> str:
+    """Where the symbolic link ``path`` points (``?`` when it cannot be read)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
 
 
 def _open_checked(path: Path, flags: int, *, writable_by_others: bool, what: str) -> int:
@@ -192,7 +196,7 @@ def restrict_file(path: Path | str) -> None:
         problem = _problem(st, writable_by_others=True)
         if problem is not None:
             if stat.S_ISLNK(st.st_mode):
-                _refuse_link(path, OSError(errno.ELOOP, "a symbolic link"), "opened")
+                problem = f"a symbolic link (to {_link_target(path)})"
             raise _untrusted(path, st, problem, "opened")
         os.chmod(f"/proc/self/fd/{fd}", PRIVATE_FILE_MODE)
     finally:
