@@ -85,9 +85,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  *
  * Any other column type for a field is refused at its first non-null value, with the reason Python
  * gives; a boolean is never a number. A null is written as the union's null branch, and refused for
- * a field that is not a union with null. Where this encoder and Python differ: a boolean, float or
- * double column for a {@code timestamp-micros} field is refused here (fastavro truncates it into an
- * integer); a whole float beyond 64 bits for a {@code long} or {@code timestamp-millis} field is
+ * a field that is not a union with null. Where this encoder and Python differ: a null for a {@code
+ * boolean} field that is no union is refused here (fastavro writes it as false); a boolean, float
+ * or double column for a {@code timestamp-micros} field is refused here (fastavro truncates it into
+ * an integer); a whole float beyond 64 bits for a {@code long} or {@code timestamp-millis} field is
  * refused with a {@link TupleRefusedException} here, an {@code OverflowError} in Python; and the
  * construction refuses what no row could be written with (below), where Python refuses only a row
  * with a non-null value there.
@@ -175,7 +176,7 @@ public final class TupleEncoder implements Serializable {
     Map<String, Integer> columns = new HashMap<>();
     StructField[] sparkFields = rowType.fields();
     for (int i = 0; i < sparkFields.length; i++) {
-      columns.put(sparkFields[i].name(), i); // a repeated name: the last, as a Python dict
+      columns.put(sparkFields[i].name(), i); // a repeated name: the last, as to_pylist() keeps
     }
     List<Schema.Field> avroFields = schema.getFields();
     int n = avroFields.size();
@@ -977,7 +978,11 @@ public final class TupleEncoder implements Serializable {
     }
   }
 
-  /** A reused output buffer, written with Avro's binary encoding ({@link BinaryData}). */
+  /**
+   * A reused output buffer, written with Avro's binary encoding: {@link BinaryData}'s encoders,
+   * those Avro's own buffered {@code BinaryEncoder} writes its buffer with, here with no stream
+   * behind the buffer (nothing to flush, one copy out per record).
+   */
   static final class Out {
     byte[] buf = new byte[256];
     int pos;
