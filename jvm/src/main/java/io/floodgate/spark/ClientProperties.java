@@ -44,7 +44,7 @@ import java.util.stream.Stream;
  * <p>Then, in the shaded jar, the Kafka class names of options naming classes (a JAAS login module,
  * callback handlers, assignors, ...) get the jar's relocated package ({@link ShadedClassNames}).
  */
-final class ClientProperties {
+public final class ClientProperties {
   /** librdkafka tuning with no Java counterpart: dropped. */
   private static final Set<String> LIBRDKAFKA_ONLY =
       Set.of(
@@ -93,7 +93,7 @@ final class ClientProperties {
    *     certificate), or a certificate, key or CA file that cannot be read (naming the property and
    *     the path)
    */
-  static Map<String, String> forJava(Map<String, String> client) {
+  public static Map<String, String> forJava(Map<String, String> client) {
     Map<String, String> out = new LinkedHashMap<>();
     for (Map.Entry<String, String> e : client.entrySet()) {
       String key = e.getKey();
@@ -229,7 +229,7 @@ final class ClientProperties {
   }
 
   /** Whether a client of another kind (the dead letters' producer) takes {@code key} too. */
-  static boolean isShared(String key) {
+  public static boolean isShared(String key) {
     for (String prefix : SHARED_PREFIXES) {
       if (key.startsWith(prefix)) {
         return true;

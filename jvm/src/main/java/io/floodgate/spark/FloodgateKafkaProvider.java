@@ -3,6 +3,7 @@ package io.floodgate.spark;
 import io.floodgate.spark.serde.KeySchema;
 import io.floodgate.spark.serde.SchemaRepository;
 import io.floodgate.spark.serde.StreamSchema;
+import io.floodgate.spark.write.SinkOptions;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -38,6 +39,9 @@ public final class FloodgateKafkaProvider implements TableProvider, DataSourceRe
    */
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
+    if (SinkOptions.isWrite(options)) {
+      return new StructType(); // a write's columns are its query's (LogicalWriteInfo.schema)
+    }
     Map<String, String> given = new HashMap<>(options.asCaseSensitiveMap());
     BatchBounds.take(given); // a batch query's bounds: the table's scan reads them
     return schema(SourceOptions.parse(given));

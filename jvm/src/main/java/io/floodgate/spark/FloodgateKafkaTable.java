@@ -1,21 +1,29 @@
 package io.floodgate.spark;
 
+import io.floodgate.spark.write.KafkaWriteBuilder;
+import io.floodgate.spark.write.SinkMetrics;
 import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Set;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.streaming.ReportsSinkMetrics;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * The topics read as a table Spark reads in micro-batches, or in one batch ({@code spark.read}).
+ * The topics read as a table Spark reads in micro-batches, or in one batch ({@code spark.read}); or
+ * an output stream a streaming query writes ({@code writeStream}, {@link KafkaWriteBuilder}).
  */
-final class FloodgateKafkaTable implements SupportsRead {
+final class FloodgateKafkaTable implements SupportsRead, SupportsWrite, ReportsSinkMetrics {
   private final StructType schema;
   private final Map<String, String> properties;
+  private final SinkMetrics sinkMetrics = new SinkMetrics();
 
   FloodgateKafkaTable(StructType schema, Map<String, String> properties) {
     this.schema = schema;
@@ -38,7 +46,21 @@ final class FloodgateKafkaTable implements SupportsRead {
 
   @Override
   public Set<TableCapability> capabilities() {
-    return EnumSet.of(TableCapability.MICRO_BATCH_READ, TableCapability.BATCH_READ);
+    return EnumSet.of(
+        TableCapability.MICRO_BATCH_READ,
+        TableCapability.BATCH_READ,
+        TableCapability.STREAMING_WRITE,
+        TableCapability.ACCEPT_ANY_SCHEMA);
+  }
+
+  @Override
+  public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+    return new KafkaWriteBuilder(info, sinkMetrics);
+  }
+
+  @Override
+  public Map<String, String> metrics() {
+    return sinkMetrics.asMap();
   }
 
   @Override

@@ -1,0 +1,345 @@
+package io.floodgate.spark.write;
+
+import java.io.IOException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicReference;
+import org.apache.kafka.clients.producer.Callback;
+import org.apache.kafka.clients.producer.Producer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.spark.TaskContext;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * One write task's partition of a micro-batch, produced in one Kafka transaction of its own.
+ *
+ * <p>On its first row the task takes its partition's transactional producer ({@link
+ * TransactionalProducers}; a new one's {@code initTransactions} fences any earlier attempt of the
+ * partition, a zombie, and ends its open transaction) and reads its batch marker ({@link
+ * BatchMarker}): a partition already committed skips its rows. Otherwise it encodes each row as an
+ * output tuple ({@link TupleEncoder}).
+ *
+ * <p>To an unbounded output stream it sends each tuple at once, in its open transaction. To a
+ * bounded one it keeps the encoded tuples until its last row, so that it knows what it needs before
+ * it sends anything: its tuples and a commit marker per output partition ({@link
+ * FreeSpaceShare#required}). When that is more than its share of the queue's free space, it sleeps
+ * {@code sleepOnOverStoreMs} and reads the queue again, up to {@code sleepOnOverStoreRetryCount}
+ * times, then fails with {@link OutputQueueFullException} ({@code FG-QG-002}) having sent nothing:
+ * a full queue is never filled with records that are then aborted. A task that needs more than its
+ * share of the whole queue fails at once ({@link OversizedOutputException}, {@code FG-QG-005}).
+ * Then it sends them, its batch marker, and commits.
+ *
+ * <p>A task with no row writes nothing, not even a marker. Any failure aborts the transaction:
+ * nothing of the task is visible to {@code read_committed} readers, and Spark retries the task or
+ * fails the query, whose replay writes it again. A retry of a task that gave up on the queue gives
+ * up at once, without sleeping again.
+ */
+final class KafkaDataWriter implements DataWriter<InternalRow> {
+  private static final Logger LOG = LoggerFactory.getLogger(KafkaDataWriter.class);
+
+  private final SinkOptions options;
+  private final TupleEncoder encoder;
+  private final String queryId;
+  private final int partition;
+  private final int tasks;
+  private final long share;
+  private final long batch;
+  private final String transactionalId;
+  private final AtomicReference<Exception> sendError = new AtomicReference<>();
+  private final Callback onSent =
+      (metadata, error) -> {
+        if (error != null) {
+          sendError.compareAndSet(null, error);
+        }
+      };
+
+  /** The encoded tuples of a bounded queue's task, until it knows they fit. */
+  private final List<byte[][]> held = new ArrayList<>();
+
+  private Producer<byte[], byte[]> producer;
+  private boolean started;
+  private boolean skipping;
+  private boolean inTransaction;
+  private long written;
+  private long skipped;
+  private int sleeps;
+
+  KafkaDataWriter(
+      SinkOptions options,
+      TupleEncoder encoder,
+      String queryId,
+      int partition,
+      int tasks,
+      long share,
+      long batch) {
+    this.options = options;
+    this.encoder = encoder;
+    this.queryId = queryId;
+    this.partition = partition;
+    this.tasks = tasks;
+    this.share = share;
+    this.batch = batch;
+    this.transactionalId = options.transactionalId(partition);
+  }
+
+  @Override
+  public void write(InternalRow row) throws IOException {
+    if (!started) {
+      start();
+    }
+    if (skipping) {
+      skipped++;
+      return;
+    }
+    byte[] key = encoder.key(row);
+    byte[] value = encoder.value(row);
+    if (options.bounded()) {
+      held.add(new byte[][] {key, value});
+      return;
+    }
+    send(key, value);
+  }
+
+  private void send(byte[] key, byte[] value) throws IOException {
+    Exception failed = sendError.get();
+    if (failed != null) {
+      throw new IOException(failure("a record was refused", failed), failed);
+    }
+    producer.send(new ProducerRecord<>(options.topic, key, value), onSent);
+    written++;
+  }
+
+  private void start() {
+    started = true;
+    GaveUp.again(queryId, batch, partition, attemptNumber());
+    producer = TransactionalProducers.take(options, transactionalId);
+    long committed = marker().lastCommitted(TransactionalProducers.admin(options));
+    if (committed >= batch) {
+      skipping = true;
+      LOG.info(
+          "{}: micro-batch {} task {} was committed before (marker of batch {}): its rows are"
+              + " skipped",
+          options.where(),
+          batch,
+          partition,
+          committed);
+      return;
+    }
+    if (!options.bounded()) {
+      begin();
+    }
+  }
+
+  private void begin() {
+    producer.beginTransaction();
+    inTransaction = true;
+  }
+
+  private BatchMarker marker() {
+    return new BatchMarker(queryId, transactionalId, options.topic);
+  }
+
+  @Override
+  public TaskCommit commit() throws IOException {
+    if (!started || skipping) {
+      release();
+      return new TaskCommit(partition, 0, skipped, 0);
+    }
+    int attempt = attemptNumber();
+    if (options.bounded()) {
+      admit(attempt);
+      begin();
+      for (byte[][] record : held) {
+        send(record[0], record[1]);
+      }
+      held.clear();
+    }
+    producer.flush();
+    Exception failed = sendError.get();
+    if (failed != null) {
+      throw new IOException(failure("a record was refused", failed), failed);
+    }
+    SinkFailpoints.reach("records-sent", batch, attempt);
+    producer.sendOffsetsToTransaction(marker().of(batch, written), marker().groupMetadata());
+    SinkFailpoints.reach("before-commit", batch, attempt);
+    producer.commitTransaction();
+    inTransaction = false;
+    SinkFailpoints.reach("after-commit", batch, attempt);
+    release();
+    return new TaskCommit(partition, written, 0, sleeps);
+  }
+
+  /**
+   * Wait until the held tuples fit in the task's share of the queue.
+   *
+   * @throws OversizedOutputException they need more than the task's share of the whole queue
+   * @throws OutputQueueFullException they still did not fit after every sleep
+   */
+  private void admit(int attempt) {
+    long required = FreeSpaceShare.required(held.size(), Math.min(held.size(), outputPartitions()));
+    if (required <= share) {
+      return;
+    }
+    long most = FreeSpaceShare.of(options.maxQueueSize, tasks, partition);
+    if (required > most) {
+      throw GaveUp.remember(
+          queryId,
+          batch,
+          partition,
+          new OversizedOutputException(
+              options.where(),
+              options.stream,
+              batch,
+              partition,
+              tasks,
+              required,
+              options.maxQueueSize));
+    }
+    SleepingTasks.enter(options.queryGroup, options.query, options.stream);
+    try {
+      waitForRoom(required, attempt == 0 ? options.sleepOnOverStoreRetryCount : 0);
+    } finally {
+      SleepingTasks.exit(options.queryGroup, options.query, options.stream);
+    }
+  }
+
+  private void waitForRoom(long required, int retries) {
+    long allowed = share;
+    OutputQueue queue = null;
+    while (required > allowed) {
+      if (sleeps >= retries) {
+        throw GaveUp.remember(
+            queryId,
+            batch,
+            partition,
+            new OutputQueueFullException(
+                options.where(),
+                options.stream,
+                batch,
+                partition,
+                tasks,
+                required,
+                allowed,
+                options.maxQueueSize,
+                sleeps));
+      }
+      sleeps++;
+      LOG.warn(
+          "FG-QG-001 {}: output stream {} has room for {} of micro-batch {} task {}'s {}:"
+              + " sleeping {} ms before retry {} of {}",
+          options.where(),
+          options.stream,
+          allowed,
+          batch,
+          partition,
+          required,
+          options.sleepOnOverStoreMs,
+          sleeps,
+          retries);
+      sleep(options.sleepOnOverStoreMs);
+      if (options.soleWriter) {
+        if (queue == null) {
+          queue =
+              new OutputQueue(
+                  TransactionalProducers.admin(options),
+                  options.topic,
+                  options.queueReaders,
+                  Duration.ofSeconds(30));
+        }
+        allowed =
+            Math.max(
+                allowed,
+                FreeSpaceShare.reread(options.maxQueueSize, queue.length(), 0, tasks, partition));
+      }
+    }
+  }
+
+  private int outputPartitions() {
+    return producer.partitionsFor(options.topic).size();
+  }
+
+  private static void sleep(long ms) {
+    try {
+      Thread.sleep(ms);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(
+          "interrupted while sleeping on a full output stream queue", e);
+    }
+  }
+
+  private static int attemptNumber() {
+    TaskContext context = TaskContext.get();
+    return context == null ? 0 : context.attemptNumber();
+  }
+
+  private String failure(String what, Exception cause) {
+    return options.where()
+        + ": micro-batch "
+        + batch
+        + " task "
+        + partition
+        + ": "
+        + what
+        + " by topic '"
+        + options.topic
+        + "' ("
+        + cause
+        + "); the transaction is aborted";
+  }
+
+  /** Give the producer back for the next task, its transaction ended. */
+  private void release() {
+    if (producer != null) {
+      TransactionalProducers.give(options, transactionalId, producer);
+      producer = null;
+    }
+  }
+
+  @Override
+  public void abort() {
+    held.clear();
+    if (producer == null) {
+      return;
+    }
+    try {
+      if (inTransaction) {
+        producer.abortTransaction();
+        inTransaction = false;
+      }
+      release();
+    } catch (RuntimeException e) {
+      LOG.warn(
+          "{}: micro-batch {} task {}: the abort failed; the producer is closed and its"
+              + " transaction ends when the next producer of {} starts",
+          options.where(),
+          batch,
+          partition,
+          transactionalId,
+          e);
+      closeProducer();
+    }
+  }
+
+  @Override
+  public void close() {
+    held.clear();
+    if (producer != null) {
+      // Neither committed nor aborted (the task failed in commit): never pooled.
+      closeProducer();
+    }
+  }
+
+  private void closeProducer() {
+    Producer<byte[], byte[]> p = producer;
+    producer = null;
+    inTransaction = false;
+    if (p != null) {
+      p.close(Duration.ZERO);
+    }
+  }
+}

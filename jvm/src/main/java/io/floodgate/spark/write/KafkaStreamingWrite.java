@@ -1,0 +1,141 @@
+package io.floodgate.spark.write;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.time.Duration;
+import java.util.Map;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory;
+import org.apache.spark.sql.connector.write.streaming.StreamingWrite;
+import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A streaming query's output, on the driver: once per micro-batch it reads the output stream
+ * queue's free space and ships the writer factory with it; once the batch's tasks all committed it
+ * commits the batch's input offsets to the query's consumer group ({@link InputOffsets}) and counts
+ * what was written ({@link SinkMetrics}).
+ *
+ * <p>Exactly once without a transaction that spans tasks: each task commits its own transaction
+ * with a batch marker ({@link BatchMarker}), so a batch replayed after a failure anywhere
+ * (mid-task, after some tasks committed, after all did but before Spark's commit log, in a retried
+ * or speculative attempt) writes only the partitions not yet committed.
+ */
+final class KafkaStreamingWrite implements StreamingWrite {
+  private static final Logger LOG = LoggerFactory.getLogger(KafkaStreamingWrite.class);
+
+  private final SinkOptions options;
+  private final StructType rowSchema;
+  private final String queryId;
+  private final SinkMetrics metrics;
+
+  KafkaStreamingWrite(
+      SinkOptions options, StructType rowSchema, String queryId, SinkMetrics metrics) {
+    this.options = options;
+    this.rowSchema = rowSchema;
+    this.queryId = queryId;
+    this.metrics = metrics;
+    // Fail at start, on the driver, for a schema the output stream cannot take.
+    SinkSchemas.encoder(options, rowSchema, SinkSchemas.avro(options));
+  }
+
+  @Override
+  public StreamingDataWriterFactory createStreamingWriterFactory(PhysicalWriteInfo info) {
+    long free = Long.MAX_VALUE;
+    if (options.bounded()) {
+      long started = System.nanoTime();
+      OutputQueue queue =
+          new OutputQueue(
+              TransactionalProducers.admin(options),
+              options.topic,
+              options.queueReaders,
+              Duration.ofSeconds(30));
+      free = Math.max(0, options.maxQueueSize - queue.length());
+      metrics.queueChecked(free, (System.nanoTime() - started) / 1e6);
+    }
+    return new KafkaWriterFactory(options, rowSchema, queryId, info.numPartitions(), free);
+  }
+
+  @Override
+  public void commit(long epochId, WriterCommitMessage[] messages) {
+    long written = 0;
+    long skipped = 0;
+    int sleeps = 0;
+    for (WriterCommitMessage message : messages) {
+      if (message instanceof TaskCommit task) {
+        written += task.written();
+        skipped += task.skipped();
+        sleeps = Math.max(sleeps, task.sleeps()); // the query's: its tasks sleep side by side
+      }
+    }
+    SinkFailpoints.reach("driver-commit", epochId, 0);
+    commitInputOffsets(epochId);
+    metrics.batch(epochId, written, skipped, sleeps);
+    if (skipped > 0) {
+      LOG.info(
+          "{}: micro-batch {}: {} tuples written, {} skipped as committed before",
+          options.where(),
+          epochId,
+          written,
+          skipped);
+    }
+  }
+
+  private void commitInputOffsets(long epochId) {
+    if (options.consumerGroup == null || options.inputTopics.isEmpty()) {
+      return;
+    }
+    Map<TopicPartition, OffsetAndMetadata> offsets;
+    try {
+      offsets =
+          InputOffsets.of(
+              options.checkpointLocation,
+              epochId,
+              options.inputTopics,
+              SparkSession.active().sparkContext().hadoopConfiguration());
+    } catch (IOException e) {
+      throw new UncheckedIOException(
+          options.where() + ": cannot read the offset log of micro-batch " + epochId, e);
+    }
+    if (offsets.isEmpty()) {
+      return;
+    }
+    try {
+      TransactionalProducers.admin(options)
+          .alterConsumerGroupOffsets(options.consumerGroup, offsets)
+          .all()
+          .get(60, TimeUnit.SECONDS);
+    } catch (ExecutionException | TimeoutException e) {
+      Throwable cause = e instanceof ExecutionException ? e.getCause() : e;
+      throw new IllegalStateException(
+          options.where()
+              + ": micro-batch "
+              + epochId
+              + " is written, but its input offsets were not committed to consumer group '"
+              + options.consumerGroup
+              + "': "
+              + cause,
+          cause);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException("interrupted committing the input offsets", e);
+    }
+  }
+
+  @Override
+  public void abort(long epochId, WriterCommitMessage[] messages) {
+    LOG.warn(
+        "{}: micro-batch {} aborted; its tasks' transactions were aborted, and a replay writes"
+            + " the partitions not committed",
+        options.where(),
+        epochId);
+  }
+}

@@ -1,0 +1,106 @@
+package io.floodgate.spark.write;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
+
+/**
+ * Reads an output stream queue's length from the broker, as the query group's Python queue probe
+ * does: per partition, the high watermark less the slowest reader's committed offset (the log start
+ * for a reader with no commit), summed.
+ *
+ * <p>It does not know the sweep catalog, so tuples swept out of the broker still count: the length
+ * read is at least the queue's, and a share computed from it is never too large ({@link
+ * FreeSpaceShare}).
+ */
+public final class OutputQueue {
+  private final Admin admin;
+  private final String topic;
+  private final List<String> readers;
+  private final Duration timeout;
+
+  /**
+   * @param admin a client of the output topic's cluster (not closed here)
+   * @param topic the output topic
+   * @param readers the consumer groups that read the queue (its reception groups)
+   * @param timeout per broker request
+   */
+  public OutputQueue(Admin admin, String topic, List<String> readers, Duration timeout) {
+    this.admin = admin;
+    this.topic = topic;
+    this.readers = List.copyOf(readers);
+    this.timeout = timeout;
+  }
+
+  /**
+   * The queue's length now, tuples.
+   *
+   * @throws IllegalStateException the broker did not answer within the timeout, or the topic does
+   *     not exist (the message names the topic and the cause)
+   */
+  public long length() {
+    try {
+      List<TopicPartition> partitions = partitions();
+      Map<TopicPartition, OffsetSpec> latest = new HashMap<>();
+      Map<TopicPartition, OffsetSpec> earliest = new HashMap<>();
+      for (TopicPartition tp : partitions) {
+        latest.put(tp, OffsetSpec.latest());
+        earliest.put(tp, OffsetSpec.earliest());
+      }
+      Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> highs =
+          get(admin.listOffsets(latest).all());
+      Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> starts =
+          get(admin.listOffsets(earliest).all());
+      Map<TopicPartition, Long> slowest = new HashMap<>();
+      for (String group : readers) {
+        Map<TopicPartition, OffsetAndMetadata> committed =
+            get(admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata());
+        for (TopicPartition tp : partitions) {
+          OffsetAndMetadata c = committed.get(tp);
+          long position =
+              c == null ? starts.get(tp).offset() : Math.max(c.offset(), starts.get(tp).offset());
+          slowest.merge(tp, position, Math::min);
+        }
+      }
+      long length = 0;
+      for (TopicPartition tp : partitions) {
+        long position = slowest.getOrDefault(tp, starts.get(tp).offset());
+        length += Math.max(0, highs.get(tp).offset() - position);
+      }
+      return length;
+    } catch (ExecutionException | TimeoutException e) {
+      Throwable cause = e instanceof ExecutionException ? e.getCause() : e;
+      throw new IllegalStateException(
+          "cannot read the output stream queue of topic '" + topic + "': " + cause, cause);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException("interrupted while reading topic '" + topic + "'", e);
+    }
+  }
+
+  private List<TopicPartition> partitions()
+      throws ExecutionException, InterruptedException, TimeoutException {
+    List<TopicPartition> partitions = new ArrayList<>();
+    for (TopicPartitionInfo info :
+        get(admin.describeTopics(List.of(topic)).allTopicNames()).get(topic).partitions()) {
+      partitions.add(new TopicPartition(topic, info.partition()));
+    }
+    return partitions;
+  }
+
+  private <T> T get(org.apache.kafka.common.KafkaFuture<T> future)
+      throws ExecutionException, InterruptedException, TimeoutException {
+    return future.get(timeout.toMillis(), TimeUnit.MILLISECONDS);
+  }
+}
