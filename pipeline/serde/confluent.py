@@ -128,6 +128,36 @@ class ConfluentCodec(StreamCodec):
         ``<topic>-value``, ``<topic>-key``)."""
         return f"{self.topic}-{self.field}"
 
+    def registered_id(self) -> int:
+        """The registry's id of the stream's schema under :attr:`subject`, registering it
+        as confluent-kafka's serializer would (``auto.register.schemas``): the id the
+        JVM sink frames its tuples with.
+
+        Raises:
+            SchemaError: the registry refused the schema (an incompatible change).
+            SchemaRegistryError: the registry could not be asked.
+        """
+        from confluent_kafka.schema_registry import Schema as RegistrySchema
+        from confluent_kafka.schema_registry.error import SchemaRegistryError as _RegistryError
+
+        try:
+            return int(
+                self.client.register_schema(
+                    self.subject, RegistrySchema(json.dumps(self.schema.schema), "AVRO")
+                )
+            )
+        except _RegistryError as exc:
+            if 400 <= exc.http_status_code < 500:
+                raise SchemaError(
+                    f"stream {self.stream!r}: the Schema Registry at {self.registry_url} "
+                    f"refused schema {self.schema.name!r} under subject {self.subject!r}: "
+                    f"{exc.error_message} (HTTP {exc.http_status_code})",
+                    stream=self.stream,
+                ) from exc
+            raise self._unreachable(exc) from exc
+        except _outages() as exc:
+            raise self._unreachable(exc) from exc
+
     def encode_normalised(self, record: Mapping[str, Any]) -> bytes:
         """Encode one normalised tuple in the Confluent wire format.
 

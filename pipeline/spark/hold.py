@@ -1,9 +1,10 @@
 """Sleeping, holding and releasing a query group on a full output stream queue.
 
 A query whose micro-batch output does not fit its output stream queue sleeps
-(SLEEPING) and retries; after ``sleep_on_over_store_retry_count`` sleeps its
-:class:`~pipeline.spark.guard.OutputQueueGuard` gives up and the group is HELD: every
-query is stopped, its batch uncommitted. :meth:`Hold.release` (CLI, HTTP, or
+(SLEEPING: its write tasks sleep on the executors, :meth:`Hold.set_sleeping`) and
+retries; after ``sleep_on_over_store_retry_count`` sleeps a task gives up, the query
+fails with ``FG-QG-002`` and the group is HELD (:meth:`Hold.on_hold`): every query is
+stopped, its batch uncommitted. :meth:`Hold.release` (CLI, HTTP, or
 ``auto_release`` once :meth:`Hold.resume_ready`) starts the queries again from their
 checkpoints, so the held batch is replayed (``on_hold_input = "retain"``) or skipped
 with the rest of the input queue (``"discard"``: the skipped tuples are counted).
@@ -54,9 +55,8 @@ class HeldGroup(Protocol):
 
 
 class Hold:
-    """The sleep, hold and release of one query group: a
-    :class:`~pipeline.spark.guard.HoldListener` (:meth:`on_sleep`,
-    :meth:`on_awake`, :meth:`on_hold`) and the release.
+    """The sleep, hold and release of one query group: what its write tasks' sleeps
+    and give-ups mean for it (:meth:`set_sleeping`, :meth:`on_hold`), and the release.
 
     Args:
         group: the query group (:class:`HeldGroup`).
@@ -84,30 +84,25 @@ class Hold:
 
     # -- the guards' reports -----------------------------------------------------
 
-    def on_sleep(self, query: str, stream: str, retry: int = 1, sleep_s: float = 0.0) -> None:
-        """A query sleeps on a full output stream queue (its ``retry``-th sleep, of
-        ``sleep_s`` seconds): EXECUTING turns SLEEPING."""
+    def set_sleeping(self, sleeping: Iterable[tuple[str, str]]) -> None:
+        """The ``(query, output stream)`` pairs whose write tasks sleep on a full output
+        stream queue now: EXECUTING turns SLEEPING while there is one, and back when
+        there is none. (The sleeps are counted from each micro-batch's progress.)"""
         group = self._group
-        group.metrics.sleeps.labels(group.name, stream).inc()
+        now = set(sleeping)
         with self._state_lock:
-            self._sleeping.add((query, stream))
-            if group.state == QueryGroupState.EXECUTING:
+            self._sleeping = now
+            if now and group.state == QueryGroupState.EXECUTING:
                 group.state = QueryGroupState.SLEEPING
-
-    def on_awake(self, query: str, stream: str) -> None:
-        """A sleeping query found room: SLEEPING turns EXECUTING when none sleeps."""
-        group = self._group
-        with self._state_lock:
-            self._sleeping.discard((query, stream))
-            if group.state == QueryGroupState.SLEEPING and not self._sleeping:
+            elif not now and group.state == QueryGroupState.SLEEPING:
                 group.state = QueryGroupState.EXECUTING
 
     def on_hold(self, held: QueryGroupHeld) -> None:
         """Hold the group.
 
-        Called in the holding query's batch thread just before it raises: the group
-        turns HELD, wakes every sleeping query (they give up unwritten), and a
-        thread of its own stops every query -- a query cannot stop itself.
+        Called when a query failed with ``FG-QG-002`` (a write task gave up on a full
+        output stream queue, its transaction aborted): the group turns HELD, and a
+        thread of its own stops every other query, its micro-batch uncommitted.
         """
         group = self._group
         with self._state_lock:

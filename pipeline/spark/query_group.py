@@ -3,15 +3,15 @@
 A query group (docs/architecture.md, "Terms", and docs/reference/configuration.md)
 is one config file: input streams, read with the ``floodgate_kafka`` source and registered as SQL
 views (with a watermark on ``event_time`` where configured); Spark SQL queries
-over those views; and the output streams each query writes to through a
-:class:`~pipeline.spark.sink.KafkaTransactionalSink`. All queries of a group run
+over those views; and the output streams each query writes to through the JVM sink
+(``floodgate_kafka``, :mod:`pipeline.spark.sink`). All queries of a group run
 together in one SparkSession (a child session of the one given, so temporary
 views and listeners of two groups sharing a SparkContext never mix).
 
 States: STARTING, EXECUTING, SLEEPING, HELD, STOPPED, FAILED. SLEEPING and HELD
 belong to the bounded output stream queues (docs/architecture.md, "The hold";
-:class:`~pipeline.spark.guard.OutputQueueGuard` and :class:`~pipeline.spark.hold.Hold`):
-a query whose micro-batch output does not fit sleeps (SLEEPING), and after
+:mod:`pipeline.spark.sink` and :class:`~pipeline.spark.hold.Hold`): a query whose
+micro-batch output does not fit sleeps (SLEEPING: its write tasks sleep), and after
 ``sleep_on_over_store_retry_count`` sleeps the group is HELD -- every query stops, the
 batch uncommitted. The group's :class:`~pipeline.spark.hold.Hold` (``group.hold``) owns
 all of that; its ``release`` (CLI, HTTP, or ``auto_release``) starts them again
@@ -50,13 +50,12 @@ from pipeline.kafka.retries import BROKER_WAIT_S
 from pipeline.kafka.topics import ensure_topics
 from pipeline.metrics import QueryGroupMetrics
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.spark.guard import OutputQueueGuard
 from pipeline.spark.hold import Hold
 from pipeline.spark.inputs import register_inputs
 from pipeline.spark.progress import ProgressListener, QueryStats
 from pipeline.spark.queue_gauges import QueueGauges
 from pipeline.spark.session import build_spark_session
-from pipeline.spark.sink import KafkaTransactionalSink
+from pipeline.spark.sink import SINK_NAME, OutputSink, held_from, oversized_from, sink_options
 from pipeline.spark.states import QueryGroupState
 from pipeline.spark.status import QueryStatus, group_status
 
@@ -85,7 +84,7 @@ def free_bytes(location: str) -> int | None:
 class _RunningQuery:
     name: str
     query: StreamingQuery
-    sink: KafkaTransactionalSink
+    sink: OutputSink
     stats: QueryStats = field(default_factory=QueryStats)
 
 
@@ -138,7 +137,6 @@ class QueryGroup:
         #: Set by :meth:`request_stop` (``POST /stop``); whoever runs the group exits.
         self.stop_requested = threading.Event()
         self._stopping = False
-        self._guards: dict[str, OutputQueueGuard] = {}
         self._available_now = False
         self._monitor: threading.Thread | None = None
         self._monitor_stop = threading.Event()
@@ -230,7 +228,7 @@ class QueryGroup:
         client = dict(self.config.kafka.client)
         # A driver started while its broker restarts waits for it (FG-BROKER-002).
         ensure_topics(self.bootstrap_servers, self.topics(), client=client, wait_s=BROKER_WAIT_S)
-        self._make_guards()
+        self._add_outputs()
         self.gauges.add_inputs()
         self._zero_query_series()
         # The bases of the processed and dead-letter counters are read before any query
@@ -308,25 +306,11 @@ class QueryGroup:
                 before_first = None
             self._start_query(spark, name, available_now=self._available_now)
 
-    def _make_guards(self) -> None:
-        """One :class:`OutputQueueGuard` per output stream, shared by its writers."""
-        group = self.config.query_group
+    def _add_outputs(self) -> None:
+        """Read each output stream queue in the group's gauges; every series of its
+        sleeps and holds exists at 0 before the first (no "no data" panels)."""
         for name in self.config.output_streams:
-            if name in self._guards:
-                continue
-            probe = self.gauges.add_output(name)
-            self._guards[name] = OutputQueueGuard(
-                query_group=self.name,
-                stream=name,
-                reader=probe if group.output_queue_check else None,
-                partitions=len(probe.partitions()),
-                sleep_ms=group.sleep_on_over_store_ms,
-                retry_count=group.sleep_on_over_store_retry_count,
-                interrupted=self.hold.interrupted,
-                readings=self.gauges,
-                hold=self.hold,
-            )
-            # Series exist at 0 before the first sleep or hold (no "no data" panels).
+            self.gauges.add_output(name)
             for family in (
                 self.metrics.sleeps,
                 self.metrics.holds,
@@ -380,31 +364,26 @@ class QueryGroup:
                 allowed=", ".join(df.columns),
             )
         checkpoint = f"{self.config.checkpoint_root.rstrip('/')}/{name}"
-        input_topics = [s.topic for s in self.config.input_streams.values()]
         with self._lock:
             previous = self._queries.get(name)
-        sink = (
-            previous.sink
-            if previous is not None
-            else KafkaTransactionalSink(
-                query_group=self.name,
-                query=name,
-                codec=self.config.stream_codec("output", query_config.output, self.schemas),
-                topic=output.topic,
-                key_columns=output.key,
-                input_topics=input_topics,
-                group_id=self.config.consumer_group(name),
-                checkpoint_dir=checkpoint,
-                bootstrap_servers=self.bootstrap_servers,
-                client=self.config.kafka.client,
-                guard=self._guards[query_config.output],
+        if previous is not None:
+            sink = previous.sink
+            sink.new_run()
+        else:
+            sink = OutputSink(
+                sink_options(
+                    self.config,
+                    name,
+                    bootstrap_servers=self.bootstrap_servers,
+                    schemas=self.schemas,
+                    checkpoint=checkpoint,
+                )
             )
-        )
         writer = (
             df.writeStream.queryName(f"{self.name}.{name}")
             .outputMode(query_config.output_mode)
-            .option("checkpointLocation", checkpoint)
-            .foreachBatch(sink)
+            .format(SINK_NAME)
+            .options(**sink.options.to_options())
         )
         if available_now:
             writer = writer.trigger(availableNow=True)
@@ -418,8 +397,6 @@ class QueryGroup:
             raise QueryGroupError(
                 f"failed to start: {exc}", query_group=self.name, query=name
             ) from exc
-        if previous is None:
-            sink.prepare()  # its clients made while the first trigger is planned
         running = _RunningQuery(
             name, query, sink, previous.stats if previous is not None else QueryStats()
         )
@@ -444,6 +421,15 @@ class QueryGroup:
             for op in progress.stateOperators or []:
                 stats.dropped_by_watermark += int(op.numRowsDroppedByWatermark or 0)
             name = running.name
+            sink_progress = getattr(progress, "sink", None)
+            slept = running.sink.record(getattr(sink_progress, "metrics", None))
+            output = self.config.queries[name].output
+        if slept:
+            self.metrics.sleeps.labels(self.name, output).inc(slept)
+        if running.sink.queue_check_s is not None:
+            self.metrics.output_queue_check.labels(self.name, output).observe(
+                running.sink.queue_check_s
+            )
         self.metrics.batch_duration.labels(self.name, name).observe(
             int(progress.batchDuration) / 1000.0
         )
@@ -452,6 +438,8 @@ class QueryGroup:
     def _on_terminated(self, query_id: str, run_id: str, exception: str | None) -> None:
         if run_id in self.hold.retired_runs:
             return  # stopped by a hold; its end may be reported after the release
+        if exception and self._held_by(exception):
+            return
         if exception and not self._expected_termination():
             with self._lock:
                 running = self._by_id.get(query_id)
@@ -471,7 +459,7 @@ class QueryGroup:
         with self._lock:
             return {name: r.query for name, r in self._queries.items()}
 
-    def sinks(self) -> dict[str, KafkaTransactionalSink]:
+    def sinks(self) -> dict[str, OutputSink]:
         """The group's sinks by query name."""
         with self._lock:
             return {name: r.sink for name, r in self._queries.items()}
@@ -488,27 +476,48 @@ class QueryGroup:
             if str(query.runId) in self.hold.retired_runs:
                 continue  # ended by a hold, and not restarted yet: no failure
             exc = query.exception()
+            if exc is not None and self._held_by(str(exc)):
+                return
             if exc is not None and not self._expected_termination():
                 self.state = QueryGroupState.FAILED
                 raise self._query_failure(name, exc)
 
+    def _held_by(self, failure: str) -> bool:
+        """Hold the group when a query's ``failure`` (its exception's text) is a write
+        task giving up on a full output stream queue (``FG-QG-002``,
+        :func:`~pipeline.spark.sink.held_from`); whether it was one."""
+        held = held_from(failure, query_group=self.name)
+        if held is None:
+            return False
+        if self.state != QueryGroupState.HELD:
+            log.error("%s", held)
+            self.metrics.sleeps.labels(self.name, held.stream).inc(held.sleeps)
+            self.hold.on_hold(held)
+        return True
+
     def _query_failure(self, name: str, exc: BaseException) -> QueryGroupError:
-        """The error a failed query ends the group with: the query's own, as its
-        ``foreachBatch`` function raised it, else Spark's, without Java stacks
+        """The error a failed query ends the group with: the hold it stands for
+        (``FG-QG-002``), a full disk's, else Spark's, without Java stacks
         (:func:`~pipeline.errors.compact_error`); the full text is in the log."""
         with self._lock:
             running = self._queries.get(name)
-        own = running.sink.last_error if running is not None else None
-        if own is not None and NO_SPACE in str(own):
-            return self._disk_full(name, own)
+        if self._held_by(str(exc)):
+            self.hold.join()
+            assert self.hold.held is not None
+            return self.hold.held
         if NO_SPACE in str(exc):
             return self._disk_full(name, exc)
-        if isinstance(own, QueryGroupError):
-            return own
+        oversized = oversized_from(str(exc), query_group=self.name)
+        if oversized is not None:
+            log.error("%s", oversized)
+            if running is not None:
+                running.sink.last_error = oversized
+            return oversized
         log.error("query group %s query %s failed: %s", self.name, name, exc)
-        return QueryGroupError(
-            compact_error(own if own is not None else exc), query_group=self.name, query=name
-        )
+        error = QueryGroupError(compact_error(exc), query_group=self.name, query=name)
+        if running is not None:
+            running.sink.last_error = error
+        return error
 
     def _disk_full(self, name: str, cause: BaseException | str) -> CheckpointDiskFullError:
         """The error of a query that failed on a full disk (``ENOSPC``): its checkpoint
@@ -540,6 +549,7 @@ class QueryGroup:
             try:
                 query.processAllAvailable()
             except Exception as exc:
+                self._held_by(str(exc))
                 self.hold.raise_held()
                 self.state = QueryGroupState.FAILED
                 raise self._query_failure(name, exc) from exc
@@ -588,6 +598,7 @@ class QueryGroup:
                 else:
                     done = query.awaitTermination()  # ended: returns at once, or raises
             except Exception as exc:
+                self._held_by(str(exc))
                 self.hold.raise_held()
                 self.state = QueryGroupState.FAILED
                 raise self._query_failure(name, exc) from exc
@@ -609,8 +620,9 @@ class QueryGroup:
         while not self._monitor_stop.wait(interval):
             try:
                 self._sample_heap()
+                self._sample_sleeping()
             except Exception:
-                log.debug("query group %s: driver heap not read", self.name, exc_info=True)
+                log.debug("query group %s: driver JVM not read", self.name, exc_info=True)
             sampled = time.monotonic() >= queues_due
             if sampled:
                 queues_due = time.monotonic() + queues_every
@@ -631,6 +643,14 @@ class QueryGroup:
                     self.gauges.refresh_outputs()
             except Exception:
                 log.warning("query group %s: monitor pass failed", self.name, exc_info=True)
+
+    def _sample_sleeping(self) -> None:
+        """Tell the hold which queries' write tasks sleep now on a full output stream
+        queue (those in the driver's JVM: every one with a local master)."""
+        jvm = self.spark._jvm
+        assert jvm is not None  # a classic (not Connect) session
+        pairs = jvm.io.floodgate.spark.write.SleepingTasks.of(self.name)
+        self.hold.set_sleeping(tuple(str(p).split("\t", 1)) for p in pairs)  # type: ignore[misc]
 
     def _sample_heap(self) -> None:
         jvm = self.spark._jvm
@@ -737,12 +757,9 @@ class QueryGroup:
         with self._lock:
             self._queries.clear()
             self._by_id.clear()
-        # Drop the output queue probes (their admin clients would keep reconnecting to a
-        # broker that is gone); a later start() makes new ones.
-        for guard in self._guards.values():
-            guard.reader = None
+        # Drop the queue probes (their admin clients would keep reconnecting to a broker
+        # that is gone); a later start() makes new ones.
         self.gauges.close()
-        self._guards.clear()
         if self._server is not None:
             self._server.stop()
             self._server = None

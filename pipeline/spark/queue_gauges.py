@@ -21,9 +21,9 @@ log = logging.getLogger(__name__)
 class QueueGauges:
     """Reads a query group's input and output stream queues and sets their gauges.
 
-    One :class:`~pipeline.queues.probe.QueueProbe` per output stream (shared with the
-    stream's :class:`~pipeline.spark.guard.OutputQueueGuard`, which reads it before
-    every micro-batch's write) and one per input stream that a query reads. Each
+    One :class:`~pipeline.queues.probe.QueueProbe` per output stream and one per input
+    stream that a query reads (the JVM sink reads an output stream queue itself, on the
+    driver, before every micro-batch's write). Each
     :meth:`sample` sets, per stream: the queue length (tuples), the lag of its oldest
     tuple (seconds, :class:`~pipeline.queues.age.QueueAge`), and for output streams how
     long the last stable offset has not moved (seconds): past twice the transaction
@@ -46,11 +46,11 @@ class QueueGauges:
         self.name = config.name
         self.bootstrap_servers = bootstrap_servers
         self.metrics = metrics
-        #: Output stream -> its probe (the guard reads the same one).
+        #: Output stream -> its probe.
         self.output_probes: dict[str, QueueProbe] = {}
         #: Input stream -> its probe (streams no query reads have none).
         self.input_probes: dict[str, QueueProbe] = {}
-        #: Output stream -> its latest snapshot, from a sample or a guard's check.
+        #: Output stream -> its latest snapshot.
         self.output_snapshots: dict[str, QueueSnapshot] = {}
         #: ``(output?, stream)`` -> the reader of its oldest tuple's age.
         self._ages: dict[tuple[bool, str], QueueAge] = {}

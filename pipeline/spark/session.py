@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -87,6 +88,26 @@ REDACTION_REGEX_KEY = "spark.redaction.regex"
 _redactor: Redactor = default_redactor()
 
 
+#: Attempts of a task before its job fails, on a local master Floodgate chose
+#: (``local[N]`` becomes ``local[N,4]``): ``spark.task.maxFailures``' default on a
+#: cluster, which a local master ignores (its default is one attempt). A write task
+#: whose transaction met a broker restart fails, and its retry writes its partition
+#: with a new producer, as on a cluster.
+LOCAL_TASK_ATTEMPTS = 4
+
+_LOCAL_WITHOUT_ATTEMPTS = re.compile(r"local(?:\[(\d+|\*)\])?")
+
+
+def with_task_retries(master: str) -> str:
+    """``master`` with :data:`LOCAL_TASK_ATTEMPTS` when it is ``local``, ``local[N]`` or
+    ``local[*]`` (a master that names its attempts, ``local[N,F]``, or another master is
+    returned as it is)."""
+    found = _LOCAL_WITHOUT_ATTEMPTS.fullmatch(master.strip())
+    if found is None:
+        return master
+    return f"local[{found.group(1) or 1},{LOCAL_TASK_ATTEMPTS}]"
+
+
 def _is_local_master(master: str) -> bool:
     """Executors on this host: ``local``, ``local[N]``, ``local[N,F]``, ``local-cluster[...]``."""
     return master == "local" or master.startswith(("local[", "local-cluster["))
@@ -128,6 +149,10 @@ def build_spark_session(
     When a SparkContext runs already, Spark keeps its static settings and takes the
     SQL ones (``spark.sql.*``) into the session; :func:`spark_settings` tells what was
     applied and from where.
+
+    A local master Floodgate sets (``local``, ``local[N]``, ``local[*]``) gets
+    :data:`LOCAL_TASK_ATTEMPTS` attempts per task, as a cluster has
+    (:func:`with_task_retries`).
 
     On a local master the driver listens on loopback only: :data:`LOCAL_DRIVER_DEFAULTS`
     join the defaults, and a JVM this function launches itself runs with
@@ -172,7 +197,7 @@ def build_spark_session(
             defaults.update(LOCAL_DRIVER_DEFAULTS)
     layers: list[tuple[str, Mapping[str, Any]]] = [
         ("floodgate", {**defaults, REDACTION_REGEX_KEY: SESSION_REDACTION_REGEX}),
-        ("query group", {"spark.master": master, **(conf or {})}),
+        ("query group", {"spark.master": with_task_retries(master), **(conf or {})}),
     ]
     chosen: dict[str, tuple[str, str]] = {}
     for source, values in layers:

@@ -1,5 +1,5 @@
 """Remake tests/golden/sink/encoded.json: the bytes a query's output rows become, as the
-Python sink writes them, which the JVM sink's encoder (``TupleEncoderGoldenTest``,
+Python codec writes them, which the JVM sink's encoder (``TupleEncoderGoldenTest``,
 ``io.floodgate.spark.write.TupleEncoder``) must give byte for byte.
 
 Run from the repository's root: ``.venv/bin/python tests/golden/sink/make_encoded.py``.
@@ -7,21 +7,22 @@ Run from the repository's root: ``.venv/bin/python tests/golden/sink/make_encode
 and fails when the file is not what this script writes, so the file cannot drift
 from the Python codec it was made with.
 
-Each case is a query's output: the output stream's Avro schema, the Spark columns of
-its rows (name and Spark type, as ``DataType.simpleString`` names them), the key
-columns, the encoding (``single-object``, or ``confluent`` with the registry's
-schema id), and rows. A row's ``values`` are in Spark's internal form, one per
-column: numbers, ``"NaN"``/``"Infinity"``/``"-Infinity"`` for those floats, a
-``date`` as days since 1970-01-01, a ``timestamp``/``timestamp_ntz`` as epoch
-microseconds, a ``binary`` as hex. The row is handed to the Python side as Spark
-hands it through Arrow (``DataFrame.toArrow().to_pylist()``: a ``pyarrow`` array of
-the Arrow type Spark gives the column, read back as Python values), then written by
-``KafkaTransactionalSink.write`` itself (a stand-in for its producer: what is kept is
-what it would send). The expected ``key``/``value`` are hex (``key`` ``null``: no key
-columns); a row the sink refuses has ``error`` instead, the Python ``SchemaError``'s
-text, and ``error_parts``, the pieces of it the JVM's refusal must contain too (the
-value's Python ``repr`` is left out for a ``datetime``, and fastavro's own words
-after "does not match schema").
+Each case is a query's output: the output stream's Avro schema, the Spark columns of its
+rows (name and Spark type, as ``DataType.simpleString`` names them), the key columns,
+the encoding (``single-object``, or ``confluent`` with the registry's schema id), and
+rows. A row's ``values`` are in Spark's internal form, one per column: numbers,
+``"NaN"``/``"Infinity"``/``"-Infinity"`` for those floats, a ``date`` as days since
+1970-01-01, a ``timestamp``/``timestamp_ntz`` as epoch microseconds, a ``binary`` as
+hex. The row is handed to the Python side as Spark hands it through Arrow
+(``DataFrame.toArrow().to_pylist()``: a ``pyarrow`` array of the Arrow type Spark gives
+the column, read back as Python values), then written as the Python ``foreachBatch``
+sink the JVM sink replaced wrote it (:func:`python_write`: every schema field taken from
+the row and normalised, the key from the normalised tuple when every key column is a
+schema field, then encoded). The expected ``key``/``value`` are hex (``key`` ``null``:
+no key columns); a row the sink refuses has ``error`` instead, the Python
+``SchemaError``'s text, and ``error_parts``, the pieces of it the JVM's refusal must
+contain too (the value's Python ``repr`` is left out for a ``datetime``, and fastavro's
+own words after "does not match schema").
 
 Confluent cases are written by ``ConfluentCodec`` on confluent-kafka's mock registry
 (``mock://``), whose next id is set to :data:`SCHEMA_ID` first.
@@ -29,14 +30,12 @@ Confluent cases are written by ``ConfluentCodec`` on confluent-kafka's mock regi
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
@@ -49,7 +48,6 @@ from pipeline.errors import SchemaError  # noqa: E402
 from pipeline.serde.codec import StreamCodec  # noqa: E402
 from pipeline.serde.confluent import ConfluentCodec  # noqa: E402
 from pipeline.serde.schemas import RegisteredSchema, SchemaRepository, fingerprint  # noqa: E402
-from pipeline.spark.sink import KafkaTransactionalSink  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "encoded.json"
 
@@ -566,18 +564,26 @@ def _arrow_input(value: Any, spark: str) -> Any:
     return value
 
 
-class _Guard:
-    @contextlib.contextmanager
-    def reserve(self, n: int, **_: Any) -> Iterator[None]:
-        yield
+def python_write(
+    codec: StreamCodec, key_columns: Sequence[str], given: dict[str, Any]
+) -> tuple[bytes | None, bytes]:
+    """The record one output row becomes: ``(key, value)``.
 
+    Every field of the schema is taken from the row (a missing column is ``None``,
+    whatever the field's default) and normalised as the back-pressure client normalises
+    a put; the key is taken from the normalised tuple when every key column is a schema
+    field, else from the row as given; the value is the normalised tuple encoded.
 
-class _Sink(SimpleNamespace):
-    """The attributes :meth:`KafkaTransactionalSink.write` reads; its transaction keeps
-    the records it would produce."""
+    Raises:
+        SchemaError: the row does not fit the schema.
+    """
+    from pipeline.serde.codec import TupleKey
 
-    def _transaction(self, encoded: list[tuple[Any, bytes]], batch_id: int, offsets: Any) -> None:
-        self.sent.extend(encoded)
+    fields = codec.schema.field_names
+    normalised = codec.normalise({name: given.get(name) for name in fields})
+    keys_in_schema = set(key_columns) <= set(fields)
+    key = TupleKey(key_columns)(normalised if keys_in_schema else given)
+    return key, codec.encode_normalised(normalised)
 
 
 def _codec(case: dict[str, Any]) -> StreamCodec:
@@ -600,30 +606,16 @@ def _codec(case: dict[str, Any]) -> StreamCodec:
 
 def expected(case: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows of ``case`` with what the Python sink makes of each."""
-    from pipeline.serde.codec import TupleKey
-
     codec = _codec(case)
-    sink = _Sink(
-        codec=codec,
-        guard=_Guard(),
-        query="golden",
-        key=TupleKey(case["key"]),
-        _keys_in_schema=set(case["key"]) <= set(codec.schema.field_names),
-        batches_written=0,
-        tuples_written=0,
-        sent=[],
-    )
     out = []
     for spark_row, given in zip(case["rows"], python_values(case), strict=True):
         row: dict[str, Any] = {"values": spark_row}
-        sink.sent = []
         try:
-            KafkaTransactionalSink.write(sink, [given], 0, [])  # type: ignore[arg-type]
+            key, value = python_write(codec, case["key"], given)
         except SchemaError as exc:
             row["error"] = str(exc)
             row["error_parts"] = _error_parts(str(exc), exc, given)
         else:
-            [(key, value)] = sink.sent
             if case["encoding"] == "confluent":
                 assert value[:5] == b"\x00" + case["schema_id"].to_bytes(4, "big"), value.hex()
             row["key"] = None if key is None else key.hex()
