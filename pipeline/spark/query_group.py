@@ -46,6 +46,7 @@ from pipeline.errors import (
     QueryGroupError,
     compact_error,
 )
+from pipeline.failpoints import arm_jvm
 from pipeline.kafka.retries import BROKER_WAIT_S
 from pipeline.kafka.topics import ensure_topics
 from pipeline.metrics import QueryGroupMetrics
@@ -291,6 +292,7 @@ class QueryGroup:
         """Define each query's input views and start it, in the config's order;
         ``before_first`` is called before the first query starts."""
         spark = self.spark
+        arm_jvm(spark._jvm)  # a crash test's failpoint, into the driver's JVM
         for name in self.config.queries:
             register_inputs(
                 spark,

@@ -1,187 +1,104 @@
-"""A micro-batch's output transaction across a broker restart: written once, never lost.
+"""A write task's transaction across a broker restart: written once, never lost, and no
+transaction left open.
 
 noida-db 0.2.3, restarted in the middle of a transaction, aborts the records it had and
-then lets the producer commit the input offsets without the records retried after the
-restart (see :meth:`pipeline.spark.sink.KafkaTransactionalSink._transaction`). The sink
-must notice and write the batch again with a new producer.
+then lets the producer commit the rest of the transaction (its batch marker) without
+them; and it takes records a producer retries after the restart into a transaction its
+coordinator does not know, which no producer ends. The JVM sink must therefore never
+commit a transaction across a broker loss: the task fails, its producer is closed
+without a retry, and Spark's retry writes the partition again with a new producer
+(docs/spark-source.md, "The sink"). Apache Kafka aborts such a transaction itself; the
+tests hold on both engines.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
-import pipeline.spark.sink
 from pipeline.brokers.local import LocalBroker
-from pipeline.kafka.topics import ensure_topics
-from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.spark.sink import KafkaTransactionalSink
-
-KEY = ["carrier", "flight", "time_hour"]
-
-
-def read_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "check",
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    values: list[bytes] = []
-    ended: set[int] = set()
-    while len(ended) < partitions:
-        msg = consumer.poll(10.0)
-        assert msg is not None, f"no end of partition reached; read {len(values)}"
-        if msg.error() is None:
-            values.append(msg.value())  # type: ignore[arg-type]
-        else:
-            ended.add(msg.partition())  # type: ignore[arg-type]
-    consumer.close()
-    return values
+from tests.integration.spark.sink_pipeline import (
+    FLIGHTS,
+    Pipeline,
+    expected_records,
+    written,
+)
 
 
-def test_a_broker_restart_mid_transaction_writes_the_batch_again_once(
-    tmp_path: Path,
+def stable_is_high(bootstrap: str, topic: str, partitions: int) -> tuple[bool, str]:
+    """Whether every partition's last stable offset is its high watermark (no open
+    transaction), and both, for a message."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    parts = [TopicPartition(topic, p) for p in range(partitions)]
+
+    def ends(isolation: Any) -> dict[int, int]:
+        asked = admin.list_offsets(
+            {tp: OffsetSpec.latest() for tp in parts}, isolation_level=isolation
+        )
+        return {tp.partition: f.result().offset for tp, f in asked.items()}
+
+    stable, high = ends(IsolationLevel.READ_COMMITTED), ends(IsolationLevel.READ_UNCOMMITTED)
+    return stable == high, f"last stable {stable}, high {high}"
+
+
+@pytest.mark.parametrize("failpoint_name", ["mid-transaction", "records-sent"])
+def test_a_broker_restart_in_a_task_s_transaction_writes_its_partition_again_once(
+    failpoint_name: str,
+    spark: Any,
     schemas: SchemaRepository,
     flights: list[dict[str, Any]],
-    monkeypatch: pytest.MonkeyPatch,
-    new_broker: Callable[..., LocalBroker],
-) -> None:
-    tuples = flights[:3_000]
-    broker = new_broker(data_dir=tmp_path / "broker").start()
-    try:
-        bootstrap = broker.bootstrap_servers
-        ensure_topics(bootstrap, {"in": (1, 1), "out": (2, 1)})
-        codec = StreamCodec("flights", schemas.get("flight"), schemas)
-        sink = KafkaTransactionalSink(
-            query_group="g",
-            query="copy",
-            codec=codec,
-            topic="out",
-            key_columns=KEY,
-            input_topics=["in"],
-            group_id="g.copy",
-            checkpoint_dir=str(tmp_path / "checkpoint"),
-            bootstrap_servers=bootstrap,
-        )
-        restarts: list[int] = []
-
-        def restart_once(name: str, batch_id: int) -> None:
-            if name == "mid-transaction" and not restarts:
-                restarts.append(batch_id)
-                broker.stop(remove_data=False)
-                broker.start()
-
-        monkeypatch.setattr(pipeline.spark.sink, "_failpoint", restart_once)
-        sink.write(tuples, 0, [TopicPartition("in", 0, 42)])
-        assert restarts == [0]
-        sink.close()
-
-        # noida-db aborts the first producer's stray records only at its next start
-        # (an operator's kafka-transactions.sh abort on Kafka).
-        broker.stop(remove_data=False)
-        broker.start()
-        written = Counter(read_committed(bootstrap, "out", 2))
-        want = Counter(
-            codec.encode({n: r.get(n) for n in codec.schema.field_names}) for r in tuples
-        )
-        assert written == want  # every tuple once: none lost, none twice
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g.copy"})
-        (committed,) = consumer.committed([TopicPartition("in", 0)], timeout=10)
-        consumer.close()
-        assert committed.offset == 42
-        assert sink.transactions_renewed >= 1
-    finally:
-        broker.stop()
-
-
-def test_a_broker_gone_while_the_sink_waits_leaves_no_hanging_transaction(
     tmp_path: Path,
-    schemas: SchemaRepository,
-    flights: list[dict[str, Any]],
-    monkeypatch: pytest.MonkeyPatch,
     new_broker: Callable[..., LocalBroker],
+    failpoint: Callable[[str | None], None],
 ) -> None:
-    """The broker stops while the sink serves its producer (as its ``flush`` does) and
-    starts again: the abandoned producer's records are purged when the broker goes
-    away, so none is retried into a transaction no producer will end. noida-db 0.2.3
-    took them into one (the soak's hanging transactions): without the purge, its
-    last stable offset stayed below the high watermark until its next start.
-    Apache Kafka aborts them either way (the new producer's epoch fences the old)."""
-    from confluent_kafka import IsolationLevel
-    from confluent_kafka.admin import AdminClient, OffsetSpec
-
-    tuples = flights[:3_000]
+    """The broker restarts while micro-batch 1's tasks stand at ``failpoint_name``: their
+    records handed to the producer (``mid-transaction``, some still queued: linger 2 s) or
+    acknowledged in the open transaction (``records-sent``). Every tuple is written once,
+    the input offsets end in the consumer group, and no transaction is left open."""
     broker = new_broker(data_dir=tmp_path / "broker").start()
     try:
-        bootstrap = broker.bootstrap_servers
-        ensure_topics(bootstrap, {"in": (1, 1), "out": (2, 1)})
-        codec = StreamCodec("flights", schemas.get("flight"), schemas)
-        sink = KafkaTransactionalSink(
-            query_group="g",
-            query="copy",
-            codec=codec,
-            topic="out",
-            key_columns=KEY,
-            input_topics=["in"],
-            group_id="g.copy",
-            checkpoint_dir=str(tmp_path / "checkpoint"),
-            bootstrap_servers=bootstrap,
-            # The batch's records still queued in the producer when the broker stops.
-            client={"linger.ms": 2_000},
-        )
-        restarts: list[int] = []
+        pipeline = Pipeline(spark, broker.bootstrap_servers, schemas, tmp_path)
+        pipeline.produce(flights[:FLIGHTS])
+        release = tmp_path / "release"
+        failpoint(f"{failpoint_name}:1:wait={release}")
+        restarted = threading.Event()
 
-        def restart_while_serving(name: str, batch_id: int, *args: Any) -> None:
-            if name == "mid-transaction" and not restarts:
-                restarts.append(batch_id)
-                producer = sink._producer
-                assert producer is not None
-                broker.stop(remove_data=False)
-                # The sink's flush serves error_cb while the broker is away.
-                deadline = time.monotonic() + 30
-                while not sink._broker_gone and time.monotonic() < deadline:
-                    producer.poll(0.1)
-                assert sink._broker_gone, "librdkafka never reported the broker gone"
-                broker.start()
+        def restart_at_failpoint() -> None:
+            reached = Path(f"{release}.reached")
+            deadline = time.monotonic() + 120
+            while not reached.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            broker.stop(remove_data=False)
+            broker.start()
+            restarted.set()
+            release.touch()
 
-        monkeypatch.setattr(pipeline.spark.sink, "_failpoint", restart_while_serving)
-        sink.write(tuples, 0, [TopicPartition("in", 0, 42)])
-        assert restarts == [0]
-        sink.close()
+        restarter = threading.Thread(target=restart_at_failpoint, daemon=True)
+        restarter.start()
+        query = pipeline.run(**{"kafka.linger.ms": "2000"})
+        restarter.join(timeout=180)
+        assert restarted.is_set(), "the failpoint was never reached"
+        assert query.exception() is None, query.exception()
 
-        # No second restart: every transaction must be ended already.
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        parts = [TopicPartition("out", p) for p in range(2)]
-
-        def ends(isolation: Any) -> dict[int, int]:
-            asked = admin.list_offsets(
-                {tp: OffsetSpec.latest() for tp in parts}, isolation_level=isolation
-            )
-            return {tp.partition: f.result().offset for tp, f in asked.items()}
+        def settled() -> bool:
+            return stable_is_high(broker.bootstrap_servers, pipeline.output, 3)[0]
 
         deadline = time.monotonic() + 30  # Apache Kafka writes its abort markers apace
-        while (stable := ends(IsolationLevel.READ_COMMITTED)) != (
-            high := ends(IsolationLevel.READ_UNCOMMITTED)
-        ) and time.monotonic() < deadline:
+        while not settled() and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert stable == high, f"a transaction left open: last stable {stable}, high {high}"
-        written = Counter(read_committed(bootstrap, "out", 2))
-        want = Counter(
-            codec.encode({n: r.get(n) for n in codec.schema.field_names}) for r in tuples
+        ok, ends = stable_is_high(broker.bootstrap_servers, pipeline.output, 3)
+        assert ok, f"a transaction left open: {ends}"
+        assert written(pipeline.output_records()) == expected_records(
+            pipeline.codec, flights[:FLIGHTS]
         )
-        assert written == want  # every tuple once: none lost, none twice
-        assert sink.transactions_renewed >= 1
+        assert pipeline.committed() == [FLIGHTS // 2, FLIGHTS // 2]
     finally:
         broker.stop()

@@ -61,6 +61,8 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   private final List<byte[][]> held = new ArrayList<>();
 
   private Producer<byte[], byte[]> producer;
+  private ConnectionWatch.Watched watched;
+  private boolean brokerLost;
   private boolean started;
   private boolean skipping;
   private boolean inTransaction;
@@ -137,6 +139,32 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   private void begin() {
     producer.beginTransaction();
     inTransaction = true;
+    watched =
+        ConnectionWatch.open(
+            producer, options.where() + " micro-batch " + batch + " task " + partition);
+  }
+
+  /**
+   * Refuse to go on with a transaction across which the producer lost a broker connection ({@link
+   * ConnectionWatch}, which has closed the producer already): the task fails, and Spark's retry
+   * writes the partition again with a new producer.
+   *
+   * @throws BrokerLostException a connection of the producer closed since the transaction began
+   */
+  private void requireConnected(String step) {
+    if (watched != null && watched.connectionLost()) {
+      brokerLost = true;
+      throw new BrokerLostException(
+          "FG-QG-008 "
+              + options.where()
+              + ": micro-batch "
+              + batch
+              + " task "
+              + partition
+              + ": the producer lost its broker connection "
+              + step
+              + "; the transaction is dropped and the task written again by a new producer");
+    }
   }
 
   private BatchMarker marker() {
@@ -158,16 +186,20 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
       }
       held.clear();
     }
+    SinkFailpoints.reach("mid-transaction", batch, attempt);
     producer.flush();
     Exception failed = sendError.get();
     if (failed != null) {
       throw new IOException(failure("a record was refused", failed), failed);
     }
     SinkFailpoints.reach("records-sent", batch, attempt);
+    requireConnected("while its records were sent");
     producer.sendOffsetsToTransaction(marker().of(batch, written), marker().groupMetadata());
     SinkFailpoints.reach("before-commit", batch, attempt);
+    requireConnected("before its commit");
     producer.commitTransaction();
     inTransaction = false;
+    ConnectionWatch.closed(watched);
     SinkFailpoints.reach("after-commit", batch, attempt);
     release();
     return new TaskCommit(partition, written, 0, sleeps);
@@ -306,6 +338,11 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     if (producer == null) {
       return;
     }
+    ConnectionWatch.closed(watched);
+    if (brokerLost || (watched != null && watched.connectionLost())) {
+      closeProducer(); // never an abort: noida-db's marker would end the stray records too
+      return;
+    }
     try {
       if (inTransaction) {
         producer.abortTransaction();
@@ -327,6 +364,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
 
   @Override
   public void close() {
+    ConnectionWatch.closed(watched);
     held.clear();
     if (producer != null) {
       // Neither committed nor aborted (the task failed in commit): never pooled.

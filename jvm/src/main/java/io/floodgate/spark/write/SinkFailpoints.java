@@ -17,6 +17,8 @@ import org.slf4j.LoggerFactory;
  * micro-batch {@code batch}. The sink's failpoints:
  *
  * <ul>
+ *   <li>{@code mid-transaction}: a task's records are handed to its producer in its open
+ *       transaction, before it waits for their acknowledgement;
  *   <li>{@code records-sent}: a task's records are acknowledged in its open transaction, before its
  *       batch marker is sent;
  *   <li>{@code before-commit}: right before a task's {@code commitTransaction};
