@@ -41,10 +41,8 @@ run). Target: Floodgate >= 0.5 of (b). One warm-up run of each is discarded
 Where Floodgate's time goes, recorded in every run (the JSON's ``floodgate`` fields):
 the replay's time and how much of it it waited on back-pressure; each query's
 micro-batches and Spark's ``durationMs`` phases summed (a progress listener on the
-session); inside the transactional sink's ``foreachBatch``, the Spark job behind
-``toArrow`` (read, decode, aggregate, state, collect), the output encoding, the output
-stream queue check and the transaction (timers wrapped around the sink's methods in
-this process: :class:`SinkTimers`); and the CPU seconds of every process role.
+session), the JVM sink's write inside ``addBatch``; and the CPU seconds of every
+process role.
 
 Run: ``.venv/bin/python bench/bench_limit.py [--repeat 5] [--limit N] [--engine E]``.
 Results: a table, and JSON in ``bench/out/limit.json``.
@@ -53,7 +51,6 @@ Results: a table, and JSON in ``bench/out/limit.json``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import multiprocessing
 import os
 import statistics
@@ -427,104 +424,6 @@ SPARK_PHASES = (
 )
 
 
-#: The transactional sink's ``foreachBatch`` split (:meth:`SinkTimers.split`).
-SINK_PHASES = (
-    "spark_job",
-    "end_offsets",
-    "already_written",
-    "encode",
-    "queue_check",
-    "transaction",
-)
-
-
-class SinkTimers:
-    """Seconds the transactional sink spends in each phase of ``foreachBatch``, per
-    query, summed over a run: timers wrapped around its methods in this process (the
-    driver's, where ``foreachBatch`` runs) while :meth:`installed`.
-
-    Phases: ``write_batch`` (all of it), ``end_offsets`` (the batch's input offsets from
-    the checkpoint), ``already_written`` (the consumer group's committed offsets, read
-    from the broker), ``write`` (encode + queue check + transaction), ``queue_check``
-    (the output stream queue's state read from the broker, sleeps included) and
-    ``transaction`` (produce, send offsets, commit). :meth:`split` derives the Spark job
-    behind ``toArrow`` and the output encoding from them.
-    """
-
-    WRAPPED = (
-        ("pipeline.spark.sink", "KafkaTransactionalSink", "_write_batch", "write_batch"),
-        ("pipeline.spark.sink", "KafkaTransactionalSink", "end_offsets", "end_offsets"),
-        ("pipeline.spark.sink", "KafkaTransactionalSink", "already_written", "already_written"),
-        ("pipeline.spark.sink", "KafkaTransactionalSink", "write", "write"),
-        ("pipeline.spark.sink", "KafkaTransactionalSink", "_transaction", "transaction"),
-        ("pipeline.spark.guard", "OutputQueueGuard", "_admit", "queue_check"),
-    )
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.seconds: dict[str, dict[str, float]] = {}
-
-    def add(self, query: str, phase: str, seconds: float) -> None:
-        with self._lock:
-            per_query = self.seconds.setdefault(query, {})
-            per_query[phase] = per_query.get(phase, 0.0) + seconds
-
-    def take(self) -> dict[str, dict[str, float]]:
-        """The seconds so far, ``{query: {phase: s}}``; starts over."""
-        with self._lock:
-            seconds, self.seconds = self.seconds, {}
-        return seconds
-
-    @staticmethod
-    def split(phases: dict[str, float]) -> dict[str, float]:
-        """A query's phases as shares of ``write_batch`` (seconds): ``spark_job``
-        (``toArrow``: everything not timed on its own), ``end_offsets``,
-        ``already_written``, ``encode`` (``write`` less check and transaction),
-        ``queue_check``, ``transaction``."""
-        get = phases.get
-        write = get("write", 0.0)
-        own = get("end_offsets", 0.0) + get("already_written", 0.0) + write
-        return {
-            "spark_job": get("write_batch", 0.0) - own,
-            "end_offsets": get("end_offsets", 0.0),
-            "already_written": get("already_written", 0.0),
-            "encode": write - get("queue_check", 0.0) - get("transaction", 0.0),
-            "queue_check": get("queue_check", 0.0),
-            "transaction": get("transaction", 0.0),
-        }
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[SinkTimers]:
-        """The timers around the sink's methods while inside; the originals after."""
-        import importlib
-
-        originals = []
-        for module_name, class_name, method, phase in self.WRAPPED:
-            cls = getattr(importlib.import_module(module_name), class_name)
-            original = getattr(cls, method)
-            originals.append((cls, method, original))
-            setattr(cls, method, self._timed(original, phase))
-        try:
-            yield self
-        finally:
-            for cls, method, original in originals:
-                setattr(cls, method, original)
-
-    def _timed(self, original: Callable[..., Any], phase: str) -> Callable[..., Any]:
-        timers = self
-
-        @functools.wraps(original)
-        def timed(obj: Any, *args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return original(obj, *args, **kwargs)
-            finally:
-                query = kwargs.get("query") or getattr(obj, "query", "?")
-                timers.add(str(query), phase, time.perf_counter() - started)
-
-        return timed
-
-
 class SparkPhases:
     """Every micro-batch's progress of the query groups run in this process: batch id,
     input rows, start and ``durationMs``.
@@ -533,7 +432,7 @@ class SparkPhases:
     and views apart from another group's), and a listener on the parent session's
     ``StreamingQueryManager`` hears none of them; so this wraps the groups' own
     progress callback (``QueryGroup._on_progress``), which every micro-batch's
-    ``QueryProgressEvent`` reaches, as :class:`SinkTimers` wraps the sink's methods.
+    ``QueryProgressEvent`` reaches.
     """
 
     def __init__(self) -> None:
@@ -650,8 +549,6 @@ class FloodgateRun:
         spark_s: Spark's ``durationMs`` phases (:data:`SPARK_PHASES`) summed over the
             run's micro-batches, per query, seconds.
         last_batch_end_s: the end of each query's last micro-batch, seconds from the start.
-        sink_s: the sink's ``foreachBatch`` split (:meth:`SinkTimers.split`), per
-            query, seconds.
         cpu_s: CPU seconds per process role over the run.
         started_quiet / loadavg: as :class:`LimitRun`'s.
     """
@@ -664,7 +561,6 @@ class FloodgateRun:
     batches: dict[str, int]
     spark_s: dict[str, dict[str, float]]
     last_batch_end_s: dict[str, float]
-    sink_s: dict[str, dict[str, float]]
     cpu_s: dict[str, float]
     started_quiet: bool
     loadavg: float
@@ -678,7 +574,6 @@ def run_floodgate(
     expected: dict[Any, Any],
     *,
     phases: SparkPhases,
-    timers: SinkTimers,
 ) -> FloodgateRun:
     """One run of the demo's pipeline over the first ``limit`` flights, its output
     checked against ``expected`` (:func:`common.expected_origin_hours`).
@@ -699,7 +594,6 @@ def run_floodgate(
         samples.append((time.time(), status))
 
     phases.take()
-    timers.take()
     result = run_demo(
         bootstrap_servers=bootstrap, limit=limit, spark=spark, on_progress=on_progress
     )
@@ -741,7 +635,6 @@ def run_floodgate(
         batches={q: sum(1 for b in batches if b["query"] == q) for q in queries},
         spark_s=spark_s,
         last_batch_end_s=last_end,
-        sink_s={q: SinkTimers.split(p) for q, p in timers.take().items()},
         cpu_s=cpu.seconds(),
         started_quiet=quiet.quiet,
         loadavg=loadavg,
@@ -855,12 +748,6 @@ def where_time_goes(runs: list[Run]) -> dict[str, Any]:
                     p: median_of([f.spark_s.get(q, {}).get(p, 0.0) for f in fg])
                     for p in SPARK_PHASES
                 },
-                # The sink's timers know a query by its own name, Spark's progress by
-                # ``<group>.<query>``.
-                "sink_s": {
-                    p: median_of([f.sink_s.get(q.rpartition(".")[2], {}).get(p, 0.0) for f in fg])
-                    for p in SINK_PHASES
-                },
             }
             for q in queries
         },
@@ -920,8 +807,6 @@ def gap_table(split: dict[str, Any]) -> Table:
         table.add_row(f"{query}: last micro-batch ends", f"{figures['last_batch_end_s']:.2f}")
         for phase, value in figures["spark_s"].items():
             table.add_row(f"{query}: Σ {phase}", f"{value:.2f}")
-        for phase, value in figures["sink_s"].items():
-            table.add_row(f"{query}: Σ addBatch → {phase.replace('_', ' ')}", f"{value:.2f}")
     for role, value in split["cpu_s"]["floodgate"].items():
         table.add_row(f"CPU s: {role}", f"{value:.2f}")
     for side in ("codec_matched_limit", "transport_limit"):
@@ -945,7 +830,6 @@ def main() -> None:
     n = sum(v[0] for v in expected.values())
     spark = common.start_spark("floodgate-bench-limit")
     phases = SparkPhases()
-    timers = SinkTimers()
     runs: list[Run] = []
     columns = (
         TextColumn("{task.description}"),
@@ -956,7 +840,6 @@ def main() -> None:
     try:
         with (
             tempfile.TemporaryDirectory(prefix="bench-limit-") as directory,
-            timers.installed(),
             phases.installed(),
             Progress(*columns, console=console) as progress,
         ):
@@ -979,7 +862,6 @@ def main() -> None:
                             args.warmup if warm else args.limit,
                             warm_expected if warm else expected,
                             phases=phases,
-                            timers=timers,
                         )
                     return run_limit(
                         bootstrap, pid, flights, codec_matched=kind == "codec", block=args.block

@@ -560,8 +560,10 @@ class QueryGroupHeld(QueryGroupError):
     the query group is HELD (the output stream queue overflow rule of the stream data
     platform Floodgate follows; message code ``FG-QG-002``).
 
-    Raised inside the query's ``foreachBatch`` function, so Spark terminates the query
-    without committing the batch: it is replayed from Spark's offset log on release.
+    Made by the query group from its query's failure: a write task of the JVM sink gave
+    up (``OutputQueueFullException``) having sent nothing, so Spark terminates the query
+    without committing the batch: it is replayed from Spark's offset log on release, and
+    its tasks that had committed skip their rows.
 
     Attributes:
         stream: the output stream that had no room.
@@ -676,7 +678,7 @@ class CheckpointDiskFullError(QueryGroupError):
     place (``CheckpointFileManager.createAtomic``), and a micro-batch counts as done
     only once its commit-log entry is in place; so nothing the failed write left is
     taken as done, and the group started again on the same checkpoint, with room on
-    the disk, replays the batch (the transactional sink skips output it had already
+    the disk, replays the batch (the sink's tasks skip output they had already
     committed).
 
     Attributes:

@@ -5,9 +5,9 @@ end offsets as JSON per topic and partition, the *next* offset to read of each
 topic-partition: ``{"arrivals": {"0": 310}, "flights": {"0": 1200, "1": 1187}}``
 (``tests/golden/offsets/``). A query group writes offsets in that shape for the
 source's options (:func:`topic_offsets_to_json`, keyed by :data:`TopicPartitionKey`);
-:func:`offsets_from_json` reads one topic's part. The transactional sink reads a
-batch's entry back to commit the same offsets in its Kafka transaction
-(:func:`read_offset_log`), and the sweeper reads the logs of a query group it
+:func:`offsets_from_json` reads one topic's part. The JVM sink reads a batch's
+entry back (``InputOffsets``) to commit the same offsets to the query's consumer
+group, and the sweeper reads the logs of a query group it
 sweeps for: how far its queries have planned (:func:`planned_ends`) and where a
 restarted query would read again (:func:`replay_starts`)."""
 
@@ -53,42 +53,6 @@ def topic_offsets_to_json(offsets: Mapping[TopicPartitionKey, int]) -> dict[str,
     for (topic, partition), offset in sorted(offsets.items()):
         out.setdefault(topic, {})[str(partition)] = int(offset)
     return out
-
-
-def read_offset_log(spark: Any, checkpoint_dir: str, batch_id: int) -> list[dict[str, Any]]:
-    """The source offsets Spark logged for a micro-batch.
-
-    Args:
-        spark: the query's SparkSession (its Hadoop configuration resolves the path).
-        checkpoint_dir: the query's checkpoint location (any Hadoop path).
-        batch_id: the micro-batch.
-
-    Returns:
-        The end offset of each source, as logged (JSON objects; sources with no
-        offset are left out).
-
-    Raises:
-        FileNotFoundError: Spark has not logged that batch.
-    """
-    local = local_checkpoint_path(checkpoint_dir)
-    if local is not None:
-        # Straight from disk: through py4j and Hadoop this took 20-45 ms of every
-        # micro-batch (eight JVM round trips). A scheme-less path that is not
-        # on this disk may be on Hadoop's default file system: read it through Hadoop.
-        text = local_offset_log(os.path.join(local, "offsets"), batch_id)
-        if text is not None:
-            return parse_offset_log(text)
-    jvm = spark._jvm
-    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint_dir.rstrip('/')}/offsets/{batch_id}")
-    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
-    if not fs.exists(path):
-        raise FileNotFoundError(f"no offset log entry {path.toString()}")
-    stream = fs.open(path)
-    try:
-        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-    finally:
-        stream.close()
-    return parse_offset_log(str(text))
 
 
 def local_checkpoint_path(checkpoint_dir: str) -> str | None:

@@ -101,10 +101,10 @@ class ReplayProcess:
 
     A producer is a process of its own in any real deployment, and it must be here
     too: in the query group driver's process, the replay's Avro encoding (~10 µs a
-    flight, all of it under the GIL) stalled every ``foreachBatch`` call, py4j round
-    trip and Arrow collect of the micro-batches (measured on the 2-core machine:
-    Spark's executors idle for most of each 1.3 s micro-batch while its Python
-    function waited for the GIL; ``bench/README.md``).
+    flight, all of it under the GIL) stalled every py4j round trip of the micro-batches
+    (measured on the 2-core machine with the Python sink of the time, whose
+    ``foreachBatch`` call and Arrow collect waited for the GIL while Spark's executors
+    idled for most of each 1.3 s micro-batch; ``bench/README.md``).
 
     The process (``python -c``, so a caller's script is not imported again as
     ``multiprocessing``'s spawn would) loads the flights and connects to the

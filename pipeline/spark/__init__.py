@@ -1,4 +1,4 @@
-"""The Spark side: the ``floodgate_kafka`` source, the transactional sink, query groups.
+"""The Spark side: the ``floodgate_kafka`` source, the sink's Python side, query groups.
 
 Everything that imports PySpark lives here (the control endpoint of a query group
 too); the client, the sweeper and the admission service never import this package.

@@ -133,7 +133,7 @@ def source_options(
         stream=name,
         schema_name=stream.schema_,
         schemas_json=schemas_json,
-        # Offsets are committed by the transactional sinks, per query, to this group;
+        # Offsets are committed by the JVM sink's driver, per query, to this group;
         # the source commits nothing, and reads the group's commits where a new
         # checkpoint starts (startingOffsets "committed"). A group of its own here had
         # no commits: a new checkpoint started at the log start, output again what the

@@ -149,7 +149,8 @@ def test_spark_defaults_conf_wins_over_floodgate_defaults(tmp_path: Path) -> Non
 
 def test_without_spark_settings_the_file_then_floodgate_decide(tmp_path: Path) -> None:
     seen = _probe(tmp_path, [sys.executable])
-    assert seen["master"] == "local[2]"
+    # The file's local[2], with a cluster's four attempts per task (LOCAL_TASK_ATTEMPTS).
+    assert seen["master"] == "local[2,4]"
     assert seen["shuffle_partitions"] == "5"
     assert seen["settings"]["spark.sql.shuffle.partitions"]["source"] == "query group"
     assert seen["settings"]["spark.sql.session.timeZone"] == {"value": "UTC", "source": "floodgate"}

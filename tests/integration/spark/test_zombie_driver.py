@@ -2,13 +2,15 @@
 over its checkpoint, then resumed. It must be fenced, and every output tuple written once.
 
 Driver A stops itself (SIGSTOP of its process group: the Python driver and its JVM) at
-the sink's ``records-sent:<batch>:stop`` failpoint, with batch 2's records acknowledged
-in its open transaction. Driver B starts on the same checkpoint and query group: its
-producer, with the same ``transactional.id``, fences A's (Kafka's ``InitProducerId``
-bumps the producer epoch and aborts A's open transaction) and B writes batch 2 again,
-then the rest. A is then sent SIGCONT: its next transactional request carries the old
-epoch, the broker answers it fenced, and the batch fails with a
-:class:`~pipeline.errors.QueryGroupError` that ends A. B goes on.
+the JVM sink's ``records-sent:<batch>:stop`` failpoint, with batch 2's records
+acknowledged in its write tasks' open transactions. Driver B starts on the same
+checkpoint and query group: its write tasks' producers, with the same
+``transactional.id`` per task, fence A's (Kafka's ``InitProducerId`` bumps the producer
+epoch and aborts A's open transactions) and B writes batch 2 again, then the rest. A is
+then sent SIGCONT: its commits carry the old epoch and are fenced; a retry of its task
+finds the partition committed by B and skips it, and A's query then fails on Spark's
+commit log, which B wrote first. B goes on (a task of B whose producer A's retry
+fenced in turn is retried with a new one).
 """
 
 from __future__ import annotations
@@ -66,7 +68,9 @@ def test_a_zombie_driver_resumed_after_a_second_took_over_is_fenced_and_writes_n
         )
         assert stopped(zombie), log_a.read_text()[-4000:]
         assert committed_and_end(bootstrap, group, topic)[0] == 2 * 250
-        assert sent(bootstrap, output) == 3 * 250  # batch 2's records: in A's open transaction
+        # Batch 2's records, some or all (a task at the failpoint stopped the other): in
+        # A's open transactions.
+        assert 2 * 250 < sent(bootstrap, output) <= 3 * 250
 
         successor = start_driver(config_path, bootstrap, log_b)
         wait_until(
@@ -80,8 +84,8 @@ def test_a_zombie_driver_resumed_after_a_second_took_over_is_fenced_and_writes_n
         code = zombie.wait(timeout=DEADLINE_S)
         text = log_a.read_text()
         assert code != 0, text[-4000:]
-        # The fence, named: librdkafka's fatal error and the batch's failure.
-        assert "fenced" in text.lower() and "batch 2: output transaction" in text, text[-4000:]
+        # The fence, named by Kafka's client in the failed task's error.
+        assert "fenced" in text.lower(), text[-4000:]
 
         assert successor.poll() is None, log_b.read_text()[-4000:]  # B goes on
         produce(config, later)

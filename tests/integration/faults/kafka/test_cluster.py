@@ -5,12 +5,12 @@ Each test runs the group in the test session's SparkSession while a producer wri
 through the back-pressure client, and hurts one node with a real signal:
 
 * SIGKILL of the leaders of the input topic's partitions, then of the output topic's;
-* SIGKILL of the transaction coordinator of the copy query's sink (the leader of its
-  ``transactional.id``'s ``__transaction_state`` partition), and of the group
-  coordinator of the consumer group the sink commits its input offsets to in the same
-  transaction (``send_offsets_to_transaction``), each while a batch stands at the
-  sink's ``before-commit`` failpoint: its records delivered and its offsets sent in the
-  open transaction, its commit not yet asked;
+* SIGKILL of the transaction coordinator of the copy query's write tasks (the leader of
+  their ``transactional.id``'s ``__transaction_state`` partition), and of the group
+  coordinator of the consumer groups their transactions commit their batch markers to
+  (``sendOffsetsToTransaction``), each while a batch stands at the JVM sink's
+  ``before-commit`` failpoint: its records delivered and its marker sent in the open
+  transaction, its commit not yet asked;
 * SIGKILL of the active KRaft controller mid-stream;
 * SIGSTOP of an output partition's leader for longer than the transaction timeout (the
   coordinator alive), then SIGCONT.
@@ -173,10 +173,13 @@ def restart_once_fenced(cluster: ApacheKafkaCluster, node: KafkaNode) -> None:
     cluster.wait_in_sync(node, timeout_s=NODE_WAIT_S)
 
 
-def transactional_id(config: QueryGroupConfig, query: str) -> str:
-    """The ``transactional.id`` of a query's sink (:func:`pipeline.names.sink_transactional_id`;
-    checked against the running sink)."""
-    return sink_transactional_id(config.consumer_group(query))
+def transactional_ids(config: QueryGroupConfig, query: str) -> list[str]:
+    """The ``transactional.id`` of each of a query's write tasks, one per partition of
+    the pass-through query's input stream: ``<prefix>.<task>``, the prefix
+    :func:`pipeline.names.sink_transactional_id` (checked against the running sink). A
+    task's batch markers go to the consumer group of the same name."""
+    prefix = sink_transactional_id(config.consumer_group(query))
+    return [f"{prefix}.{p}" for p in range(config.input_settings("flights").partitions)]
 
 
 def placed_run(
@@ -187,8 +190,9 @@ def placed_run(
 ) -> QueryGroupConfig:
     """The pass-through group's config under a run id whose copy query's coordinators
     fit: ``fits(transaction coordinator, group coordinator, active controller)``, node
-    ids. (A run id is the test's own name for its topics and groups; this picks one
-    whose coordinators fall where the test needs them.)"""
+    ids, of its first write task (the other tasks' fall where they may). (A run id is the
+    test's own name for its topics and groups; this picks one whose coordinators fall
+    where the test needs them.)"""
     controller = cluster.active_controller()
     transactions = cluster.partition_leaders("__transaction_state")
     groups = cluster.partition_leaders("__consumer_offsets")
@@ -201,10 +205,9 @@ def placed_run(
         )
         raw.update(config)
         candidate = parse_query_group(raw, env={})
-        txn = transactions[
-            coordinator_partition(transactional_id(candidate, "copy"), len(transactions))
-        ]
-        group = groups[coordinator_partition(candidate.consumer_group("copy"), len(groups))]
+        first = transactional_ids(candidate, "copy")[0]
+        txn = transactions[coordinator_partition(first, len(transactions))]
+        group = groups[coordinator_partition(first, len(groups))]
         if fits(txn, group, controller):
             return candidate
     raise AssertionError(
@@ -226,7 +229,8 @@ def start_writing(
     ensure_topics(bootstrap, config.topics())  # the cluster's default replication: 3
     wait_for_topics(cluster, config)
     group = running_group(config, bootstrap)
-    assert group.sinks()["copy"].transactional_id == transactional_id(config, "copy")
+    prefix = group.sinks()["copy"].transactional_id
+    assert [f"{prefix}.{p}" for p in range(2)] == transactional_ids(config, "copy")[:2]
     return group, Producing(bootstrap, config, schemas, records, first=FIRST, pace_s=pace_s).start()
 
 
@@ -307,7 +311,7 @@ def test_kill_9_of_the_transaction_coordinator_before_commit_loses_and_duplicate
 ) -> None:
     # Its own node: neither the group coordinator nor the controller.
     config = placed_run(cluster, tmp_path, lambda t, g, c: t not in (g, c))
-    key = transactional_id(config, "copy")
+    key = transactional_ids(config, "copy")[0]
     victim = cluster.transaction_coordinator(key)
     kill_coordinator_before_commit(
         cluster,
@@ -331,7 +335,7 @@ def test_kill_9_of_the_group_coordinator_before_commit_loses_and_duplicates_noth
 ) -> None:
     # Its own node: neither the transaction coordinator nor the controller.
     config = placed_run(cluster, tmp_path, lambda t, g, c: g not in (t, c))
-    key = config.consumer_group("copy")
+    key = transactional_ids(config, "copy")[0]  # its batch markers' consumer group
     victim = cluster.group_coordinator(key)
     kill_coordinator_before_commit(
         cluster,
@@ -386,7 +390,7 @@ def test_sigstop_of_an_output_leader_past_the_transaction_timeout_loses_and_dupl
         lambda t, g, c: t != c,
         kafka={"client": {"transaction.timeout.ms": SHORT_TRANSACTION_TIMEOUT_MS}},
     )
-    coordinator = cluster.transaction_coordinator(transactional_id(config, "copy"))
+    coordinator = cluster.transaction_coordinator(transactional_ids(config, "copy")[0])
     controller = cluster.active_controller()
     paused = pause_before_commit(2)
     records = flights[:1_500]

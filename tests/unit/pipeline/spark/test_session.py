@@ -133,3 +133,20 @@ def test_yarn_makes_its_own_secret() -> None:
     check_cluster_security(
         "yarn", {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
     )
+
+
+@pytest.mark.parametrize(
+    ("master", "expected"),
+    [
+        ("local", "local[1,4]"),
+        ("local[2]", "local[2,4]"),
+        ("local[*]", "local[*,4]"),
+        ("local[2,3]", "local[2,3]"),
+        ("local-cluster[2,1,1024]", "local-cluster[2,1,1024]"),
+        ("spark://master:7077", "spark://master:7077"),
+    ],
+)
+def test_a_local_master_without_attempts_gets_a_cluster_s_four(master: str, expected: str) -> None:
+    from pipeline.spark.session import with_task_retries
+
+    assert with_task_retries(master) == expected
