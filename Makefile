@@ -124,7 +124,9 @@ bench-peers: $(VENV)/.bench
 # Against Spark's own Kafka connector and from_avro (bench/README.md; about
 # 15 minutes with the default 5 repeats). The peer makes its own virtualenv,
 # bench/.venv-spark-kafka (pyspark 4.2.0), and fetches the connector's jars with Maven
-# into ~/.cache/floodgate/spark-kafka-4.2.0 on first use.
+# into ~/.cache/floodgate/spark-kafka-4.2.0 on first use. ARGS="--workload passthrough
+# [--batch N]": a query with a tuple out per flight instead of the flights group's
+# aggregations (bench/out/spark_kafka_passthrough.json).
 bench-spark-kafka: $(STAMP) $(JAR)
 	$(BIN)/python bench/bench_spark_kafka.py $(ARGS)
 

@@ -1,5 +1,6 @@
-"""Benchmark: the flights query group against the Spark-native peer, Spark's own Kafka
-connector and Avro module.
+"""Benchmark: the flights query group (or a pass-through query, ``--workload
+passthrough``) against the Spark-native peer, Spark's own Kafka connector and Avro
+module.
 
 What is measured, per run, on a broker of its own (noida-db, or ``--engine
 apache-kafka``), with the same input topic and bytes:
@@ -45,6 +46,30 @@ query must read every flight, and the latest tuple per origin-hour and per
 carrier-day the reception holds must equal pandas' figures (counts exact, means to
 1e-9 relative), or the script fails.
 
+**The pass-through workload** (``--workload passthrough [--batch N]``): the flights
+group's two aggregations emit a few thousand tuples for 336 776 flights, so the output
+side, Floodgate's transactional sink on the executors against Spark's Kafka sink or a
+``foreachBatch`` transaction, is a small share of their cost. A query whose output is
+as large as its input shows what the sink costs: ``SELECT *, arr_delay > 15 AS late
+FROM flights``, every column of ``schemas/flight.avsc`` and ``late``, one tuple out per
+flight, in append mode. Floodgate runs it as a query group of that one query writing
+output stream ``flights_late``: schema ``flights_late`` (flight.avsc's fields and
+``{"name": "late", "type": ["null", "boolean"], "default": null}``, written with a copy
+of ``schemas/*.avsc`` to a temporary directory, the group's ``schema_dir``), keyed like
+the input stream (``carrier``, ``flight``, ``time_hour``), 4 partitions as the input
+topic, its queue bounded for every flight plus the transactions' markers and checked
+(``output_queue_check``), exactly once; ``max_tuples_per_trigger`` = ``--batch``
+(default 150 000); the input, trigger and reception as for the flights. The peers run
+the same SQL over the same ``from_avro`` view, ``to_avro`` of the same columns behind
+``flights_late``'s single-object header, ``maxOffsetsPerTrigger`` = ``--batch``. Every
+system's output must hold exactly a tuple per flight read (as many tuples as flights,
+their keys those of the input) and ``late`` as ``arr_delay > 15``, or the script fails.
+Headline: the medians over runs of Floodgate ÷ peer (a), target >= 1.0x (at least
+once, no transaction: the sink's exactly once costing nothing against it), and
+Floodgate ÷ peer (b), target >= 2.0x (both exactly once: a transaction per write task
+on the executors against every tuple collected to the driver and produced from
+Python). The targets are reported, never asserted.
+
 CPU per role (psutil, sampled every 0.2 s over each process tree during the timed
 window; a process that ends loses at most its last 0.2 s): the driver's Python
 process, the driver JVM (local mode: driver and executors), the Python workers (the
@@ -55,11 +80,15 @@ The three systems run one after the other on each run's broker, their order rota
 from run to run, each once the broker and the machine are quiet. Each driver is a
 long-lived process: one discarded warm-up run of each first (all flights, or
 ``--warmup N``: the JVM's JIT compiles over the first runs, :data:`common.WARMUP_FLIGHTS`).
-Headline: the median over runs of Floodgate's JVM source ÷ peer (b). Target: >= 1.0x.
+Headline (flights): the median over runs of Floodgate's JVM source ÷ peer (b). Target:
+>= 1.0x.
 
-Run: ``.venv/bin/python bench/bench_spark_kafka.py [--repeat 5] [--limit N] [--engine E]``
-(``make bench-spark-kafka``); it creates ``bench/.venv-spark-kafka`` and fetches the
-jars on first use. Results: a table, and JSON in ``bench/out/spark_kafka.json``.
+Run: ``.venv/bin/python bench/bench_spark_kafka.py [--repeat 5] [--limit N] [--engine E]
+[--workload passthrough [--batch N]]`` (``make bench-spark-kafka``, options in
+``ARGS``); it fetches the jars on first use (and, with ``--peer-spark 4.2``, creates
+``bench/.venv-spark-kafka``). Results: tables, and JSON in
+``bench/out/spark_kafka.json`` (the pass-through's in
+``bench/out/spark_kafka_passthrough.json``).
 """
 
 from __future__ import annotations
@@ -94,6 +123,16 @@ from pipeline.brokers import spark_connector
 from pipeline.brokers.spark_connector import SPARK_CONNECTOR_VERSION, connector_dir
 
 TARGET_RATIO = 1.0
+#: The workloads (``--workload``) and their results files in ``bench/out``.
+RESULTS = {"flights": "spark_kafka.json", "passthrough": "spark_kafka_passthrough.json"}
+#: The pass-through's query, output stream (and its schema's name) and query name.
+PASSTHROUGH_SQL = "SELECT *, arr_delay > 15 AS late FROM flights"
+PASSTHROUGH_STREAM = "flights_late"
+#: The pass-through's targets, Floodgate ÷ each peer, tuples/s (reported, never asserted).
+PASSTHROUGH_TARGETS = {"peer_kafka_sink": 1.0, "peer_foreach_batch": 2.0}
+#: The pass-through's rows per micro-batch by default (``--batch``): conf/flights.toml's
+#: ``max_tuples_per_trigger``.
+DEFAULT_BATCH = 150_000
 #: The peer's PySpark, and the version of the connector jars: the newest Spark whose
 #: spark-sql-kafka-0-10_2.13 and spark-avro_2.13 Maven Central serves (4.2.1 and 4.3.0
 #: are not there, checked 2026-11-25).
@@ -126,7 +165,35 @@ PHASES = common.SPARK_PHASES
 KEY_SQL = {
     "delays_by_origin_hour": "concat_ws('|', origin, cast(unix_millis(hour_start) AS STRING))",
     "delays_by_carrier_day": "concat_ws('|', carrier, cast(unix_date(day) AS STRING))",
+    PASSTHROUGH_STREAM: (
+        "concat_ws('|', carrier, cast(flight AS STRING), cast(unix_millis(time_hour) AS STRING))"
+    ),
 }
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every system runs (``--workload``).
+
+    Attributes:
+        name: ``flights`` (conf/flights.toml's two aggregations) or ``passthrough``
+            (:data:`PASSTHROUGH_SQL`, a tuple out per flight).
+        batch: the pass-through's rows per micro-batch (``max_tuples_per_trigger``,
+            ``maxOffsetsPerTrigger``); the flights workload keeps conf/flights.toml's.
+        schema_dir: the pass-through's schemas (``schemas/*.avsc`` and its output
+            schema, :func:`write_passthrough_schemas`); ``None``: ``schemas/``.
+    """
+
+    name: str = "flights"
+    batch: int = DEFAULT_BATCH
+    schema_dir: Path | None = None
+
+    @property
+    def passthrough(self) -> bool:
+        return self.name == "passthrough"
+
+
+FLIGHTS = Workload()
 
 
 # --------------------------------------------------------------------------- set-up
@@ -360,7 +427,6 @@ def floodgate_worker() -> None:
 
     sys.stdin.readline()  # the hello: Floodgate's session has its own settings
     spark = common.start_spark("floodgate-bench-spark-kafka")
-    schemas = SchemaRepository.load()
     answer(ready=True, versions=common.versions(spark))
     group: Any = None
     for line in sys.stdin:
@@ -372,7 +438,7 @@ def floodgate_worker() -> None:
                     config,
                     bootstrap_servers=command["bootstrap"],
                     spark=spark,
-                    schemas=schemas,
+                    schemas=SchemaRepository.load(config.schema_dir),  # None: schemas/
                     registry=CollectorRegistry(),
                 )
                 answer(ok=True)
@@ -671,10 +737,87 @@ class Measurement:
         return {role: s * 100_000 / self.n for role, s in self.cpu_s.items()}
 
 
-def run_config(topic: str, n: int, checkpoints: Path, system: str) -> dict[str, Any]:
+def passthrough_schema() -> dict[str, Any]:
+    """The pass-through's output schema: ``schemas/flight.avsc``'s fields, then ``late``
+    (``["null", "boolean"]``, null where the flight has no arrival delay)."""
+    flight = json.loads((ROOT / "schemas" / "flight.avsc").read_text())
+    return {
+        "type": "record",
+        "name": "FlightLate",
+        "namespace": flight["namespace"],
+        "doc": "A flight of flight.avsc and whether it arrived over 15 minutes late: the "
+        "output of bench_spark_kafka.py --workload passthrough.",
+        "fields": [
+            *flight["fields"],
+            {"name": "late", "type": ["null", "boolean"], "default": None},
+        ],
+    }
+
+
+def write_passthrough_schemas(directory: Path) -> Path:
+    """A schema directory for the pass-through in ``directory``: a copy of the
+    repository's ``schemas/*.avsc`` and ``flights_late.avsc`` (:func:`passthrough_schema`).
+
+    Returns:
+        ``directory``.
+    """
+    for path in sorted((ROOT / "schemas").glob("*.avsc")):
+        (directory / path.name).write_text(path.read_text())
+    schema = json.dumps(passthrough_schema(), indent=2)
+    (directory / f"{PASSTHROUGH_STREAM}.avsc").write_text(schema + "\n")
+    return directory
+
+
+def passthrough_queue_size(n: int, batch: int) -> int:
+    """The pass-through's output stream queue bound for ``n`` flights in micro-batches of
+    ``batch``: room for every flight, so that the bound is checked on every micro-batch
+    but never waits on the reception, plus the transactions' commit markers (one per
+    write task and output partition a micro-batch: a task per input partition, and
+    twice ``n / batch`` micro-batches for the event-time alignment's shorter ones), plus
+    a tenth: a write task may take ``1/tasks`` of the free space (more than that of the
+    whole queue fails the query, ``FG-QG-005``), and the input partitions' parts of one
+    micro-batch are not equal."""
+    batches = -(-n // batch)
+    markers = PARTITIONS * PARTITIONS * (2 * batches + 2)
+    return n + markers + n // 10
+
+
+def passthrough_config(raw: dict[str, Any], n: int, workload: Workload) -> None:
+    """Make the flights group's raw config ``raw`` the pass-through's, in place: the one
+    query :data:`PASSTHROUGH_SQL` in append mode, writing output stream
+    :data:`PASSTHROUGH_STREAM` (schema of the same name in ``workload.schema_dir``,
+    keyed like the input stream, as many partitions as the input topic, its queue
+    bounded by :func:`passthrough_queue_size` and checked), ``workload.batch`` rows per
+    micro-batch; the input stream and everything else as the flights workload's."""
+    if workload.schema_dir is None:
+        raise ValueError("the pass-through needs its schema directory")
+    raw["schema_dir"] = str(workload.schema_dir)
+    raw["query_group"].update(max_tuples_per_trigger=workload.batch, output_queue_check=True)
+    raw["output_streams"] = {
+        PASSTHROUGH_STREAM: {
+            "topic": f"flights.{PASSTHROUGH_STREAM}",
+            "schema": PASSTHROUGH_STREAM,
+            "key": list(raw["input_streams"]["flights"]["key"]),
+            "partitions": PARTITIONS,
+            "max_queue_size": passthrough_queue_size(n, workload.batch),
+        }
+    }
+    raw["queries"] = {
+        PASSTHROUGH_STREAM: {
+            "output": PASSTHROUGH_STREAM,
+            "output_mode": "append",
+            "sql": PASSTHROUGH_SQL,
+        }
+    }
+
+
+def run_config(
+    topic: str, n: int, checkpoints: Path, system: str, workload: Workload = FLIGHTS
+) -> dict[str, Any]:
     """``conf/flights.toml`` as a raw TOML dict reading ``topic``, with fresh names,
     output topics and checkpoint; the input queue bounded above the ``n`` flights (the
-    topic is produced beforehand)."""
+    topic is produced beforehand); for the pass-through, its query and output stream
+    (:func:`passthrough_config`)."""
     raw = tomllib.loads(common.FLIGHTS_TOML.read_text())
     run = uuid.uuid4().hex[:8]
     short = {
@@ -691,6 +834,8 @@ def run_config(topic: str, n: int, checkpoints: Path, system: str) -> dict[str, 
     raw["input_streams"]["flights"].update(
         topic=topic, starting_offsets="earliest", max_queue_size=n + 1
     )
+    if workload.passthrough:
+        passthrough_config(raw, n, workload)
     for stream in raw["output_streams"].values():
         stream["topic"] = f"bench.{stream['topic']}.{short}.{run}"
     return raw
@@ -700,7 +845,8 @@ def peer_settings(
     raw: Mapping[str, Any], bootstrap: str, schemas: Any, variant: str
 ) -> dict[str, Any]:
     """The peer's ``prepare`` command for the config ``raw``: the same topics, SQL,
-    watermark, rows per trigger and schemas."""
+    output modes, watermark, rows per trigger and schemas (``schemas``: those of the
+    config's ``schema_dir``, whose fingerprints head the peer's output)."""
     flights = raw["input_streams"]["flights"]
     queries = {}
     for name, q in raw["queries"].items():
@@ -712,6 +858,7 @@ def peer_settings(
             "schema": json.dumps(registered.schema),
             "header_hex": (b"\xc3\x01" + registered.fingerprint).hex(),
             "key_sql": KEY_SQL[q["output"]],
+            "output_mode": q.get("output_mode", "append"),
         }
     return {
         "cmd": "prepare",
@@ -778,6 +925,56 @@ class Expected:
     carrier_days: dict[Any, tuple[Any, ...]]
 
 
+@dataclass
+class ExpectedKeys:
+    """What every system's pass-through output must hold: a tuple per input key."""
+
+    keys: set[bytes]
+
+
+def expected_keys(limit: int | None) -> ExpectedKeys:
+    """The flights stream's keys of the first ``limit`` flights.
+
+    Raises:
+        AssertionError: two flights share a key (the check needs one tuple per key).
+    """
+    from pipeline.demo.flights import flight_tuples, load_flights
+
+    key = common.flights_key()
+    keys = [key(f) for f in flight_tuples(load_flights(limit))]
+    unique = {k for k in keys if k is not None}
+    if len(unique) != len(keys):
+        raise AssertionError(f"{len(keys) - len(unique)} of {len(keys)} flights share a key")
+    return ExpectedKeys(unique)
+
+
+def check_passthrough(who: str, n: int, table: Any, expected: ExpectedKeys | None) -> None:
+    """Raise ``AssertionError`` unless the pass-through's output ``table`` (an
+    :class:`~pipeline.demo.reception.OutputTable`, keyed like the input) holds a tuple
+    per flight read: ``n`` tuples read, ``n`` keys, those of the input (``expected``;
+    ``None``: a warm-up, counts only), and ``late`` as ``arr_delay > 15``."""
+    if table.received != n or len(table.rows) != n:
+        raise AssertionError(
+            f"{who}: {table.received} output tuples with {len(table.rows)} keys, "
+            f"for {n} flights read"
+        )
+    key = common.flights_key()
+    if expected is not None:
+        got = {key(r) for r in table.rows.values()}
+        if got != expected.keys:
+            missing, extra = expected.keys - got, got - expected.keys
+            raise AssertionError(
+                f"{who}: {len(missing)} input keys missing from the output "
+                f"(e.g. {sorted(missing)[:3]}), {len(extra)} unexpected (e.g. {sorted(extra)[:3]})"
+            )
+    for r in table.rows.values():
+        want = None if r["arr_delay"] is None else r["arr_delay"] > 15
+        if r["late"] != want:
+            raise AssertionError(
+                f"{who}: {key(r)!r} late = {r['late']}, arr_delay = {r['arr_delay']}"
+            )
+
+
 def measure(
     system: str,
     driver: Driver,
@@ -785,7 +982,8 @@ def measure(
     topic: str,
     n: int,
     checkpoints: Path,
-    expected: Expected | None,
+    expected: Expected | ExpectedKeys | None,
+    workload: Workload = FLIGHTS,
 ) -> Measurement:
     """One timed run of ``system`` over ``topic`` (see the module docstring); the
     reception and the CPU sampler run in this process."""
@@ -795,9 +993,9 @@ def measure(
     from pipeline.kafka.topics import ensure_topics
     from pipeline.serde.schemas import SchemaRepository
 
-    schemas = SchemaRepository.load()
-    raw = run_config(topic, n, checkpoints, system)
+    raw = run_config(topic, n, checkpoints, system, workload)
     config = parse_query_group(raw, env={})
+    schemas = SchemaRepository.load(config.schema_dir)  # None: schemas/
     bootstrap = broker.bootstrap_servers
     ensure_topics(bootstrap, config.topics())
     if system.startswith("floodgate_"):
@@ -824,7 +1022,11 @@ def measure(
     for query, figures in ran["queries"].items():
         if figures["input_rows"] != n:
             raise RuntimeError(f"{system}: query {query} read {figures['input_rows']} of {n}")
-    if expected is not None:  # None: a warm-up over fewer flights
+    if workload.passthrough:
+        assert not isinstance(expected, Expected)
+        check_passthrough(system, n, tables[PASSTHROUGH_STREAM], expected)
+    elif expected is not None:  # None: a warm-up over fewer flights
+        assert isinstance(expected, Expected)
         common.check_origin_hours(
             system, list(tables["delays_by_origin_hour"].rows.values()), expected.origin_hours
         )
@@ -885,9 +1087,10 @@ def run_once(
     drivers: Mapping[str, Driver],
     engine: str,
     limit: int | None,
-    expected: Expected | None,
+    expected: Expected | ExpectedKeys | None,
     order: Sequence[str],
     on_done: Any,
+    workload: Workload = FLIGHTS,
 ) -> Run:
     """A fresh broker and topic (noida-db slows with all it holds: ``common.fresh_broker``),
     the flights produced once, then each system of ``order`` over them."""
@@ -917,7 +1120,9 @@ def run_once(
         with tempfile.TemporaryDirectory(prefix="floodgate-bench-sk-") as tmp:
             for system in order:
                 driver = drivers["floodgate" if system.startswith("floodgate_") else "peer"]
-                run.systems[system] = measure(system, driver, broker, topic, n, Path(tmp), expected)
+                run.systems[system] = measure(
+                    system, driver, broker, topic, n, Path(tmp), expected, workload
+                )
                 on_done(system, run.systems[system])
         return run
     finally:
@@ -952,16 +1157,17 @@ def detail_table(title: str, runs: Sequence[Run], attribute: str, prefix: str) -
     return table
 
 
-def report(runs: Sequence[Run]) -> dict[str, Any]:
+def report(runs: Sequence[Run], workload: Workload = FLIGHTS) -> dict[str, Any]:
     """Print the tables; return the summary figures for the JSON."""
     n = runs[0].n
     rates = {s: [r.systems[s].tuples_per_s for r in runs] for s in SYSTEMS}
-    console.print(
-        common.rates_table(
-            f"flights, both queries, end to end ({n:,} flights a run)",
-            {SYSTEMS[s]: v for s, v in rates.items()},
+    title = f"flights, both queries, end to end ({n:,} flights a run)"
+    if workload.passthrough:
+        title = (
+            f"pass-through ({PASSTHROUGH_SQL}: a tuple out per flight), end to end "
+            f"({n:,} flights a run, micro-batches of up to {workload.batch:,})"
         )
-    )
+    console.print(common.rates_table(title, {SYSTEMS[s]: v for s, v in rates.items()}))
     ratios = {
         peer: [r.ratio(peer) for r in runs] for peer in ("peer_foreach_batch", "peer_kafka_sink")
     }
@@ -995,9 +1201,9 @@ def report(runs: Sequence[Run]) -> dict[str, Any]:
         f"producer (set-up, shared by all: the back-pressure client, once a run): "
         f"{producer:.2f} CPU s per 100 000 flights"
     )
+    queries = "the query" if workload.passthrough else "both queries summed"
     spark = Table(
-        title="inside Spark: seconds of each micro-batch phase, both queries summed "
-        "(median over runs)"
+        title=f"inside Spark: seconds of each micro-batch phase, {queries} (median over runs)"
     )
     spark.add_column("system")
     spark.add_column("batches", justify="right")
@@ -1013,13 +1219,7 @@ def report(runs: Sequence[Run]) -> dict[str, Any]:
             f"{_median([m.start_s for m in ms]):.2f}",
         )
     console.print(spark)
-    headline = _median(ratios["peer_foreach_batch"])
-    console.print(
-        f"target Floodgate's JVM source >= {TARGET_RATIO:.1f}x the peer with foreachBatch "
-        "output: "
-        f"{'met' if headline >= TARGET_RATIO else 'NOT met'} ({headline:.2f}x)"
-    )
-    return {
+    summary: dict[str, Any] = {
         "median_tuples_per_s": {s: round(_median(v)) for s, v in rates.items()},
         "spread_tuples_per_s": {s: [round(min(v)), round(max(v))] for s, v in rates.items()},
         "ratios": {p: [round(v, 3) for v in vs] for p, vs in ratios.items()},
@@ -1032,13 +1232,47 @@ def report(runs: Sequence[Run]) -> dict[str, Any]:
             for s in SYSTEMS
         },
         "producer_cpu_s_per_100k_median": round(producer, 3),
-        "target": TARGET_RATIO,
-        "target_met": headline >= TARGET_RATIO,
     }
+    if workload.passthrough:
+        met = {}
+        for peer, label in (("peer_kafka_sink", "peer (a)"), ("peer_foreach_batch", "peer (b)")):
+            value, target = _median(ratios[peer]), PASSTHROUGH_TARGETS[peer]
+            met[peer] = value >= target
+            console.print(
+                f"pass-through: Floodgate / {label} {value:.2f}x, target >= {target:.1f}x: "
+                f"{'met' if met[peer] else 'NOT met'}"
+            )
+        return summary | {"targets": PASSTHROUGH_TARGETS, "targets_met": met}
+    headline = _median(ratios["peer_foreach_batch"])
+    console.print(
+        f"target Floodgate's JVM source >= {TARGET_RATIO:.1f}x the peer with foreachBatch "
+        "output: "
+        f"{'met' if headline >= TARGET_RATIO else 'NOT met'} ({headline:.2f}x)"
+    )
+    return summary | {"target": TARGET_RATIO, "target_met": headline >= TARGET_RATIO}
 
 
 def main() -> None:
-    parser = common.argument_parser(__doc__, "spark_kafka.json", repeat=5)
+    parser = common.argument_parser(__doc__, repeat=5)
+    parser.add_argument(
+        "--workload",
+        choices=tuple(RESULTS),
+        default="flights",
+        help="flights: conf/flights.toml's two aggregations (default); passthrough: "
+        f"{PASSTHROUGH_SQL}, a tuple out per flight",
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        help=f"pass-through only: rows per micro-batch (default {DEFAULT_BATCH:,}), "
+        "Floodgate's max_tuples_per_trigger and the peers' maxOffsetsPerTrigger",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help=f"results file (default {OUT_DIR / RESULTS['flights']}, "
+        f"or {OUT_DIR / RESULTS['passthrough']} for the pass-through)",
+    )
     common.add_flights_arguments(parser, warmup=True)
     common.add_engine_argument(parser)
     parser.add_argument(
@@ -1053,6 +1287,13 @@ def main() -> None:
     if args.floodgate_worker:
         floodgate_worker()
         return
+    if args.batch is not None and (args.workload != "passthrough" or args.batch < 1):
+        parser.error(
+            "--batch N (N >= 1) is for --workload passthrough: the flights workload keeps "
+            "conf/flights.toml's max_tuples_per_trigger"
+        )
+    if args.json is None:
+        args.json = OUT_DIR / RESULTS[args.workload]
     common.log_warnings()
     peer_python = Path(sys.executable)
     if args.peer_spark != "same":
@@ -1060,7 +1301,21 @@ def main() -> None:
         peer_python = PEER_PYTHON
     jars = peer_jars(fetch_connector(), peer_python)
     console.log(f"connector jars ({PEER_SPARK_VERSION}): {', '.join(Path(j).name for j in jars)}")
-    expected = Expected(common.expected_origin_hours(args.limit), expected_carrier_days(args.limit))
+    schema_tmp = None
+    workload = FLIGHTS
+    expected: Expected | ExpectedKeys
+    if args.workload == "passthrough":
+        schema_tmp = tempfile.TemporaryDirectory(prefix="floodgate-bench-sk-schemas-")
+        workload = Workload(
+            "passthrough",
+            args.batch or DEFAULT_BATCH,
+            write_passthrough_schemas(Path(schema_tmp.name)),
+        )
+        expected = expected_keys(args.limit)
+    else:
+        expected = Expected(
+            common.expected_origin_hours(args.limit), expected_carrier_days(args.limit)
+        )
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     console.log(f"uptime at start: {uptime}")
     systems = list(SYSTEMS)
@@ -1086,12 +1341,12 @@ def main() -> None:
                 )
 
             progress.update(task, description="warm-up (discarded)")
-            warm = run_once(drivers, args.engine, args.warmup, None, systems, done)
+            warm = run_once(drivers, args.engine, args.warmup, None, systems, done, workload)
             del warm
             for r in range(args.repeat):
                 order = systems[r % len(systems) :] + systems[: r % len(systems)]
                 progress.update(task, description=f"run {r + 1}/{args.repeat}")
-                run = run_once(drivers, args.engine, args.limit, expected, order, done)
+                run = run_once(drivers, args.engine, args.limit, expected, order, done, workload)
                 runs.append(run)
                 progress.console.log(
                     f"run {r + 1}/{args.repeat}: Floodgate JVM / peer (b) "
@@ -1101,10 +1356,24 @@ def main() -> None:
     finally:
         for d in drivers.values():
             d.close()
-    summary = report(runs)
+        if schema_tmp is not None:
+            schema_tmp.cleanup()
+    summary = report(runs, workload)
+    described: dict[str, Any] = {}
+    if workload.passthrough:
+        described = {
+            "workload": workload.name,
+            "query": PASSTHROUGH_SQL,
+            "batch": workload.batch,
+            "output_max_queue_size": passthrough_queue_size(runs[0].n, workload.batch),
+        }
     common.write_results(
         args.json,
-        "flights end to end: Floodgate vs Spark's Kafka connector + from_avro",
+        f"pass-through end to end ({PASSTHROUGH_SQL}): Floodgate vs Spark's Kafka connector "
+        "+ from_avro"
+        if workload.passthrough
+        else "flights end to end: Floodgate vs Spark's Kafka connector + from_avro",
+        **described,
         engine=args.engine,
         uptime_at_start=uptime,
         versions=versions,

@@ -1,6 +1,7 @@
 """The Spark-native peer of ``bench/bench_spark_kafka.py``: the two queries of
-``conf/flights.toml`` written the way a PySpark user would, with Spark's own JVM Kafka
-source and sink and its Avro module.
+``conf/flights.toml`` (or the pass-through's one, ``--workload passthrough``) written
+the way a PySpark user would, with Spark's own JVM Kafka source and sink and its Avro
+module.
 
 Runs in ``bench/.venv-spark-kafka`` (``pyspark==4.2.0``, the newest PySpark whose Kafka
 connector Maven Central serves; ``bench/requirements-spark-kafka.txt``), never in the
@@ -17,10 +18,13 @@ Per query, as a user would write it:
   so the 10-byte header is cut off in SQL (``substring(value, 11)``) and the body
   decoded with ``from_avro`` and the writer schema's JSON; ``event_time`` is
   ``time_hour``, with the group's watermark; the query's SQL from ``conf/flights.toml``
-  over that view; ``outputMode("update")``, ``Trigger.AvailableNow``.
+  over that view; the query's output mode (``update`` for the aggregations,
+  ``append`` for the pass-through), ``Trigger.AvailableNow``.
 * **output**, each output tuple encoded in the JVM with ``to_avro`` (the output
-  schema's JSON) behind the output stream's single-object header, keyed like
-  Floodgate's (``origin|hour start in epoch ms``, ``carrier|day in epoch days``), so
+  schema's fields, in its order, from the columns of those names) behind the output
+  stream's single-object header (the fingerprint of the schema the benchmark sends),
+  keyed like Floodgate's (``origin|hour start in epoch ms``, ``carrier|day in epoch
+  days``; the pass-through like the input, ``carrier|flight|time_hour in epoch ms``), so
   that one reception reads both systems' output alike; one of:
 
   - ``kafka_sink``: Spark's Kafka sink, ``writeStream.format("kafka")`` (at least
@@ -35,8 +39,8 @@ Per query, as a user would write it:
 
 Protocol (the benchmark drives this process): one JSON command a line on stdin; one
 JSON answer a line on stdout, behind the marker ``@@bench`` (the JVM may print on
-stdout too). Commands: ``prepare`` (a run's settings: topics, schemas, SQL,
-variant, checkpoint), ``run`` (start both queries, wait until both have processed
+stdout too). Commands: ``prepare`` (a run's settings: topics, schemas, SQL, output
+modes, variant, checkpoint), ``run`` (start the queries, wait until each has processed
 all input available now and terminated: answers rows read, micro-batches and
 the seconds of each of Spark's micro-batch phases per query), ``stop`` (stop the
 queries still running and drop the run's producers), ``quit``.
@@ -211,7 +215,7 @@ class Peer:
         )
 
     def start_queries(self, trigger_ms: int | None) -> dict[str, Any]:
-        """Start both queries: ``Trigger.AvailableNow`` for ``None``, else
+        """Start the queries: ``Trigger.AvailableNow`` for ``None``, else
         ``Trigger.ProcessingTime(trigger_ms)`` (0: as fast as possible).
 
         Returns:
@@ -225,7 +229,7 @@ class Peer:
             writer = (
                 self.encoded(name)
                 .writeStream.queryName(name)
-                .outputMode("update")
+                .outputMode(out.get("output_mode", "update"))
                 .option("checkpointLocation", checkpoint)
             )
             if trigger_ms is None:
@@ -278,7 +282,7 @@ class Peer:
         return out
 
     def run(self) -> dict[str, Any]:
-        """Start both queries, wait until they have processed all input and terminated."""
+        """Start the queries, wait until they have processed all input and terminated."""
         started = time.monotonic()
         queries = self.start_queries(None)
         start_s = time.monotonic() - started
