@@ -42,6 +42,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   private static final Logger LOG = LoggerFactory.getLogger(KafkaDataWriter.class);
 
   private final SinkOptions options;
+  private final TaskClients clients;
   private final TupleEncoder encoder;
   private final String queryId;
   private final int partition;
@@ -72,6 +73,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
 
   KafkaDataWriter(
       SinkOptions options,
+      TaskClients clients,
       TupleEncoder encoder,
       String queryId,
       int partition,
@@ -79,6 +81,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
       long share,
       long batch) {
     this.options = options;
+    this.clients = clients;
     this.encoder = encoder;
     this.queryId = queryId;
     this.partition = partition;
@@ -118,8 +121,8 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   private void start() {
     started = true;
     GaveUp.again(queryId, batch, partition, attemptNumber());
-    producer = TransactionalProducers.take(options, transactionalId);
-    long committed = marker().lastCommitted(TransactionalProducers.admin(options));
+    producer = clients.take(transactionalId);
+    long committed = clients.lastCommitted(marker());
     if (committed >= batch) {
       skipping = true;
       LOG.info(
@@ -241,7 +244,6 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
 
   private void waitForRoom(long required, int retries) {
     long allowed = share;
-    OutputQueue queue = null;
     while (required > allowed) {
       if (sleeps >= retries) {
         throw GaveUp.remember(
@@ -274,18 +276,11 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
           retries);
       sleep(options.sleepOnOverStoreMs);
       if (options.soleWriter) {
-        if (queue == null) {
-          queue =
-              new OutputQueue(
-                  TransactionalProducers.admin(options),
-                  options.topic,
-                  options.queueReaders,
-                  Duration.ofSeconds(30));
-        }
         allowed =
             Math.max(
                 allowed,
-                FreeSpaceShare.reread(options.maxQueueSize, queue.length(), 0, tasks, partition));
+                FreeSpaceShare.reread(
+                    options.maxQueueSize, clients.queueLength(), 0, tasks, partition));
       }
     }
   }
@@ -327,7 +322,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   /** Give the producer back for the next task, its transaction ended. */
   private void release() {
     if (producer != null) {
-      TransactionalProducers.give(options, transactionalId, producer);
+      clients.give(transactionalId, producer);
       producer = null;
     }
   }

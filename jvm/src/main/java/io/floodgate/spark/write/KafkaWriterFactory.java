@@ -40,7 +40,15 @@ final class KafkaWriterFactory implements StreamingDataWriterFactory {
   public DataWriter<InternalRow> createWriter(int partitionId, long taskId, long epochId) {
     long share =
         free == Long.MAX_VALUE ? Long.MAX_VALUE : FreeSpaceShare.of(free, tasks, partitionId);
-    return new KafkaDataWriter(options, encoder(), queryId, partitionId, tasks, share, epochId);
+    return new KafkaDataWriter(
+        options,
+        TaskClients.pooled(options),
+        encoder(),
+        queryId,
+        partitionId,
+        tasks,
+        share,
+        epochId);
   }
 
   /** The output tuples' encoder (one per task: it is not thread-safe). */

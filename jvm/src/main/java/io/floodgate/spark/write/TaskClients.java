@@ -1,0 +1,59 @@
+package io.floodgate.spark.write;
+
+import java.time.Duration;
+import org.apache.kafka.clients.producer.Producer;
+
+/**
+ * What a write task asks of Kafka beside its producer's own calls: its partition's producer, its
+ * batch marker, and the output stream queue's length. {@link #pooled} is the sink's (producers kept
+ * per executor, one admin client per executor); a test gives Kafka's {@code MockProducer} and
+ * answers of its own.
+ */
+interface TaskClients {
+  /** The producer of {@code transactionalId}, ready for a transaction. */
+  Producer<byte[], byte[]> take(String transactionalId);
+
+  /** Keep {@code producer}, its transaction ended, for the next task of its partition. */
+  void give(String transactionalId, Producer<byte[], byte[]> producer);
+
+  /** The last batch {@code marker} says was committed, -1 for none. */
+  long lastCommitted(BatchMarker marker);
+
+  /** The output stream queue's length now, tuples (counting every record in the log). */
+  long queueLength();
+
+  /** The sink's clients for {@code options}. */
+  static TaskClients pooled(SinkOptions options) {
+    return new TaskClients() {
+      private OutputQueue queue;
+
+      @Override
+      public Producer<byte[], byte[]> take(String transactionalId) {
+        return TransactionalProducers.take(options, transactionalId);
+      }
+
+      @Override
+      public void give(String transactionalId, Producer<byte[], byte[]> producer) {
+        TransactionalProducers.give(options, transactionalId, producer);
+      }
+
+      @Override
+      public long lastCommitted(BatchMarker marker) {
+        return marker.lastCommitted(TransactionalProducers.admin(options));
+      }
+
+      @Override
+      public long queueLength() {
+        if (queue == null) {
+          queue =
+              new OutputQueue(
+                  TransactionalProducers.admin(options),
+                  options.topic,
+                  options.queueReaders,
+                  Duration.ofSeconds(30));
+        }
+        return queue.length();
+      }
+    };
+  }
+}

@@ -1,0 +1,217 @@
+package io.floodgate.spark.write;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Deque;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.avro.Schema;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.MockProducer;
+import org.apache.kafka.clients.producer.Producer;
+import org.apache.kafka.clients.producer.internals.DefaultPartitioner;
+import org.apache.kafka.common.Cluster;
+import org.apache.kafka.common.Node;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+import org.junit.jupiter.api.Test;
+
+/**
+ * A write task against Kafka's {@code MockProducer}: what it sends, in which transaction, with
+ * which batch marker, and what it does when its partition was committed before or its share of the
+ * output stream queue is too small.
+ */
+class KafkaDataWriterTest {
+  private static final String TOPIC = "out";
+  private static final Schema SCHEMA =
+      new Schema.Parser()
+          .parse(
+              "{\"type\":\"record\",\"name\":\"R\",\"fields\":[{\"name\":\"carrier\",\"type\":\"string\"},"
+                  + "{\"name\":\"flights\",\"type\":\"long\"}]}");
+  private static final StructType ROWS =
+      new StructType().add("carrier", DataTypes.StringType).add("flights", DataTypes.LongType);
+
+  /** Clients of one task: a mock producer, a marker and a queue length given by the test. */
+  private static final class Clients implements TaskClients {
+    final MockProducer<byte[], byte[]> producer = mockProducer();
+    long committedBatch = -1;
+    final Deque<Long> lengths = new ArrayDeque<>();
+    final List<String> given = new ArrayList<>();
+
+    @Override
+    public Producer<byte[], byte[]> take(String transactionalId) {
+      return producer;
+    }
+
+    @Override
+    public void give(String transactionalId, Producer<byte[], byte[]> p) {
+      given.add(transactionalId);
+    }
+
+    @Override
+    public long lastCommitted(BatchMarker marker) {
+      return committedBatch;
+    }
+
+    @Override
+    public long queueLength() {
+      return lengths.isEmpty() ? 0 : lengths.pop();
+    }
+  }
+
+  private static MockProducer<byte[], byte[]> mockProducer() {
+    Node node = new Node(0, "localhost", 9092);
+    List<PartitionInfo> partitions = new ArrayList<>();
+    for (int p = 0; p < 3; p++) {
+      partitions.add(new PartitionInfo(TOPIC, p, node, new Node[] {node}, new Node[] {node}));
+    }
+    Cluster cluster =
+        new Cluster("c", List.of(node), partitions, java.util.Set.of(), java.util.Set.of());
+    @SuppressWarnings("deprecation")
+    MockProducer<byte[], byte[]> producer =
+        new MockProducer<>(
+            cluster,
+            true,
+            new DefaultPartitioner(),
+            new ByteArraySerializer(),
+            new ByteArraySerializer());
+    producer.initTransactions();
+    return producer;
+  }
+
+  private static SinkOptions options(Map<String, String> extra) {
+    Map<String, String> options = new HashMap<>();
+    options.put("topic", TOPIC);
+    options.put("kafka.bootstrap.servers", "localhost:9092");
+    options.put("schema", "r");
+    options.put("schemas", "{}");
+    options.put("transactionalIdPrefix", "g.copy.sink");
+    options.put("queryGroup", "g");
+    options.put("query", "copy");
+    options.putAll(extra);
+    return SinkOptions.parse(options);
+  }
+
+  private static KafkaDataWriter writer(
+      SinkOptions options, Clients clients, int partition, int tasks, long share) {
+    TupleEncoder encoder = TupleEncoder.singleObject("out", ROWS, SCHEMA, List.of("carrier"));
+    return new KafkaDataWriter(options, clients, encoder, "q-1", partition, tasks, share, 7);
+  }
+
+  private static InternalRow row(String carrier, long flights) {
+    return new GenericInternalRow(new Object[] {UTF8String.fromString(carrier), flights});
+  }
+
+  @Test
+  void aTaskSendsItsRowsAndItsBatchMarkerInOneCommittedTransaction() throws Exception {
+    Clients clients = new Clients();
+    KafkaDataWriter task = writer(options(Map.of()), clients, 1, 2, Long.MAX_VALUE);
+    task.write(row("AA", 3));
+    task.write(row("UA", 5));
+    TaskCommit commit = task.commit();
+    task.close();
+
+    assertEquals(new TaskCommit(1, 2, 0, 0), commit);
+    assertTrue(clients.producer.transactionCommitted());
+    assertEquals(2, clients.producer.history().size());
+    assertEquals("AA", new String(clients.producer.history().get(0).key()));
+    Map<String, Map<TopicPartition, OffsetAndMetadata>> markers =
+        clients.producer.consumerGroupOffsetsHistory().get(0);
+    OffsetAndMetadata marker = markers.get("g.copy.sink.1").get(new TopicPartition(TOPIC, 0));
+    assertEquals(7, marker.offset());
+    assertEquals(7, BatchMarker.lastCommitted("q-1", marker));
+    assertEquals(List.of("g.copy.sink.1"), clients.given); // pooled for the next batch
+  }
+
+  @Test
+  void aPartitionCommittedBeforeACrashSkipsItsRowsAndSendsNothing() throws Exception {
+    Clients clients = new Clients();
+    clients.committedBatch = 7;
+    KafkaDataWriter task = writer(options(Map.of()), clients, 0, 2, Long.MAX_VALUE);
+    task.write(row("AA", 3));
+    task.write(row("UA", 5));
+    assertEquals(new TaskCommit(0, 0, 2, 0), task.commit());
+    assertTrue(clients.producer.history().isEmpty());
+    assertFalse(clients.producer.transactionInFlight());
+  }
+
+  @Test
+  void aTaskWithNoRowWritesNothingNotEvenAMarker() throws Exception {
+    Clients clients = new Clients();
+    KafkaDataWriter task = writer(options(Map.of()), clients, 0, 2, Long.MAX_VALUE);
+    assertEquals(new TaskCommit(0, 0, 0, 0), task.commit());
+    assertTrue(clients.producer.consumerGroupOffsetsHistory().isEmpty());
+  }
+
+  @Test
+  void outputOverItsShareSleepsThenGivesUpHavingSentNothing() throws Exception {
+    Clients clients = new Clients();
+    clients.lengths.add(95L); // a read after the sleep: 5 free of 100, 3 for task 0
+    SinkOptions bounded =
+        options(
+            Map.of(
+                "maxQueueSize", "100",
+                "sleepOnOverStoreMs", "1",
+                "sleepOnOverStoreRetryCount", "1"));
+    KafkaDataWriter task = writer(bounded, clients, 0, 2, 2);
+    task.write(row("AA", 3));
+    task.write(row("UA", 5));
+    OutputQueueFullException full = assertThrows(OutputQueueFullException.class, task::commit);
+    task.abort();
+    task.close();
+    assertTrue(
+        full.getMessage()
+            .startsWith(
+                "FG-QG-002 query group g query copy: output stream out is full: micro-batch 7 task"
+                    + " 0 of 2 needs 4 offsets, its share of the free space is 3 (max_queue_size"
+                    + " 100) after 1 sleep(s)"),
+        full.getMessage());
+    assertTrue(clients.producer.history().isEmpty());
+    assertFalse(clients.producer.transactionInFlight());
+  }
+
+  @Test
+  void outputOverItsShareIsWrittenOnceAReadFindsRoom() throws Exception {
+    Clients clients = new Clients();
+    clients.lengths.add(0L); // the readers caught up: 100 free, 50 a task
+    SinkOptions bounded =
+        options(
+            Map.of(
+                "maxQueueSize", "100",
+                "sleepOnOverStoreMs", "1",
+                "sleepOnOverStoreRetryCount", "3"));
+    KafkaDataWriter task = writer(bounded, clients, 0, 2, 2);
+    task.write(row("AA", 3));
+    task.write(row("UA", 5));
+    assertEquals(new TaskCommit(0, 2, 0, 1), task.commit());
+    assertTrue(clients.producer.transactionCommitted());
+    assertEquals(2, clients.producer.history().size());
+  }
+
+  @Test
+  void outputOverItsShareOfTheWholeQueueFailsAtOnce() throws Exception {
+    Clients clients = new Clients();
+    SinkOptions bounded = options(Map.of("maxQueueSize", "6", "sleepOnOverStoreRetryCount", "5"));
+    KafkaDataWriter task = writer(bounded, clients, 0, 2, 3);
+    for (int i = 0; i < 3; i++) {
+      task.write(row("AA", i));
+    }
+    OversizedOutputException oversized = assertThrows(OversizedOutputException.class, task::commit);
+    assertTrue(oversized.getMessage().startsWith("FG-QG-005 query group g query copy"));
+    assertTrue(oversized.getMessage().contains("(max_queue_size = 6 among 2 write tasks)"));
+    assertTrue(clients.producer.history().isEmpty());
+    assertTrue(clients.lengths.isEmpty()); // no sleep, no read
+  }
+}
