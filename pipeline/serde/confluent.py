@@ -147,14 +147,7 @@ class ConfluentCodec(StreamCodec):
                 )
             )
         except _RegistryError as exc:
-            if 400 <= exc.http_status_code < 500:
-                raise SchemaError(
-                    f"stream {self.stream!r}: the Schema Registry at {self.registry_url} "
-                    f"refused schema {self.schema.name!r} under subject {self.subject!r}: "
-                    f"{exc.error_message} (HTTP {exc.http_status_code})",
-                    stream=self.stream,
-                ) from exc
-            raise self._unreachable(exc) from exc
+            raise self._registry_error(exc) from exc
         except _outages() as exc:
             raise self._unreachable(exc) from exc
 
@@ -177,14 +170,7 @@ class ConfluentCodec(StreamCodec):
         try:
             data = self._serializer(dict(record), self._context)
         except _RegistryError as exc:
-            if 400 <= exc.http_status_code < 500:
-                raise SchemaError(
-                    f"stream {self.stream!r}: the Schema Registry at {self.registry_url} "
-                    f"refused schema {self.schema.name!r} under subject {self.subject!r}: "
-                    f"{exc.error_message} (HTTP {exc.http_status_code})",
-                    stream=self.stream,
-                ) from exc
-            raise self._unreachable(exc) from exc
+            raise self._registry_error(exc) from exc
         except (ValueError, TypeError, KeyError, AttributeError, SerializationError) as exc:
             cause = exc.__cause__ if isinstance(exc, SerializationError) else exc
             if cause is not None and isinstance(cause, (_RegistryError, *outage)):
@@ -273,6 +259,19 @@ class ConfluentCodec(StreamCodec):
                 elif kind == "date" and isinstance(value, date):
                     record[name] = (value - _EPOCH_DATE).days
         return record
+
+    def _registry_error(self, exc: Any) -> SchemaError | SchemaRegistryError:
+        """What a registry's error answer means: a refusal of the schema under
+        :attr:`subject` (an HTTP 4xx: an incompatible change) is a ``SchemaError``;
+        anything else, the registry could not be asked."""
+        if 400 <= exc.http_status_code < 500:
+            return SchemaError(
+                f"stream {self.stream!r}: the Schema Registry at {self.registry_url} "
+                f"refused schema {self.schema.name!r} under subject {self.subject!r}: "
+                f"{exc.error_message} (HTTP {exc.http_status_code})",
+                stream=self.stream,
+            )
+        return self._unreachable(exc)
 
     def _unreachable(self, exc: BaseException) -> SchemaRegistryError:
         return SchemaRegistryError(
