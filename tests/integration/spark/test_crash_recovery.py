@@ -163,8 +163,9 @@ def test_kill_9_mid_transaction_with_its_records_sent_then_restart_writes_each_o
     assert 2 * 250 < in_log <= 3 * 250  # some of batch 2's records: in the log, uncommitted
 
     drain_and_check(config, config_path, bootstrap, schemas, records, log_path)
-    # Batch 2's aborted records, then all of it committed.
-    assert sent(bootstrap, output) == len(records) + in_log - 2 * 250
+    # Every tuple committed once, beside the killed transaction's aborted records (those
+    # of batch 2 in the log at the kill, less a task of it that had committed first).
+    assert len(records) < sent(bootstrap, output) <= len(records) + in_log - 2 * 250
     rows = reconcile(config, bootstrap_servers=bootstrap)
     assert all(row.balanced for row in rows), rows
     assert sum(row.processed for row in rows) == sum(row.written for row in rows) == len(records)

@@ -57,7 +57,7 @@ final class KafkaStreamingWrite implements StreamingWrite {
               TransactionalProducers.admin(options),
               options.topic,
               options.queueReaders,
-              Duration.ofSeconds(30));
+              Duration.ofSeconds(15));
       free = Math.max(0, options.maxQueueSize - queue.length());
       metrics.queueChecked(free, (System.nanoTime() - started) / 1e6);
     }

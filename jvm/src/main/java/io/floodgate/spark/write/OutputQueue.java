@@ -14,17 +14,27 @@ import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.errors.RetriableException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Reads an output stream queue's length from the broker, as the query group's Python queue probe
  * does: per partition, the high watermark less the slowest reader's committed offset (the log start
- * for a reader with no commit), summed.
+ * for a reader with no commit), summed. A read the broker does not answer (a broker restarting, a
+ * leader or coordinator moving) is tried again for up to {@link #WAIT_MS}, as the probe's is
+ * ({@code FG-QUEUE-001}).
  *
  * <p>It does not know the sweep catalog, so tuples swept out of the broker still count: the length
  * read is at least the queue's, and a share computed from it is never too large ({@link
  * FreeSpaceShare}).
  */
 public final class OutputQueue {
+  private static final Logger LOG = LoggerFactory.getLogger(OutputQueue.class);
+
+  /** How long a read is tried again while the broker does not answer, ms. */
+  public static final long WAIT_MS = 60_000;
+
   private final Admin admin;
   private final String topic;
   private final List<String> readers;
@@ -46,10 +56,39 @@ public final class OutputQueue {
   /**
    * The queue's length now, tuples.
    *
-   * @throws IllegalStateException the broker did not answer within the timeout, or the topic does
+   * @throws IllegalStateException the broker did not answer for {@link #WAIT_MS}, or the topic does
    *     not exist (the message names the topic and the cause)
    */
   public long length() {
+    long deadline = System.currentTimeMillis() + WAIT_MS;
+    long backoffMs = 100;
+    for (int attempt = 1; ; attempt++) {
+      try {
+        return read();
+      } catch (IllegalStateException e) {
+        boolean transient_ =
+            e.getCause() instanceof RetriableException || e.getCause() instanceof TimeoutException;
+        if (!transient_ || System.currentTimeMillis() + backoffMs > deadline) {
+          throw e;
+        }
+        LOG.warn(
+            "FG-QUEUE-001 output stream queue of topic '{}': broker not answering, retrying the"
+                + " queue read (attempt {}): {}",
+            topic,
+            attempt,
+            e.getCause().toString());
+        try {
+          Thread.sleep(backoffMs);
+        } catch (InterruptedException interrupted) {
+          Thread.currentThread().interrupt();
+          throw e;
+        }
+        backoffMs = Math.min(2_000, backoffMs * 2);
+      }
+    }
+  }
+
+  private long read() {
     try {
       List<TopicPartition> partitions = partitions();
       Map<TopicPartition, OffsetSpec> latest = new HashMap<>();

@@ -90,11 +90,12 @@ public final class SinkFailpoints {
     }
     String where = name + ":" + batch;
     if (action.isEmpty()) {
-      if (!REACHED.add(where)) {
-        return;
+      if (REACHED.add(where)) {
+        LOG.error("failpoint {} reached: killing the driver's process group", where);
+        signalGroup("KILL");
       }
-      LOG.error("failpoint {} reached: killing the driver's process group", where);
-      signalGroup("KILL");
+      // Every task that gets here stands still until the kill lands: none goes past it.
+      waitForever();
     } else if (action.equals("stop")) {
       if (STOPPED.add(where)) {
         LOG.error("failpoint {} reached: stopping the driver's process group (SIGSTOP)", where);
@@ -107,6 +108,14 @@ public final class SinkFailpoints {
       }
     } else if (action.startsWith("wait=")) {
       waitForRelease(where, Path.of(action.substring("wait=".length())));
+    }
+  }
+
+  private static void waitForever() {
+    try {
+      Thread.sleep(WAIT_MS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
     }
   }
 

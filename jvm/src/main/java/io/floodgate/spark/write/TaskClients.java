@@ -50,7 +50,7 @@ interface TaskClients {
                   TransactionalProducers.admin(options),
                   options.topic,
                   options.queueReaders,
-                  Duration.ofSeconds(30));
+                  Duration.ofSeconds(15));
         }
         return queue.length();
       }
