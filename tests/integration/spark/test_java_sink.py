@@ -9,6 +9,7 @@ fill an output stream queue past its ``max_queue_size``."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -100,3 +101,80 @@ def test_several_writer_tasks_never_fill_the_output_queue_past_its_max_and_the_g
     visible = written(records)
     assert all(n == 1 for n in visible.values())
     assert not visible - expected_records(pipeline.codec, flights[:FLIGHTS])
+
+
+CARRIER_COUNT = {
+    "type": "record",
+    "name": "CarrierCount",
+    "fields": [{"name": "carrier", "type": "string"}, {"name": "flights", "type": "long"}],
+}
+
+
+@pytest.mark.parametrize("mode", ["update", "complete"])
+def test_an_aggregation_writes_in_update_and_complete_mode(
+    spark: Any,
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    tmp_path: Path,
+    mode: str,
+) -> None:
+    """Flights per carrier, as Spark's Kafka sink takes the two modes of an aggregation:
+    update appends each micro-batch's changed rows, complete its whole result; read in
+    order, the last row per carrier is its count over every flight."""
+    from collections import Counter
+
+    from pipeline.demo.reception import read_all
+    from pipeline.serde.codec import StreamCodec
+    from pipeline.spark.options import SOURCE_NAME
+
+    pipeline = Pipeline(spark, bootstrap, schemas, tmp_path)
+    pipeline.produce(flights[:FLIGHTS])
+    repository = SchemaRepository({**json.loads(schemas.as_json()), "carrier_count": CARRIER_COUNT})
+    df = (
+        spark.readStream.format(SOURCE_NAME)
+        .options(
+            **{
+                "kafka.bootstrap.servers": bootstrap,
+                "subscribe": pipeline.input,
+                "startingOffsets": "earliest",
+                "schema": "flight",
+                "schemas": schemas.as_json(),
+                "maxOffsetsPerTrigger": "200",
+            }
+        )
+        .load()
+    )
+    query = (
+        df.groupBy("carrier")
+        .count()
+        .withColumnRenamed("count", "flights")
+        .writeStream.format(SOURCE_NAME)
+        .outputMode(mode)
+        .options(
+            **{
+                "kafka.bootstrap.servers": bootstrap,
+                "topic": pipeline.output,
+                "schema": "carrier_count",
+                "schemas": repository.as_json(),
+                "key": "carrier",
+                "transactionalIdPrefix": f"{pipeline.group}.{mode}.sink",
+            }
+        )
+        .option("checkpointLocation", str(tmp_path / mode))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    codec = StreamCodec("carrier_count", repository.get("carrier_count"), repository)
+    last: dict[str, int] = {}
+    rows = 0
+    for record in read_all(bootstrap, pipeline.output):
+        row = codec.decode(record.value())
+        assert record.key() == row["carrier"].encode()
+        last[row["carrier"]] = row["flights"]
+        rows += 1
+    assert last == dict(Counter(f["carrier"] for f in flights[:FLIGHTS]))
+    if mode == "complete":
+        assert rows > len(last)  # the earlier micro-batches' whole results came first
