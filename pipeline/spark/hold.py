@@ -74,8 +74,6 @@ class Hold:
         #: Per input stream, the offsets each partition's reading starts at after a
         #: discarding release (the source's ``discardBefore`` option).
         self.discard_before: dict[str, dict[int, int]] = {}
-        #: Set while HELD or stopping: sleeping guards wake and give up at once.
-        self.interrupted = threading.Event()
         #: Spark run ids of the query runs a hold ended: their exceptions and
         #: termination events (which may arrive after the release) are no failure.
         self.retired_runs: set[str] = set()
@@ -113,7 +111,6 @@ class Hold:
             self._sleeping.clear()
             self.retired_runs.update(str(q.runId) for q in group.running_queries())
             group.state = QueryGroupState.HELD
-            self.interrupted.set()
             group.metrics.holds.labels(group.name, held.stream).inc()
             self._holder = threading.Thread(
                 target=self._stop_queries, name=f"floodgate-{group.name}-hold", daemon=True
@@ -181,7 +178,6 @@ class Hold:
                 self._discard_input()
             held = self.held
             group.state = QueryGroupState.STARTING
-            self.interrupted.clear()
             self.held = None
             self.held_since = None
             log.info(

@@ -224,7 +224,6 @@ class QueryGroup:
         """
         self.state = QueryGroupState.STARTING
         self._stopping = False
-        self.hold.interrupted.clear()
         self._available_now = available_now
         client = dict(self.config.kafka.client)
         # A driver started while its broker restarts waits for it (FG-BROKER-002).
@@ -739,7 +738,6 @@ class QueryGroup:
 
     def _stop(self) -> None:
         self._stopping = True
-        self.hold.interrupted.set()
         self._monitor_stop.set()
         self.hold.join()
         for running in list(self._queries.values()):
