@@ -45,8 +45,12 @@ Two parts (``part``):
   pools' own peaks, ``MemoryPoolMXBean.getPeakUsage``, reset at the start), its GC time,
   and the peak resident set (``VmHWM``) of the driver JVM and of the driver's Python.
 
-One run per part and tree by default (``--repeat N`` for more; the JVMs are cold in
-every run: a new driver each time, for both trees alike).
+Each run is a new driver. In ``cpu`` it first runs, before the window, a warm-up group
+of the same query over a topic of its own (``--warmup N`` flights, default all, as
+``common.WARMUP_FLIGHTS``; ``--warmup 0``: none), to its end: a query group is a
+long-running service, and a cold driver JVM spends most of a short run compiling
+(its JIT, Spark's generated code), whatever the sink. ``heap`` runs cold. One run per
+part and tree by default (``--repeat N`` for more, ``cpu`` only).
 
 Run, from each tree's checkout (``PYTHONPATH`` the tree of this script; the measured
 tree is ``--tree-dir``, default this checkout):
@@ -214,9 +218,10 @@ def query_figures(group: Any) -> dict[str, Any]:
 
 def driver_main() -> None:
     """The driver process (``--driver``): reads a hello (the group's raw config, the
-    bootstrap, whether to sample the heap), builds the group and its session on
-    ``local-cluster`` and waits for both executors; answers ``ready``; on ``run`` runs
-    the group with ``Trigger.AvailableNow`` and answers its figures; on ``quit`` stops."""
+    bootstrap, whether to sample the heap, a warm-up group's config or none), builds the
+    session on ``local-cluster`` and waits for both executors; runs the warm-up group
+    to its end and stops it; builds the group; answers ``ready``; on ``run`` runs the
+    group with ``Trigger.AvailableNow`` and answers its figures; on ``quit`` stops."""
     from prometheus_client import CollectorRegistry
 
     import pipeline
@@ -224,17 +229,24 @@ def driver_main() -> None:
     from pipeline.serde.schemas import SchemaRepository
     from pipeline.spark.jvm import source_jar
     from pipeline.spark.query_group import QueryGroup
+    from pipeline.spark.session import build_spark_session
+
+    def make_group(raw: dict[str, Any]) -> Any:
+        config = parse_query_group(raw, env={})
+        return QueryGroup(
+            config,
+            bootstrap_servers=hello["bootstrap"],
+            spark=spark,
+            schemas=SchemaRepository.load(config.schema_dir),
+            registry=CollectorRegistry(),
+        )
 
     common.log_warnings()
     hello = json.loads(sys.stdin.readline())
-    config = parse_query_group(hello["config"], env={})
-    group = QueryGroup(
-        config,
-        bootstrap_servers=hello["bootstrap"],
-        schemas=SchemaRepository.load(config.schema_dir),
-        registry=CollectorRegistry(),
+    spark_config = parse_query_group(hello["config"], env={}).spark
+    spark = build_spark_session(
+        app_name="floodgate-bench-driver-load", master=spark_config.master, conf=spark_config.conf
     )
-    spark = group.spark  # the session, before the measured window
     spark.sparkContext.setLogLevel("ERROR")
     sc = spark.sparkContext
     jvm: Any = spark._jvm
@@ -244,6 +256,16 @@ def driver_main() -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{EXECUTORS} executors did not register in time")
         time.sleep(0.2)
+    warmup: dict[str, Any] | None = None
+    if hello["warmup"] is not None:
+        warm = make_group(hello["warmup"])
+        started = time.monotonic()
+        warm.start(available_now=True)
+        if not warm.await_termination(hello["timeout_s"]):
+            raise RuntimeError("the warm-up group did not finish in time")
+        warmup = {"seconds": round(time.monotonic() - started, 3), **query_figures(warm)}
+        warm.stop()
+    group = make_group(hello["config"])
     runtime = jvm.java.lang.Runtime.getRuntime()
     answer(
         ready=True,
@@ -256,6 +278,7 @@ def driver_main() -> None:
         executor_memory=sc.getConf().get("spark.executor.memory", "unset"),
         heap_max_mib=int(runtime.maxMemory()) / MIB,
         versions=common.versions(spark),
+        warmup=warmup,
     )
     sys.stdin.readline()  # run
     pools = heap_pools(jvm)
@@ -585,6 +608,7 @@ def run_driver(
     broker_pid: int | None,
     driver_memory: str,
     sample_heap: bool,
+    warmup: dict[str, Any] | None,
     label: str,
     progress: Progress,
     task: Any,
@@ -602,6 +626,7 @@ def run_driver(
                 "config": raw,
                 "bootstrap": bootstrap,
                 "sample_heap": sample_heap,
+                "warmup": warmup,
                 "timeout_s": RUN_TIMEOUT_S,
             }
         )
@@ -650,15 +675,19 @@ def run_driver(
             k: hello[k]
             for k in ("master", "driver_memory", "executor_memory", "heap_max_mib", "jar")
         },
+        "warmup": hello["warmup"],
         "versions": hello["versions"],
         "log": str(log_path),
     }
 
 
 @contextlib.contextmanager
-def input_topic(engine: str, limit: int | None, copies: int) -> Iterator[tuple[Any, str, int]]:
-    """A fresh broker with a 4-partition topic holding the flights ``copies`` times
-    over; yields ``(broker, topic, tuples)``."""
+def input_topics(
+    engine: str, *wanted: tuple[int | None, int]
+) -> Iterator[tuple[Any, list[tuple[str, int]]]]:
+    """A fresh broker with a 4-partition topic per ``(limit, copies)`` of ``wanted``,
+    holding the first ``limit`` flights (``None``: all) ``copies`` times over; yields
+    ``(broker, [(topic, tuples), ...])``."""
     from pipeline.brokers.local import local_broker
     from pipeline.kafka.topics import ensure_topics
     from pipeline.serde.codec import StreamCodec
@@ -668,12 +697,15 @@ def input_topic(engine: str, limit: int | None, copies: int) -> Iterator[tuple[A
     codec = StreamCodec("flights", schemas.get("flight"), schemas)
     broker = local_broker(engine).start()
     try:
-        topic = f"bench.flights.{uuid.uuid4().hex[:8]}"
-        ensure_topics(broker.bootstrap_servers, {topic: (PARTITIONS, 1)})
-        n = 0
-        for _ in range(copies):
-            n += common.produce_flights(broker.bootstrap_servers, topic, codec, limit)[0]
-        yield broker, topic, n
+        topics = []
+        for limit, copies in wanted:
+            topic = f"bench.flights.{uuid.uuid4().hex[:8]}"
+            ensure_topics(broker.bootstrap_servers, {topic: (PARTITIONS, 1)})
+            n = 0
+            for _ in range(copies):
+                n += common.produce_flights(broker.bootstrap_servers, topic, codec, limit)[0]
+            topics.append((topic, n))
+        yield broker, topics
     finally:
         broker.stop()
 
@@ -689,13 +721,20 @@ def per_100k(run: Mapping[str, Any]) -> dict[str, float]:
 def measure_cpu(args: Any, tree: Path, progress: Progress) -> dict[str, Any]:
     task = progress.add_task("producing the flights", total=None)
     runs = []
+    wanted = [(args.limit, 1)] + ([(args.warmup, 1)] if args.warmup != 0 else [])
     with (
-        input_topic(args.engine, args.limit, 1) as (broker, topic, n),
+        input_topics(args.engine, *wanted) as (broker, topics),
         tempfile.TemporaryDirectory(prefix="floodgate-bench-dl-") as tmp,
     ):
+        (topic, n), warm_topic = topics[0], topics[1] if len(topics) > 1 else None
         schema_dir = write_schemas(tree, Path(tmp))
         for r in range(args.repeat):
             raw = group_config(tree, topic, n, args.batch, schema_dir, Path(tmp) / "work")
+            warmup = None
+            if warm_topic is not None:
+                warmup = group_config(
+                    tree, warm_topic[0], warm_topic[1], args.batch, schema_dir, Path(tmp) / "work"
+                )
             run = run_driver(
                 tree=tree,
                 raw=raw,
@@ -703,6 +742,7 @@ def measure_cpu(args: Any, tree: Path, progress: Progress) -> dict[str, Any]:
                 broker_pid=broker.pid,
                 driver_memory=args.driver_memory,
                 sample_heap=False,
+                warmup=warmup,
                 label=f"cpu-{args.tree}-{r + 1}",
                 progress=progress,
                 task=task,
@@ -712,6 +752,7 @@ def measure_cpu(args: Any, tree: Path, progress: Progress) -> dict[str, Any]:
             run["output_tuples"] = count_output(broker.bootstrap_servers, out_topic)
             run["per_100k_s"] = per_100k(run)
             if run["completed"] and run["output_tuples"] != n:
+                run["completed"] = False
                 run["error"] = "output count"
                 run["error_text"] = f"{run['output_tuples']} output tuples for {n} flights"
             runs.append(run)
@@ -725,14 +766,20 @@ def measure_cpu(args: Any, tree: Path, progress: Progress) -> dict[str, Any]:
         key: round(statistics.median(r["per_100k_s"][key] for r in runs), 4)
         for key in (*ROLES, "driver total")
     }
-    return {"tuples": n, "batch": args.batch, "runs": runs, "median_per_100k_s": medians}
+    return {
+        "tuples": n,
+        "batch": args.batch,
+        "warmup_flights": "all" if args.warmup is None else args.warmup,
+        "runs": runs,
+        "median_per_100k_s": medians,
+    }
 
 
 def measure_heap(args: Any, tree: Path, progress: Progress) -> dict[str, Any]:
     task = progress.add_task("producing the flights", total=None)
     batches: dict[str, Any] = {}
     with (
-        input_topic(args.engine, args.limit, args.copies) as (broker, topic, n),
+        input_topics(args.engine, (args.limit, args.copies)) as (broker, [(topic, n)]),
         tempfile.TemporaryDirectory(prefix="floodgate-bench-dl-") as tmp,
     ):
         schema_dir = write_schemas(tree, Path(tmp))
@@ -745,6 +792,7 @@ def measure_heap(args: Any, tree: Path, progress: Progress) -> dict[str, Any]:
                 broker_pid=broker.pid,
                 driver_memory=args.driver_memory,
                 sample_heap=True,
+                warmup=None,
                 label=f"heap-{args.tree}-{batch}",
                 progress=progress,
                 task=task,
@@ -794,8 +842,18 @@ def cpu_table(entries: Mapping[str, Any]) -> Table:
 
 
 def heap_table(entries: Mapping[str, Any]) -> Table:
-    table = Table(title="pass-through micro-batches on a 512 MiB driver")
-    for column in ("tree", "batch", "result", "s", "heap peak MiB", "pools' peaks MiB", "GC s"):
+    table = Table(title=f"pass-through micro-batches on {MASTER}, by driver memory")
+    columns = (
+        "tree",
+        "driver",
+        "batch",
+        "result",
+        "s",
+        "heap peak MiB",
+        "pools' peaks MiB",
+        "GC s",
+    )
+    for column in columns:
         table.add_column(column, justify="left" if column in ("tree", "result") else "right")
     table.add_column("JVM RSS peak MiB", justify="right")
     table.add_column("Python RSS peak MiB", justify="right")
@@ -803,6 +861,7 @@ def heap_table(entries: Mapping[str, Any]) -> Table:
         for batch, run in entry["batches"].items():
             table.add_row(
                 f"{tree} ({entry['commit']})",
+                entry["driver_memory"],
                 f"{int(batch):,}",
                 "completed" if run["completed"] else str(run["error"]),
                 f"{run['seconds']:.1f}",
@@ -848,7 +907,7 @@ def main() -> None:
         default=ROOT,
         help=f"the checkout of that code (default {ROOT}); its jar built",
     )
-    common.add_flights_arguments(parser)
+    common.add_flights_arguments(parser, warmup=True)
     common.add_engine_argument(parser)
     parser.add_argument(
         "--batch",
