@@ -681,6 +681,27 @@ def run_driver(
     }
 
 
+def produce_copies(bootstrap: str, topic: str, codec: Any, limit: int | None, copies: int) -> int:
+    """``common.produce_flights`` ``copies`` times over to one topic, the input queue
+    bounded above them all; the tuples produced.
+
+    Raises:
+        DeliveryError: the broker did not acknowledge every tuple.
+    """
+    from pipeline.client import connect
+    from pipeline.demo.flights import flight_tuples, load_flights
+
+    records = list(flight_tuples(load_flights(limit)))
+    config = common.flights_config(topic, copies * len(records) + 1)
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=codec.repository) as connector:
+        stream_input = connector.open_stream_input(config.name, "flights")
+        for _ in range(copies):
+            for i in range(0, len(records), 1_000):
+                stream_input.put(records[i : i + 1_000])
+        stream_input.put_end(common.PRODUCE_TIMEOUT_S)
+    return copies * len(records)
+
+
 @contextlib.contextmanager
 def input_topics(
     engine: str, *wanted: tuple[int | None, int]
@@ -701,9 +722,10 @@ def input_topics(
         for limit, copies in wanted:
             topic = f"bench.flights.{uuid.uuid4().hex[:8]}"
             ensure_topics(broker.bootstrap_servers, {topic: (PARTITIONS, 1)})
-            n = 0
-            for _ in range(copies):
-                n += common.produce_flights(broker.bootstrap_servers, topic, codec, limit)[0]
+            if copies == 1:
+                n = common.produce_flights(broker.bootstrap_servers, topic, codec, limit)[0]
+            else:
+                n = produce_copies(broker.bootstrap_servers, topic, codec, limit, copies)
             topics.append((topic, n))
         yield broker, topics
     finally:
