@@ -44,6 +44,9 @@ Two parts (``part``):
   - freeMemory`` through the session's py4j every 0.2 s, peak; and the sum of the heap
   pools' own peaks, ``MemoryPoolMXBean.getPeakUsage``, reset at the start), its GC time,
   and the peak resident set (``VmHWM``) of the driver JVM and of the driver's Python.
+  A driver JVM out of heap in a thread Spark does not watch (``task-result-getter``)
+  hangs its query: a driver that logged an ``OutOfMemoryError`` and did not answer
+  within a minute is stopped, and the run failed with ``OutOfMemoryError``.
 
 Each run is a new driver. In ``cpu`` it first runs, before the window, a warm-up group
 of the same query over a topic of its own (``--warmup N`` flights, default all, as
@@ -64,7 +67,8 @@ tree is ``--tree-dir``, default this checkout):
 
 Results: tables, and JSON in ``bench/out/driver_load.json``: each run replaces its own
 part and tree (``cpu``/``heap``, ``before``/``after``) and keeps the others, so the
-comparison is made once both trees are in. Each driver's log is in
+comparison is made once both trees are in (a ``heap`` run over the same tuples and
+driver memory replaces only the batch sizes it measured). Each driver's log is in
 ``bench/out/driver_load_logs/``.
 """
 
@@ -114,6 +118,8 @@ START_TIMEOUT_S = 300.0
 RUN_TIMEOUT_S = 1800.0
 #: How long a driver may take to stop once asked, before its process group is killed.
 QUIT_TIMEOUT_S = 60.0
+#: How long a driver that logged an OutOfMemoryError may take to answer, seconds.
+OOM_GRACE_S = 60.0
 MARKER = "@@driverload "
 #: The executor JVMs' main class, in their command lines.
 EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
@@ -137,10 +143,14 @@ LOG_DIR = OUT_DIR / "driver_load_logs"
 # --------------------------------------------------------------------------- the driver
 
 
+_stdout_lock = threading.Lock()
+
+
 def answer(**fields: Any) -> None:
     """Write one answer line to the benchmark (in the driver process)."""
-    sys.stdout.write(MARKER + json.dumps(fields) + "\n")
-    sys.stdout.flush()
+    with _stdout_lock:
+        sys.stdout.write(MARKER + json.dumps(fields) + "\n")
+        sys.stdout.flush()
 
 
 def exception_chain(exc: BaseException) -> str:
@@ -163,7 +173,9 @@ def error_name(text: str) -> str:
 
 class HeapSampler:
     """The driver JVM's heap used (``totalMemory - freeMemory``), every
-    :data:`SAMPLE_S` through py4j, in a thread of the driver; its peak in bytes."""
+    :data:`SAMPLE_S` through py4j, in a thread of the driver; its peak in bytes, also
+    told to the benchmark every second (``sample`` lines), for a driver that never
+    answers (a JVM out of heap in a thread Spark does not watch hangs its query)."""
 
     def __init__(self, jvm: Any) -> None:
         self._runtime = jvm.java.lang.Runtime.getRuntime()
@@ -178,6 +190,8 @@ class HeapSampler:
                 used = int(self._runtime.totalMemory()) - int(self._runtime.freeMemory())
                 self.peak = max(self.peak, used)
                 self.samples += 1
+                if self.samples % round(1 / SAMPLE_S) == 0:
+                    answer(sample={"heap_sampled_peak_mib": self.peak / MIB})
             self._stop.wait(SAMPLE_S)
 
     def __enter__(self) -> HeapSampler:
@@ -514,13 +528,19 @@ class Driver:
             start_new_session=True,
         )
         self._answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        #: The heap sampler's last figures (``sample`` lines).
+        self.sample: dict[str, Any] = {}
         threading.Thread(target=self._read, name="driver-stdout", daemon=True).start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             if line.startswith(MARKER):
-                self._answers.put(json.loads(line[len(MARKER) :]))
+                fields = json.loads(line[len(MARKER) :])
+                if "sample" in fields:
+                    self.sample = fields["sample"]
+                else:
+                    self._answers.put(fields)
         self._answers.put(None)
 
     def send(self, command: Mapping[str, Any]) -> None:
@@ -534,6 +554,32 @@ class Driver:
             return self._answers.get(timeout=timeout_s)
         except queue.Empty:
             return None
+
+    def out_of_memory(self) -> str | None:
+        """The driver's first ``java.lang.OutOfMemoryError`` line in its log, if any."""
+        with contextlib.suppress(OSError), self.log_path.open(errors="replace") as log:
+            for line in log:
+                if "java.lang.OutOfMemoryError" in line:
+                    return line.strip()[:300]
+        return None
+
+    def await_run(self, timeout_s: float) -> dict[str, Any] | None:
+        """The answer to ``run``; ``None`` when the driver exited, did not answer in
+        ``timeout_s``, or logged an ``OutOfMemoryError`` and did not answer in
+        :data:`OOM_GRACE_S` after (Spark hangs a job whose task results were lost with
+        the thread that got them)."""
+        deadline = time.monotonic() + timeout_s
+        oom_at: float | None = None
+        while time.monotonic() < deadline:
+            try:
+                return self._answers.get(timeout=1.0)
+            except queue.Empty:
+                pass
+            if oom_at is None and self.out_of_memory() is not None:
+                oom_at = time.monotonic()
+            if oom_at is not None and time.monotonic() - oom_at > OOM_GRACE_S:
+                return None
+        return None
 
     def close(self, seen: Mapping[int, float] | None = None) -> None:
         """Ask the driver to quit; then kill its process group, and any process of its
@@ -609,6 +655,7 @@ def run_driver(
     driver_memory: str,
     sample_heap: bool,
     warmup: dict[str, Any] | None,
+    run_timeout_s: float,
     label: str,
     progress: Progress,
     task: Any,
@@ -627,7 +674,7 @@ def run_driver(
                 "bootstrap": bootstrap,
                 "sample_heap": sample_heap,
                 "warmup": warmup,
-                "timeout_s": RUN_TIMEOUT_S,
+                "timeout_s": run_timeout_s,
             }
         )
         hello = driver.answer(START_TIMEOUT_S)
@@ -643,18 +690,24 @@ def run_driver(
         load_before = os.getloadavg()
         with sampler, meter.measure():
             driver.send({"cmd": "run"})
-            ran = driver.answer(RUN_TIMEOUT_S + 60)
+            ran = driver.await_run(run_timeout_s + 60)
         rss = {
             "driver_python": peak_rss_mib(hello["pid"]),
             "driver_jvm": peak_rss_mib(hello["jvm_pid"]),
         }
         if ran is None:
-            code = driver.process.poll()
-            ran = {
-                "seconds": meter.seconds,
-                "error": "driver exited" if code is not None else "timeout",
-                "error_text": f"exit code {code}; see {log_path}",
-            }
+            code, oom = driver.process.poll(), driver.out_of_memory()
+            if oom is not None:
+                error = "OutOfMemoryError"
+                text = (
+                    f"the driver JVM logged {oom!r} and its query did not end within "
+                    f"{OOM_GRACE_S:.0f} s: stopped; see {log_path}"
+                )
+            elif code is not None:
+                error, text = "driver exited", f"exit code {code}; see {log_path}"
+            else:
+                error, text = "timeout", f"no answer in {run_timeout_s:.0f} s; see {log_path}"
+            ran = {"seconds": meter.seconds, "error": error, "error_text": text, **driver.sample}
     finally:
         progress.update(task, description=f"{label}: stopping the driver")
         driver.close(sampler.seen)
@@ -765,6 +818,7 @@ def measure_cpu(args: Any, tree: Path, progress: Progress) -> dict[str, Any]:
                 driver_memory=args.driver_memory,
                 sample_heap=False,
                 warmup=warmup,
+                run_timeout_s=args.run_timeout,
                 label=f"cpu-{args.tree}-{r + 1}",
                 progress=progress,
                 task=task,
@@ -815,6 +869,7 @@ def measure_heap(args: Any, tree: Path, progress: Progress) -> dict[str, Any]:
                 driver_memory=args.driver_memory,
                 sample_heap=True,
                 warmup=None,
+                run_timeout_s=args.run_timeout,
                 label=f"heap-{args.tree}-{batch}",
                 progress=progress,
                 task=task,
@@ -953,6 +1008,12 @@ def main() -> None:
         "--driver-memory",
         help="the driver JVM's memory (default: 1g for cpu, 512m for heap)",
     )
+    parser.add_argument(
+        "--run-timeout",
+        type=float,
+        default=RUN_TIMEOUT_S,
+        help=f"seconds a run may take (default {RUN_TIMEOUT_S:.0f})",
+    )
     args = parser.parse_args()
     args.driver_memory = args.driver_memory or DEFAULT_DRIVER_MEMORY[args.part]
     tree = args.tree_dir.resolve()
@@ -982,6 +1043,19 @@ def main() -> None:
             previous = json.loads(args.json.read_text())
     cpu = dict(previous.get("cpu") or {})
     heap = dict(previous.get("heap") or {})
+    old = heap.get(args.tree)
+    if (
+        args.part == "heap"
+        and old
+        and (old["tuples"], old["driver_memory"])
+        == (
+            entry["tuples"],
+            entry["driver_memory"],
+        )
+    ):
+        # The same input and driver: the sizes measured before stay, unless measured again.
+        merged = {**old["batches"], **entry["batches"]}
+        entry["batches"] = {k: merged[k] for k in sorted(merged, key=int)}
     (cpu if args.part == "cpu" else heap)[args.tree] = entry
     if cpu:
         console.print(cpu_table(cpu))
