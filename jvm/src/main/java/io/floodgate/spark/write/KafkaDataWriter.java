@@ -50,6 +50,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   private final long share;
   private final long batch;
   private final String transactionalId;
+  private final BatchMarker marker;
   private final AtomicReference<Exception> sendError = new AtomicReference<>();
   private final Callback onSent =
       (metadata, error) -> {
@@ -63,7 +64,6 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
 
   private Producer<byte[], byte[]> producer;
   private ConnectionWatch.Watched watched;
-  private boolean brokerLost;
   private boolean started;
   private boolean skipping;
   private boolean inTransaction;
@@ -89,6 +89,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     this.share = share;
     this.batch = batch;
     this.transactionalId = options.transactionalId(partition);
+    this.marker = new BatchMarker(queryId, transactionalId, options.topic);
   }
 
   @Override
@@ -110,10 +111,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   }
 
   private void send(byte[] key, byte[] value) throws IOException {
-    Exception failed = sendError.get();
-    if (failed != null) {
-      throw new IOException(failure("a record was refused", failed), failed);
-    }
+    requireNoRefusal();
     producer.send(new ProducerRecord<>(options.topic, key, value), onSent);
     written++;
   }
@@ -122,7 +120,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     started = true;
     GaveUp.again(queryId, batch, partition, attemptNumber());
     producer = clients.take(transactionalId);
-    long committed = clients.lastCommitted(marker());
+    long committed = clients.lastCommitted(marker);
     if (committed >= batch) {
       skipping = true;
       LOG.info(
@@ -148,6 +146,18 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   }
 
   /**
+   * Refuse to go on with a transaction one of whose records the broker refused.
+   *
+   * @throws IOException naming the topic and the broker's answer
+   */
+  private void requireNoRefusal() throws IOException {
+    Exception failed = sendError.get();
+    if (failed != null) {
+      throw new IOException(failure("a record was refused", failed), failed);
+    }
+  }
+
+  /**
    * Refuse to go on with a transaction across which the producer lost a broker connection ({@link
    * ConnectionWatch}, which has closed the producer already): the task fails, and Spark's retry
    * writes the partition again with a new producer.
@@ -156,7 +166,6 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
    */
   private void requireConnected(String step) {
     if (watched != null && watched.connectionLost()) {
-      brokerLost = true;
       throw new BrokerLostException(
           "FG-QG-008 "
               + options.where()
@@ -168,10 +177,6 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
               + step
               + "; the transaction is dropped and the task written again by a new producer");
     }
-  }
-
-  private BatchMarker marker() {
-    return new BatchMarker(queryId, transactionalId, options.topic);
   }
 
   @Override
@@ -191,13 +196,10 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     }
     SinkFailpoints.reach("mid-transaction", batch, attempt);
     producer.flush();
-    Exception failed = sendError.get();
-    if (failed != null) {
-      throw new IOException(failure("a record was refused", failed), failed);
-    }
+    requireNoRefusal();
     SinkFailpoints.reach("records-sent", batch, attempt);
     requireConnected("while its records were sent");
-    producer.sendOffsetsToTransaction(marker().of(batch, written), marker().groupMetadata());
+    producer.sendOffsetsToTransaction(marker.of(batch, written), marker.groupMetadata());
     SinkFailpoints.reach("before-commit", batch, attempt);
     requireConnected("before its commit");
     producer.commitTransaction();
@@ -334,7 +336,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
       return;
     }
     ConnectionWatch.closed(watched);
-    if (brokerLost || (watched != null && watched.connectionLost())) {
+    if (watched != null && watched.connectionLost()) {
       closeProducer(); // never an abort: noida-db's marker would end the stray records too
       return;
     }

@@ -2,7 +2,6 @@ package io.floodgate.spark.write;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.time.Duration;
 import java.util.Map;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -36,6 +35,7 @@ final class KafkaStreamingWrite implements StreamingWrite {
   private final StructType rowSchema;
   private final String queryId;
   private final SinkMetrics metrics;
+  private OutputQueue queue;
 
   KafkaStreamingWrite(
       SinkOptions options, StructType rowSchema, String queryId, SinkMetrics metrics) {
@@ -52,12 +52,9 @@ final class KafkaStreamingWrite implements StreamingWrite {
     long free = Long.MAX_VALUE;
     if (options.bounded()) {
       long started = System.nanoTime();
-      OutputQueue queue =
-          new OutputQueue(
-              TransactionalProducers.admin(options),
-              options.topic,
-              options.queueReaders,
-              Duration.ofSeconds(15));
+      if (queue == null) {
+        queue = OutputQueue.of(options);
+      }
       free = Math.max(0, options.maxQueueSize - queue.length());
       metrics.queueChecked(free, (System.nanoTime() - started) / 1e6);
     }

@@ -35,6 +35,9 @@ public final class OutputQueue {
   /** How long a read is tried again while the broker does not answer, ms. */
   public static final long WAIT_MS = 60_000;
 
+  /** How long one broker request of a read may take. */
+  public static final Duration REQUEST_TIMEOUT = Duration.ofSeconds(15);
+
   private final Admin admin;
   private final String topic;
   private final List<String> readers;
@@ -136,6 +139,15 @@ public final class OutputQueue {
       partitions.add(new TopicPartition(topic, info.partition()));
     }
     return partitions;
+  }
+
+  /** The output stream queue of a sink: its topic, read by its reception groups. */
+  static OutputQueue of(SinkOptions options) {
+    return new OutputQueue(
+        TransactionalProducers.admin(options),
+        options.topic,
+        options.queueReaders,
+        REQUEST_TIMEOUT);
   }
 
   private <T> T get(org.apache.kafka.common.KafkaFuture<T> future)

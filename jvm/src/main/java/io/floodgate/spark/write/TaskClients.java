@@ -1,6 +1,5 @@
 package io.floodgate.spark.write;
 
-import java.time.Duration;
 import org.apache.kafka.clients.producer.Producer;
 
 /**
@@ -45,12 +44,7 @@ interface TaskClients {
       @Override
       public long queueLength() {
         if (queue == null) {
-          queue =
-              new OutputQueue(
-                  TransactionalProducers.admin(options),
-                  options.topic,
-                  options.queueReaders,
-                  Duration.ofSeconds(15));
+          queue = OutputQueue.of(options);
         }
         return queue.length();
       }
