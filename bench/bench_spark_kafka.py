@@ -59,7 +59,12 @@ of ``schemas/*.avsc`` to a temporary directory, the group's ``schema_dir``), key
 the input stream (``carrier``, ``flight``, ``time_hour``), 4 partitions as the input
 topic, its queue bounded for every flight plus the transactions' markers and checked
 (``output_queue_check``), exactly once; ``max_tuples_per_trigger`` = ``--batch``
-(default 150 000); the input, trigger and reception as for the flights. The peers run
+(default 150 000); the input and trigger as for the flights. The reception differs:
+the demo's decodes each tuple in this process's Python, about 40 000 a second, which
+with one tuple out per flight would time the reader, not the sink. A run is timed
+until a ``read_committed`` consumer that only counts has seen every flight's tuple
+(``CountingReception``: what a reader can see, the systems' committed output); the
+output topic is then read back whole and decoded, untimed, for the checks. The peers run
 the same SQL over the same ``from_avro`` view, ``to_avro`` of the same columns behind
 ``flights_late``'s single-object header, ``maxOffsetsPerTrigger`` = ``--batch``. Every
 system's output must hold exactly a tuple per flight read (as many tuples as flights,
@@ -975,37 +980,120 @@ def check_passthrough(who: str, n: int, table: Any, expected: ExpectedKeys | Non
             )
 
 
-def measure(
-    system: str,
-    driver: Driver,
-    broker: Any,
-    topic: str,
-    n: int,
-    checkpoints: Path,
-    expected: Expected | ExpectedKeys | None,
-    workload: Workload = FLIGHTS,
-) -> Measurement:
-    """One timed run of ``system`` over ``topic`` (see the module docstring); the
-    reception and the CPU sampler run in this process."""
-    from pipeline.client.connector import connect
-    from pipeline.config import parse_query_group
-    from pipeline.demo.reception import Reception
-    from pipeline.kafka.topics import ensure_topics
-    from pipeline.serde.schemas import SchemaRepository
+class CountingReception:
+    """The pass-through's timed reader: one ``read_committed`` consumer over every
+    partition of the output topic from its start, counting records in a thread of its
+    own, decoding none.
 
-    raw = run_config(topic, n, checkpoints, system, workload)
-    config = parse_query_group(raw, env={})
-    schemas = SchemaRepository.load(config.schema_dir)  # None: schemas/
-    bootstrap = broker.bootstrap_servers
-    ensure_topics(bootstrap, config.topics())
-    if system.startswith("floodgate_"):
-        driver.call(cmd="prepare", config=raw, bootstrap=bootstrap)
-    else:
-        variant = system.removeprefix("peer_")
-        driver.call(**peer_settings(raw, bootstrap, schemas, variant))
+    Why not the demo's :class:`~pipeline.demo.reception.Reception`: it decodes every
+    tuple in this process's Python (about 40 000 a second here), so with an output as
+    large as the input it, not the system under test, sets the end-to-end figure. What
+    this one waits for is what a ``read_committed`` reader can see: the system's
+    committed output. Whether that output is right is checked after the timed window
+    (:func:`~pipeline.demo.reception.read_all` and the stream's codec), the same for
+    every system.
+
+    Args:
+        bootstrap_servers: the run's broker.
+        topic: the output topic.
+    """
+
+    def __init__(self, bootstrap_servers: str, topic: str) -> None:
+        from confluent_kafka import Consumer
+
+        from pipeline.kafka.clients import kafka_settings
+        from pipeline.names import ad_hoc_group_id
+
+        self.topic = topic
+        self._consumer = Consumer(
+            kafka_settings(
+                bootstrap_servers,
+                None,
+                {
+                    "group.id": ad_hoc_group_id(),
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "auto.offset.reset": "earliest",
+                },
+            )
+        )
+        self.received = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-counting", daemon=True)
+
+    def start(self) -> CountingReception:
+        """Assign every partition from its start and count in a thread."""
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        partitions = self._consumer.list_topics(self.topic, timeout=30).topics[self.topic]
+        self._consumer.assign(
+            [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions.partitions]
+        )
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for message in self._consumer.consume(num_messages=10_000, timeout=0.05):
+                    if message.error() is None:
+                        self.received += 1
+        except BaseException as exc:
+            self.error = exc
+
+    def wait_until(self, n: int, timeout_s: float) -> None:
+        """Block until ``n`` records were read.
+
+        Raises:
+            FloodgateError: the reader failed, or read fewer within ``timeout_s``.
+        """
+        from pipeline.errors import FloodgateError
+
+        deadline = time.monotonic() + timeout_s
+        while self.received < n:
+            if self.error is not None:
+                raise FloodgateError(f"the counting reception failed: {self.error}")
+            if time.monotonic() > deadline:
+                raise FloodgateError(
+                    f"{self.received} of {n} output tuples readable after {timeout_s:.0f} s"
+                )
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        """Stop reading and close the consumer."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._consumer.close()
+
+
+def read_output_table(bootstrap_servers: str, topic: str, codec: Any, key: Sequence[str]) -> Any:
+    """Every committed tuple of ``topic``, decoded, as an
+    :class:`~pipeline.demo.reception.OutputTable` (latest per ``key``)."""
+    from pipeline.demo.reception import OutputTable, read_all
+
+    table = OutputTable(topic, tuple(key))
+    table.add([codec.decode(m.value()) for m in read_all(bootstrap_servers, topic)])
+    return table
+
+
+def timed_reception(
+    driver: Driver, broker: Any, config: Any, schemas: Any, n: int
+) -> tuple[dict[str, Any], dict[str, Any], CpuSampler, Any]:
+    """The timed window of the flights group: from the ``run`` command until the
+    queries ended and the demo's reception read every output tuple (it decodes them as
+    it reads: the aggregations' output is a few thousand tuples).
+
+    Returns:
+        The driver's answer, ``{stream: OutputTable}``, the CPU sampler and the meter.
+    """
+    from pipeline.client.connector import connect
+    from pipeline.demo.reception import Reception
+
     outputs = sorted({q.output for q in config.queries.values()})
-    quiet = common.wait_until_quiet(broker.pid)
-    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
+    with connect(
+        bootstrap_servers=broker.bootstrap_servers, config=config, schemas=schemas
+    ) as connector:
         reception = Reception(
             {s: connector.open_stream_output(config.name, s) for s in outputs},
             {s: config.output_streams[s].key for s in outputs},
@@ -1019,6 +1107,63 @@ def measure(
         finally:
             reception.stop()
             driver.call(cmd="stop")
+    return ran, tables, sampler, meter
+
+
+def timed_passthrough(
+    driver: Driver, broker: Any, config: Any, schemas: Any, n: int
+) -> tuple[dict[str, Any], dict[str, Any], CpuSampler, Any]:
+    """The timed window of the pass-through: from the ``run`` command until the query
+    ended and ``n`` committed output tuples were readable (:class:`CountingReception`);
+    then, untimed, the whole output topic read back and decoded for the checks.
+
+    Returns:
+        As :func:`timed_reception`.
+    """
+    stream = config.output_streams[PASSTHROUGH_STREAM]
+    reception = CountingReception(broker.bootstrap_servers, stream.topic).start()
+    meter = common.Meter(None)
+    try:
+        with CpuSampler(driver.pid, broker.pid) as sampler, meter.measure():
+            ran = driver.call(cmd="run")
+            reception.wait_until(n, RUN_TIMEOUT_S)
+    finally:
+        reception.stop()
+        driver.call(cmd="stop")
+    codec = config.stream_codec("output", PASSTHROUGH_STREAM, schemas)
+    table = read_output_table(broker.bootstrap_servers, stream.topic, codec, stream.key)
+    return ran, {PASSTHROUGH_STREAM: table}, sampler, meter
+
+
+def measure(
+    system: str,
+    driver: Driver,
+    broker: Any,
+    topic: str,
+    n: int,
+    checkpoints: Path,
+    expected: Expected | ExpectedKeys | None,
+    workload: Workload = FLIGHTS,
+) -> Measurement:
+    """One timed run of ``system`` over ``topic`` (see the module docstring); the
+    reception and the CPU sampler run in this process."""
+    from pipeline.config import parse_query_group
+    from pipeline.kafka.topics import ensure_topics
+    from pipeline.serde.schemas import SchemaRepository
+
+    raw = run_config(topic, n, checkpoints, system, workload)
+    config = parse_query_group(raw, env={})
+    schemas = SchemaRepository.load(config.schema_dir)  # None: schemas/
+    bootstrap = broker.bootstrap_servers
+    ensure_topics(bootstrap, config.topics())
+    if system.startswith("floodgate_"):
+        driver.call(cmd="prepare", config=raw, bootstrap=bootstrap)
+    else:
+        variant = system.removeprefix("peer_")
+        driver.call(**peer_settings(raw, bootstrap, schemas, variant))
+    quiet = common.wait_until_quiet(broker.pid)
+    timed = timed_passthrough if workload.passthrough else timed_reception
+    ran, tables, sampler, meter = timed(driver, broker, config, schemas, n)
     for query, figures in ran["queries"].items():
         if figures["input_rows"] != n:
             raise RuntimeError(f"{system}: query {query} read {figures['input_rows']} of {n}")
