@@ -16,7 +16,9 @@ says why) and this machine's 2 cores:
      else as in ``conf/flights.toml``) in a driver
      process of its own (``bench_spark_kafka.py --floodgate-worker``, the project's
      ``.venv``), as the peer's: neither driver shares its process with the reception;
-   * **the peer**: ``bench/spark_kafka_peer.py`` with output (b), the two queries
+   * **the peer**: ``bench/spark_kafka_peer.py`` with output (b) (or, with
+     ``--peer-output kafka_sink``, output (a): Spark's own Kafka sink, at least once,
+     no transaction: the least a micro-batch of Spark's costs on this machine), the two queries
      as a PySpark user writes them (Spark's Kafka source, ``from_avro``,
      ``maxOffsetsPerTrigger`` = Floodgate's ``max_tuples_per_trigger``, the same
      watermark; ``foreachBatch`` writing one Kafka transaction a micro-batch with
@@ -98,6 +100,15 @@ SYSTEMS = {
     "floodgate": "Floodgate",
     "peer": "peer (b): Spark Kafka source + from_avro, foreachBatch transaction",
 }
+#: The peer's outputs (``--peer-output``): (b), exactly once, Floodgate's peer; or (a),
+#: Spark's own Kafka sink, at least once: no transaction, the least a micro-batch of
+#: Spark's can cost here.
+PEER_OUTPUTS = {
+    "foreach_batch": SYSTEMS["peer"],
+    "kafka_sink": "peer (a): Spark Kafka source + from_avro, Spark's Kafka sink (at least once)",
+}
+#: The peer output of this run (set from ``--peer-output``).
+peer_output = "foreach_batch"
 PHASES = common.SPARK_PHASES
 #: How long the reception may take to read the last output tuples, and the peer's
 #: queries to process what is left after the replay, seconds.
@@ -323,7 +334,7 @@ def _run(
     topic = f"bench.flights.{uuid.uuid4().hex[:8]}"
     # The input queue never full nor near it (no consumer group commits for the peer).
     bound = 10 * (limit or 400_000)
-    name = "peer_foreach_batch" if system == "peer" else "floodgate_jvm"
+    name = f"peer_{peer_output}" if system == "peer" else "floodgate_jvm"
     raw = bsk.run_config(topic, bound, checkpoints, name)
     raw["query_group"]["trigger_interval_ms"] = trigger
     config = parse_query_group(raw, env={})
@@ -331,7 +342,7 @@ def _run(
     with common.fresh_broker() as bootstrap:
         ensure_topics(bootstrap, config.topics())
         if system == "peer":
-            driver.call(**bsk.peer_settings(raw, bootstrap, schemas, "foreach_batch"))
+            driver.call(**bsk.peer_settings(raw, bootstrap, schemas, peer_output))
         else:
             driver.call(cmd="prepare", config=raw, bootstrap=bootstrap)
         common.wait_until_quiet(None)
@@ -403,7 +414,7 @@ def plot(
             linestyle="-" if system == "floodgate" else "--",
             color=colour,
             density=True,
-            label=f"{'Floodgate' if system == 'floodgate' else 'peer (b)'}, trigger "
+            label=f"{SYSTEMS[system].split(':')[0]}, trigger "
             f"{trigger} ms: p50 {p50:.2f} s, p99 {p99:.2f} s",
         )
     ax.axvline(TARGET_P99_S, color="grey", linestyle=":", linewidth=1)
@@ -542,7 +553,17 @@ def main() -> None:
         default=",".join(SYSTEMS),
         help=f"comma-separated, of {', '.join(SYSTEMS)} (default: both)",
     )
+    parser.add_argument(
+        "--peer-output",
+        choices=sorted(PEER_OUTPUTS),
+        default="foreach_batch",
+        help="the peer's output: foreach_batch, (b), a transaction a micro-batch "
+        "(default); kafka_sink, (a), Spark's Kafka sink, at least once",
+    )
     args = parser.parse_args()
+    global peer_output
+    peer_output = args.peer_output
+    SYSTEMS["peer"] = PEER_OUTPUTS[peer_output]
     triggers = [int(t) for t in args.triggers.split(",")]
     systems = [s for s in args.systems.split(",") if s]
     if unknown := set(systems) - set(SYSTEMS):
@@ -626,6 +647,7 @@ def main() -> None:
         "end-to-end latency of the flights pipeline, Floodgate and the Spark-native peer",
         versions=versions.get("floodgate", {}),
         peer_versions=versions.get("peer", {}),
+        peer_output=peer_output,
         load_average_at_start=uptime,
         flights_per_run=args.limit,
         max_rates=rates,
