@@ -478,32 +478,14 @@ class QueryGroupError(FloodgateError, RuntimeError):
         self.query = query
 
 
-#: The text before a Py4J error of the JVM in a Python traceback. Spark's stream thread,
-#: when a query it is stopping ends with a Python error, looks for it with the pattern
-#: ``<this>((.|\r\n|\r|\n)*)(<interruption>)`` (``StreamExecution.PROXY_ERROR``, Spark
-#: 4.3); ``java.util.regex`` recurses once per character of that group, so a text of
-#: about 2 000 characters after it overflows the thread's stack (``StackOverflowError``,
-#: measured in ``tests/integration/spark/test_errors.py``) and the query fails instead
-#: of stopping.
-PY4J_ERROR_PREFIX = "py4j.protocol.Py4JJavaError: An error occurred while calling"
-
-#: The Java exceptions that make Spark count a query's error as its stop
-#: (``StreamExecution.IO_EXCEPTION_NAMES``).
-SPARK_INTERRUPTIONS = (
-    "java.lang.InterruptedException",
-    "java.io.InterruptedIOException",
-    "java.nio.channels.ClosedByInterruptException",
-)
-
-
 def compact_error(exc: BaseException, limit: int = 600) -> str:
     """An error's text without stack traces: ``Type: message``, one line.
 
     A Py4J error of the JVM (``Py4JJavaError``) or a PySpark error carrying one prints
     the whole Java stack; this keeps its first line and the Java exception with its
     ``Caused by`` lines, joined with `` | ``, drops ``at ...`` and ``... N more`` lines,
-    never contains :data:`PY4J_ERROR_PREFIX` and is at most ``limit`` characters
-    (the end cut to ``...``).
+    and is at most ``limit`` characters (the end cut to ``...``): a message and a
+    metric label, not a log.
     """
     kept = []
     for raw in str(exc).splitlines():
@@ -519,40 +501,6 @@ def compact_error(exc: BaseException, limit: int = 600) -> str:
     text = f"{type(exc).__name__}: " + " | ".join(kept)
     text = text.replace("py4j.protocol.Py4JJavaError:", "Py4JJavaError:")
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class MicroBatchError(QueryGroupError):
-    """A micro-batch's ``foreachBatch`` function failed on an error of Spark or the JVM,
-    told in a few lines (:func:`compact_error`) rather than the Java stack, which
-    Spark could not parse when the query was stopping (see :data:`PY4J_ERROR_PREFIX`).
-
-    When the error was an interruption (the query was being stopped), the message ends
-    with :data:`PY4J_ERROR_PREFIX` and the interruption's Java name, the form Spark
-    counts as a stop, so the query stops instead of failing.
-
-    Attributes:
-        batch_id: the micro-batch.
-        interrupted: whether the error was an interruption.
-    """
-
-    def __init__(
-        self,
-        *,
-        query_group: str,
-        query: str,
-        batch_id: int,
-        cause: BaseException,
-    ) -> None:
-        import traceback
-
-        full = "".join(traceback.format_exception(cause))
-        interruption = next((name for name in SPARK_INTERRUPTIONS if name in full), None)
-        message = f"micro-batch {batch_id} failed: {compact_error(cause)}"
-        if interruption is not None:
-            message += f" (interrupted: {PY4J_ERROR_PREFIX} Spark: {interruption})"
-        super().__init__(message, query_group=query_group, query=query)
-        self.batch_id = batch_id
-        self.interrupted = interruption is not None
 
 
 class QueryGroupHeld(QueryGroupError):
@@ -686,7 +634,6 @@ class CheckpointDiskFullError(QueryGroupError):
         free_bytes: bytes free for the driver's user on that location's file system
             when the failure was read (``statvfs``); ``None`` when the location is not
             a local path.
-        batch_id: the micro-batch that failed, when the error names one.
 
     The message ends with ``cause``: the query's own error or Spark's, in one line
     (:func:`compact_error`).
@@ -699,16 +646,14 @@ class CheckpointDiskFullError(QueryGroupError):
         query: str | None,
         checkpoint: str,
         free_bytes: int | None,
-        batch_id: int | None,
         cause: str,
     ) -> None:
         if free_bytes is None:
             free = "free bytes unknown (not a local path)"
         else:
             free = f"{free_bytes} bytes free there"
-        at = f" at micro-batch {batch_id}" if batch_id is not None else ""
         super().__init__(
-            f"FG-QG-010 no space left on device{at}: checkpoint {checkpoint} ({free}); "
+            f"FG-QG-010 no space left on device: checkpoint {checkpoint} ({free}); "
             "the batch is not committed and is replayed on restart. Free space on that "
             "disk (or on Spark's local directory, spark.local.dir, if the checkpoint's has "
             f"room) and start the group again on the same checkpoint. Cause: {cause}",
@@ -717,7 +662,6 @@ class CheckpointDiskFullError(QueryGroupError):
         )
         self.checkpoint = checkpoint
         self.free_bytes = free_bytes
-        self.batch_id = batch_id
 
 
 class QueueFullError(FloodgateError, queue.Full):

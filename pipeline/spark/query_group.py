@@ -42,7 +42,6 @@ from pipeline.errors import (
     NO_SPACE,
     CheckpointDiskFullError,
     ConfigError,
-    MicroBatchError,
     QueryGroupError,
     compact_error,
 )
@@ -531,7 +530,6 @@ class QueryGroup:
             query=name,
             checkpoint=checkpoint,
             free_bytes=free_bytes(checkpoint),
-            batch_id=cause.batch_id if isinstance(cause, MicroBatchError) else None,
             cause=text,
         )
 
