@@ -325,7 +325,6 @@ def _run(
     """
     from pipeline.client.connector import connect
     from pipeline.config import parse_query_group
-    from pipeline.demo.reception import Reception
     from pipeline.demo.replay import ReplayProcess
     from pipeline.kafka.topics import ensure_topics
 
@@ -338,7 +337,6 @@ def _run(
     raw = bsk.run_config(topic, bound, checkpoints, name)
     raw["query_group"]["trigger_interval_ms"] = trigger
     config = parse_query_group(raw, env={})
-    outputs = sorted({q.output for q in config.queries.values()})
     with common.fresh_broker() as bootstrap:
         ensure_topics(bootstrap, config.topics())
         if system == "peer":
@@ -347,11 +345,7 @@ def _run(
             driver.call(cmd="prepare", config=raw, bootstrap=bootstrap)
         common.wait_until_quiet(None)
         with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
-            reception = Reception(
-                {s: connector.open_stream_output(config.name, s) for s in outputs},
-                {s: config.output_streams[s].key for s in outputs},
-                on_received=arrivals,
-            ).start()
+            reception = common.open_reception(connector, config, on_received=arrivals)
             try:
                 driver.call(cmd="start", trigger_ms=trigger)
                 replayer = ReplayProcess(

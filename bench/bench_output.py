@@ -53,7 +53,6 @@ from rich.table import Table
 from pipeline.brokers.embedded import EmbeddedBroker
 from pipeline.client.connector import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
-from pipeline.demo.reception import Reception
 from pipeline.kafka.topics import ensure_topics
 from pipeline.metrics import stream_total
 from pipeline.serde.codec import StreamCodec
@@ -129,10 +128,7 @@ def run_once(
     outputs = sorted({q.output for q in config.queries.values()})
     quiet = common.wait_until_quiet(broker_pid)
     with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
-        reception = Reception(
-            {s: connector.open_stream_output(config.name, s) for s in outputs},
-            {s: config.output_streams[s].key for s in outputs},
-        ).start()
+        reception = common.open_reception(connector, config)
         meter = common.Meter(broker_pid)
         try:
             with meter.measure():

@@ -1088,16 +1088,11 @@ def timed_reception(
         The driver's answer, ``{stream: OutputTable}``, the CPU sampler and the meter.
     """
     from pipeline.client.connector import connect
-    from pipeline.demo.reception import Reception
 
-    outputs = sorted({q.output for q in config.queries.values()})
     with connect(
         bootstrap_servers=broker.bootstrap_servers, config=config, schemas=schemas
     ) as connector:
-        reception = Reception(
-            {s: connector.open_stream_output(config.name, s) for s in outputs},
-            {s: config.output_streams[s].key for s in outputs},
-        ).start()
+        reception = common.open_reception(connector, config)
         meter = common.Meter(None)
         try:
             with CpuSampler(driver.pid, broker.pid) as sampler, meter.measure():

@@ -132,6 +132,19 @@ def flights_config(topic: str, max_queue_size: int) -> QueryGroupConfig:
     return parse_query_group(raw, env={})
 
 
+def open_reception(connector: Any, config: QueryGroupConfig, **options: Any) -> Any:
+    """The demo's :class:`~pipeline.demo.reception.Reception` of every output stream of
+    ``config`` through ``connector``, started; ``options`` go to ``Reception``."""
+    from pipeline.demo.reception import Reception
+
+    outputs = sorted({q.output for q in config.queries.values()})
+    return Reception(
+        {s: connector.open_stream_output(config.name, s) for s in outputs},
+        {s: config.output_streams[s].key for s in outputs},
+        **options,
+    ).start()
+
+
 def flights_key() -> TupleKey:
     """The flights stream's Kafka key, as the back-pressure client builds it."""
     config = parse_query_group(tomllib.loads(FLIGHTS_TOML.read_text()), env={})
