@@ -370,6 +370,14 @@ class QueryGroupMetrics:
             namespace=NAMESPACE,
             registry=registry,
         )
+        self.offset_commit_failures = Counter(
+            "query_offset_commit_failures",
+            "Micro-batches written whose input offsets could not be committed to the "
+            "query's consumer group (it stays behind the output until a later commit).",
+            by_query,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
         self.pruning_failures = Counter(
             "query_pruning_failures",
             "Times the fields a query reads could not be found (FG-QG-011): every field decoded.",

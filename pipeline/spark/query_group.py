@@ -422,8 +422,12 @@ class QueryGroup:
                 stats.dropped_by_watermark += int(op.numRowsDroppedByWatermark or 0)
             name = running.name
             sink_progress = getattr(progress, "sink", None)
+            failed_before = running.sink.offset_commits_failed
             slept = running.sink.record(getattr(sink_progress, "metrics", None))
+            offsets_failed = running.sink.offset_commits_failed - failed_before
             output = self.config.queries[name].output
+        if offsets_failed:
+            self.metrics.offset_commit_failures.labels(self.name, name).inc(offsets_failed)
         if slept:
             self.metrics.sleeps.labels(self.name, output).inc(slept)
         if running.sink.queue_check_s is not None:
@@ -443,10 +447,12 @@ class QueryGroup:
         if exception and not self._expected_termination():
             with self._lock:
                 running = self._by_id.get(query_id)
-            where = running.name if running else query_id
-            log.error("query group %s: query %s failed: %s", self.name, where, exception)
-            if running is not None and NO_SPACE in exception:
-                log.error("%s", self._disk_full(running.name, exception))
+            if running is None:
+                log.error("query group %s: query %s failed: %s", self.name, query_id, exception)
+            else:
+                # Recorded on the sink before the state changes: whoever sees FAILED
+                # finds the error there.
+                self._query_failure(running.name, RuntimeError(exception))
             self.state = QueryGroupState.FAILED
 
     def stats(self) -> dict[str, QueryStats]:
@@ -505,16 +511,16 @@ class QueryGroup:
             self.hold.join()
             assert self.hold.held is not None
             return self.hold.held
+        error: QueryGroupError
         if NO_SPACE in str(exc):
-            return self._disk_full(name, exc)
-        oversized = oversized_from(str(exc), query_group=self.name)
-        if oversized is not None:
-            log.error("%s", oversized)
-            if running is not None:
-                running.sink.last_error = oversized
-            return oversized
-        log.error("query group %s query %s failed: %s", self.name, name, exc)
-        error = QueryGroupError(compact_error(exc), query_group=self.name, query=name)
+            error = self._disk_full(name, exc)
+            log.error("%s", error)
+        elif (oversized := oversized_from(str(exc), query_group=self.name)) is not None:
+            error = oversized
+            log.error("%s", error)
+        else:
+            log.error("query group %s query %s failed: %s", self.name, name, exc)
+            error = QueryGroupError(compact_error(exc), query_group=self.name, query=name)
         if running is not None:
             running.sink.last_error = error
         return error

@@ -222,6 +222,9 @@ class OutputSink:
         #: Micro-batches that wrote tuples; micro-batches whose every tuple was skipped.
         self.batches_written = 0
         self.batches_skipped = 0
+        #: Micro-batches written whose input offsets could not be committed to the query's
+        #: consumer group (it stays behind the output until a later micro-batch's commit).
+        self.offset_commits_failed = 0
         #: Times the query slept on a full output stream queue (its tasks sleep side by
         #: side: per micro-batch, the most any of them slept).
         self.sleeps = 0
@@ -244,7 +247,7 @@ class OutputSink:
         check_ms = metrics.get("queueCheckMs")
         totals = {k: int(v) for k, v in metrics.items() if _integer(v)}
         deltas: dict[str, int] = {}
-        for name in ("tuplesWritten", "tuplesSkipped", "sleeps", "batches"):
+        for name in ("tuplesWritten", "tuplesSkipped", "sleeps", "batches", "offsetCommitsFailed"):
             now = totals.get(name, 0)
             before = self._seen.get(name, 0)
             deltas[name] = now - before if now >= before else now  # a new run: from 0
@@ -252,6 +255,7 @@ class OutputSink:
         self.tuples_written += deltas["tuplesWritten"]
         self.tuples_skipped += deltas["tuplesSkipped"]
         self.sleeps += deltas["sleeps"]
+        self.offset_commits_failed += deltas["offsetCommitsFailed"]
         # A progress without a new micro-batch (an idle trigger) repeats the last check.
         self.queue_check_s = (
             float(check_ms) / 1000.0 if check_ms is not None and deltas["batches"] else None

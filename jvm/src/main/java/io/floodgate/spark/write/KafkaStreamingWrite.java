@@ -6,8 +6,10 @@ import java.util.Map;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import org.apache.kafka.clients.admin.AlterConsumerGroupOffsetsOptions;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.AuthorizationException;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
@@ -31,11 +33,18 @@ import org.slf4j.LoggerFactory;
 final class KafkaStreamingWrite implements StreamingWrite {
   private static final Logger LOG = LoggerFactory.getLogger(KafkaStreamingWrite.class);
 
+  /** How long the driver waits for a micro-batch's input offsets to be committed, ms. */
+  static final long OFFSET_COMMIT_TIMEOUT_MS = 15_000;
+
+  /** How long the input offsets' commits may go on failing before the query fails, ms. */
+  static final long OFFSETS_BEHIND_LIMIT_MS = 120_000;
+
   private final SinkOptions options;
   private final StructType rowSchema;
   private final String queryId;
   private final SinkMetrics metrics;
   private OutputQueue queue;
+  private long offsetsFailingSince = -1;
 
   KafkaStreamingWrite(
       SinkOptions options, StructType rowSchema, String queryId, SinkMetrics metrics) {
@@ -107,24 +116,53 @@ final class KafkaStreamingWrite implements StreamingWrite {
     }
     try {
       TransactionalProducers.admin(options)
-          .alterConsumerGroupOffsets(options.consumerGroup, offsets)
+          .alterConsumerGroupOffsets(
+              options.consumerGroup,
+              offsets,
+              new AlterConsumerGroupOffsetsOptions().timeoutMs((int) OFFSET_COMMIT_TIMEOUT_MS))
           .all()
-          .get(60, TimeUnit.SECONDS);
+          .get(OFFSET_COMMIT_TIMEOUT_MS + 5_000, TimeUnit.MILLISECONDS);
+      offsetsFailingSince = -1;
     } catch (ExecutionException | TimeoutException e) {
-      Throwable cause = e instanceof ExecutionException ? e.getCause() : e;
-      throw new IllegalStateException(
-          options.where()
-              + ": micro-batch "
-              + epochId
-              + " is written, but its input offsets were not committed to consumer group '"
-              + options.consumerGroup
-              + "': "
-              + cause,
-          cause);
+      offsetsNotCommitted(epochId, e instanceof ExecutionException ? e.getCause() : e);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       throw new IllegalStateException("interrupted committing the input offsets", e);
     }
+  }
+
+  /**
+   * A written micro-batch whose input offsets did not reach the consumer group: the group stays
+   * behind the output until a later micro-batch's commit, which is safe (a restart reads its
+   * checkpoint, and a group behind only makes the input stream queue read longer), so the query
+   * goes on, as Flink's Kafka source goes on when an offset commit on a checkpoint fails. It fails
+   * on an authorization error, which no later commit heals, and once commits have failed for {@link
+   * #OFFSETS_BEHIND_LIMIT_MS}: a group that stays behind keeps the input stream queue looking full,
+   * and its producers blocked.
+   *
+   * @throws IllegalStateException naming the batch, the group and the broker's answer
+   */
+  private void offsetsNotCommitted(long epochId, Throwable cause) {
+    metrics.offsetCommitFailed();
+    long now = System.nanoTime();
+    if (offsetsFailingSince < 0) {
+      offsetsFailingSince = now;
+    }
+    long failingMs = TimeUnit.NANOSECONDS.toMillis(now - offsetsFailingSince);
+    String what =
+        options.where()
+            + ": micro-batch "
+            + epochId
+            + " is written, but its input offsets were not committed to consumer group '"
+            + options.consumerGroup
+            + "' (commits failing for "
+            + failingMs
+            + " ms): "
+            + cause;
+    if (cause instanceof AuthorizationException || failingMs > OFFSETS_BEHIND_LIMIT_MS) {
+      throw new IllegalStateException(what, cause);
+    }
+    LOG.warn("{}; the group stays behind the output until a later micro-batch's commit", what);
   }
 
   @Override

@@ -15,6 +15,8 @@ import java.util.Map;
  *       most any of its tasks slept: they sleep side by side);
  *   <li>{@code batches}: micro-batches committed;
  *   <li>{@code lastBatch}: the last of them;
+ *   <li>{@code offsetCommitsFailed}: micro-batches written whose input offsets the driver could not
+ *       commit to the query's consumer group (it stays behind until a later commit);
  *   <li>{@code freeQueueSize}: the output stream queue's free space at the last batch's start, and
  *       {@code queueCheckMs}, how long the driver took to read it (both absent when unbounded).
  * </ul>
@@ -25,6 +27,7 @@ public final class SinkMetrics {
   private long sleeps;
   private long batches;
   private long lastBatch = -1;
+  private long offsetCommitsFailed;
   private long freeQueueSize = -1;
   private double queueCheckMs = -1;
 
@@ -34,6 +37,10 @@ public final class SinkMetrics {
     sleeps += slept;
     batches++;
     lastBatch = batch;
+  }
+
+  synchronized void offsetCommitFailed() {
+    offsetCommitsFailed++;
   }
 
   synchronized void queueChecked(long free, double checkMs) {
@@ -49,6 +56,7 @@ public final class SinkMetrics {
     out.put("sleeps", Long.toString(sleeps));
     out.put("batches", Long.toString(batches));
     out.put("lastBatch", Long.toString(lastBatch));
+    out.put("offsetCommitsFailed", Long.toString(offsetCommitsFailed));
     if (freeQueueSize >= 0) {
       out.put("freeQueueSize", Long.toString(freeQueueSize));
       out.put("queueCheckMs", String.format(java.util.Locale.ROOT, "%.3f", queueCheckMs));
