@@ -134,6 +134,9 @@ def test_a_deleted_topic_of_a_pattern_fails_the_query_or_is_dropped(
         "failOnDataLoss": str(fail_on_data_loss).lower(),
         # Commits each micro-batch's end, the deleted topic's too until it is gone.
         "kafka.group.id": f"gone-{run}",
+        # A read of the deleted topic's offsets waits this long (Kafka's default: 60 s)
+        # before the topic-partitions are listed again without it.
+        "kafka.default.api.timeout.ms": "10000",
     }
     table = f"gone_{run}_{fail_on_data_loss}"
     df = spark.readStream.format(SOURCE_NAME).options(**options).load()
@@ -150,7 +153,7 @@ def test_a_deleted_topic_of_a_pattern_fails_the_query_or_is_dropped(
         producer.produce(first, value=b"after")
         assert producer.flush(30) == 0
         # A read of offsets the broker lists the deleted topic for meanwhile waits out its
-        # 60 s timeout before the topic-partitions are listed again: deadlines of 300 s.
+        # timeout (above) before the topic-partitions are listed again: deadlines of 300 s.
         if fail_on_data_loss:
             wait_until(lambda: query.exception() is not None, 300, "the query's failure")
             message = str(query.exception())

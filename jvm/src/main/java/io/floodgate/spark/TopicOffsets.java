@@ -26,14 +26,13 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * fetchOffset.retryIntervalMs} apart (default 1000), with a new consumer each time, as Spark's
  * {@code KafkaOffsetReaderAdmin.withRetries} does over a short broker outage; only Kafka's errors
  * are tried again (Spark tries any), not the options' refusals, and not a read that timed out: the
- * consumer itself waits and retries for its 60 s, and a topic deleted meanwhile is found by the
- * listing after it ({@link #latest()}), which three times 60 s would only delay.
+ * consumer itself waits and retries for its {@code default.api.timeout.ms} (Kafka's default 60 s,
+ * set with the option {@code kafka.default.api.timeout.ms}), and a topic deleted meanwhile is found
+ * by the listing after it ({@link #latest()}), which three such waits would only delay.
  *
  * <p>Not thread-safe: the driver's planning thread uses it.
  */
 final class TopicOffsets implements AutoCloseable {
-  private static final Duration READ_TIMEOUT = Duration.ofSeconds(60);
-
   private final SourceOptions options;
   private final Subscription subscription;
   private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(TopicOffsets.class);
@@ -144,9 +143,7 @@ final class TopicOffsets implements AutoCloseable {
     if (tps.isEmpty()) {
       return TopicPartitions.empty();
     }
-    return retrying(
-        "the latest offsets",
-        () -> TopicPartitions.sorted(consumer().endOffsets(tps, READ_TIMEOUT)));
+    return retrying("the latest offsets", () -> TopicPartitions.sorted(consumer().endOffsets(tps)));
   }
 
   /** The earliest offsets the broker holds of {@code tps}. */
@@ -155,8 +152,7 @@ final class TopicOffsets implements AutoCloseable {
       return TopicPartitions.empty();
     }
     return retrying(
-        "the earliest offsets",
-        () -> TopicPartitions.sorted(consumer().beginningOffsets(tps, READ_TIMEOUT)));
+        "the earliest offsets", () -> TopicPartitions.sorted(consumer().beginningOffsets(tps)));
   }
 
   /**
@@ -168,9 +164,7 @@ final class TopicOffsets implements AutoCloseable {
     if (timestamps.isEmpty()) {
       return out;
     }
-    retrying(
-            "the offsets for timestamps",
-            () -> consumer().offsetsForTimes(timestamps, READ_TIMEOUT))
+    retrying("the offsets for timestamps", () -> consumer().offsetsForTimes(timestamps))
         .forEach(
             (tp, found) -> {
               if (found != null) {
@@ -292,9 +286,7 @@ final class TopicOffsets implements AutoCloseable {
         Map<TopicPartition, OffsetAndMetadata> committed =
             tps.isEmpty()
                 ? Map.of()
-                : retrying(
-                    "the committed offsets",
-                    () -> consumer().committed(new HashSet<>(tps), READ_TIMEOUT));
+                : retrying("the committed offsets", () -> consumer().committed(new HashSet<>(tps)));
         for (TopicPartition tp : tps) {
           OffsetAndMetadata c = committed.get(tp);
           start.put(tp, c != null ? c.offset() : low.get(tp));
@@ -306,7 +298,7 @@ final class TopicOffsets implements AutoCloseable {
 
   /** Commit {@code offsets} (every topic-partition's) to the consumer group. */
   void commit(Map<TopicPartition, OffsetAndMetadata> offsets) {
-    consumer().commitSync(offsets, READ_TIMEOUT);
+    consumer().commitSync(offsets);
   }
 
   @Override

@@ -12,7 +12,6 @@ import io.floodgate.spark.read.KafkaRange;
 import io.floodgate.spark.read.KafkaTask;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
@@ -71,9 +70,9 @@ class KafkaMicroBatchStreamTest {
 
     @Override
     public synchronized Map<TopicPartition, Long> endOffsets(
-        Collection<TopicPartition> partitions, Duration timeout) {
+        Collection<TopicPartition> partitions) {
       endOffsetReads++;
-      return super.endOffsets(partitions, timeout);
+      return super.endOffsets(partitions);
     }
   }
 

@@ -3,7 +3,6 @@ package io.floodgate.spark;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
-import java.time.Duration;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
@@ -39,12 +38,12 @@ class TopicOffsetsRetryTest {
 
     @Override
     public synchronized Map<TopicPartition, Long> endOffsets(
-        Collection<TopicPartition> partitions, Duration timeout) {
+        Collection<TopicPartition> partitions) {
       reads++;
       if (failures-- > 0) {
         throw error;
       }
-      return super.endOffsets(partitions, timeout);
+      return super.endOffsets(partitions);
     }
   }
 
