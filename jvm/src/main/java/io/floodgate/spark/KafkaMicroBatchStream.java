@@ -31,10 +31,12 @@ import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.streaming.Offset;
+import org.apache.spark.sql.connector.read.streaming.PartitionOffset;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
 import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
+import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeMode;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.types.StructType;
 import org.slf4j.Logger;
@@ -78,6 +80,7 @@ public final class KafkaMicroBatchStream
     implements MicroBatchStream,
         SupportsAdmissionControl,
         SupportsTriggerAvailableNow,
+        SupportsRealTimeMode,
         ReportsSourceMetrics {
   private static final Logger LOG = LoggerFactory.getLogger(KafkaMicroBatchStream.class);
 
@@ -608,6 +611,44 @@ public final class KafkaMicroBatchStream
         OffsetRangeCalculator.split(ranges, options.minPartitions, options.maxRecordsPerPartition),
         options.maxTasks,
         executors.get());
+  }
+
+  /**
+   * Spark's Real-Time Mode starts this query: refuse what a real-time batch cannot honour ({@link
+   * RealTimeMode#refuse}).
+   *
+   * @throws UnsupportedOperationException naming the option
+   */
+  @Override
+  public void prepareForRealTimeMode() {
+    RealTimeMode.refuse(options);
+  }
+
+  /**
+   * A real-time batch's tasks: one per topic-partition the planning found ({@link #latestOffset},
+   * which Spark calls first), each reading from {@code start} with no end until the batch's
+   * deadline; topic-partitions added or gone, or whose offsets went back, as in a micro-batch.
+   */
+  @Override
+  public InputPartition[] planInputPartitions(Offset start) {
+    SortedMap<TopicPartition, Long> found =
+        lastLatest.isEmpty() ? stoppable(this::latest) : lastLatest;
+    SortedMap<TopicPartition, Long> begin =
+        stoppable(
+            () ->
+                skipDiscarded(
+                    wentBack(
+                        withAdded(SourceOffset.of(start).offsets(), found.keySet()),
+                        found,
+                        Map.of())));
+    List<KafkaRange> ranges = RealTimeMode.ranges(TopicPartitions.sorted(begin), found);
+    return KafkaTask.partitions(ranges, null, executors.get());
+  }
+
+  /** A real-time batch's end: where each of its tasks stopped. */
+  @Override
+  public Offset mergeOffsets(PartitionOffset[] offsets) {
+    return RealTimeMode.merge(offsets);
   }
 
   @Override

@@ -3,6 +3,7 @@ package io.floodgate.spark.read;
 import io.floodgate.spark.KafkaClients;
 import io.floodgate.spark.SourceOptions;
 import io.floodgate.spark.deadletter.DeadLetterWriter;
+import io.floodgate.spark.offsets.KafkaPartitionOffset;
 import io.floodgate.spark.serde.ConfluentDecoder;
 import io.floodgate.spark.serde.SchemaRepository;
 import io.floodgate.spark.serde.TupleDecoder;
@@ -32,7 +33,7 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
-import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 import org.slf4j.Logger;
@@ -55,10 +56,15 @@ import org.slf4j.LoggerFactory;
  * start are read from the swept BLOBs first ({@link SweptRanges}), as the Python reader of swept
  * BLOBs does ({@code pipeline.swept.reading.read_partition}).
  *
- * <p>A consumer goes back to the pool only after its range was read to the end; one that stopped
- * inside a range, or whose range failed to start, is closed.
+ * <p>A consumer goes back to the pool only after its range was read to the end, or to a real-time
+ * batch's deadline; one that stopped inside a range, or whose range failed to start, is closed.
+ *
+ * <p>In Spark's Real-Time Mode the task's one range has no end ({@link
+ * io.floodgate.spark.RealTimeMode}): Spark calls {@link #nextWithTimeout} with the time left until
+ * the batch's deadline, the reader waits for records until then, and {@link #getOffset} says where
+ * it stopped. An idle partition is no stall there: nothing fails a range for making no progress.
  */
-public final class RangeReader implements PartitionReader<InternalRow> {
+public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
   private static final Logger LOG = LoggerFactory.getLogger(RangeReader.class);
 
   /**
@@ -138,6 +144,18 @@ public final class RangeReader implements PartitionReader<InternalRow> {
 
   /** Times offsets were found lost and skipped. */
   private long dataLoss;
+
+  /**
+   * A real-time batch's deadline (epoch ms, this JVM's clock); {@code Long.MAX_VALUE}: a
+   * micro-batch's or a batch query's range, read to its end.
+   */
+  private long deadlineMs = Long.MAX_VALUE;
+
+  /** The last poll found the real-time batch's deadline passed. */
+  private boolean deadlineReached;
+
+  /** The next offset of the current range to read: the last record taken, plus one. */
+  private long nextOffset;
 
   /** Polls in a row that returned nothing at the same position. */
   private int stalledPolls;
@@ -226,6 +244,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
         if (record.offset() < range.start()) {
           continue;
         }
+        nextOffset = record.offset() + 1;
         if (toRow(record)) {
           rowsRead++;
           return true;
@@ -233,6 +252,9 @@ public final class RangeReader implements PartitionReader<InternalRow> {
       }
       if (!rangeDone) {
         poll();
+        if (deadlineReached) {
+          return false;
+        }
       }
     }
   }
@@ -242,10 +264,41 @@ public final class RangeReader implements PartitionReader<InternalRow> {
     return row;
   }
 
+  /**
+   * The next row of a real-time batch, waiting for one at most {@code timeoutMs} (the time left
+   * until the batch's deadline, which Spark's {@code LowLatencyReaderWrap} computes from {@code
+   * startTimeMs}); no row: the deadline passed, and the task ends. Overridden in this form, which
+   * Spark 4.2 declares abstract and 4.3 calls.
+   */
+  @Override
+  public RecordStatus nextWithTimeout(Long startTimeMs, Long timeoutMs) {
+    deadlineMs = System.currentTimeMillis() + Math.max(0, timeoutMs);
+    deadlineReached = false;
+    return RecordStatus.newStatusWithoutArrivalTime(next());
+  }
+
+  /**
+   * Where the task's range stands: the next offset to read, past the transaction markers and
+   * aborted records the consumer stepped over; the range's start when nothing was read. Spark reads
+   * it once, when the reader returns no row at a real-time batch's deadline.
+   */
+  @Override
+  public KafkaPartitionOffset getOffset() {
+    if (range == null) {
+      throw new IllegalStateException("a real-time task with no range: nothing was planned");
+    }
+    long next = nextOffset;
+    if (!fetched.hasNext() && consumer != null && sweptRecords == null) {
+      next =
+          Math.max(next, consumer.position(new TopicPartition(range.topic(), range.partition())));
+    }
+    return new KafkaPartitionOffset(range.topic(), range.partition(), next);
+  }
+
   @Override
   public void close() {
     try {
-      if (!rangeDone && consumer != null) {
+      if (!rangeDone && !deadlineReached && consumer != null) {
         // The task ends inside a range: it failed, was killed, or Spark stopped early. A
         // consumer left mid-fetch, or by an exception, is closed, not pooled, as Spark's
         // KafkaDataConsumer does for a failed or interrupted task. The dead letters below are
@@ -320,6 +373,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
     if (!options.failOnDataLoss) {
       start = pastLost(tp);
     }
+    nextOffset = start;
     fetched = java.util.Collections.emptyIterator();
     if (options.sweepCatalog != null) {
       start = unsweep(tp, start, consumer.beginningOffsets(List.of(tp)).get(tp));
@@ -393,6 +447,10 @@ public final class RangeReader implements PartitionReader<InternalRow> {
     }
     long deadline = System.currentTimeMillis() + READ_STALL_TIMEOUT_MS;
     while (true) {
+      if (System.currentTimeMillis() >= deadlineMs) {
+        deadlineReached = true; // a real-time batch's end: where it stands is getOffset()
+        return;
+      }
       long before = consumer.position(tp);
       ConsumerRecords<byte[], byte[]> records;
       try {
@@ -434,7 +492,10 @@ public final class RangeReader implements PartitionReader<InternalRow> {
         availableCheckedMs = now;
         long low = consumer.beginningOffsets(List.of(tp)).get(tp);
         long high = consumer.endOffsets(List.of(tp)).get(tp);
-        if (position < low || position >= high) {
+        // A range's end lies past the log's end: the offsets it needs are gone. A real-time
+        // range has no end, and a position at the log's end is where it waits for more.
+        boolean pastEnd = deadlineMs == Long.MAX_VALUE ? position >= high : position > high;
+        if (position < low || pastEnd) {
           long next = skipLost(tp, position, low, high, null);
           if (next >= range.end()) {
             rangeDone = true;
@@ -446,7 +507,7 @@ public final class RangeReader implements PartitionReader<InternalRow> {
           continue;
         }
       }
-      if (now > deadline) {
+      if (now > deadline && deadlineMs == Long.MAX_VALUE) {
         throw new IllegalStateException(
             "reading "
                 + tp

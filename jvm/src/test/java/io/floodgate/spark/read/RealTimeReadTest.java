@@ -1,0 +1,107 @@
+package io.floodgate.spark.read;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.floodgate.spark.SourceOptions;
+import io.floodgate.spark.offsets.KafkaPartitionOffset;
+import io.floodgate.spark.serde.StreamSchema;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.RecordStatus;
+import org.apache.spark.sql.types.StructType;
+import org.junit.jupiter.api.Test;
+
+/**
+ * A real-time task's reads, on Kafka's {@code MockConsumer}: a range with no end is read until the
+ * batch's deadline (Spark's {@code nextWithTimeout}), an idle partition is no stall, and the task
+ * says where it stopped ({@code getOffset}), past what it read, as Spark's Kafka source does.
+ */
+class RealTimeReadTest {
+  private static final int OFFSET_COLUMN = 4;
+
+  private static RangeReader reader(OneConsumer consumers, long start) {
+    SourceOptions options =
+        SourceOptions.parse(Map.of("kafka.bootstrap.servers", "127.0.0.1:9", "subscribe", "t"));
+    StructType schema = StreamSchema.of(options.stream, null, false, null);
+    KafkaRange unbounded = new KafkaRange("t", 0, start, Long.MAX_VALUE, null, null);
+    return new RangeReader(
+        options,
+        schema,
+        new RowLayout(schema, null, options),
+        new KafkaRange[] {unbounded},
+        null,
+        consumers);
+  }
+
+  /** The offsets read until the deadline, {@code timeoutMs} from the first call. */
+  private static List<Long> readUntilDeadline(RangeReader reader, long timeoutMs) {
+    long deadline = System.currentTimeMillis() + timeoutMs;
+    List<Long> out = new ArrayList<>();
+    while (true) {
+      long now = System.currentTimeMillis();
+      RecordStatus status = reader.nextWithTimeout(now, Math.max(0, deadline - now));
+      if (!status.hasRecord()) {
+        return out;
+      }
+      out.add(reader.get().getLong(OFFSET_COLUMN));
+    }
+  }
+
+  @Test
+  void aRangeWithNoEndIsReadUntilTheDeadlineAndSaysWhereItStopped() {
+    OneConsumer consumers = new OneConsumer();
+    consumers.holds(0, 5);
+    consumers.recordsAtNextPoll(2, 5);
+    RangeReader reader = reader(consumers, 2);
+
+    long started = System.currentTimeMillis();
+    assertEquals(List.of(2L, 3L, 4L), readUntilDeadline(reader, 300));
+    assertTrue(System.currentTimeMillis() - started >= 300, "returned before the deadline");
+    assertEquals(new KafkaPartitionOffset("t", 0, 5), reader.getOffset());
+    reader.close();
+    assertEquals(1, consumers.released); // stopped at the deadline, cleanly: pooled
+    assertEquals(0, consumers.discarded);
+  }
+
+  @Test
+  void anIdlePartitionIsNoStallAndStaysWhereItStarted() {
+    OneConsumer consumers = new OneConsumer();
+    consumers.holds(0, 7);
+    RangeReader reader = reader(consumers, 7);
+
+    assertTrue(readUntilDeadline(reader, 200).isEmpty());
+    assertEquals(new KafkaPartitionOffset("t", 0, 7), reader.getOffset());
+    reader.close();
+  }
+
+  @Test
+  void recordsArrivingDuringTheBatchAreReadAsTheyCome() {
+    OneConsumer consumers = new OneConsumer();
+    consumers.holds(0, 1);
+    consumers.recordsAtNextPoll(0, 1);
+    consumers.mock.schedulePollTask(() -> consumers.holds(0, 3)); // two written meanwhile
+    consumers.recordsAtNextPoll(1, 3);
+    RangeReader reader = reader(consumers, 0);
+
+    assertEquals(List.of(0L, 1L, 2L), readUntilDeadline(reader, 300));
+    assertEquals(new KafkaPartitionOffset("t", 0, 3), reader.getOffset());
+    reader.close();
+  }
+
+  @Test
+  void theOffsetOfATaskStoppedMidFetchIsPastTheLastRowTaken() {
+    OneConsumer consumers = new OneConsumer();
+    consumers.holds(0, 4);
+    consumers.recordsAtNextPoll(0, 4);
+    RangeReader reader = reader(consumers, 0);
+
+    long now = System.currentTimeMillis();
+    assertTrue(reader.nextWithTimeout(now, 1_000L).hasRecord());
+    assertTrue(reader.nextWithTimeout(now, 1_000L).hasRecord());
+    // Spark's wrapper finds the deadline passed and asks where the task stands.
+    assertEquals(new KafkaPartitionOffset("t", 0, 2), reader.getOffset());
+    reader.close();
+  }
+}
