@@ -571,17 +571,27 @@ public final class KafkaMicroBatchStream
     availableNowTarget = stoppable(this::latest);
   }
 
+  /**
+   * Where the tasks of a batch from {@code start} to {@code finish} begin: topic-partitions added
+   * since at their first offset, those whose offsets went back at their new start, offsets
+   * discarded skipped (the planning's own rules, {@link #withAdded}, {@link #wentBack}, {@link
+   * #skipDiscarded}).
+   */
+  private SortedMap<TopicPartition, Long> taskStarts(
+      Offset start, SortedMap<TopicPartition, Long> finish) {
+    return stoppable(
+        () ->
+            skipDiscarded(
+                wentBack(
+                    withAdded(SourceOffset.of(start).offsets(), finish.keySet()),
+                    finish,
+                    Map.of())));
+  }
+
   @Override
   public InputPartition[] planInputPartitions(Offset start, Offset end) {
     SortedMap<TopicPartition, Long> finish = SourceOffset.of(end).offsets();
-    SortedMap<TopicPartition, Long> begin =
-        stoppable(
-            () ->
-                skipDiscarded(
-                    wentBack(
-                        withAdded(SourceOffset.of(start).offsets(), finish.keySet()),
-                        finish,
-                        Map.of())));
+    SortedMap<TopicPartition, Long> begin = taskStarts(start, finish);
     Long watermark = null;
     Long batch = null;
     if (options.watermarkCheckpoint != null) {
@@ -633,15 +643,7 @@ public final class KafkaMicroBatchStream
   public InputPartition[] planInputPartitions(Offset start) {
     SortedMap<TopicPartition, Long> found =
         lastLatest.isEmpty() ? stoppable(this::latest) : lastLatest;
-    SortedMap<TopicPartition, Long> begin =
-        stoppable(
-            () ->
-                skipDiscarded(
-                    wentBack(
-                        withAdded(SourceOffset.of(start).offsets(), found.keySet()),
-                        found,
-                        Map.of())));
-    List<KafkaRange> ranges = RealTimeMode.ranges(TopicPartitions.sorted(begin), found);
+    List<KafkaRange> ranges = RealTimeMode.ranges(taskStarts(start, found), found);
     return KafkaTask.partitions(ranges, null, executors.get());
   }
 
