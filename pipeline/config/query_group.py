@@ -9,9 +9,10 @@ import re
 import typing
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from pipeline.config.clusters import KafkaConfig, SchemaRegistryConfig, SparkConfig
+from pipeline.config.durations import duration_ms
 from pipeline.config.hosts import BindHost, HostName
 from pipeline.config.section import Identifier, Section, TopicName
 from pipeline.config.streams import (
@@ -33,6 +34,10 @@ if typing.TYPE_CHECKING:
     from pipeline.serde.schemas import SchemaRepository
 
 
+#: Longest real-time batch: its write tasks' transactions stay open that long, and a
+#: broker's ``transaction.max.timeout.ms`` is 15 minutes by default.
+MAX_REAL_TIME_CHECKPOINT_INTERVAL_MS = 600_000
+
 #: Where running query groups write ``<name>.json`` with their endpoint's URL.
 DEFAULT_CONTROL_DIR = ".floodgate/run"
 
@@ -45,9 +50,32 @@ class QueryGroupSection(StreamSettings):
     checkpoint root (``{name}`` in ``checkpoint_dir``), its dead-letter topic
     (``<name>.dead-letter``) and its control file (``<control_dir>/<name>.json``) derive
     from it."""
+    trigger: Literal["processing-time", "real-time"] = "processing-time"
+    """How every query of the group runs. ``processing-time``: micro-batches, one each
+    ``trigger_interval_ms``. ``real-time``: Spark's Real-Time Mode (Spark 4.1+,
+    ``trigger(realTime=...)``): one long-running task per input partition writes each
+    tuple as it is read, and a batch ends, with its checkpoint, each
+    ``real_time_checkpoint_interval``; every query needs ``output_mode = "update"``, a
+    task slot per input partition, and a shape Spark runs in that mode
+    (docs/real-time-mode.md)."""
     trigger_interval_ms: Annotated[int, Field(ge=0, le=86_400_000)] = 1_000
     """Processing-time trigger interval of every query; 0 starts each micro-batch as soon
-    as the previous one ends."""
+    as the previous one ends. Unused with ``trigger = "real-time"``."""
+    real_time_checkpoint_interval: str = "10 seconds"
+    """With ``trigger = "real-time"``: how long each real-time batch lasts, a Spark
+    duration (``"10 seconds"``, ``"1 minute"``). Not a latency: tuples are written as
+    they are read; this is how often the query checkpoints, commits its input offsets
+    and, with ``delivery = "exactly-once"``, makes its output visible. At least
+    Spark's ``spark.sql.streaming.realTimeMode.minBatchDuration`` (5 s by default),
+    at most 10 minutes."""
+    delivery: Literal["exactly-once", "at-least-once"] = "exactly-once"
+    """How output tuples reach their stream. ``exactly-once``: each write task's output
+    in one Kafka transaction, committed at the end of its batch, so ``read_committed``
+    readers see it then, and a replay writes nothing twice. ``at-least-once``: an
+    idempotent producer without transactions sends each tuple at once, readable as
+    soon as the broker has it; a batch replayed after a crash writes its tuples again
+    (duplicates, never a loss). In real-time mode ``exactly-once`` shows output once
+    per ``real_time_checkpoint_interval``; ``at-least-once`` within milliseconds."""
     no_data_micro_batches: bool = True
     """Whether a query runs a micro-batch with no new tuples when the watermark has
     moved (Spark's ``spark.sql.streaming.noDataMicroBatches.enabled``, set on the group's
@@ -114,6 +142,27 @@ class QueryGroupSection(StreamSettings):
     ``local-cluster[...]``) without ``spark.authenticate``: anyone who reaches the
     driver's or an executor's ports then talks to them as an executor would. ``false``
     refuses to start such a driver (:func:`pipeline.spark.session.check_cluster_security`)."""
+
+    @field_validator("real_time_checkpoint_interval")
+    @classmethod
+    def _check_interval(cls, value: str) -> str:
+        ms = duration_ms(value)
+        if not 1 <= ms <= MAX_REAL_TIME_CHECKPOINT_INTERVAL_MS:
+            raise ValueError(
+                f"{value!r} is out of range: a real-time batch lasts at least 1 ms (and "
+                "Spark's realTimeMode.minBatchDuration, 5 s by default) and at most 10 minutes"
+            )
+        return value
+
+    @property
+    def real_time_checkpoint_interval_ms(self) -> int:
+        """``real_time_checkpoint_interval`` in milliseconds."""
+        return duration_ms(self.real_time_checkpoint_interval)
+
+    @property
+    def real_time(self) -> bool:
+        """Whether the group's queries run in Spark's Real-Time Mode."""
+        return self.trigger == "real-time"
 
 
 class QueryConfig(Section):

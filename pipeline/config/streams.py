@@ -4,16 +4,13 @@
 
 from __future__ import annotations
 
-import re
 import warnings
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from pipeline.config.durations import SPARK_DURATION
 from pipeline.config.section import Identifier, Section, TopicName
-
-# Spark's delay threshold for withWatermark: "<n> <unit>" (a subset of its interval syntax).
-_INTERVAL = re.compile(r"^\s*\d+\s+(millisecond|second|minute|hour|day|week)s?\s*$", re.IGNORECASE)
 
 
 class StreamSettings(Section):
@@ -208,7 +205,7 @@ class InputStreamConfig(StreamSettings):
     @field_validator("watermark")
     @classmethod
     def _check_watermark(cls, value: str | None) -> str | None:
-        if value is not None and not _INTERVAL.match(value):
+        if value is not None and not SPARK_DURATION.match(value):
             raise ValueError(
                 "must be '<n> <unit>' with unit millisecond, second, minute, hour, day or week "
                 "(e.g. '2 hours')"

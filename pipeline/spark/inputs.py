@@ -57,7 +57,10 @@ def register_inputs(
             query's fields cannot be found
             (``floodgate_query_pruning_failures_total``); ``None``: not counted.
     """
-    late = late_window(spark, config, query)
+    real_time = config.query_group.real_time
+    # A real-time batch has no end offset: each partition is one task, and no late
+    # tuples are cut out of it (check_real_time refuses what would need either).
+    late = None if real_time else late_window(spark, config, query)
     views: dict[str, SourceOptions] = {}
     for name in config.input_streams:
         views[name] = source_options(
@@ -68,7 +71,7 @@ def register_inputs(
             schemas_json=schemas.as_json(),
             # One task per core, not per Kafka partition (option maxTasks: the source
             # deals the partitions out to the tasks).
-            max_tasks=spark.sparkContext.defaultParallelism,
+            max_tasks=None if real_time else spark.sparkContext.defaultParallelism,
             late=late[1:] if late is not None and late[0] == name else None,
             discard_before=discard_before.get(name),
         )
@@ -102,7 +105,7 @@ def source_options(
     *,
     bootstrap_servers: str,
     schemas_json: str,
-    max_tasks: int,
+    max_tasks: int | None,
     late: tuple[str, EventTimeWindow] | None = None,
     discard_before: Mapping[int, int] | None = None,
 ) -> SourceOptions:
@@ -117,7 +120,8 @@ def source_options(
         name: the input stream.
         bootstrap_servers: the Kafka cluster.
         schemas_json: the schema repository as JSON.
-        max_tasks: most Spark tasks a micro-batch is read with.
+        max_tasks: most Spark tasks a micro-batch is read with; ``None``: one per
+            topic-partition (a real-time batch's).
         late: ``(the query's local checkpoint, its aggregation's window)`` when the
             source dead-letters the tuples that window would drop (:func:`late_window`).
         discard_before: the offsets a discarding release skipped to, per partition.
@@ -140,7 +144,10 @@ def source_options(
         # query had written and skipped what was swept into BLOBs.
         group_id=config.consumer_group(query),
         commit_offsets=False,
-        max_rows_per_trigger=settings.max_tuples_per_trigger,
+        # The system default cap is for micro-batches; a real-time batch has no end.
+        max_rows_per_trigger=None
+        if config.query_group.real_time
+        else settings.max_tuples_per_trigger,
         starting_offsets=stream.starting_offsets,
         starting_timestamp_ms=stream.starting_timestamp_ms,
         starting_timestamp_strategy=(

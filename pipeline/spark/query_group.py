@@ -50,6 +50,7 @@ from pipeline.kafka.retries import BROKER_WAIT_S
 from pipeline.kafka.topics import ensure_topics
 from pipeline.metrics import QueryGroupMetrics
 from pipeline.serde.schemas import SchemaRepository
+from pipeline.spark import real_time
 from pipeline.spark.hold import Hold
 from pipeline.spark.inputs import register_inputs
 from pipeline.spark.progress import ProgressListener, QueryStats
@@ -203,6 +204,9 @@ class QueryGroup:
                 "spark.sql.streaming.noDataMicroBatches.enabled",
                 str(self.config.query_group.no_data_micro_batches).lower(),
             )
+            if self.config.query_group.real_time:
+                for key, value in real_time.session_settings(self.config).items():
+                    self._spark.conf.set(key, value)
         return self._spark
 
     def topics(self) -> dict[str, tuple[int, int | None]]:
@@ -224,6 +228,12 @@ class QueryGroup:
         self.state = QueryGroupState.STARTING
         self._stopping = False
         self._available_now = available_now
+        if self.config.query_group.real_time and not available_now:
+            try:
+                real_time.check_real_time(self.config, self.spark)
+            except ConfigError:
+                self.state = QueryGroupState.FAILED
+                raise
         client = dict(self.config.kafka.client)
         # A driver started while its broker restarts waits for it (FG-BROKER-002).
         ensure_topics(self.bootstrap_servers, self.topics(), client=client, wait_s=BROKER_WAIT_S)
@@ -385,8 +395,16 @@ class QueryGroup:
             .format(SINK_NAME)
             .options(**sink.options.to_options())
         )
+        group = self.config.query_group
         if available_now:
             writer = writer.trigger(availableNow=True)
+        elif group.real_time:
+            # Spark 4.3 runs a stateless real-time query with asynchronous progress
+            # tracking unless told not to, and only for its own sinks; the sink commits a
+            # batch's input offsets from the offset log once the batch is written.
+            writer = writer.option("asyncProgressTrackingEnabled", "false").trigger(
+                realTime=f"{group.real_time_checkpoint_interval_ms} milliseconds"
+            )
         else:
             writer = writer.trigger(
                 processingTime=f"{self.config.query_group.trigger_interval_ms} milliseconds"
@@ -403,6 +421,8 @@ class QueryGroup:
         with self._lock:
             self._queries[name] = running
             self._by_id[str(query.id)] = running
+        if group.real_time and not available_now:
+            real_time.check_plan(spark, query, query_group=self.name, name=name)
 
     # -- progress ------------------------------------------------------------
 

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.errors import OversizedBatchError, QueryGroupHeld
 from pipeline.names import sink_transactional_id
 from pipeline.spark.options import SOURCE_NAME
+from pipeline.spark.real_time import real_time_transaction_timeout_ms
 
 if TYPE_CHECKING:
     from pipeline.config import QueryGroupConfig
@@ -99,6 +100,13 @@ class SinkOptions:
             the queue again before it gives up).
         query_group, query: names for errors and logs.
         client: ``kafka.<property>`` options (librdkafka's names, translated on the JVM).
+        delivery: ``exactly-once`` (a transaction per write task) or ``at-least-once``
+            (an idempotent producer, each tuple sent at once, no transaction).
+        real_time: the query runs in Spark's Real-Time Mode: a write task lasts the
+            whole batch, so a bounded queue is checked as its tuples go out, not once
+            at its end.
+        transaction_timeout_ms: the write tasks' ``transaction.timeout.ms``; ``None``:
+            the sink's default (60 s), longer than any micro-batch's write.
     """
 
     bootstrap_servers: str
@@ -121,6 +129,9 @@ class SinkOptions:
     query_group: str = ""
     query: str = ""
     client: Mapping[str, Any] = field(default_factory=dict)
+    delivery: str = "exactly-once"
+    real_time: bool = False
+    transaction_timeout_ms: int | None = None
 
     def to_options(self) -> dict[str, str]:
         """The option map Spark hands the sink (``writeStream.options(...)``)."""
@@ -144,6 +155,9 @@ class SinkOptions:
             "soleWriter": self.sole_writer,
             "queryGroup": self.query_group,
             "query": self.query,
+            "delivery": self.delivery,
+            "realTime": self.real_time,
+            "transactionTimeoutMs": self.transaction_timeout_ms,
             **{f"kafka.{k}": v for k, v in self.client.items()},
         }
         return {
@@ -201,6 +215,9 @@ def sink_options(
         query_group=config.name,
         query=query,
         client=dict(config.kafka.client),
+        delivery=group.delivery,
+        real_time=group.real_time,
+        transaction_timeout_ms=real_time_transaction_timeout_ms(group) if group.real_time else None,
     )
 
 

@@ -37,6 +37,20 @@ import org.slf4j.LoggerFactory;
  * nothing of the task is visible to {@code read_committed} readers, and Spark retries the task or
  * fails the query, whose replay writes it again. A retry of a task that gave up on the queue gives
  * up at once, without sleeping again.
+ *
+ * <p>In Spark's Real-Time Mode ({@link SinkOptions#realTime}) a task lasts its whole batch, rows
+ * arriving as the source reads them, so it cannot keep its tuples until its last row: it sends each
+ * at once, and a bounded queue is checked as they go ({@link #admitNext}). The task may send while
+ * its tuples (and its commit's markers) fit in its share; when they no longer do, it waits until
+ * its records are acknowledged and reads the queue again, taking its share of what is free then
+ * (readers have consumed meanwhile). When nothing is free, it sleeps and reads again, as above,
+ * then gives up, and the group is held. Exactly-once output then aborts the records sent; they
+ * counted in the queue's length until then, so the bound still held.
+ *
+ * <p>With {@code delivery = at-least-once} ({@link SinkOptions#exactlyOnce()} false) the task's
+ * idempotent producer sends with no transaction and no batch marker: each tuple is readable once
+ * the broker has it, a failed task leaves what it sent, and Spark's retry or a replay of the batch
+ * sends it again: duplicates, never a loss.
  */
 final class KafkaDataWriter implements DataWriter<InternalRow> {
   private static final Logger LOG = LoggerFactory.getLogger(KafkaDataWriter.class);
@@ -71,6 +85,14 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   private long skipped;
   private int sleeps;
 
+  /**
+   * In a real-time batch to a bounded queue, the offsets the task may take: its share when the
+   * batch began, then what its last read of the queue allowed.
+   */
+  private long allowed;
+
+  private int outputPartitions;
+
   KafkaDataWriter(
       SinkOptions options,
       TaskClients clients,
@@ -87,6 +109,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     this.partition = partition;
     this.tasks = tasks;
     this.share = share;
+    this.allowed = share;
     this.batch = batch;
     this.transactionalId = options.transactionalId(partition);
     this.marker = new BatchMarker(queryId, transactionalId, options.topic);
@@ -103,9 +126,12 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     }
     byte[] key = encoder.key(row);
     byte[] value = encoder.value(row);
-    if (options.bounded()) {
+    if (options.bounded() && !options.realTime) {
       held.add(new byte[][] {key, value});
       return;
+    }
+    if (options.bounded()) {
+      admitNext();
     }
     send(key, value);
   }
@@ -120,6 +146,9 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     started = true;
     GaveUp.again(queryId, batch, partition, attemptNumber());
     producer = clients.take(transactionalId);
+    if (!options.exactlyOnce()) {
+      return;
+    }
     long committed = clients.lastCommitted(marker);
     if (committed >= batch) {
       skipping = true;
@@ -132,7 +161,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
           committed);
       return;
     }
-    if (!options.bounded()) {
+    if (!options.bounded() || options.realTime) {
       begin();
     }
   }
@@ -186,9 +215,11 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
       return new TaskCommit(partition, 0, skipped, 0);
     }
     int attempt = attemptNumber();
-    if (options.bounded()) {
+    if (options.bounded() && !options.realTime) {
       admit(attempt);
-      begin();
+      if (options.exactlyOnce()) {
+        begin();
+      }
       for (byte[][] record : held) {
         send(record[0], record[1]);
       }
@@ -198,6 +229,10 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     producer.flush();
     requireNoRefusal();
     SinkFailpoints.reach("records-sent", batch, attempt);
+    if (!options.exactlyOnce()) {
+      release();
+      return new TaskCommit(partition, written, 0, sleeps);
+    }
     requireConnected("while its records were sent");
     producer.sendOffsetsToTransaction(marker.of(batch, written), marker.groupMetadata());
     SinkFailpoints.reach("before-commit", batch, attempt);
@@ -244,6 +279,73 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     }
   }
 
+  /**
+   * In a real-time batch, wait until one more tuple fits in the task's share of the queue: the
+   * tuples it sent, this one, and (exactly-once) a commit marker in each output partition.
+   *
+   * @throws OutputQueueFullException it still did not fit after every sleep
+   */
+  private void admitNext() throws IOException {
+    long required = written + 1 + (options.exactlyOnce() ? outputPartitions() : 0);
+    if (required <= allowed) {
+      return;
+    }
+    reread();
+    if (required <= allowed) {
+      return;
+    }
+    int retries = attemptNumber() == 0 ? options.sleepOnOverStoreRetryCount : 0;
+    SleepingTasks.enter(options.queryGroup, options.query, options.stream);
+    try {
+      while (required > allowed) {
+        if (sleeps >= retries) {
+          throw GaveUp.remember(
+              queryId,
+              batch,
+              partition,
+              new OutputQueueFullException(
+                  options.where(),
+                  options.stream,
+                  batch,
+                  partition,
+                  tasks,
+                  required,
+                  allowed,
+                  options.maxQueueSize,
+                  sleeps));
+        }
+        sleeps++;
+        LOG.warn(
+            "FG-QG-001 {}: output stream {} has room for {} of real-time batch {} task {}'s {}:"
+                + " sleeping {} ms before retry {} of {}",
+            options.where(),
+            options.stream,
+            allowed,
+            batch,
+            partition,
+            required,
+            options.sleepOnOverStoreMs,
+            sleeps,
+            retries);
+        sleep(options.sleepOnOverStoreMs);
+        reread();
+      }
+    } finally {
+      SleepingTasks.exit(options.queryGroup, options.query, options.stream);
+    }
+  }
+
+  /**
+   * Read the queue again, once every record the task sent is acknowledged (so that the length
+   * counts them): the task may take what it sent and its share of what is free now.
+   */
+  private void reread() throws IOException {
+    producer.flush();
+    requireNoRefusal();
+    long length = clients.queueLength();
+    allowed = written + FreeSpaceShare.reread(options.maxQueueSize, length, 0, tasks, partition);
+  }
+
   private void waitForRoom(long required, int retries) {
     long allowed = share;
     while (required > allowed) {
@@ -288,7 +390,10 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   }
 
   private int outputPartitions() {
-    return producer.partitionsFor(options.topic).size();
+    if (outputPartitions == 0) {
+      outputPartitions = producer.partitionsFor(options.topic).size();
+    }
+    return outputPartitions;
   }
 
   private static void sleep(long ms) {
@@ -333,6 +438,10 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   public void abort() {
     held.clear();
     if (producer == null) {
+      return;
+    }
+    if (!options.exactlyOnce()) {
+      closeProducer(); // what it sent stays; the retry or replay sends it again
       return;
     }
     ConnectionWatch.closed(watched);

@@ -99,17 +99,23 @@ final class KafkaStreamingWrite implements StreamingWrite {
     if (options.consumerGroup == null || options.inputTopics.isEmpty()) {
       return;
     }
+    // Spark logs a real-time batch's offsets only after its write has committed (the batch's
+    // end is where its tasks stopped): the group gets the previous batch's, where this one began.
+    long logged = options.realTime ? epochId - 1 : epochId;
+    if (logged < 0) {
+      return;
+    }
     Map<TopicPartition, OffsetAndMetadata> offsets;
     try {
       offsets =
           InputOffsets.of(
               options.checkpointLocation,
-              epochId,
+              logged,
               options.inputTopics,
               SparkSession.active().sparkContext().hadoopConfiguration());
     } catch (IOException e) {
       throw new UncheckedIOException(
-          options.where() + ": cannot read the offset log of micro-batch " + epochId, e);
+          options.where() + ": cannot read the offset log of micro-batch " + logged, e);
     }
     if (offsets.isEmpty()) {
       return;

@@ -29,6 +29,14 @@ import java.util.Map;
  *   <li>{@code maxQueueSize}, {@code queueReaders}, {@code sleepOnOverStoreMs}, {@code
  *       sleepOnOverStoreRetryCount}, {@code soleWriter}: the output stream queue's bound ({@link
  *       OutputQueue}); no {@code maxQueueSize}: unbounded;
+ *   <li>{@code delivery}: {@code exactly-once} (default: a transaction per write task) or {@code
+ *       at-least-once} (an idempotent producer, each tuple sent at once, no transaction: a replayed
+ *       batch writes its tuples again);
+ *   <li>{@code realTime}: the query runs in Spark's Real-Time Mode, where a write task lasts the
+ *       whole batch: a bounded queue is checked as the task's tuples go out ({@link
+ *       KafkaDataWriter});
+ *   <li>{@code transactionTimeoutMs}: the producers' {@code transaction.timeout.ms} (default {@link
+ *       TransactionalProducers#TRANSACTION_TIMEOUT_MS}), longer than a task's transaction;
  *   <li>{@code queryGroup}, {@code query}: names for errors and logs.
  * </ul>
  *
@@ -37,6 +45,9 @@ import java.util.Map;
  */
 public final class SinkOptions implements Serializable {
   private static final long serialVersionUID = 1L;
+
+  /** How output tuples reach their stream. */
+  public static final List<String> DELIVERIES = List.of("exactly-once", "at-least-once");
 
   /** The encodings of an output stream's tuples. */
   public static final List<String> ENCODINGS = List.of("single-object", "confluent");
@@ -67,6 +78,15 @@ public final class SinkOptions implements Serializable {
 
   /** The query is the only writer of its output stream: a task may read the queue again. */
   public final boolean soleWriter;
+
+  /** {@code exactly-once} or {@code at-least-once} ({@link #DELIVERIES}). */
+  public final String delivery;
+
+  /** The query runs in Spark's Real-Time Mode: a write task lasts its whole batch. */
+  public final boolean realTime;
+
+  /** The transactional producers' {@code transaction.timeout.ms}. */
+  public final long transactionTimeoutMs;
 
   public final String queryGroup;
   public final String query;
@@ -130,11 +150,19 @@ public final class SinkOptions implements Serializable {
     sleepOnOverStoreMs = sleepMs == null ? 0 : sleepMs;
     Long retries = whole(opts, "sleepOnOverStoreRetryCount", 0);
     sleepOnOverStoreRetryCount = retries == null ? 0 : Math.toIntExact(retries);
-    String sole = opts.getOrDefault("soleWriter", "true");
-    if (!sole.equals("true") && !sole.equals("false")) {
-      throw refuse("option 'soleWriter' = '" + sole + "' is not a boolean; allowed: true, false");
+    soleWriter = bool(opts, "soleWriter", true);
+    delivery = opts.getOrDefault("delivery", "exactly-once");
+    if (!DELIVERIES.contains(delivery)) {
+      throw refuse(
+          "option 'delivery' = '"
+              + delivery
+              + "' is unknown; allowed: "
+              + String.join(", ", DELIVERIES));
     }
-    soleWriter = Boolean.parseBoolean(sole);
+    realTime = bool(opts, "realTime", false);
+    Long timeout = whole(opts, "transactionTimeoutMs", 1);
+    transactionTimeoutMs =
+        timeout == null ? TransactionalProducers.TRANSACTION_TIMEOUT_MS : timeout;
     queryGroup = opts.getOrDefault("queryGroup", "");
     query = opts.getOrDefault("query", stream);
   }
@@ -156,6 +184,11 @@ public final class SinkOptions implements Serializable {
    */
   public static boolean isWrite(Map<String, String> options) {
     return options.containsKey("transactionalIdPrefix");
+  }
+
+  /** Whether each write task writes in a transaction of its own ({@code exactly-once}). */
+  public boolean exactlyOnce() {
+    return delivery.equals("exactly-once");
   }
 
   /** Whether the output stream queue is bounded. */
@@ -198,6 +231,17 @@ public final class SinkOptions implements Serializable {
       throw refuse("option '" + key + "' = '" + text + "' is not a whole number >= " + minimum);
     }
     return value;
+  }
+
+  private static boolean bool(Map<String, String> opts, String key, boolean otherwise) {
+    String text = opts.get(key);
+    if (text == null) {
+      return otherwise;
+    }
+    if (!text.equals("true") && !text.equals("false")) {
+      throw refuse("option '" + key + "' = '" + text + "' is not a boolean; allowed: true, false");
+    }
+    return Boolean.parseBoolean(text);
   }
 
   private static List<String> names(String text) {

@@ -14,9 +14,12 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
- * The write tasks' transactional producers, kept per executor JVM between micro-batches, one per
- * {@code transactional.id}: a task of the next batch on the same executor takes its partition's
- * producer back instead of making one and waiting for its {@code initTransactions}.
+ * The write tasks' producers, kept per executor JVM between micro-batches, one per {@code
+ * transactional.id}: a task of the next batch on the same executor takes its partition's producer
+ * back instead of making one and waiting for its {@code initTransactions}. With {@code delivery =
+ * at-least-once} ({@link SinkOptions#exactlyOnce()} false) the producers are idempotent ones
+ * without a {@code transactional.id} (the id names them as their {@code client.id}): Kafka still
+ * writes each record once per send, in order, but a replayed batch sends it again.
  *
  * <p>A producer is handed to one task at a time ({@link #take}); the task gives it back after its
  * transaction ended ({@link #give}), or closes it after any error. A producer that another
@@ -55,7 +58,8 @@ public final class TransactionalProducers {
   private TransactionalProducers() {}
 
   /**
-   * The producer of {@code transactionalId}, made and initialised if this JVM holds none idle.
+   * The producer of {@code transactionalId}, made (and, for exactly-once, its transactions
+   * initialised) if this JVM holds none idle.
    *
    * @throws org.apache.kafka.common.KafkaException {@code initTransactions} failed or timed out
    */
@@ -68,6 +72,9 @@ public final class TransactionalProducers {
       }
     }
     Producer<byte[], byte[]> producer = new KafkaProducer<>(properties(options, transactionalId));
+    if (!options.exactlyOnce()) {
+      return producer;
+    }
     try {
       producer.initTransactions();
     } catch (RuntimeException e) {
@@ -112,11 +119,16 @@ public final class TransactionalProducers {
     props.put(ProducerConfig.LINGER_MS_CONFIG, "5");
     props.put(ProducerConfig.BATCH_SIZE_CONFIG, String.valueOf(256 * 1024));
     props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, "lz4");
-    props.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, String.valueOf(TRANSACTION_TIMEOUT_MS));
     props.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, String.valueOf(BLOCK_MS));
     props.putAll(ClientProperties.forJava(options.client));
     props.put("bootstrap.servers", options.bootstrapServers);
-    props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+    if (options.exactlyOnce()) {
+      props.put(
+          ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, String.valueOf(options.transactionTimeoutMs));
+      props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+    } else {
+      props.put(ProducerConfig.CLIENT_ID_CONFIG, transactionalId);
+    }
     props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
     props.put(ProducerConfig.ACKS_CONFIG, "all");
     props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
@@ -125,7 +137,15 @@ public final class TransactionalProducers {
   }
 
   private static String key(SinkOptions options, String transactionalId) {
-    return options.bootstrapServers + "|" + options.client + "|" + transactionalId;
+    return options.bootstrapServers
+        + "|"
+        + options.client
+        + "|"
+        + options.delivery
+        + "|"
+        + options.transactionTimeoutMs
+        + "|"
+        + transactionalId;
   }
 
   /** Close the producers idle for longer than {@code timeoutMs}; how many were closed. */

@@ -45,10 +45,18 @@ class KafkaDataWriterTest {
 
   /** Clients of one task: a mock producer, a marker and a queue length given by the test. */
   private static final class Clients implements TaskClients {
-    final MockProducer<byte[], byte[]> producer = mockProducer();
+    final MockProducer<byte[], byte[]> producer;
     long committedBatch = -1;
     final Deque<Long> lengths = new ArrayDeque<>();
     final List<String> given = new ArrayList<>();
+
+    Clients() {
+      this(true);
+    }
+
+    Clients(boolean transactional) {
+      producer = mockProducer(transactional);
+    }
 
     @Override
     public Producer<byte[], byte[]> take(String transactionalId) {
@@ -71,7 +79,7 @@ class KafkaDataWriterTest {
     }
   }
 
-  private static MockProducer<byte[], byte[]> mockProducer() {
+  private static MockProducer<byte[], byte[]> mockProducer(boolean transactional) {
     Node node = new Node(0, "localhost", 9092);
     List<PartitionInfo> partitions = new ArrayList<>();
     for (int p = 0; p < 3; p++) {
@@ -87,7 +95,9 @@ class KafkaDataWriterTest {
             new DefaultPartitioner(),
             new ByteArraySerializer(),
             new ByteArraySerializer());
-    producer.initTransactions();
+    if (transactional) {
+      producer.initTransactions();
+    }
     return producer;
   }
 
@@ -213,5 +223,75 @@ class KafkaDataWriterTest {
     assertTrue(oversized.getMessage().contains("(max_queue_size = 6 among 2 write tasks)"));
     assertTrue(clients.producer.history().isEmpty());
     assertTrue(clients.lengths.isEmpty()); // no sleep, no read
+  }
+
+  @Test
+  void atLeastOnceSendsEachTupleWithNoTransactionAndNoMarker() throws Exception {
+    Clients clients = new Clients(false);
+    KafkaDataWriter task =
+        writer(options(Map.of("delivery", "at-least-once")), clients, 1, 2, Long.MAX_VALUE);
+    task.write(row("AA", 3));
+    assertEquals(1, clients.producer.history().size()); // sent at once
+    task.write(row("UA", 5));
+    assertEquals(new TaskCommit(1, 2, 0, 0), task.commit());
+    task.close();
+    assertFalse(clients.producer.transactionInitialized());
+    assertTrue(clients.producer.consumerGroupOffsetsHistory().isEmpty());
+    assertEquals(List.of("g.copy.sink.1"), clients.given);
+  }
+
+  @Test
+  void atLeastOnceLeavesWhatAFailedTaskSent() throws Exception {
+    Clients clients = new Clients(false);
+    KafkaDataWriter task =
+        writer(options(Map.of("delivery", "at-least-once")), clients, 0, 1, Long.MAX_VALUE);
+    task.write(row("AA", 3));
+    task.abort();
+    task.close();
+    assertEquals(1, clients.producer.history().size());
+    assertTrue(clients.producer.closed());
+    assertTrue(clients.given.isEmpty()); // a failed task's producer is never pooled
+  }
+
+  @Test
+  void aRealTimeTaskSendsAtOnceWhileItFitsThenReadsTheQueueAgain() throws Exception {
+    Clients clients = new Clients();
+    clients.lengths.add(20L); // the readers consumed: 80 free of 100, 40 for task 0
+    SinkOptions realTime =
+        options(Map.of("maxQueueSize", "100", "realTime", "true", "sleepOnOverStoreMs", "1"));
+    KafkaDataWriter task = writer(realTime, clients, 0, 2, 5); // room for 2 and 3 markers
+    task.write(row("AA", 1));
+    task.write(row("UA", 2));
+    assertEquals(2, clients.producer.uncommittedRecords().size()); // sent in its transaction
+    assertEquals(1, clients.lengths.size()); // not read yet
+    task.write(row("DL", 3));
+    assertTrue(clients.lengths.isEmpty());
+    assertEquals(new TaskCommit(0, 3, 0, 0), task.commit());
+    assertTrue(clients.producer.transactionCommitted());
+    assertEquals(3, clients.producer.history().size());
+  }
+
+  @Test
+  void aRealTimeTaskThatFindsNoRoomSleepsThenGivesUpAndItsTransactionIsAborted() throws Exception {
+    Clients clients = new Clients();
+    clients.lengths.add(100L);
+    clients.lengths.add(100L);
+    SinkOptions realTime =
+        options(
+            Map.of(
+                "maxQueueSize", "100",
+                "realTime", "true",
+                "sleepOnOverStoreMs", "1",
+                "sleepOnOverStoreRetryCount", "1"));
+    KafkaDataWriter task = writer(realTime, clients, 0, 1, 4);
+    task.write(row("AA", 1));
+    OutputQueueFullException full =
+        assertThrows(OutputQueueFullException.class, () -> task.write(row("UA", 2)));
+    assertTrue(full.getMessage().contains("after 1 sleep(s)"), full.getMessage());
+    task.abort();
+    task.close();
+    assertTrue(clients.producer.transactionAborted());
+    assertFalse(clients.producer.transactionCommitted());
+    assertTrue(clients.lengths.isEmpty()); // read once before the sleep, once after
   }
 }
