@@ -112,10 +112,11 @@ class Hold:
             self.retired_runs.update(str(q.runId) for q in group.running_queries())
             group.state = QueryGroupState.HELD
             group.metrics.holds.labels(group.name, held.stream).inc()
-            self._holder = threading.Thread(
+            holder = threading.Thread(
                 target=self._stop_queries, name=f"floodgate-{group.name}-hold", daemon=True
             )
-            self._holder.start()
+            holder.start()  # before it is shared: a release may join it at once
+            self._holder = holder
 
     def _stop_queries(self) -> None:
         for query in list(self._group.running_queries()):

@@ -66,7 +66,9 @@ def session_settings(config: QueryGroupConfig) -> dict[str, str]:
 def check_real_time(config: QueryGroupConfig, spark: SparkSession) -> None:
     """Refuse, before any query starts, a real-time group that Spark cannot run.
 
-    Refused: a query whose ``output_mode`` is not ``update`` (Spark's
+    Refused: ``delivery = "exactly-once"`` (a batch replayed after a crash has a new
+    end, which a write task's batch marker cannot tell); a query whose ``output_mode``
+    is not ``update`` (Spark's
     ``UnsupportedOperationChecker`` for Real-Time Mode); a read that caps, splits or
     aligns a batch (``max_tuples_per_trigger`` set, ``max_event_time_drift_ms``): a
     real-time batch has no end offset (Spark's Kafka source refuses
@@ -85,6 +87,18 @@ def check_real_time(config: QueryGroupConfig, spark: SparkSession) -> None:
         ConfigError: naming the key (and query or stream) and why.
     """
     group = config.query_group
+    if group.delivery != "at-least-once":
+        raise ConfigError(
+            f"query_group.delivery = {group.delivery!r} with trigger = 'real-time': Spark "
+            "logs a real-time batch's end offsets only after its write tasks have "
+            "committed, and replays a batch cut short from its start with a new end; a "
+            "write task committed before the crash would then skip the replay's rows past "
+            "what it wrote, and lose them. Set delivery = 'at-least-once' (duplicates "
+            "after a crash, never a loss)",
+            key="query_group.delivery",
+            value=group.delivery,
+            allowed="at-least-once with trigger = 'real-time'",
+        )
     for name, query in config.queries.items():
         if query.output_mode != "update":
             raise ConfigError(

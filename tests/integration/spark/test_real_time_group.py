@@ -4,6 +4,8 @@ and what the mode cannot run is refused at start naming the key and the reason."
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -12,9 +14,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from pipeline.client import connect
 from pipeline.config import parse_query_group
 from pipeline.demo.reception import read_all
 from pipeline.errors import ConfigError
+from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup, QueryGroupState
 from tests.integration.helpers import flights_raw_config, wait_until
@@ -38,15 +42,13 @@ def real_time_raw(run_id: str, tmp_path: Path, **group: Any) -> dict[str, Any]:
     real-time mode and update output."""
     raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
     raw["query_group"].pop("max_tuples_per_trigger", None)
-    raw["query_group"].update({**REAL_TIME, "partitions": 2, **group})
+    raw["query_group"].update({**REAL_TIME, "partitions": 2, "delivery": "at-least-once", **group})
     raw["queries"]["copy"]["output_mode"] = "update"
     raw["spark"] = {"conf": dict(SPARK_CONF)}
     return raw
 
 
-@pytest.mark.parametrize("delivery", ["at-least-once", "exactly-once"])
 def test_a_real_time_group_writes_every_tuple_once_across_batches(
-    delivery: str,
     run_id: str,
     tmp_path: Path,
     bootstrap: str,
@@ -55,7 +57,7 @@ def test_a_real_time_group_writes_every_tuple_once_across_batches(
     start_query_group: Callable[..., QueryGroup],
     schemas: SchemaRepository,
 ) -> None:
-    config = parse_query_group(real_time_raw(run_id, tmp_path, delivery=delivery), env={})
+    config = parse_query_group(real_time_raw(run_id, tmp_path), env={})
     first, second = flights[:500], flights[500:1_000]
     produce(config, first)
     group = start_query_group(config, registry=CollectorRegistry())
@@ -81,6 +83,10 @@ def test_a_real_time_group_refuses_what_the_mode_cannot_run(
     tmp_path: Path,
     start_query_group: Callable[..., QueryGroup],
 ) -> None:
+    raw = real_time_raw(run_id, tmp_path, delivery="exactly-once")
+    with pytest.raises(ConfigError, match=r"query_group\.delivery = 'exactly-once' with trigger"):
+        start_query_group(parse_query_group(raw, env={}))
+
     raw = real_time_raw(run_id, tmp_path)
     raw["queries"]["copy"]["output_mode"] = "append"
     with pytest.raises(ConfigError, match=r"queries\.copy\.output_mode = 'append'.*'update'"):
@@ -99,3 +105,97 @@ def test_a_real_time_group_refuses_what_the_mode_cannot_run(
         start_query_group(parse_query_group(raw, env={}))
 
 
+def test_the_per_origin_hourly_aggregation_runs_in_real_time(
+    run_id: str,
+    tmp_path: Path,
+    bootstrap: str,
+    flights: list[dict[str, Any]],
+    produce: Callable[..., None],
+    start_query_group: Callable[..., QueryGroup],
+    schemas: SchemaRepository,
+) -> None:
+    raw = flights_raw_config(run_id, tmp_path / "checkpoints")
+    raw["query_group"].pop("max_tuples_per_trigger", None)
+    # One input partition and one shuffle partition: two slots for the whole batch.
+    raw["query_group"].update({**REAL_TIME, "partitions": 1, "delivery": "at-least-once"})
+    raw["queries"].pop("delays_by_carrier_day")
+    raw["output_streams"].pop("delays_by_carrier_day")
+    raw["spark"] = {"conf": {**SPARK_CONF, "spark.sql.shuffle.partitions": 1}}
+    config = parse_query_group(raw, env={})
+    records = flights[:1_000]
+    produce(config, records)
+    group = start_query_group(config, registry=CollectorRegistry())
+    out = config.output_streams["delays_by_origin_hour"].topic
+    codec = config.stream_codec("output", "delays_by_origin_hour", schemas)
+    expected = Counter((f["origin"], f["time_hour"] // 3_600_000) for f in records)
+
+    def latest() -> dict[tuple[str, int], int]:
+        rows = {}
+        for r in read_all(bootstrap, out):
+            t = codec.decode(r.value())
+            rows[(t["origin"], int(t["hour_start"].timestamp()) // 3_600)] = t["flights"]
+        return rows
+
+    wait_until(lambda: latest() == dict(expected), 90, "every origin-hour's count")
+    group.check()
+
+
+def test_a_full_output_queue_slows_a_real_time_group_then_holds_it_and_nothing_is_lost(
+    run_id: str,
+    tmp_path: Path,
+    bootstrap: str,
+    flights: list[dict[str, Any]],
+    produce: Callable[..., None],
+    start_query_group: Callable[..., QueryGroup],
+    schemas: SchemaRepository,
+) -> None:
+    raw = real_time_raw(
+        run_id,
+        tmp_path,
+        sleep_on_over_store_ms=100,
+        sleep_on_over_store_retry_count=3,
+        control_dir=str(tmp_path / "run"),
+    )
+    raw["output_streams"]["flights_copy"]["max_queue_size"] = 300
+    config = parse_query_group(raw, env={})
+    records = flights[:1_000]
+    produce(config, records)
+    ensure_topics(bootstrap, config.topics())
+    with connect(bootstrap_servers=bootstrap, config=config, schemas=schemas) as connector:
+        output = connector.open_stream_output(config.name, "flights_copy")
+        lengths: list[int] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(0.05):
+                lengths.append(output.probe.snapshot().length)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        group = start_query_group(config, registry=CollectorRegistry())
+        # Nobody reads: the long-running tasks write up to the bound and end the batch
+        # there, so it commits what it wrote; the next batch finds no room, sleeps 3 times,
+        # and the group holds with nothing of that batch written.
+        wait_until(lambda: group.state == QueryGroupState.HELD, 90, "HELD", every_s=0.05)
+        held = group.hold.held
+        assert held is not None and held.stream == "flights_copy" and held.sleeps == 3
+        assert held.batch_id >= 1, held
+        sleeps = group.registry.get_sample_value(
+            "floodgate_query_group_sleeps_total",
+            {"query_group": config.name, "stream": "flights_copy"},
+        )
+        assert sleeps == 3
+        # The reader catches up, the group is released, and the rest is written.
+        got: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 120
+        while len({identity(t) for t in got}) < len(records) and time.monotonic() < deadline:
+            got.extend(output.get(max_tuples=500, timeout_s=0.5))
+            if group.state == QueryGroupState.HELD:
+                group.hold.release()
+        stop.set()
+        watcher.join()
+    # Filled up to its bound (less a tuple per task), never past it.
+    assert 290 <= max(lengths) <= 300, max(lengths)
+    # At least once: each tuple read; a batch cut by a hold writes again what it wrote.
+    missing = {identity(t) for t in records} - {identity(t) for t in got}
+    assert not missing, (len(missing), len(got), group.state, group.hold.held)

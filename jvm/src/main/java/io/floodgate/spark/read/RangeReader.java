@@ -1,6 +1,7 @@
 package io.floodgate.spark.read;
 
 import io.floodgate.spark.KafkaClients;
+import io.floodgate.spark.RealTimeEnds;
 import io.floodgate.spark.SourceOptions;
 import io.floodgate.spark.deadletter.DeadLetterWriter;
 import io.floodgate.spark.offsets.KafkaPartitionOffset;
@@ -272,6 +273,11 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
    */
   @Override
   public RecordStatus nextWithTimeout(Long startTimeMs, Long timeoutMs) {
+    if (RealTimeEnds.take()) {
+      // The sink has no room for more: the task ends here, at the next offset to read.
+      deadlineReached = true;
+      return RecordStatus.newStatusWithoutArrivalTime(false);
+    }
     deadlineMs = System.currentTimeMillis() + Math.max(0, timeoutMs);
     deadlineReached = false;
     return RecordStatus.newStatusWithoutArrivalTime(next());
@@ -285,7 +291,11 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
   @Override
   public KafkaPartitionOffset getOffset() {
     if (range == null) {
-      throw new IllegalStateException("a real-time task with no range: nothing was planned");
+      // Never read: the task began after the deadline (a retry), so it stands at its start.
+      if (ranges.length == 0) {
+        throw new IllegalStateException("a real-time task with no range: nothing was planned");
+      }
+      return new KafkaPartitionOffset(ranges[0].topic(), ranges[0].partition(), ranges[0].start());
     }
     long next = nextOffset;
     if (!fetched.hasNext() && consumer != null && sweptRecords == null) {
@@ -297,6 +307,7 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
 
   @Override
   public void close() {
+    RealTimeEnds.clear();
     try {
       if (!rangeDone && !deadlineReached && consumer != null) {
         // The task ends inside a range: it failed, was killed, or Spark stopped early. A

@@ -19,6 +19,13 @@ package io.floodgate.spark.write;
  * length (records of open or aborted transactions, tuples swept out of the broker that are still
  * counted) only makes the share smaller. ({@code FreeSpaceShareTest} checks this over random task
  * outputs and interleavings.)
+ *
+ * <p>A real-time batch's tasks last the whole batch and write far more than the free space at its
+ * start, as the readers consume. Task {@code p} may write {@code of(F, n, p) + of(c(t), n, p)},
+ * where {@code c(t)} is what the readers consumed (their positions moved) between the driver's read
+ * and the task's last read at {@code t}. The tasks together write at most {@code F + c}, so the
+ * length stays {@code U(0) + written - c <= M}, whatever each task read and when. No write of the
+ * tasks is read back, so no in-flight record can be missed.
  */
 public final class FreeSpaceShare {
   private FreeSpaceShare() {}

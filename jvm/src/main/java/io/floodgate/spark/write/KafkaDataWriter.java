@@ -1,5 +1,6 @@
 package io.floodgate.spark.write;
 
+import io.floodgate.spark.RealTimeEnds;
 import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -41,11 +42,11 @@ import org.slf4j.LoggerFactory;
  * <p>In Spark's Real-Time Mode ({@link SinkOptions#realTime}) a task lasts its whole batch, rows
  * arriving as the source reads them, so it cannot keep its tuples until its last row: it sends each
  * at once, and a bounded queue is checked as they go ({@link #admitNext}). The task may send while
- * its tuples (and its commit's markers) fit in its share; when they no longer do, it waits until
- * its records are acknowledged and reads the queue again, taking its share of what is free then
- * (readers have consumed meanwhile). When nothing is free, it sleeps and reads again, as above,
- * then gives up, and the group is held. Exactly-once output then aborts the records sent; they
- * counted in the queue's length until then, so the bound still held.
+ * its tuples fit in its share; when they no longer do, it reads how far the queue's readers got and
+ * may add its share of what they consumed since the batch began. When they consumed nothing more,
+ * it sleeps and reads again, as above, then gives up, and the group is held. A real-time task is
+ * always at-least-once ({@link SinkOptions}): what it sent before it gave up stays, and the replay
+ * after the release sends it again.
  *
  * <p>With {@code delivery = at-least-once} ({@link SinkOptions#exactlyOnce()} false) the task's
  * idempotent producer sends with no transaction and no batch marker: each tuple is readable once
@@ -85,13 +86,17 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   private long skipped;
   private int sleeps;
 
-  /**
-   * In a real-time batch to a bounded queue, the offsets the task may take: its share when the
-   * batch began, then what its last read of the queue allowed.
-   */
-  private long allowed;
+  /** The queue's free space when the batch began, offsets. */
+  private final long free;
 
-  private int outputPartitions;
+  /** This run of the batch, as the driver named it ({@link RealTimeShares}). */
+  private final String run;
+
+  /** In a real-time batch to a bounded queue, the room its tasks in this JVM share. */
+  private RealTimeShares shares;
+
+  /** Where the queue's readers were when the batch began ({@link OutputQueue.Reading}). */
+  private final long consumedAtStart;
 
   KafkaDataWriter(
       SinkOptions options,
@@ -101,6 +106,9 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
       int partition,
       int tasks,
       long share,
+      long free,
+      long consumedAtStart,
+      String run,
       long batch) {
     this.options = options;
     this.clients = clients;
@@ -109,7 +117,9 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     this.partition = partition;
     this.tasks = tasks;
     this.share = share;
-    this.allowed = share;
+    this.free = free;
+    this.run = run;
+    this.consumedAtStart = consumedAtStart;
     this.batch = batch;
     this.transactionalId = options.transactionalId(partition);
     this.marker = new BatchMarker(queryId, transactionalId, options.topic);
@@ -132,8 +142,35 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     }
     if (options.bounded()) {
       admitNext();
+      send(key, value);
+      endIfFull();
+      return;
     }
     send(key, value);
+  }
+
+  /**
+   * In a real-time batch, when the room is (all but a tuple per task) written and the readers
+   * consumed nothing more, ask the task's source to end its part of the batch ({@link
+   * RealTimeEnds}): the batch then commits what was written, and the next one waits on the queue
+   * before it writes, so that a hold, should one come, replays nothing this batch wrote.
+   */
+  private void endIfFull() {
+    if (shares.roomForEveryMember()) {
+      return;
+    }
+    reread();
+    if (!shares.roomForEveryMember()) {
+      LOG.info(
+          "{}: output stream {} is full ({} of real-time batch {} written): task {} ends its part"
+              + " of the batch",
+          options.where(),
+          options.stream,
+          shares.written(),
+          batch,
+          partition);
+      RealTimeEnds.request();
+    }
   }
 
   private void send(byte[] key, byte[] value) throws IOException {
@@ -161,7 +198,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
           committed);
       return;
     }
-    if (!options.bounded() || options.realTime) {
+    if (!options.bounded()) {
       begin();
     }
   }
@@ -210,6 +247,11 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
 
   @Override
   public TaskCommit commit() throws IOException {
+    if (!started) {
+      // A retry with no row (in real time: one that began past the batch's deadline) of a task
+      // that gave up gives up too, or the batch would end as if its output had fit.
+      GaveUp.again(queryId, batch, partition, attemptNumber());
+    }
     if (!started || skipping) {
       release();
       return new TaskCommit(partition, 0, skipped, 0);
@@ -280,24 +322,27 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   }
 
   /**
-   * In a real-time batch, wait until one more tuple fits in the task's share of the queue: the
-   * tuples it sent, this one, and (exactly-once) a commit marker in each output partition.
+   * In a real-time batch, wait until one more tuple fits in the room the batch's tasks in this JVM
+   * share ({@link RealTimeShares}): reading how far the queue's readers got when the room runs out,
+   * then sleeping and reading again.
    *
    * @throws OutputQueueFullException it still did not fit after every sleep
    */
-  private void admitNext() throws IOException {
-    long required = written + 1 + (options.exactlyOnce() ? outputPartitions() : 0);
-    if (required <= allowed) {
+  private void admitNext() {
+    if (shares == null) {
+      shares = RealTimeShares.join(queryId, run, free, tasks, partition);
+    }
+    if (shares.take()) {
       return;
     }
     reread();
-    if (required <= allowed) {
+    if (shares.take()) {
       return;
     }
     int retries = attemptNumber() == 0 ? options.sleepOnOverStoreRetryCount : 0;
     SleepingTasks.enter(options.queryGroup, options.query, options.stream);
     try {
-      while (required > allowed) {
+      while (!shares.take()) {
         if (sleeps >= retries) {
           throw GaveUp.remember(
               queryId,
@@ -309,21 +354,21 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
                   batch,
                   partition,
                   tasks,
-                  required,
-                  allowed,
+                  shares.written() + 1,
+                  shares.room(),
                   options.maxQueueSize,
-                  sleeps));
+                  sleeps,
+                  true));
         }
         sleeps++;
         LOG.warn(
-            "FG-QG-001 {}: output stream {} has room for {} of real-time batch {} task {}'s {}:"
-                + " sleeping {} ms before retry {} of {}",
+            "FG-QG-001 {}: output stream {} has room for {} tuples of real-time batch {}, all"
+                + " written; task {} sleeps {} ms before retry {} of {}",
             options.where(),
             options.stream,
-            allowed,
+            shares.room(),
             batch,
             partition,
-            required,
             options.sleepOnOverStoreMs,
             sleeps,
             retries);
@@ -335,15 +380,9 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     }
   }
 
-  /**
-   * Read the queue again, once every record the task sent is acknowledged (so that the length
-   * counts them): the task may take what it sent and its share of what is free now.
-   */
-  private void reread() throws IOException {
-    producer.flush();
-    requireNoRefusal();
-    long length = clients.queueLength();
-    allowed = written + FreeSpaceShare.reread(options.maxQueueSize, length, 0, tasks, partition);
+  /** Read how far the queue's readers got since the batch began. */
+  private void reread() {
+    shares.consumed(Math.max(0, clients.queueReading().consumed() - consumedAtStart));
   }
 
   private void waitForRoom(long required, int retries) {
@@ -363,7 +402,8 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
                 required,
                 allowed,
                 options.maxQueueSize,
-                sleeps));
+                sleeps,
+                false));
       }
       sleeps++;
       LOG.warn(
@@ -384,16 +424,13 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
             Math.max(
                 allowed,
                 FreeSpaceShare.reread(
-                    options.maxQueueSize, clients.queueLength(), 0, tasks, partition));
+                    options.maxQueueSize, clients.queueReading().length(), 0, tasks, partition));
       }
     }
   }
 
   private int outputPartitions() {
-    if (outputPartitions == 0) {
-      outputPartitions = producer.partitionsFor(options.topic).size();
-    }
-    return outputPartitions;
+    return producer.partitionsFor(options.topic).size();
   }
 
   private static void sleep(long ms) {

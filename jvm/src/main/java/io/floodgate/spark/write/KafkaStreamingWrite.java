@@ -59,15 +59,19 @@ final class KafkaStreamingWrite implements StreamingWrite {
   @Override
   public StreamingDataWriterFactory createStreamingWriterFactory(PhysicalWriteInfo info) {
     long free = Long.MAX_VALUE;
+    long consumed = 0;
     if (options.bounded()) {
       long started = System.nanoTime();
       if (queue == null) {
         queue = OutputQueue.of(options);
       }
-      free = Math.max(0, options.maxQueueSize - queue.length());
+      OutputQueue.Reading reading = queue.reading();
+      free = Math.max(0, options.maxQueueSize - reading.length());
+      consumed = reading.consumed();
       metrics.queueChecked(free, (System.nanoTime() - started) / 1e6);
     }
-    return new KafkaWriterFactory(options, rowSchema, queryId, info.numPartitions(), free);
+    return new KafkaWriterFactory(
+        options, rowSchema, queryId, info.numPartitions(), free, consumed);
   }
 
   @Override

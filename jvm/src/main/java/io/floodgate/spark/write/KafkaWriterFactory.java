@@ -18,6 +18,10 @@ final class KafkaWriterFactory implements StreamingDataWriterFactory {
   private final String queryId;
   private final int tasks;
   private final long free;
+  private final long consumed;
+
+  /** This run of the batch: a batch planned again (a restart, a release) is another run. */
+  private final String run = java.util.UUID.randomUUID().toString();
 
   /**
    * @param options the sink's options
@@ -26,14 +30,21 @@ final class KafkaWriterFactory implements StreamingDataWriterFactory {
    * @param tasks the batch's write tasks ({@code PhysicalWriteInfo.numPartitions()})
    * @param free the output stream queue's free space when the batch started, offsets ({@code
    *     Long.MAX_VALUE}: unbounded)
+   * @param consumed where its readers were then ({@link OutputQueue.Reading#consumed})
    */
   KafkaWriterFactory(
-      SinkOptions options, StructType rowSchema, String queryId, int tasks, long free) {
+      SinkOptions options,
+      StructType rowSchema,
+      String queryId,
+      int tasks,
+      long free,
+      long consumed) {
     this.options = options;
     this.rowSchema = rowSchema;
     this.queryId = queryId;
     this.tasks = tasks;
     this.free = free;
+    this.consumed = consumed;
   }
 
   @Override
@@ -48,6 +59,9 @@ final class KafkaWriterFactory implements StreamingDataWriterFactory {
         partitionId,
         tasks,
         share,
+        free,
+        consumed,
+        run,
         epochId);
   }
 

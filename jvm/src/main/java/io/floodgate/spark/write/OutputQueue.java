@@ -57,12 +57,31 @@ public final class OutputQueue {
   }
 
   /**
+   * One read of the queue.
+   *
+   * @param length the queue's length, tuples
+   * @param consumed how far its slowest readers are, summed over partitions (each partition's
+   *     slowest committed offset, or its log start): what they consumed between two reads is the
+   *     difference
+   */
+  public record Reading(long length, long consumed) {}
+
+  /**
    * The queue's length now, tuples.
    *
    * @throws IllegalStateException the broker did not answer for {@link #WAIT_MS}, or the topic does
    *     not exist (the message names the topic and the cause)
    */
   public long length() {
+    return reading().length();
+  }
+
+  /**
+   * The queue's length and its readers' positions now ({@link Reading}).
+   *
+   * @throws IllegalStateException as {@link #length}
+   */
+  public Reading reading() {
     long deadline = System.currentTimeMillis() + WAIT_MS;
     long backoffMs = 100;
     for (int attempt = 1; ; attempt++) {
@@ -91,7 +110,7 @@ public final class OutputQueue {
     }
   }
 
-  private long read() {
+  private Reading read() {
     try {
       List<TopicPartition> partitions = partitions();
       Map<TopicPartition, OffsetSpec> latest = new HashMap<>();
@@ -116,11 +135,13 @@ public final class OutputQueue {
         }
       }
       long length = 0;
+      long consumed = 0;
       for (TopicPartition tp : partitions) {
         long position = slowest.getOrDefault(tp, starts.get(tp).offset());
         length += Math.max(0, highs.get(tp).offset() - position);
+        consumed += position;
       }
-      return length;
+      return new Reading(length, consumed);
     } catch (ExecutionException | TimeoutException e) {
       Throwable cause = e instanceof ExecutionException ? e.getCause() : e;
       throw new IllegalStateException(

@@ -5,7 +5,8 @@ package io.floodgate.spark.write;
  * write task's output did not fit in its share of the output stream queue after every sleep; its
  * transaction was aborted, so nothing of it is visible. The query fails and the query group holds;
  * on release the batch is replayed, and its tasks that committed skip their rows ({@link
- * BatchMarker}).
+ * BatchMarker}). In a real-time batch ({@code realTime}) the task's tuples went out as they came,
+ * at least once: what it sent before it gave up stays, and the replay sends it again.
  */
 public final class OutputQueueFullException extends RuntimeException {
   private static final long serialVersionUID = 1L;
@@ -22,7 +23,8 @@ public final class OutputQueueFullException extends RuntimeException {
       long required,
       long share,
       long max,
-      int sleeps) {
+      int sleeps,
+      boolean realTime) {
     super(
         CODE
             + " "
@@ -43,6 +45,10 @@ public final class OutputQueueFullException extends RuntimeException {
             + max
             + ") after "
             + sleeps
-            + " sleep(s); nothing of it was written, the query group holds");
+            + " sleep(s); "
+            + (realTime
+                ? "what it sent stays, and the replay after the release sends it again"
+                : "nothing of it was written")
+            + ", the query group holds");
   }
 }

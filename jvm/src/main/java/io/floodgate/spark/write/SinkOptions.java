@@ -160,6 +160,12 @@ public final class SinkOptions implements Serializable {
               + String.join(", ", DELIVERIES));
     }
     realTime = bool(opts, "realTime", false);
+    if (realTime && exactlyOnce()) {
+      throw refuse(
+          "option 'realTime' = 'true' needs option 'delivery' = 'at-least-once': Spark logs a"
+              + " real-time batch's end only after its tasks committed and replays a batch cut"
+              + " short with a new end, past what a committed task's batch marker covers");
+    }
     Long timeout = whole(opts, "transactionTimeoutMs", 1);
     transactionTimeoutMs =
         timeout == null ? TransactionalProducers.TRANSACTION_TIMEOUT_MS : timeout;

@@ -18,8 +18,8 @@ interface TaskClients {
   /** The last batch {@code marker} says was committed, -1 for none. */
   long lastCommitted(BatchMarker marker);
 
-  /** The output stream queue's length now, tuples (counting every record in the log). */
-  long queueLength();
+  /** The output stream queue now: its length (every record in the log) and readers' positions. */
+  OutputQueue.Reading queueReading();
 
   /** The sink's clients for {@code options}. */
   static TaskClients pooled(SinkOptions options) {
@@ -42,11 +42,11 @@ interface TaskClients {
       }
 
       @Override
-      public long queueLength() {
+      public OutputQueue.Reading queueReading() {
         if (queue == null) {
           queue = OutputQueue.of(options);
         }
-        return queue.length();
+        return queue.reading();
       }
     };
   }

@@ -77,6 +77,16 @@ class RealTimeReadTest {
   }
 
   @Test
+  void aRetryThatBeginsPastTheDeadlineStandsAtItsStart() {
+    OneConsumer consumers = new OneConsumer();
+    consumers.holds(0, 9);
+    RangeReader reader = reader(consumers, 4); // Spark asks for no row: its deadline passed
+
+    assertEquals(new KafkaPartitionOffset("t", 0, 4), reader.getOffset());
+    reader.close();
+  }
+
+  @Test
   void recordsArrivingDuringTheBatchAreReadAsTheyCome() {
     OneConsumer consumers = new OneConsumer();
     consumers.holds(0, 1);

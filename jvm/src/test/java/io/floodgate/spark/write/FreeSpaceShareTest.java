@@ -69,6 +69,47 @@ class FreeSpaceShareTest {
     }
   }
 
+  /**
+   * A real-time batch's tasks write one tuple at a time for as long as the batch lasts, each within
+   * its share of the free space at the start plus its share of what the readers consumed by its
+   * last read ({@link KafkaDataWriter}'s {@code admitNext}): however reads, writes and consumption
+   * interleave, the queue never holds more than its max.
+   */
+  @Test
+  void realTimeTasksNeverOverfillTheQueueWhateverTheReadersConsume() {
+    Random random = new Random(7);
+    for (int trial = 0; trial < 5_000; trial++) {
+      long max = 1 + random.nextInt(500);
+      long length = random.nextInt((int) max + 1);
+      long consumed = 0;
+      int n = 1 + random.nextInt(8);
+      long free = max - length;
+      long[] share = new long[n];
+      long[] allowed = new long[n];
+      long[] written = new long[n];
+      for (int p = 0; p < n; p++) {
+        share[p] = FreeSpaceShare.of(free, n, p);
+        allowed[p] = share[p];
+      }
+      for (int step = 0; step < 2_000; step++) {
+        if (random.nextInt(3) == 0) {
+          long read = random.nextInt((int) length + 1); // readers consume
+          length -= read;
+          consumed += read;
+          continue;
+        }
+        int p = random.nextInt(n);
+        if (written[p] + 1 <= allowed[p]) {
+          written[p]++;
+          length++;
+          assertTrue(length <= max, "trial " + trial + ": " + length + " of max " + max);
+        } else {
+          allowed[p] = share[p] + FreeSpaceShare.of(consumed, n, p);
+        }
+      }
+    }
+  }
+
   private static final class Task {
     final int partition;
     final long tuples;

@@ -47,7 +47,7 @@ class KafkaDataWriterTest {
   private static final class Clients implements TaskClients {
     final MockProducer<byte[], byte[]> producer;
     long committedBatch = -1;
-    final Deque<Long> lengths = new ArrayDeque<>();
+    final Deque<OutputQueue.Reading> readings = new ArrayDeque<>();
     final List<String> given = new ArrayList<>();
 
     Clients() {
@@ -74,8 +74,8 @@ class KafkaDataWriterTest {
     }
 
     @Override
-    public long queueLength() {
-      return lengths.isEmpty() ? 0 : lengths.pop();
+    public OutputQueue.Reading queueReading() {
+      return readings.isEmpty() ? new OutputQueue.Reading(0, 0) : readings.pop();
     }
   }
 
@@ -117,7 +117,8 @@ class KafkaDataWriterTest {
   private static KafkaDataWriter writer(
       SinkOptions options, Clients clients, int partition, int tasks, long share) {
     TupleEncoder encoder = TupleEncoder.singleObject("out", ROWS, SCHEMA, List.of("carrier"));
-    return new KafkaDataWriter(options, clients, encoder, "q-1", partition, tasks, share, 7);
+    return new KafkaDataWriter(
+        options, clients, encoder, "q-1", partition, tasks, share, share * tasks, 1_000, "r", 7);
   }
 
   private static InternalRow row(String carrier, long flights) {
@@ -168,7 +169,8 @@ class KafkaDataWriterTest {
   @Test
   void outputOverItsShareSleepsThenGivesUpHavingSentNothing() throws Exception {
     Clients clients = new Clients();
-    clients.lengths.add(95L); // a read after the sleep: 5 free of 100, 3 for task 0
+    clients.readings.add(
+        new OutputQueue.Reading(95, 0)); // a read after the sleep: 5 free of 100, 3 for task 0
     SinkOptions bounded =
         options(
             Map.of(
@@ -195,7 +197,8 @@ class KafkaDataWriterTest {
   @Test
   void outputOverItsShareIsWrittenOnceAReadFindsRoom() throws Exception {
     Clients clients = new Clients();
-    clients.lengths.add(0L); // the readers caught up: 100 free, 50 a task
+    clients.readings.add(
+        new OutputQueue.Reading(0, 0)); // the readers caught up: 100 free, 50 a task
     SinkOptions bounded =
         options(
             Map.of(
@@ -222,7 +225,7 @@ class KafkaDataWriterTest {
     assertTrue(oversized.getMessage().startsWith("FG-QG-005 query group g query copy"));
     assertTrue(oversized.getMessage().contains("(max_queue_size = 6 among 2 write tasks)"));
     assertTrue(clients.producer.history().isEmpty());
-    assertTrue(clients.lengths.isEmpty()); // no sleep, no read
+    assertTrue(clients.readings.isEmpty()); // no sleep, no read
   }
 
   @Test
@@ -255,43 +258,90 @@ class KafkaDataWriterTest {
 
   @Test
   void aRealTimeTaskSendsAtOnceWhileItFitsThenReadsTheQueueAgain() throws Exception {
-    Clients clients = new Clients();
-    clients.lengths.add(20L); // the readers consumed: 80 free of 100, 40 for task 0
-    SinkOptions realTime =
-        options(Map.of("maxQueueSize", "100", "realTime", "true", "sleepOnOverStoreMs", "1"));
-    KafkaDataWriter task = writer(realTime, clients, 0, 2, 5); // room for 2 and 3 markers
+    Clients clients = new Clients(false);
+    clients.readings.add(new OutputQueue.Reading(20, 1_080)); // 80 consumed, 40 for task 0
+    KafkaDataWriter task = realTimeWriter(Map.of(), clients, 0, 2, 2);
     task.write(row("AA", 1));
+    assertEquals(1, clients.readings.size()); // room left: not read yet
     task.write(row("UA", 2));
-    assertEquals(2, clients.producer.uncommittedRecords().size()); // sent in its transaction
-    assertEquals(1, clients.lengths.size()); // not read yet
+    assertEquals(2, clients.producer.history().size()); // sent at once
+    assertTrue(clients.readings.isEmpty()); // its room all written: read again, and it grew
     task.write(row("DL", 3));
-    assertTrue(clients.lengths.isEmpty());
     assertEquals(new TaskCommit(0, 3, 0, 0), task.commit());
-    assertTrue(clients.producer.transactionCommitted());
     assertEquals(3, clients.producer.history().size());
   }
 
   @Test
-  void aRealTimeTaskThatFindsNoRoomSleepsThenGivesUpAndItsTransactionIsAborted() throws Exception {
-    Clients clients = new Clients();
-    clients.lengths.add(100L);
-    clients.lengths.add(100L);
-    SinkOptions realTime =
-        options(
-            Map.of(
-                "maxQueueSize", "100",
-                "realTime", "true",
-                "sleepOnOverStoreMs", "1",
-                "sleepOnOverStoreRetryCount", "1"));
-    KafkaDataWriter task = writer(realTime, clients, 0, 1, 4);
+  void aRealTimeTaskThatFindsNoRoomSleepsThenGivesUpKeepingWhatItSent() throws Exception {
+    Clients clients = new Clients(false);
+    clients.readings.add(new OutputQueue.Reading(100, 1_000)); // nothing consumed
+    clients.readings.add(new OutputQueue.Reading(100, 1_000));
+    KafkaDataWriter task =
+        realTimeWriter(Map.of("sleepOnOverStoreRetryCount", "1"), clients, 0, 1, 1);
     task.write(row("AA", 1));
     OutputQueueFullException full =
         assertThrows(OutputQueueFullException.class, () -> task.write(row("UA", 2)));
     assertTrue(full.getMessage().contains("after 1 sleep(s)"), full.getMessage());
     task.abort();
     task.close();
-    assertTrue(clients.producer.transactionAborted());
-    assertFalse(clients.producer.transactionCommitted());
-    assertTrue(clients.lengths.isEmpty()); // read once before the sleep, once after
+    assertEquals(1, clients.producer.history().size());
+    assertTrue(clients.readings.isEmpty()); // read once before the sleep, once after
+  }
+
+  @Test
+  void realTimeExactlyOnceIsRefused() {
+    IllegalArgumentException refused =
+        assertThrows(IllegalArgumentException.class, () -> options(Map.of("realTime", "true")));
+    assertTrue(refused.getMessage().contains("needs option 'delivery' = 'at-least-once'"));
+  }
+
+  /** A task of a real-time batch of a query of its own (a batch's shares are kept per JVM). */
+  private static KafkaDataWriter realTimeWriter(
+      Map<String, String> extra, Clients clients, int partition, int tasks, long share) {
+    TupleEncoder encoder = TupleEncoder.singleObject("out", ROWS, SCHEMA, List.of("carrier"));
+    return new KafkaDataWriter(
+        realTime(extra),
+        clients,
+        encoder,
+        "q-" + java.util.UUID.randomUUID(),
+        partition,
+        tasks,
+        share,
+        share * tasks,
+        1_000,
+        java.util.UUID.randomUUID().toString(),
+        7);
+  }
+
+  private static SinkOptions realTime(Map<String, String> extra) {
+    Map<String, String> options = new HashMap<>(extra);
+    options.put("maxQueueSize", "100");
+    options.put("realTime", "true");
+    options.put("delivery", "at-least-once");
+    options.put("sleepOnOverStoreMs", "1");
+    return options(options);
+  }
+
+  @Test
+  void realTimeTasksInOneJvmShareTheirRoomSoAnIdleTaskStarvesNoOther() throws Exception {
+    Clients clients = new Clients(false);
+    String query = "q-" + java.util.UUID.randomUUID();
+    TupleEncoder encoder = TupleEncoder.singleObject("out", ROWS, SCHEMA, List.of("carrier"));
+    KafkaDataWriter busy =
+        new KafkaDataWriter(
+            realTime(Map.of()), clients, encoder, query, 0, 2, 2, 4, 1_000, query, 7);
+    KafkaDataWriter idle =
+        new KafkaDataWriter(
+            realTime(Map.of()), clients, encoder, query, 1, 2, 2, 4, 1_000, query, 7);
+    idle.write(row("UA", 0)); // joins, takes 1 of the 4
+    for (int i = 0; i < 3; i++) {
+      busy.write(row("AA", i)); // the idle task's unused room is the busy one's
+    }
+    assertEquals(4, clients.producer.history().size());
+    clients.readings.add(new OutputQueue.Reading(4, 1_000)); // nothing consumed: full
+    OutputQueueFullException full =
+        assertThrows(OutputQueueFullException.class, () -> busy.write(row("AA", 9)));
+    assertTrue(full.getMessage().contains("needs 5 offsets"), full.getMessage());
+    assertTrue(full.getMessage().contains("what it sent stays"), full.getMessage());
   }
 }
