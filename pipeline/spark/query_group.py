@@ -403,7 +403,8 @@ class QueryGroup:
             # tracking unless told not to, and only for its own sinks; the sink commits a
             # batch's input offsets from the offset log once the batch is written.
             writer = writer.option("asyncProgressTrackingEnabled", "false").trigger(
-                realTime=f"{group.real_time_checkpoint_interval_ms} milliseconds"
+                # pyspark 4.3's overloads of trigger() do not name realTime yet
+                realTime=f"{group.real_time_checkpoint_interval_ms} milliseconds"  # type: ignore[call-overload]
             )
         else:
             writer = writer.trigger(

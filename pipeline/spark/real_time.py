@@ -177,7 +177,7 @@ def _check_slots(config: QueryGroupConfig, spark: SparkSession) -> None:
         f"query group {config.name} in real-time mode needs a task slot per input partition "
         f"for the whole batch, {total} ({reading}), and its Spark has {slots}"
     )
-    if spark.sparkContext.master.startswith("local"):
+    if (spark.sparkContext.master or "").startswith("local"):
         raise ConfigError(
             f"{message}: the partitions past the slots would never be read; give the "
             "master more cores or the input streams fewer partitions",
