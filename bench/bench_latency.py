@@ -554,7 +554,28 @@ def main() -> None:
         help="the peer's output: foreach_batch, (b), a transaction a micro-batch "
         "(default); kafka_sink, (a), Spark's Kafka sink, at least once",
     )
+    parser.add_argument(
+        "--real-time",
+        action="store_true",
+        help="measure the Real-Time Mode rows instead (real_time_latency.py): Floodgate's "
+        "real-time group against Spark's own RTM, at --real-time-rates",
+    )
+    parser.add_argument(
+        "--real-time-rates",
+        default="1000,half",
+        help="tuples/s of the real-time rows, comma-separated; 'half': half the maximum "
+        "rate (--max-rate, else measured) (default 1000,half)",
+    )
+    parser.add_argument(
+        "--real-time-seconds",
+        type=float,
+        default=30.0,
+        help="seconds of flights a real-time run measures, after its warm-up (default 30)",
+    )
     args = parser.parse_args()
+    if args.real_time:
+        real_time_main(args)
+        return
     global peer_output
     peer_output = args.peer_output
     SYSTEMS["peer"] = PEER_OUTPUTS[peer_output]
@@ -660,6 +681,62 @@ def main() -> None:
     # The JSON first: a missing matplotlib must not lose minutes of measurements.
     if common.plot_if_possible(lambda: plot(samples, args.png, rate, args.limit), args.png):
         console.print(f"histogram: {args.png}")
+
+
+def real_time_main(args: Any) -> None:
+    """``--real-time``: the Real-Time Mode rows (:mod:`real_time_latency`), written to
+    ``bench/out/latency_real_time.json``."""
+    import real_time_latency as rtl
+
+    rates: list[float] = []
+    max_rates: list[float] = []
+    for text in args.real_time_rates.split(","):
+        if text.strip() != "half":
+            rates.append(float(text))
+            continue
+        if not max_rates:
+            if args.max_rate:
+                max_rates = [args.max_rate]
+            else:
+                spark = common.start_spark("floodgate-bench-latency-max")
+                try:
+                    for r in range(args.repeat):
+                        with common.fresh_broker() as bootstrap:
+                            common.wait_until_quiet(None)
+                            result = run_demo(bootstrap_servers=bootstrap, spark=spark)
+                        max_rates.append(result.produced / result.seconds)
+                        console.log(f"maximum rate run {r + 1}: {max_rates[-1]:,.0f} tuples/s")
+                finally:
+                    spark.stop()
+        rates.append(statistics.median(max_rates) / 2)
+    uptime = Path("/proc/loadavg").read_text().strip()
+    with tempfile.TemporaryDirectory(prefix="floodgate-latency-rtm-") as tmp:
+        chosen = [
+            {"floodgate": "floodgate_rtm", "peer": "spark_rtm"}[s]
+            for s in args.systems.split(",")
+            if s
+        ]
+        measured = rtl.measure(rates, args.real_time_seconds, args.repeat, Path(tmp), chosen)
+    figures = rtl.summary(measured["runs"])
+    for failure in measured["failures"]:
+        console.print(f"failed run (left out): {failure[:300]}")
+    path = args.json.with_name("latency_real_time.json")
+    common.write_results(
+        path,
+        "produce-to-reception latency in Spark's Real-Time Mode, Floodgate and Spark's own",
+        versions=measured["versions"],
+        load_average_at_start=uptime,
+        max_rates=max_rates,
+        rates=rates,
+        seconds_per_run=args.real_time_seconds,
+        warmup_s=rtl.WARMUP_S,
+        checkpoint_interval=rtl.INTERVAL,
+        runs=rtl.brief(measured["runs"]),
+        summary=figures,
+        target_p99_s=rtl.TARGET_P99_S,
+        failed_runs=measured["failures"],
+    )
+    console.print(f"results: {path}")
 
 
 if __name__ == "__main__":

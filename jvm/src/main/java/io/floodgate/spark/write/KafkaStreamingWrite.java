@@ -4,6 +4,9 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.Map;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import org.apache.kafka.clients.admin.AlterConsumerGroupOffsetsOptions;
@@ -43,8 +46,19 @@ final class KafkaStreamingWrite implements StreamingWrite {
   private final StructType rowSchema;
   private final String queryId;
   private final SinkMetrics metrics;
+
+  /** Where real-time batches commit their input offsets (daemon threads, idle ones end). */
+  private static final ExecutorService OFFSET_COMMITS =
+      Executors.newCachedThreadPool(
+          task -> {
+            Thread thread = new Thread(task, "floodgate-sink-offset-commit");
+            thread.setDaemon(true);
+            return thread;
+          });
+
   private OutputQueue queue;
-  private long offsetsFailingSince = -1;
+  private volatile long offsetsFailingSince = -1;
+  private Future<?> pendingCommit;
 
   KafkaStreamingWrite(
       SinkOptions options, StructType rowSchema, String queryId, SinkMetrics metrics) {
@@ -87,7 +101,11 @@ final class KafkaStreamingWrite implements StreamingWrite {
       }
     }
     SinkFailpoints.reach("driver-commit", epochId, 0);
-    commitInputOffsets(epochId);
+    if (options.realTime) {
+      commitInputOffsetsBehind(epochId);
+    } else {
+      commitInputOffsets(epochId);
+    }
     metrics.batch(epochId, written, skipped, sleeps);
     if (skipped > 0) {
       LOG.info(
@@ -97,6 +115,28 @@ final class KafkaStreamingWrite implements StreamingWrite {
           written,
           skipped);
     }
+  }
+
+  /**
+   * A real-time batch's commit of its input offsets, in the background: the next batch starts as
+   * soon as this one's commit returns, and its tasks are then reading nothing (the real-time
+   * latency's tail is made of these gaps). Commits run one after another, never out of order; a
+   * failure that fails the query ({@link #offsetsNotCommitted}) is raised by the next batch's
+   * commit.
+   */
+  private void commitInputOffsetsBehind(long epochId) {
+    Future<?> previous = pendingCommit;
+    if (previous != null) {
+      try {
+        previous.get();
+      } catch (ExecutionException e) {
+        throw e.getCause() instanceof RuntimeException r ? r : new IllegalStateException(e);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new IllegalStateException("interrupted committing the input offsets", e);
+      }
+    }
+    pendingCommit = OFFSET_COMMITS.submit(() -> commitInputOffsets(epochId));
   }
 
   private void commitInputOffsets(long epochId) {

@@ -1,0 +1,375 @@
+"""Real-Time Mode rows of ``bench_latency.py --real-time``: produce-to-reception latency
+of a pass-through of the flights, Floodgate's real-time query group against Spark's own
+Real-Time Mode, in one process and one SparkSession, one system at a time.
+
+* **Floodgate**: a query group of ``SELECT * FROM flights`` (``conf/flights.toml``'s
+  input stream, 2 partitions, to an output stream of the ``flight`` schema keyed
+  ``carrier|flight|time_hour``) with ``trigger = "real-time"``,
+  ``real_time_checkpoint_interval = "5 seconds"`` (Spark's least), ``delivery =
+  "at-least-once"``, its output queue bounded as in the file.
+* **Spark's RTM** (the baseline, what a PySpark user writes): ``format("kafka")`` on
+  the same topic with ``kafka.fetch.max.wait.ms = 10`` (as Spark's own RTM benchmark),
+  the single-object header cut and the body decoded with ``from_avro``, then encoded
+  again with ``to_avro`` behind the output stream's header with the same key, written
+  by Spark's Kafka sink (at least once, no bound), ``outputMode("update")``,
+  ``trigger(realTime="5 seconds")``: the same bytes out as Floodgate's.
+
+Both read a fresh embedded broker's topic of 2 partitions into which the demo's replay
+process puts the flights at the rate asked, through the back-pressure client. A
+consumer in this process (``read_committed``, polling) notes when each output key
+first arrives; a flight's latency is that time less the produce timestamp of its
+input record (at least once: the first arrival counts). The flights of the first
+``WARMUP_S`` seconds are left out (each system's first batch starts its tasks).
+
+The SparkSession is ``local[4]``: 2 long-running read tasks of the one system running
+at a time, and room for Spark's own planning; the machine has 2 cores, so the tasks
+share them, as RTM's tasks mostly wait for records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import bench_spark_kafka as bsk
+import common
+from common import console
+
+from pipeline.demo.reception import read_all
+
+#: Systems of the real-time rows.
+SYSTEMS = {
+    "floodgate_rtm": "Floodgate, real-time query group (at least once, bounded queue)",
+    "spark_rtm": "Spark RTM: Kafka source + from_avro, to_avro + Kafka sink (at least once)",
+}
+#: Flights put in the first seconds of a run, left out of its figures.
+WARMUP_S = 5.0
+#: Spark's least real-time batch: the checkpoint interval of both systems.
+INTERVAL = "5 seconds"
+TARGET_P99_S = 0.250
+KEY_SQL = bsk.KEY_SQL[bsk.PASSTHROUGH_STREAM]
+
+
+@dataclass
+class RealTimeRun:
+    """One system's run at one rate: latency percentiles (s) of ``n`` flights."""
+
+    system: str
+    rate: float
+    n: int
+    p50_s: float
+    p99_s: float
+    p999_s: float
+    max_s: float
+    #: Per Spark ``durationMs`` phase, its median over the run's batches, ms.
+    phases_ms: dict[str, float]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class FirstArrivals:
+    """A consumer of the output topic noting when each key first arrives (epoch s)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-rtm-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        self.consumer.subscribe([topic])
+        self.first: dict[bytes, float] = {}
+        self.received = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for message in self.consumer.consume(1_000, 0.05):
+                if message.error() is not None:
+                    continue
+                now = time.time()
+                self.received += 1
+                self.first.setdefault(bytes(message.key()), now)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.consumer.close()
+
+
+def produce_times(bootstrap: str, topic: str) -> dict[bytes, float]:
+    """Produce timestamp (epoch s) of each input key."""
+    return {bytes(m.key()): m.timestamp()[1] / 1000 for m in read_all(bootstrap, topic)}
+
+
+def config_for(topic: str, checkpoints: Path, limit: int) -> dict[str, Any]:
+    """The pass-through real-time group reading ``topic``."""
+    raw = bsk.run_config(topic, 10 * limit, checkpoints, "floodgate_jvm")
+    run = raw["query_group"]["name"]
+    group = raw["query_group"]
+    group.pop("max_tuples_per_trigger", None)
+    group.update(
+        trigger="real-time",
+        real_time_checkpoint_interval=INTERVAL,
+        delivery="at-least-once",
+        partitions=2,
+    )
+    raw["input_streams"]["flights"].pop("max_event_time_drift_ms", None)
+    raw["output_streams"] = {
+        "flights_copy": {
+            "topic": f"bench.flights.copy.{run}",
+            "schema": "flight",
+            "key": ["carrier", "flight", "time_hour"],
+            "max_queue_size": 10 * limit,
+        }
+    }
+    raw["queries"] = {
+        "copy": {"sql": "SELECT * FROM flights", "output": "flights_copy", "output_mode": "update"}
+    }
+    return raw
+
+
+def start_spark_rtm(spark: Any, raw: dict[str, Any], bootstrap: str) -> Any:
+    """Spark's own RTM pass-through, as a PySpark user writes it (module docstring)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro, to_avro
+
+    from pipeline.serde.schemas import SchemaRepository
+
+    schemas = SchemaRepository.load()
+    flight = schemas.get("flight")
+    schema = json.dumps(flight.schema)
+    header = b"\xc3\x01" + flight.fingerprint
+    columns = [f["name"] for f in flight.schema["fields"]]
+    out = raw["output_streams"]["flights_copy"]
+    flights = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", raw["input_streams"]["flights"]["topic"])
+        .option("startingOffsets", "earliest")
+        .option("kafka.fetch.max.wait.ms", "10")
+        .load()
+        .select(from_avro(F.expr("substring(value, 11)"), schema).alias("f"))
+        .select("f.*")
+    )
+    return (
+        flights.select(
+            F.expr(KEY_SQL).alias("key"),
+            F.concat(F.lit(header), to_avro(F.struct(*columns), schema)).alias("value"),
+        )
+        .writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", out["topic"])
+        .option("checkpointLocation", str(Path(raw["query_group"]["checkpoint_dir"]) / "spark"))
+        .outputMode("update")
+        .trigger(realTime=INTERVAL)
+        .start()
+    )
+
+
+def one_run(spark: Any, system: str, rate: float, limit: int, checkpoints: Path) -> RealTimeRun:
+    """One run of ``system`` at ``rate`` tuples/s over the first ``limit`` flights."""
+    from pipeline.config import parse_query_group
+    from pipeline.demo.replay import ReplayProcess
+    from pipeline.kafka.topics import ensure_topics
+    from pipeline.spark.query_group import QueryGroup
+
+    topic = f"bench.rtm.flights.{uuid.uuid4().hex[:8]}"
+    raw = config_for(topic, checkpoints, limit)
+    config = parse_query_group(raw, env={})
+    out_topic = raw["output_streams"]["flights_copy"]["topic"]
+    with common.fresh_broker() as bootstrap:
+        ensure_topics(bootstrap, config.topics())
+        common.wait_until_quiet(None)
+        group: QueryGroup | None = None
+        query = None
+        if system == "floodgate_rtm":
+            group = QueryGroup(config, bootstrap_servers=bootstrap, spark=spark).start()
+        else:
+            query = start_spark_rtm(spark, raw, bootstrap)
+        arrivals = FirstArrivals(bootstrap, out_topic)
+        try:
+            time.sleep(2.0)  # the first batch's tasks are running
+            replayer = ReplayProcess(
+                bootstrap_servers=bootstrap, config=config, limit=limit, rate=rate
+            )
+            total = replayer.start()
+            try:
+                replayer.go()
+                while not replayer.wait(0.2):
+                    if group is not None:
+                        group.check()
+                    elif query is not None and query.exception() is not None:
+                        raise RuntimeError(f"Spark's RTM query failed: {query.exception()}")
+                if replayer.error is not None:
+                    raise replayer.error
+            finally:
+                replayer.stop()
+            deadline = time.monotonic() + 120
+            while len(arrivals.first) < total and time.monotonic() < deadline:
+                time.sleep(0.2)
+            spark_query = query if query is not None else group.queries()["copy"]  # type: ignore[union-attr]
+            phases = batch_phases(spark_query)
+        finally:
+            arrivals.stop()
+            if group is not None:
+                group.stop()
+            if query is not None:
+                with contextlib.suppress(Exception):
+                    query.stop()
+        produced = produce_times(bootstrap, topic)
+    missing = [k for k in produced if k not in arrivals.first]
+    if missing:
+        raise RuntimeError(f"{system}: {len(missing)} of {len(produced)} flights never arrived")
+    start = min(produced.values()) + WARMUP_S
+    values = [arrivals.first[k] - t for k, t in produced.items() if t >= start]
+    return RealTimeRun(
+        system=system,
+        rate=rate,
+        n=len(values),
+        p50_s=percentile(values, 0.5),
+        p99_s=percentile(values, 0.99),
+        p999_s=percentile(values, 0.999),
+        max_s=max(values),
+        phases_ms=phases,
+    )
+
+
+def batch_phases(query: Any) -> dict[str, float]:
+    """Median of each ``durationMs`` phase over the query's batches, ms."""
+    import statistics
+
+    by_phase: dict[str, list[float]] = {}
+    for progress in query.recentProgress:
+        for phase, ms in dict(progress["durationMs"]).items():
+            by_phase.setdefault(phase, []).append(float(ms))
+    return {phase: statistics.median(v) for phase, v in sorted(by_phase.items())}
+
+
+def measure(
+    rates: list[float],
+    seconds: float,
+    repeat: int,
+    checkpoints: Path,
+    systems: list[str] | None = None,
+) -> dict[str, Any]:
+    """Both systems at each rate, ``repeat`` runs each (order alternating), each run
+    ``seconds`` of flights after the warm-up (``systems``: keys of :data:`SYSTEMS`,
+    default both); the runs, and per rate and system the medians over runs."""
+    from pipeline.spark.session import build_spark_session
+
+    common.log_warnings()
+    jars = bsk.peer_jars(bsk.fetch_connector(), Path(sys.executable))
+    # On the JVM's class path from its start, as spark-submit --jars puts them: PySpark's
+    # gateway is up before the session's settings are read.
+    given = os.environ.get("PYSPARK_SUBMIT_ARGS", "").removesuffix("pyspark-shell").strip()
+    os.environ["PYSPARK_SUBMIT_ARGS"] = " ".join(
+        a for a in (given, f"--jars {','.join(jars)}", "pyspark-shell") if a
+    )
+    spark = build_spark_session(app_name="floodgate-bench-real-time", master="local[4]")
+    spark.sparkContext.setLogLevel("ERROR")
+    runs: list[RealTimeRun] = []
+    failures: list[str] = []
+    try:
+        for rate in rates:
+            limit = int(rate * (seconds + WARMUP_S))
+            for r in range(repeat):
+                chosen = systems or list(SYSTEMS)
+                order = chosen if r % 2 == 0 else chosen[::-1]
+                for system in order:
+                    try:
+                        run = one_run(spark, system, rate, limit, checkpoints)
+                    except Exception as exc:  # one run's failure does not lose the others
+                        failures.append(f"{system} at {rate:,.0f}/s run {r + 1}: {exc!r} {exc}")
+                        console.log(f"FAILED: {failures[-1][:2000]}")
+                        continue
+                    runs.append(run)
+                    console.log(
+                        f"real time, {rate:,.0f} tuples/s, run {r + 1}, {system}: p50 "
+                        f"{run.p50_s * 1000:.0f} ms, p99 {run.p99_s * 1000:.0f} ms, p99.9 "
+                        f"{run.p999_s * 1000:.0f} ms, max {run.max_s * 1000:.0f} ms ({run.n:,}); "
+                        f"batch phases (median ms) {run.phases_ms}"
+                    )
+        versions = common.versions(spark)
+    finally:
+        spark.stop()
+    return {"runs": runs, "failures": failures, "versions": versions}
+
+
+def summary(runs: list[RealTimeRun]) -> dict[str, Any]:
+    """Per rate and system: medians over runs (ms), and the targets."""
+    import statistics
+
+    from rich.table import Table
+
+    out: dict[str, Any] = {}
+    table = Table(title="real-time mode, produce -> reception latency, pass-through (ms)")
+    for column in ("tuples/s", "system", "runs", "p50", "p99 (min-max)", "p99.9", "max"):
+        table.add_column(column, justify="left" if column == "system" else "right")
+    for rate in sorted({r.rate for r in runs}):
+        per: dict[str, Any] = {}
+        for system in SYSTEMS:
+            rs = [r for r in runs if r.rate == rate and r.system == system]
+            if not rs:
+                continue
+            p99s = [r.p99_s * 1000 for r in rs]
+            f = {
+                "runs": len(rs),
+                "p50_ms": statistics.median(r.p50_s * 1000 for r in rs),
+                "p99_ms": statistics.median(p99s),
+                "p99_min_max_ms": [min(p99s), max(p99s)],
+                "p999_ms": statistics.median(r.p999_s * 1000 for r in rs),
+                "max_ms": statistics.median(r.max_s * 1000 for r in rs),
+            }
+            per[system] = f
+            table.add_row(
+                f"{rate:,.0f}",
+                SYSTEMS[system].split(":")[0].split(",")[0],
+                str(len(rs)),
+                f"{f['p50_ms']:.0f}",
+                f"{f['p99_ms']:.0f} ({min(p99s):.0f}-{max(p99s):.0f})",
+                f"{f['p999_ms']:.0f}",
+                f"{f['max_ms']:.0f}",
+            )
+        if "floodgate_rtm" in per and "spark_rtm" in per:
+            fg, sp = per["floodgate_rtm"], per["spark_rtm"]
+            per["targets"] = {
+                "p99_at_most_spark_rtm": fg["p99_ms"] <= sp["p99_ms"],
+                "p99_ratio": fg["p99_ms"] / sp["p99_ms"],
+                f"p99_at_most_{TARGET_P99_S * 1000:.0f}_ms": fg["p99_ms"] <= TARGET_P99_S * 1000,
+            }
+        out[f"{rate:.0f}"] = per
+    console.print(table)
+    for rate, per in out.items():
+        if "targets" in per:
+            t = per["targets"]
+            console.print(
+                f"{rate} tuples/s: Floodgate p99 / Spark RTM p99 = {t['p99_ratio']:.2f} "
+                f"(target <= 1: {'met' if t['p99_at_most_spark_rtm'] else 'NOT met'}); "
+                f"p99 <= {TARGET_P99_S * 1000:.0f} ms: "
+                f"{'met' if t[f'p99_at_most_{TARGET_P99_S * 1000:.0f}_ms'] else 'NOT met'}"
+            )
+    return out
+
+
+def brief(runs: list[RealTimeRun]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in runs]
