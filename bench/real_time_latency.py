@@ -54,7 +54,9 @@ SYSTEMS = {
 WARMUP_S = 5.0
 #: Spark's least real-time batch: the checkpoint interval of both systems.
 INTERVAL = "5 seconds"
+#: The p99 target, at :data:`TARGET_RATE` tuples/s.
 TARGET_P99_S = 0.250
+TARGET_RATE = 1_000.0
 KEY_SQL = bsk.KEY_SQL[bsk.PASSTHROUGH_STREAM]
 
 
@@ -355,19 +357,22 @@ def summary(runs: list[RealTimeRun]) -> dict[str, Any]:
             per["targets"] = {
                 "p99_at_most_spark_rtm": fg["p99_ms"] <= sp["p99_ms"],
                 "p99_ratio": fg["p99_ms"] / sp["p99_ms"],
-                f"p99_at_most_{TARGET_P99_S * 1000:.0f}_ms": fg["p99_ms"] <= TARGET_P99_S * 1000,
             }
+            if rate == TARGET_RATE:
+                per["targets"]["p99_at_most_target"] = fg["p99_ms"] <= TARGET_P99_S * 1000
         out[f"{rate:.0f}"] = per
     console.print(table)
     for rate, per in out.items():
         if "targets" in per:
             t = per["targets"]
-            console.print(
+            line = (
                 f"{rate} tuples/s: Floodgate p99 / Spark RTM p99 = {t['p99_ratio']:.2f} "
-                f"(target <= 1: {'met' if t['p99_at_most_spark_rtm'] else 'NOT met'}); "
-                f"p99 <= {TARGET_P99_S * 1000:.0f} ms: "
-                f"{'met' if t[f'p99_at_most_{TARGET_P99_S * 1000:.0f}_ms'] else 'NOT met'}"
+                f"(target <= 1: {'met' if t['p99_at_most_spark_rtm'] else 'NOT met'})"
             )
+            if "p99_at_most_target" in t:
+                met = "met" if t["p99_at_most_target"] else "NOT met"
+                line += f"; p99 <= {TARGET_P99_S * 1000:.0f} ms: {met}"
+            console.print(line)
     return out
 
 

@@ -78,6 +78,30 @@ def flights_raw_config(
     return raw
 
 
+def real_time(raw: dict[str, Any], *, interval: str = "2 seconds", **group: Any) -> dict[str, Any]:
+    """``raw`` (:func:`flights_raw_config`) in Spark's Real-Time Mode: ``trigger =
+    "real-time"``, batches of ``interval`` (Spark's least, 5 s, lowered to 1 s for the
+    tests' pace), ``delivery = "at-least-once"``, 2 input partitions (a task slot each
+    on ``local[2]``), no cap on a batch, every query in ``update`` mode; ``group``:
+    more ``[query_group]`` settings. Changed in place and returned."""
+    raw["query_group"].pop("max_tuples_per_trigger", None)
+    raw["input_streams"]["flights"].pop("max_event_time_drift_ms", None)
+    raw["query_group"].update(
+        {
+            "trigger": "real-time",
+            "real_time_checkpoint_interval": interval,
+            "delivery": "at-least-once",
+            "partitions": 2,
+            **group,
+        }
+    )
+    for query in raw["queries"].values():
+        query["output_mode"] = "update"
+    conf = raw.setdefault("spark", {}).setdefault("conf", {})
+    conf["spark.sql.streaming.realTimeMode.minBatchDuration"] = "1000"
+    return raw
+
+
 def write_query_group(raw: dict[str, Any], path: Path) -> QueryGroupConfig:
     """Write ``raw`` (:func:`flights_raw_config`) as a query group file at ``path``, for
     a command or a driver that reads the file, and return the config it holds (no

@@ -57,7 +57,8 @@ def kill_group(process: subprocess.Popen[bytes]) -> None:
 def committed_and_end(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        tps = [TopicPartition(topic, p) for p in range(4)]
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         committed = sum(max(tp.offset, 0) for tp in consumer.committed(tps, timeout=10))
         end = sum(consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps)
         return committed, end

@@ -6,7 +6,9 @@ kill lands at a failpoint of the JVM sink (``io.floodgate.spark.write.SinkFailpo
 right after a write task's transaction commits (the batch's other task may or may not
 have committed), or in the middle of one, its records sent and acknowledged, its
 commit not yet asked; after every task committed, before the input offsets and
-Spark's commit log (``driver-commit``); or at a moment the test picks.
+Spark's commit log (``driver-commit``); or at a moment the test picks. A driver of a
+group in Spark's Real-Time Mode (``delivery = "at-least-once"``) killed while tuples
+stream in loses none; the batch it cut short is written again.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from typing import Any
 
 from pipeline.demo.reception import read_all
 from pipeline.failpoints import FAILPOINT_ENV
+from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
-from tests.integration.helpers import flights_raw_config, write_query_group
+from tests.integration.faults.checks import Producing, check_delivery, output_tuples
+from tests.integration.helpers import flights_raw_config, real_time, write_query_group
 from tests.integration.spark.drivers import (
     committed_and_end,
     copies,
@@ -244,3 +248,37 @@ def test_crash_after_the_output_commit_of_an_aggregation_keeps_its_state(
         for r in records
     )
     assert latest == dict(want)
+
+
+def test_kill_9_of_a_real_time_driver_then_restart_loses_nothing(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    raw = real_time(flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True))
+    config_path = tmp_path / "group.toml"
+    config = write_query_group(raw, config_path)
+    ensure_topics(bootstrap, config.topics())
+    records = flights[:3_000]
+    # 600 tuples at once, then 100 every 0.2 s: the kill lands while tuples stream in.
+    producing = Producing(bootstrap, config, schemas, records, first=600, pace_s=0.2).start()
+    log_path = tmp_path / "driver.log"
+    driver = start_driver(config_path, bootstrap, log_path)
+    try:
+        wait_until(
+            lambda: output_tuples(bootstrap, config) > 0, DEADLINE_S, "first output", log_path
+        )
+        producing.go()
+        wait_until(lambda: producing.put_count >= 1_500, DEADLINE_S, "1 500 tuples put", log_path)
+    finally:
+        kill_group(driver)
+    assert producing.put_count < len(records), "the kill must land while tuples stream in"
+    producing.join(timeout_s=DEADLINE_S)  # the rest, put while no driver runs
+    assert not producing.retries, "\n\n".join(producing.retries)
+    topic = config.input_streams["flights"].topic
+    run_until_processed(config_path, bootstrap, log_path, config.consumer_group("copy"), topic)
+    # At least once: the batch the kill cut short was written again from its start.
+    replays = check_delivery(bootstrap, config, schemas, records, at_least_once=True)
+    assert sum(replays.values()) < len(records), replays

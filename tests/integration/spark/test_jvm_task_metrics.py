@@ -27,16 +27,38 @@ SHOWN_AS = {
 }
 
 
-def scan_metrics(spark: Any, topic: str) -> dict[str, int]:
+def status_store(spark: Any) -> Any:
+    """Spark's SQL status store (what the SQL tab shows)."""
+    return spark._jsparkSession.sharedState().statusStore()
+
+
+#: The newest SQL executions walked for a query's: a micro-batch is one, and a whole
+#: test run leaves up to Spark's retained 1 000 in the shared session's store.
+NEWEST = 200
+
+
+def last_execution(spark: Any) -> int:
+    """The id of the newest SQL execution in Spark's status store, -1 for none."""
+    store = status_store(spark)
+    count = int(store.executionsCount())
+    convert = spark._jvm.scala.jdk.javaapi.CollectionConverters
+    newest = list(convert.asJava(store.executionsList(max(0, count - 1), 1))) if count else []
+    return int(newest[0].executionId()) if newest else -1
+
+
+def scan_metrics(spark: Any, topic: str, after: int) -> dict[str, int]:
     """The task metrics of the scans of ``topic`` in Spark's SQL status store (what the
     SQL tab shows), summed over the SQL executions (the micro-batches) that ran one,
-    by metric name."""
+    by metric name; only the executions newer than ``after`` (:func:`last_execution`
+    before the query) are walked, not the session's earlier ones."""
     jvm = spark._jvm
-    store = spark._jsparkSession.sharedState().statusStore()
+    store = status_store(spark)
     convert = jvm.scala.jdk.javaapi.CollectionConverters
     names = {shown: name for name, shown in SHOWN_AS.items()}
     out = dict.fromkeys(SHOWN_AS, 0)
-    for execution in convert.asJava(store.executionsList()):
+    count = int(store.executionsCount())
+    newest = convert.asJava(store.executionsList(max(0, count - NEWEST), NEWEST))
+    for execution in [e for e in newest if int(e.executionId()) > after]:
         values = dict(convert.asJava(store.executionMetrics(execution.executionId())).items())
         for node in convert.asJava(store.planGraph(execution.executionId()).allNodes()):
             if f"floodgate_kafka[{topic}]" not in node.desc():
@@ -72,6 +94,7 @@ def test_a_micro_batchs_task_counts_are_the_scans_sql_metrics(
         "schemas": schemas.as_json(),
         "deadLetterTopic": dead,
     }
+    before = last_execution(spark)
     query = (
         spark.readStream.format(SOURCE_NAME)
         .options(**options)
@@ -96,7 +119,7 @@ def test_a_micro_batchs_task_counts_are_the_scans_sql_metrics(
     }
     # Spark's status store takes the tasks' values from its listener bus, after the query.
     wait_until(
-        lambda: scan_metrics(spark, topic) == expected,
+        lambda: scan_metrics(spark, topic, before) == expected,
         60,
         f"the scan's SQL metrics {expected}",
     )

@@ -21,14 +21,7 @@ from pipeline.errors import ConfigError
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup, QueryGroupState
-from tests.integration.helpers import flights_raw_config, wait_until
-
-#: A real-time batch of 2 s (Spark's least is 5 s; lowered for the test's pace).
-REAL_TIME = {
-    "trigger": "real-time",
-    "real_time_checkpoint_interval": "2 seconds",
-}
-SPARK_CONF = {"spark.sql.streaming.realTimeMode.minBatchDuration": "1000"}
+from tests.integration.helpers import flights_raw_config, real_time, wait_until
 
 
 def identity(t: Any) -> tuple[Any, ...]:
@@ -38,14 +31,9 @@ def identity(t: Any) -> tuple[Any, ...]:
 
 
 def real_time_raw(run_id: str, tmp_path: Path, **group: Any) -> dict[str, Any]:
-    """The pass-through group, 2 input partitions (one slot each on ``local[2]``), in
-    real-time mode and update output."""
+    """The pass-through group in real-time mode (:func:`real_time`)."""
     raw = flights_raw_config(run_id, tmp_path / "checkpoints", only_passthrough=True)
-    raw["query_group"].pop("max_tuples_per_trigger", None)
-    raw["query_group"].update({**REAL_TIME, "partitions": 2, "delivery": "at-least-once", **group})
-    raw["queries"]["copy"]["output_mode"] = "update"
-    raw["spark"] = {"conf": dict(SPARK_CONF)}
-    return raw
+    return real_time(raw, **group)
 
 
 def test_a_real_time_group_writes_every_tuple_once_across_batches(
@@ -100,7 +88,7 @@ def test_a_real_time_group_refuses_what_the_mode_cannot_run(
     with pytest.raises(ConfigError, match=r"needs a task slot per input partition.*3 \(copy"):
         start_query_group(parse_query_group(raw, env={}))
 
-    raw = real_time_raw(run_id, tmp_path, real_time_checkpoint_interval="500 milliseconds")
+    raw = real_time_raw(run_id, tmp_path, interval="500 milliseconds")
     with pytest.raises(ConfigError, match=r"shorter than Spark's least real-time batch, 1000 ms"):
         start_query_group(parse_query_group(raw, env={}))
 
@@ -115,12 +103,11 @@ def test_the_per_origin_hourly_aggregation_runs_in_real_time(
     schemas: SchemaRepository,
 ) -> None:
     raw = flights_raw_config(run_id, tmp_path / "checkpoints")
-    raw["query_group"].pop("max_tuples_per_trigger", None)
-    # One input partition and one shuffle partition: two slots for the whole batch.
-    raw["query_group"].update({**REAL_TIME, "partitions": 1, "delivery": "at-least-once"})
     raw["queries"].pop("delays_by_carrier_day")
     raw["output_streams"].pop("delays_by_carrier_day")
-    raw["spark"] = {"conf": {**SPARK_CONF, "spark.sql.shuffle.partitions": 1}}
+    # One input partition and one shuffle partition: two slots for the whole batch.
+    real_time(raw, partitions=1)
+    raw["spark"]["conf"]["spark.sql.shuffle.partitions"] = 1
     config = parse_query_group(raw, env={})
     records = flights[:1_000]
     produce(config, records)
