@@ -11,7 +11,9 @@ SPARK_DURATION = re.compile(
     r"^\s*(\d+)\s+(millisecond|second|minute|hour|day|week)s?\s*$", re.IGNORECASE
 )
 
-_UNIT_MS = {
+#: Milliseconds of each unit of fixed length in Spark's interval syntax.
+UNITS_MS = {
+    "microsecond": 0.001,
     "millisecond": 1,
     "second": 1_000,
     "minute": 60_000,
@@ -34,4 +36,4 @@ def duration_ms(text: str) -> int:
             f"{text!r} is not a duration; give '<n> <unit>' with unit millisecond, second, "
             "minute, hour, day or week (e.g. '10 seconds')"
         )
-    return int(match.group(1)) * _UNIT_MS[match.group(2).lower()]
+    return int(match.group(1)) * int(UNITS_MS[match.group(2).lower()])

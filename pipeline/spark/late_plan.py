@@ -12,17 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.config.durations import UNITS_MS
 from pipeline.spark.options import EventTimeWindow
-
-_INTERVAL_UNITS_MS = {
-    "microsecond": 0.001,
-    "millisecond": 1,
-    "second": 1_000,
-    "minute": 60_000,
-    "hour": 3_600_000,
-    "day": 86_400_000,
-    "week": 604_800_000,
-}
 
 
 def interval_ms(text: str) -> int | None:
@@ -36,7 +27,7 @@ def interval_ms(text: str) -> int | None:
         return None
     total = 0.0
     for number, unit in zip(words[::2], words[1::2], strict=True):
-        scale = _INTERVAL_UNITS_MS.get(unit.removesuffix("s"))
+        scale = UNITS_MS.get(unit.removesuffix("s"))
         if scale is None or not number.lstrip("-").isdigit():
             return None
         total += int(number) * scale

@@ -1,6 +1,7 @@
 """The JVM source in Spark's Real-Time Mode (``trigger(realTime=...)``): one long-running
 task per topic-partition, reading records as they are written until the batch's deadline,
-each batch starting where the last ended."""
+each batch starting where the last ended; decoding several topics, and the dead letters
+of what it cannot decode, as in micro-batches."""
 
 from __future__ import annotations
 
@@ -12,9 +13,43 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from pipeline.deadletter import DLQ_REASON, DLQ_TOPIC
+from pipeline.demo.reception import read_all
 from pipeline.kafka.topics import ensure_topics
+from pipeline.serde.codec import StreamCodec
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.options import SOURCE_NAME
 from tests.integration.helpers import wait_until
+
+
+def start_real_time(
+    spark: Any, options: dict[str, str], columns: list[str], table: str, checkpoint: Path
+) -> Any:
+    """A real-time query of the source with ``options`` into Spark's memory table
+    ``table`` (which shows the rows at each batch's end), its ``columns``: batches of 2 s
+    (Spark's least is 5 s), the memory sink let past Real-Time Mode's sink allowlist."""
+    settings = {
+        "spark.sql.streaming.realTimeMode.minBatchDuration": "1000",
+        "spark.sql.streaming.realTimeMode.allowlistCheck": "false",
+    }
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        return (
+            spark.readStream.format(SOURCE_NAME)
+            .options(**options)
+            .load()
+            .selectExpr(*columns)
+            .writeStream.format("memory")
+            .queryName(table)
+            .outputMode("update")
+            .trigger(realTime="2 seconds")
+            .option("checkpointLocation", str(checkpoint))
+            .start()
+        )
+    finally:
+        for key in settings:
+            spark.conf.unset(key)
 
 
 def test_a_real_time_query_reads_records_as_they_come_across_batches(
@@ -28,32 +63,18 @@ def test_a_real_time_query_reads_records_as_they_come_across_batches(
         producer.produce(topic, value=f"before-{i}".encode(), partition=i % 2)
     assert producer.flush(30) == 0
     table = f"realtime_{run}"
-    # A batch of 2 s (Spark's least is 5 s), and Spark's memory sink, which is not on
-    # Real-Time Mode's sink allowlist (it shows the rows at each batch's end).
-    settings = {
-        "spark.sql.streaming.realTimeMode.minBatchDuration": "1000",
-        "spark.sql.streaming.realTimeMode.allowlistCheck": "false",
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "startingOffsets": "earliest",
     }
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        query = (
-            spark.readStream.format(SOURCE_NAME)
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .load()
-            .selectExpr("CAST(value AS STRING) AS value", "partition", "offset")
-            .writeStream.format("memory")
-            .queryName(table)
-            .outputMode("update")
-            .trigger(realTime="2 seconds")
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .start()
-        )
-    finally:
-        for key in settings:
-            spark.conf.unset(key)
+    query = start_real_time(
+        spark,
+        options,
+        ["CAST(value AS STRING) AS value", "partition", "offset"],
+        table,
+        tmp_path / "checkpoint",
+    )
 
     def values() -> set[str]:
         return {r.value for r in spark.sql(f"SELECT value FROM {table}").collect()}
@@ -79,3 +100,59 @@ def test_a_real_time_query_reads_records_as_they_come_across_batches(
     assert json.loads(batches[-1][1]) == {topic: {"0": 4, "1": 4}}, batches
     for (_, end), (start, _) in itertools.pairwise(batches):
         assert json.loads(start) == json.loads(end), batches
+
+
+def test_a_real_time_query_decodes_two_topics_and_dead_letters_what_it_cannot_decode(
+    spark: Any,
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    first, second, dead = f"rt2.{run}.a", f"rt2.{run}.b", f"rt2.{run}.dead"
+    # One partition each: a task slot each on local[2].
+    ensure_topics(bootstrap, {first: (1, None), second: (1, None), dead: (1, None)})
+    codec = StreamCodec("flights", schemas.get("flight"), schemas)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i, flight in enumerate(flights[:6]):
+        producer.produce(first if i % 2 else second, value=codec.encode(flight))
+    producer.produce(second, value=b"this is not avro")
+    assert producer.flush(30) == 0
+    table = f"rt2_{run}"
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": f"{first},{second}",
+        "startingOffsets": "earliest",
+        "schema": "flight",
+        "schemas": schemas.as_json(),
+        "deadLetterTopic": dead,
+    }
+    columns = ["carrier", "flight", "topic"]
+    query = start_real_time(spark, options, columns, table, tmp_path / "checkpoint")
+    try:
+        rows: list[Any] = []
+
+        def decoded() -> int:
+            rows[:] = spark.sql(f"SELECT * FROM {table}").collect()
+            return len(rows)
+
+        wait_until(lambda: decoded() == 6, 60, "the six flights, decoded")
+        letters = []
+
+        def dead_letters() -> int:
+            letters[:] = read_all(bootstrap, dead)
+            return len(letters)
+
+        # Sent when the task that read it ends: at its batch's deadline.
+        wait_until(lambda: dead_letters() == 1, 60, "the undecodable record, dead-lettered")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert sorted((r.carrier, r.flight) for r in rows) == sorted(
+        (f["carrier"], f["flight"]) for f in flights[:6]
+    )
+    assert {r.topic for r in rows} == {first, second}
+    headers = dict(letters[0].headers() or ())
+    assert headers[DLQ_TOPIC].decode() == second
+    assert headers[DLQ_REASON]

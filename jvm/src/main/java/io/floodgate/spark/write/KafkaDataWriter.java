@@ -344,21 +344,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     try {
       while (!shares.take()) {
         if (sleeps >= retries) {
-          throw GaveUp.remember(
-              queryId,
-              batch,
-              partition,
-              new OutputQueueFullException(
-                  options.where(),
-                  options.stream,
-                  batch,
-                  partition,
-                  tasks,
-                  shares.written() + 1,
-                  shares.room(),
-                  options.maxQueueSize,
-                  sleeps,
-                  true));
+          throw full(shares.written() + 1, shares.room(), true);
         }
         sleeps++;
         LOG.warn(
@@ -380,6 +366,25 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     }
   }
 
+  /** The task gives up on a full queue, remembered so that its retry gives up at once. */
+  private RuntimeException full(long required, long allowed, boolean realTime) {
+    return GaveUp.remember(
+        queryId,
+        batch,
+        partition,
+        new OutputQueueFullException(
+            options.where(),
+            options.stream,
+            batch,
+            partition,
+            tasks,
+            required,
+            allowed,
+            options.maxQueueSize,
+            sleeps,
+            realTime));
+  }
+
   /** Read how far the queue's readers got since the batch began. */
   private void reread() {
     shares.consumed(Math.max(0, clients.queueReading().consumed() - consumedAtStart));
@@ -389,21 +394,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     long allowed = share;
     while (required > allowed) {
       if (sleeps >= retries) {
-        throw GaveUp.remember(
-            queryId,
-            batch,
-            partition,
-            new OutputQueueFullException(
-                options.where(),
-                options.stream,
-                batch,
-                partition,
-                tasks,
-                required,
-                allowed,
-                options.maxQueueSize,
-                sleeps,
-                false));
+        throw full(required, allowed, false);
       }
       sleeps++;
       LOG.warn(
