@@ -168,10 +168,7 @@ def latencies(produced: dict[tuple[str, int], list[float]], arrivals: Arrivals) 
     return out
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1) of ``values``: the element at rank ``q * len``."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+percentile = common.percentile
 
 
 @dataclass

@@ -108,6 +108,12 @@ def log_warnings() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``: the element at rank ``q * len``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def start_spark(app_name: str) -> Any:
     """:func:`log_warnings`, then a ``local[2]`` SparkSession named ``app_name`` that
     logs errors only (a ``pyspark.sql.SparkSession``; stop it when done)."""

@@ -75,11 +75,6 @@ class RealTimeRun:
     phases_ms: dict[str, float]
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 class FirstArrivals:
     """A consumer of the output topic noting when each key first arrives (epoch s)."""
 
@@ -248,9 +243,9 @@ def one_run(spark: Any, system: str, rate: float, limit: int, checkpoints: Path)
         system=system,
         rate=rate,
         n=len(values),
-        p50_s=percentile(values, 0.5),
-        p99_s=percentile(values, 0.99),
-        p999_s=percentile(values, 0.999),
+        p50_s=common.percentile(values, 0.5),
+        p99_s=common.percentile(values, 0.99),
+        p999_s=common.percentile(values, 0.999),
         max_s=max(values),
         phases_ms=phases,
     )
