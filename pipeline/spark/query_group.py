@@ -387,6 +387,7 @@ class QueryGroup:
                     bootstrap_servers=self.bootstrap_servers,
                     schemas=self.schemas,
                     checkpoint=checkpoint,
+                    real_time=self.config.query_group.real_time and not available_now,
                 )
             )
         writer = (

@@ -174,11 +174,15 @@ def sink_options(
     bootstrap_servers: str,
     schemas: SchemaRepository,
     checkpoint: str,
+    real_time: bool | None = None,
 ) -> SinkOptions:
     """The sink options of query ``query`` of a query group.
 
     The output stream queue is bounded unless ``output_queue_check = false``; the query
     is its stream's sole writer unless another query of the group writes it too.
+    ``real_time``: the query runs in Spark's Real-Time Mode (default: the group's
+    ``trigger = "real-time"``; a real-time group run ``--available-now`` runs
+    micro-batches).
 
     Raises:
         SchemaError, SchemaRegistryError: ``encoding = "confluent"`` and the registry
@@ -216,7 +220,7 @@ def sink_options(
         query=query,
         client=dict(config.kafka.client),
         delivery=group.delivery,
-        real_time=group.real_time,
+        real_time=group.real_time if real_time is None else real_time,
         transaction_timeout_ms=real_time_transaction_timeout_ms(group) if group.real_time else None,
     )
 

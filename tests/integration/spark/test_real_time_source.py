@@ -20,6 +20,7 @@ from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.options import SOURCE_NAME
 from tests.integration.helpers import wait_until
+from tests.integration.sweeper.sweeping import sweep_head
 
 
 def start_real_time(
@@ -156,3 +157,38 @@ def test_a_real_time_query_decodes_two_topics_and_dead_letters_what_it_cannot_de
     headers = dict(letters[0].headers() or ())
     assert headers[DLQ_TOPIC].decode() == second
     assert headers[DLQ_REASON]
+
+
+def test_a_real_time_query_reads_its_swept_range_back_from_the_blob(
+    spark: Any, bootstrap: str, tmp_path: Path
+) -> None:
+    topic = f"rtswept.{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: (1, None)})
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(20):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode())
+    assert producer.flush(30) == 0
+    url = sweep_head(bootstrap, topic, 10, tmp_path)  # [0, 10) only in the BLOB now
+    table = f"rtswept_{topic.split('.')[1]}"
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        # From offset 0, below the broker's log start now, as a query that was behind
+        # when the sweeper moved its backlog (a stream's "earliest" is the log start).
+        "startingOffsets": json.dumps({topic: {"0": 0}}),
+        "sweepCatalog": url,
+    }
+    columns = ["offset", "CAST(value AS STRING) AS value"]
+    query = start_real_time(spark, options, columns, table, tmp_path / "checkpoint")
+    try:
+        rows: list[Any] = []
+
+        def read() -> int:
+            rows[:] = spark.sql(f"SELECT * FROM {table}").collect()
+            return len(rows)
+
+        wait_until(lambda: read() >= 20, 60, "the swept and the queued records")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert sorted((r.offset, r.value) for r in rows) == [(i, f"v{i}") for i in range(20)]

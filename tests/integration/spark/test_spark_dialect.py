@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.errors import StreamingQueryException
 
@@ -22,10 +22,8 @@ from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.options import SOURCE_NAME
-from pipeline.swept.blob import blob_name, write_sealed_blob
-from pipeline.swept.catalog import SweepCatalog
-from pipeline.swept.reading import RANGE_CONSUMER, read_partition
 from tests.integration.helpers import offsets_read_available_now, wait_until
+from tests.integration.sweeper.sweeping import deleted_before, sweep_head
 
 
 def _produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> None:
@@ -217,24 +215,15 @@ def test_a_partition_added_later_above_offset_0_fails_or_is_read_from_its_earlie
     assert producer.flush(30) == 0
     # An admin client made before the partition was added keeps answering "no leaders
     # found" for it: a new one each try.
-    wait_until(lambda: _deleted(bootstrap, TopicPartition(topic, 1, 5)), 30, "records deleted")
+    wait_until(
+        lambda: deleted_before(bootstrap, TopicPartition(topic, 1, 5)), 30, "records deleted"
+    )
     with pytest.raises(
         StreamingQueryException,
         match=re.escape(f"added partition {topic}-1 starts from 5 instead of 0"),
     ):
         run(True)
     assert run(False) == [(1, 5), (1, 6), (1, 7)]
-
-
-def _deleted(bootstrap: str, before: TopicPartition) -> bool:
-    """Delete the records before ``before``; False while its leader is not known."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    try:
-        for future in admin.delete_records([before]).values():
-            future.result(30)
-    except KafkaException:
-        return False
-    return True
 
 
 def test_a_batch_query_reads_from_earliest_to_latest_its_swept_range_from_the_blob(
@@ -246,19 +235,7 @@ def test_a_batch_query_reads_from_earliest_to_latest_its_swept_range_from_the_bl
     topic = f"dialect.batch.{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, {topic: (1, None)})
     _produce(bootstrap, topic, per_partition=20, partitions=1)
-    reader = Consumer(
-        {**RANGE_CONSUMER, "bootstrap.servers": bootstrap, "group.id": f"{topic}.sweep"}
-    )
-    path = tmp_path / blob_name(topic, 0, 0, 10)
-    seal = write_sealed_blob(path, read_partition(reader, topic, 0, 0, 10))
-    reader.close()
-    url = f"sqlite:///{tmp_path / 'catalog.db'}"
-    catalog = SweepCatalog(url)
-    catalog.register(
-        topic, 0, 0, 10, path=str(path), size=seal.bytes, tuples=10, now=0.0, seal=seal
-    )
-    catalog.close()
-    wait_until(lambda: _deleted(bootstrap, TopicPartition(topic, 0, 10)), 30, "records deleted")
+    url = sweep_head(bootstrap, topic, 10, tmp_path)
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "sweepCatalog": url}
     rows = (
         _session(spark).read.format(SOURCE_NAME).options(**options).load()
