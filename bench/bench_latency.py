@@ -564,6 +564,12 @@ def main() -> None:
         "rate (--max-rate, else measured) (default 1000,half)",
     )
     parser.add_argument(
+        "--real-time-workloads",
+        default="passthrough,aggregation",
+        help="the real-time rows' queries, comma-separated: passthrough (every flight "
+        "out), aggregation (the per-origin hourly delays) (default: both)",
+    )
+    parser.add_argument(
         "--real-time-seconds",
         type=float,
         default=30.0,
@@ -713,7 +719,14 @@ def real_time_main(args: Any) -> None:
             for s in args.systems.split(",")
             if s
         ]
-        measured = rtl.measure(rates, args.real_time_seconds, args.repeat, Path(tmp), chosen)
+        measured = rtl.measure(
+            rates,
+            args.real_time_seconds,
+            args.repeat,
+            Path(tmp),
+            chosen,
+            tuple(args.real_time_workloads.split(",")),
+        )
     figures = rtl.summary(measured["runs"])
     for failure in measured["failures"]:
         console.print(f"failed run (left out): {failure[:300]}")

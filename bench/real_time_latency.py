@@ -1,6 +1,8 @@
 """Real-Time Mode rows of ``bench_latency.py --real-time``: produce-to-reception latency
-of a pass-through of the flights, Floodgate's real-time query group against Spark's own
-Real-Time Mode, in one process and one SparkSession, one system at a time.
+of a pass-through of the flights (and, ``aggregation``, of the per-origin hourly delays:
+a flight counted when the first output tuple of its origin-hour that counts it
+arrives), Floodgate's real-time query group against Spark's own Real-Time Mode, in one
+process and one SparkSession, one system at a time.
 
 * **Floodgate**: a query group of ``SELECT * FROM flights`` (``conf/flights.toml``'s
   input stream, 2 partitions, to an output stream of the ``flight`` schema keyed
@@ -58,6 +60,8 @@ INTERVAL = "5 seconds"
 TARGET_P99_S = 0.250
 TARGET_RATE = 1_000.0
 KEY_SQL = bsk.KEY_SQL[bsk.PASSTHROUGH_STREAM]
+#: The aggregation workload's output stream and query.
+STREAM = "delays_by_origin_hour"
 
 
 @dataclass
@@ -67,6 +71,8 @@ class RealTimeRun:
     system: str
     rate: float
     n: int
+    #: ``passthrough`` or ``aggregation``.
+    workload: str
     p50_s: float
     p99_s: float
     p999_s: float
@@ -107,6 +113,10 @@ class FirstArrivals:
                 self.received += 1
                 self.first.setdefault(bytes(message.key()), now)
 
+    def done(self, total: int) -> bool:
+        """Whether every one of ``total`` flights arrived."""
+        return len(self.first) >= total
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
@@ -145,6 +155,25 @@ def config_for(topic: str, checkpoints: Path, limit: int) -> dict[str, Any]:
     return raw
 
 
+def aggregation_config_for(topic: str, checkpoints: Path, limit: int) -> dict[str, Any]:
+    """The per-origin hourly aggregation of ``conf/flights.toml`` alone, in real time,
+    reading ``topic``: 2 input partitions and 2 shuffle partitions (4 slots)."""
+    raw = bsk.run_config(topic, 10 * limit, checkpoints, "floodgate_jvm")
+    group = raw["query_group"]
+    group.pop("max_tuples_per_trigger", None)
+    group.update(
+        trigger="real-time",
+        real_time_checkpoint_interval=INTERVAL,
+        delivery="at-least-once",
+        partitions=2,
+    )
+    raw["input_streams"]["flights"].pop("max_event_time_drift_ms", None)
+    raw["queries"].pop("delays_by_carrier_day")
+    raw["output_streams"].pop("delays_by_carrier_day")
+    raw["output_streams"][STREAM]["max_queue_size"] = 10 * limit
+    return raw
+
+
 def start_spark_rtm(spark: Any, raw: dict[str, Any], bootstrap: str) -> Any:
     """Spark's own RTM pass-through, as a PySpark user writes it (module docstring)."""
     from pyspark.sql import functions as F
@@ -157,6 +186,8 @@ def start_spark_rtm(spark: Any, raw: dict[str, Any], bootstrap: str) -> Any:
     schema = json.dumps(flight.schema)
     header = b"\xc3\x01" + flight.fingerprint
     columns = [f["name"] for f in flight.schema["fields"]]
+    if STREAM in raw["output_streams"]:
+        return start_spark_rtm_aggregation(spark, raw, bootstrap)
     out = raw["output_streams"]["flights_copy"]
     flights = (
         spark.readStream.format("kafka")
@@ -183,7 +214,119 @@ def start_spark_rtm(spark: Any, raw: dict[str, Any], bootstrap: str) -> Any:
     )
 
 
-def one_run(spark: Any, system: str, rate: float, limit: int, checkpoints: Path) -> RealTimeRun:
+def start_spark_rtm_aggregation(spark: Any, raw: dict[str, Any], bootstrap: str) -> Any:
+    """Spark's own RTM per-origin hourly aggregation: the flights decoded with
+    ``from_avro``, ``event_time`` and the group's watermark, the query's SQL, each row
+    encoded with ``to_avro`` behind the output schema's header and keyed as Floodgate keys
+    it, Spark's Kafka sink in ``update`` mode."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro, to_avro
+
+    from pipeline.serde.schemas import SchemaRepository
+
+    schemas = SchemaRepository.load()
+    flight, out_schema = schemas.get("flight"), schemas.get(STREAM)
+    stream = raw["input_streams"]["flights"]
+    (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", stream["topic"])
+        .option("startingOffsets", "earliest")
+        .option("kafka.fetch.max.wait.ms", "10")
+        .load()
+        .select(from_avro(F.expr("substring(value, 11)"), json.dumps(flight.schema)).alias("f"))
+        .select("f.*")
+        .withColumn("event_time", F.col(stream["timestamp_field"]))
+        .withWatermark("event_time", stream["watermark"])
+        .createOrReplaceTempView("flights")
+    )
+    columns = [f["name"] for f in out_schema.schema["fields"]]
+    header = b"\xc3\x01" + out_schema.fingerprint
+    return (
+        spark.sql(raw["queries"][STREAM]["sql"])
+        .select(
+            F.expr(bsk.KEY_SQL[STREAM]).alias("key"),
+            F.concat(
+                F.lit(header), to_avro(F.struct(*columns), json.dumps(out_schema.schema))
+            ).alias("value"),
+        )
+        .writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", raw["output_streams"][STREAM]["topic"])
+        .option("checkpointLocation", str(Path(raw["query_group"]["checkpoint_dir"]) / "spark"))
+        .outputMode("update")
+        .trigger(realTime=INTERVAL)
+        .start()
+    )
+
+
+class CountArrivals(FirstArrivals):
+    """A consumer of the aggregation's output noting when each origin-hour's count
+    arrives (``bench_latency.Arrivals``: the i-th flight of an origin-hour is received
+    with the first tuple counting at least i)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        import bench_latency
+
+        from pipeline.serde.codec import StreamCodec
+        from pipeline.serde.schemas import SchemaRepository
+
+        schemas = SchemaRepository.load()
+        self.codec = StreamCodec(STREAM, schemas.get(STREAM), schemas)
+        self.arrivals = bench_latency.Arrivals()
+        super().__init__(bootstrap, topic)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            got = []
+            for message in self.consumer.consume(1_000, 0.05):
+                if message.error() is None:
+                    got.append(self.codec.decode(message.value()))
+            if got:
+                self.received += len(got)
+                self.arrivals(STREAM, got)
+
+    def done(self, total: int) -> bool:
+        counted = sum(max(c for _, c in v) for v in self.arrivals.versions.values())
+        return counted >= total
+
+
+def aggregation_latencies(
+    bootstrap: str, topic: str, arrivals: CountArrivals
+) -> tuple[list[float], int]:
+    """Each flight's latency (s) past the warm-up, by count (``bench_latency``'s
+    attribution), and how many flights no received tuple counts."""
+    import bisect
+
+    import bench_latency
+
+    produced = bench_latency.produce_times(bootstrap, topic)
+    start = min(t for ts in produced.values() for t in ts) + WARMUP_S
+    out: list[float] = []
+    missing = 0
+    for key, times in produced.items():
+        versions = sorted(arrivals.arrivals.versions.get(key, []))
+        counts, best = [], 0
+        for _, count in versions:
+            best = max(best, count)
+            counts.append(best)
+        for i, t in enumerate(times, start=1):
+            v = bisect.bisect_left(counts, i)
+            if v == len(counts):
+                missing += 1
+            elif t >= start:
+                out.append(versions[v][0] - t)
+    return out, missing
+
+
+def one_run(
+    spark: Any,
+    system: str,
+    rate: float,
+    limit: int,
+    checkpoints: Path,
+    workload: str = "passthrough",
+) -> RealTimeRun:
     """One run of ``system`` at ``rate`` tuples/s over the first ``limit`` flights."""
     from pipeline.config import parse_query_group
     from pipeline.demo.replay import ReplayProcess
@@ -191,9 +334,11 @@ def one_run(spark: Any, system: str, rate: float, limit: int, checkpoints: Path)
     from pipeline.spark.query_group import QueryGroup
 
     topic = f"bench.rtm.flights.{uuid.uuid4().hex[:8]}"
-    raw = config_for(topic, checkpoints, limit)
+    aggregation = workload == "aggregation"
+    raw = (aggregation_config_for if aggregation else config_for)(topic, checkpoints, limit)
     config = parse_query_group(raw, env={})
-    out_topic = raw["output_streams"]["flights_copy"]["topic"]
+    query_name = STREAM if aggregation else "copy"
+    out_topic = raw["output_streams"][STREAM if aggregation else "flights_copy"]["topic"]
     with common.fresh_broker() as bootstrap:
         ensure_topics(bootstrap, config.topics())
         common.wait_until_quiet(None)
@@ -203,7 +348,7 @@ def one_run(spark: Any, system: str, rate: float, limit: int, checkpoints: Path)
             group = QueryGroup(config, bootstrap_servers=bootstrap, spark=spark).start()
         else:
             query = start_spark_rtm(spark, raw, bootstrap)
-        arrivals = FirstArrivals(bootstrap, out_topic)
+        arrivals = (CountArrivals if aggregation else FirstArrivals)(bootstrap, out_topic)
         try:
             time.sleep(2.0)  # the first batch's tasks are running
             replayer = ReplayProcess(
@@ -222,9 +367,9 @@ def one_run(spark: Any, system: str, rate: float, limit: int, checkpoints: Path)
             finally:
                 replayer.stop()
             deadline = time.monotonic() + 120
-            while len(arrivals.first) < total and time.monotonic() < deadline:
+            while not arrivals.done(total) and time.monotonic() < deadline:
                 time.sleep(0.2)
-            spark_query = query if query is not None else group.queries()["copy"]  # type: ignore[union-attr]
+            spark_query = query if query is not None else group.queries()[query_name]  # type: ignore[union-attr]
             phases = batch_phases(spark_query)
         finally:
             arrivals.stop()
@@ -233,15 +378,23 @@ def one_run(spark: Any, system: str, rate: float, limit: int, checkpoints: Path)
             if query is not None:
                 with contextlib.suppress(Exception):
                     query.stop()
-        produced = produce_times(bootstrap, topic)
-    missing = [k for k in produced if k not in arrivals.first]
-    if missing:
-        raise RuntimeError(f"{system}: {len(missing)} of {len(produced)} flights never arrived")
-    start = min(produced.values()) + WARMUP_S
-    values = [arrivals.first[k] - t for k, t in produced.items() if t >= start]
+        if aggregation:
+            values, lost = aggregation_latencies(bootstrap, topic, arrivals)  # type: ignore[arg-type]
+            if lost:
+                raise RuntimeError(f"{system}: {lost} flights in no received tuple")
+        else:
+            produced = produce_times(bootstrap, topic)
+            missing = [k for k in produced if k not in arrivals.first]
+            if missing:
+                raise RuntimeError(
+                    f"{system}: {len(missing)} of {len(produced)} flights never arrived"
+                )
+            start = min(produced.values()) + WARMUP_S
+            values = [arrivals.first[k] - t for k, t in produced.items() if t >= start]
     return RealTimeRun(
         system=system,
         rate=rate,
+        workload=workload,
         n=len(values),
         p50_s=common.percentile(values, 0.5),
         p99_s=common.percentile(values, 0.99),
@@ -268,10 +421,12 @@ def measure(
     repeat: int,
     checkpoints: Path,
     systems: list[str] | None = None,
+    workloads: tuple[str, ...] = ("passthrough",),
 ) -> dict[str, Any]:
     """Both systems at each rate, ``repeat`` runs each (order alternating), each run
     ``seconds`` of flights after the warm-up (``systems``: keys of :data:`SYSTEMS`,
-    default both); the runs, and per rate and system the medians over runs."""
+    default both), for each of ``workloads`` (``passthrough``, ``aggregation``); the
+    runs, and per workload, rate and system the medians over runs."""
     from pipeline.spark.session import build_spark_session
 
     common.log_warnings()
@@ -287,21 +442,23 @@ def measure(
     runs: list[RealTimeRun] = []
     failures: list[str] = []
     try:
-        for rate in rates:
+        for workload, rate in [(w, r) for w in workloads for r in rates]:
             limit = int(rate * (seconds + WARMUP_S))
             for r in range(repeat):
                 chosen = systems or list(SYSTEMS)
                 order = chosen if r % 2 == 0 else chosen[::-1]
                 for system in order:
                     try:
-                        run = one_run(spark, system, rate, limit, checkpoints)
+                        run = one_run(spark, system, rate, limit, checkpoints, workload)
                     except Exception as exc:  # one run's failure does not lose the others
-                        failures.append(f"{system} at {rate:,.0f}/s run {r + 1}: {exc!r} {exc}")
+                        failures.append(
+                            f"{workload} {system} at {rate:,.0f}/s run {r + 1}: {exc!r} {exc}"
+                        )
                         console.log(f"FAILED: {failures[-1][:2000]}")
                         continue
                     runs.append(run)
                     console.log(
-                        f"real time, {rate:,.0f} tuples/s, run {r + 1}, {system}: p50 "
+                        f"real time, {workload}, {rate:,.0f} tuples/s, run {r + 1}, {system}: p50 "
                         f"{run.p50_s * 1000:.0f} ms, p99 {run.p99_s * 1000:.0f} ms, p99.9 "
                         f"{run.p999_s * 1000:.0f} ms, max {run.max_s * 1000:.0f} ms ({run.n:,}); "
                         f"batch phases (median ms) {run.phases_ms}"
@@ -319,13 +476,24 @@ def summary(runs: list[RealTimeRun]) -> dict[str, Any]:
     from rich.table import Table
 
     out: dict[str, Any] = {}
-    table = Table(title="real-time mode, produce -> reception latency, pass-through (ms)")
-    for column in ("tuples/s", "system", "runs", "p50", "p99 (min-max)", "p99.9", "max"):
+    table = Table(title="real-time mode, produce -> reception latency (ms)")
+    for column in (
+        "workload",
+        "tuples/s",
+        "system",
+        "runs",
+        "p50",
+        "p99 (min-max)",
+        "p99.9",
+        "max",
+    ):
         table.add_column(column, justify="left" if column == "system" else "right")
-    for rate in sorted({r.rate for r in runs}):
+    for workload, rate in sorted({(r.workload, r.rate) for r in runs}):
         per: dict[str, Any] = {}
         for system in SYSTEMS:
-            rs = [r for r in runs if r.rate == rate and r.system == system]
+            rs = [
+                r for r in runs if r.rate == rate and r.system == system and r.workload == workload
+            ]
             if not rs:
                 continue
             p99s = [r.p99_s * 1000 for r in rs]
@@ -339,6 +507,7 @@ def summary(runs: list[RealTimeRun]) -> dict[str, Any]:
             }
             per[system] = f
             table.add_row(
+                workload,
                 f"{rate:,.0f}",
                 SYSTEMS[system].split(":")[0].split(",")[0],
                 str(len(rs)),
@@ -355,7 +524,7 @@ def summary(runs: list[RealTimeRun]) -> dict[str, Any]:
             }
             if rate == TARGET_RATE:
                 per["targets"]["p99_at_most_target"] = fg["p99_ms"] <= TARGET_P99_S * 1000
-        out[f"{rate:.0f}"] = per
+        out[f"{workload} {rate:.0f}"] = per
     console.print(table)
     for rate, per in out.items():
         if "targets" in per:
