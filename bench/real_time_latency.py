@@ -128,10 +128,11 @@ def produce_times(bootstrap: str, topic: str) -> dict[bytes, float]:
     return {bytes(m.key()): m.timestamp()[1] / 1000 for m in read_all(bootstrap, topic)}
 
 
-def config_for(topic: str, checkpoints: Path, limit: int) -> dict[str, Any]:
-    """The pass-through real-time group reading ``topic``."""
+def real_time_config(topic: str, checkpoints: Path, limit: int) -> dict[str, Any]:
+    """``conf/flights.toml`` reading ``topic`` as a real-time group: 2 input partitions,
+    at least once, no cap on a batch, no event-time alignment (the caller keeps the
+    queries it measures)."""
     raw = bsk.run_config(topic, 10 * limit, checkpoints, "floodgate_jvm")
-    run = raw["query_group"]["name"]
     group = raw["query_group"]
     group.pop("max_tuples_per_trigger", None)
     group.update(
@@ -141,9 +142,15 @@ def config_for(topic: str, checkpoints: Path, limit: int) -> dict[str, Any]:
         partitions=2,
     )
     raw["input_streams"]["flights"].pop("max_event_time_drift_ms", None)
+    return raw
+
+
+def config_for(topic: str, checkpoints: Path, limit: int) -> dict[str, Any]:
+    """The pass-through real-time group reading ``topic``."""
+    raw = real_time_config(topic, checkpoints, limit)
     raw["output_streams"] = {
         "flights_copy": {
-            "topic": f"bench.flights.copy.{run}",
+            "topic": f"bench.flights.copy.{raw['query_group']['name']}",
             "schema": "flight",
             "key": ["carrier", "flight", "time_hour"],
             "max_queue_size": 10 * limit,
@@ -158,16 +165,7 @@ def config_for(topic: str, checkpoints: Path, limit: int) -> dict[str, Any]:
 def aggregation_config_for(topic: str, checkpoints: Path, limit: int) -> dict[str, Any]:
     """The per-origin hourly aggregation of ``conf/flights.toml`` alone, in real time,
     reading ``topic``: 2 input partitions and 2 shuffle partitions (4 slots)."""
-    raw = bsk.run_config(topic, 10 * limit, checkpoints, "floodgate_jvm")
-    group = raw["query_group"]
-    group.pop("max_tuples_per_trigger", None)
-    group.update(
-        trigger="real-time",
-        real_time_checkpoint_interval=INTERVAL,
-        delivery="at-least-once",
-        partitions=2,
-    )
-    raw["input_streams"]["flights"].pop("max_event_time_drift_ms", None)
+    raw = real_time_config(topic, checkpoints, limit)
     raw["queries"].pop("delays_by_carrier_day")
     raw["output_streams"].pop("delays_by_carrier_day")
     raw["output_streams"][STREAM]["max_queue_size"] = 10 * limit
