@@ -555,7 +555,9 @@ def main() -> None:
         "--real-time",
         action="store_true",
         help="measure the Real-Time Mode rows instead (real_time_latency.py): Floodgate's "
-        "real-time group against Spark's own RTM, at --real-time-rates",
+        "real-time group against Spark's own RTM, at --real-time-rates; with "
+        "--systems floodgate-exactly-once, Floodgate's group with exactly-once delivery "
+        "alone (bench/out/latency_real_time_exactly_once.json)",
     )
     parser.add_argument(
         "--real-time-rates",
@@ -715,7 +717,11 @@ def real_time_main(args: Any) -> None:
     uptime = Path("/proc/loadavg").read_text().strip()
     with tempfile.TemporaryDirectory(prefix="floodgate-latency-rtm-") as tmp:
         chosen = [
-            {"floodgate": "floodgate_rtm", "peer": "spark_rtm"}[s]
+            {
+                "floodgate": "floodgate_rtm",
+                "peer": "spark_rtm",
+                "floodgate-exactly-once": "floodgate_rtm_exactly_once",
+            }[s]
             for s in args.systems.split(",")
             if s
         ]
@@ -730,7 +736,11 @@ def real_time_main(args: Any) -> None:
     figures = rtl.summary(measured["runs"])
     for failure in measured["failures"]:
         console.print(f"failed run (left out): {failure[:300]}")
-    path = args.json.with_name("latency_real_time.json")
+    # Exactly once alone is a row of its own (no baseline): its own file.
+    exactly_once_only = chosen == ["floodgate_rtm_exactly_once"]
+    path = args.json.with_name(
+        "latency_real_time_exactly_once.json" if exactly_once_only else "latency_real_time.json"
+    )
     common.write_results(
         path,
         "produce-to-reception latency in Spark's Real-Time Mode, Floodgate and Spark's own",

@@ -74,9 +74,11 @@ class QueryGroupSection(StreamSettings):
     readers see it then, and a replay writes nothing twice. ``at-least-once``: an
     idempotent producer without transactions sends each tuple at once, readable as
     soon as the broker has it; a batch replayed after a crash writes its tuples again
-    (duplicates, never a loss). ``trigger = "real-time"`` requires ``at-least-once``:
-    Spark replays a real-time batch cut short with a new end, which a write task's
-    batch marker cannot tell (docs/real-time-mode.md)."""
+    (duplicates, never a loss). With ``trigger = "real-time"``, ``exactly-once`` makes
+    output visible once per ``real_time_checkpoint_interval`` and needs a query with no
+    shuffle (a write task commits the input position its output covers); a query with
+    a shuffle, such as an aggregation, takes ``at-least-once``
+    (docs/real-time-mode.md)."""
     no_data_micro_batches: bool = True
     """Whether a query runs a micro-batch with no new tuples when the watermark has
     moved (Spark's ``spark.sql.streaming.noDataMicroBatches.enabled``, set on the group's

@@ -424,7 +424,13 @@ class QueryGroup:
             self._queries[name] = running
             self._by_id[str(query.id)] = running
         if group.real_time and not available_now:
-            real_time.check_plan(spark, query, query_group=self.name, name=name)
+            real_time.check_plan(
+                spark,
+                query,
+                query_group=self.name,
+                name=name,
+                exactly_once=group.delivery == "exactly-once",
+            )
 
     # -- progress ------------------------------------------------------------
 

@@ -14,13 +14,14 @@ it starts instead, and each refusal names the key or the query and the reason
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from pipeline.config import QueryGroupConfig
 from pipeline.config.query_group import QueryGroupSection
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, compact_error
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,7 @@ def session_settings(config: QueryGroupConfig) -> dict[str, str]:
 def check_real_time(config: QueryGroupConfig, spark: SparkSession) -> None:
     """Refuse, before any query starts, a real-time group that Spark cannot run.
 
-    Refused: ``delivery = "exactly-once"`` (a batch replayed after a crash has a new
-    end, which a write task's batch marker cannot tell); a query whose ``output_mode``
-    is not ``update`` (Spark's
+    Refused: a query whose ``output_mode`` is not ``update`` (Spark's
     ``UnsupportedOperationChecker`` for Real-Time Mode); a read that caps, splits or
     aligns a batch (``max_tuples_per_trigger`` set, ``max_event_time_drift_ms``): a
     real-time batch has no end offset (Spark's Kafka source refuses
@@ -87,18 +86,6 @@ def check_real_time(config: QueryGroupConfig, spark: SparkSession) -> None:
         ConfigError: naming the key (and query or stream) and why.
     """
     group = config.query_group
-    if group.delivery != "at-least-once":
-        raise ConfigError(
-            f"query_group.delivery = {group.delivery!r} with trigger = 'real-time': Spark "
-            "logs a real-time batch's end offsets only after its write tasks have "
-            "committed, and replays a batch cut short from its start with a new end; a "
-            "write task committed before the crash would then skip the replay's rows past "
-            "what it wrote, and lose them. Set delivery = 'at-least-once' (duplicates "
-            "after a crash, never a loss)",
-            key="query_group.delivery",
-            value=group.delivery,
-            allowed="at-least-once with trigger = 'real-time'",
-        )
     for name, query in config.queries.items():
         if query.output_mode != "update":
             raise ConfigError(
@@ -196,11 +183,20 @@ def _ms(spark: SparkSession, text: str) -> int:
 
 
 def check_plan(
-    spark: SparkSession, query: Any, *, query_group: str, name: str, timeout_s: float = 60.0
+    spark: SparkSession,
+    query: Any,
+    *,
+    query_group: str,
+    name: str,
+    exactly_once: bool,
+    timeout_s: float = 60.0,
 ) -> None:
     """Refuse a started real-time query whose plan holds an operator Spark's Real-Time
     Mode does not run (``RealTimeModeAllowlist``: the check the group's session turns
-    off with the sink's, done here for operators only).
+    off with the sink's, done here for operators only), or, with ``delivery =
+    "exactly-once"``, a shuffle: a real-time write task commits the input position its
+    rows came from (the JVM sink's ``InputMarker``), which it knows only when it reads
+    its input itself, as it does in a query with no shuffle.
 
     Spark plans the first real-time batch right after the start; this waits for that
     plan, then checks it.
@@ -209,11 +205,13 @@ def check_plan(
         spark: the group's SparkSession.
         query: the started ``StreamingQuery``.
         query_group, name: the group's and the query's names, for the error.
+        exactly_once: the group's ``delivery`` is ``exactly-once``.
         timeout_s: how long to wait for the first plan, s; a query that ended or has no
             plan by then is left to the group's own failure handling.
 
     Raises:
-        ConfigError: an operator is not on Spark's list (Spark's message names it).
+        ConfigError: an operator is not on Spark's list (Spark's message names it), or
+            a shuffle with exactly-once delivery (naming the shuffle).
     """
     import time
 
@@ -233,14 +231,33 @@ def check_plan(
     except Exception as exc:
         raise ConfigError(
             f"query group {query_group} query {name}: Spark's real-time mode does not run "
-            f"this query: {_first_line(exc)}",
+            f"this query: {compact_error(exc)}",
             key=f"queries.{name}.sql",
             allowed="a query real-time mode runs (docs/real-time-mode.md)",
         ) from exc
+    shuffle = shuffle_of(last.executedPlan().treeString())
+    if exactly_once and shuffle is not None:
+        raise ConfigError(
+            f"query group {query_group} query {name}: delivery = 'exactly-once' in real "
+            f"time needs a query with no shuffle, and this one has {shuffle!r}: its write "
+            "tasks do not read the input themselves, so they cannot commit the input "
+            "position their output covers; set delivery = 'at-least-once' (an update-mode "
+            "output keyed by its group key stays correct for a reader that keeps the latest "
+            "tuple per key)",
+            key="query_group.delivery",
+            value="exactly-once",
+            allowed="at-least-once for a real-time query with a shuffle",
+        )
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    for marker in ("org.apache.spark.", "pyspark.errors."):
-        text = text.split(f"\n{marker}", 1)[0]
-    return text.splitlines()[0] if text else type(exc).__name__
+#: A shuffle in a physical plan's tree string: Spark's ``ShuffleExchangeExec`` is
+#: printed ``Exchange <partitioning>``; a broadcast (``BroadcastExchange``) stays in
+#: the task that reads the stream, and a reused exchange is a shuffle already found.
+_SHUFFLE = re.compile(r"^[\s:+\-]*(Exchange \S.*)$", re.MULTILINE)
+
+
+def shuffle_of(plan: str) -> str | None:
+    """The first shuffle in a physical plan's tree string (Spark's
+    ``SparkPlan.treeString``), without its plan id; ``None`` when it has none."""
+    found = _SHUFFLE.search(plan)
+    return None if found is None else re.sub(r",? \[plan_id=\d+\]", "", found.group(1)).strip()

@@ -1,6 +1,7 @@
 """Query groups in Spark's Real-Time Mode (``trigger = "real-time"``): the JVM source's
-long-running tasks hand each tuple to the JVM sink as it is read, in both deliveries,
-and what the mode cannot run is refused at start naming the key and the reason."""
+long-running tasks hand each tuple to the JVM sink as it is read, in both deliveries
+(exactly once: a transaction per task and batch, visible at the batch's end), and what
+the mode cannot run is refused at start naming the key and the reason."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def real_time_raw(run_id: str, tmp_path: Path, **group: Any) -> dict[str, Any]:
     return real_time(raw, **group)
 
 
-def test_a_real_time_group_writes_every_tuple_once_across_batches(
+def test_a_real_time_group_writes_every_tuple_exactly_once_across_batches(
     run_id: str,
     tmp_path: Path,
     bootstrap: str,
@@ -45,7 +46,8 @@ def test_a_real_time_group_writes_every_tuple_once_across_batches(
     start_query_group: Callable[..., QueryGroup],
     schemas: SchemaRepository,
 ) -> None:
-    config = parse_query_group(real_time_raw(run_id, tmp_path), env={})
+    raw = real_time_raw(run_id, tmp_path, delivery="exactly-once")
+    config = parse_query_group(raw, env={})
     first, second = flights[:500], flights[500:1_000]
     produce(config, first)
     group = start_query_group(config, registry=CollectorRegistry())
@@ -71,10 +73,6 @@ def test_a_real_time_group_refuses_what_the_mode_cannot_run(
     tmp_path: Path,
     start_query_group: Callable[..., QueryGroup],
 ) -> None:
-    raw = real_time_raw(run_id, tmp_path, delivery="exactly-once")
-    with pytest.raises(ConfigError, match=r"query_group\.delivery = 'exactly-once' with trigger"):
-        start_query_group(parse_query_group(raw, env={}))
-
     raw = real_time_raw(run_id, tmp_path)
     raw["queries"]["copy"]["output_mode"] = "append"
     with pytest.raises(ConfigError, match=r"queries\.copy\.output_mode = 'append'.*'update'"):
@@ -106,8 +104,14 @@ def test_the_per_origin_hourly_aggregation_runs_in_real_time(
     raw["queries"].pop("delays_by_carrier_day")
     raw["output_streams"].pop("delays_by_carrier_day")
     # One input partition and one shuffle partition: two slots for the whole batch.
-    real_time(raw, partitions=1)
+    real_time(raw, partitions=1, delivery="exactly-once")
     raw["spark"]["conf"]["spark.sql.shuffle.partitions"] = 1
+    # Exactly once needs the write task to read its input: refused after a shuffle.
+    with pytest.raises(
+        ConfigError, match=r"delivery = 'exactly-once' in real time needs a query with no shuffle"
+    ):
+        start_query_group(parse_query_group(raw, env={}))
+    raw["query_group"]["delivery"] = "at-least-once"
     config = parse_query_group(raw, env={})
     records = flights[:1_000]
     produce(config, records)

@@ -2,6 +2,7 @@ package io.floodgate.spark.read;
 
 import io.floodgate.spark.KafkaClients;
 import io.floodgate.spark.RealTimeEnds;
+import io.floodgate.spark.RealTimeReads;
 import io.floodgate.spark.SourceOptions;
 import io.floodgate.spark.deadletter.DeadLetterWriter;
 import io.floodgate.spark.offsets.KafkaPartitionOffset;
@@ -158,6 +159,12 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
   /** The next offset of the current range to read: the last record taken, plus one. */
   private long nextOffset;
 
+  /** The offset of the record the last row came from; -1 before the first. */
+  private long lastRowOffset = -1;
+
+  /** Whether this real-time reader told its task's sink where it stands ({@link RealTimeReads}). */
+  private boolean registered;
+
   /** Polls in a row that returned nothing at the same position. */
   private int stalledPolls;
 
@@ -248,6 +255,7 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
         nextOffset = record.offset() + 1;
         if (toRow(record)) {
           rowsRead++;
+          lastRowOffset = record.offset();
           return true;
         }
       }
@@ -277,6 +285,10 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
       // The sink has no room for more: the task ends here, at the next offset to read.
       deadlineReached = true;
       return RecordStatus.newStatusWithoutArrivalTime(false);
+    }
+    if (!registered) {
+      registered = true;
+      RealTimeReads.register(new Standing());
     }
     deadlineMs = System.currentTimeMillis() + Math.max(0, timeoutMs);
     deadlineReached = false;
@@ -308,6 +320,9 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
   @Override
   public void close() {
     RealTimeEnds.clear();
+    if (registered) {
+      RealTimeReads.unregister();
+    }
     try {
       if (!rangeDone && !deadlineReached && consumer != null) {
         // The task ends inside a range: it failed, was killed, or Spark stopped early. A
@@ -322,6 +337,25 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
       if (consumer != null) {
         discardConsumer();
       }
+    }
+  }
+
+  /** Where this real-time reader stands, for the sink of its task ({@link RealTimeReads}). */
+  private final class Standing implements RealTimeReads.Position {
+    @Override
+    public TopicPartition inputPartition() {
+      KafkaPartitionOffset at = getOffset();
+      return new TopicPartition(at.topic(), at.partition());
+    }
+
+    @Override
+    public long lastRowOffset() {
+      return lastRowOffset;
+    }
+
+    @Override
+    public long nextOffset() {
+      return getOffset().offset();
     }
   }
 

@@ -4,12 +4,14 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.ListConsumerGroupOffsetsOptions;
+import org.apache.kafka.clients.admin.ListConsumerGroupOffsetsSpec;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
@@ -59,11 +61,7 @@ public final class BatchMarker {
 
   /** The offset commit of batch {@code batch} with {@code tuples} written. */
   public Map<TopicPartition, OffsetAndMetadata> of(long batch, long tuples) {
-    ObjectNode marker = JSON.createObjectNode();
-    marker.put("query_id", queryId);
-    marker.put("batch", batch);
-    marker.put("tuples", tuples);
-    return Map.of(partition, new OffsetAndMetadata(batch, marker.toString()));
+    return Map.of(partition, new OffsetAndMetadata(batch, metadata(queryId, batch, tuples)));
   }
 
   /**
@@ -73,14 +71,25 @@ public final class BatchMarker {
    * @throws IllegalStateException the broker did not answer within {@link #READ_TIMEOUT_MS}
    */
   public long lastCommitted(Admin admin) {
+    return lastCommitted(queryId, committed(admin, group, partition));
+  }
+
+  /**
+   * The stable commit of consumer group {@code group} on {@code partition} ({@code requireStable},
+   * KIP-447: the broker answers once no transaction of the group on it is pending), {@code null}
+   * for none.
+   *
+   * @throws IllegalStateException the broker did not answer within {@link #READ_TIMEOUT_MS}
+   */
+  static OffsetAndMetadata committed(Admin admin, String group, TopicPartition partition) {
     try {
-      Map<TopicPartition, OffsetAndMetadata> committed =
-          admin
-              .listConsumerGroupOffsets(
-                  group, new ListConsumerGroupOffsetsOptions().requireStable(true))
-              .partitionsToOffsetAndMetadata()
-              .get(READ_TIMEOUT_MS, TimeUnit.MILLISECONDS);
-      return lastCommitted(queryId, committed.get(partition));
+      return admin
+          .listConsumerGroupOffsets(
+              Map.of(group, new ListConsumerGroupOffsetsSpec().topicPartitions(List.of(partition))),
+              new ListConsumerGroupOffsetsOptions().requireStable(true))
+          .partitionsToOffsetAndMetadata(group)
+          .get(READ_TIMEOUT_MS, TimeUnit.MILLISECONDS)
+          .get(partition);
     } catch (ExecutionException | TimeoutException e) {
       Throwable cause = e instanceof ExecutionException ? e.getCause() : e;
       throw new IllegalStateException(
@@ -91,19 +100,31 @@ public final class BatchMarker {
     }
   }
 
-  /** The batch a commit marks for query {@code queryId}, -1 when it marks none of its batches. */
-  static long lastCommitted(String queryId, OffsetAndMetadata committed) {
+  /** A marker's metadata when it names query {@code queryId}, else {@code null}. */
+  static JsonNode ofQuery(String queryId, OffsetAndMetadata committed) {
     if (committed == null || committed.metadata() == null || committed.metadata().isEmpty()) {
-      return -1;
+      return null;
     }
     try {
       JsonNode marker = JSON.readTree(committed.metadata());
-      if (!queryId.equals(marker.path("query_id").asText(null))) {
-        return -1;
-      }
-      return marker.path("batch").asLong(-1);
+      return queryId.equals(marker.path("query_id").asText(null)) ? marker : null;
     } catch (IOException e) {
-      return -1;
+      return null;
     }
+  }
+
+  /** The metadata of a marker of query {@code queryId}: its batch and the tuples it wrote. */
+  static String metadata(String queryId, long batch, long tuples) {
+    ObjectNode marker = JSON.createObjectNode();
+    marker.put("query_id", queryId);
+    marker.put("batch", batch);
+    marker.put("tuples", tuples);
+    return marker.toString();
+  }
+
+  /** The batch a commit marks for query {@code queryId}, -1 when it marks none of its batches. */
+  static long lastCommitted(String queryId, OffsetAndMetadata committed) {
+    JsonNode marker = ofQuery(queryId, committed);
+    return marker == null ? -1 : marker.path("batch").asLong(-1);
   }
 }

@@ -1,14 +1,19 @@
 package io.floodgate.spark.write;
 
 import io.floodgate.spark.RealTimeEnds;
+import io.floodgate.spark.RealTimeReads;
 import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.atomic.AtomicReference;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.Callback;
 import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.write.DataWriter;
@@ -44,9 +49,15 @@ import org.slf4j.LoggerFactory;
  * at once, and a bounded queue is checked as they go ({@link #admitNext}). The task may send while
  * its tuples fit in its share; when they no longer do, it reads how far the queue's readers got and
  * may add its share of what they consumed since the batch began. When they consumed nothing more,
- * it sleeps and reads again, as above, then gives up, and the group is held. A real-time task is
- * always at-least-once ({@link SinkOptions}): what it sent before it gave up stays, and the replay
- * after the release sends it again.
+ * it sleeps and reads again, as above, then gives up, and the group is held.
+ *
+ * <p>A real-time task with exactly-once delivery writes its whole batch in one transaction, so its
+ * output reaches {@code read_committed} readers at the batch's end, and commits with it the input
+ * position it read to ({@link InputMarker}) instead of a batch marker: its reader runs in the same
+ * task ({@link RealTimeReads}, a query with no shuffle), so each row's input offset is known, and a
+ * task run again after a crash skips the rows from offsets its marker covers. With at-least-once
+ * what a real-time task sent before it gave up stays, and the replay after the release sends it
+ * again.
  *
  * <p>With {@code delivery = at-least-once} ({@link SinkOptions#exactlyOnce()} false) the task's
  * idempotent producer sends with no transaction and no batch marker: each tuple is readable once
@@ -66,6 +77,17 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   private final long batch;
   private final String transactionalId;
   private final BatchMarker marker;
+
+  /** A real-time task's marker, with exactly-once delivery. */
+  private final InputMarker inputMarker;
+
+  /** Where a real-time task's reader stands, with exactly-once delivery. */
+  private RealTimeReads.Position source;
+
+  /** A real-time task's input partition; rows from offsets below {@link #skipBelow} are skipped. */
+  private TopicPartition input;
+
+  private long skipBelow = -1;
   private final AtomicReference<Exception> sendError = new AtomicReference<>();
   private final Callback onSent =
       (metadata, error) -> {
@@ -123,6 +145,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     this.batch = batch;
     this.transactionalId = options.transactionalId(partition);
     this.marker = new BatchMarker(queryId, transactionalId, options.topic);
+    this.inputMarker = new InputMarker(queryId, options.transactionalIdPrefix);
   }
 
   @Override
@@ -133,6 +156,13 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     if (skipping) {
       skipped++;
       return;
+    }
+    if (source != null && !inTransaction) {
+      if (source.lastRowOffset() < skipBelow) {
+        skipped++; // committed before a crash, in this batch's first run or an earlier batch
+        return;
+      }
+      begin();
     }
     byte[] key = encoder.key(row);
     byte[] value = encoder.value(row);
@@ -186,6 +216,10 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     if (!options.exactlyOnce()) {
       return;
     }
+    if (options.realTime) {
+      startRealTime();
+      return;
+    }
     long committed = clients.lastCommitted(marker);
     if (committed >= batch) {
       skipping = true;
@@ -200,6 +234,39 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     }
     if (!options.bounded()) {
       begin();
+    }
+  }
+
+  /**
+   * Find the task's reader and the input offset below which its output is committed.
+   *
+   * @throws IllegalStateException the task reads no input of its own (a shuffle lies between the
+   *     source and the sink), so its rows' input offsets are unknown
+   */
+  private void startRealTime() {
+    source = clients.sourcePosition();
+    if (source == null) {
+      throw new IllegalStateException(
+          options.where()
+              + ": real-time batch "
+              + batch
+              + " task "
+              + partition
+              + ": exactly-once delivery in real time needs the source's reader in the write task,"
+              + " and this task reads none (a shuffle lies between them: an aggregation, a"
+              + " join); set delivery = 'at-least-once'");
+    }
+    input = source.inputPartition();
+    skipBelow = clients.writtenTo(inputMarker, input);
+    if (skipBelow > source.lastRowOffset()) {
+      LOG.info(
+          "{}: real-time batch {} task {}: the output of {} below offset {} was committed before;"
+              + " its rows are skipped",
+          options.where(),
+          batch,
+          partition,
+          input,
+          skipBelow);
     }
   }
 
@@ -252,7 +319,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
       // that gave up gives up too, or the batch would end as if its output had fit.
       GaveUp.again(queryId, batch, partition, attemptNumber());
     }
-    if (!started || skipping) {
+    if (!started || skipping || (source != null && !inTransaction)) {
       release();
       return new TaskCommit(partition, 0, skipped, 0);
     }
@@ -273,10 +340,10 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     SinkFailpoints.reach("records-sent", batch, attempt);
     if (!options.exactlyOnce()) {
       release();
-      return new TaskCommit(partition, written, 0, sleeps);
+      return new TaskCommit(partition, written, skipped, sleeps);
     }
     requireConnected("while its records were sent");
-    producer.sendOffsetsToTransaction(marker.of(batch, written), marker.groupMetadata());
+    producer.sendOffsetsToTransaction(committedWith(), committedBy());
     SinkFailpoints.reach("before-commit", batch, attempt);
     requireConnected("before its commit");
     producer.commitTransaction();
@@ -284,7 +351,18 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     ConnectionWatch.closed(watched);
     SinkFailpoints.reach("after-commit", batch, attempt);
     release();
-    return new TaskCommit(partition, written, 0, sleeps);
+    return new TaskCommit(partition, written, skipped, sleeps);
+  }
+
+  /** The marker the task's transaction commits: its input position in real time, else its batch. */
+  private Map<TopicPartition, OffsetAndMetadata> committedWith() {
+    return source != null
+        ? inputMarker.of(input, source.nextOffset(), batch, written)
+        : marker.of(batch, written);
+  }
+
+  private ConsumerGroupMetadata committedBy() {
+    return source != null ? inputMarker.groupMetadata() : marker.groupMetadata();
   }
 
   /**

@@ -33,8 +33,9 @@ import java.util.Map;
  *       at-least-once} (an idempotent producer, each tuple sent at once, no transaction: a replayed
  *       batch writes its tuples again);
  *   <li>{@code realTime}: the query runs in Spark's Real-Time Mode, where a write task lasts the
- *       whole batch: a bounded queue is checked as the task's tuples go out ({@link
- *       KafkaDataWriter});
+ *       whole batch: a bounded queue is checked as the task's tuples go out, and with {@code
+ *       exactly-once} the task's transaction lasts the batch and commits its input position ({@link
+ *       KafkaDataWriter}, {@link InputMarker});
  *   <li>{@code transactionTimeoutMs}: the producers' {@code transaction.timeout.ms} (default {@link
  *       TransactionalProducers#TRANSACTION_TIMEOUT_MS}), longer than a task's transaction;
  *   <li>{@code queryGroup}, {@code query}: names for errors and logs.
@@ -160,12 +161,6 @@ public final class SinkOptions implements Serializable {
               + String.join(", ", DELIVERIES));
     }
     realTime = bool(opts, "realTime", false);
-    if (realTime && exactlyOnce()) {
-      throw refuse(
-          "option 'realTime' = 'true' needs option 'delivery' = 'at-least-once': Spark logs a"
-              + " real-time batch's end only after its tasks committed and replays a batch cut"
-              + " short with a new end, past what a committed task's batch marker covers");
-    }
     Long timeout = whole(opts, "transactionTimeoutMs", 1);
     transactionTimeoutMs =
         timeout == null ? TransactionalProducers.TRANSACTION_TIMEOUT_MS : timeout;

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.floodgate.spark.RealTimeReads;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Deque;
@@ -47,6 +48,8 @@ class KafkaDataWriterTest {
   private static final class Clients implements TaskClients {
     final MockProducer<byte[], byte[]> producer;
     long committedBatch = -1;
+    long writtenTo = -1;
+    Reading source;
     final Deque<OutputQueue.Reading> readings = new ArrayDeque<>();
     final List<String> given = new ArrayList<>();
 
@@ -74,8 +77,38 @@ class KafkaDataWriterTest {
     }
 
     @Override
+    public long writtenTo(InputMarker marker, TopicPartition input) {
+      return writtenTo;
+    }
+
+    @Override
+    public RealTimeReads.Position sourcePosition() {
+      return source;
+    }
+
+    @Override
     public OutputQueue.Reading queueReading() {
       return readings.isEmpty() ? new OutputQueue.Reading(0, 0) : readings.pop();
+    }
+  }
+
+  /** A real-time task's reader, moved by the test: the row written next came from {@code last}. */
+  private static final class Reading implements RealTimeReads.Position {
+    long last = -1;
+
+    @Override
+    public TopicPartition inputPartition() {
+      return new TopicPartition("in", 2);
+    }
+
+    @Override
+    public long lastRowOffset() {
+      return last;
+    }
+
+    @Override
+    public long nextOffset() {
+      return last + 1;
     }
   }
 
@@ -289,10 +322,52 @@ class KafkaDataWriterTest {
   }
 
   @Test
-  void realTimeExactlyOnceIsRefused() {
-    IllegalArgumentException refused =
-        assertThrows(IllegalArgumentException.class, () -> options(Map.of("realTime", "true")));
-    assertTrue(refused.getMessage().contains("needs option 'delivery' = 'at-least-once'"));
+  void aRealTimeExactlyOnceTaskSkipsRowsItsInputMarkerCoversAndCommitsWhereItsReaderStands()
+      throws Exception {
+    Clients clients = new Clients();
+    clients.source = new Reading();
+    clients.writtenTo = 12; // a first run of the batch wrote the rows of offsets 10 and 11
+    Map<String, String> exactly = Map.of("realTime", "true", "maxQueueSize", "100");
+    KafkaDataWriter task = writer(options(exactly), clients, 0, 1, 100);
+    for (long offset = 10; offset < 14; offset++) {
+      clients.source.last = offset;
+      task.write(row("AA", offset));
+    }
+    assertEquals(new TaskCommit(0, 2, 2, 0), task.commit());
+    assertTrue(clients.producer.transactionCommitted());
+    assertEquals(2, clients.producer.history().size());
+    OffsetAndMetadata marker =
+        clients
+            .producer
+            .consumerGroupOffsetsHistory()
+            .get(0)
+            .get("g.copy.sink.input")
+            .get(new TopicPartition("in", 2));
+    assertEquals(14, marker.offset()); // the reader's next offset
+    assertEquals(14, InputMarker.writtenTo("q-1", marker));
+    assertEquals(-1, InputMarker.writtenTo("another query", marker));
+  }
+
+  @Test
+  void aRealTimeExactlyOnceTaskWhoseRowsTheMarkerAllCoversWritesNothing() throws Exception {
+    Clients clients = new Clients();
+    clients.source = new Reading();
+    clients.writtenTo = 20;
+    KafkaDataWriter task = writer(options(Map.of("realTime", "true")), clients, 0, 1, 100);
+    clients.source.last = 19;
+    task.write(row("AA", 19));
+    assertEquals(new TaskCommit(0, 0, 1, 0), task.commit());
+    assertFalse(clients.producer.transactionInFlight());
+    assertTrue(clients.producer.consumerGroupOffsetsHistory().isEmpty());
+  }
+
+  @Test
+  void aRealTimeExactlyOnceTaskWithNoReaderOfItsOwnFailsNamingTheShuffle() {
+    Clients clients = new Clients();
+    KafkaDataWriter task = writer(options(Map.of("realTime", "true")), clients, 0, 1, 100);
+    IllegalStateException refused =
+        assertThrows(IllegalStateException.class, () -> task.write(row("AA", 1)));
+    assertTrue(refused.getMessage().contains("a shuffle lies between them"), refused.getMessage());
   }
 
   /** A task of a real-time batch of a query of its own (a batch's shares are kept per JVM). */

@@ -1,0 +1,56 @@
+package io.floodgate.spark;
+
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.spark.TaskContext;
+
+/**
+ * Where the source reader of each running real-time task stands, for the sink of the same task.
+ *
+ * <p>In a query with no shuffle, Spark's Real-Time Mode reads and writes a batch in one task
+ * thread: the write task's rows come from its reader one by one, each before the reader reads
+ * another record. So the sink can tell which input offset a row came from, and commit, with its
+ * output, the position its input was read to, as Kafka's read-process-write pattern commits input
+ * offsets in the producer's transaction ({@code sendOffsetsToTransaction}). After a shuffle the
+ * write task has no reader of its own, and {@link #current} is {@code null}.
+ */
+public final class RealTimeReads {
+  /** Where a real-time task's reader stands in its one input partition. */
+  public interface Position {
+    /** The input topic-partition the task reads. */
+    TopicPartition inputPartition();
+
+    /** The offset of the record the last row handed on came from; -1 before the first. */
+    long lastRowOffset();
+
+    /** The next offset to read: where the task's part of the batch ends if it ends now. */
+    long nextOffset();
+  }
+
+  private static final Map<Long, Position> READING = new ConcurrentHashMap<>();
+
+  private RealTimeReads() {}
+
+  /** The running task's reader stands at {@code position} (called from the task's thread). */
+  public static void register(Position position) {
+    TaskContext task = TaskContext.get();
+    if (task != null) {
+      READING.put(task.taskAttemptId(), position);
+    }
+  }
+
+  /** The running task's reader has closed. */
+  public static void unregister() {
+    TaskContext task = TaskContext.get();
+    if (task != null) {
+      READING.remove(task.taskAttemptId());
+    }
+  }
+
+  /** The running task's reader, {@code null} when the task reads none (after a shuffle). */
+  public static Position current() {
+    TaskContext task = TaskContext.get();
+    return task == null ? null : READING.get(task.taskAttemptId());
+  }
+}
