@@ -66,11 +66,18 @@ def committed_and_end(bootstrap: str, group: str, topic: str) -> tuple[int, int]
         consumer.close()
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, log_path: Path) -> None:
+def wait_until(
+    predicate: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    log_path: Path,
+    *,
+    tolerate: bool = False,
+) -> None:
     """:func:`tests.integration.helpers.wait_until` (an exception of ``predicate``
-    is raised), with the driver's log in the timeout's message."""
+    is raised unless ``tolerate``), with the driver's log in the timeout's message."""
     try:
-        checks.wait_until(predicate, timeout_s, what, tolerate=False)
+        checks.wait_until(predicate, timeout_s, what, tolerate=tolerate)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; driver log:\n{log_path.read_text()[-4000:]}") from None
 
