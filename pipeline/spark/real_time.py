@@ -76,7 +76,10 @@ def check_real_time(config: QueryGroupConfig, spark: SparkSession) -> None:
     ``real_time_checkpoint_interval`` below Spark's ``minBatchDuration``; and, on a
     local master, more input partitions than task slots (each is one task that runs
     the whole batch: Spark runs the others only after the deadline, so their
-    partitions never move).
+    partitions never move). With ``delivery = "exactly-once"``, a
+    ``transaction.timeout.ms`` in ``[kafka.client]`` no longer than the interval (a
+    task's transaction lasts its batch). A query with a shuffle is refused with
+    exactly-once on its first plan (:func:`check_plan`).
 
     Args:
         config: the group's config, ``trigger = "real-time"``.
@@ -129,6 +132,19 @@ def check_real_time(config: QueryGroupConfig, spark: SparkSession) -> None:
             key="query_group.real_time_checkpoint_interval",
             value=group.real_time_checkpoint_interval,
             allowed=f"at least {least} ms",
+        )
+    given = str(config.kafka.client.get("transaction.timeout.ms", "")).strip()
+    if group.delivery == "exactly-once" and given.isdigit() and int(given) <= interval:
+        raise ConfigError(
+            f"kafka.client.transaction.timeout.ms = {given}: with delivery = 'exactly-once' "
+            "a real-time write task's transaction lasts its whole batch, "
+            f"real_time_checkpoint_interval = {group.real_time_checkpoint_interval!r} "
+            f"({interval} ms), and the broker would abort it first; remove the setting "
+            f"(Floodgate then gives {real_time_transaction_timeout_ms(group)} ms) or make "
+            "it longer",
+            key="kafka.client.transaction.timeout.ms",
+            value=given,
+            allowed=f"more than {interval} ms",
         )
     _check_slots(config, spark)
 

@@ -86,6 +86,11 @@ def test_a_real_time_group_refuses_what_the_mode_cannot_run(
     with pytest.raises(ConfigError, match=r"needs a task slot per input partition.*3 \(copy"):
         start_query_group(parse_query_group(raw, env={}))
 
+    raw = real_time_raw(run_id, tmp_path, delivery="exactly-once")
+    raw.setdefault("kafka", {}).setdefault("client", {})["transaction.timeout.ms"] = 2_000
+    with pytest.raises(ConfigError, match=r"transaction\.timeout\.ms = 2000.*lasts its whole"):
+        start_query_group(parse_query_group(raw, env={}))
+
     raw = real_time_raw(run_id, tmp_path, interval="500 milliseconds")
     with pytest.raises(ConfigError, match=r"shorter than Spark's least real-time batch, 1000 ms"):
         start_query_group(parse_query_group(raw, env={}))

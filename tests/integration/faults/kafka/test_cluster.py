@@ -84,13 +84,21 @@ SHORT_TRANSACTION_TIMEOUT_MS = 10_000
 #: before the client turns to the node's successor.
 SHORT_REQUEST_TIMEOUT_MS = 10_000
 
+#: The test cluster's brokers, beside Floodgate's defaults for a local cluster: the
+#: transaction coordinator looks for timed-out transactions every second (Kafka's
+#: ``transaction.abort.timed.out.transaction.cleanup.interval.ms``, default 10 s), which
+#: the SIGSTOP test waits for.
+CLUSTER_OVERRIDES = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+
 
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafkaCluster]:
     """One 3-node cluster for the module's tests, its internal topics made (a
     transactional producer's and a consumer group's first coordinator lookup creates
     ``__transaction_state`` and ``__consumer_offsets``)."""
-    three = ApacheKafkaCluster(nodes=3, data_dir=tmp_path_factory.mktemp("cluster"))
+    three = ApacheKafkaCluster(
+        nodes=3, data_dir=tmp_path_factory.mktemp("cluster"), overrides=CLUSTER_OVERRIDES
+    )
     try:
         three.start()
         bootstrap = three.bootstrap_servers

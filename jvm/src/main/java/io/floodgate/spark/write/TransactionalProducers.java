@@ -125,7 +125,8 @@ public final class TransactionalProducers {
     props.putAll(ClientProperties.forJava(options.client));
     props.put("bootstrap.servers", options.bootstrapServers);
     if (options.exactlyOnce()) {
-      props.put(
+      // A transaction.timeout.ms the user gave ([kafka.client]) wins, as linger.ms does.
+      props.putIfAbsent(
           ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, String.valueOf(options.transactionTimeoutMs));
       props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
     } else {

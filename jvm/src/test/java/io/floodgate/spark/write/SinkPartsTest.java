@@ -94,6 +94,21 @@ class SinkPartsTest {
   }
 
   @Test
+  void theUsersTransactionTimeoutWinsOverTheSinksOwn() {
+    Map<String, String> given = options();
+    given.put("transactionTimeoutMs", "70000");
+    assertEquals(
+        "70000",
+        TransactionalProducers.properties(SinkOptions.parse(given), "g.copy.sink.0")
+            .getProperty("transaction.timeout.ms"));
+    given.put("kafka.transaction.timeout.ms", "10000");
+    assertEquals(
+        "10000",
+        TransactionalProducers.properties(SinkOptions.parse(given), "g.copy.sink.0")
+            .getProperty("transaction.timeout.ms"));
+  }
+
+  @Test
   void aFailpointIsArmedForItsBatchOnly() {
     assertEquals("", SinkFailpoints.armed("after-commit:3", "after-commit", 3));
     assertEquals("fail", SinkFailpoints.armed("after-commit:3:fail", "after-commit", 3));
