@@ -55,6 +55,8 @@ SYSTEMS = {
     # visible once per batch, so its latency is the checkpoint interval's.
     "floodgate_rtm_exactly_once": "Floodgate, real-time query group (exactly once, bounded queue)",
 }
+#: The systems a run compares by default: Floodgate's group and its baseline.
+COMPARED = ("floodgate_rtm", "spark_rtm")
 #: Flights put in the first seconds of a run, left out of its figures.
 WARMUP_S = 5.0
 #: Spark's least real-time batch: the checkpoint interval of both systems.
@@ -187,8 +189,6 @@ def start_spark_rtm(spark: Any, raw: dict[str, Any], bootstrap: str) -> Any:
     schema = json.dumps(flight.schema)
     header = b"\xc3\x01" + flight.fingerprint
     columns = [f["name"] for f in flight.schema["fields"]]
-    if STREAM in raw["output_streams"]:
-        return start_spark_rtm_aggregation(spark, raw, bootstrap)
     out = raw["output_streams"]["flights_copy"]
     flights = (
         spark.readStream.format("kafka")
@@ -350,7 +350,8 @@ def one_run(
         if system.startswith("floodgate_rtm"):
             group = QueryGroup(config, bootstrap_servers=bootstrap, spark=spark).start()
         else:
-            query = start_spark_rtm(spark, raw, bootstrap)
+            launch = start_spark_rtm_aggregation if aggregation else start_spark_rtm
+            query = launch(spark, raw, bootstrap)
         arrivals = (CountArrivals if aggregation else FirstArrivals)(bootstrap, out_topic)
         try:
             time.sleep(2.0)  # the first batch's tasks are running
@@ -448,7 +449,7 @@ def measure(
         for workload, rate in [(w, r) for w in workloads for r in rates]:
             limit = int(rate * (seconds + WARMUP_S))
             for r in range(repeat):
-                chosen = systems or list(SYSTEMS)
+                chosen = systems or list(COMPARED)
                 order = chosen if r % 2 == 0 else chosen[::-1]
                 for system in order:
                     try:

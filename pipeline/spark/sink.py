@@ -189,9 +189,10 @@ def sink_options(
             refused the schema or could not be asked.
     """
     query_config = config.queries[query]
+    group = config.query_group
+    in_real_time = group.real_time if real_time is None else real_time
     name = query_config.output
     output = config.output_streams[name]
-    group = config.query_group
     schema_id = None
     if output.encoding == "confluent":
         codec = config.stream_codec("output", name, schemas)
@@ -220,8 +221,8 @@ def sink_options(
         query=query,
         client=dict(config.kafka.client),
         delivery=group.delivery,
-        real_time=group.real_time if real_time is None else real_time,
-        transaction_timeout_ms=real_time_transaction_timeout_ms(group) if group.real_time else None,
+        real_time=in_real_time,
+        transaction_timeout_ms=real_time_transaction_timeout_ms(group) if in_real_time else None,
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,19 @@ def start_real_time(
     finally:
         for key in settings:
             spark.conf.unset(key)
+
+
+def table_rows(spark: Any, table: str, enough: Callable[[int], bool], what: str) -> list[Any]:
+    """The rows of memory table ``table`` once ``enough`` holds of their number (waiting
+    up to 60 s for ``what``)."""
+    rows: list[Any] = []
+
+    def count() -> int:
+        rows[:] = spark.sql(f"SELECT * FROM {table}").collect()
+        return len(rows)
+
+    wait_until(lambda: enough(count()), 60, what)
+    return rows
 
 
 def test_a_real_time_query_reads_records_as_they_come_across_batches(
@@ -132,13 +146,7 @@ def test_a_real_time_query_decodes_two_topics_and_dead_letters_what_it_cannot_de
     columns = ["carrier", "flight", "topic"]
     query = start_real_time(spark, options, columns, table, tmp_path / "checkpoint")
     try:
-        rows: list[Any] = []
-
-        def decoded() -> int:
-            rows[:] = spark.sql(f"SELECT * FROM {table}").collect()
-            return len(rows)
-
-        wait_until(lambda: decoded() == 6, 60, "the six flights, decoded")
+        rows = table_rows(spark, table, lambda n: n == 6, "the six flights, decoded")
         letters = []
 
         def dead_letters() -> int:
@@ -181,13 +189,7 @@ def test_a_real_time_query_reads_its_swept_range_back_from_the_blob(
     columns = ["offset", "CAST(value AS STRING) AS value"]
     query = start_real_time(spark, options, columns, table, tmp_path / "checkpoint")
     try:
-        rows: list[Any] = []
-
-        def read() -> int:
-            rows[:] = spark.sql(f"SELECT * FROM {table}").collect()
-            return len(rows)
-
-        wait_until(lambda: read() >= 20, 60, "the swept and the queued records")
+        rows = table_rows(spark, table, lambda n: n >= 20, "the swept and the queued records")
         assert query.exception() is None
     finally:
         query.stop()

@@ -1,9 +1,5 @@
 package io.floodgate.spark;
 
-import java.util.Set;
-import java.util.concurrent.ConcurrentHashMap;
-import org.apache.spark.TaskContext;
-
 /**
  * Real-time tasks whose sink asked their source to end the task's part of the batch now, before the
  * batch's deadline: the output stream queue has no room for more, so the task stops reading there,
@@ -16,22 +12,18 @@ import org.apache.spark.TaskContext;
  * micro-batches.
  */
 public final class RealTimeEnds {
-  private static final Set<Long> REQUESTED = ConcurrentHashMap.newKeySet();
+  private static final PerTask<Boolean> REQUESTED = new PerTask<>();
 
   private RealTimeEnds() {}
 
   /** Ask the source of the running task to end its part of the batch before its next row. */
   public static void request() {
-    TaskContext task = TaskContext.get();
-    if (task != null) {
-      REQUESTED.add(task.taskAttemptId());
-    }
+    REQUESTED.put(Boolean.TRUE);
   }
 
   /** Whether the running task's sink asked to end it; the request is consumed. */
   public static boolean take() {
-    TaskContext task = TaskContext.get();
-    return task != null && REQUESTED.remove(task.taskAttemptId());
+    return REQUESTED.remove() != null;
   }
 
   /** Forget the running task's request, if any (its reader closes). */

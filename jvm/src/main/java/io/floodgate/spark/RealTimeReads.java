@@ -1,9 +1,6 @@
 package io.floodgate.spark;
 
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.spark.TaskContext;
 
 /**
  * Where the source reader of each running real-time task stands, for the sink of the same task.
@@ -28,29 +25,22 @@ public final class RealTimeReads {
     long nextOffset();
   }
 
-  private static final Map<Long, Position> READING = new ConcurrentHashMap<>();
+  private static final PerTask<Position> READING = new PerTask<>();
 
   private RealTimeReads() {}
 
   /** The running task's reader stands at {@code position} (called from the task's thread). */
   public static void register(Position position) {
-    TaskContext task = TaskContext.get();
-    if (task != null) {
-      READING.put(task.taskAttemptId(), position);
-    }
+    READING.put(position);
   }
 
   /** The running task's reader has closed. */
   public static void unregister() {
-    TaskContext task = TaskContext.get();
-    if (task != null) {
-      READING.remove(task.taskAttemptId());
-    }
+    READING.remove();
   }
 
   /** The running task's reader, {@code null} when the task reads none (after a shuffle). */
   public static Position current() {
-    TaskContext task = TaskContext.get();
-    return task == null ? null : READING.get(task.taskAttemptId());
+    return READING.get();
   }
 }
