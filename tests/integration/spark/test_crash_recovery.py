@@ -282,10 +282,13 @@ def test_kill_9_of_a_real_time_driver_then_restart_loses_nothing(
     config = write_query_group(raw, config_path)
     ensure_topics(bootstrap, config.topics())
     records = flights[:3_000]
-    # 600 tuples at once, then 100 every 0.2 s: the kill lands while tuples stream in.
-    producing = Producing(bootstrap, config, schemas, records, first=600, pace_s=0.2).start()
-    log_path = tmp_path / "driver.log"
     exactly_once = delivery == "exactly-once"
+    # 600 tuples at once, then 100 every 0.2 s: the kill lands while tuples stream in.
+    # Exactly once, the kill comes at batch 2's end and the first output only at batch
+    # 0's: 100 every 0.5 s, or the last tuples may be put before it.
+    pace_s = 0.5 if exactly_once else 0.2
+    producing = Producing(bootstrap, config, schemas, records, first=600, pace_s=pace_s).start()
+    log_path = tmp_path / "driver.log"
     armed = {FAILPOINT_ENV: "driver-commit:2"} if exactly_once else {}
     driver = start_driver(config_path, bootstrap, log_path, **armed)
     topic = config.input_streams["flights"].topic
