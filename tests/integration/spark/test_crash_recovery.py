@@ -1,7 +1,11 @@
 """A driver killed with SIGKILL, restarted from its checkpoint: no tuple lost or written twice.
 
 The driver is ``floodgate run`` in its own process group (Python driver, its JVM and
-its Python workers); a kill takes the whole group down, as a crashed host would. The
+its Python workers); a kill takes the whole group down, as a crashed host would. A
+micro-batch group is restarted in the test's own process, on the run's shared
+SparkSession (``drain``: the same checkpoint, consumer group and ``transactional.id``
+per task, nothing of the dead process but its files and the broker's state; a cold
+driver would add only its start); the real-time group as ``floodgate run`` again. The
 kill lands at a failpoint of the JVM sink (``io.floodgate.spark.write.SinkFailpoints``):
 right after a write task's transaction commits (the batch's other task may or may not
 have committed), or in the middle of one, its records sent and acknowledged, its
@@ -16,6 +20,7 @@ from __future__ import annotations
 import signal
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -30,7 +35,7 @@ from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
 from tests.integration.faults.checks import Producing, check_delivery, output_tuples
-from tests.integration.helpers import flights_raw_config, real_time, write_query_group
+from tests.integration.helpers import Drained, flights_raw_config, real_time, write_query_group
 from tests.integration.spark.drivers import (
     committed_and_end,
     copies,
@@ -84,14 +89,17 @@ def run_until_processed(
 
 def drain_and_check(
     config: Any,
-    config_path: Path,
+    drain: Callable[[Any], Drained],
     bootstrap: str,
     schemas: SchemaRepository,
     records: list[dict[str, Any]],
-    log_path: Path,
 ) -> None:
+    """Restart the group on its checkpoint until it has processed every tuple of its
+    input, then check that each of ``records`` is in its output exactly once."""
+    drain(config)
     topic = config.input_streams["flights"].topic
-    run_until_processed(config_path, bootstrap, log_path, config.consumer_group("copy"), topic)
+    committed, end = committed_and_end(bootstrap, config.consumer_group("copy"), topic)
+    assert committed == end, (committed, end)
     want = Counter(tuple(sorted(r.items())) for r in records)
     assert copies(bootstrap, config.output_streams["flights_copy"].topic, schemas) == want
 
@@ -103,6 +111,7 @@ def test_crash_after_the_output_commit_replays_without_duplicates(
     run_id: str,
     tmp_path: Path,
     produce: Any,
+    drain: Callable[[Any], Drained],
 ) -> None:
     records = flights[:2_000]
     config, config_path = setup_group(run_id, tmp_path, produce, records)
@@ -114,7 +123,7 @@ def test_crash_after_the_output_commit_replays_without_duplicates(
     # committed too): nothing more.
     assert 2 * 250 < written <= 3 * 250
 
-    drain_and_check(config, config_path, bootstrap, schemas, records, log_path)
+    drain_and_check(config, drain, bootstrap, schemas, records)
 
 
 def test_crash_after_every_task_committed_before_spark_s_commit_replays_without_duplicates(
@@ -124,6 +133,7 @@ def test_crash_after_every_task_committed_before_spark_s_commit_replays_without_
     run_id: str,
     tmp_path: Path,
     produce: Any,
+    drain: Callable[[Any], Drained],
 ) -> None:
     """Killed on the driver once every write task of batch 2 committed, before the input
     offsets reach the consumer group and before Spark's commit log: the replayed batch's
@@ -139,7 +149,7 @@ def test_crash_after_every_task_committed_before_spark_s_commit_replays_without_
     )
     assert committed == 2 * 250  # the group is one micro-batch behind the output
 
-    drain_and_check(config, config_path, bootstrap, schemas, records, log_path)
+    drain_and_check(config, drain, bootstrap, schemas, records)
 
 
 def test_kill_9_mid_transaction_with_its_records_sent_then_restart_writes_each_once(
@@ -149,6 +159,7 @@ def test_kill_9_mid_transaction_with_its_records_sent_then_restart_writes_each_o
     run_id: str,
     tmp_path: Path,
     produce: Any,
+    drain: Callable[[Any], Drained],
 ) -> None:
     """The driver killed between the first produce and the commit of batch 2, a write
     task's records acknowledged by the broker in its open transaction (the other task's
@@ -169,7 +180,7 @@ def test_kill_9_mid_transaction_with_its_records_sent_then_restart_writes_each_o
     in_log = sent(bootstrap, output)
     assert 2 * 250 < in_log <= 3 * 250  # some of batch 2's records: in the log, uncommitted
 
-    drain_and_check(config, config_path, bootstrap, schemas, records, log_path)
+    drain_and_check(config, drain, bootstrap, schemas, records)
     # Every tuple committed once, beside the killed transaction's aborted records (those
     # of batch 2 in the log at the kill, less a task of it that had committed first).
     assert len(records) < sent(bootstrap, output) <= len(records) + in_log - 2 * 250
@@ -185,6 +196,7 @@ def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing(
     run_id: str,
     tmp_path: Path,
     produce: Any,
+    drain: Callable[[Any], Drained],
 ) -> None:
     records = flights[:3_000]
     config, config_path = setup_group(run_id, tmp_path, produce, records)
@@ -205,7 +217,7 @@ def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing(
     committed, end = committed_and_end(bootstrap, group, topic)
     assert 0 < committed < end, "the kill must land mid-stream for this test to mean anything"
 
-    drain_and_check(config, config_path, bootstrap, schemas, records, log_path)
+    drain_and_check(config, drain, bootstrap, schemas, records)
 
 
 def test_crash_after_the_output_commit_of_an_aggregation_keeps_its_state(
@@ -215,6 +227,7 @@ def test_crash_after_the_output_commit_of_an_aggregation_keeps_its_state(
     run_id: str,
     tmp_path: Path,
     produce: Any,
+    drain: Callable[[Any], Drained],
 ) -> None:
     """The replayed batch's output is skipped, but its tuples still reach the state
     store: the last row per carrier and day counts every flight, once."""
@@ -239,7 +252,8 @@ def test_crash_after_the_output_commit_of_an_aggregation_keeps_its_state(
     # A task of batch 2 committed (its replay skips it); the consumer group gets batch 2's
     # offsets once every task of it committed: it is still at batch 1's.
     assert committed == 2 * 250 < end
-    run_until_processed(config_path, bootstrap, log_path, group, topic)
+    drain(config)
+    assert committed_and_end(bootstrap, group, topic)[0] == end
 
     codec = StreamCodec("delays_by_carrier_day", schemas.get("delays_by_carrier_day"), schemas)
     latest: dict[tuple[Any, Any], int] = {}
