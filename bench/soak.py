@@ -1163,8 +1163,8 @@ def run_audit(layout: Layout) -> dict[str, Any]:
         timeout=300,
     )
     try:
-        rows = json.loads(result.stdout)
-    except json.JSONDecodeError:
+        rows = json.loads(result.stdout)["ledger"]
+    except (json.JSONDecodeError, KeyError, TypeError):
         rows = result.stdout[-2000:]
     return {"exit_status": result.returncode, "rows": rows, "stderr": result.stderr[-2000:]}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -18,6 +18,9 @@ from pipeline.cli.app import (
 )
 from pipeline.cli.conventions import print_table, reports_errors
 from pipeline.errors import FloodgateError
+
+if TYPE_CHECKING:
+    from pipeline.queues.replays import ReplayRow
 
 
 @app.command()
@@ -37,10 +40,14 @@ def audit(
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:
     """The tuple ledger: per input stream partition, tuples written = processed +
-    dead-lettered + swept + queued. Exit status 0 only when every row balances."""
+    dead-lettered + swept + queued. Exit status 0 only when every row balances. For an
+    at-least-once query group, per query, the output tuples its batches wrote more than
+    once (replayed) and those of a batch not committed yet. ``--json``: ``{"ledger":
+    [...], "replays": [...]}``."""
     import dataclasses
 
     from pipeline.config import load_query_group
+    from pipeline.queues.replays import replays
     from pipeline.services.ledger import reconcile
 
     groups = [load_query_group(p) for p in configs or [query_group_file("flights")]]
@@ -51,13 +58,16 @@ def audit(
                 f"no query group {query_group!r} in {[str(p) for p in configs or []]}"
             )
     rows = []
+    replayed = []
     for group in groups:
-        rows.extend(reconcile(group, bootstrap_servers=bootstrap_servers_for(bootstrap, group)))
+        servers = bootstrap_servers_for(bootstrap, group)
+        rows.extend(reconcile(group, bootstrap_servers=servers))
+        replayed.extend(replays(group, bootstrap_servers=servers))
     balanced = all(r.balanced for r in rows)
     if as_json:
-        typer.echo(
-            json.dumps([{**dataclasses.asdict(r), "balanced": r.balanced} for r in rows], indent=2)
-        )
+        ledger = [{**dataclasses.asdict(r), "balanced": r.balanced} for r in rows]
+        shown = {"ledger": ledger, "replays": [dataclasses.asdict(r) for r in replayed]}
+        typer.echo(json.dumps(shown, indent=2))
     else:
         table = Table(title="tuple ledger: written = processed + dead-lettered + swept + queued")
         columns = ("query group", "stream", "partition", "written", "processed")
@@ -87,5 +97,37 @@ def audit(
                     f"and {r.log_start} (log start) are in no BLOB: deleted before they "
                     "were processed (retention.ms / retention.bytes, or DeleteRecords)"
                 )
+        if replayed:
+            print_replays(replayed)
     if not balanced:
         raise typer.Exit(code=1)
+
+
+def print_replays(rows: list[ReplayRow]) -> None:
+    """The at-least-once queries' output: tuples written twice by their batches' runs."""
+    table = Table(
+        title="at-least-once output: written = committed + replayed + uncommitted",
+    )
+    columns = ("query group", "query", "stream")
+    for column in (*columns, "written", "committed", "replayed", "uncommitted"):
+        table.add_column(column, justify="left" if column in columns else "right")
+
+    def shown(n: int | None) -> str:
+        return "-" if n is None else f"{n:,}"
+
+    for r in rows:
+        table.add_row(
+            r.query_group,
+            r.query,
+            r.stream,
+            f"{r.written:,}",
+            shown(r.committed),
+            shown(r.replayed),
+            shown(r.uncommitted),
+        )
+    print_table(console, table)
+    console.print(
+        "replayed: tuples of a batch's earlier run that its committed run wrote again "
+        "(duplicates); uncommitted: of a batch running, or cut short and run again at the "
+        "next start; '-': no batch committed yet, or the checkpoint is not local"
+    )

@@ -273,6 +273,11 @@ class QueryGroupConfig(Section):
         """The checkpoint root with ``{name}`` filled in."""
         return self.query_group.checkpoint_dir.replace("{name}", self.name)
 
+    def checkpoint(self, query: str) -> str:
+        """A query's checkpoint location: ``<checkpoint_root>/<query>`` (Spark's
+        ``checkpointLocation``: its offset and commit logs, its state)."""
+        return f"{self.checkpoint_root.rstrip('/')}/{query}"
+
     def consumer_group(self, query: str) -> str:
         """The Kafka consumer group a query commits its input offsets to."""
         return query_group_id(self.query_group.consumer_group_prefix, self.name, query)

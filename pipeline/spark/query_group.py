@@ -373,7 +373,7 @@ class QueryGroup:
                 value=output.key,
                 allowed=", ".join(df.columns),
             )
-        checkpoint = f"{self.config.checkpoint_root.rstrip('/')}/{name}"
+        checkpoint = self.config.checkpoint(name)
         with self._lock:
             previous = self._queries.get(name)
         if previous is not None:
@@ -557,7 +557,7 @@ class QueryGroup:
         """The error of a query that failed on a full disk (``ENOSPC``): its checkpoint
         and the bytes free there now (``FG-QG-010``); ``cause``: the query's own error
         or Spark's (an exception, or the listener's text of one)."""
-        checkpoint = f"{self.config.checkpoint_root.rstrip('/')}/{name}"
+        checkpoint = self.config.checkpoint(name)
         text = compact_error(cause if isinstance(cause, BaseException) else RuntimeError(cause))
         return CheckpointDiskFullError(
             query_group=self.name,

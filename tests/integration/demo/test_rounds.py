@@ -85,7 +85,7 @@ def test_three_rounds_through_a_running_group_have_nothing_late_and_the_audit_ba
         app, ["audit", str(config_path), "--bootstrap", bootstrap, "--json"]
     )
     assert result.exit_code == 0, result.output
-    shown = json.loads(result.output)
+    shown = json.loads(result.output)["ledger"]
     assert sum(r["processed"] for r in shown) == 3 * ROUND
     assert sum(r["dead_lettered"] for r in shown) == 0
     # A producer started again on this stream goes on in 2016, after the three rounds.

@@ -107,7 +107,7 @@ def test_run_available_now_processes_what_is_queued(
     _run(installed, tmp_path, "run", "flights", "--bootstrap", servers, "--available-now")
     ledger = json.loads(
         _run(installed, tmp_path, "audit", "flights", "--bootstrap", servers, "--json")
-    )
+    )["ledger"]
     assert ledger and all(row["balanced"] for row in ledger), ledger
     assert sum(row["written"] for row in ledger) == 3000
     assert sum(row["processed"] for row in ledger) == 3000

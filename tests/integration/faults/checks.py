@@ -36,6 +36,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.deadletter import DLQ_REASON
 from pipeline.demo.reception import read_all
 from pipeline.errors import BrokerError, DeliveryError
+from pipeline.queues.replays import replays as replays_of
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
@@ -196,6 +197,18 @@ def check_exactly_once(
     check_delivery(bootstrap, config, schemas, records, reput=reput, group=group)
 
 
+def check_replays_counted(bootstrap: str, config: QueryGroupConfig, duplicates: int) -> int:
+    """The audit's replays of the pass-through query (``pipeline.queues.replays``) against
+    the ``duplicates`` read in its output: every replayed tuple is one of them, and the
+    rest are in batches not committed yet (a batch cut short whose first copies are
+    there). Returns the replayed count."""
+    (row,) = [r for r in replays_of(config, bootstrap_servers=bootstrap) if r.query == "copy"]
+    assert row.replayed is not None and row.uncommitted is not None, row
+    assert row.replayed <= duplicates <= row.replayed + row.uncommitted, (duplicates, row)
+    assert row.written == row.committed + row.replayed + row.uncommitted, row
+    return row.replayed
+
+
 def check_delivery(
     bootstrap: str,
     config: QueryGroupConfig,
@@ -236,6 +249,7 @@ def check_delivery(
     if at_least_once:
         assert set(unexplained) <= set(want), "a tuple out that was never put"
         replays, unexplained = unexplained, Counter()
+        check_replays_counted(bootstrap, config, sum(replays.values()))
     if unexplained:
         inputs = flights_in(bootstrap, config.input_streams["flights"].topic, schemas)
         twice_in = sum(1 for key in unexplained if inputs[key] > 1)

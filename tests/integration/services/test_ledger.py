@@ -26,7 +26,7 @@ def audit(config_path: Path, bootstrap: str) -> tuple[int, list[dict[str, Any]]]
     result = CliRunner().invoke(
         app, ["audit", str(config_path), "--bootstrap", bootstrap, "--json"]
     )
-    return result.exit_code, json.loads(result.output)
+    return result.exit_code, json.loads(result.output)["ledger"]
 
 
 def test_the_ledger_balances_then_names_what_retention_deleted_unread(

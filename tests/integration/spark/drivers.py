@@ -109,11 +109,12 @@ def setup_group(
     tmp_path: Path,
     produce: Callable[..., None],
     records: list[dict[str, Any]],
+    delivery: str = "exactly-once",
 ) -> tuple[Any, Path]:
     """The flights group with the pass-through query alone (``copy`` to
     ``flights_copy``: one output tuple per input tuple), 250 tuples a micro-batch and no
-    trigger interval, written to ``<tmp_path>/group.toml``; ``records`` produced into
-    its input stream. Returns ``(config, config path)``."""
+    trigger interval, ``delivery`` as given, written to ``<tmp_path>/group.toml``;
+    ``records`` produced into its input stream. Returns ``(config, config path)``."""
     raw = flights_raw_config(
         run_id,
         tmp_path / "checkpoints",
@@ -121,6 +122,7 @@ def setup_group(
         only_passthrough=True,
         trigger_interval_ms=0,
     )
+    raw["query_group"]["delivery"] = delivery
     config_path = tmp_path / "group.toml"
     config = write_query_group(raw, config_path)
     produce(config, records)

@@ -34,7 +34,12 @@ from pipeline.names import sink_transactional_id
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
-from tests.integration.faults.checks import Producing, check_delivery, output_tuples
+from tests.integration.faults.checks import (
+    Producing,
+    check_delivery,
+    check_replays_counted,
+    output_tuples,
+)
 from tests.integration.helpers import Drained, flights_raw_config, real_time, write_query_group
 from tests.integration.spark.drivers import (
     committed_and_end,
@@ -189,6 +194,39 @@ def test_kill_9_mid_transaction_with_its_records_sent_then_restart_writes_each_o
     assert sum(row.processed for row in rows) == sum(row.written for row in rows) == len(records)
 
 
+def test_kill_9_of_an_at_least_once_driver_with_records_sent_counts_their_replay(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Path,
+    produce: Any,
+    drain: Callable[[Any], Drained],
+) -> None:
+    """At least once (no transaction), the driver killed once a write task of batch 2
+    sent its records and the broker acknowledged them: the restarted group runs batch 2
+    again and writes them again. Nothing is lost; the output holds the first run's
+    tuples twice, and the audit counts exactly those as replayed (``floodgate audit``,
+    from the sink's output log in the checkpoint)."""
+    records = flights[:2_000]
+    config, config_path = setup_group(run_id, tmp_path, produce, records, "at-least-once")
+    output = config.output_streams["flights_copy"].topic
+
+    crash_after_commit(config_path, bootstrap, tmp_path / "driver.log", 2, "records-sent")
+    first_run = len(read_all(bootstrap, output)) - 2 * 250  # batch 2's tuples in the log
+    assert 0 < first_run <= 250, first_run
+
+    drain(config)
+    got = copies(bootstrap, output, schemas)
+    want = Counter(tuple(sorted(r.items())) for r in records)
+    assert not want - got, "a tuple lost"
+    duplicates = sum((got - want).values())
+    assert duplicates == first_run  # the killed run's, written again by the replay
+    assert check_replays_counted(bootstrap, config, duplicates) == duplicates
+    rows = reconcile(config, bootstrap_servers=bootstrap)
+    assert all(row.balanced for row in rows), rows
+
+
 def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing(
     bootstrap: str,
     schemas: SchemaRepository,
@@ -339,6 +377,8 @@ def test_kill_9_of_a_real_time_driver_then_restart_loses_nothing(
     if exactly_once:
         check_delivery(bootstrap, config, schemas, records)
         return
-    # At least once: the batch the kill cut short was written again from its start.
+    # At least once: the batch the kill cut short was written again from its start, and
+    # the audit counts its first run's tuples as replayed.
     replays = check_delivery(bootstrap, config, schemas, records, at_least_once=True)
     assert sum(replays.values()) < len(records), replays
+    assert check_replays_counted(bootstrap, config, sum(replays.values())) > 0

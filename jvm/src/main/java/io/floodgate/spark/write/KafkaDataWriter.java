@@ -7,6 +7,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
@@ -89,10 +90,16 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
 
   private long skipBelow = -1;
   private final AtomicReference<Exception> sendError = new AtomicReference<>();
+
+  /** Per output partition, the offset after this attempt's last acknowledged tuple. */
+  private final Map<Integer, Long> ends = new ConcurrentHashMap<>();
+
   private final Callback onSent =
       (metadata, error) -> {
         if (error != null) {
           sendError.compareAndSet(null, error);
+        } else if (metadata.hasOffset()) {
+          ends.merge(metadata.partition(), metadata.offset() + 1, Math::max);
         }
       };
 
@@ -321,7 +328,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     }
     if (!started || skipping || (source != null && !inTransaction)) {
       release();
-      return new TaskCommit(partition, 0, skipped, 0);
+      return new TaskCommit(partition, 0, skipped, 0, Map.of());
     }
     int attempt = attemptNumber();
     if (options.bounded() && !options.realTime) {
@@ -340,7 +347,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     SinkFailpoints.reach("records-sent", batch, attempt);
     if (!options.exactlyOnce()) {
       release();
-      return new TaskCommit(partition, written, skipped, sleeps);
+      return new TaskCommit(partition, written, skipped, sleeps, Map.copyOf(ends));
     }
     requireConnected("while its records were sent");
     producer.sendOffsetsToTransaction(committedWith(), committedBy());
@@ -351,7 +358,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     ConnectionWatch.closed(watched);
     SinkFailpoints.reach("after-commit", batch, attempt);
     release();
-    return new TaskCommit(partition, written, skipped, sleeps);
+    return new TaskCommit(partition, written, skipped, sleeps, Map.copyOf(ends));
   }
 
   /** The marker the task's transaction commits: its input position in real time, else its batch. */

@@ -2,6 +2,8 @@ package io.floodgate.spark.write;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
@@ -26,7 +28,8 @@ import org.slf4j.LoggerFactory;
  * A streaming query's output, on the driver: once per micro-batch it reads the output stream
  * queue's free space and ships the writer factory with it; once the batch's tasks all committed it
  * commits the batch's input offsets to the query's consumer group ({@link InputOffsets}) and counts
- * what was written ({@link SinkMetrics}).
+ * what was written ({@link SinkMetrics}; with at-least-once delivery, in the checkpoint too: {@link
+ * OutputLog}).
  *
  * <p>Exactly once without a transaction that spans tasks: each task commits its own transaction
  * with a batch marker ({@link BatchMarker}), so a batch replayed after a failure anywhere
@@ -57,6 +60,7 @@ final class KafkaStreamingWrite implements StreamingWrite {
           });
 
   private OutputQueue queue;
+  private OutputLog outputLog;
   private volatile long offsetsFailingSince = -1;
   private Future<?> pendingCommit;
 
@@ -93,13 +97,16 @@ final class KafkaStreamingWrite implements StreamingWrite {
     long written = 0;
     long skipped = 0;
     int sleeps = 0;
+    List<TaskCommit> tasks = new ArrayList<>();
     for (WriterCommitMessage message : messages) {
       if (message instanceof TaskCommit task) {
+        tasks.add(task);
         written += task.written();
         skipped += task.skipped();
         sleeps = Math.max(sleeps, task.sleeps()); // the query's: its tasks sleep side by side
       }
     }
+    recordOutput(epochId, tasks.toArray(TaskCommit[]::new));
     SinkFailpoints.reach("driver-commit", epochId, 0);
     if (options.realTime) {
       commitInputOffsetsBehind(epochId);
@@ -114,6 +121,32 @@ final class KafkaStreamingWrite implements StreamingWrite {
           epochId,
           written,
           skipped);
+    }
+  }
+
+  /**
+   * An at-least-once query's {@link OutputLog} entry for the batch, before Spark's commit log, so
+   * that the audit can count its replays. With exactly-once delivery a replay writes nothing twice
+   * (and transaction markers take offsets): no entry.
+   *
+   * @throws UncheckedIOException the entry cannot be written (the batch then fails, and is run
+   *     again)
+   */
+  private void recordOutput(long epochId, TaskCommit[] tasks) {
+    if (options.exactlyOnce() || options.checkpointLocation == null) {
+      return;
+    }
+    if (outputLog == null) {
+      outputLog =
+          new OutputLog(
+              options.checkpointLocation,
+              SparkSession.active().sparkContext().hadoopConfiguration());
+    }
+    try {
+      outputLog.record(epochId, tasks);
+    } catch (IOException e) {
+      throw new UncheckedIOException(
+          options.where() + ": cannot write the output log of micro-batch " + epochId, e);
     }
   }
 

@@ -167,7 +167,7 @@ class KafkaDataWriterTest {
     TaskCommit commit = task.commit();
     task.close();
 
-    assertEquals(new TaskCommit(1, 2, 0, 0), commit);
+    assertCommitted(commit, 1, 2, 0, 0);
     assertTrue(clients.producer.transactionCommitted());
     assertEquals(2, clients.producer.history().size());
     assertEquals("AA", new String(clients.producer.history().get(0).key()));
@@ -186,7 +186,7 @@ class KafkaDataWriterTest {
     KafkaDataWriter task = writer(options(Map.of()), clients, 0, 2, Long.MAX_VALUE);
     task.write(row("AA", 3));
     task.write(row("UA", 5));
-    assertEquals(new TaskCommit(0, 0, 2, 0), task.commit());
+    assertCommitted(task.commit(), 0, 0, 2, 0);
     assertTrue(clients.producer.history().isEmpty());
     assertFalse(clients.producer.transactionInFlight());
   }
@@ -195,7 +195,7 @@ class KafkaDataWriterTest {
   void aTaskWithNoRowWritesNothingNotEvenAMarker() throws Exception {
     Clients clients = new Clients();
     KafkaDataWriter task = writer(options(Map.of()), clients, 0, 2, Long.MAX_VALUE);
-    assertEquals(new TaskCommit(0, 0, 0, 0), task.commit());
+    assertCommitted(task.commit(), 0, 0, 0, 0);
     assertTrue(clients.producer.consumerGroupOffsetsHistory().isEmpty());
   }
 
@@ -241,7 +241,7 @@ class KafkaDataWriterTest {
     KafkaDataWriter task = writer(bounded, clients, 0, 2, 2);
     task.write(row("AA", 3));
     task.write(row("UA", 5));
-    assertEquals(new TaskCommit(0, 2, 0, 1), task.commit());
+    assertCommitted(task.commit(), 0, 2, 0, 1);
     assertTrue(clients.producer.transactionCommitted());
     assertEquals(2, clients.producer.history().size());
   }
@@ -269,8 +269,14 @@ class KafkaDataWriterTest {
     task.write(row("AA", 3));
     assertEquals(1, clients.producer.history().size()); // sent at once
     task.write(row("UA", 5));
-    assertEquals(new TaskCommit(1, 2, 0, 0), task.commit());
+    task.write(row("UA", 6));
+    TaskCommit commit = task.commit();
+    assertCommitted(commit, 1, 3, 0, 0);
     task.close();
+    // Where its tuples ended, per output partition: the offset after each one's last (the mock
+    // numbers each partition's records from 0), for the driver's OutputLog.
+    assertEquals(3L, commit.ends().values().stream().mapToLong(Long::longValue).sum());
+    assertEquals(2, commit.ends().size(), commit.ends().toString()); // AA and UA: two partitions
     assertFalse(clients.producer.transactionInitialized());
     assertTrue(clients.producer.consumerGroupOffsetsHistory().isEmpty());
     assertEquals(List.of("g.copy.sink.1"), clients.given);
@@ -300,7 +306,7 @@ class KafkaDataWriterTest {
     assertEquals(2, clients.producer.history().size()); // sent at once
     assertTrue(clients.readings.isEmpty()); // its room all written: read again, and it grew
     task.write(row("DL", 3));
-    assertEquals(new TaskCommit(0, 3, 0, 0), task.commit());
+    assertCommitted(task.commit(), 0, 3, 0, 0);
     assertEquals(3, clients.producer.history().size());
   }
 
@@ -333,7 +339,7 @@ class KafkaDataWriterTest {
       clients.source.last = offset;
       task.write(row("AA", offset));
     }
-    assertEquals(new TaskCommit(0, 2, 2, 0), task.commit());
+    assertCommitted(task.commit(), 0, 2, 2, 0);
     assertTrue(clients.producer.transactionCommitted());
     assertEquals(2, clients.producer.history().size());
     OffsetAndMetadata marker =
@@ -356,7 +362,7 @@ class KafkaDataWriterTest {
     KafkaDataWriter task = writer(options(Map.of("realTime", "true")), clients, 0, 1, 100);
     clients.source.last = 19;
     task.write(row("AA", 19));
-    assertEquals(new TaskCommit(0, 0, 1, 0), task.commit());
+    assertCommitted(task.commit(), 0, 0, 1, 0);
     assertFalse(clients.producer.transactionInFlight());
     assertTrue(clients.producer.consumerGroupOffsetsHistory().isEmpty());
   }
@@ -418,5 +424,12 @@ class KafkaDataWriterTest {
         assertThrows(OutputQueueFullException.class, () -> busy.write(row("AA", 9)));
     assertTrue(full.getMessage().contains("needs 5 offsets"), full.getMessage());
     assertTrue(full.getMessage().contains("what it sent stays"), full.getMessage());
+  }
+
+  private static void assertCommitted(
+      TaskCommit commit, int partition, long written, long skipped, int sleeps) {
+    assertEquals(
+        List.of(partition, written, skipped, sleeps),
+        List.of(commit.partition(), commit.written(), commit.skipped(), commit.sleeps()));
   }
 }
