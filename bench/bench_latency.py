@@ -572,6 +572,19 @@ def main() -> None:
         "out), aggregation (the per-origin hourly delays) (default: both)",
     )
     parser.add_argument(
+        "--real-time-interval",
+        default="5 seconds",
+        help="both systems' real-time checkpoint interval, Spark's duration (default "
+        "'5 seconds', Spark's least; Spark's default is '5 minutes'); another than the "
+        "default writes latency_real_time_<interval>.json",
+    )
+    parser.add_argument(
+        "--real-time-warm-up",
+        action="store_true",
+        help="before the measured runs, run each system once per workload, unmeasured "
+        "(the first runs in a JVM are slower, whichever system they are)",
+    )
+    parser.add_argument(
         "--real-time-seconds",
         type=float,
         default=30.0,
@@ -732,15 +745,18 @@ def real_time_main(args: Any) -> None:
             Path(tmp),
             chosen,
             tuple(args.real_time_workloads.split(",")),
+            args.real_time_interval,
+            args.real_time_warm_up,
         )
     figures = rtl.summary(measured["runs"])
     for failure in measured["failures"]:
         console.print(f"failed run (left out): {failure[:300]}")
     # Exactly once alone is a row of its own (no baseline): its own file.
     exactly_once_only = chosen == ["floodgate_rtm_exactly_once"]
-    path = args.json.with_name(
-        "latency_real_time_exactly_once.json" if exactly_once_only else "latency_real_time.json"
-    )
+    name = "latency_real_time_exactly_once" if exactly_once_only else "latency_real_time"
+    if args.real_time_interval != rtl.INTERVAL:
+        name += "_" + "_".join(args.real_time_interval.split())
+    path = args.json.with_name(f"{name}.json")
     common.write_results(
         path,
         "produce-to-reception latency in Spark's Real-Time Mode, Floodgate and Spark's own",
@@ -750,7 +766,8 @@ def real_time_main(args: Any) -> None:
         rates=rates,
         seconds_per_run=args.real_time_seconds,
         warmup_s=rtl.WARMUP_S,
-        checkpoint_interval=rtl.INTERVAL,
+        checkpoint_interval=args.real_time_interval,
+        warm_up_runs=args.real_time_warm_up,
         runs=rtl.brief(measured["runs"]),
         summary=figures,
         target_p99_s=rtl.TARGET_P99_S,

@@ -7,14 +7,15 @@ process and one SparkSession, one system at a time.
 * **Floodgate**: a query group of ``SELECT * FROM flights`` (``conf/flights.toml``'s
   input stream, 2 partitions, to an output stream of the ``flight`` schema keyed
   ``carrier|flight|time_hour``) with ``trigger = "real-time"``,
-  ``real_time_checkpoint_interval = "5 seconds"`` (Spark's least), ``delivery =
-  "at-least-once"``, its output queue bounded as in the file.
+  ``real_time_checkpoint_interval = "5 seconds"`` (Spark's least; another with
+  ``--real-time-interval``), ``delivery = "at-least-once"``, its output queue bounded
+  as in the file.
 * **Spark's RTM** (the baseline, what a PySpark user writes): ``format("kafka")`` on
   the same topic with ``kafka.fetch.max.wait.ms = 10`` (as Spark's own RTM benchmark),
   the single-object header cut and the body decoded with ``from_avro``, then encoded
   again with ``to_avro`` behind the output stream's header with the same key, written
   by Spark's Kafka sink (at least once, no bound), ``outputMode("update")``,
-  ``trigger(realTime="5 seconds")``: the same bytes out as Floodgate's.
+  ``trigger(realTime=...)`` at the group's interval: the same bytes out as Floodgate's.
 
 Both read a fresh embedded broker's topic of 2 partitions into which the demo's replay
 process puts the flights at the rate asked, through the back-pressure client. A
@@ -59,7 +60,11 @@ SYSTEMS = {
 COMPARED = ("floodgate_rtm", "spark_rtm")
 #: Flights put in the first seconds of a run, left out of its figures.
 WARMUP_S = 5.0
-#: Spark's least real-time batch: the checkpoint interval of both systems.
+#: Seconds of flights of a warm-up run (``--real-time-warm-up``): three batch ends.
+WARM_UP_S = 15.0
+#: Spark's least real-time batch: both systems' checkpoint interval unless a run asks
+#: for another (``--real-time-interval``; Spark's default, and its own RTM benchmark's,
+#: is 5 minutes).
 INTERVAL = "5 seconds"
 #: The p99 target, at :data:`TARGET_RATE` tuples/s.
 TARGET_P99_S = 0.250
@@ -133,16 +138,18 @@ def produce_times(bootstrap: str, topic: str) -> dict[bytes, float]:
     return {bytes(m.key()): m.timestamp()[1] / 1000 for m in read_all(bootstrap, topic)}
 
 
-def real_time_config(topic: str, checkpoints: Path, limit: int) -> dict[str, Any]:
-    """``conf/flights.toml`` reading ``topic`` as a real-time group: 2 input partitions,
-    at least once, no cap on a batch, no event-time alignment (the caller keeps the
-    queries it measures)."""
+def real_time_config(
+    topic: str, checkpoints: Path, limit: int, interval: str = INTERVAL
+) -> dict[str, Any]:
+    """``conf/flights.toml`` reading ``topic`` as a real-time group checkpointed every
+    ``interval`` (Spark's duration): 2 input partitions, at least once, no cap on a
+    batch, no event-time alignment (the caller keeps the queries it measures)."""
     raw = bsk.run_config(topic, 10 * limit, checkpoints, "floodgate_jvm")
     group = raw["query_group"]
     group.pop("max_tuples_per_trigger", None)
     group.update(
         trigger="real-time",
-        real_time_checkpoint_interval=INTERVAL,
+        real_time_checkpoint_interval=interval,
         delivery="at-least-once",
         partitions=2,
     )
@@ -150,9 +157,11 @@ def real_time_config(topic: str, checkpoints: Path, limit: int) -> dict[str, Any
     return raw
 
 
-def config_for(topic: str, checkpoints: Path, limit: int) -> dict[str, Any]:
+def config_for(
+    topic: str, checkpoints: Path, limit: int, interval: str = INTERVAL
+) -> dict[str, Any]:
     """The pass-through real-time group reading ``topic``."""
-    raw = real_time_config(topic, checkpoints, limit)
+    raw = real_time_config(topic, checkpoints, limit, interval)
     raw["output_streams"] = {
         "flights_copy": {
             "topic": f"bench.flights.copy.{raw['query_group']['name']}",
@@ -167,10 +176,12 @@ def config_for(topic: str, checkpoints: Path, limit: int) -> dict[str, Any]:
     return raw
 
 
-def aggregation_config_for(topic: str, checkpoints: Path, limit: int) -> dict[str, Any]:
+def aggregation_config_for(
+    topic: str, checkpoints: Path, limit: int, interval: str = INTERVAL
+) -> dict[str, Any]:
     """The per-origin hourly aggregation of ``conf/flights.toml`` alone, in real time,
     reading ``topic``: 2 input partitions and 2 shuffle partitions (4 slots)."""
-    raw = real_time_config(topic, checkpoints, limit)
+    raw = real_time_config(topic, checkpoints, limit, interval)
     raw["queries"].pop("delays_by_carrier_day")
     raw["output_streams"].pop("delays_by_carrier_day")
     raw["output_streams"][STREAM]["max_queue_size"] = 10 * limit
@@ -210,7 +221,7 @@ def start_spark_rtm(spark: Any, raw: dict[str, Any], bootstrap: str) -> Any:
         .option("topic", out["topic"])
         .option("checkpointLocation", str(Path(raw["query_group"]["checkpoint_dir"]) / "spark"))
         .outputMode("update")
-        .trigger(realTime=INTERVAL)
+        .trigger(realTime=raw["query_group"]["real_time_checkpoint_interval"])
         .start()
     )
 
@@ -256,7 +267,7 @@ def start_spark_rtm_aggregation(spark: Any, raw: dict[str, Any], bootstrap: str)
         .option("topic", raw["output_streams"][STREAM]["topic"])
         .option("checkpointLocation", str(Path(raw["query_group"]["checkpoint_dir"]) / "spark"))
         .outputMode("update")
-        .trigger(realTime=INTERVAL)
+        .trigger(realTime=raw["query_group"]["real_time_checkpoint_interval"])
         .start()
     )
 
@@ -327,8 +338,10 @@ def one_run(
     limit: int,
     checkpoints: Path,
     workload: str = "passthrough",
+    interval: str = INTERVAL,
 ) -> RealTimeRun:
-    """One run of ``system`` at ``rate`` tuples/s over the first ``limit`` flights."""
+    """One run of ``system`` at ``rate`` tuples/s over the first ``limit`` flights, both
+    systems checkpointing every ``interval``."""
     from pipeline.config import parse_query_group
     from pipeline.demo.replay import ReplayProcess
     from pipeline.kafka.topics import ensure_topics
@@ -336,7 +349,9 @@ def one_run(
 
     topic = f"bench.rtm.flights.{uuid.uuid4().hex[:8]}"
     aggregation = workload == "aggregation"
-    raw = (aggregation_config_for if aggregation else config_for)(topic, checkpoints, limit)
+    raw = (aggregation_config_for if aggregation else config_for)(
+        topic, checkpoints, limit, interval
+    )
     if system == "floodgate_rtm_exactly_once":
         raw["query_group"]["delivery"] = "exactly-once"
     config = parse_query_group(raw, env={})
@@ -426,11 +441,16 @@ def measure(
     checkpoints: Path,
     systems: list[str] | None = None,
     workloads: tuple[str, ...] = ("passthrough",),
+    interval: str = INTERVAL,
+    warm_up: bool = False,
 ) -> dict[str, Any]:
     """Both systems at each rate, ``repeat`` runs each (order alternating), each run
     ``seconds`` of flights after the warm-up (``systems``: keys of :data:`SYSTEMS`,
-    default both), for each of ``workloads`` (``passthrough``, ``aggregation``); the
-    runs, and per workload, rate and system the medians over runs."""
+    default both), for each of ``workloads`` (``passthrough``, ``aggregation``), both
+    checkpointing every ``interval``; the runs, and per workload, rate and system the
+    medians over runs. ``warm_up``: first, each system once per workload, unmeasured,
+    :data:`WARM_UP_S` at 5 s batches, so that neither meets its first batch ends in a
+    cold JVM while the other does not."""
     from pipeline.spark.session import build_spark_session
 
     common.log_warnings()
@@ -446,6 +466,14 @@ def measure(
     runs: list[RealTimeRun] = []
     failures: list[str] = []
     try:
+        for workload in workloads if warm_up else ():
+            for system in systems or list(COMPARED):
+                limit = int(TARGET_RATE * (WARM_UP_S + WARMUP_S))
+                try:
+                    one_run(spark, system, TARGET_RATE, limit, checkpoints, workload)
+                    console.log(f"warm-up run, {workload}, {system}: done (not measured)")
+                except Exception as exc:
+                    failures.append(f"warm-up {workload} {system}: {exc!r}")
         for workload, rate in [(w, r) for w in workloads for r in rates]:
             limit = int(rate * (seconds + WARMUP_S))
             for r in range(repeat):
@@ -453,7 +481,7 @@ def measure(
                 order = chosen if r % 2 == 0 else chosen[::-1]
                 for system in order:
                     try:
-                        run = one_run(spark, system, rate, limit, checkpoints, workload)
+                        run = one_run(spark, system, rate, limit, checkpoints, workload, interval)
                     except Exception as exc:  # one run's failure does not lose the others
                         failures.append(
                             f"{workload} {system} at {rate:,.0f}/s run {r + 1}: {exc!r} {exc}"
