@@ -294,7 +294,7 @@ class StreamOutput:
         from its next offset; pause those being read from BLOBs.
 
         librdkafka stops fetching a partition on an offset-out-of-range error and
-        refuses ``seek()`` on it (``_STATE``; librdkafka issue 2961), and an eager
+        refuses ``seek()`` on it (``_STATE``; librdkafka#2961 on GitHub), and an eager
         consumer group allows no incremental assignment: the whole assignment is set
         anew. What was fetched and not returned yet is fetched again, and skipped by
         :meth:`get` if it comes twice.

@@ -93,7 +93,7 @@ def resume_fetching(
     is fetchable is decided by the thread of its leader's broker connection, when that
     thread next wakes up: on I/O, or on a request for that broker. A consumer whose
     partitions were all paused has no fetch in flight, so that thread may sleep for
-    seconds (confluent-kafka-go issue 630 shows the same gap between ``RESUME`` and the
+    seconds (confluent-kafka-go#630 on GitHub shows the same gap between ``RESUME`` and the
     next fetch decision). Measured with librdkafka 2.16.0 on the embedded broker
     (``bench/bench_resume.py``), a ``read_committed`` reader that paused 0.25 s after
     each empty read (the demo's reception) received a transaction committed every 0.7 s
