@@ -7,7 +7,7 @@ markers: ``@RUNBOOK_URL@`` (each alert's ``runbook_url`` is that URL and ``#`` i
 section's anchor, the alert's name in lower case), ``@INPUT_LAG_THRESHOLD_S@`` and
 ``@OUTPUT_LAG_THRESHOLD_S@`` (the lag alerts' thresholds, seconds), ``@GENERATED@``
 (a comment naming how the file was made). ``floodgate alert-rules`` writes it;
-``tests/unit/test_alert_rules.py`` fails when the checked-in file differs from what
+``tests/unit/pipeline/test_alert_rules.py`` fails when the checked-in file differs from what
 the defaults produce.
 
 Why absolute URLs: Prometheus and Alertmanager pass ``runbook_url`` on verbatim to

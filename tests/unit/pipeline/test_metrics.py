@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.metrics import describe, metric_sections, metrics_markdown
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
 
 
 def test_docs_metrics_md_is_what_the_code_exports() -> None:

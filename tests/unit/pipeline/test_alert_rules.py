@@ -19,7 +19,7 @@ from pipeline.alert_rules import (
 from pipeline.cli import app
 from pipeline.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "prometheus" / "rules" / "floodgate.yml"
 
 
