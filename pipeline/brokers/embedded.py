@@ -13,7 +13,6 @@ import tempfile
 import time
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -22,9 +21,6 @@ from pipeline.brokers.engines import KafkaEngine, free_port, private_data_dir, s
 from pipeline.errors import BrokerError
 from pipeline.kafka.clients import kafka_settings
 from pipeline.services.files import PRIVATE_UMASK
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -16,10 +16,6 @@ from confluent_kafka.admin import AdminClient
 from pipeline.errors import BrokerError, ConfigError
 from pipeline.kafka.clients import kafka_settings
 from pipeline.services.files import PRIVATE_UMASK, private_dir, private_file
-
-if TYPE_CHECKING:
-    pass
-
 
 #: The brokers Floodgate can start itself.
 KafkaEngine = Literal["noida-db", "apache-kafka"]

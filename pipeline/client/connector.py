@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -18,9 +17,6 @@ from pipeline.metrics import ClientMetrics
 from pipeline.queues.probe import SweptCounter
 from pipeline.resources import query_group_file
 from pipeline.serde.schemas import SchemaRepository
-
-if TYPE_CHECKING:
-    pass
 
 
 class Connector:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import (
     KafkaError,
@@ -45,9 +45,6 @@ from pipeline.queues.snapshot import QueueSnapshot
 from pipeline.serde.block import BlockEncoder, epoch_millis
 from pipeline.serde.codec import TupleKey, epoch_ms, field_kind
 from pipeline.serde.schemas import SchemaRepository
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

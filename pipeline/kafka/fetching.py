@@ -7,12 +7,9 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

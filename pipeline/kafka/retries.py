@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import tenacity
 from confluent_kafka import KafkaError, KafkaException
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -13,9 +13,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pipeline.errors import BrokerError, ConfigError
 from pipeline.kafka.clients import kafka_settings
 from pipeline.kafka.retries import broker_retrying, transient_kafka_error
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

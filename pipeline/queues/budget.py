@@ -6,11 +6,6 @@ behind (property-tested in ``tests/unit/pipeline/queues/test_budget.py``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
 
 class QueueBudget:
     """How many tuples one producer may still send, between reads of the broker.
