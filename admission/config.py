@@ -23,7 +23,12 @@ from admission.environment import allowlist_entry_reason, invalid_reason
 from pipeline.config import DEFAULT_CONTROL_DIR, BindHost, HostName, load_service_config
 from pipeline.errors import ConfigError
 from pipeline.kafka.clients import RESERVED_KAFKA_KEYS
-from pipeline.names import ADMISSION_DEAD_LETTER_TOPIC
+from pipeline.names import (
+    ADMISSION_DEAD_LETTER_TOPIC,
+    ADMISSION_EVENTS_TOPIC,
+    ADMISSION_GROUP_ID,
+    ADMISSION_REQUEST_TOPIC,
+)
 from pipeline.services.asgi import (
     DEFAULT_AUTH_WINDOW_S,
     DEFAULT_MAX_AUTH_FAILURES,
@@ -53,7 +58,6 @@ INTAKE_OWNED_KAFKA_KEYS = {
     **RESERVED_KAFKA_KEYS,
     "bootstrap.servers": "set admission.bootstrap_servers (or FLOODGATE_KAFKA_BOOTSTRAP)",
     "group.id": "set admission.consumer_group",
-    "enable.auto.commit": "the intake commits after a batch is handled (at least once)",
 }
 
 
@@ -163,14 +167,14 @@ class AdmissionSettings(BaseModel):
     bootstrap_servers: str | None = None
     """Kafka cluster of the request and events topics (default: ``FLOODGATE_KAFKA_BOOTSTRAP``);
     needed with ``intake``."""
-    request_topic: str = "floodgate.admission.requests"
+    request_topic: str = ADMISSION_REQUEST_TOPIC
     """Job commands as Avro ``job_request`` tuples (``schemas/job_request.avsc``); the
     message key comes back in the job's events as ``client_key``."""
-    events_topic: str = "floodgate.admission.events"
+    events_topic: str = ADMISSION_EVENTS_TOPIC
     """Every change of a job's state, as Avro ``job_event`` tuples keyed by job id."""
     dead_letter_topic: str = ADMISSION_DEAD_LETTER_TOPIC
     """Requests that could not be taken (undecodable, refused), with the reason in headers."""
-    consumer_group: str = "floodgate.admission"
+    consumer_group: str = ADMISSION_GROUP_ID
     """The consumer group of the request topic."""
     kafka_client: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """Extra librdkafka properties of the intake's producer, consumer and admin client,

@@ -77,7 +77,7 @@ from admission.service import AdmissionService
 from admission.signing import verify
 from admission.store import IntakeSignature, Job, TakenSignature
 from pipeline.errors import DeserializationError
-from pipeline.kafka.clients import kafka_settings
+from pipeline.kafka.clients import committed_reader_settings, idempotent_producer_settings
 from pipeline.kafka.fetching import rest_until_records
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.codec import StreamCodec
@@ -301,11 +301,7 @@ class KafkaIntake:
         #: ``admission.kafka_client`` (``security.protocol``, ``sasl.*``, ``ssl.*``...):
         #: every client of the intake takes it (producer, consumer and admin client).
         self.client: dict[str, Any] = dict(self.settings.kafka_client)
-        self._producer = Producer(
-            kafka_settings(
-                bootstrap_servers, self.client, {"enable.idempotence": True, "acks": "all"}
-            )
-        )
+        self._producer = Producer(idempotent_producer_settings(bootstrap_servers, self.client))
         self._consumer: Consumer | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -324,15 +320,11 @@ class KafkaIntake:
             client=self.client,
         )
         self._consumer = Consumer(
-            kafka_settings(
+            committed_reader_settings(
                 self.bootstrap_servers,
                 self.client,
-                {
-                    "group.id": s.consumer_group,
-                    "enable.auto.commit": False,
-                    "auto.offset.reset": "earliest",
-                    "isolation.level": "read_committed",
-                },
+                group_id=s.consumer_group,
+                own={"auto.offset.reset": "earliest"},
             )
         )
         self._consumer.subscribe([s.request_topic])

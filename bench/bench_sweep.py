@@ -45,7 +45,7 @@ from pipeline.swept.blob import blob_name, write_blob
 from pipeline.swept.catalog import SweepCatalog
 from pipeline.swept.reading import BlobReader
 from sweeper.policy import SweepRange
-from sweeper.service import SWEEPER_CONSUMER, read_range
+from sweeper.service import range_reader_settings, read_range
 
 PARTITIONS = 4
 
@@ -56,7 +56,7 @@ def consume(bootstrap: str, topic: str, ranges: dict[int, int]) -> int:
     reaches the high watermark, the records counted."""
     total = 0
     for p, hw in ranges.items():
-        consumer = Consumer({**SWEEPER_CONSUMER, "bootstrap.servers": bootstrap})
+        consumer = Consumer(range_reader_settings(bootstrap))
         consumer.assign([TopicPartition(topic, p, 0)])
         position = 0
         while position < hw:

@@ -53,7 +53,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -64,7 +64,7 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import BlobIntegrityError, BlobPathError, DataLossError
-from pipeline.kafka.clients import kafka_settings
+from pipeline.kafka.clients import kafka_settings, reader_settings
 from pipeline.names import SWEEPER_GROUP_ID
 from pipeline.offsets import planned_ends, replay_starts
 from pipeline.queues.probe import QueueProbe
@@ -823,15 +823,18 @@ class Sweeper:
         }
 
 
-#: The sweeper's consumer settings for reading a range: a range reader's, committed
-#: records only, nothing committed.
-SWEEPER_CONSUMER: dict[str, Any] = {
-    **RANGE_CONSUMER,
-    "group.id": SWEEPER_GROUP_ID,
-    "enable.auto.commit": False,
-    "enable.auto.offset.store": False,
-    "isolation.level": "read_committed",
-}
+def range_reader_settings(
+    bootstrap_servers: str, client: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The librdkafka properties of the sweeper's reader of a range: a reader that never
+    commits (:data:`~pipeline.names.SWEEPER_GROUP_ID`), committed records only, with a
+    range reader's fetch settings (:data:`~pipeline.swept.reading.RANGE_CONSUMER`).
+
+    Raises:
+        ConfigError: ``client`` sets a reserved property
+            (:data:`~pipeline.kafka.clients.RESERVED_KAFKA_KEYS`).
+    """
+    return reader_settings(bootstrap_servers, client, group_id=SWEEPER_GROUP_ID, own=RANGE_CONSUMER)
 
 
 def read_range(
@@ -851,7 +854,7 @@ def read_range(
             (``broker-truncated``), or reads made no progress (``write-failed``).
         KafkaException: another broker error.
     """
-    consumer = Consumer(kafka_settings(bootstrap_servers, client, SWEEPER_CONSUMER))
+    consumer = Consumer(range_reader_settings(bootstrap_servers, client))
     try:
         yield from read_partition(
             consumer, topic, p, sweep.start, sweep.end, stall_timeout_s=READ_STALL_TIMEOUT_S

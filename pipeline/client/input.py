@@ -36,7 +36,7 @@ from pipeline.errors import (
     SchemaError,
     TupleTooLargeError,
 )
-from pipeline.kafka.clients import kafka_settings
+from pipeline.kafka.clients import idempotent_producer_settings
 from pipeline.kafka.retries import broker_retrying, transient_kafka_error
 from pipeline.metrics import ClientMetrics
 from pipeline.queues.budget import QueueBudget
@@ -177,17 +177,13 @@ class StreamInput:
         )
         self.on_threshold = on_threshold
         self.raise_on_threshold = raise_on_threshold
-        self._producer_config = kafka_settings(
+        self._producer_config = idempotent_producer_settings(
             bootstrap_servers,
             # Defaults a user may change: Java's key partitioning (murmur2), a short linger.
             {"partitioner": "murmur2_random", "linger.ms": 5, **config.kafka.client},
-            {
-                "enable.idempotence": True,
-                "acks": "all",
-                # Only failures call back (Python per tuple is the cost centre); what is
-                # in flight is len(producer): tuples not yet acknowledged.
-                "delivery.report.only.error": True,
-            },
+            # Only failures call back (Python per tuple is the cost centre); what is in
+            # flight is len(producer): tuples not yet acknowledged.
+            {"delivery.report.only.error": True},
         )
         self._producer = Producer(self._producer_config)
         #: Producers replaced after a fatal error (:meth:`_replace_if_fatal`).

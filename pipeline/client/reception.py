@@ -22,7 +22,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.errors import (
     DeserializationError,
 )
-from pipeline.kafka.clients import kafka_settings
+from pipeline.kafka.clients import committed_reader_settings
 from pipeline.kafka.fetching import bounded_fetch, rest_until_records, resume_fetching
 from pipeline.queues.probe import QueueProbe
 from pipeline.serde.schemas import SchemaRepository
@@ -92,16 +92,14 @@ class StreamOutput:
 
             self._blobs = BlobReader(catalog_for(config.query_group.sweep_catalog_url))
         self._consumer = Consumer(
-            kafka_settings(
+            committed_reader_settings(
                 bootstrap_servers,
                 config.kafka.client,
-                {
-                    "group.id": self.group,
-                    "enable.auto.commit": False,
+                group_id=self.group,
+                own={
                     # Swept: an offset the broker no longer holds is read from the BLOBs,
                     # never skipped by a reset (get() handles the error).
                     "auto.offset.reset": "error" if self._blobs is not None else "earliest",
-                    "isolation.level": "read_committed",
                     # A new reader of a long-running output stream starts at its beginning:
                     # fetches librdkafka can receive however much is there.
                     **bounded_fetch(config.kafka.client),

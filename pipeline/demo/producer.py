@@ -18,7 +18,7 @@ from pipeline.demo.flights import FlightTuples, load_flights, shift_years
 from pipeline.demo.reception import Reception
 from pipeline.demo.replay import FlightReplayer
 from pipeline.errors import FloodgateError, renamed_argument
-from pipeline.kafka.clients import kafka_settings
+from pipeline.kafka.clients import reader_settings
 from pipeline.names import ad_hoc_group_id
 from pipeline.serde.schemas import SchemaRepository
 
@@ -254,15 +254,11 @@ def latest_event_time(
         return None
     codec = config.stream_codec("input", stream, schemas)
     consumer = Consumer(
-        kafka_settings(
+        reader_settings(
             bootstrap_servers,
             config.kafka.client,
-            {
-                "group.id": ad_hoc_group_id(),  # never commits
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                **bounded_fetch(config.kafka.client),
-            },
+            group_id=ad_hoc_group_id(),
+            own={"enable.partition.eof": True, **bounded_fetch(config.kafka.client)},
         )
     )
     try:

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.client import StreamOutput
 from pipeline.errors import FloodgateError
-from pipeline.kafka.clients import kafka_settings
+from pipeline.kafka.clients import reader_settings
 from pipeline.kafka.fetching import bounded_fetch
 from pipeline.names import ad_hoc_group_id
 from pipeline.serde.codec import StreamCodec
@@ -225,16 +225,13 @@ def each_record(
         TimeoutError: a partition was not read to its end within ``timeout_s``.
     """
     consumer = Consumer(
-        kafka_settings(
+        reader_settings(
             bootstrap_servers,
             client,
-            {
-                "group.id": ad_hoc_group_id(),
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed" if committed_only else "read_uncommitted",
-                "enable.partition.eof": True,
-                **bounded_fetch(client),  # a whole topic: more than one fetch answer may hold
-            },
+            group_id=ad_hoc_group_id(),
+            committed_only=committed_only,
+            # A whole topic: more than one fetch answer may hold.
+            own={"enable.partition.eof": True, **bounded_fetch(client)},
         )
     )
     try:

@@ -7,9 +7,24 @@ this order, later ones winning:
 2. the user's pass-through properties: a query group's ``[kafka] client``, the
    admission service's ``kafka_client``, a source's ``kafka.*`` options (security:
    ``security.protocol``, ``sasl.*``, ``ssl.*``; timeouts; fetch sizes);
-3. the role's own properties (a queue probe's fetch settings, a sink's transactional
-   id...), and ``allow.auto.create.topics = false`` for every client: a topic a broker
-   creates with its default partition count must never pass for a configured one.
+3. the role's own properties (a queue probe's fetch settings, a reader's consumer
+   group...), and ``allow.auto.create.topics = false`` for every client: a topic a
+   broker creates with its default partition count must never pass for a configured
+   one.
+
+Each client plays one of four roles, each built by its function here and nowhere else:
+
+* a **reader that never commits** (:func:`reader_settings`): it assigns partitions and
+  reads (the ledger, a queue's age, the sweeper's ranges, the demo's readers); its
+  ``group.id`` only names it to the broker;
+* a **committed reader** (:func:`committed_reader_settings`): it commits its consumer
+  group's offsets itself, once it has handled the tuples below them (a stream's
+  reception, the admission intake), never on librdkafka's timer;
+* an **idempotent producer** (:func:`idempotent_producer_settings`): every replica's
+  ack, no duplicate on a retry (the input client, the admission intake's events);
+* a **transactional producer**: the Java sink's, on the executors
+  (``io.floodgate.spark.write.TransactionalProducers``); no Python client writes in
+  transactions.
 
 The pass-through may not set what Floodgate's guarantees rest on
 (:data:`RESERVED_KAFKA_KEYS`): :func:`check_pass_through` refuses those at start, with
@@ -93,3 +108,99 @@ def kafka_settings(
         **(own or {}),
         "allow.auto.create.topics": False,
     }
+
+
+#: Read-committed or not, as librdkafka spells it.
+_ISOLATION = {True: "read_committed", False: "read_uncommitted"}
+
+
+def reader_settings(
+    bootstrap_servers: str,
+    client: Mapping[str, Any] | None = None,
+    *,
+    group_id: str,
+    committed_only: bool = True,
+    own: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A reader that never commits: ``group_id`` (librdkafka wants one; a name from
+    :mod:`pipeline.names`), no commit and no offset stored on librdkafka's timer, so
+    the consumer group's committed offsets are never touched.
+
+    Args:
+        bootstrap_servers: ``host:port[,host:port...]``.
+        client: the user's pass-through.
+        group_id: the reader's ``group.id``.
+        committed_only: ``read_committed`` (records of open or aborted transactions
+            skipped) or ``read_uncommitted`` (a queue's age counts an open
+            transaction's tuples).
+        own: more of the reader's properties (fetch sizes, ``auto.offset.reset``).
+
+    Raises:
+        ConfigError: ``client`` sets a :data:`RESERVED_KAFKA_KEYS` property.
+    """
+    return kafka_settings(
+        bootstrap_servers,
+        client,
+        {
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": _ISOLATION[committed_only],
+            **(own or {}),
+        },
+    )
+
+
+def committed_reader_settings(
+    bootstrap_servers: str,
+    client: Mapping[str, Any] | None = None,
+    *,
+    group_id: str,
+    own: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A committed reader: consumer group ``group_id``, ``read_committed``, and no
+    commit on librdkafka's timer (``enable.auto.commit = false``): the reader commits
+    with ``Consumer.commit`` once it has handled what it read, so a crash reads again
+    what was not handled (at least once) rather than skipping it.
+
+    Args:
+        bootstrap_servers: ``host:port[,host:port...]``.
+        client: the user's pass-through.
+        group_id: the consumer group whose offsets it commits.
+        own: more of the reader's properties (``auto.offset.reset``, fetch sizes).
+
+    Raises:
+        ConfigError: ``client`` sets a :data:`RESERVED_KAFKA_KEYS` property.
+    """
+    return kafka_settings(
+        bootstrap_servers,
+        client,
+        {
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            **(own or {}),
+        },
+    )
+
+
+def idempotent_producer_settings(
+    bootstrap_servers: str,
+    client: Mapping[str, Any] | None = None,
+    own: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An idempotent producer: ``enable.idempotence`` (a retried batch is written once,
+    in order, per partition) and ``acks = all`` (every in-sync replica has a tuple
+    before it counts as sent).
+
+    Args:
+        bootstrap_servers: ``host:port[,host:port...]``.
+        client: the user's pass-through.
+        own: more of the producer's properties (``delivery.report.only.error``).
+
+    Raises:
+        ConfigError: ``client`` sets a :data:`RESERVED_KAFKA_KEYS` property.
+    """
+    return kafka_settings(
+        bootstrap_servers, client, {**(own or {}), "enable.idempotence": True, "acks": "all"}
+    )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import Consumer, KafkaException
 
 from pipeline.errors import BrokerError
-from pipeline.kafka.clients import kafka_settings
+from pipeline.kafka.clients import reader_settings
 from pipeline.names import queue_age_group_id
 from pipeline.queues.probe import group_catalog
 from pipeline.queues.snapshot import QueueSnapshot
@@ -141,19 +141,15 @@ class QueueAge:
         self.blobs = blobs
         self.timeout_s = timeout_s
         self._consumer: Consumer | None = Consumer(
-            kafka_settings(
+            reader_settings(
                 bootstrap_servers,
                 client,
-                {
-                    **RANGE_CONSUMER,
-                    "group.id": queue_age_group_id(topic),  # never commits
-                    "enable.auto.commit": False,
-                    # One record per partition is read: no prefetch. Uncommitted records
-                    # count (an open transaction's tuples are queued too), and reading
-                    # them never waits for the transaction to end.
-                    "queued.min.messages": 1,
-                    "isolation.level": "read_uncommitted",
-                },
+                group_id=queue_age_group_id(topic),
+                # Uncommitted records count (an open transaction's tuples are queued
+                # too), and reading them never waits for the transaction to end.
+                committed_only=False,
+                # One record per partition is read: no prefetch.
+                own={**RANGE_CONSUMER, "queued.min.messages": 1},
             )
         )
 

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pipeline.errors import BrokerError
-from pipeline.kafka.clients import kafka_settings
+from pipeline.kafka.clients import kafka_settings, reader_settings
 from pipeline.kafka.retries import broker_retrying
 from pipeline.queues.snapshot import PartitionQueue, QueueSnapshot, slowest_commits
 
@@ -102,6 +102,8 @@ class QueueProbe:
         self.timeout_s = timeout_s
         # The metadata request for the topic must not create it (librdkafka's default
         # for an admin client, a producer handle, is true): kafka_settings sets it false.
+        self._bootstrap_servers = bootstrap_servers
+        self._pass_through = dict(client or {})
         self._client_config = kafka_settings(bootstrap_servers, client)
         self._admin: AdminClient | None = AdminClient(self._client_config)
         self._group_readers: dict[str, Consumer] = {}
@@ -226,9 +228,11 @@ class QueueProbe:
         """The consumer that reads ``group``'s commits (created once, never subscribes)."""
         reader = self._group_readers.get(group)
         if reader is None:
+            # It reads the group's commits and never commits: a reader that never commits
+            # named by the group it reads.
             reader = self._group_readers[group] = Consumer(
-                {**self._client_config, "group.id": group, "enable.auto.commit": False}
-            )  # _client_config: kafka_settings' already, with this reader's group
+                reader_settings(self._bootstrap_servers, self._pass_through, group_id=group)
+            )
         return reader
 
     def close(self) -> None:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.errors import BrokerError
-from pipeline.kafka.clients import kafka_settings
+from pipeline.kafka.clients import reader_settings
 from pipeline.kafka.fetching import bounded_fetch
 from pipeline.names import ledger_group_id
 from pipeline.queues.probe import QueueProbe
@@ -154,15 +154,13 @@ class DeadLetters:
     ) -> None:
         self.topic = topic
         self._consumer = Consumer(
-            kafka_settings(
+            reader_settings(
                 bootstrap_servers,
                 client,
-                {
-                    "group.id": ledger_group_id(topic),  # never commits
-                    "enable.auto.commit": False,
+                group_id=ledger_group_id(topic),
+                own={
                     "enable.partition.eof": True,
                     "auto.offset.reset": "earliest",
-                    "isolation.level": "read_committed",
                     # A dead-letter topic grows without bound: fetches librdkafka can receive.
                     **bounded_fetch(client),
                 },

@@ -9,7 +9,7 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.SortedMap;
 import java.util.TreeMap;
-import java.util.UUID;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
 
 /**
  * The options of the {@code floodgate_kafka} source, parsed and checked once: Spark's Kafka dialect
@@ -66,7 +66,7 @@ public final class SourceOptions implements Serializable {
         "the source decides where to start (startingOffsets) and what a lost offset does"
             + " (failOnDataLoss)");
     REFUSED_CLIENT_PROPERTIES.put(
-        "enable.auto.commit",
+        ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG,
         "the source commits the offsets of a micro-batch itself (commitOffsets)");
     REFUSED_CLIENT_PROPERTIES.put(
         "enable.auto.offset.store", "the source commits the offsets of a micro-batch itself");
@@ -286,8 +286,7 @@ public final class SourceOptions implements Serializable {
     }
     boolean namedGroup = group != null;
     if (group == null) {
-      String prefix = opts.get("groupIdPrefix");
-      group = (prefix != null ? prefix : "spark-kafka-source") + "-" + UUID.randomUUID();
+      group = Names.sourceGroupId(opts.get("groupIdPrefix"));
     }
     groupId = group;
     client = Collections.unmodifiableMap(clientProps);

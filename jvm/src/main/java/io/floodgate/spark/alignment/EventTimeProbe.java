@@ -142,9 +142,7 @@ public final class EventTimeProbe implements AutoCloseable {
         ConsumerConfig.FETCH_MAX_BYTES_CONFIG,
         Integer.toString(PROBE_FETCH_BYTES * 4),
         ConsumerConfig.MAX_POLL_RECORDS_CONFIG,
-        Integer.toString(PROBE_BATCH * 16),
-        ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG,
-        "false");
+        Integer.toString(PROBE_BATCH * 16));
   }
 
   /**
