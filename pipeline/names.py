@@ -8,10 +8,11 @@ a query ``by_origin`` writing output stream ``origin_hourly`` uses:
 * ``floodgate.flights.by_origin``: the query's consumer group; its committed input
   offsets are where the input stream queue's length is counted from
   (:func:`query_group_id`);
-* ``floodgate.flights.by_origin.sink``: the transactional id of its sink
-  (:func:`sink_transactional_id`);
-* ``floodgate.flights.by_origin.verify``: the sink's read-back of its own output
-  (:func:`verify_group_id`);
+* ``floodgate.flights.by_origin.sink``: the transactional id prefix of its sink
+  (:func:`sink_transactional_id`); write task 3's producer is
+  ``floodgate.flights.by_origin.sink.3`` (:func:`task_transactional_id`), and the
+  offsets its exactly-once batches cover are committed to the group
+  ``floodgate.flights.by_origin.sink.input`` (:func:`input_marker_group_id`);
 * ``floodgate.flights.origin_hourly.reception``: the default reader of the output
   stream (:func:`reception_group_id`);
 * ``flights.dead-letter``: the dead-letter topic (:func:`dead_letter_topic`).
@@ -21,6 +22,11 @@ The readers that never commit (they assign partitions and read) still need a
 :data:`SWEEPER_GROUP_ID` and :func:`ad_hoc_group_id`. Following the idea of
 quix-streams' ``TopicManager``, which derives an application's internal topic names in
 one class.
+
+The JVM derives the names its executors use (a write task's transactional id, the input
+markers' group, the consumer group Spark's Kafka source makes up) in its twin
+``io.floodgate.spark.Names``; ``tests/golden/contract/names.json`` holds both to the
+same examples.
 """
 
 from __future__ import annotations
@@ -30,8 +36,13 @@ import uuid
 #: ``[query_group] consumer_group_prefix`` when unset.
 DEFAULT_CONSUMER_GROUP_PREFIX = "floodgate"
 
-#: The admission service's dead-letter topic when ``[admission] dead_letter_topic`` is unset.
+#: The admission intake's topics and consumer group when ``[admission]`` does not name
+#: them: job commands in, every job's changes of state out, the requests it could not
+#: take, and the consumer group that reads the requests (it commits).
+ADMISSION_REQUEST_TOPIC = "floodgate.admission.requests"
+ADMISSION_EVENTS_TOPIC = "floodgate.admission.events"
 ADMISSION_DEAD_LETTER_TOPIC = "floodgate.admission.dead-letter"
+ADMISSION_GROUP_ID = "floodgate.admission"
 
 #: The sweeper's range readers (they never commit).
 SWEEPER_GROUP_ID = "floodgate.sweeper"
@@ -55,10 +66,19 @@ def sink_transactional_id(query_group_id_: str) -> str:
     return f"{query_group_id_}.sink"
 
 
-def verify_group_id(query_group_id_: str) -> str:
-    """The ``group.id`` of a sink's read-back of its own output (it never commits):
-    the query's consumer group's name and ``.verify``."""
-    return f"{query_group_id_}.verify"
+def task_transactional_id(prefix: str, task: int) -> str:
+    """The ``transactional.id`` of write task ``task``'s producer (its output partition):
+    the sink's prefix (:func:`sink_transactional_id`), a dot and the task. Derived on
+    the executors by ``io.floodgate.spark.Names.taskTransactionalId``."""
+    return f"{prefix}.{task}"
+
+
+def input_marker_group_id(prefix: str) -> str:
+    """The consumer group an exactly-once sink commits, in each batch's transactions,
+    the input offsets its committed output covers (no reader: it says where the output
+    stands): the sink's prefix and ``.input``. Derived on the executors by
+    ``io.floodgate.spark.Names.inputMarkerGroupId``."""
+    return f"{prefix}.input"
 
 
 def dead_letter_topic(query_group: str) -> str:

@@ -30,7 +30,7 @@ import pytest
 from pipeline.demo.reception import read_all
 from pipeline.failpoints import FAILPOINT_ENV
 from pipeline.kafka.topics import ensure_topics
-from pipeline.names import sink_transactional_id
+from pipeline.names import input_marker_group_id, sink_transactional_id
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.services.ledger import reconcile
@@ -367,7 +367,9 @@ def test_kill_9_of_a_real_time_driver_then_restart_loses_nothing(
         # What batches 0-2 committed is what the input markers cover, and more than the
         # replay of batch 2 starts from (the consumer group is behind it).
         marked, _ = committed_and_end(
-            bootstrap, sink_transactional_id(config.consumer_group("copy")) + ".input", topic
+            bootstrap,
+            input_marker_group_id(sink_transactional_id(config.consumer_group("copy"))),
+            topic,
         )
         behind, _ = committed_and_end(bootstrap, config.consumer_group("copy"), topic)
         assert output_tuples(bootstrap, config) == marked > behind, (marked, behind)

@@ -45,7 +45,7 @@ from pipeline.brokers.apache_kafka.cluster import KafkaNode, coordinator_partiti
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.errors import QueryGroupError
 from pipeline.kafka.topics import ensure_topics
-from pipeline.names import sink_transactional_id
+from pipeline.names import sink_transactional_id, task_transactional_id
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 from pipeline.spark.states import QueryGroupState
@@ -196,7 +196,9 @@ def transactional_ids(config: QueryGroupConfig, query: str) -> list[str]:
     :func:`pipeline.names.sink_transactional_id` (checked against the running sink). A
     task's batch markers go to the consumer group of the same name."""
     prefix = sink_transactional_id(config.consumer_group(query))
-    return [f"{prefix}.{p}" for p in range(config.input_settings("flights").partitions)]
+    return [
+        task_transactional_id(prefix, p) for p in range(config.input_settings("flights").partitions)
+    ]
 
 
 def placed_run(
@@ -247,7 +249,9 @@ def start_writing(
     wait_for_topics(cluster, config)
     group = running_group(config, bootstrap)
     prefix = group.sinks()["copy"].transactional_id
-    assert [f"{prefix}.{p}" for p in range(2)] == transactional_ids(config, "copy")[:2]
+    assert [task_transactional_id(prefix, p) for p in range(2)] == transactional_ids(
+        config, "copy"
+    )[:2]
     return group, Producing(bootstrap, config, schemas, records, first=FIRST, pace_s=pace_s).start()
 
 

@@ -1,6 +1,7 @@
 package io.floodgate.spark.write;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.floodgate.spark.Names;
 import java.util.Map;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
@@ -36,7 +37,7 @@ public final class InputMarker {
    */
   public InputMarker(String queryId, String transactionalIdPrefix) {
     this.queryId = queryId;
-    this.group = transactionalIdPrefix + ".input";
+    this.group = Names.inputMarkerGroupId(transactionalIdPrefix);
   }
 
   /** The group's metadata, as {@code sendOffsetsToTransaction} takes it. */

@@ -1,5 +1,6 @@
 package io.floodgate.spark.write;
 
+import io.floodgate.spark.Names;
 import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -199,7 +200,7 @@ public final class SinkOptions implements Serializable {
 
   /** The {@code transactional.id} of write task {@code partition}'s producer. */
   public String transactionalId(int partition) {
-    return transactionalIdPrefix + "." + partition;
+    return Names.taskTransactionalId(transactionalIdPrefix, partition);
   }
 
   /** Where {@code query group.query} is, for messages. */
