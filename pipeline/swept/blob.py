@@ -8,6 +8,7 @@ import gc
 import hashlib
 import io
 import itertools
+import json
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -18,6 +19,7 @@ from typing import IO, Any, cast
 import fastavro
 
 from pipeline.errors import DataLossError, renamed_argument, renamed_function
+from pipeline.resources import schema_dir
 from pipeline.services.database import (
     private_file,
 )
@@ -29,44 +31,15 @@ from pipeline.services.database import (
 BLOB_BATCH_RECORDS = 10_000
 
 
-#: The Avro schema of one BLOB batch: a run of consecutive Kafka records, column by
-#: column. Integers are packed little-endian (``offsets`` and ``timestamps`` int64,
-#: ``*_lengths`` int32 with -1 for a null key or value), one byte of timestamp type
-#: per record, keys and values concatenated. Headers are sparse: one entry per header,
-#: naming its record by index in the batch. Columns rather than one Avro record per
-#: Kafka record: the Python work per record is then a few method calls on write and
-#: a slice on read (sweep 0.35x -> 0.98x a plain consume, unsweep 0.73x -> 2.5x a
-#: broker read: bench/README.md, the sweeper).
-BLOB_SCHEMA: dict[str, Any] = {
-    "type": "record",
-    "name": "SweptBatch",
-    "namespace": "floodgate.sweep",
-    "fields": [
-        {"name": "offsets", "type": "bytes"},
-        {"name": "timestamps", "type": "bytes"},
-        {"name": "timestamp_types", "type": "bytes"},
-        {"name": "key_lengths", "type": "bytes"},
-        {"name": "keys", "type": "bytes"},
-        {"name": "value_lengths", "type": "bytes"},
-        {"name": "values", "type": "bytes"},
-        {
-            "name": "headers",
-            "type": {
-                "type": "array",
-                "items": {
-                    "type": "record",
-                    "name": "Header",
-                    "fields": [
-                        {"name": "record", "type": "int"},
-                        {"name": "key", "type": "string"},
-                        {"name": "value", "type": ["null", "bytes"], "default": None},
-                    ],
-                },
-            },
-            "default": [],
-        },
-    ],
-}
+#: The Avro schema of one BLOB batch (``schemas/formats/swept_batch.avsc``, which the
+#: Spark source's jar packs and reads too): a run of consecutive Kafka records, column by
+#: column; the file's ``doc`` says how each column is packed. Columns rather than one
+#: Avro record per Kafka record: the Python work per record is then a few method calls
+#: on write and a slice on read (sweep 0.35x -> 0.98x a plain consume, unsweep 0.73x ->
+#: 2.5x a broker read: bench/README.md, the sweeper).
+BLOB_SCHEMA: dict[str, Any] = json.loads(
+    (schema_dir() / "formats" / "swept_batch.avsc").read_text(encoding="utf-8")
+)
 
 
 PARSED_BLOB_SCHEMA = fastavro.parse_schema(BLOB_SCHEMA)

@@ -1,5 +1,8 @@
 package io.floodgate.spark.swept;
 
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.ArrayList;
@@ -24,28 +27,24 @@ public final class BlobFormat {
   /** The Avro record's full name, checked in every file's header. */
   public static final String RECORD_NAME = "floodgate.sweep.SweptBatch";
 
-  /** The reader's schema: {@code pipeline.swept.blob.BLOB_SCHEMA}, the writer's. */
-  public static final Schema SCHEMA =
-      new Schema.Parser()
-          .parse(
-              """
-              {"type": "record", "name": "SweptBatch", "namespace": "floodgate.sweep",
-               "fields": [
-                {"name": "offsets", "type": "bytes"},
-                {"name": "timestamps", "type": "bytes"},
-                {"name": "timestamp_types", "type": "bytes"},
-                {"name": "key_lengths", "type": "bytes"},
-                {"name": "keys", "type": "bytes"},
-                {"name": "value_lengths", "type": "bytes"},
-                {"name": "values", "type": "bytes"},
-                {"name": "headers", "default": [], "type": {"type": "array", "items": {
-                  "type": "record", "name": "Header", "fields": [
-                   {"name": "record", "type": "int"},
-                   {"name": "key", "type": "string"},
-                   {"name": "value", "type": ["null", "bytes"], "default": null}]}}}]}
-              """);
+  /**
+   * The reader's schema: {@code schemas/formats/swept_batch.avsc} of the repository, the writer's,
+   * packed in the jar beside this class.
+   */
+  public static final Schema SCHEMA = load("swept_batch.avsc");
 
   private BlobFormat() {}
+
+  private static Schema load(String name) {
+    try (InputStream in = BlobFormat.class.getResourceAsStream(name)) {
+      if (in == null) {
+        throw new IllegalStateException(name + " is not packed in the jar beside BlobFormat");
+      }
+      return new Schema.Parser().parse(in);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
 
   /** The {@code offsets} column of a batch, in file order. */
   public static long[] offsets(GenericRecord batch) {
