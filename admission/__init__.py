@@ -6,4 +6,9 @@ as an SQL table shared by leader-elected instances. Modules: ``algorithm`` (the
 decisions, pure), ``store`` (jobs, stalls, lanes in SQL), ``runner`` (processes),
 ``load`` (samples), ``service`` (the threads that tie them), ``api`` (REST), ``cli``
 (``floodgate admission ...``), ``config``, ``metrics``.
+
+May import: pipeline.config, pipeline.errors, pipeline.failpoints, pipeline.names,
+pipeline.metrics, pipeline.logs, pipeline.security, pipeline.state, pipeline.http,
+pipeline.kafka, pipeline.serde and pipeline.cli.conventions (what every command line
+shares); never pipeline.spark, nor the sweeper.
 """

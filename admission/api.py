@@ -5,7 +5,7 @@ show a job's ``env`` values, only the variables' names; every call that may chan
 state (every ``POST``) needs ``Authorization: Bearer <admission.token>``, compared in
 constant time (401 without it or with a wrong one), checked before a byte of the body
 is read; a body over ``admission.max_request_body_bytes`` (1 MiB) is 413 before it is
-parsed (:class:`~pipeline.services.asgi.RequestGate`). Errors answer with the reason:
+parsed (:class:`~pipeline.http.gates.RequestGate`). Errors answer with the reason:
 403 a program off the allowlist or a denied ``env`` variable, 404 no such job, 409 a
 job in the wrong state, 421 a call only the leader can serve (the detail names it),
 503 the queue is full, 400 a body that is not UTF-8, 422 a malformed request (the
@@ -28,9 +28,9 @@ from admission.errors import AdmissionError
 from admission.jobs import JobRequest, ProcessText
 from admission.service import AdmissionService
 from admission.store import JobState
+from pipeline.http.gates import AuthThrottle, RequestGate
 from pipeline.metrics import add_metrics_route
-from pipeline.services.asgi import AuthThrottle, RequestGate
-from pipeline.services.credentials import carries_bearer, same_secret
+from pipeline.security.credentials import carries_bearer, same_secret
 
 #: The largest id a job, request or stall entry can have: a signed 64-bit SQL integer.
 MAX_ID = 2**63 - 1
@@ -105,7 +105,7 @@ def without_instances(status: dict[str, Any]) -> dict[str, Any]:
 
 def build_app(service: AdmissionService) -> FastAPI:
     """The ASGI app of one :class:`AdmissionService`, behind its
-    :class:`~pipeline.services.asgi.RequestGate` (token, then body limit)."""
+    :class:`~pipeline.http.gates.RequestGate` (token, then body limit)."""
     app = FastAPI(
         title="floodgate admission",
         description=(

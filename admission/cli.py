@@ -41,9 +41,9 @@ from pipeline.cli.conventions import (
     usage_error,
 )
 from pipeline.errors import ConfigError
-from pipeline.services.credentials import read_secret_file
-from pipeline.services.http_client import error_detail
-from pipeline.services.logs import LogFormat
+from pipeline.http.client import error_detail
+from pipeline.logs import LogFormat
+from pipeline.security.credentials import read_secret_file
 
 if TYPE_CHECKING:
     from admission.config import AdmissionSettings
@@ -83,7 +83,7 @@ def bearer_token(token: str | None, token_file: Path | None) -> str | None:
     """The admission token of a client command: from ``token_file`` (its text, one
     trailing line break dropped, as a Docker or Kubernetes secret is mounted; only a
     file group and others may not read,
-    :func:`~pipeline.services.credentials.read_secret_file`), else from
+    :func:`~pipeline.security.credentials.read_secret_file`), else from
     ``$FLOODGATE__ADMISSION__TOKEN``; never from the command line, where ``ps`` and the
     shell's history show it (as ``kafka-configs --command-config`` and ``curl -H
     @file`` keep secrets off argv).
@@ -117,8 +117,8 @@ def serve(
     from admission.api import build_app
     from admission.config import load_admission_config
     from admission.service import AdmissionService
-    from pipeline.services.privacy import keep_to_ourselves, take_secret_variables
-    from pipeline.services.serving import listen, log_service, serve_until_signal
+    from pipeline.http.serving import listen, log_service, serve_until_signal
+    from pipeline.security.privacy import keep_to_ourselves, take_secret_variables
 
     keep_to_ourselves()  # no job (a process of our user) reads our environ or memory
     log_service(verbose, log_format)

@@ -22,6 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from admission.environment import allowlist_entry_reason, invalid_reason
 from pipeline.config import DEFAULT_CONTROL_DIR, BindHost, HostName, load_service_config
 from pipeline.errors import ConfigError
+from pipeline.http.client import CONTROL_TOKEN_ENV
+from pipeline.http.gates import (
+    DEFAULT_AUTH_WINDOW_S,
+    DEFAULT_MAX_AUTH_FAILURES,
+    DEFAULT_MAX_BODY_BYTES,
+)
 from pipeline.kafka.clients import RESERVED_KAFKA_KEYS
 from pipeline.names import (
     ADMISSION_DEAD_LETTER_TOPIC,
@@ -29,13 +35,7 @@ from pipeline.names import (
     ADMISSION_GROUP_ID,
     ADMISSION_REQUEST_TOPIC,
 )
-from pipeline.services.asgi import (
-    DEFAULT_AUTH_WINDOW_S,
-    DEFAULT_MAX_AUTH_FAILURES,
-    DEFAULT_MAX_BODY_BYTES,
-)
-from pipeline.services.credentials import MIN_SECRET_BITS, check_distinct, check_secret
-from pipeline.services.http_client import CONTROL_TOKEN_ENV
+from pipeline.security.credentials import MIN_SECRET_BITS, check_distinct, check_secret
 
 #: ``admission.job_path``'s default: the service's Python's folder, then the system's.
 DEFAULT_JOB_PATH = ":".join(
@@ -331,7 +331,7 @@ def load_admission_config(
         ConfigError: the file is missing or not TOML, a key is unknown or refused (named
             with its value and what is allowed), the file holds a secret and group or
             others may read it, the token is missing or weaker than 128 bits
-            (:func:`~pipeline.services.credentials.check_secret`), so is the intake
+            (:func:`~pipeline.security.credentials.check_secret`), so is the intake
             key, the token, the intake key and ``FLOODGATE_CONTROL_TOKEN`` are not
             three different values, or an allowlist entry names no executable.
     """

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from admission.algorithm import Load
 from pipeline.errors import FloodgateError, UntrustedEndpointError, UntrustedFileError
-from pipeline.services.control_file import ControlFile, read_control_file, verify_endpoint
+from pipeline.http.control_file import ControlFile, read_control_file, verify_endpoint
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +75,10 @@ class DriverHeaps:
     second) never waits on HTTP; an endpoint that does not answer drops out until it
     does. A control file is trusted only when it is a regular file of the service's
     own user that others cannot write to, reached without a symbolic link
-    (:func:`~pipeline.services.files.read_trusted`: another user could have written any
+    (:func:`~pipeline.state.files.read_trusted`: another user could have written any
     other), and its
     endpoint is read only when it proves it is the driver that wrote the file
-    (:func:`~pipeline.services.control_file.verify_endpoint`: the process alive, ours,
+    (:func:`~pipeline.http.control_file.verify_endpoint`: the process alive, ours,
     listening on the port, answering the file's identity challenge), checked before
     every read. Another is left out, with one warning naming the file (its owner and
     mode, or the pid and port).

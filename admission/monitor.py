@@ -7,7 +7,7 @@ import threading
 
 from admission.scheduler import Scheduler
 from admission.store import JobState, StallKind
-from pipeline.services.leader import LeaderElection
+from pipeline.state.leader import LeaderElection
 
 log = logging.getLogger(__name__)
 

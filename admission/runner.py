@@ -43,7 +43,7 @@ from pathlib import Path
 import psutil
 
 from admission.environment import JOB_ID_VARIABLE
-from pipeline.services.files import private_dir, private_file
+from pipeline.state.files import private_dir, private_file
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class ProcessRunner:
 
     Args:
         log_dir: where job output goes; made 0700 if missing
-            (:func:`~pipeline.services.files.private_dir`).
+            (:func:`~pipeline.state.files.private_dir`).
 
     Raises:
         ConfigError: ``log_dir`` is another user's, or others can write to it (key

@@ -31,7 +31,7 @@ from admission.metrics import AdmissionMetrics
 from admission.runner import ProcessRunner
 from admission.store import IntakeSignature, Job, JobState, JobStore, StallKind
 from pipeline.failpoints import armed
-from pipeline.services.leader import LeaderElection
+from pipeline.state.leader import LeaderElection
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@
   part cannot be scheduled, completed by a completion step.
 
 Several instances may share one database (PostgreSQL; a leader-elected
-consumer): a :class:`~pipeline.services.leader.LeaderElection` grants one of them the
+consumer): a :class:`~pipeline.state.leader.LeaderElection` grants one of them the
 leadership at run time, and only the leader starts jobs and runs the monitor. A
 follower takes submits into the queue (it never starts them itself: a job that must
 start at once -- not queueable, or start-now -- is marked ``asap`` and the leader
@@ -36,7 +36,7 @@ Stable log codes: ``FG-ADM-001`` emergency mode entered, ``FG-ADM-002`` left,
 ``FG-ADM-003`` a start forced by start-now, ``FG-ADM-004`` a submit refused,
 ``FG-ADM-005`` a hard stall, ``FG-ADM-006`` a long-running job, ``FG-ADM-007`` a
 signed request of the Kafka intake read again and not run again; ``FG-LEAD-001`` /
-``FG-LEAD-002`` leadership granted / revoked (:mod:`pipeline.services.leader`).
+``FG-LEAD-002`` leadership granted / revoked (:mod:`pipeline.state.leader`).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ from admission.store import (
     Stall,
     StallKind,
 )
-from pipeline.services.leader import LeaderElection
+from pipeline.state.leader import LeaderElection
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from admission.errors import IntakeSignatureTaken
-from pipeline.services.database import create_database_engine, create_tables
+from pipeline.state.database import create_database_engine, create_tables
 
 
 class JobState(enum.StrEnum):

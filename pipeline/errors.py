@@ -144,7 +144,7 @@ class BrokerError(FloodgateError, RuntimeError):
 class UntrustedFileError(FloodgateError, PermissionError):
     """A file Floodgate would write or trust is not its user's alone: a symbolic link
     (never followed), not a regular file, owned by another user, or (a file it
-    trusts) writable by others (:mod:`pipeline.services.files`). Nothing was read
+    trusts) writable by others (:mod:`pipeline.state.files`). Nothing was read
     from it or written to it.
 
     Attributes:
@@ -166,7 +166,7 @@ class UntrustedFileError(FloodgateError, PermissionError):
 
 class UntrustedEndpointError(FloodgateError, PermissionError):
     """The endpoint a query group's control file names is not proven to be the driver
-    that wrote it (:func:`pipeline.services.control_file.verify_endpoint`): its process
+    that wrote it (:func:`pipeline.http.control_file.verify_endpoint`): its process
     is gone, another user's, another process, does not listen on the port, or the
     endpoint cannot prove it holds the file's identity key. No token was sent to it.
 

@@ -74,7 +74,7 @@ def add_build_info(registry: CollectorRegistry) -> None:
 @dataclass(frozen=True)
 class HttpAuthMetrics:
     """Authentication at a Floodgate HTTP endpoint's gate
-    (:class:`pipeline.services.asgi.RequestGate`), on the registry of the service that
+    (:class:`pipeline.http.gates.RequestGate`), on the registry of the service that
     serves it (Prometheus' ``job`` label tells the admission service from a query
     group); no label: never the client's address, whose values are unbounded.
 

@@ -30,7 +30,7 @@ from pipeline.cli.conventions import (
     print_table,
     reports_errors,
 )
-from pipeline.services.logs import LogFormat
+from pipeline.logs import LogFormat
 
 app = typer.Typer(
     help="The sweeper service: moves the backlog of slow queues into BLOBs.",
@@ -56,9 +56,9 @@ def serve(
     from fastapi import FastAPI
 
     from pipeline.config import BOOTSTRAP_ENV, bootstrap_from
+    from pipeline.http.serving import listen, log_service, serve_until_signal
     from pipeline.metrics import add_metrics_route
-    from pipeline.services.privacy import keep_to_ourselves, take_secret_variables
-    from pipeline.services.serving import listen, log_service, serve_until_signal
+    from pipeline.security.privacy import keep_to_ourselves, take_secret_variables
     from sweeper.config import load_sweeper_config
     from sweeper.service import Sweeper
 

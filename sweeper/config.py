@@ -67,7 +67,7 @@ class SweeperSettings(BaseModel):
     ``localhost`` (the compose stack's ``sweeper``); another ``Host`` is answered 400
     (DNS rebinding)."""
     leader_check_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
-    """Several sweepers on one catalog: one sweeps (:mod:`pipeline.services.leader`)."""
+    """Several sweepers on one catalog: one sweeps (:mod:`pipeline.state.leader`)."""
 
     @field_validator("blob_store")
     @classmethod

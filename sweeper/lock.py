@@ -3,7 +3,7 @@
 Two sweepers of different catalogs on one ``blob_dir`` would write BLOBs of the same
 name over each other's (a BLOB's file name is its topic, partition and range). The
 sweepers of one catalog share it: they elect one leader, the only one that writes
-(:mod:`pipeline.services.leader`), and the catalog records that directory for the
+(:mod:`pipeline.state.leader`), and the catalog records that directory for the
 readers (:meth:`pipeline.swept.catalog.SweepCatalog.record_blob_dir`).
 
 So the lock is an ``flock`` held for the sweeper's life, shared by the sweepers of one
@@ -11,7 +11,7 @@ catalog: the first takes it exclusively, writes its catalog's id and its process
 into the file, and turns it into a shared lock; the next one of the same catalog
 takes it shared and finds its catalog's id there; one of another catalog finds
 another id and is refused. The kernel drops a lock when its process ends, ``kill
--9`` included. The file is opened by :func:`pipeline.services.files.private_file`
+-9`` included. The file is opened by :func:`pipeline.state.files.private_file`
 (0600, its folder 0700 when missing, never through a symbolic link: ``O_NOFOLLOW``).
 
 An object store (``sweeper.blob_store = "s3://bucket/prefix"``) has no ``flock``: there
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pipeline.errors import ConfigError
-from pipeline.services.files import private_file
+from pipeline.state.files import private_file
 from pipeline.swept.store import ObjectBlobStore, object_key
 
 #: The lock file's name in ``blob_dir`` (the sweeper's recovery never removes it: it
@@ -147,7 +147,7 @@ class ObjectStoreClaim:
     catalogs that start on an empty prefix in the same instant could both claim it;
     that is a deployment's mistake this catches when either restarts. The sweepers
     of one catalog need no lock among themselves: one leader writes
-    (:mod:`pipeline.services.leader`).
+    (:mod:`pipeline.state.leader`).
 
     Args:
         store: the sweeper's object store.

@@ -50,7 +50,7 @@ class SweeperMetrics:
       sweeper's, :class:`pipeline.errors.BlobPathError`);
     * ``floodgate_ledger_unaccounted_tuples{partition}`` (gauge): the tuple ledger's
       unaccounted tuples of each input stream partition of the swept query groups,
-      reconciled every cycle (:mod:`pipeline.services.ledger`); 0 when all is well;
+      reconciled every cycle (:mod:`pipeline.queues.ledger`); 0 when all is well;
     * ``floodgate_build_info`` (:func:`pipeline.metrics.add_build_info`).
 
     A BLOB of a topic no configured queue carries (left in the catalog by an earlier

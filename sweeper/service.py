@@ -38,13 +38,13 @@ operator's notes, another sweeper's BLOBs), not one a row names outside ``blob_d
 or under another name than the sweeper gives it
 (:func:`pipeline.swept.catalog.owned_files`: refused with a
 :class:`~pipeline.errors.BlobPathError`). With several sweepers on one catalog, only
-the leader (:mod:`pipeline.services.leader`) runs cycles and recovers; they share
+the leader (:mod:`pipeline.state.leader`) runs cycles and recovers; they share
 ``blob_dir``, which a sweeper of another catalog may not (:mod:`sweeper.lock`).
 
 Stable log codes: ``FG-SWP-001`` a BLOB registered, ``FG-SWP-002`` a sweep aborted,
 ``FG-SWP-003`` the BLOB store is full (no more sweeps), ``FG-SWP-004`` it has room
 again, ``FG-SWP-005`` the broker truncated, ``FG-SWP-006`` tuples unaccounted for
-(the tuple ledger, :mod:`pipeline.services.ledger`), ``FG-SWP-007`` a registered BLOB fails its
+(the tuple ledger, :mod:`pipeline.queues.ledger`), ``FG-SWP-007`` a registered BLOB fails its
 integrity check (no silent BLOB corruption).
 """
 
@@ -67,9 +67,9 @@ from pipeline.errors import BlobIntegrityError, BlobPathError, DataLossError
 from pipeline.kafka.clients import kafka_settings, reader_settings
 from pipeline.names import SWEEPER_GROUP_ID
 from pipeline.offsets import planned_ends, replay_starts
+from pipeline.queues.ledger import DeadLetters, LedgerRow, reconcile
 from pipeline.queues.probe import QueueProbe
-from pipeline.services.leader import LeaderElection
-from pipeline.services.ledger import DeadLetters, LedgerRow, reconcile
+from pipeline.state.leader import LeaderElection
 from pipeline.swept.blob import BlobSeal, blob_name
 from pipeline.swept.catalog import (
     Blob,
@@ -168,7 +168,7 @@ class Sweeper:
             directory and the holder's process id; or the catalog's BLOBs are in
             another directory (:meth:`SweepCatalog.record_blob_dir`); or ``blob_dir``
             is another user's or others can write to it
-            (:func:`~pipeline.services.files.private_dir`; nothing was written).
+            (:func:`~pipeline.state.files.private_dir`; nothing was written).
     """
 
     def __init__(
@@ -474,7 +474,7 @@ class Sweeper:
         return outcomes
 
     def reconcile(self) -> list[LedgerRow]:
-        """The tuple ledger of every input stream queue swept (:mod:`pipeline.services.ledger`),
+        """The tuple ledger of every input stream queue swept (:mod:`pipeline.queues.ledger`),
         exported as ``floodgate_ledger_unaccounted_tuples``; rows that do not balance
         are logged (``FG-SWP-006``).
 

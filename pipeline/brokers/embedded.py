@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 from pipeline.brokers.engines import KafkaEngine, free_port, private_data_dir, spawn_broker
 from pipeline.errors import BrokerError
 from pipeline.kafka.clients import kafka_settings
-from pipeline.services.files import PRIVATE_UMASK
+from pipeline.state.files import PRIVATE_UMASK
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from pipeline.errors import BrokerError, ConfigError
 from pipeline.kafka.clients import kafka_settings
-from pipeline.services.files import PRIVATE_UMASK, private_dir, private_file
+from pipeline.state.files import PRIVATE_UMASK, private_dir, private_file
 
 #: The brokers Floodgate can start itself.
 KafkaEngine = Literal["noida-db", "apache-kafka"]
@@ -34,7 +34,7 @@ def private_data_dir(data_dir: Path) -> Path:
     can enter or read is set to 0700 with a warning (files an earlier run wrote may be
     0644); one that others can write to, or another user
     owns, is refused: files planted in it could be there already. The broker itself
-    runs with umask 077 (:data:`pipeline.services.files.PRIVATE_UMASK`), so what it
+    runs with umask 077 (:data:`pipeline.state.files.PRIVATE_UMASK`), so what it
     writes is 0600.
 
     Returns:
@@ -50,8 +50,8 @@ def private_data_dir(data_dir: Path) -> Path:
 
 def spawn_broker(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     """Start a broker's process in a session of its own (stopped by its pid), its
-    output appended to ``log_path`` (0600, :func:`~pipeline.services.files.private_file`),
-    with umask 077 (:data:`~pipeline.services.files.PRIVATE_UMASK`): what it writes in
+    output appended to ``log_path`` (0600, :func:`~pipeline.state.files.private_file`),
+    with umask 077 (:data:`~pipeline.state.files.PRIVATE_UMASK`): what it writes in
     its data folder is 0600.
 
     Raises:

@@ -28,7 +28,7 @@ from importlib.resources import as_file, files
 from pathlib import Path
 
 from pipeline.errors import BrokerError
-from pipeline.services.files import private_file, write_private_text
+from pipeline.state.files import private_file, write_private_text
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,9 @@
 
 What every command shares, the services' too (exit status, the error line, common
 options, tables), is :mod:`pipeline.cli.conventions`.
+
+May import: pipeline, any package of it (the command line is its top layer); never
+admission nor the sweeper, whose commands join through an entry point.
 """
 
 from __future__ import annotations

@@ -79,13 +79,13 @@ def setup_logging(verbose: bool, log_format: str | None = None) -> None:
     Args:
         log_format: ``text`` or ``json`` for a long-running command (``floodgate run``):
             each line with its time, level and logger
-            (:func:`pipeline.services.logs.configure_logging`); ``None``: an
+            (:func:`pipeline.logs.configure_logging`); ``None``: an
             interactive command's lines through rich (level, logger, message).
 
     Raises:
         ValueError: ``log_format`` is neither ``text``, ``json`` nor ``None``.
     """
-    from pipeline.services.logs import configure_logging
+    from pipeline.logs import configure_logging
 
     if log_format is not None:
         configure_logging(verbose, log_format)

@@ -47,8 +47,8 @@ def audit(
     import dataclasses
 
     from pipeline.config import load_query_group
+    from pipeline.queues.ledger import reconcile
     from pipeline.queues.replays import replays
-    from pipeline.services.ledger import reconcile
 
     groups = [load_query_group(p) for p in configs or [query_group_file("flights")]]
     if query_group is not None:

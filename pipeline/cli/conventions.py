@@ -35,8 +35,8 @@ from rich.segment import Segments
 from rich.table import Table
 
 from pipeline.errors import FloodgateError
+from pipeline.logs import LOG_FORMAT_ENV, LogFormat
 from pipeline.redaction import redact_text
-from pipeline.services.logs import LOG_FORMAT_ENV, LogFormat
 
 #: The exit status of a command whose operation failed.
 FAILED = 1
@@ -46,7 +46,7 @@ USAGE = 2
 #: ``--verbose`` / ``-v``: log at INFO instead of WARNING.
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")]
 
-#: ``--log-format text|json`` of the long-running commands (:mod:`pipeline.services.logs`).
+#: ``--log-format text|json`` of the long-running commands (:mod:`pipeline.logs`).
 LogFormatOption = Annotated[
     LogFormat,
     typer.Option(

@@ -32,9 +32,9 @@ def _query_group_call(name: str, action: str, url: str | None, control_dir: str)
 
     Raises:
         FloodgateError: no endpoint found, or the endpoint refused or did not answer
-            (:func:`pipeline.services.http_client.call`).
+            (:func:`pipeline.http.client.call`).
     """
-    from pipeline.services.http_client import call
+    from pipeline.http.client import call
 
     return call(name, action, url=url, control_dir=control_dir)
 

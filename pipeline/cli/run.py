@@ -23,7 +23,7 @@ from pipeline.cli.app import (
     stop_on_signals,
 )
 from pipeline.cli.conventions import LogFormatOption, Verbose, reports_errors
-from pipeline.services.logs import LogFormat
+from pipeline.logs import LogFormat
 
 if TYPE_CHECKING:
     from pipeline.demo.producer import ProducerStatus
@@ -43,7 +43,7 @@ def run(
     """Run a query group until it is stopped (SIGTERM/Ctrl-C) or, with --available-now, drained."""
     from pipeline.config import load_query_group
     from pipeline.errors import QueryGroupHeld
-    from pipeline.services.privacy import keep_to_ourselves, take_secret_variables
+    from pipeline.security.privacy import keep_to_ourselves, take_secret_variables
     from pipeline.spark.control import check_control_dir, resolve_token
     from pipeline.spark.query_group import QueryGroup
 
@@ -124,8 +124,8 @@ def produce(
 
     from pipeline.config import load_query_group
     from pipeline.demo.producer import run_producer
+    from pipeline.http.serving import listen
     from pipeline.metrics import add_metrics_route
-    from pipeline.services.serving import listen
 
     setup_logging(verbose)
     cfg = load_query_group(config)

@@ -199,7 +199,7 @@ SASL_PASSWORD_ENV = "FLOODGATE_SASL_PASSWORD"
 def sasl_passwords(users: list[str], password_file: Path | None) -> dict[str, str]:
     """``{name: password}`` of the ``--sasl-user`` names: from ``password_file``
     (``NAME:PASSWORD`` lines, read by
-    :func:`~pipeline.services.credentials.read_secret_file`), else, for one user, from
+    :func:`~pipeline.security.credentials.read_secret_file`), else, for one user, from
     :data:`SASL_PASSWORD_ENV`. Never from the command line, where ``ps`` shows every
     process's arguments to every user of the host.
 
@@ -208,7 +208,7 @@ def sasl_passwords(users: list[str], password_file: Path | None) -> dict[str, st
             value not shown), the file is refused or has a line without ``:``, or a
             user has no password; names the option, the file or the user.
     """
-    from pipeline.services.credentials import read_secret_file
+    from pipeline.security.credentials import read_secret_file
 
     if any(":" in user for user in users):
         raise ConfigError(

@@ -5,6 +5,10 @@
 under back-pressure (:class:`~pipeline.client.input.PutResult` says what happened),
 a :class:`~pipeline.client.reception.StreamOutput` reads an output stream queue,
 its swept backlog first.
+
+May import: pipeline.config, pipeline.errors, pipeline.kafka, pipeline.metrics,
+pipeline.queues, pipeline.resources, pipeline.serde and pipeline.swept; never
+pipeline.spark.
 """
 
 from pipeline.client.connector import Connector, connect

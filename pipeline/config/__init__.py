@@ -45,6 +45,9 @@ importable from ``pipeline.config``):
   :class:`~pipeline.errors.ConfigError` naming the key, the value and what is allowed;
 * :mod:`~pipeline.config.section` -- the strict base of every section, and the name
   types.
+
+May import: pipeline.errors, pipeline.kafka, pipeline.names, pipeline.redaction,
+pipeline.security and pipeline.serde.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pipeline.config.query_group import QueryGroupConfig
 from pipeline.config.refusals import config_error
 from pipeline.config.streams import InputStreamConfig, OutputStreamConfig
 from pipeline.errors import ConfigError
-from pipeline.services.credentials import check_private_mode
+from pipeline.security.credentials import check_private_mode
 
 
 def load_query_group(path: str | Path, *, env: Mapping[str, str] | None = None) -> QueryGroupConfig:
@@ -81,7 +81,7 @@ def load_service_config(
 
     A file that holds a secret key of the section (a ``SecretStr`` field, such as
     ``admission.token``) is taken only when its owner alone may read it (mode 0600 or
-    0400, :func:`~pipeline.services.credentials.check_private_mode`); the environment
+    0400, :func:`~pipeline.security.credentials.check_private_mode`); the environment
     (``FLOODGATE__<SECTION>__<KEY>``) keeps secrets out of files altogether.
 
     Raises:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.brokers.engines import free_port
-from pipeline.services.files import private_file, write_private_text
+from pipeline.state.files import private_file, write_private_text
 
 #: The services of a stack, and so the keys of :attr:`StackFiles.ports`.
 SERVICES = ("group", "admission", "sweeper")

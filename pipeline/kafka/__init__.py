@@ -1,1 +1,4 @@
-"""Kafka plumbing every part of Floodgate shares: topics, fetching, retries."""
+"""Kafka plumbing every part of Floodgate shares: topics, fetching, retries.
+
+May import: pipeline.errors.
+"""

@@ -15,5 +15,11 @@ is ``max_queue_size - length`` (the back-pressure rule of the input stream queue
 
 :class:`~pipeline.queues.probe.QueueProbe` reads a queue from the broker (and the sweep
 catalog); :class:`~pipeline.queues.budget.QueueBudget` is the client side of the bound;
-:class:`~pipeline.queues.age.QueueAge` tells how old the oldest tuple is.
+:class:`~pipeline.queues.age.QueueAge` tells how old the oldest tuple is. From those
+reads, :mod:`~pipeline.queues.ledger` accounts for every tuple of an input stream queue
+(processed, queued, swept, dead-lettered: ``floodgate audit``), and
+:mod:`~pipeline.queues.replays` for what an at-least-once query wrote twice.
+
+May import: pipeline.config, pipeline.deadletter, pipeline.errors, pipeline.kafka,
+pipeline.names, pipeline.offsets and pipeline.swept.
 """

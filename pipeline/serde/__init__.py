@@ -1,1 +1,4 @@
-"""The Avro codec: the local schema registry, stream codecs, whole-batch encoding."""
+"""The Avro codec: the local schema registry, stream codecs, whole-batch encoding.
+
+May import: pipeline.errors, pipeline.redaction and pipeline.resources.
+"""

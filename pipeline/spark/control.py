@@ -7,7 +7,7 @@ A running query group (:meth:`pipeline.spark.query_group.QueryGroup.serve`) answ
   (:meth:`~pipeline.spark.query_group.QueryGroup.status`); the driver's and the
   executors' hosts and ports only to a caller with the control token;
 * ``GET /identity?challenge=<hex>`` -- the proof that this endpoint wrote its control
-  file (:func:`pipeline.services.control_file.prove` under the file's identity key);
+  file (:func:`pipeline.http.control_file.prove` under the file's identity key);
 * ``POST /release`` -- release a HELD group (409 with the reason otherwise);
 * ``POST /stop`` -- stop the group (202; the process that runs it exits).
 
@@ -15,9 +15,9 @@ The OpenAPI schema is at ``/openapi.json``.
 
 **The control token**. Every call that changes state (``POST /release``,
 ``POST /stop``) needs ``Authorization: Bearer <token>``, compared in constant time
-(:func:`~pipeline.services.credentials.same_secret`); without it, or with another, the
+(:func:`~pipeline.security.credentials.same_secret`); without it, or with another, the
 answer is 401 with ``WWW-Authenticate: Bearer`` (RFC 6750 section 3) and nothing
-changes. The endpoint's :class:`~pipeline.services.asgi.RequestGate` checks it before
+changes. The endpoint's :class:`~pipeline.http.gates.RequestGate` checks it before
 the app, and answers 429 to an address after 10 failures in 60 s. Reads
 (``/metrics``, ``/status``, ``/openapi.json``, ``/docs``) stay open: they change
 nothing and show no secret, and ``/status`` shows where the driver and its
@@ -26,7 +26,7 @@ executors run (hosts, ports) only with the token. The token is
 else a random one made at start.
 
 **Control files.** On start the server writes ``<control_dir>/<query group>.json``
-(:func:`pipeline.services.control_file.write_control_file`: the URL, its process id
+(:func:`pipeline.http.control_file.write_control_file`: the URL, its process id
 and start time, and an identity key made at each start) and, when it made the token
 itself, ``<control_dir>/<query group>.token``; both mode 0600, replaced atomically, never
 written through a symbolic link, the folder 0700 when it is made. A control folder
@@ -34,7 +34,7 @@ that others can write to, or that another user owns, is refused before the group
 starts (:func:`check_control_dir`): its files could be swapped.
 So ``floodgate query-group status|release|stop NAME`` run by the same user on the
 same host finds the endpoint and its token by name
-(:func:`pipeline.services.http_client.call`, which trusts only control files of its
+(:func:`pipeline.http.client.call`, which trusts only control files of its
 own user, and sends the token only to an endpoint that proves it wrote the file);
 both files are removed on stop. ``--url`` reaches any other endpoint, with
 the token from :data:`CONTROL_TOKEN_ENV`.
@@ -57,24 +57,24 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from pipeline.errors import ConfigError, QueryGroupError
-from pipeline.metrics import add_metrics_route
-from pipeline.services.asgi import RequestGate
-from pipeline.services.control_file import (
+from pipeline.http.client import CONTROL_TOKEN_ENV
+from pipeline.http.control_file import (
     IDENTITY_PATH,
     new_identity_key,
     prove,
     read_control_file,
     write_control_file,
 )
-from pipeline.services.credentials import (
+from pipeline.http.gates import RequestGate
+from pipeline.http.serving import AppServer
+from pipeline.metrics import add_metrics_route
+from pipeline.security.credentials import (
     carries_bearer,
     check_distinct,
     check_secret,
     same_secret,
 )
-from pipeline.services.files import private_dir, read_trusted, write_private_text
-from pipeline.services.http_client import CONTROL_TOKEN_ENV
-from pipeline.services.serving import AppServer
+from pipeline.state.files import private_dir, read_trusted, write_private_text
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -152,7 +152,7 @@ def resolve_token(env: Mapping[str, str] | None = None) -> tuple[str, bool]:
         ConfigError: the variable is set but empty, holds a character an HTTP
             ``Authorization`` header cannot carry in a bearer token (whitespace,
             control characters, non-ASCII), is weaker than 128 bits
-            (:func:`~pipeline.services.credentials.check_secret`), or is the admission
+            (:func:`~pipeline.security.credentials.check_secret`), or is the admission
             token of the same environment (:data:`ADMISSION_TOKEN_ENV`); names the
             variable.
     """
@@ -289,7 +289,7 @@ CONTROL_DIR_KEY = "query_group.control_dir"
 
 def check_control_dir(control_dir: str | Path) -> Path:
     """Make the control folder 0700, or check the one that exists
-    (:func:`~pipeline.services.files.private_dir`).
+    (:func:`~pipeline.state.files.private_dir`).
 
     Returns:
         The folder.
@@ -304,7 +304,7 @@ def check_control_dir(control_dir: str | Path) -> Path:
 
 class ControlServer:
     """The query group's endpoint (:func:`build_app`), served by an
-    :class:`~pipeline.services.serving.AppServer`, plus its control files.
+    :class:`~pipeline.http.serving.AppServer`, plus its control files.
 
     Args:
         group: the query group.

@@ -10,9 +10,9 @@ import time
 from pipeline.config import QueryGroupConfig
 from pipeline.metrics import QueryGroupMetrics
 from pipeline.queues.age import QueueAge, StableOffsetWatch
+from pipeline.queues.ledger import DeadLetters
 from pipeline.queues.probe import QueueProbe
 from pipeline.queues.snapshot import QueueSnapshot
-from pipeline.services.ledger import DeadLetters
 from pipeline.spark.sink import TRANSACTION_TIMEOUT_S
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class QueueGauges:
     ``read_committed`` reader of the stream is blocked until Kafka aborts it. It also
     counts, per input stream, the tuples processed (the advance of the slowest reading
     query's committed offsets since the first sample) and the tuples in the group's
-    dead-letter topic, by reason (:class:`~pipeline.services.ledger.DeadLetters`).
+    dead-letter topic, by reason (:class:`~pipeline.queues.ledger.DeadLetters`).
 
     Args:
         config: the query group's config.

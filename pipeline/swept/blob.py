@@ -20,9 +20,7 @@ import fastavro
 
 from pipeline.errors import DataLossError, renamed_argument, renamed_function
 from pipeline.resources import schema_dir
-from pipeline.services.database import (
-    private_file,
-)
+from pipeline.state.files import private_file
 
 #: Kafka records per BLOB batch when the records come one by one (:func:`write_blob` of
 #: an iterable of records): a broker fetch gives its own batches (up to 10 000). A BLOB

@@ -54,7 +54,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from pipeline.errors import BlobIntegrityError, BlobPathError, ConfigError
-from pipeline.services.database import (
+from pipeline.state.database import (
     advisory_lock_key,
     create_database_engine,
     create_tables,

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from pipeline.errors import ConfigError
-from pipeline.services.files import private_dir
+from pipeline.state.files import private_dir
 from pipeline.swept.blob import BlobSeal, publish_blob, write_sealed, write_sealed_blob
 
 #: URL schemes of object stores (S3 and its API-compatibles: MinIO, Ceph RGW, S3Proxy).
@@ -182,7 +182,7 @@ class LocalBlobStore(BlobStore):
 
     Raises:
         ConfigError: the folder is another user's or others can write to it
-            (:func:`~pipeline.services.files.private_dir`); nothing was written.
+            (:func:`~pipeline.state.files.private_dir`); nothing was written.
     """
 
     def __init__(self, folder: str | Path, *, key: str = "sweeper.blob_dir") -> None:

@@ -7,6 +7,8 @@
 
 ``floodgate broker --engine apache-kafka [--nodes 3]`` runs it in the foreground;
 :func:`pipeline.brokers.local.local_broker` starts it from Python (the tests' fixtures).
+
+May import: pipeline.brokers, pipeline.errors, pipeline.kafka and pipeline.state.
 """
 
 from pipeline.brokers.apache_kafka.artifacts import APACHE_KAFKA_VERSION, cache_dir, kafka_libs

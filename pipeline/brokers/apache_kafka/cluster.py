@@ -17,7 +17,7 @@ Layout of the data directory::
 
 Every file and folder in it is ours alone (the log directories hold every
 tuple): the folders 0700, the files Floodgate writes 0600
-(:func:`pipeline.services.files.private_file`), and the JVMs (``StorageTool``, each
+(:func:`pipeline.state.files.private_file`), and the JVMs (``StorageTool``, each
 node) run with umask 077, so what Kafka writes is 0600 too. An existing data folder
 that others can enter is set to 0700; one others can write to, or another user owns,
 is refused (:func:`pipeline.brokers.engines.private_data_dir`).
@@ -63,7 +63,7 @@ from pipeline.brokers.apache_kafka.artifacts import APACHE_KAFKA_VERSION, java_c
 from pipeline.brokers.engines import private_data_dir, spawn_broker
 from pipeline.errors import BrokerError, ConfigError
 from pipeline.kafka.clients import kafka_settings
-from pipeline.services.files import PRIVATE_UMASK, write_private_text
+from pipeline.state.files import PRIVATE_UMASK, write_private_text
 
 log = logging.getLogger(__name__)
 

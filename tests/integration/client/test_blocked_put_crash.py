@@ -25,9 +25,9 @@ from typing import Any
 from pipeline.client import connect
 from pipeline.demo.reception import read_all
 from pipeline.kafka.topics import ensure_topics
+from pipeline.queues.ledger import reconcile
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.services.ledger import reconcile
 from pipeline.spark.query_group import QueryGroup
 from tests.integration.client.test_client import topic_total
 from tests.integration.helpers import ROOT, flights_raw_config, write_query_group

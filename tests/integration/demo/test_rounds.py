@@ -22,9 +22,9 @@ from pipeline.config import load_query_group
 from pipeline.demo.flights import load_flights, shift_years
 from pipeline.demo.producer import first_round_years, latest_event_time, run_producer
 from pipeline.demo.reception import read_table
+from pipeline.queues.ledger import reconcile
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.services.ledger import reconcile
 from pipeline.spark.query_group import QueryGroup
 from tests.integration.helpers import flights_raw_config
 

@@ -28,9 +28,9 @@ from pipeline.client import connect
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo.reception import read_all
 from pipeline.kafka.topics import ensure_topics
+from pipeline.queues.ledger import reconcile
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.services.ledger import reconcile
 from sweeper.service import Sweeper
 from tests.integration.deployment.installed import InstalledFloodgate
 from tests.integration.deployment.spark_cluster import StandaloneCluster, spark_submit

@@ -9,7 +9,7 @@ while they inject a fault, and then check (:func:`check_exactly_once`):
   fields: none lost, and none there twice unless its put was reported back to the
   producer and put again (a broker that fails mid-append can answer with an error for
   a batch it wrote; no producer can tell);
-* the tuple ledger balances (:func:`pipeline.services.ledger.reconcile`), and only
+* the tuple ledger balances (:func:`pipeline.queues.ledger.reconcile`), and only
   such second copies are dead-lettered, as late;
 * no transaction is left open on an output or dead-letter partition: each last stable
   offset reaches its high watermark (:func:`check_no_open_transaction`).
@@ -36,10 +36,10 @@ from pipeline.config import QueryGroupConfig
 from pipeline.deadletter import DLQ_REASON
 from pipeline.demo.reception import read_all
 from pipeline.errors import BrokerError, DeliveryError
+from pipeline.queues.ledger import reconcile
 from pipeline.queues.replays import replays as replays_of
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.services.ledger import reconcile
 from pipeline.spark.states import QueryGroupState
 from tests.integration.helpers import wait_until
 

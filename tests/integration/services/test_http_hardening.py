@@ -2,7 +2,7 @@
 would try it: half-sent requests held open, a rebound DNS
 name, guessed tokens. The real servers on loopback sockets: `floodgate admission serve`
 in a process of its own, a query group's control endpoint, a bare
-:class:`~pipeline.services.serving.AppServer`."""
+:class:`~pipeline.http.serving.AppServer`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from fastapi import FastAPI, Request
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.services.serving import AppServer
+from pipeline.http.serving import AppServer
 from pipeline.spark.control import ControlServer
 from tests.integration.admission_service import Service
 from tests.integration.helpers import flights_raw_config, idle_query_group, raw_request

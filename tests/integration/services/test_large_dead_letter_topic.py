@@ -23,7 +23,7 @@ from pipeline.cli import app
 from pipeline.config import load_query_group
 from pipeline.deadletter import DLQ_OFFSET, DLQ_PARTITION, DLQ_REASON, DLQ_TOPIC
 from pipeline.kafka.topics import ensure_topics
-from pipeline.services.ledger import DeadLetters
+from pipeline.queues.ledger import DeadLetters
 from tests.integration.helpers import flights_raw_config
 
 #: Dead letters written: ~460 bytes each with their headers, as the late ones of the

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import QueryGroupConfig
-from pipeline.services.ledger import reconcile
+from pipeline.queues.ledger import reconcile
 from sweeper.config import SweeperSettings
 from sweeper.service import Sweeper
 from tests.integration.helpers import Drained, flights_raw_config, write_query_group

@@ -31,8 +31,8 @@ from typer.testing import CliRunner
 from admission.load import DriverHeaps
 from pipeline.cli import app
 from pipeline.errors import ConfigError
-from pipeline.services.control_file import IDENTITY_PATH, new_identity_key, prove
-from pipeline.services.http_client import CONTROL_TOKEN_ENV
+from pipeline.http.client import CONTROL_TOKEN_ENV
+from pipeline.http.control_file import IDENTITY_PATH, new_identity_key, prove
 from pipeline.spark.control import ControlServer
 from tests.integration.helpers import flights_raw_config, idle_query_group
 

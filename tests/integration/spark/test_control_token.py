@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.errors import ConfigError, FloodgateError
-from pipeline.services.http_client import CONTROL_TOKEN_ENV, call
+from pipeline.http.client import CONTROL_TOKEN_ENV, call
 from pipeline.spark.control import ControlServer
 from pipeline.spark.query_group import QueryGroup
 from tests.integration.helpers import flights_raw_config, idle_query_group

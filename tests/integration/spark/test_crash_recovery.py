@@ -31,9 +31,9 @@ from pipeline.demo.reception import read_all
 from pipeline.failpoints import FAILPOINT_ENV
 from pipeline.kafka.topics import ensure_topics
 from pipeline.names import input_marker_group_id, sink_transactional_id
+from pipeline.queues.ledger import reconcile
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.services.ledger import reconcile
 from tests.integration.faults.checks import (
     Producing,
     check_delivery,

@@ -26,9 +26,9 @@ from pipeline.client import StreamOutput, connect
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.demo.reception import read_all
 from pipeline.errors import FloodgateError, QueryGroupError
+from pipeline.http.client import call
 from pipeline.kafka.topics import ensure_topics
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.services.http_client import call
 from pipeline.spark.query_group import QueryGroup, QueryGroupState
 from tests.integration.helpers import flights_raw_config, wait_until
 

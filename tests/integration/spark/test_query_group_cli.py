@@ -27,8 +27,8 @@ from admission.load import DriverHeaps
 from pipeline.cli import app
 from pipeline.client import connect
 from pipeline.demo.reception import read_all
+from pipeline.http.client import CONTROL_TOKEN_ENV
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.services.http_client import CONTROL_TOKEN_ENV
 from tests.integration.helpers import flights_raw_config, write_query_group
 from tests.integration.promtool import check_metrics
 from tests.integration.spark.drivers import DRIVER_TIMEOUT_S, kill_group, start_driver

@@ -16,9 +16,9 @@ from confluent_kafka import Producer
 
 from pipeline.config import QueryGroupConfig
 from pipeline.demo.reception import read_all
+from pipeline.queues.ledger import reconcile
 from pipeline.serde.codec import StreamCodec, TupleKey
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.services.ledger import reconcile
 from tests.integration.helpers import Drained
 
 YEAR_MS = 365 * 86_400_000

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.failpoints import FAILPOINT_ENV
+from pipeline.queues.ledger import reconcile
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.services.ledger import reconcile
 from tests.integration.spark.drivers import (
     committed_and_end,
     copies,

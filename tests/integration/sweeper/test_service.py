@@ -573,7 +573,7 @@ def test_on_postgresql_one_of_two_sweepers_sweeps_and_the_other_takes_over(
     fill(bootstrap, schemas, config, sequenced(flights, 3_000))
     commit(bootstrap, config, 0)
     server = threading.Thread(target=serve, daemon=True)
-    with caplog.at_level("WARNING", logger="pipeline.services.leader"):
+    with caplog.at_level("WARNING", logger="pipeline.state.leader"):
         for sweeper in sweepers:
             sweeper.start()
         server.start()

@@ -17,8 +17,9 @@ def test_a_query_groups_names_are_the_contracts() -> None:
     g = CONTRACT["query_group"]
     group_id = names.query_group_id(g["prefix"], g["name"], g["query"])
     assert group_id == g["query_group_id"]
-    assert names.reception_group_id(g["prefix"], g["name"], g["output_stream"]) == (
-        g["reception_group_id"]
+    assert (
+        names.reception_group_id(g["prefix"], g["name"], g["output_stream"])
+        == (g["reception_group_id"])
     )
     assert names.sink_transactional_id(group_id) == g["sink_transactional_id"]
     assert names.dead_letter_topic(g["name"]) == g["dead_letter_topic"]
@@ -28,11 +29,13 @@ def test_a_write_tasks_names_are_the_contracts() -> None:
     sink = CONTRACT["sink"]
     assert sink["transactional_id_prefix"] == CONTRACT["query_group"]["sink_transactional_id"]
     for task in sink["tasks"]:
-        assert names.task_transactional_id(sink["transactional_id_prefix"], task["task"]) == (
-            task["transactional_id"]
+        assert (
+            names.task_transactional_id(sink["transactional_id_prefix"], task["task"])
+            == (task["transactional_id"])
         )
-    assert names.input_marker_group_id(sink["transactional_id_prefix"]) == (
-        sink["input_marker_group_id"]
+    assert (
+        names.input_marker_group_id(sink["transactional_id_prefix"])
+        == (sink["input_marker_group_id"])
     )
 
 

@@ -30,9 +30,9 @@ from pipeline.client import connect
 from pipeline.config import QueryGroupConfig
 from pipeline.demo.reception import read_all
 from pipeline.kafka.topics import ensure_topics
+from pipeline.queues.ledger import reconcile
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
-from pipeline.services.ledger import reconcile
 from pipeline.swept.blob import read_blob
 from pipeline.swept.catalog import check_blob
 from sweeper.config import SweeperSettings

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.cli.conventions import print_table
-from pipeline.services.ledger import LedgerRow
+from pipeline.queues.ledger import LedgerRow
 
 HEADERS = ("query group", "stream", "partition", "written", "processed", "dead-lettered")
 ROW = ("flights_with_a_long_name", "flights", "3", "336,776", "316,776", "1,234")
@@ -73,7 +73,7 @@ def test_audit_prints_every_column_and_value_whole_in_a_non_terminal(
     def reconcile(group: Any, *, bootstrap_servers: str) -> list[LedgerRow]:
         return [row]
 
-    monkeypatch.setattr("pipeline.services.ledger.reconcile", reconcile)
+    monkeypatch.setattr("pipeline.queues.ledger.reconcile", reconcile)
     monkeypatch.setenv("COLUMNS", "80")
     flights = Path(__file__).resolve().parents[4] / "conf" / "flights.toml"
 

@@ -5,7 +5,7 @@ package io.floodgate.spark.serde;
  * #reason()} is the {@code floodgate.reason} header of its dead-letter record, one of the reasons
  * docs/reference/codes.md lists ("Dead letters"; {@code bad-marker, unknown-fingerprint, bad-body,
  * unknown-schema-id, bad-magic-byte, bad-key, null-key, future-event-time, late, bad-value}), by
- * which the ledger counts dead letters ({@code pipeline.services.ledger}).
+ * which the ledger counts dead letters ({@code pipeline.queues.ledger}).
  */
 public final class TupleRejected extends Exception {
   private static final long serialVersionUID = 1L;

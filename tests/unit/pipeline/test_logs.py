@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.services.logs import JsonFormatter, LogFormat, configure_logging, formatter
+from pipeline.logs import JsonFormatter, LogFormat, configure_logging, formatter
 
 SERVICES = (["run"], ["admission", "serve"], ["sweeper", "serve"])
 

@@ -9,7 +9,7 @@ per role, comparison in constant time, and files of secrets only their owner rea
   to different people: :func:`check_distinct` refuses one value in two settings.
 * **Constant time.** Every comparison of a secret goes through :func:`same_secret`
   (:func:`hmac.compare_digest`), so the time of an answer says nothing of how much of
-  a guess was right; ``tests/unit/pipeline/services/test_credentials.py`` scans the
+  a guess was right; ``tests/unit/pipeline/security/test_credentials.py`` scans the
   code for any other comparison of a secret.
 * **Private files.** A file that holds a secret (``--token-file``, a config file with
   a secret key in it) that group or others may read is refused, naming the path and its

@@ -1,4 +1,4 @@
-"""The tuple ledger's arithmetic (pipeline.services.ledger.ledger_row): every offset of a
+"""The tuple ledger's arithmetic (pipeline.queues.ledger.ledger_row): every offset of a
 partition is in exactly one place, and only tuples gone from the broker before any
 query read them, in no BLOB, are unaccounted for."""
 
@@ -9,8 +9,8 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.queues.ledger import ledger_row
 from pipeline.queues.snapshot import PartitionQueue
-from pipeline.services.ledger import ledger_row
 
 
 def test_a_processed_partition_with_a_dead_letter_balances() -> None:

@@ -12,7 +12,7 @@ and, for every HTTP request:
    times in the current window is answered 429 (RFC 6585 section 4) with
    ``Retry-After``, its token not checked;
 2. such a method without ``Authorization: Bearer <token>`` (compared in constant time,
-   :func:`~pipeline.services.credentials.same_secret`) is answered 401 with
+   :func:`~pipeline.security.credentials.same_secret`) is answered 401 with
    ``WWW-Authenticate: Bearer`` (RFC 6750 section 3) at once: no byte of the body is
    read; the failure counts against the client's address;
 3. a ``Content-Length`` over the limit is answered 413 (RFC 9110 section 15.5.14,
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse
 
 from pipeline.metrics import HttpAuthMetrics
-from pipeline.services.credentials import carries_bearer
+from pipeline.security.credentials import carries_bearer
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.services.asgi import AuthThrottle, HostGate, host_name
+from pipeline.http.gates import AuthThrottle, HostGate, host_name
 
 
 @pytest.mark.parametrize(

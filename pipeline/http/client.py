@@ -3,10 +3,10 @@
 A query group's control file (``<control_dir>/<name>.json``, the URL its control
 token is sent to) and token file are trusted only when they are regular files of our
 own user that others cannot write to, reached without a symbolic link
-(:func:`pipeline.services.files.read_trusted`): any other could have been written by
+(:func:`pipeline.state.files.read_trusted`): any other could have been written by
 another user, so it is refused, naming its path, owner and mode, and nothing is sent.
 The endpoint the file names must then prove it is the driver that wrote it
-(:func:`pipeline.services.control_file.verify_endpoint`: its process alive, ours,
+(:func:`pipeline.http.control_file.verify_endpoint`: its process alive, ours,
 listening on the port, and answering the file's identity challenge) before the token
 goes there; otherwise the call is refused, naming the file, the pid and the port.
 """
@@ -22,8 +22,8 @@ import httpx
 
 from pipeline.config import DEFAULT_CONTROL_DIR
 from pipeline.errors import FloodgateError, UntrustedEndpointError, UntrustedFileError
-from pipeline.services.control_file import ControlFile, read_control_file, verify_endpoint
-from pipeline.services.files import read_trusted
+from pipeline.http.control_file import ControlFile, read_control_file, verify_endpoint
+from pipeline.state.files import read_trusted
 
 #: Environment variable holding the control token of a query group's endpoint, read
 #: by the driver (``floodgate run``) and by ``floodgate query-group`` commands.
@@ -135,7 +135,7 @@ def call(
             message carries its reason, e.g. "not HELD"; for a 401, where the token
             was looked for); its control or token file is not trusted, or the endpoint
             its control file names is not proven to be the driver that wrote it
-            (:func:`~pipeline.services.control_file.verify_endpoint`; nothing but the
+            (:func:`~pipeline.http.control_file.verify_endpoint`; nothing but the
             identity challenge sent).
     """
     control = None if url else control_file(name, control_dir=control_dir)

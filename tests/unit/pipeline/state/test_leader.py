@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from pipeline.services.leader import LeaderElection, lock_key
+from pipeline.state.leader import LeaderElection, lock_key
 
 
 def test_one_instance_leads_a_sqlite_database_and_hands_over_when_it_stops(

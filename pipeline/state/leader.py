@@ -45,12 +45,12 @@ from sqlalchemy import Column, Float, MetaData, String, Table, delete, insert, s
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import Connection, Engine, make_url
 
-from pipeline.services.database import (
+from pipeline.state.database import (
     advisory_lock_key,
     create_database_engine,
     create_tables,
 )
-from pipeline.services.files import private_file
+from pipeline.state.files import private_file
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ closed (as Apache's ``mod_reqtimeout`` and nginx's ``client_header_timeout`` /
 ``client_body_timeout`` do; uvicorn has only a keep-alive timeout, so
 :class:`TimedH11Protocol` adds both); past ``max_connections`` open connections a
 request is answered 503 (uvicorn's ``limit_concurrency``); and only a ``Host`` the
-server answers to is served (:class:`~pipeline.services.asgi.HostGate`: IP addresses,
+server answers to is served (:class:`~pipeline.http.gates.HostGate`: IP addresses,
 ``localhost`` and configured names; DNS rebinding gets 400).
 
 A service's ``serve`` command (``floodgate admission serve``, ``floodgate sweeper
@@ -34,7 +34,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from pipeline.errors import FloodgateError
-from pipeline.services.asgi import HostGate
+from pipeline.http.gates import HostGate
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class AppServer:
         port: port to bind; 0 picks a free one.
         name: for the thread and errors.
         allowed_hosts: host names it answers to besides IP addresses and
-            ``localhost`` (:class:`~pipeline.services.asgi.HostGate`); ``host`` is one
+            ``localhost`` (:class:`~pipeline.http.gates.HostGate`); ``host`` is one
             when it is a name.
         hosts_setting: the setting that names them, for the 400's detail.
         header_timeout_s: seconds to receive a request's head (:class:`TimedH11Protocol`).
@@ -184,7 +184,7 @@ class AppServer:
         self.port = int(sock.getsockname()[1])
         self._socket = sock
         # log_config=None: uvicorn's own lines go through the root logger, in the
-        # service's format (pipeline.services.logs), not in a format of uvicorn's.
+        # service's format (pipeline.logs), not in a format of uvicorn's.
         self._server = uvicorn.Server(
             uvicorn.Config(
                 gated,
@@ -252,13 +252,13 @@ def wait_for_signal() -> None:
 
 def log_service(verbose: bool, log_format: str = "text") -> None:
     """Log a service's lines on standard error with their time, level and logger, as
-    ``text`` or ``json`` (:func:`pipeline.services.logs.configure_logging`), at INFO when
+    ``text`` or ``json`` (:func:`pipeline.logs.configure_logging`), at INFO when
     ``verbose``, else WARNING; a no-op once logging is set up.
 
     Raises:
         ValueError: ``log_format`` is neither ``text`` nor ``json``.
     """
-    from pipeline.services.logs import configure_logging
+    from pipeline.logs import configure_logging
 
     configure_logging(verbose, log_format)
 

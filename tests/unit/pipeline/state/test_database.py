@@ -1,4 +1,4 @@
-"""The services' database engines (:mod:`pipeline.services.database`) show no
+"""The services' database engines (:mod:`pipeline.state.database`) show no
 statement parameter in their errors: a job's ``env`` value stored in a row never
 reaches a log line through a failed statement. Making a SQLite file private keeps
 the locks of this process's connections to it, and refuses a symbolic link."""
@@ -17,7 +17,7 @@ from sqlalchemy import Column, MetaData, String, Table, insert
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.errors import UntrustedFileError
-from pipeline.services.database import create_database_engine
+from pipeline.state.database import create_database_engine
 
 
 def test_a_failed_statement_s_error_does_not_show_its_parameters(tmp_path: Path) -> None:

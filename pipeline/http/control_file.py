@@ -5,7 +5,7 @@ The driver (:class:`pipeline.spark.control.ControlServer`) writes the file once 
 endpoint answers: the group's name, the endpoint's URL, its process id and that
 process's start time, and an *identity key* -- 32 random bytes made at each start, in
 a file only its user can read (0600). The clients (``floodgate query-group
-status|release|stop`` through :mod:`pipeline.services.http_client`, admission's
+status|release|stop`` through :mod:`pipeline.http.client`, admission's
 driver-heap reader) read it with :func:`read_control_file` (a regular file of their
 own user, not writable by others, reached without a symbolic link) and, before they
 send anything to that URL, :func:`verify_endpoint`:
@@ -39,7 +39,7 @@ import httpx
 import psutil
 
 from pipeline.errors import UntrustedEndpointError
-from pipeline.services.files import read_trusted, write_private_text
+from pipeline.state.files import read_trusted, write_private_text
 
 #: The path of the endpoint's identity proof (``?challenge=<hex>``).
 IDENTITY_PATH = "/identity"
@@ -115,7 +115,7 @@ def write_control_file(path: Path, *, query_group: str, url: str, identity_key: 
 
 
 def read_control_file(path: Path) -> ControlFile:
-    """Read a control file of our own user (:func:`~pipeline.services.files.read_trusted`).
+    """Read a control file of our own user (:func:`~pipeline.state.files.read_trusted`).
 
     Raises:
         UntrustedFileError: another user's, writable by others, a symbolic link (names

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pipeline.services.privacy import is_secret_variable, take_secret_variables
+from pipeline.security.privacy import is_secret_variable, take_secret_variables
 
 
 @pytest.mark.parametrize(
@@ -54,10 +54,10 @@ def test_a_url_with_a_password_is_a_secret_and_other_variables_are_kept() -> Non
 def test_a_process_that_keeps_to_itself_is_not_dumpable_and_its_children_are() -> None:
     script = (
         "import subprocess, sys\n"
-        "from pipeline.services.privacy import is_dumpable, make_undumpable\n"
+        "from pipeline.security.privacy import is_dumpable, make_undumpable\n"
         "before = is_dumpable()\n"
         "assert make_undumpable()\n"
-        "child = subprocess.run([sys.executable, '-c', 'from pipeline.services.privacy "
+        "child = subprocess.run([sys.executable, '-c', 'from pipeline.security.privacy "
         "import is_dumpable; print(is_dumpable())'], capture_output=True, text=True)\n"
         "print(before, is_dumpable(), child.stdout.strip())\n"
     )

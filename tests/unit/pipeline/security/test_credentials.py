@@ -1,4 +1,4 @@
-"""Secrets that mean something (pipeline.services.credentials): the strength estimate,
+"""Secrets that mean something (pipeline.security.credentials): the strength estimate,
 one value per role, private secret files, and every comparison of a secret in constant
 time, checked over the code itself."""
 
@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.errors import ConfigError
-from pipeline.services.credentials import (
+from pipeline.security.credentials import (
     MIN_DISTINCT_CHARS,
     alphabet_of,
     check_distinct,

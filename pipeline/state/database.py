@@ -2,7 +2,7 @@
 catalog, leader election): SQLAlchemy engines made one way.
 
 SQLite by default (a file, created 0600 in a folder created 0700 by
-:func:`pipeline.services.files.private_file`: jobs' arguments,
+:func:`pipeline.state.files.private_file`: jobs' arguments,
 catalog paths and leases are the service user's alone; WAL so readers do not block
 the writer), any SQLAlchemy URL otherwise (PostgreSQL through psycopg 3:
 ``postgresql+psycopg://user@host/db``); docs/architecture.md says which component keeps what.
@@ -19,8 +19,7 @@ from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
-# private_file is imported from here by callers of old (pipeline.swept.blob).
-from pipeline.services.files import private_file, restrict_file
+from pipeline.state.files import private_file, restrict_file
 
 
 def create_database_engine(url: str, **kwargs: Any) -> Engine:
@@ -48,9 +47,9 @@ def create_database_engine(url: str, **kwargs: Any) -> Engine:
 
 def private_sqlite_file(url: str) -> None:
     """Create a SQLite database file 0600 in a folder created 0700
-    (:func:`~pipeline.services.files.private_file`), or set an existing file (and the
+    (:func:`~pipeline.state.files.private_file`), or set an existing file (and the
     WAL, shared-memory and journal files an earlier run left) to 0600 without opening
-    them for I/O (:func:`~pipeline.services.files.restrict_file`: a connection of this
+    them for I/O (:func:`~pipeline.state.files.restrict_file`: a connection of this
     process to the same file keeps its locks), never through a symbolic link. SQLite
     gives the files it creates later the database file's mode. Other URLs: nothing to
     do (the database server owns its files).
