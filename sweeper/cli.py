@@ -128,7 +128,8 @@ def blobs(
 
     from pipeline.errors import BlobIntegrityError
     from pipeline.redaction import redact_url
-    from pipeline.swept.catalog import SweepCatalog, check_blob
+    from pipeline.swept.catalog import SweepCatalog
+    from pipeline.swept.registered import check_blob
     from sweeper.config import load_sweeper_config
 
     settings, _groups = load_sweeper_config(config)

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Gauge
 
 from pipeline.metrics import Families, add_build_info
-from pipeline.swept.catalog import DAMAGE_REASONS
+from pipeline.swept.registered import DAMAGE_REASONS
 from sweeper.policy import Abort, Skip
 
 NAMESPACE = "floodgate"

@@ -24,11 +24,11 @@ queues of the configured query groups), :meth:`Sweeper.cycle`:
    keeps it, so back-pressure holds the producers until the disk has room again.
 
 Before the broker is truncated past a BLOB's start, the BLOB's size and SHA-256 are
-checked against the catalog (:func:`pipeline.swept.catalog.check_blob`): a damaged BLOB
+checked against the catalog (:func:`pipeline.swept.registered.check_blob`): a damaged BLOB
 (``FG-SWP-007``, ``floodgate_sweeper_damaged_blobs_total``) holds the truncation back
 at its start, so the broker keeps the range and readers read it from there. At start,
 :meth:`Sweeper.recover` seals the BLOBs registered before checksums existed, after
-checking their structure (:func:`pipeline.swept.catalog.seal_blob`).
+checking their structure (:func:`pipeline.swept.registered.seal_blob`).
 
 A ``kill -9`` at any point leaves the catalog naming only whole, verified BLOBs: the
 file of a sweep the journal names as in progress (a temporary one, or one renamed but
@@ -36,7 +36,7 @@ not registered) is removed by :meth:`Sweeper.recover` when a sweeper next takes 
 lead. The sweeper removes no other file: not one the catalog does not name (an
 operator's notes, another sweeper's BLOBs), not one a row names outside ``blob_dir``
 or under another name than the sweeper gives it
-(:func:`pipeline.swept.catalog.owned_files`: refused with a
+(:func:`pipeline.swept.registered.owned_files`: refused with a
 :class:`~pipeline.errors.BlobPathError`). With several sweepers on one catalog, only
 the leader (:mod:`pipeline.state.leader`) runs cycles and recovers; they share
 ``blob_dir``, which a sweeper of another catalog may not (:mod:`sweeper.lock`).
@@ -71,18 +71,18 @@ from pipeline.queues.ledger import DeadLetters, LedgerRow, reconcile
 from pipeline.queues.probe import QueueProbe
 from pipeline.state.leader import LeaderElection
 from pipeline.swept.blob import BlobSeal, blob_name
-from pipeline.swept.catalog import (
-    Blob,
-    SweepCatalog,
-    WriteCleared,
+from pipeline.swept.catalog import SweepCatalog
+from pipeline.swept.journal import WriteCleared
+from pipeline.swept.reading import RANGE_CONSUMER, read_partition
+from pipeline.swept.registered import (
     check_blob,
     check_blob_path,
     owned_files,
     owned_objects,
     seal_blob,
 )
-from pipeline.swept.reading import RANGE_CONSUMER, read_partition
 from pipeline.swept.store import LocalBlobStore, ObjectBlobStore, open_blob_store
+from pipeline.swept.tables import Blob
 from sweeper.config import SweeperSettings
 from sweeper.lock import BlobDirLock, ObjectStoreClaim
 from sweeper.metrics import SweeperMetrics
@@ -272,8 +272,8 @@ class Sweeper:
 
     def _owned(self, blob: Blob) -> list[str]:
         """The BLOB's files or objects this sweeper may remove
-        (:func:`~pipeline.swept.catalog.owned_files`,
-        :func:`~pipeline.swept.catalog.owned_objects`).
+        (:func:`~pipeline.swept.registered.owned_files`,
+        :func:`~pipeline.swept.registered.owned_objects`).
 
         Raises:
             BlobPathError: the row's path is not this sweeper's to remove.
@@ -292,7 +292,7 @@ class Sweeper:
           and ``<blob_dir>/.tmp-<name>``) are removed and the entry cleared -- only
           when it is the file the sweeper writes for that range, inside
           ``blob_dir`` with symbolic links resolved, and a regular file
-          (:func:`pipeline.swept.catalog.owned_files`); an entry naming any other
+          (:func:`pipeline.swept.registered.owned_files`); an entry naming any other
           path is cleared and its file left alone, logged as an error. Each entry
           is cleared before its files are removed, so a sweeper that is still
           writing it (a deposed leader that has not noticed) cannot register it.

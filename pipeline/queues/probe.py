@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 def group_catalog(config: QueryGroupConfig) -> SweepCatalog:
     """The query group's sweep catalog (one per URL per process)."""
-    from pipeline.swept.catalog import catalog_for  # SQLAlchemy, only for swept groups
+    from pipeline.swept.catalog import catalog_for
 
     assert config.query_group.sweep_catalog_url
     return catalog_for(config.query_group.sweep_catalog_url)

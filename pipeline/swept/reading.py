@@ -12,7 +12,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipeline.errors import DataLossError
 from pipeline.swept.blob import BLOB_BATCH_RECORDS, SweptRecord, gc_paused
-from pipeline.swept.catalog import Blob, SweepCatalog, read_registered
+from pipeline.swept.catalog import SweepCatalog
+from pipeline.swept.registered import read_registered
+from pipeline.swept.tables import Blob
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ Both stores keep one protocol (docs/architecture.md, "The sweeper"):
   why the upload goes to the temporary key;
 * the catalog's journal names both keys before the write, so a sweeper killed
   mid-sweep leaves nothing its recovery does not remove;
-* a row's path must be ``<location>/<name>`` (:func:`pipeline.swept.catalog.inside`):
+* a row's path must be ``<location>/<name>`` (:func:`pipeline.swept.registered.inside`):
   for a file with symbolic links resolved, for an object textually.
 
 Objects are read and written with pyarrow's S3 filesystem (Arrow's C++ AWS SDK

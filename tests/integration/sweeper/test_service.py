@@ -35,8 +35,9 @@ from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup
 from pipeline.swept.blob import blob_name, read_blob, write_sealed_blob
-from pipeline.swept.catalog import Blob, SweepCatalog
+from pipeline.swept.catalog import SweepCatalog
 from pipeline.swept.reading import RANGE_CONSUMER, read_partition
+from pipeline.swept.tables import Blob
 from sweeper.config import SweeperSettings
 from sweeper.lock import LOCK_NAME
 from sweeper.policy import SweepRange

@@ -22,8 +22,10 @@ from hypothesis import strategies as st
 
 from pipeline.errors import BlobPathError, ConfigError, UntrustedFileError
 from pipeline.swept.blob import BlobSeal, SweptRecord, blob_name, write_sealed_blob
-from pipeline.swept.catalog import Blob, SweepCatalog, check_blob
+from pipeline.swept.catalog import SweepCatalog
 from pipeline.swept.reading import BlobReader
+from pipeline.swept.registered import check_blob
+from pipeline.swept.tables import Blob
 from sweeper.config import SweeperSettings
 from sweeper.lock import LOCK_NAME
 from sweeper.service import Sweeper

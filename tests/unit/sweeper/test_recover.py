@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy import update
 
 from pipeline.swept.blob import SweptRecord, write_sealed_blob
-from pipeline.swept.catalog import SweepCatalog, blobs
+from pipeline.swept.catalog import SweepCatalog
+from pipeline.swept.tables import blobs
 from sweeper.config import SweeperSettings
 from sweeper.service import Sweeper
 

@@ -34,7 +34,7 @@ from pipeline.queues.ledger import reconcile
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.swept.blob import read_blob
-from pipeline.swept.catalog import check_blob
+from pipeline.swept.registered import check_blob
 from sweeper.config import SweeperSettings
 from sweeper.lock import LOCK_NAME
 from sweeper.service import PartitionOutcome, Sweeper

@@ -20,8 +20,10 @@ from sqlalchemy import create_engine, text
 
 from pipeline.errors import BlobIntegrityError, DataLossError
 from pipeline.swept.blob import SweptRecord, batched, read_blob, write_sealed_blob
-from pipeline.swept.catalog import Blob, SweepCatalog, read_registered, seal_blob
+from pipeline.swept.catalog import SweepCatalog
 from pipeline.swept.reading import BlobReader, swept_records
+from pipeline.swept.registered import read_registered, seal_blob
+from pipeline.swept.tables import Blob
 
 TOPIC = "flights"
 PARTITION = 2

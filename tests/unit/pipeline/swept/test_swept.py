@@ -66,16 +66,12 @@ def test_a_blob_holds_each_record_byte_for_byte(tmp_path: Path) -> None:
     ]
 
 
-def test_blob_rows_and_records_of_batch_row_are_deprecated(tmp_path: Path) -> None:
+def test_a_blobs_batch_record_holds_the_batchs_kafka_records(tmp_path: Path) -> None:
     path = tmp_path / "b.avro"
     write_blob(path, [[_record(10), _record(11)]])
-    deprecated = pytest.warns(DeprecationWarning, match="blob_rows is deprecated.*batch_records")
-    with path.open("rb") as src, deprecated:
-        (former,) = list(blob_module.blob_rows(src))
     with path.open("rb") as src:
-        assert [former] == list(blob_module.blob_batch_records(src))
-    with pytest.warns(DeprecationWarning, match=r"records_of_batch\(row=\.\.\.\).*batch_record"):
-        records = blob_module.records_of_batch(row=former, topic="t", partition=0)
+        (batch_record,) = list(blob_module.blob_batch_records(src))
+    records = blob_module.records_of_batch(batch_record=batch_record, topic="t", partition=0)
     assert [r.offset() for r in records] == [10, 11]
 
 

@@ -19,7 +19,7 @@ public class BlobIntegrityException extends DataLossException {
    * @param message what differs
    * @param blob the catalog row
    * @param reason {@code missing}, {@code size}, {@code sha256}, {@code offset}, {@code count},
-   *     {@code unreadable} ({@code pipeline.swept.catalog.DAMAGE_REASONS}), or a {@link
+   *     {@code unreadable} ({@code pipeline.swept.registered.DAMAGE_REASONS}), or a {@link
    *     BlobPathException}'s
    * @param offset the first offset found wrong, or {@code null}
    */

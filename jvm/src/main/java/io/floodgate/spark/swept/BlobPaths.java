@@ -10,7 +10,7 @@ import java.util.Deque;
 
 /**
  * Which file a BLOB row may name (as the Python reader of swept BLOBs checks it, {@code
- * pipeline.swept.catalog.check_blob_path} and {@code inside}): one inside the catalog's BLOB
+ * pipeline.swept.registered.check_blob_path} and {@code inside}): one inside the catalog's BLOB
  * directory once both are resolved (symbolic links, {@code ..}), and not the directory itself.
  * Nothing is opened.
  */
@@ -28,7 +28,7 @@ public final class BlobPaths {
    *
    * @throws BlobPathException {@code reason} {@code outside}, naming the BLOB id, its path, where
    *     it resolves to (an object URL: itself) and the directory, the message of {@code
-   *     pipeline.swept.catalog.check_blob_path}
+   *     pipeline.swept.registered.check_blob_path}
    */
   public static void check(BlobRow blob) {
     String directory = blob.blobDir();

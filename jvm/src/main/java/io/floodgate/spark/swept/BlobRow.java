@@ -2,7 +2,7 @@ package io.floodgate.spark.swept;
 
 /**
  * One registered BLOB, a row of the catalog's {@code floodgate_blobs} with the catalog's BLOB
- * directory ({@code pipeline.swept.catalog.Blob} in Python): {@code [startOffset, endOffset)} of a
+ * directory ({@code pipeline.swept.tables.Blob} in Python): {@code [startOffset, endOffset)} of a
  * topic partition and its seal.
  *
  * @param id {@code floodgate_blobs.id}

@@ -39,7 +39,7 @@ public final class ObjectBlobs {
 
   /**
    * Whether the object {@code path} is exactly {@code <blobDir>/<name>} as written ({@code
-   * pipeline.swept.catalog.inside} for object URLs): {@code blobDir} (a trailing {@code /} ignored)
+   * pipeline.swept.registered.inside} for object URLs): {@code blobDir} (a trailing {@code /} ignored)
    * then one segment, not empty, {@code .} nor {@code ..}; besides, no empty, {@code .} or {@code
    * ..} segment anywhere (Hadoop's {@link Path} would normalize them away), nor a query or
    * fragment. The scheme is part of the text: an {@code s3a://} path is not inside an {@code s3://}

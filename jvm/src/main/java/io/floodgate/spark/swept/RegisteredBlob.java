@@ -32,7 +32,7 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The records of a registered BLOB, batch by batch in offset order, checked against its catalog row
- * (as the Python reader of swept BLOBs checks it, {@code pipeline.swept.catalog.read_registered}),
+ * (as the Python reader of swept BLOBs checks it, {@code pipeline.swept.registered.read_registered}),
  * so a damaged BLOB is never read as if it were whole.
  *
  * <p>Before the file is opened: its path is inside the catalog's BLOB directory ({@link

@@ -13,7 +13,7 @@ import java.util.Properties;
 
 /**
  * Reads the sweep catalog's BLOB chains over JDBC: the rows of {@code floodgate_blobs} and the BLOB
- * directory of {@code floodgate_blob_store} (the tables {@code pipeline.swept.catalog} creates;
+ * directory of {@code floodgate_blob_store} (the tables {@code pipeline.swept.tables} defines;
  * docs/formats.md, "Swept BLOBs"). Read only: nothing is created, altered or locked, and a SQLite
  * file that does not exist is an error, not a new empty catalog.
  *
@@ -119,7 +119,7 @@ public final class SweepCatalogReader {
 
   /**
    * Catalogs made before checksums have no seal columns ({@code
-   * pipeline.swept.catalog.SweepCatalog} adds them when it opens one).
+   * pipeline.swept.tables.add_columns} adds them when it opens one).
    */
   private static boolean hasColumn(Connection conn, String table, String column)
       throws SQLException {

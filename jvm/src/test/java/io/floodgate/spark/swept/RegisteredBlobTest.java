@@ -25,7 +25,7 @@ import org.junit.jupiter.api.io.TempDir;
  * A registered BLOB is read only if it is what its catalog row says (the checks
  * tests/unit/pipeline/swept/test_integrity.py makes of the Python reader): each failed check is a
  * {@link BlobIntegrityException} with the reason the Python reader gives ({@code
- * pipeline.swept.catalog.DAMAGE_REASONS}).
+ * pipeline.swept.registered.DAMAGE_REASONS}).
  */
 class RegisteredBlobTest {
   @TempDir Path tmp;
