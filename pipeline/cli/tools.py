@@ -255,7 +255,7 @@ def _sasl_cluster(
 
     Raises:
         ConfigError: the engine is not apache-kafka (noida-db has no SASL), or a user is
-            refused by :func:`pipeline.brokers.apache_kafka.cluster.check_sasl_users`.
+            refused by :func:`pipeline.brokers.apache_kafka.config.check_sasl_users`.
     """
     from pipeline.brokers.apache_kafka import ApacheKafkaCluster
 

@@ -36,39 +36,51 @@ default, so a producer with ``acks=all`` keeps writing while any one node is dow
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import logging
 import os
-import re
 import secrets
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from importlib.resources import files
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from pipeline.brokers.apache_kafka.artifacts import APACHE_KAFKA_VERSION, java_command, kafka_libs
-from pipeline.brokers.engines import private_data_dir, spawn_broker
+from pipeline.brokers.apache_kafka.artifacts import APACHE_KAFKA_VERSION, java_command
+from pipeline.brokers.apache_kafka.config import (
+    INTER_BROKER_USER,
+    SASL_MECHANISMS,
+    KafkaNode,
+    SaslMechanism,
+    broker_properties,
+    check_sasl_users,
+    new_cluster_id,
+    plan_nodes,
+    properties_text,
+    sasl_client_config,
+    save_layout,
+    saved_layout,
+    scram_arguments,
+)
+from pipeline.brokers.apache_kafka.processes import (
+    KafkaJvm,
+    active_controller,
+    check_alive,
+    output_tail,
+    signal_and_wait,
+)
+from pipeline.brokers.engines import private_data_dir
 from pipeline.errors import BrokerError, ConfigError
 from pipeline.kafka.clients import kafka_settings
-from pipeline.state.files import PRIVATE_UMASK, write_private_text
+from pipeline.state.files import write_private_text
 
 log = logging.getLogger(__name__)
-
-#: A node's log line naming the active controller: ``[time] ... (id: N ...``.
-_CONTROLLER_LINE = re.compile(r"^\[([^\]]+)\].*Recorded new KRaft controller.*\(id: (\d+)")
 
 #: How long a cluster may take to format and start, seconds, after its jars are cached.
 #: A single node answers in 5-10 s here; three JVMs on 2 cores take 20-40 s.
@@ -77,18 +89,6 @@ START_TIMEOUT_S = 90.0
 #: The JVM's heap per node, MiB. Kafka's own scripts default to 1 GiB; half is plenty
 #: for a test cluster and keeps three nodes beside Spark on one machine.
 HEAP_MB = 512
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _cluster_id() -> str:
-    """A KRaft cluster id: a UUID, URL-safe base64 without padding (as
-    ``kafka-storage.sh random-uuid`` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
 def java_string_hash(text: str) -> int:
@@ -110,188 +110,6 @@ def coordinator_partition(key: str, partitions: int) -> int:
     """
     h = java_string_hash(key)
     return (0 if h == -(1 << 31) else abs(h)) % partitions
-
-
-@dataclass
-class KafkaNode:
-    """One JVM of the cluster: a combined KRaft controller and broker.
-
-    Attributes:
-        node_id: ``node.id`` (1-based).
-        port: the broker's listener (what clients connect to).
-        controller_port: the controller's listener (KRaft quorum traffic only).
-        directory: ``<data_dir>/node-<node_id>``.
-        process: the running JVM, while it runs.
-        host: the node's own address (``None``: the cluster's ``host``).
-        command_prefix: words run before the JVM's command, e.g.
-            ``("ip", "netns", "exec", "<namespace>")`` for a node in a network
-            namespace of its own (empty: the JVM runs as it is).
-    """
-
-    node_id: int
-    port: int
-    controller_port: int
-    directory: Path
-    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-    host: str | None = None
-    command_prefix: tuple[str, ...] = ()
-
-    @property
-    def pid(self) -> int | None:
-        """The JVM's PID while it runs."""
-        process = self.process
-        return process.pid if process is not None and process.poll() is None else None
-
-    @property
-    def log_path(self) -> Path:
-        return self.directory / "broker.log"
-
-    @property
-    def properties_path(self) -> Path:
-        return self.directory / "server.properties"
-
-
-#: The SASL mechanisms a cluster's clients may be asked to use (``sasl_mechanism``).
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
-SASL_MECHANISMS: tuple[SaslMechanism, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
-#: The user the brokers authenticate as to each other on a SASL listener.
-INTER_BROKER_USER = "floodgate-broker"
-
-_SASL_USER = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-
-
-def check_sasl_users(users: Mapping[str, str]) -> None:
-    """Refuse SASL/PLAIN users that Kafka's JAAS config could not carry.
-
-    Raises:
-        ConfigError: no user; a name that is not 1-64 of ``A-Z a-z 0-9 . _ -``, or
-            the brokers' own :data:`INTER_BROKER_USER`; an empty password, or one
-            with a quote, a backslash or a character that is not printable ASCII
-            (a JAAS option value is a quoted string). Names the user, never the
-            password.
-    """
-    if not users:
-        raise ConfigError(
-            "sasl_users: at least one user is needed for a SASL listener",
-            key="sasl_users",
-            allowed="one or more name:password pairs",
-        )
-    for name, password in users.items():
-        if not _SASL_USER.match(name) or name == INTER_BROKER_USER:
-            raise ConfigError(
-                f"SASL user {name!r}: a name is 1-64 of A-Z a-z 0-9 . _ - "
-                f"(and not {INTER_BROKER_USER!r}, the brokers' own)",
-                key="sasl_users",
-                value=name,
-                allowed="1-64 of A-Z a-z 0-9 . _ -",
-            )
-        if (
-            not password
-            or not password.isascii()
-            or not password.isprintable()
-            or any(c in password for c in '"\\')
-        ):
-            raise ConfigError(
-                f"SASL user {name!r}: the password must be non-empty printable ASCII "
-                "without a quote or a backslash (Kafka's JAAS config quotes it)",
-                key="sasl_users",
-                allowed='non-empty printable ASCII without " or \\',
-            )
-
-
-def broker_properties(
-    node: KafkaNode,
-    nodes: list[KafkaNode],
-    *,
-    host: str,
-    overrides: Mapping[str, str] = {},
-    sasl_users: Mapping[str, str] | None = None,
-    sasl_mechanism: SaslMechanism = "PLAIN",
-) -> dict[str, str]:
-    """The ``server.properties`` of one node of an ``n``-node cluster.
-
-    ``sasl_users`` (``{name: password}``, :data:`INTER_BROKER_USER` among them): the
-    client listener is ``SASL_PLAINTEXT`` with the ``PLAIN`` mechanism only, these
-    users in its JAAS config (Kafka's ``PlainLoginModule``: ``user_<name>="<password>"``),
-    and the brokers talk to each other on it as :data:`INTER_BROKER_USER`. With
-    ``sasl_mechanism`` ``SCRAM-SHA-256`` or ``-512`` that mechanism is enabled too,
-    with Kafka's ``ScramLoginModule`` (the credentials are in the cluster's metadata,
-    :meth:`ApacheKafkaCluster.start` writes them); the brokers still use PLAIN.
-
-    Kafka's defaults, except:
-
-    * listeners on ``host`` only (loopback by default), PLAINTEXT (or SASL_PLAINTEXT
-      with ``sasl_users``; the controller listener stays PLAINTEXT);
-    * ``group.initial.rebalance.delay.ms=0``: a consumer group's first member gets its
-      partitions at once instead of after 3 s (Kafka's own quickstart config does
-      the same);
-    * ``offsets.topic.num.partitions`` and ``transaction.state.log.num.partitions`` 10
-      instead of 50: the internal topics are created on first use, and 50 partitions
-      (x3 replicas) cost seconds of a 2-core machine;
-    * the internal topics' replication and ``min.insync.replicas``: 1 on a single
-      node (the only possible value), Kafka's production values (3 and 2) on three;
-    * ``default.replication.factor`` = the number of nodes, at most 3, and
-      ``min.insync.replicas=2`` when there are three: what topics Floodgate creates
-      with the broker's default replication get.
-    """
-    n = len(nodes)
-    replicas = min(n, 3)
-    min_isr = 2 if replicas >= 3 else 1
-    voters = ",".join(f"{x.node_id}@{x.host or host}:{x.controller_port}" for x in nodes)
-    host = node.host or host
-    properties = {
-        "process.roles": "broker,controller",
-        "node.id": str(node.node_id),
-        "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://{host}:{node.port},CONTROLLER://{host}:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{node.port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        "log.dirs": str(node.directory / "logs"),
-        "group.initial.rebalance.delay.ms": "0",
-        "offsets.topic.num.partitions": "10",
-        "transaction.state.log.num.partitions": "10",
-        "offsets.topic.replication.factor": str(replicas),
-        "transaction.state.log.replication.factor": str(replicas),
-        "transaction.state.log.min.isr": str(min_isr),
-        "share.coordinator.state.topic.replication.factor": str(replicas),
-        "share.coordinator.state.topic.min.isr": str(min_isr),
-        "default.replication.factor": str(replicas),
-        "min.insync.replicas": str(min_isr),
-    }
-    if sasl_users is not None:
-        own = sasl_users[INTER_BROKER_USER]
-        jaas = " ".join(
-            [
-                "org.apache.kafka.common.security.plain.PlainLoginModule required",
-                f'username="{INTER_BROKER_USER}" password="{own}"',
-                *(f'user_{name}="{password}"' for name, password in sasl_users.items()),
-            ]
-        )
-        properties.update(
-            {
-                "listeners": f"SASL_PLAINTEXT://{host}:{node.port},"
-                f"CONTROLLER://{host}:{node.controller_port}",
-                "advertised.listeners": f"SASL_PLAINTEXT://{host}:{node.port}",
-                "inter.broker.listener.name": "SASL_PLAINTEXT",
-                "listener.security.protocol.map": (
-                    "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
-                ),
-                "sasl.enabled.mechanisms": "PLAIN",
-                "sasl.mechanism.inter.broker.protocol": "PLAIN",
-                "listener.name.sasl_plaintext.plain.sasl.jaas.config": f"{jaas};",
-            }
-        )
-        if sasl_mechanism != "PLAIN":
-            scram = sasl_mechanism.lower()
-            properties["sasl.enabled.mechanisms"] = f"PLAIN,{sasl_mechanism}"
-            properties[f"listener.name.sasl_plaintext.{scram}.sasl.jaas.config"] = (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-            )
-    properties.update(overrides)
-    return properties
 
 
 class ApacheKafkaCluster:
@@ -379,31 +197,22 @@ class ApacheKafkaCluster:
         self.version = version
         self.heap_mb = heap_mb
         self.overrides = dict(overrides or {})
-        saved = self._saved_layout()
+        saved = saved_layout(self.data_dir)
         if saved and len(saved["nodes"]) != nodes:
             raise BrokerError(
                 f"{self.data_dir} holds a {len(saved['nodes'])}-node cluster; "
                 f"asked for {nodes} nodes"
             )
-        self.cluster_id: str = saved["cluster_id"] if saved else _cluster_id()
-        self.nodes: list[KafkaNode] = []
-        for i in range(nodes):
-            ports = saved["nodes"][i] if saved else {}
-            if node_hosts is not None:  # alone on its address: the same ports everywhere
-                ports = {"port": port or 9092, "controller_port": 9093}
-            broker_port = port if (i == 0 and port) else ports.get("port") or _free_port(host)
-            self.nodes.append(
-                KafkaNode(
-                    node_id=i + 1,
-                    port=int(broker_port),
-                    controller_port=int(ports.get("controller_port") or _free_port(host)),
-                    directory=self.data_dir / f"node-{i + 1}",
-                    host=node_hosts[i] if node_hosts is not None else None,
-                    command_prefix=tuple(node_command_prefixes[i])
-                    if node_command_prefixes is not None
-                    else (),
-                )
-            )
+        self.cluster_id: str = saved["cluster_id"] if saved else new_cluster_id()
+        self.nodes: list[KafkaNode] = plan_nodes(
+            nodes,
+            self.data_dir,
+            saved=saved,
+            host=host,
+            port=port,
+            node_hosts=node_hosts,
+            node_command_prefixes=node_command_prefixes,
+        )
 
     # -- addresses and processes ------------------------------------------------
 
@@ -417,24 +226,14 @@ class ApacheKafkaCluster:
         return f"{node.host or self.host}:{node.port}"
 
     def client_config(self, user: str | None = None) -> dict[str, str]:
-        """The librdkafka properties a client needs besides ``bootstrap.servers``:
-        none for a PLAINTEXT listener; ``security.protocol``, ``sasl.mechanism``,
-        ``sasl.username`` and ``sasl.password`` of ``user`` (default: the first one
-        given) for a SASL one.
+        """The librdkafka properties a client needs besides ``bootstrap.servers``
+        (:func:`~pipeline.brokers.apache_kafka.config.sasl_client_config` of ``user``,
+        default: the first SASL user given; none for a PLAINTEXT listener).
 
         Raises:
             KeyError: ``user`` is not one of the cluster's SASL users.
         """
-        if self.sasl_users is None:
-            return {}
-        name = user or next(iter(self.sasl_users))
-        return {
-            "security.protocol": "SASL_PLAINTEXT",
-            # The brokers' own user has no SCRAM credential: it logs in with PLAIN.
-            "sasl.mechanism": "PLAIN" if name == INTER_BROKER_USER else self.sasl_mechanism,
-            "sasl.username": name,
-            "sasl.password": self.sasl_users[name],
-        }
+        return sasl_client_config(self.sasl_users, self.sasl_mechanism, user)
 
     @property
     def pid(self) -> int | None:
@@ -458,39 +257,21 @@ class ApacheKafkaCluster:
         raise KeyError(broker_id)
 
     def active_controller(self) -> int | None:
-        """The ``node.id`` of the KRaft quorum's active controller, as the running
-        nodes last logged it ("Recorded new KRaft controller"), or ``None`` if none did.
-
-        (No client of the Python side asks the quorum: confluent-kafka has no
-        DescribeQuorum, and a broker answers DescribeCluster with a random broker as
-        the "controller", KIP-919.)
-        """
-        latest: tuple[str, int] | None = None
-        for node in self.nodes:
-            if node.pid is None:
-                continue
-            try:
-                lines = node.log_path.read_text(errors="replace").splitlines()
-            except FileNotFoundError:
-                continue
-            for line in reversed(lines):
-                match = _CONTROLLER_LINE.search(line)
-                if match:
-                    if latest is None or match.group(1) > latest[0]:
-                        latest = (match.group(1), int(match.group(2)))
-                    break
-        return latest[1] if latest else None
+        """The ``node.id`` of the KRaft quorum's active controller, as the running nodes
+        last logged it (:func:`~pipeline.brokers.apache_kafka.processes.active_controller`),
+        or ``None`` if none did."""
+        return active_controller(self.nodes)
 
     # -- coordinators and replicas -------------------------------------------
 
-    def _admin(self) -> AdminClient:
+    def _admin(self, bootstrap_servers: str | None = None) -> AdminClient:
+        """An admin client of the cluster (or of ``bootstrap_servers``, some of its
+        nodes), as the brokers' own user on a SASL listener."""
+        user = INTER_BROKER_USER if self.sasl_users else None
         return AdminClient(
             kafka_settings(
-                self.bootstrap_servers,
-                {
-                    "socket.timeout.ms": 2000,
-                    **self.client_config(INTER_BROKER_USER if self.sasl_users else None),
-                },
+                bootstrap_servers or self.bootstrap_servers,
+                {"socket.timeout.ms": 2000, **self.client_config(user)},
             )
         )
 
@@ -582,84 +363,6 @@ class ApacheKafkaCluster:
 
     # -- start ----------------------------------------------------------------
 
-    def _layout_path(self) -> Path:
-        return self.data_dir / "cluster.json"
-
-    def _saved_layout(self) -> dict[str, Any] | None:
-        try:
-            saved: dict[str, Any] = json.loads(self._layout_path().read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        return saved
-
-    def _save_layout(self) -> None:
-        layout = {
-            "cluster_id": self.cluster_id,
-            "version": self.version,
-            "nodes": [
-                {"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port}
-                for n in self.nodes
-            ],
-        }
-        write_private_text(self._layout_path(), json.dumps(layout, indent=2) + "\n")
-
-    def _classpath(self) -> str:
-        return str(kafka_libs(self.version) / "*")
-
-    def _jvm(self, java: list[str]) -> list[str]:
-        log_config = files("pipeline.brokers.apache_kafka").joinpath("log4j2.properties")
-        return [
-            *java,
-            f"-Xms{min(self.heap_mb, 256)}m",
-            f"-Xmx{self.heap_mb}m",
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={log_config}",
-            "-cp",
-            self._classpath(),
-        ]
-
-    def _format(self, node: KafkaNode, java: list[str]) -> None:
-        if (node.directory / "logs" / "meta.properties").exists():
-            return
-        command = [
-            *self._jvm(java),
-            "kafka.tools.StorageTool",
-            "format",
-            f"--cluster-id={self.cluster_id}",  # one argument: an id may start with "-"
-            "--config",
-            str(node.properties_path),
-            "--ignore-formatted",
-            *self._scram_arguments(),
-        ]
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=120, check=False,
-            stdin=subprocess.DEVNULL, umask=PRIVATE_UMASK,
-        )  # fmt: skip
-        if done.returncode != 0:
-            shown = [re.sub(r"password=.*\]$", "password=***]", word) for word in command]
-            raise BrokerError(
-                f"Apache Kafka's StorageTool could not format node {node.node_id}",
-                command=shown,  # without the SCRAM users' passwords
-                output="\n".join((done.stdout + done.stderr).splitlines()[-20:]),
-            )
-
-    def _scram_arguments(self) -> list[str]:
-        """``--add-scram`` of each client user when the clients use SCRAM (KIP-900:
-        the credentials go into the formatted metadata log, before any listener can
-        authenticate a client)."""
-        if self.sasl_users is None or self.sasl_mechanism == "PLAIN":
-            return []
-        arguments: list[str] = []
-        for name, password in self.sasl_users.items():
-            if name != INTER_BROKER_USER:
-                arguments += [
-                    "--add-scram",
-                    f'{self.sasl_mechanism}=[name={name},password="{password}"]',
-                ]
-        return arguments
-
     def _write_properties(self, node: KafkaNode) -> None:
         private_data_dir(node.directory)
         properties = broker_properties(
@@ -670,11 +373,8 @@ class ApacheKafkaCluster:
             sasl_users=self.sasl_users,
             sasl_mechanism=self.sasl_mechanism,
         )
-        text = (
-            "# Written by Floodgate (pipeline.brokers.apache_kafka.cluster); rewritten at every "
-            "start.\n" + "".join(f"{key}={value}\n" for key, value in properties.items())
-        )
-        write_private_text(node.properties_path, text)  # with SASL users: their passwords
+        # With SASL users: their passwords; a private file.
+        write_private_text(node.properties_path, properties_text(properties))
 
     def start(self, *, timeout_s: float = START_TIMEOUT_S) -> ApacheKafkaCluster:
         """Format what is new, start every node that is not running, and wait until
@@ -692,21 +392,22 @@ class ApacheKafkaCluster:
                 nothing started.
         """
         private_data_dir(self.data_dir)  # refused before anything is fetched or started
-        java = java_command()
-        self._classpath()  # fetch before the clock starts
-        self._save_layout()
+        jvm = self._jvm()
+        jvm.classpath()  # fetch before the clock starts
+        save_layout(self.data_dir, self.cluster_id, self.version, self.nodes)
         for node in self.nodes:
             self._write_properties(node)
+        scram = scram_arguments(self.sasl_users, self.sasl_mechanism)
         for node in self.nodes:
-            self._format(node, java)
+            jvm.format(node, self.cluster_id, scram)
         started = [node for node in self.nodes if node.pid is None]
         for node in started:
-            self._spawn(node, java)
+            jvm.spawn(node)
         try:
             self.wait_ready(timeout_s=timeout_s)
         except BrokerError:
             for node in started:
-                self._signal_and_wait(node, signal.SIGKILL, 10.0)
+                signal_and_wait(node, signal.SIGKILL, 10.0)
             raise
         log.info(
             "Apache Kafka %s up at %s (pids %s)",
@@ -716,9 +417,8 @@ class ApacheKafkaCluster:
         )
         return self
 
-    def _spawn(self, node: KafkaNode, java: list[str]) -> None:
-        command = [*node.command_prefix, *self._jvm(java), "kafka.Kafka", str(node.properties_path)]
-        node.process = spawn_broker(command, node.log_path)
+    def _jvm(self) -> KafkaJvm:
+        return KafkaJvm(java_command(), self.version, self.heap_mb)
 
     def start_node(self, node: KafkaNode, *, timeout_s: float = START_TIMEOUT_S) -> None:
         """Start one stopped node again on its data (after :meth:`kill_node`), and wait
@@ -728,7 +428,7 @@ class ApacheKafkaCluster:
             BrokerError: it exited or did not register in time.
         """
         if node.pid is None:
-            self._spawn(node, java_command())
+            self._jvm().spawn(node)
         self.wait_ready(timeout_s=timeout_s)
 
     def wait_ready(self, *, timeout_s: float = START_TIMEOUT_S) -> None:
@@ -750,15 +450,7 @@ class ApacheKafkaCluster:
                         raise self._not_ready(timeout_s) from None
                     time.sleep(0.1)
         wanted = {node.node_id for node in running}
-        admin = AdminClient(
-            kafka_settings(
-                ",".join(self.address(n) for n in running),
-                {
-                    "socket.timeout.ms": 2000,
-                    **self.client_config(INTER_BROKER_USER if self.sasl_users else None),
-                },
-            )
-        )
+        admin = self._admin(",".join(self.address(n) for n in running))
         while True:
             for node in running:
                 self._check_alive(node)
@@ -772,48 +464,26 @@ class ApacheKafkaCluster:
                 raise self._not_ready(timeout_s)
             time.sleep(0.2)
 
-    def _check_alive(self, node: KafkaNode) -> None:
-        process = node.process
-        if process is not None and process.poll() is not None:
-            raise BrokerError(
-                f"Apache Kafka node {node.node_id} exited with status {process.returncode}",
-                command=[str(a) for a in process.args] if isinstance(process.args, list) else None,
-                output=self.output_tail(node),
-            )
-
     def _not_ready(self, timeout_s: float) -> BrokerError:
         return BrokerError(
             f"Apache Kafka at {self.bootstrap_servers} did not register every broker "
             f"within {timeout_s:.0f} s",
-            output="\n".join(self.output_tail(node) for node in self.nodes),
+            output=output_tail(self.nodes),
         )
 
+    def _check_alive(self, node: KafkaNode) -> None:
+        check_alive(node, self.nodes)
+
     def output_tail(self, node: KafkaNode | None = None, lines: int = 20) -> str:
-        """What a node printed that tells why it failed (default: every node's): its
-        first ERROR and FATAL lines, each with the exception line after it, then its
-        last ``lines`` lines. (A JVM that exits prints a page of shutdown lines after
-        the cause; the tail alone would hide it.)"""
-        chosen = [node] if node is not None else self.nodes
-        parts = []
-        for one in chosen:
-            try:
-                text = one.log_path.read_text(errors="replace").splitlines()
-            except FileNotFoundError:
-                continue
-            causes: list[str] = []
-            for i, line in enumerate(text):
-                if (" ERROR " in line or " FATAL " in line) and len(causes) < 8:
-                    causes.extend(text[i : i + 2])
-            body = causes + (["..."] if causes else []) + text[-lines:]
-            parts.append("\n".join([f"[node {one.node_id}]", *body]) if len(self.nodes) > 1
-                         else "\n".join(body))  # fmt: skip
-        return "\n".join(parts)
+        """What a node printed that tells why it failed (default: every node's):
+        :func:`~pipeline.brokers.apache_kafka.processes.output_tail`."""
+        return output_tail(self.nodes, node, lines)
 
     # -- stop -----------------------------------------------------------------
 
     def kill_node(self, node: KafkaNode, *, sig: int = signal.SIGKILL) -> None:
         """Signal one node (``SIGKILL`` by default: a crash) and wait for it to exit."""
-        self._signal_and_wait(node, sig, 60.0)
+        signal_and_wait(node, sig, 60.0)
 
     def stop(self, *, timeout_s: float = 30.0, remove_data: bool | None = None) -> None:
         """Stop every node by its PID: SIGTERM to all (Kafka's controlled shutdown,
@@ -830,28 +500,9 @@ class ApacheKafkaCluster:
                     os.kill(node.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         for node in self.nodes:
-            self._signal_and_wait(node, None, max(0.1, deadline - time.monotonic()))
+            signal_and_wait(node, None, max(0.1, deadline - time.monotonic()))
         if remove:
             shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def _signal_and_wait(self, node: KafkaNode, sig: int | None, timeout_s: float) -> None:
-        process, node.process = node.process, None
-        if process is None:
-            return
-        if sig is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, sig)
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            log.warning(
-                "Apache Kafka node %d did not stop within %.0f s; killing it",
-                node.node_id,
-                timeout_s,
-            )
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
 
     def __enter__(self) -> ApacheKafkaCluster:
         return self.start()

@@ -41,7 +41,7 @@ from confluent_kafka.admin import (
 
 from admission.signing import sign
 from pipeline.brokers.apache_kafka import ApacheKafkaCluster
-from pipeline.brokers.apache_kafka.cluster import INTER_BROKER_USER
+from pipeline.brokers.apache_kafka.config import INTER_BROKER_USER
 from pipeline.brokers.local import resolve_broker
 from pipeline.client import connect
 from pipeline.config import parse_query_group

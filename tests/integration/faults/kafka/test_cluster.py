@@ -41,7 +41,8 @@ from confluent_kafka import Consumer, ElectionType, KafkaException, Producer, To
 from confluent_kafka.admin import AdminClient
 
 from pipeline.brokers.apache_kafka import ApacheKafkaCluster
-from pipeline.brokers.apache_kafka.cluster import KafkaNode, coordinator_partition
+from pipeline.brokers.apache_kafka.cluster import coordinator_partition
+from pipeline.brokers.apache_kafka.config import KafkaNode
 from pipeline.config import QueryGroupConfig, parse_query_group
 from pipeline.errors import QueryGroupError
 from pipeline.kafka.topics import ensure_topics

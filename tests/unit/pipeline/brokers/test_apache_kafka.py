@@ -14,7 +14,7 @@ from pipeline.brokers.apache_kafka import (
     kafka_libs,
 )
 from pipeline.brokers.apache_kafka.artifacts import cache_dir, java_command
-from pipeline.brokers.apache_kafka.cluster import INTER_BROKER_USER
+from pipeline.brokers.apache_kafka.config import INTER_BROKER_USER, save_layout, scram_arguments
 from pipeline.brokers.embedded import EmbeddedBroker
 from pipeline.brokers.engines import ENGINE_ENV, kafka_engine
 from pipeline.brokers.local import local_broker
@@ -89,7 +89,7 @@ def test_the_embedded_engine_refuses_a_cluster() -> None:
 
 def test_a_data_directory_keeps_the_cluster_id_and_ports_for_a_restart(tmp_path: Path) -> None:
     first = ApacheKafkaCluster(nodes=3, data_dir=tmp_path)
-    first._save_layout()
+    save_layout(tmp_path, first.cluster_id, first.version, first.nodes)
     again = ApacheKafkaCluster(nodes=3, data_dir=tmp_path)
     assert again.cluster_id == first.cluster_id
     assert again.bootstrap_servers == first.bootstrap_servers
@@ -171,13 +171,12 @@ def test_a_scram_cluster_adds_the_mechanism_and_each_users_credential_at_format(
     assert cluster.client_config("alice")["sasl.mechanism"] == "SCRAM-SHA-512"
     assert cluster.client_config(INTER_BROKER_USER)["sasl.mechanism"] == "PLAIN"
     # The brokers' own user logs in with PLAIN: only the clients' users get SCRAM.
-    assert cluster._scram_arguments() == [
+    assert scram_arguments(cluster.sasl_users, cluster.sasl_mechanism) == [
         "--add-scram",
         'SCRAM-SHA-512=[name=alice,password="al1ce,pw]"]',
     ]
-    assert (
-        ApacheKafkaCluster(data_dir=tmp_path / "p", sasl_users={"a": "b"})._scram_arguments() == []
-    )
+    plain = ApacheKafkaCluster(data_dir=tmp_path / "p", sasl_users={"a": "b"})
+    assert scram_arguments(plain.sasl_users, plain.sasl_mechanism) == []
 
 
 def test_an_unknown_sasl_mechanism_is_refused_naming_the_allowed_ones(tmp_path: Path) -> None:
