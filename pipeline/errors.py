@@ -11,81 +11,10 @@ queue rules Floodgate follows, and whose parameter names it keeps (docs/glossary
 
 from __future__ import annotations
 
-import functools
 import queue
-import warnings
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
 
 from pipeline.redaction import redact_any, redact_text
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-class _Renamed:
-    """An attribute's former name, read for one release with a ``DeprecationWarning``
-    (the bound of a queue is ``max_queue_size`` everywhere; it was ``max_size`` on the
-    errors)."""
-
-    def __init__(self, new: str) -> None:
-        self.new = new
-        self.old = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.old = name
-
-    def __get__(self, obj: object, owner: type | None = None) -> Any:
-        if obj is None:
-            return self
-        warnings.warn(
-            f"{type(obj).__name__}.{self.old} is deprecated and goes in the next release: "
-            f"read {self.new}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(obj, self.new)
-
-
-def renamed_argument(old: str, new: str) -> Callable[[_F], _F]:
-    """A function's parameter ``new`` also taken by its former keyword ``old`` for one
-    release, with a ``DeprecationWarning`` naming the new one; both at once is a
-    ``TypeError``."""
-
-    def decorate(func: _F) -> _F:
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if old in kwargs:
-                if new in kwargs:
-                    raise TypeError(f"{func.__qualname__}() got both {old!r} and {new!r}")
-                warnings.warn(
-                    f"{func.__qualname__}({old}=...) is deprecated and goes in the next "
-                    f"release: pass {new}",
-                    DeprecationWarning,
-                    stacklevel=2,
-                )
-                kwargs[new] = kwargs.pop(old)
-            return func(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
-
-
-def renamed_function(func: _F, old: str) -> _F:
-    """``func`` under its former name ``old`` (a module's ``<module>.<name>``) for one
-    release: each call warns with a ``DeprecationWarning`` naming the new name."""
-
-    @functools.wraps(func)
-    def alias(*args: Any, **kwargs: Any) -> Any:
-        warnings.warn(
-            f"{old} is deprecated and goes in the next release: use {func.__name__}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return func(*args, **kwargs)
-
-    alias.__doc__ = f"Deprecated (goes in the next release): :func:`{func.__name__}`."
-    return alias  # type: ignore[return-value]
 
 
 class FloodgateError(Exception):
@@ -519,12 +448,9 @@ class QueryGroupHeld(QueryGroupError):
         required: output queue space the batch needs (tuples, transaction markers
             included).
         free: free queue size at the last check (tuples).
-        max_queue_size: the output stream queue's max queue size (tuples); ``max_size``
-            until the next release (deprecated).
+        max_queue_size: the output stream queue's max queue size (tuples).
         sleeps: how many times the query slept before the hold.
     """
-
-    max_size = _Renamed("max_queue_size")
 
     def __init__(
         self,
@@ -581,11 +507,8 @@ class OversizedBatchError(QueryGroupError):
     Attributes:
         stream: the output stream.
         required: output queue space the batch needs (tuples, markers included).
-        max_queue_size: the output stream queue's max queue size (tuples); ``max_size``
-            until the next release (deprecated).
+        max_queue_size: the output stream queue's max queue size (tuples).
     """
-
-    max_size = _Renamed("max_queue_size")
 
     def __init__(
         self,
@@ -673,12 +596,9 @@ class QueueFullError(FloodgateError, queue.Full):
         stream: the stream.
         requested: tuples in the refused put.
         free: free queue size when it was refused (tuples).
-        max_queue_size: the queue's max queue size (tuples); ``max_size`` until the
-            next release (deprecated).
+        max_queue_size: the queue's max queue size (tuples).
         length: queue length when it was refused (tuples), when known.
     """
-
-    max_size = _Renamed("max_queue_size")
 
     def __init__(
         self,

@@ -1,7 +1,6 @@
 """What every ``floodgate`` command shares, the pipeline's (:mod:`pipeline.cli`) and the
 services' (``floodgate admission ...``, ``floodgate sweeper ...``): how an error ends a
-command, the options they all take, and how they print a table. (It was
-``pipeline.commands``, which still reads these names, deprecated, for one release.)
+command, the options they all take, and how they print a table.
 
 Exit status, for every command:
 

@@ -4,8 +4,7 @@
 
 from __future__ import annotations
 
-import warnings
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -28,8 +27,7 @@ class StreamSettings(Section):
     max_tuples_per_trigger: Annotated[int, Field(ge=1)] | None = None
     """Most tuples one micro-batch reads from an input stream (the source's
     ``maxRowsPerTrigger``, Spark's ``ReadMaxRows``); ``0`` is not allowed -- leave it
-    unset at every level for no limit. Its former name ``max_rows_per_trigger`` is
-    read, with a warning, until the next release."""
+    unset at every level for no limit."""
     max_queue_size: Annotated[int, Field(ge=1)] | None = None
     """Most tuples the stream's queue may hold (the stream data platform's
     ``stream.maxQueueSize``)."""
@@ -42,58 +40,6 @@ class StreamSettings(Section):
     queue_refresh_interval_ms: Annotated[int, Field(ge=0, le=60_000)] | None = None
     """Longest a producer goes without reading the queue's state from the broker; in
     between it counts its own sends. 0 reads before every put."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed_keys(cls, data: Any) -> Any:
-        return renamed_keys(data)
-
-    #: Deprecated (goes in the next release): :attr:`max_tuples_per_trigger`.
-    max_rows_per_trigger = property(lambda self: _former_max_rows_per_trigger(self))
-
-
-#: Former names of a stream's settings -> their names now, each read for one release
-#: with a warning (docs/changelog.md).
-RENAMED_KEYS = {"max_rows_per_trigger": "max_tuples_per_trigger"}
-
-
-def renamed_keys(data: Any) -> Any:
-    """``data`` (a section as read, before validation) with each former key of
-    :data:`RENAMED_KEYS` under its new name, and a ``FutureWarning`` (shown to an
-    operator by default) naming the new key.
-
-    Raises:
-        ValueError: a section gives both a former key and its new name.
-    """
-    if not isinstance(data, dict) or not any(old in data for old in RENAMED_KEYS):
-        return data
-    data = dict(data)
-    for old, new in RENAMED_KEYS.items():
-        if old not in data:
-            continue
-        if new in data:
-            raise ValueError(f"give {new!r} only: {old!r} is its former name, both are given")
-        warnings.warn(
-            f"config key {old!r} is deprecated and goes in the next release: write {new!r}",
-            FutureWarning,
-            stacklevel=2,
-        )
-        data[new] = data.pop(old)
-    return data
-
-
-def _former_max_rows_per_trigger(settings: Any) -> int | None:
-    """``max_rows_per_trigger`` of :class:`StreamSettings` and
-    :class:`ResolvedStreamSettings`: ``max_tuples_per_trigger``, with a
-    ``DeprecationWarning``."""
-    warnings.warn(
-        f"{type(settings).__name__}.max_rows_per_trigger is deprecated and goes in the next "
-        "release: read max_tuples_per_trigger",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    value: int | None = settings.max_tuples_per_trigger
-    return value
 
 
 #: The system defaults: the first of the three levels.
@@ -118,9 +64,6 @@ class ResolvedStreamSettings(Section):
     free_input_queue_size_threshold: int
     resume_free_queue_size_threshold: int
     queue_refresh_interval_ms: int
-
-    #: Deprecated (goes in the next release): :attr:`max_tuples_per_trigger`.
-    max_rows_per_trigger = property(lambda self: _former_max_rows_per_trigger(self))
 
 
 #: The values of a stream's ``encoding`` key (:mod:`pipeline.serde.confluent`).

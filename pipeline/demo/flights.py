@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 import pandas as pd
 
-from pipeline.errors import renamed_function
-
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -228,7 +226,3 @@ class FlightTuples(Sequence[dict[str, Any]]):
             return list(flight_tuples(shift_flights(self.df.iloc[index], self.years)))
         row = shift_flights(self.df.iloc[[index]], self.years)
         return next(flight_tuples(row))
-
-
-#: Deprecated (goes in the next release): :func:`flight_tuples`.
-flight_records = renamed_function(flight_tuples, "pipeline.demo.flights.flight_records")

@@ -17,7 +17,7 @@ from pipeline.config import QueryGroupConfig
 from pipeline.demo.flights import FlightTuples, load_flights, shift_years
 from pipeline.demo.reception import Reception
 from pipeline.demo.replay import FlightReplayer
-from pipeline.errors import FloodgateError, renamed_argument
+from pipeline.errors import FloodgateError
 from pipeline.kafka.clients import reader_settings
 from pipeline.names import ad_hoc_group_id
 from pipeline.serde.schemas import SchemaRepository
@@ -301,7 +301,6 @@ def latest_event_time(
         consumer.close()
 
 
-@renamed_argument("records", "tuples")
 def producer_status(
     round_: int,
     produced: int,

@@ -11,7 +11,6 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,16 +53,6 @@ class FlightReplayer:
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
     stop: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def records(self) -> Sequence[dict[str, Any]]:
-        """Deprecated (goes in the next release): :attr:`tuples`."""
-        warnings.warn(
-            "FlightReplayer.records is deprecated and goes in the next release: read tuples",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.tuples
 
     def run(self) -> None:
         """Replay everything, then ``put_end``; errors are kept in :attr:`error`."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -91,16 +90,6 @@ def age_seconds(timestamps_ms: Iterable[int], now_s: float) -> float:
     ours)."""
     oldest = min(timestamps_ms, default=None)
     return 0.0 if oldest is None else max(0.0, now_s - oldest / 1000.0)
-
-
-def lag_seconds(timestamps_ms: Iterable[int], now_s: float) -> float:
-    """Deprecated (goes in the next release): :func:`age_seconds`."""
-    warnings.warn(
-        "pipeline.queues.age.lag_seconds is deprecated: use age_seconds",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return age_seconds(timestamps_ms, now_s)
 
 
 class QueueAge:
@@ -240,13 +229,6 @@ class QueueAge:
         (epoch seconds, default now); 0 for an empty queue."""
         stamps = self.timestamps(snapshot).values()
         return age_seconds(stamps, time.time() if now_s is None else now_s)
-
-    def lag_seconds(self, snapshot: QueueSnapshot, now_s: float | None = None) -> float:
-        """Deprecated (goes in the next release): :meth:`age_seconds`."""
-        warnings.warn(
-            "QueueAge.lag_seconds is deprecated: use age_seconds", DeprecationWarning, stacklevel=2
-        )
-        return self.age_seconds(snapshot, now_s)
 
     def close(self) -> None:
         """Close the consumer (a later reading raises ``BrokerError``)."""

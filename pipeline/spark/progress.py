@@ -7,7 +7,6 @@ query's end to its group, which keeps them as :class:`QueryStats` and metrics.
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +29,6 @@ class QueryStats:
         last_duration_ms: wall time of the last micro-batch.
         input_tuples_per_second / processed_tuples_per_second: from the last progress
             (Spark's ``inputRowsPerSecond``, ``processedRowsPerSecond``).
-
-    ``input_rows``, ``input_rows_per_second`` and ``processed_rows_per_second`` read the
-    same figures until the next release (deprecated).
     """
 
     input_tuples: int = 0
@@ -42,32 +38,6 @@ class QueryStats:
     last_duration_ms: int = 0
     input_tuples_per_second: float = 0.0
     processed_tuples_per_second: float = 0.0
-
-    @property
-    def input_rows(self) -> int:
-        """Deprecated (goes in the next release): :attr:`input_tuples`."""
-        _deprecated("input_rows", "input_tuples")
-        return self.input_tuples
-
-    @property
-    def input_rows_per_second(self) -> float:
-        """Deprecated (goes in the next release): :attr:`input_tuples_per_second`."""
-        _deprecated("input_rows_per_second", "input_tuples_per_second")
-        return self.input_tuples_per_second
-
-    @property
-    def processed_rows_per_second(self) -> float:
-        """Deprecated (goes in the next release): :attr:`processed_tuples_per_second`."""
-        _deprecated("processed_rows_per_second", "processed_tuples_per_second")
-        return self.processed_tuples_per_second
-
-
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(
-        f"QueryStats.{old} is deprecated and goes in the next release: read {new}",
-        DeprecationWarning,
-        stacklevel=3,
-    )
 
 
 class _JsonProgressCallbacks(JStreamingQueryListener):

@@ -83,10 +83,6 @@ def group_status(
                 "input_tuples_per_second": q.stats.input_tuples_per_second,
                 "processed_tuples_per_second": q.stats.processed_tuples_per_second,
                 "tuples_written": q.tuples_written,
-                # Deprecated names of the same figures, until the next release.
-                "input_rows": q.stats.input_tuples,
-                "input_rows_per_second": q.stats.input_tuples_per_second,
-                "processed_rows_per_second": q.stats.processed_tuples_per_second,
             }
             for name, q in queries.items()
         },

@@ -18,7 +18,7 @@ from typing import IO, Any, cast
 
 import fastavro
 
-from pipeline.errors import DataLossError, renamed_argument, renamed_function
+from pipeline.errors import DataLossError
 from pipeline.resources import schema_dir
 from pipeline.state.files import private_file
 
@@ -195,7 +195,6 @@ def _batch_record(batch: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-@renamed_argument("row", "batch_record")
 def records_of_batch(batch_record: dict[str, Any], topic: str, partition: int) -> list[SweptRecord]:
     """The Kafka records of one BLOB batch, from its Avro :data:`BLOB_SCHEMA` record
     (the inverse of :func:`_batch_record`)."""
@@ -395,10 +394,6 @@ def blob_batch_records(src: Any) -> Iterator[dict[str, Any]]:
     for batch_record in reader:
         assert isinstance(batch_record, dict)
         yield batch_record
-
-
-#: Deprecated (goes in the next release): :func:`blob_batch_records`.
-blob_rows = renamed_function(blob_batch_records, "pipeline.swept.blob.blob_rows")
 
 
 #: What a damaged BLOB file makes the Avro reader or the column decoding raise.

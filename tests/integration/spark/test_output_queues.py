@@ -138,10 +138,10 @@ def test_slow_reader_sleeps_then_holds_and_release_loses_and_duplicates_nothing(
         assert status["held"]["sleeps"] == 3
         assert status["held"]["required"] > status["held"]["free_queue_size"]
         assert not any(q["active"] for q in status["queries"].values())
-        # Tuples, in Floodgate's words; Spark's "rows" names stay one release.
+        # Tuples, in Floodgate's words, not Spark's rows.
         copy = status["queries"]["copy"]
-        assert copy["input_tuples"] == copy["input_rows"] > 0
-        assert copy["processed_tuples_per_second"] == copy["processed_rows_per_second"]
+        assert copy["input_tuples"] > 0
+        assert "input_rows" not in copy and "processed_rows_per_second" not in copy
         assert metric(group, "floodgate_query_group_sleeps_total", stream="flights_copy") == 3
         assert metric(group, "floodgate_query_group_holds_total", stream="flights_copy") == 1
         # The driver's read of the queue at the start of each of the two batches written.

@@ -1,6 +1,5 @@
 """The errors' attributes: the bound of a queue is ``max_queue_size`` on every error
-that names it, and the former ``max_size`` still reads it for one release, with a
-``DeprecationWarning``."""
+that names it."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ from pipeline.errors import OversizedBatchError, QueryGroupHeld, QueueFullError
     ],
     ids=lambda e: type(e).__name__,
 )
-def test_the_bound_is_max_queue_size_and_max_size_is_deprecated(error: Exception) -> None:
+def test_the_bound_is_max_queue_size(error: Exception) -> None:
     assert error.max_queue_size == 100  # type: ignore[attr-defined]
     assert "100" in str(error)
-    with pytest.warns(DeprecationWarning, match=r"max_size is deprecated.*max_queue_size"):
-        assert error.max_size == 100  # type: ignore[attr-defined]
+    assert not hasattr(error, "max_size")

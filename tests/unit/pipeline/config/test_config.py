@@ -279,40 +279,29 @@ def test_max_tuples_per_trigger_zero_is_refused(raw: dict[str, Any]) -> None:
     assert error.value == 0
 
 
-# --------------------------------------------------------------------------- renamed keys
+# --------------------------------------------------------------------------- a renamed key
 
 
 @pytest.mark.parametrize("section", ["query_group", "input_streams.flights", "output_streams.out"])
-def test_former_max_rows_per_trigger_is_read_with_a_warning(
+def test_max_rows_per_trigger_is_refused_as_an_unknown_key(
     raw: dict[str, Any], section: str
 ) -> None:
+    """``max_tuples_per_trigger`` was never released as ``max_rows_per_trigger``: the old
+    name is an unknown key like any other, and the message lists the new one."""
     node = raw
     for part in section.split("."):
         node = node[part]
     node["max_rows_per_trigger"] = 321
-    with pytest.warns(FutureWarning, match="'max_tuples_per_trigger'"):
-        config = parse_query_group(raw, env={})
-    stream = config.output_settings("out") if "output" in section else None
-    settings = stream or config.input_settings("flights")
-    assert settings.max_tuples_per_trigger == 321
-    with pytest.warns(DeprecationWarning, match="read max_tuples_per_trigger"):
-        assert settings.max_rows_per_trigger == 321
-
-
-def test_former_max_rows_per_trigger_read_from_the_environment(raw: dict[str, Any]) -> None:
-    env = {"FLOODGATE__QUERY_GROUP__MAX_ROWS_PER_TRIGGER": "42"}
-    with pytest.warns(FutureWarning, match="'max_tuples_per_trigger'"):
-        config = parse_query_group(raw, env=env)
-    assert config.input_settings("flights").max_tuples_per_trigger == 42
-
-
-def test_max_rows_and_max_tuples_per_trigger_together_are_refused(raw: dict[str, Any]) -> None:
-    raw["input_streams"]["flights"]["max_rows_per_trigger"] = 5
-    raw["input_streams"]["flights"]["max_tuples_per_trigger"] = 5
     error = refused(raw)
-    assert error.key == "input_streams.flights"
-    assert "'max_rows_per_trigger'" in str(error)
-    assert "'max_tuples_per_trigger'" in str(error)
+    assert error.key == f"{section}.max_rows_per_trigger"
+    assert f"{section}.max_rows_per_trigger" in str(error)
+    assert "max_tuples_per_trigger" in allowed_keys(str(error))
+
+
+def test_max_rows_per_trigger_is_refused_from_the_environment_too(raw: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_query_group(raw, env={"FLOODGATE__QUERY_GROUP__MAX_ROWS_PER_TRIGGER": "42"})
+    assert info.value.key == "query_group.max_rows_per_trigger"
 
 
 def test_missing_key_is_named(raw: dict[str, Any]) -> None:

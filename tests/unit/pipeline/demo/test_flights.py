@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import pipeline.demo.flights as flights_module
 from pipeline.demo.flights import (
     FlightTuples,
     flight_tuples,
@@ -16,7 +15,6 @@ from pipeline.demo.flights import (
     shift_flights,
     shift_years,
 )
-from pipeline.demo.replay import FlightReplayer
 
 
 def test_flight_tuples_index_like_the_list_of_every_flight_tuple() -> None:
@@ -124,17 +122,3 @@ def test_29_february_moves_to_the_28th_in_a_year_without_one() -> None:
     leap = int(pd.Timestamp("2016-02-29 13:00").value // 1_000_000)
     assert shift_years(leap, 1) == pd.Timestamp("2017-02-28 13:00").value // 1_000_000
     assert shift_years(leap, 4) == pd.Timestamp("2020-02-29 13:00").value // 1_000_000
-
-
-def test_flight_records_is_deprecated_for_flight_tuples() -> None:
-    df = load_flights(limit=20)
-    with pytest.warns(DeprecationWarning, match="flight_records is deprecated.*flight_tuples"):
-        former = list(flights_module.flight_records(df))
-    assert former == list(flight_tuples(df))
-
-
-def test_a_replayers_records_is_deprecated_for_tuples() -> None:
-    tuples = FlightTuples(load_flights(limit=20))
-    replayer = FlightReplayer(writer=None, tuples=tuples)  # type: ignore[arg-type]
-    with pytest.warns(DeprecationWarning, match="FlightReplayer.records.*read tuples"):
-        assert replayer.records is tuples

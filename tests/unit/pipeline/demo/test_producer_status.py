@@ -41,10 +41,9 @@ def test_a_status_reads_the_queue_from_the_broker_now() -> None:
     assert (status.queue_length, status.max_queue_size) == (20_000, 300_000)
 
 
-def test_producer_status_records_is_deprecated_for_tuples() -> None:
-    with pytest.warns(DeprecationWarning, match=r"producer_status\(records=\.\.\.\).*tuples"):
-        status = producer_status(1, 5, records=[{}] * 7, reception=None, writer=_Writer())  # type: ignore[arg-type]
-    assert status.total == 7
+def test_a_status_counts_the_tuples_of_a_round() -> None:
+    status = producer_status(1, 5, tuples=[{}] * 7, reception=None, writer=_Writer())  # type: ignore[arg-type]
+    assert (status.produced, status.total) == (5, 7)
 
 
 def test_the_last_line_shows_what_is_still_queued() -> None:

@@ -3,7 +3,6 @@ tuple, and the age of the oldest of several timestamps."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,20 +29,13 @@ def test_oldest_offset_is_the_commit_or_the_log_start_and_empty_partitions_have_
     stamps=st.lists(st.integers(min_value=0, max_value=2**42), max_size=20),
     now_ms=st.integers(min_value=0, max_value=2**42),
 )
-def test_lag_is_the_age_of_the_oldest_timestamp_and_never_negative(
+def test_the_age_is_that_of_the_oldest_timestamp_and_never_negative(
     stamps: list[int], now_ms: int
 ) -> None:
-    lag = age_seconds(stamps, now_ms / 1000)
+    age = age_seconds(stamps, now_ms / 1000)
     if not stamps:
-        assert lag == 0
+        assert age == 0
     else:
-        assert lag == max(0.0, now_ms / 1000 - min(stamps) / 1000)
+        assert age == max(0.0, now_ms / 1000 - min(stamps) / 1000)
         # A newer tuple never makes the queue look older.
-        assert age_seconds([*stamps, now_ms], now_ms / 1000) == lag
-
-
-def test_lag_seconds_is_the_deprecated_name_of_age_seconds() -> None:
-    from pipeline.queues import age
-
-    with pytest.warns(DeprecationWarning, match="use age_seconds"):
-        assert age.lag_seconds([1_000, 3_000], 5.0) == age_seconds([1_000, 3_000], 5.0) == 4.0
+        assert age_seconds([*stamps, now_ms], now_ms / 1000) == age
