@@ -4,9 +4,9 @@ What it measures, on the embedded broker, for every partition of a topic holding
 the flights (produced once, through the back-pressure client):
 
 * **sweep**: tuples per second moved into the local BLOB store -- the sweeper's own
-  read of ``[0, high)`` (:func:`sweeper.service.read_range`: a read_committed
+  read of ``[0, high)`` (:func:`sweeper.sweep.read_range`: a read_committed
   consumer) written by :func:`pipeline.swept.blob.write_blob` (Avro container, fsynced)
-  and renamed into place, as :meth:`sweeper.service.Sweeper._sweep` does;
+  and renamed into place, as :meth:`sweeper.sweep.RangeSweeper.sweep` does;
   baseline: a plain consume of the same range (a ``consume()`` loop with the same
   consumer settings, the records only counted). Target: sweep / consume >= 0.7.
 * **unsweep**: tuples per second read back from the BLOBs
@@ -45,7 +45,7 @@ from pipeline.swept.blob import blob_name, write_blob
 from pipeline.swept.catalog import SweepCatalog
 from pipeline.swept.reading import BlobReader
 from sweeper.policy import SweepRange
-from sweeper.service import range_reader_settings, read_range
+from sweeper.sweep import range_reader_settings, read_range
 
 PARTITIONS = 4
 
@@ -73,7 +73,7 @@ def consume(bootstrap: str, topic: str, ranges: dict[int, int]) -> int:
 
 def read(bootstrap: str, topic: str, ranges: dict[int, int]) -> int:
     """Count the records of ``[0, high)`` of every partition through the sweeper's own
-    read (:func:`sweeper.service.read_range`), without writing them."""
+    read (:func:`sweeper.sweep.read_range`), without writing them."""
     return sum(
         sum(map(len, read_range(bootstrap, topic, p, SweepRange(0, hw))))
         for p, hw in ranges.items()

@@ -1,4 +1,6 @@
-"""The sweep cycle (docs/architecture.md, "The sweeper").
+"""The sweep cycle (docs/architecture.md, "The sweeper"): :class:`Sweeper`, which runs
+the sweeps (:mod:`sweeper.sweep`), the freeing (:mod:`sweeper.unsweep`) and, as it takes
+the lead, the recovery (:mod:`sweeper.recovery`).
 
 Every ``sweep_interval_s``, per partition of each registered queue (the input stream
 queues of the configured query groups), :meth:`Sweeper.cycle`:
@@ -53,82 +55,39 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig
-from pipeline.errors import BlobIntegrityError, BlobPathError, DataLossError
-from pipeline.kafka.clients import kafka_settings, reader_settings
-from pipeline.names import SWEEPER_GROUP_ID
+from pipeline.errors import BlobPathError
+from pipeline.kafka.clients import kafka_settings
 from pipeline.offsets import planned_ends, replay_starts
 from pipeline.queues.ledger import DeadLetters, LedgerRow, reconcile
-from pipeline.queues.probe import QueueProbe
 from pipeline.state.leader import LeaderElection
-from pipeline.swept.blob import BlobSeal, blob_name
 from pipeline.swept.catalog import SweepCatalog
-from pipeline.swept.journal import WriteCleared
-from pipeline.swept.reading import RANGE_CONSUMER, read_partition
-from pipeline.swept.registered import (
-    check_blob,
-    check_blob_path,
-    owned_files,
-    owned_objects,
-    seal_blob,
-)
 from pipeline.swept.store import LocalBlobStore, ObjectBlobStore, open_blob_store
 from pipeline.swept.tables import Blob
+from sweeper.blobs import DamageReports, StoreRoom
 from sweeper.config import SweeperSettings
 from sweeper.lock import BlobDirLock, ObjectStoreClaim
 from sweeper.metrics import SweeperMetrics
 from sweeper.policy import (
-    Abort,
     PartitionView,
     Skip,
     SweepRange,
     consumed,
     plan,
     truncate_to,
-    verify,
 )
+from sweeper.recovery import Recovery
+from sweeper.sweep import RangeSweeper, SweepAborted, SweptQueue, swept_queues
+from sweeper.unsweep import Unsweeper
 
 log = logging.getLogger(__name__)
-
-#: Give up a sweep whose reads from the broker make no progress for this long.
-READ_STALL_TIMEOUT_S = 30.0
-
-
-class SweepAborted(Exception):
-    """A sweep that must not be registered (the BLOB is deleted)."""
-
-    def __init__(self, reason: Abort, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-
-
-@dataclass
-class SweptQueue:
-    """One registered queue: an input stream of a query group, or an output stream
-    marked ``swept`` (read by its reception groups through ``StreamOutput``).
-
-    Attributes:
-        query_group / stream / topic: what it is.
-        checkpoints: the checkpoint directories of the queries that read it (their
-            offset logs name the micro-batches Spark planned); none for an output
-            stream.
-        probe: reads its state from the broker (slowest of the readers' groups).
-    """
-
-    query_group: str
-    stream: str
-    topic: str
-    checkpoints: list[Path]
-    probe: QueueProbe
 
 
 @dataclass
@@ -216,36 +175,7 @@ class Sweeper:
         self._dead_letters: dict[str, DeadLetters] = {}
         #: The rows of the last reconciliation (:meth:`reconcile`).
         self.last_ledger: list[LedgerRow] = []
-        self.queues = [
-            *(
-                SweptQueue(
-                    config.name,
-                    stream,
-                    config.input_streams[stream].topic,
-                    [Path(config.checkpoint_root) / q for q in config.readers(stream)],
-                    QueueProbe.for_input_stream(
-                        config, stream, bootstrap_servers=bootstrap_servers, swept=self.catalog
-                    ),
-                )
-                for config in groups
-                for stream in config.input_streams
-                if config.readers(stream)
-            ),
-            *(
-                SweptQueue(
-                    config.name,
-                    stream,
-                    output.topic,
-                    [],  # read by reception groups, not by Spark: no planned batches
-                    QueueProbe.for_output_stream(
-                        config, stream, bootstrap_servers=bootstrap_servers, swept=self.catalog
-                    ),
-                )
-                for config in groups
-                for stream, output in config.output_streams.items()
-                if output.swept
-            ),
-        ]
+        self.queues = swept_queues(groups, bootstrap_servers, self.catalog)
         #: Topic -> the ``(query_group, stream)`` labels of its queue's metrics.
         self._queue_labels: dict[str, tuple[str, str]] = {}
         for queue in self.queues:  # partitions: at the first cycle
@@ -254,7 +184,7 @@ class Sweeper:
         self._client = dict(groups[0].kafka.client) if groups else {}
         self.admin = AdminClient(kafka_settings(bootstrap_servers, self._client))
         self._previous: dict[tuple[str, int], tuple[int, float]] = {}
-        self.full = False
+        self.room = StoreRoom(self.catalog, settings.blob_store_max_bytes)
         self.election = LeaderElection(
             settings.catalog_url,
             "sweeper",
@@ -265,138 +195,55 @@ class Sweeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_cycle: list[PartitionOutcome] = []
+        self.reports = DamageReports(self.metrics, self.labels)
         #: Ids of the BLOBs reported damaged (``FG-SWP-007``), each reported once.
-        self.damaged: set[int] = set()
+        self.damaged = self.reports.damaged
+        self.recovery = Recovery(self.catalog, self.store, self.reports)
+        self.unsweeper = Unsweeper(
+            self.catalog, self.store, self.admin, self.metrics, self.labels, self.reports
+        )
+        self.sweeper = RangeSweeper(
+            self.catalog,
+            self.store,
+            self.metrics,
+            self.labels,
+            bootstrap_servers=bootstrap_servers,
+            client=self._client,
+            # A sweep of a sweeper running its loop is registered only while it leads.
+            leading=lambda: self._thread is None or self.election.is_leader,
+            on_written=on_written,
+        )
 
     # -- lifecycle -------------------------------------------------------------
 
-    def _owned(self, blob: Blob) -> list[str]:
-        """The BLOB's files or objects this sweeper may remove
-        (:func:`~pipeline.swept.registered.owned_files`,
-        :func:`~pipeline.swept.registered.owned_objects`).
-
-        Raises:
-            BlobPathError: the row's path is not this sweeper's to remove.
-        """
-        if isinstance(self.store, LocalBlobStore):
-            return [str(path) for path in owned_files(blob, self.store.location)]
-        return owned_objects(blob, self.store.location)
-
     def recover(self) -> list[str]:
-        """Finish what a sweeper killed mid-sweep left, and check the registered BLOBs'
-        files. Run as the lead is granted (never on a follower, whose leader may be
-        sweeping), and by tests.
-
-        * The files of every entry of the catalog's journal -- a sweep in progress,
-          or a forgotten BLOB whose file was not removed yet -- (``<blob_dir>/<name>``
-          and ``<blob_dir>/.tmp-<name>``) are removed and the entry cleared -- only
-          when it is the file the sweeper writes for that range, inside
-          ``blob_dir`` with symbolic links resolved, and a regular file
-          (:func:`pipeline.swept.registered.owned_files`); an entry naming any other
-          path is cleared and its file left alone, logged as an error. Each entry
-          is cleared before its files are removed, so a sweeper that is still
-          writing it (a deposed leader that has not noticed) cannot register it.
-        * Any other file in ``blob_dir`` is left alone: the catalog not naming a
-          file does not make it the sweeper's (an operator's notes, another
-          sweeper's BLOBs).
-        * A registered BLOB whose path is outside ``blob_dir`` is reported
-          (``FG-SWP-007``, reason ``outside``) and never opened; one whose file is
-          missing is logged.
-        * BLOBs registered before checksums are sealed (:meth:`_seal_unsealed`).
+        """Finish what a sweeper killed mid-sweep left, check the registered BLOBs'
+        files and seal those registered before checksums
+        (:meth:`sweeper.recovery.Recovery.recover`). Run as the lead is granted (never
+        on a follower, whose leader may be sweeping), and by tests.
 
         Returns:
             The files (or objects' URLs) removed.
         """
-        removed: list[str] = []
-        for write in self.catalog.writes():
-            if not self.catalog.end_write(write.path):
-                continue  # registered, or recovered by another sweeper, meanwhile
-            pending = Blob(
-                0,
-                write.topic,
-                write.partition,
-                write.start_offset,
-                write.end_offset,
-                write.path,
-                0,
-                0,
-                write.since,
-            )
-            try:
-                files = self._owned(pending)
-            except BlobPathError as exc:
-                log.error("a sweep in progress names a file the sweeper does not own: %s", exc)
-                continue
-            for path in files:
-                self.store.remove(path)
-                removed.append(path)
-        for blob in self.catalog.all():
-            try:
-                check_blob_path(blob, self.store.location)
-            except BlobPathError as exc:
-                self._report_damaged(blob, exc, held_at=None)
-                continue
-            if self.store.size(blob.path) is None:
-                log.error(
-                    "BLOB %d of %s[%d] [%d, %d) is registered but its file %s is missing",
-                    blob.id,
-                    blob.topic,
-                    blob.partition,
-                    blob.start_offset,
-                    blob.end_offset,
-                    blob.path,
-                )
-        if removed:
-            log.warning(
-                "removed %d BLOB files of sweeps killed before they registered: %s",
-                len(removed),
-                removed,
-            )
-        self._seal_unsealed()
+        removed = self.recovery.recover()
         self._refresh_gauges()
         return removed
 
-    def _seal_unsealed(self) -> None:
-        """Seal the BLOBs registered before checksums (``sha256`` NULL): each is read
-        whole and checked (size, offsets, count) first; a damaged one is reported
-        (``FG-SWP-007``) and left unsealed."""
-        sealed = 0
-        for blob in self.catalog.all():
-            if blob.sha256 is not None or blob.id in self.damaged:
-                continue
-            if self.store.size(blob.path) is None:
-                continue
-            try:
-                sealed += self.catalog.seal(blob.id, seal_blob(blob))
-            except BlobIntegrityError as exc:
-                self._report_damaged(blob, exc, held_at=None)
-        if sealed:
-            log.info("sealed %d BLOBs registered before checksums (SHA-256, offsets)", sealed)
+    def delete_blob(self, blob: Blob, *, unswept: bool = False) -> None:
+        """Forget a registered BLOB, then remove its file
+        (:meth:`sweeper.unsweep.Unsweeper.delete_blob`).
+
+        Raises:
+            BlobPathError: the row's file is not the sweeper's to remove; neither the
+                row nor the file is touched.
+        """
+        self.unsweeper.delete_blob(blob, unswept=unswept)
 
     def labels(self, topic: str) -> tuple[str, str]:
         """The ``(query_group, stream)`` labels of ``topic``'s metrics: its queue's, or
         ``("", topic)`` for a topic no configured queue carries (BLOBs an earlier
         configuration left in the catalog)."""
         return self._queue_labels.get(topic, ("", topic))
-
-    def _report_damaged(self, blob: Blob, exc: BlobIntegrityError, *, held_at: int | None) -> None:
-        if blob.id in self.damaged:
-            return
-        self.damaged.add(blob.id)
-        self.metrics.damaged.labels(*self.labels(blob.topic), exc.reason).inc()
-        if held_at is not None:
-            after = (
-                f"the broker is not truncated past offset {held_at}: readers read the range "
-                "from the broker while it holds it"
-            )
-        elif isinstance(exc, BlobPathError):
-            after = (
-                "the sweeper neither reads nor deletes that file and keeps the row "
-                "(docs/runbook.md, 'Sweeper refusals')"
-            )
-        else:
-            after = "its tuples are lost unless the broker still holds them"
-        log.error("FG-SWP-007 %s; %s", exc, after)
 
     def _granted(self) -> None:
         """The lead is granted (from the election, before this instance acts as the
@@ -464,7 +311,7 @@ class Sweeper:
                         planned_end=planned.get(p),
                     )
                 )
-        self._has_room()  # logs the store filling up or clearing, swept or not
+        self.room.check()  # logs the store filling up or clearing, swept or not
         self._refresh_gauges()
         self.last_cycle = outcomes
         try:
@@ -549,16 +396,16 @@ class Sweeper:
         freed = committed if replay_start is None else min(committed, replay_start)
         target = truncate_to(ranges, committed=freed, log_start=log_start)
         if target is not None:
-            target = self._checked(chain, log_start=log_start, target=target)
+            target = self.unsweeper.checked(chain, log_start=log_start, target=target)
         if target is not None:
-            self._truncate(topic, p, target, chain, log_start=log_start)
+            self.unsweeper.truncate(topic, p, target, chain, log_start=log_start)
             outcome.truncated_to = target
             log_start = target
         for i in consumed(ranges, committed=freed):
             try:
                 self.delete_blob(chain[i], unswept=True)
             except BlobPathError as exc:  # not the sweeper's file: reported, kept
-                self._report_damaged(chain[i], exc, held_at=None)
+                self.reports.report(chain[i], exc, held_at=None)
                 continue
             outcome.deleted.append(chain[i].id)
         chain = [b for b in chain if b.id not in outcome.deleted]
@@ -576,12 +423,12 @@ class Sweeper:
             self.metrics.skips.labels(*self.labels(topic), decision.value).inc()
             outcome.decision = decision.value
             return outcome
-        if not self._has_room():
+        if not self.room.check():
             self.metrics.skips.labels(*self.labels(topic), "store-full").inc()
             outcome.decision = "store-full"
             return outcome
         try:
-            outcome.blob = self._sweep(queue, p, decision)
+            outcome.blob = self.sweeper.sweep(queue, p, decision)
             outcome.decision = "swept"
         except SweepAborted as exc:
             self.metrics.aborts.labels(*self.labels(topic), exc.reason.value).inc()
@@ -596,183 +443,6 @@ class Sweeper:
             )
             outcome.decision = f"aborted:{exc.reason.value}"
         return outcome
-
-    def _checked(self, chain: list[Blob], *, log_start: int, target: int) -> int | None:
-        """Where the broker may be truncated to: ``target``, or the start of the first
-        BLOB of ``[log_start, target)`` that fails :func:`check_blob` (``None``: not
-        past ``log_start``); the broker's copy is then the range's only good one."""
-        for blob in chain:
-            if blob.end_offset <= log_start:
-                continue
-            if blob.start_offset >= target:
-                break
-            try:
-                check_blob(blob)
-            except BlobIntegrityError as exc:
-                held = max(blob.start_offset, log_start)
-                self._report_damaged(blob, exc, held_at=held)
-                return held if held > log_start else None
-        return target
-
-    def _has_room(self) -> bool:
-        used = self.catalog.used_bytes()
-        full = used >= self.settings.blob_store_max_bytes
-        if full != self.full:
-            self.full = full
-            if full:
-                log.warning(
-                    "FG-SWP-003 BLOB store full: %d of %d bytes (blob_store_max_bytes); no more "
-                    "sweeps, back-pressure holds the producers",
-                    used,
-                    self.settings.blob_store_max_bytes,
-                )
-            else:
-                log.warning(
-                    "FG-SWP-004 BLOB store has room again: %d of %d bytes",
-                    used,
-                    self.settings.blob_store_max_bytes,
-                )
-        return not full
-
-    def _sweep(self, queue: SweptQueue, p: int, sweep: SweepRange) -> Blob:
-        topic = queue.topic
-        name = blob_name(topic, p, sweep.start, sweep.end)
-        final = self.store.path(name)
-        temporary = self.store.temporary(name)
-        try:  # journaled before the file exists: only a journaled file is recovered
-            self.catalog.begin_write(final, topic, p, sweep.start, sweep.end, now=time.time())
-        except ValueError as exc:  # another sweeper writes this range now
-            raise SweepAborted(Abort.OVERLAP, str(exc)) from exc
-        try:
-            seal = self._write(topic, p, sweep, temporary)
-            self.store.publish(temporary, final)
-            if self.on_written is not None:
-                self.on_written(topic, p, sweep)
-            snapshot = queue.probe.snapshot().partitions[p]
-            committed = snapshot.committed if snapshot.committed is not None else snapshot.log_start
-            planned = planned_ends(queue.checkpoints, topic).get(p)
-            reason = verify(
-                sweep, committed=committed, planned_end=planned, log_start=snapshot.log_start
-            )
-            if reason is not None:
-                raise SweepAborted(
-                    reason,
-                    f"committed {committed}, planned batch end {planned}, "
-                    f"log start {snapshot.log_start}",
-                )
-            if self._thread is not None and not self.election.is_leader:
-                raise SweepAborted(Abort.NOT_LEADER, "the lead was lost during the sweep")
-            size, tuples = self.store.size(final), seal.tuples
-            if size != seal.bytes:
-                raise SweepAborted(
-                    Abort.WRITE_FAILED, f"{final} holds {size} bytes, {seal.bytes} were written"
-                )
-            try:
-                blob = self.catalog.register(
-                    topic,
-                    p,
-                    sweep.start,
-                    sweep.end,
-                    path=final,
-                    size=size,
-                    tuples=tuples,
-                    now=time.time(),
-                    seal=seal,
-                    in_progress=True,
-                )
-            except WriteCleared as exc:  # a new leader's recovery took it
-                raise SweepAborted(Abort.NOT_LEADER, str(exc)) from exc
-            except ValueError as exc:  # the catalog keeps each chain disjoint
-                raise SweepAborted(Abort.OVERLAP, str(exc)) from exc
-        except BaseException:
-            self._forget(final, temporary)
-            raise
-        labels = self.labels(topic)
-        self.metrics.sweeps.labels(*labels).inc()
-        self.metrics.swept_tuples.labels(*labels).inc(tuples)
-        self.metrics.swept_bytes.labels(*labels).inc(size)
-        log.info(
-            "FG-SWP-001 swept %s[%d] [%d, %d): %d tuples, %d bytes into %s",
-            topic,
-            p,
-            sweep.start,
-            sweep.end,
-            tuples,
-            size,
-            name,
-        )
-        return blob
-
-    def _write(self, topic: str, p: int, sweep: SweepRange, temporary: str) -> BlobSeal:
-        """Read ``sweep`` of ``topic[p]`` from the broker into ``temporary``, sealed.
-
-        Raises:
-            SweepAborted: the broker no longer holds the range, or the read or the
-                write failed (``write-failed``; a failed write names ``temporary`` and
-                the bytes free in ``blob_dir``, which a full disk's ``OSError`` does not).
-        """
-        try:
-            return self.store.write(
-                temporary, read_range(self.bootstrap_servers, topic, p, sweep, self._client)
-            )
-        except OSError as exc:  # a full disk says neither which file nor how full
-            raise SweepAborted(
-                Abort.WRITE_FAILED,
-                f"{exc.__class__.__name__}: {exc} writing {temporary} ({self.store.room()})",
-            ) from exc
-        except KafkaException as exc:
-            raise SweepAborted(Abort.WRITE_FAILED, f"{exc.__class__.__name__}: {exc}") from exc
-
-    def _forget(self, final: str, temporary: str) -> None:
-        """A sweep that is not registered: clear its journal entry, then remove its
-        files -- only when the entry was still this sweep's (a recovery that took it
-        removes them; a crash in between leaves them, journaled no more)."""
-        try:
-            mine = self.catalog.end_write(final)
-        except Exception:  # the catalog is down: the entry stays, the next recovery
-            log.warning("sweep of %s not forgotten: the catalog failed", final, exc_info=True)
-            return
-        if mine:
-            self.store.remove(temporary)
-            self.store.remove(final)
-
-    def _truncate(
-        self, topic: str, p: int, target: int, chain: list[Blob], *, log_start: int
-    ) -> None:
-        futures = self.admin.delete_records([TopicPartition(topic, p, target)])
-        for future in futures.values():
-            future.result()
-        # The BLOBs of the newly truncated range (those truncated before are counted).
-        freed = sum(b.bytes for b in chain if log_start < b.end_offset <= target)
-        self.metrics.freed.labels(*self.labels(topic)).inc(freed)
-        log.info("FG-SWP-005 truncated %s[%d] to offset %d", topic, p, target)
-
-    def delete_blob(self, blob: Blob, *, unswept: bool = False) -> None:
-        """Forget a registered BLOB, then remove its file. The row goes in the
-        transaction that journals the file (:meth:`SweepCatalog.delete`), so a crash
-        between leaves a file :meth:`recover` removes, never a registered BLOB without
-        its file.
-
-        Args:
-            blob: the catalog's row.
-            unswept: its tuples were read back by the consumer (counted in
-                ``floodgate_sweeper_unswept_tuples_total``).
-
-        Raises:
-            BlobPathError: the row's file is not the sweeper's to remove: outside
-                ``blob_dir`` with symbolic links resolved (``outside``), not the name
-                the sweeper gives that range's file (``name``), or not a regular
-                file (``not-a-file``); names the BLOB id, the path and ``blob_dir``.
-                Neither the row nor the file is touched.
-        """
-        files = self._owned(blob)
-        self.catalog.delete(blob.id, journal=True)
-        for path in files:  # its file, not the temporary one a recovery removes
-            if path.rsplit("/", 1)[-1] == blob.path.rsplit("/", 1)[-1]:
-                self.store.remove(path)
-        self.catalog.end_write(blob.path)
-        if unswept:
-            self.metrics.unswept_tuples.labels(*self.labels(blob.topic)).inc(blob.tuples)
 
     def _refresh_gauges(self) -> None:
         blobs = self.catalog.all()
@@ -797,7 +467,7 @@ class Sweeper:
             "blob_store": {
                 "used_bytes": self.catalog.used_bytes(),
                 "max_bytes": self.settings.blob_store_max_bytes,
-                "full": self.full,
+                "full": self.room.full,
             },
             "blobs": [
                 {
@@ -821,51 +491,3 @@ class Sweeper:
                 for o in self.last_cycle
             ],
         }
-
-
-def range_reader_settings(
-    bootstrap_servers: str, client: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The librdkafka properties of the sweeper's reader of a range: a reader that never
-    commits (:data:`~pipeline.names.SWEEPER_GROUP_ID`), committed records only, with a
-    range reader's fetch settings (:data:`~pipeline.swept.reading.RANGE_CONSUMER`).
-
-    Raises:
-        ConfigError: ``client`` sets a reserved property
-            (:data:`~pipeline.kafka.clients.RESERVED_KAFKA_KEYS`).
-    """
-    return reader_settings(bootstrap_servers, client, group_id=SWEEPER_GROUP_ID, own=RANGE_CONSUMER)
-
-
-def read_range(
-    bootstrap_servers: str,
-    topic: str,
-    p: int,
-    sweep: SweepRange,
-    client: dict[str, Any] | None = None,
-) -> Iterator[list[Any]]:
-    """The committed records of ``[start, end)`` of a partition from the broker, in
-    offset order, batch by batch as fetched (:func:`pipeline.swept.reading.read_partition`,
-    the broker only; transaction markers and aborted records take offsets and are not
-    records).
-
-    Raises:
-        SweepAborted: the broker no longer holds an offset of the range
-            (``broker-truncated``), or reads made no progress (``write-failed``).
-        KafkaException: another broker error.
-    """
-    consumer = Consumer(range_reader_settings(bootstrap_servers, client))
-    try:
-        yield from read_partition(
-            consumer, topic, p, sweep.start, sweep.end, stall_timeout_s=READ_STALL_TIMEOUT_S
-        )
-    except DataLossError as exc:
-        raise SweepAborted(
-            Abort.BROKER_TRUNCATED, f"the broker no longer holds offset {exc.start}"
-        ) from exc
-    except KafkaException as exc:
-        if exc.args and exc.args[0].code() == KafkaError._TIMED_OUT:
-            raise SweepAborted(Abort.WRITE_FAILED, str(exc.args[0].str())) from exc
-        raise
-    finally:
-        consumer.close()
