@@ -3,9 +3,11 @@
 docs/architecture.md, "The admission service", and docs/admission.md: the job queue (CPU limit,
 emergency mode, load step, max queue size, start now), the stall array, and the queue
 as an SQL table shared by leader-elected instances. Modules: ``algorithm`` (the
-decisions, pure), ``store`` (jobs, stalls, lanes in SQL), ``runner`` (processes),
-``load`` (samples), ``service`` (the threads that tie them), ``api`` (REST), ``cli``
-(``floodgate admission ...``), ``config``, ``metrics``.
+decisions, pure), ``tables`` (the SQL schema), ``store`` (jobs, stalls, lanes in SQL),
+``runner`` (processes), ``load`` (samples), ``leadership`` (the leader's duties),
+``controls`` (start-now, cancel, suspend, lanes, stalls rescheduled), ``service`` (the
+threads that tie them), ``api`` (REST), ``cli`` (``floodgate admission ...``),
+``config``, ``metrics``.
 
 May import: pipeline.config, pipeline.errors, pipeline.failpoints, pipeline.names,
 pipeline.metrics, pipeline.logs, pipeline.security, pipeline.state, pipeline.http,

@@ -42,7 +42,8 @@ SUSPENDED = "suspended"
 #: ``FLOODGATE_FAILPOINT=claimed:<job id>`` kills the service (its own process alone,
 #: with SIGKILL) right after it claimed the job (``ENQUEUED -> RUNNING``) and before it
 #: starts the job's process; ``spawned:<job id>`` right after the process started and
-#: before its pid is recorded. A restart recovers both (the service's ``_recover``).
+#: before its pid is recorded. A restart recovers both (:meth:`Leadership.granted
+#: <admission.leadership.Leadership.granted>`).
 #: Unset in production; a job never sees it (its environment is built, not inherited).
 FAILPOINTS = ("claimed", "spawned")
 

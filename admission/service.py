@@ -17,7 +17,11 @@
   ``monitor_interval_s``, flags jobs running past their expected time (long-running
   entries of the stall array) and clears the flags of jobs that ended;
 * :class:`~admission.requests.Requests`: requests made of parts, backed out when a
-  part cannot be scheduled, completed by a completion step.
+  part cannot be scheduled, completed by a completion step;
+* :class:`~admission.leadership.Leadership`: the leader's duties (the queue recovered
+  when the leadership is granted; a follower refuses what only the leader does);
+* :class:`~admission.controls.QueueControls`: start-now, cancel, suspend and resume,
+  enabling a lane, rescheduling an entry of the stall array.
 
 Several instances may share one database (PostgreSQL; a leader-elected
 consumer): a :class:`~pipeline.state.leader.LeaderElection` grants one of them the
@@ -43,37 +47,25 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 
 from prometheus_client import CollectorRegistry
 
-from admission.algorithm import Admission, Limits, Load, StartReason
+from admission.algorithm import Admission, Limits, Load
 from admission.config import AdmissionSettings
-from admission.environment import (
-    base_environment,
-)
-from admission.errors import JobConflict, JobNotFound, NotLeader
+from admission.controls import QueueControls
+from admission.environment import base_environment
 from admission.jobs import JobRules, JobSpec
+from admission.leadership import Leadership
 from admission.load import DriverHeaps, HostLoadSampler
 from admission.metrics import AdmissionMetrics
 from admission.monitor import StallMonitor
 from admission.requests import Requests
 from admission.runner import ProcessRunner
 from admission.scheduler import SUSPENDED, Scheduler
-from admission.store import (
-    FINAL_STATES,
-    IntakeSignature,
-    Job,
-    JobState,
-    JobStore,
-    RequestState,
-    Stall,
-    StallKind,
-)
+from admission.store import IntakeSignature, Job, JobStore, Stall
 from pipeline.state.leader import LeaderElection
 
 log = logging.getLogger(__name__)
@@ -125,11 +117,7 @@ class AdmissionService:
         #: What every job's environment starts from (never the service's own).
         self.base_env = base_environment(job_path=settings.job_path, job_env=settings.job_env)
         self.election = LeaderElection(
-            settings.database_url,
-            "admission",
-            on_granted=self._granted,
-            on_revoked=self._revoked,
-            check_interval_s=settings.leader_check_interval_s,
+            settings.database_url, "admission", check_interval_s=settings.leader_check_interval_s
         )
         #: What a job may run and carry.
         self.rules = JobRules(
@@ -160,6 +148,12 @@ class AdmissionService:
         self.stall_monitor = StallMonitor(
             self.scheduler, self.election, settings.monitor_interval_s
         )
+        #: The leader's duties: the queue recovered when the leadership is granted.
+        self.leadership = Leadership(self.scheduler, self.election)
+        self.election.on_granted = self.leadership.granted
+        self.election.on_revoked = self.leadership.revoked
+        #: Start-now, cancel, suspend and resume, lanes, rescheduling stalls.
+        self.controls = QueueControls(self.scheduler, self.leadership, self.requests, self.submit)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.metrics.cpu_limit.set(settings.system_cpu_limit)
@@ -215,106 +209,6 @@ class AdmissionService:
         )
         return self
 
-    def _granted(self) -> None:
-        """Leadership granted: recover the queue as a restart does.
-
-        A job stored RUNNING whose process is gone becomes UNKNOWN; one whose process
-        is still there is watched again (its exit status cannot be known: it ends
-        UNKNOWN). A RUNNING job with no pid recorded (the service was killed while it
-        started it) is found, enqueued again, or UNKNOWN (:meth:`_recover_unrecorded`).
-        Enqueued jobs stay enqueued.
-        """
-        self.metrics.leader.set(1)
-        with self.scheduler.lock:
-            self._recover()
-
-    def _recover(self) -> None:
-        now = self.clock()
-        self.scheduler.suspended = self.store.flag(SUSPENDED)
-        if self.scheduler.suspended:
-            log.warning("admission suspended (since before this instance led): POST /resume")
-        watched = set(self.runner.running())
-        for job in self.store.in_state(JobState.RUNNING):
-            if job.id in watched:
-                continue
-            why = (
-                self._recover_unrecorded(job)
-                if job.pid is None
-                else self.runner.adopt(
-                    job.id, job.pid, created=job.pid_created, cmdline=job.pid_cmdline
-                )
-            )
-            if why is not None:
-                self.store.update(
-                    job.id,
-                    expect=[JobState.RUNNING],
-                    state=JobState.UNKNOWN.value,
-                    finished=now,
-                    note=f"not adopted when this instance took the lead: {why}",
-                )
-                log.warning("job %d: was RUNNING, not adopted (%s): UNKNOWN", job.id, why)
-        self.scheduler.enqueued = self.store.count_enqueued()
-
-    def _recover_unrecorded(self, job: Job) -> str | None:
-        """Recover a RUNNING job with no pid: a service killed between claiming it and
-        recording its process. Claimed on this host, it is either
-
-        * started: its process is found (:meth:`ProcessRunner.find
-          <admission.runner.ProcessRunner.find>`), recorded and watched;
-        * never started: its log, created just before the process starts, is missing;
-          it is enqueued again (to start at once if it was not queueable), so it runs
-          once;
-        * in doubt: its log exists and no process is the job's. It may have run and
-          ended while no service watched it, so it is not started again.
-
-        Returns:
-            ``None`` when recovered; otherwise why not (the job becomes UNKNOWN).
-        """
-        host = (job.started_by or "").split(":", 1)[0]
-        if host != socket.gethostname():
-            return f"no pid was recorded, and it was started on host {host or 'unknown'}"
-        found = self.runner.find(job.id, claimed=job.started or 0.0)
-        if found is not None:
-            self.store.update(
-                job.id,
-                pid=found.pid,
-                log_path=found.log_path,
-                pid_created=found.created,
-                pid_cmdline=found.cmdline,
-            )
-            log.warning(
-                "job %d: its process (pid %d) started before the service stopped and was "
-                "not recorded: found by its job id, watched again",
-                job.id,
-                found.pid,
-            )
-            return None
-        if not self.runner.log_path(job.id).exists():
-            if self.store.update(
-                job.id,
-                expect=[JobState.RUNNING],
-                state=JobState.ENQUEUED.value,
-                started=None,
-                start_reason=None,
-                started_by=None,
-                asap=not job.queueable,
-            ):
-                log.warning(
-                    "job %d: claimed but never started before the service stopped: enqueued again",
-                    job.id,
-                )
-            return None
-        return (
-            "no pid was recorded and no process is the job's: it may have run and ended "
-            "while no service watched it, so it is not started again"
-        )
-
-    def _revoked(self) -> None:
-        """Leadership lost: nothing more starts here. Processes this instance started go
-        on; it still records how they end (the new leader adopts them as well: the
-        first to record an end wins, by compare-and-set)."""
-        self.metrics.leader.set(0)
-
     def stop(self) -> None:
         """Stop the threads and give the leadership up; running jobs go on (they are
         adopted by the next leader)."""
@@ -363,60 +257,33 @@ class AdmissionService:
         return job
 
     def start_now(self, job_id: int) -> Job:
-        """Start an enqueued job at once, whatever the load (logged as forced).
+        """Start an enqueued job at once, whatever the load (:meth:`QueueControls.start_now
+        <admission.controls.QueueControls.start_now>`).
 
         Raises:
             JobNotFound, JobConflict: no such job; it is not enqueued.
         """
-        with self.scheduler.lock:
-            job = self.scheduler.get(job_id)
-            if job.state is not JobState.ENQUEUED:
-                raise JobConflict(f"job {job_id} is {job.state.value}, not ENQUEUED")
-            if not self.is_leader:
-                if not self.store.update(job_id, expect=[JobState.ENQUEUED], asap=True):
-                    raise JobConflict(f"job {job_id} left ENQUEUED")
-                log.warning(
-                    "FG-ADM-003 job %d: start forced (start-now); the leader %s starts it",
-                    job_id,
-                    self._leader_name(),
-                )
-                return self.scheduler.get(job_id)
-            log.warning("FG-ADM-003 job %d: start forced (start-now)", job_id)
-            return self.scheduler.start(job, StartReason.FORCED)
+        return self.controls.start_now(job_id)
 
     def cancel(self, job_id: int) -> Job:
-        """Abort a job: an enqueued one is taken out of the queue, a running one stopped.
+        """Abort a job: an enqueued one is taken out of the queue, a running one stopped
+        (:meth:`QueueControls.cancel <admission.controls.QueueControls.cancel>`).
 
         Raises:
             JobNotFound, JobConflict: no such job; it has ended already.
+            NotLeader: the job is running and this instance does not lead.
         """
-        job = self.scheduler.get(job_id)
-        if job.state in FINAL_STATES:
-            raise JobConflict(f"job {job_id} has ended ({job.state.value})")
-        if job.state is JobState.RUNNING:
-            self._require_leader(f"stop running job {job_id}")
-        self.scheduler.abort(job, "cancelled")
-        return self.scheduler.get(job_id)
+        return self.controls.cancel(job_id)
 
     def suspend(self, *, at_once: bool = False) -> None:
-        """Stop starting jobs until :meth:`resume`, across restarts and leader changes
-        (the flag is in the database); ``at_once`` also aborts every running and
-        enqueued job.
+        """Stop starting jobs until :meth:`resume`; ``at_once`` also aborts every running
+        and enqueued job (:meth:`QueueControls.suspend
+        <admission.controls.QueueControls.suspend>`).
 
         Raises:
             NotLeader: this instance does not lead (suspend the leader).
         """
-        self._require_leader("suspend")
-        with self.scheduler.lock:
-            self.store.set_flag(
-                SUSPENDED, True, reason="at once" if at_once else None, now=self.clock()
-            )
-            self.scheduler.suspended = True
-        log.warning("admission suspended%s", " at once" if at_once else "")
-        if at_once:
-            for state in (JobState.ENQUEUED, JobState.RUNNING):
-                for job in self.store.in_state(state):
-                    self.scheduler.abort(job, "suspended at once")
+        self.controls.suspend(at_once=at_once)
 
     def resume(self) -> None:
         """Start jobs again after :meth:`suspend`.
@@ -424,55 +291,21 @@ class AdmissionService:
         Raises:
             NotLeader: this instance does not lead.
         """
-        self._require_leader("resume")
-        with self.scheduler.lock:
-            self.store.set_flag(SUSPENDED, False, reason=None, now=self.clock())
-            self.scheduler.suspended = False
-        log.warning("admission resumed")
+        self.controls.resume()
 
     def enable_lane(self, name: str) -> None:
         """Let jobs of a lane disabled by a hard stall start again."""
-        self.store.set_lane(name, enabled=True, reason=None, now=self.clock())
-        log.warning("lane %s enabled", name)
+        self.controls.enable_lane(name)
 
     def reschedule(self, stall_id: int) -> Job:
-        """Enqueue a hard-stalled job's command again (a new job) and clear the entry.
+        """Schedule a hard stall again and clear its entry (:meth:`QueueControls.reschedule
+        <admission.controls.QueueControls.reschedule>`).
 
         Raises:
             JobNotFound: no such stall entry, or its job is gone.
+            JobConflict: the entry is not a hard stall, or cannot be scheduled again.
         """
-        found = self.store.stall(stall_id)
-        if found is None:
-            raise JobNotFound(f"no stall entry {stall_id}")
-        if found.kind is not StallKind.HARD:
-            raise JobConflict(f"stall entry {stall_id} is {found.kind.value}, not a hard stall")
-        if found.request_id is not None:
-            row = self.store.request(found.request_id)
-            if row is not None and row["state"] == RequestState.STALLED.value:
-                if not self.store.set_request(
-                    found.request_id, RequestState.SCHEDULED, expect=[RequestState.STALLED]
-                ):
-                    raise JobConflict(f"request {found.request_id} is being rescheduled")
-                self.store.delete_stall(stall_id)
-                if not self.requests.complete(
-                    found.request_id, row["completion"], last=found.job_id
-                ):
-                    raise JobConflict(
-                        f"stall {stall_id}: {self.request(found.request_id)['reason']}"
-                    )
-                jobs = self.store.of_request(found.request_id)
-                log.warning(
-                    "stall %d: request %d's completion step rescheduled", stall_id, found.request_id
-                )
-                return jobs[-1]
-        stall = self.store.delete_stall(stall_id)
-        if stall is None:
-            raise JobNotFound(f"no stall entry {stall_id}")
-        old = self.scheduler.get(stall.job_id)
-        job = self.submit(JobSpec.from_fields(asdict(old)))
-        log.warning("stall %d: job %d rescheduled as job %d", stall_id, old.id, job.id)
-        self.scheduler.refresh_gauges()
-        return job
+        return self.controls.reschedule(stall_id)
 
     def submit_request(
         self, parts: Sequence[JobSpec], completion: JobSpec | None = None
@@ -545,20 +378,3 @@ class AdmissionService:
             "disabled_lanes": self.store.disabled_lanes(),
             "stalls": len(self.store.stalls()),
         }
-
-    # -- the check -------------------------------------------------------------
-
-    # -- internals -------------------------------------------------------------
-
-    def _leader_name(self) -> str:
-        holder = self.election.holder()
-        if holder is None:
-            return "(none yet)"
-        return f"{holder.instance} at {holder.address or 'an unknown address'}"
-
-    def _require_leader(self, what: str) -> None:
-        if not self.is_leader:
-            raise NotLeader(
-                f"this instance ({self.election.instance}) does not lead: {what} at the "
-                f"leader, {self._leader_name()}"
-            )

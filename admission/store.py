@@ -8,7 +8,9 @@ not O(queue).
 A SQLite file holds jobs' environments and command lines: it is created with mode
 0600 in a folder created 0700 (SQLite gives its ``-wal`` and ``-shm`` files the
 database's mode), and an existing one is set to 0600. Service-wide state
-that must outlive a restart (a suspension) is a row of ``floodgate_flags``.
+that must outlive a restart (a suspension) is a row of ``floodgate_flags``. The
+tables, and the columns a database made by an older Floodgate is given when it is
+opened: :mod:`admission.tables`.
 """
 
 from __future__ import annotations
@@ -21,29 +23,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    Column,
-    Float,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    delete,
-    func,
-    insert,
-    inspect,
-    select,
-    text,
-    true,
-    update,
-)
+from sqlalchemy import delete, func, insert, select, true, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import IntegrityError
 
 from admission.errors import IntakeSignatureTaken
+from admission.tables import (
+    add_columns,
+    flags,
+    jobs,
+    lanes,
+    metadata,
+    requests,
+    signatures,
+    stalls,
+)
 from pipeline.state.database import create_database_engine, create_tables
 
 
@@ -81,113 +75,6 @@ class RequestState(enum.StrEnum):
     COMPLETED = "COMPLETED"  # every part ended OK and the completion step was scheduled
     FAILED = "FAILED"  # a part did not end OK: no completion step
     STALLED = "STALLED"  # the completion step could not be scheduled (a hard stall)
-
-
-metadata = MetaData()
-
-jobs = Table(
-    "floodgate_jobs",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("argv", JSON, nullable=False),
-    Column("cwd", String, nullable=True),
-    Column("env", JSON, nullable=False),
-    Column("queueable", Boolean, nullable=False),
-    Column("expected_s", Float, nullable=True),
-    Column("abnormal_exit", Boolean, nullable=False),
-    Column("lane", String, nullable=False),
-    Column("state", String, nullable=False),
-    Column("submitted", Float, nullable=False),
-    Column("started", Float, nullable=True),
-    Column("finished", Float, nullable=True),
-    Column("exit_code", Integer, nullable=True),
-    Column("pid", Integer, nullable=True),
-    Column("start_reason", String, nullable=True),
-    Column("log_path", String, nullable=True),
-    Column("note", String, nullable=True),
-    Column("request_id", Integer, nullable=True, index=True),
-    Column("role", String, nullable=True),
-    Column("client_key", String, nullable=True),
-    # Enqueued by an instance that is not the leader but to be started at once (not
-    # queueable, or start-now): the leader starts these first, whatever the load.
-    Column("asap", Boolean, nullable=False, default=False),
-    Column("started_by", String, nullable=True),
-    # The process's identity, to tell it from a process that reused its pid after a
-    # restart (admission.runner): start time (seconds since boot), command line.
-    Column("pid_created", Float, nullable=True),
-    Column("pid_cmdline", JSON, nullable=True),
-    Index("floodgate_jobs_queue", "state", "submitted", "id"),
-)
-# Partial: only the few asap jobs are in it, in the order the leader takes them.
-Index(
-    "floodgate_jobs_asap",
-    jobs.c.state,
-    jobs.c.submitted,
-    jobs.c.id,
-    sqlite_where=jobs.c.asap == true(),
-    postgresql_where=jobs.c.asap == true(),
-)
-
-requests = Table(
-    "floodgate_requests",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("completion", JSON, nullable=True),
-    Column("state", String, nullable=False),
-    Column("reason", String, nullable=True),
-    Column("created", Float, nullable=False),
-)
-
-stalls = Table(
-    "floodgate_stalls",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", Integer, nullable=False, index=True),
-    Column("request_id", Integer, nullable=True),
-    Column("kind", String, nullable=False),
-    Column("reason", String, nullable=False),
-    Column("created", Float, nullable=False),
-)
-
-lanes = Table(
-    "floodgate_lanes",
-    metadata,
-    Column("name", String, primary_key=True),
-    Column("enabled", Boolean, nullable=False),
-    Column("reason", String, nullable=True),
-    Column("changed", Float, nullable=False),
-)
-
-flags = Table(
-    "floodgate_flags",
-    metadata,
-    Column("name", String, primary_key=True),
-    Column("value", Boolean, nullable=False),
-    Column("reason", String, nullable=True),
-    Column("changed", Float, nullable=False),
-)
-
-#: The Kafka intake's run-once record: each signature it took (:mod:`admission.signing`;
-#: the primary key, so of two instances reading the same request one records it), where
-#: it was first read (``topic/partition/offset``), the job it created or the reason it
-#: was refused, kept until no clock within ``intake_max_age_s`` accepts it any more
-#: (``expires``, epoch seconds).
-signatures = Table(
-    "floodgate_intake_signatures",
-    metadata,
-    Column("signature", String, primary_key=True),
-    Column("taken_from", String, nullable=False),
-    Column("expires", Float, nullable=False, index=True),
-    Column("job_id", Integer, nullable=True),
-    Column("refused", String, nullable=True),
-)
-
-#: Columns added to a table after its first release: added to a database made before
-#: them when the store opens it (all nullable).
-_ADDED_COLUMNS: dict[Table, tuple[str, ...]] = {
-    jobs: ("pid_created", "pid_cmdline"),
-    signatures: ("job_id", "refused"),
-}
 
 
 @dataclass(frozen=True)
@@ -304,19 +191,8 @@ class JobStore:
     def __init__(self, url: str) -> None:
         self.engine: Engine = create_database_engine(url, json_serializer=json.dumps)
         create_tables(metadata, self.engine)
-        self._add_missing_columns()
+        add_columns(self.engine)
         self._lock = threading.Lock()
-
-    def _add_missing_columns(self) -> None:
-        """Add the columns of :data:`_ADDED_COLUMNS` a database made before them lacks."""
-        inspector = inspect(self.engine)
-        for table, added in _ADDED_COLUMNS.items():
-            have = {c["name"] for c in inspector.get_columns(table.name)}
-            for column in (table.c[name] for name in added if name not in have):
-                kind = column.type.compile(dialect=self.engine.dialect)
-                # One transaction each: another instance may add it meanwhile.
-                with contextlib.suppress(DBAPIError), self.engine.begin() as conn:
-                    conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"))
 
     # -- jobs ------------------------------------------------------------------
 

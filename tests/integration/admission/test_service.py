@@ -19,7 +19,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from admission.runner import start_since_boot
-from admission.store import JobStore, jobs
+from admission.store import JobStore
+from admission.tables import jobs
 from tests.integration.admission_service import (
     SLEEP,
     TOKEN,
