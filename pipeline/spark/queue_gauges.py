@@ -82,6 +82,18 @@ class QueueGauges:
             self.metrics.output_queue_max_size.labels(self.name, stream).set(probe.max_queue_size)
         return probe
 
+    def add_outputs(self) -> None:
+        """A probe per output stream (:meth:`add_output`); every series of its sleeps
+        and holds exists at 0 before the first (no "no data" panels)."""
+        for stream in self.config.output_streams:
+            self.add_output(stream)
+            for family in (
+                self.metrics.sleeps,
+                self.metrics.holds,
+                self.metrics.output_queue_check,
+            ):
+                family.labels(self.name, stream)
+
     def add_inputs(self) -> None:
         """A probe per input stream a query reads, its max queue size gauge set and its
         discarded-tuples series at 0."""
@@ -112,6 +124,15 @@ class QueueGauges:
         """
         for name, probe in list(self.output_probes.items()):
             self.record_output(name, probe.snapshot())
+
+    def sample_at_start(self) -> None:
+        """:meth:`sample` as a group starts (the bases of its processed and dead-letter
+        counters); a broker that does not answer is logged, and the counters start from
+        the monitor's first reading."""
+        try:
+            self.sample()
+        except Exception:
+            log.warning("query group %s: queues not read at start", self.name, exc_info=True)
 
     def sample(self) -> None:
         """Read every input and output stream queue once: length, lag and

@@ -11,6 +11,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from pipeline.config import QueryGroupConfig
 from pipeline.errors import ConfigError
 from pipeline.redaction import (
     SESSION_REDACTION_REGEX,
@@ -18,6 +19,7 @@ from pipeline.redaction import (
     default_redactor,
     redact_any,
 )
+from pipeline.spark import real_time
 from pipeline.spark.jvm import check_spark_version, source_jar
 
 log = logging.getLogger(__name__)
@@ -458,3 +460,26 @@ def spark_settings() -> dict[str, dict[str, str]]:
         k: {"value": _redactor.value(k, v), "source": src}
         for k, (v, src) in sorted(_applied_settings.items())
     }
+
+
+def group_session(config: QueryGroupConfig, parent: SparkSession | None = None) -> SparkSession:
+    """A query group's own SparkSession: a child session of ``parent`` (default: one
+    :func:`build_spark_session` makes from the ``[spark]`` section), so the temporary
+    views and listeners of two groups sharing a SparkContext never mix; with the
+    group's ``no_data_micro_batches``, and a real-time group's session settings
+    (:func:`~pipeline.spark.real_time.session_settings`)."""
+    parent = parent or build_spark_session(
+        app_name=f"floodgate-{config.name}",
+        master=config.spark.master,
+        conf=config.spark.conf,
+        allow_unauthenticated=config.query_group.allow_unauthenticated_spark,
+    )
+    spark = parent.newSession()
+    spark.conf.set(
+        "spark.sql.streaming.noDataMicroBatches.enabled",
+        str(config.query_group.no_data_micro_batches).lower(),
+    )
+    if config.query_group.real_time:
+        for key, value in real_time.session_settings(config).items():
+            spark.conf.set(key, value)
+    return spark

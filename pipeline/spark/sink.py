@@ -363,3 +363,28 @@ def oversized_from(text: str, *, query_group: str) -> OversizedBatchError | None
 def writers_of(config: QueryGroupConfig, stream: str) -> Sequence[str]:
     """The queries of a group that write output stream ``stream``."""
     return [q for q, c in config.queries.items() if c.output == stream]
+
+
+def stream_writer(
+    df: Any, config: QueryGroupConfig, query: str, sink: OutputSink, *, available_now: bool
+) -> Any:
+    """Query ``query``'s ``DataStreamWriter`` of ``df``: named ``<group>.<query>``, its
+    output mode, the JVM sink with ``sink``'s options, and its trigger: AvailableNow,
+    the group's real-time checkpoint interval, or its processing-time interval."""
+    group = config.query_group
+    writer = (
+        df.writeStream.queryName(f"{config.name}.{query}")
+        .outputMode(config.queries[query].output_mode)
+        .format(SINK_NAME)
+        .options(**sink.options.to_options())
+    )
+    if available_now:
+        return writer.trigger(availableNow=True)
+    if group.real_time:
+        # Spark 4.3 runs a stateless real-time query with asynchronous progress
+        # tracking unless told not to, and only for its own sinks; the sink commits a
+        # batch's input offsets from the offset log once the batch is written.
+        return writer.option("asyncProgressTrackingEnabled", "false").trigger(
+            realTime=f"{group.real_time_checkpoint_interval_ms} milliseconds"
+        )
+    return writer.trigger(processingTime=f"{group.trigger_interval_ms} milliseconds")
