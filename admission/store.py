@@ -29,7 +29,7 @@ from sqlalchemy.exc import IntegrityError
 
 from admission.errors import IntakeSignatureTaken
 from admission.tables import (
-    add_columns,
+    ADDED_COLUMNS,
     flags,
     jobs,
     lanes,
@@ -38,7 +38,7 @@ from admission.tables import (
     signatures,
     stalls,
 )
-from pipeline.state.database import create_database_engine, create_tables
+from pipeline.state.database import add_columns, create_database_engine, create_tables
 
 
 class JobState(enum.StrEnum):
@@ -191,7 +191,7 @@ class JobStore:
     def __init__(self, url: str) -> None:
         self.engine: Engine = create_database_engine(url, json_serializer=json.dumps)
         create_tables(metadata, self.engine)
-        add_columns(self.engine)
+        add_columns(self.engine, ADDED_COLUMNS)
         self._lock = threading.Lock()
 
     # -- jobs ------------------------------------------------------------------

@@ -15,8 +15,6 @@ Times are epoch seconds. :class:`~admission.store.JobStore` reads and writes the
 
 from __future__ import annotations
 
-import contextlib
-
 from sqlalchemy import (
     JSON,
     Boolean,
@@ -27,12 +25,8 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
-    inspect,
-    text,
     true,
 )
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
 
 metadata = MetaData()
 
@@ -134,28 +128,8 @@ signatures = Table(
 )
 
 #: Columns added to a table after its first release: added to a database made before
-#: them when the store opens it (all nullable).
+#: them when the store opens it (all nullable; :func:`~pipeline.state.database.add_columns`).
 ADDED_COLUMNS: dict[Table, tuple[str, ...]] = {
     jobs: ("pid_created", "pid_cmdline"),
     signatures: ("job_id", "refused"),
 }
-
-
-def add_columns(engine: Engine) -> None:
-    """Give a database made before them the columns of :data:`ADDED_COLUMNS` it lacks
-    (NULL in old rows), each with its type in the database's dialect. Safe when several
-    instances open the database at once: each column is added in a transaction of its
-    own, and an ``ALTER TABLE`` the database refuses (another instance added the column
-    meanwhile) is passed over.
-
-    Raises:
-        DBAPIError: the tables' columns could not be read (the database cannot be reached).
-    """
-    inspector = inspect(engine)
-    for table, added in ADDED_COLUMNS.items():
-        have = {c["name"] for c in inspector.get_columns(table.name)}
-        for column in (table.c[name] for name in added if name not in have):
-            kind = column.type.compile(dialect=engine.dialect)
-            # One transaction each: another instance may add it meanwhile.
-            with contextlib.suppress(DBAPIError), engine.begin() as conn:
-                conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"))

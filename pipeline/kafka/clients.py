@@ -138,16 +138,12 @@ def reader_settings(
     Raises:
         ConfigError: ``client`` sets a :data:`RESERVED_KAFKA_KEYS` property.
     """
-    return kafka_settings(
+    return _consumer_settings(
         bootstrap_servers,
         client,
-        {
-            "group.id": group_id,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": _ISOLATION[committed_only],
-            **(own or {}),
-        },
+        group_id,
+        committed_only,
+        {"enable.auto.offset.store": False, **(own or {})},
     )
 
 
@@ -172,14 +168,26 @@ def committed_reader_settings(
     Raises:
         ConfigError: ``client`` sets a :data:`RESERVED_KAFKA_KEYS` property.
     """
+    return _consumer_settings(bootstrap_servers, client, group_id, True, own or {})
+
+
+def _consumer_settings(
+    bootstrap_servers: str,
+    client: Mapping[str, Any] | None,
+    group_id: str,
+    committed_only: bool,
+    own: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A consumer's properties: its ``group.id``, no commit on librdkafka's timer, its
+    isolation level, then ``own``."""
     return kafka_settings(
         bootstrap_servers,
         client,
         {
             "group.id": group_id,
             "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            **(own or {}),
+            "isolation.level": _ISOLATION[committed_only],
+            **own,
         },
     )
 

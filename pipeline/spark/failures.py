@@ -14,8 +14,7 @@ from typing import Any, Protocol
 
 from pipeline.config import QueryGroupConfig
 from pipeline.errors import NO_SPACE, CheckpointDiskFullError, QueryGroupError, compact_error
-from pipeline.metrics import QueryGroupMetrics
-from pipeline.spark.hold import Hold
+from pipeline.spark.hold import HeldGroup, Hold
 from pipeline.spark.runs import QueryRuns
 from pipeline.spark.sink import held_from, oversized_from
 from pipeline.spark.states import QueryGroupState
@@ -23,25 +22,12 @@ from pipeline.spark.states import QueryGroupState
 log = logging.getLogger(__name__)
 
 
-class FailingGroup(Protocol):
-    """What :class:`QueryFailures` needs of its query group."""
+class FailingGroup(HeldGroup, Protocol):
+    """What :class:`QueryFailures` needs of its query group: what its hold needs
+    (:class:`~pipeline.spark.hold.HeldGroup`), its hold and its running queries."""
 
-    name: str
-    config: QueryGroupConfig
-    metrics: QueryGroupMetrics
     hold: Hold
     runs: QueryRuns
-
-    @property
-    def state(self) -> QueryGroupState:
-        """The group's state."""
-
-    @state.setter
-    def state(self, value: QueryGroupState) -> None: ...
-
-    @property
-    def stopping(self) -> bool:
-        """Whether the group is being stopped."""
 
     def queries(self) -> dict[str, Any]:
         """The group's Spark streaming queries by name."""

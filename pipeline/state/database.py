@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import MetaData, create_engine, event
+from sqlalchemy import MetaData, Table, create_engine, event, inspect, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
@@ -78,6 +79,29 @@ def create_tables(metadata: MetaData, engine: Engine) -> None:
         metadata.create_all(engine)
     except DBAPIError:
         metadata.create_all(engine)
+
+
+def add_columns(engine: Engine, added: Mapping[Table, Sequence[str]]) -> None:
+    """Give a database made before them the columns of ``added`` it lacks (``{table:
+    column names}``, each column as the table defines it; NULL in old rows), each typed
+    in the database's dialect. Safe when several processes open the database at once:
+    each column is added in a transaction of its own, and an ``ALTER TABLE`` refused
+    because another process added the column meanwhile is passed over.
+
+    Raises:
+        DBAPIError: the tables' columns could not be read, or a column is still
+            missing after the database refused to add it.
+    """
+    for table, names in added.items():
+        have = {c["name"] for c in inspect(engine).get_columns(table.name)}
+        for column in (table.c[name] for name in names if name not in have):
+            kind = column.type.compile(dialect=engine.dialect)
+            try:
+                with engine.begin() as conn:
+                    conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"))
+            except DBAPIError:
+                if column.name not in {c["name"] for c in inspect(engine).get_columns(table.name)}:
+                    raise
 
 
 def advisory_lock_key(name: str) -> int:

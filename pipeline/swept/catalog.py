@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError
 
 from pipeline.errors import BlobIntegrityError, ConfigError
 from pipeline.state.database import (
+    add_columns,
     advisory_lock_key,
     create_database_engine,
     create_tables,
@@ -35,9 +36,9 @@ from pipeline.swept.journal import SweepJournal, WriteCleared, journal_file
 from pipeline.swept.registered import resolved, seal_blob
 from pipeline.swept.store import is_object_url
 from pipeline.swept.tables import (
+    ADDED_COLUMNS,
     STORE_DIR,
     Blob,
-    add_columns,
     blob_store,
     blob_writes,
     blobs,
@@ -59,7 +60,7 @@ class SweepCatalog(SweepJournal):
         self.url = url
         self.engine: Engine = create_database_engine(url)
         create_tables(metadata, self.engine)
-        add_columns(self.engine)
+        add_columns(self.engine, ADDED_COLUMNS)
         self._lock = threading.Lock()
 
     def register(

@@ -23,12 +23,8 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
-    inspect,
     select,
-    text,
 )
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
 
 metadata = MetaData()
 
@@ -86,32 +82,10 @@ STORE_DIR = (
 )
 
 
-#: Columns added to ``floodgate_blobs`` after its first release, with their SQL types:
-#: an existing catalog gets them (NULL) when it is opened.
-ADDED_COLUMNS = {"sha256": "VARCHAR(64)", "first_offset": "BIGINT", "last_offset": "BIGINT"}
-
-
-def add_columns(engine: Engine) -> None:
-    """Give a catalog made before checksums its seal columns (:data:`ADDED_COLUMNS`,
-    NULL in old rows). Safe when several processes open it at once: a column another
-    added meanwhile is found on the second look.
-
-    Raises:
-        DBAPIError: the database refused the ``ALTER TABLE`` twice.
-    """
-    for attempt in range(2):
-        present = {c["name"] for c in inspect(engine).get_columns("floodgate_blobs")}
-        missing = [name for name in ADDED_COLUMNS if name not in present]
-        if not missing:
-            return
-        try:
-            with engine.begin() as conn:
-                for name in missing:
-                    kind = ADDED_COLUMNS[name]
-                    conn.execute(text(f"ALTER TABLE floodgate_blobs ADD COLUMN {name} {kind}"))
-        except DBAPIError:
-            if attempt:
-                raise
+#: Columns added to ``floodgate_blobs`` after its first release (the seal): a catalog
+#: made before them gets them, NULL, when it is opened
+#: (:func:`~pipeline.state.database.add_columns`).
+ADDED_COLUMNS: dict[Table, tuple[str, ...]] = {blobs: ("sha256", "first_offset", "last_offset")}
 
 
 @dataclass(frozen=True)
