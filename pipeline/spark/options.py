@@ -1,7 +1,7 @@
 """The options of the ``floodgate_kafka`` source, typed: what a query group hands to
 ``spark.readStream.format("floodgate_kafka")`` (:meth:`SourceOptions.to_options`).
 
-The source on the JVM (``jvm/``, ``io.floodgate.spark.SourceOptions``) parses and
+The source on the JVM (``jvm/``, ``io.floodgate.spark.options.SourceOptions``) parses and
 checks them; ``tests/golden/options/cases.json`` is the reviewed specification of
 what it makes of an option map.
 """
@@ -69,7 +69,7 @@ class SourceOptions:
     (:func:`pipeline.spark.inputs.source_options`); :meth:`to_options` renders them as
     the option map Spark hands the source.
 
-    The source on the JVM parses that map (``io.floodgate.spark.SourceOptions``): it
+    The source on the JVM parses that map (``io.floodgate.spark.options.SourceOptions``): it
     speaks Spark's Kafka source dialect as well as its own, keys case-insensitive.
     docs/spark-source.md describes every option and
     docs/reference/spark-kafka-options.md maps every Spark option;

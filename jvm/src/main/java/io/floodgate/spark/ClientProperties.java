@@ -1,5 +1,6 @@
 package io.floodgate.spark;
 
+import io.floodgate.spark.options.OptionText;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -183,7 +184,7 @@ public final class ClientProperties {
       return;
     }
     if (certificate == null || key == null) {
-      throw SourceOptions.refuse(
+      throw OptionText.refuse(
           "options 'kafka.ssl.certificate.location' (or .pem) and 'kafka.ssl.key.location' (or"
               + " .pem) go together: a client certificate and its private key");
     }
@@ -199,8 +200,8 @@ public final class ClientProperties {
     try {
       return Files.readString(path, StandardCharsets.US_ASCII);
     } catch (IOException e) {
-      throw SourceOptions.refuse(
-          "option 'kafka." + property + "' = " + SourceOptions.repr(path.toString()) + ": " + e);
+      throw OptionText.refuse(
+          "option 'kafka." + property + "' = " + OptionText.repr(path.toString()) + ": " + e);
     }
   }
 
@@ -210,13 +211,8 @@ public final class ClientProperties {
     try (Stream<Path> listed = Files.list(directory)) {
       listed.filter(Files::isRegularFile).sorted().forEach(files::add);
     } catch (IOException e) {
-      throw SourceOptions.refuse(
-          "option 'kafka."
-              + property
-              + "' = "
-              + SourceOptions.repr(directory.toString())
-              + ": "
-              + e);
+      throw OptionText.refuse(
+          "option 'kafka." + property + "' = " + OptionText.repr(directory.toString()) + ": " + e);
     }
     StringBuilder pem = new StringBuilder();
     for (Path file : files) {

@@ -1,5 +1,7 @@
 package io.floodgate.spark;
 
+import io.floodgate.spark.options.BatchBounds;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.serde.KeySchema;
 import io.floodgate.spark.serde.SchemaRepository;
 import io.floodgate.spark.serde.StreamSchema;

@@ -1,5 +1,7 @@
 package io.floodgate.spark;
 
+import io.floodgate.spark.options.BatchBounds;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.write.KafkaWriteBuilder;
 import io.floodgate.spark.write.SinkMetrics;
 import java.util.EnumSet;

@@ -1,6 +1,9 @@
 package io.floodgate.spark;
 
 import io.floodgate.spark.offsets.TopicPartitions;
+import io.floodgate.spark.options.BatchBounds;
+import io.floodgate.spark.options.OptionText;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.read.ExecutorLocations;
 import io.floodgate.spark.read.KafkaRange;
 import io.floodgate.spark.read.KafkaTask;
@@ -84,7 +87,7 @@ final class KafkaBatch implements Batch {
       startsAtLatest |= how.equals("specific") && perTopic.containsValue(SourceOptions.LATEST);
     }
     if (startsAtLatest) {
-      throw SourceOptions.refuse(
+      throw OptionText.refuse(
           "startingOffsets: a batch query cannot start at latest (-1), as Spark's Kafka source;"
               + " allowed: earliest (the default), committed, or JSON with -2 for earliest");
     }
@@ -100,7 +103,7 @@ final class KafkaBatch implements Batch {
         TopicPartition tp = e.getKey();
         long from = start.get(tp);
         if (e.getValue() < from) {
-          throw SourceOptions.refuse(
+          throw OptionText.refuse(
               "partition "
                   + tp.partition()
                   + " of '"

@@ -1,5 +1,6 @@
 package io.floodgate.spark;
 
+import io.floodgate.spark.options.SourceOptions;
 import java.util.Map;
 import java.util.Properties;
 import org.apache.kafka.clients.consumer.ConsumerConfig;

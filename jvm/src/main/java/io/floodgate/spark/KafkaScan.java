@@ -3,6 +3,9 @@ package io.floodgate.spark;
 import io.floodgate.spark.alignment.EventTimeAligner;
 import io.floodgate.spark.alignment.EventTimeAligners;
 import io.floodgate.spark.offsets.InitialOffsetLog;
+import io.floodgate.spark.options.BatchBounds;
+import io.floodgate.spark.options.OptionText;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.read.RowLayout;
 import io.floodgate.spark.read.TaskMetrics;
 import org.apache.spark.sql.classic.SparkSession;
@@ -48,7 +51,7 @@ final class KafkaScan implements Scan {
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
     String refusal = bounds.streamingRefusal();
     if (refusal != null) {
-      throw SourceOptions.refuse(refusal);
+      throw OptionText.refuse(refusal);
     }
     RowLayout layout = new RowLayout(required, FloodgateKafkaProvider.avroSchema(options), options);
     EventTimeAligner aligner =

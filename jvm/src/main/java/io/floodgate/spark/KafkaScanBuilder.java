@@ -1,5 +1,7 @@
 package io.floodgate.spark;
 
+import io.floodgate.spark.options.BatchBounds;
+import io.floodgate.spark.options.SourceOptions;
 import java.util.List;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;

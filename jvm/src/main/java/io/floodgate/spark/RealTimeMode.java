@@ -2,6 +2,7 @@ package io.floodgate.spark;
 
 import io.floodgate.spark.offsets.KafkaPartitionOffset;
 import io.floodgate.spark.offsets.SourceOffset;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.read.KafkaRange;
 import java.util.ArrayList;
 import java.util.HashMap;

@@ -1,6 +1,8 @@
 package io.floodgate.spark;
 
 import io.floodgate.spark.offsets.TopicPartitions;
+import io.floodgate.spark.options.OptionText;
+import io.floodgate.spark.options.SourceOptions;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -80,7 +82,7 @@ final class Subscription {
       TreeSet<Integer> absent = new TreeSet<>(wanted);
       absent.removeAll(existing);
       if (!absent.isEmpty()) {
-        throw SourceOptions.refuse(
+        throw OptionText.refuse(
             "assign names partitions "
                 + absent
                 + " of '"

@@ -1,6 +1,8 @@
 package io.floodgate.spark;
 
 import io.floodgate.spark.offsets.TopicPartitions;
+import io.floodgate.spark.options.OptionText;
+import io.floodgate.spark.options.SourceOptions;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.HashSet;
@@ -197,7 +199,7 @@ final class TopicOffsets implements AutoCloseable {
     for (TopicPartition tp : TopicPartitions.sorted(timestamps).keySet()) {
       Long o = found.get(tp);
       if (o == null && !strategy.equals("latest")) {
-        throw SourceOptions.refuse(
+        throw OptionText.refuse(
             "No offset matched from request of topic-partition "
                 + tp
                 + " and timestamp "
@@ -237,7 +239,7 @@ final class TopicOffsets implements AutoCloseable {
         } else {
           timestamps.putAll(TopicPartitions.flatten(options.startingPartitionTimestamps));
           if (!timestamps.keySet().equals(tps)) {
-            throw SourceOptions.refuse(
+            throw OptionText.refuse(
                 "startingOffsetsByTimestamp names topic-partitions "
                     + TopicPartitions.sorted(timestamps).keySet()
                     + " but the source reads "
@@ -261,7 +263,7 @@ final class TopicOffsets implements AutoCloseable {
           SortedSet<TopicPartition> extra = new TreeSet<>(TopicPartitions.ORDER);
           extra.addAll(given.keySet());
           extra.removeAll(tps);
-          throw SourceOptions.refuse(
+          throw OptionText.refuse(
               "startingOffsets names topic-partitions "
                   + given.keySet()
                   + " but the source reads "

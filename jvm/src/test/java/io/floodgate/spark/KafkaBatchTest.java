@@ -2,6 +2,8 @@ package io.floodgate.spark;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
+import io.floodgate.spark.options.BatchBounds;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.read.KafkaRange;
 import io.floodgate.spark.read.KafkaTask;
 import java.util.ArrayList;

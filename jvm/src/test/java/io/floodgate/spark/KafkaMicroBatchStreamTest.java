@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.floodgate.spark.alignment.EventTimeAligner;
 import io.floodgate.spark.offsets.InitialOffsetLog;
 import io.floodgate.spark.offsets.SourceOffset;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.read.KafkaRange;
 import io.floodgate.spark.read.KafkaTask;
 import java.nio.file.Files;

@@ -2,6 +2,8 @@ package io.floodgate.spark;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
+import io.floodgate.spark.options.BatchBounds;
+import io.floodgate.spark.options.SourceOptions;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;

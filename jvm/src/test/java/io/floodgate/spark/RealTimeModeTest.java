@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.floodgate.spark.offsets.KafkaPartitionOffset;
 import io.floodgate.spark.offsets.TopicPartitions;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.read.KafkaRange;
 import java.util.HashMap;
 import java.util.List;

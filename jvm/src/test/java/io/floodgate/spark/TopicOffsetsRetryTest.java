@@ -3,6 +3,7 @@ package io.floodgate.spark;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
+import io.floodgate.spark.options.SourceOptions;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;

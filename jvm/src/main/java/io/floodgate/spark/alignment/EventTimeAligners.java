@@ -1,7 +1,7 @@
 package io.floodgate.spark.alignment;
 
 import io.floodgate.spark.KafkaClients;
-import io.floodgate.spark.SourceOptions;
+import io.floodgate.spark.options.SourceOptions;
 import java.time.Duration;
 import java.util.Map;
 

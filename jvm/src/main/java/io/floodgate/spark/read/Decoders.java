@@ -1,6 +1,6 @@
 package io.floodgate.spark.read;
 
-import io.floodgate.spark.SourceOptions;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.serde.ConfluentDecoder;
 import io.floodgate.spark.serde.KeySchema;
 import io.floodgate.spark.serde.SchemaRegistryClient;

@@ -3,41 +3,28 @@ package io.floodgate.spark.read;
 import io.floodgate.spark.KafkaClients;
 import io.floodgate.spark.RealTimeEnds;
 import io.floodgate.spark.RealTimeReads;
-import io.floodgate.spark.SourceOptions;
 import io.floodgate.spark.deadletter.DeadLetterWriter;
 import io.floodgate.spark.offsets.KafkaPartitionOffset;
-import io.floodgate.spark.serde.ConfluentDecoder;
-import io.floodgate.spark.serde.SchemaRepository;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.serde.TupleDecoder;
 import io.floodgate.spark.serde.TupleRejected;
-import io.floodgate.spark.swept.DataLossException;
-import io.floodgate.spark.swept.SweepCatalogReader;
 import io.floodgate.spark.swept.SweptRanges;
 import io.floodgate.spark.swept.SweptRecords;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
-import org.apache.avro.Schema;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.header.Header;
-import org.apache.kafka.common.record.TimestampType;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
-import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.unsafe.types.UTF8String;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -65,6 +52,10 @@ import org.slf4j.LoggerFactory;
  * io.floodgate.spark.RealTimeMode}): Spark calls {@link #nextWithTimeout} with the time left until
  * the batch's deadline, the reader waits for records until then, and {@link #getOffset} says where
  * it stopped. An idle partition is no stall there: nothing fails a range for making no progress.
+ *
+ * <p>Its parts: {@link RecordRows} (a record as a row, decoded), {@link LostOffsets} (offsets the
+ * broker no longer holds), {@link SweptReads} (offsets read from BLOBs), {@link StallWatch} (a
+ * range that makes no progress).
  */
 public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
   private static final Logger LOG = LoggerFactory.getLogger(RangeReader.class);
@@ -78,24 +69,6 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
    */
   static final long POLL_MS = 20;
 
-  /** A range that makes no progress for this long fails the task. */
-  static final long READ_STALL_TIMEOUT_MS = 60_000;
-
-  /**
-   * While a range makes no progress, how often the reader asks the broker which offsets it holds
-   * (two requests), to tell a gap (the range's offsets gone: data loss) from a broker that is slow
-   * to answer. Asked after two polls in a row return nothing at the same position: the first poll
-   * after a seek may return before its fetch does.
-   */
-  static final long AVAILABLE_CHECK_MS = 1_000;
-
-  /**
-   * What a data-loss failure tells the user, as Spark's {@code INSTRUCTION_FOR_FAIL_ON_DATA_LOSS}.
-   */
-  static final String FAIL_HINT =
-      "Some data may have been lost. Set failOnDataLoss = false to skip such offsets and go on, as"
-          + " Spark's Kafka source allows";
-
   /** Consumer properties of range reads; the user's {@code kafka.*} options win. */
   static final Map<String, String> RANGE_CONSUMER =
       Map.of(
@@ -105,28 +78,14 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
 
   private final SourceOptions options;
   private final KafkaRange[] ranges;
-  private final RowLayout layout;
-
-  /** The stream's schema and writer schemas ({@code null}: raw columns, nothing decoded). */
-  private final Schema avro;
-
-  private final SchemaRepository repository;
-
-  /**
-   * The value decoder per topic ({@code encoding = confluent}: the subject is {@code
-   * <topic>-value}); empty when nothing is decoded.
-   */
-  private final Map<String, TupleDecoder> decoders = new HashMap<>();
-
-  /** The key record's decoder per topic of {@code keyEncoding = confluent}; empty: raw keys. */
-  private final Map<String, ConfluentDecoder> keyDecoders = new HashMap<>();
-
-  private final int keyFieldCount;
-  private final RefusalRules rules;
   private final DeadLetterWriter dead;
   private final RangeConsumers consumers;
-  private final GenericInternalRow row;
-  private final Configuration hadoopConf;
+
+  /** The records as rows, decoded. */
+  private final RecordRows rows;
+
+  /** What the task does with offsets the broker no longer holds, and their counts. */
+  private final LostOffsets lost;
 
   private int rangeIndex = -1;
   private KafkaRange range;
@@ -134,18 +93,12 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
   private Iterator<ConsumerRecord<byte[], byte[]>> fetched = java.util.Collections.emptyIterator();
   private boolean rangeDone = true;
   private long rowsRead;
-  private SweptRanges swept;
-  private SweptRecords sweptRecords;
-  private long sweptRead;
+
+  /** The records read from swept BLOBs ({@code sweepCatalog}). */
+  private final SweptReads swept;
 
   /** Tuples dead-lettered (sent when the reader closes). */
   private long deadLettered;
-
-  /** Offsets skipped as lost ({@code failOnDataLoss = false}). */
-  private long offsetOutOfRange;
-
-  /** Times offsets were found lost and skipped. */
-  private long dataLoss;
 
   /**
    * A real-time batch's deadline (epoch ms, this JVM's clock); {@code Long.MAX_VALUE}: a
@@ -165,11 +118,8 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
   /** Whether this real-time reader told its task's sink where it stands ({@link RealTimeReads}). */
   private boolean registered;
 
-  /** Polls in a row that returned nothing at the same position. */
-  private int stalledPolls;
-
-  /** When the reader last asked the broker which offsets it holds (ms since the epoch). */
-  private long availableCheckedMs;
+  /** Whether the current range makes progress. */
+  private final StallWatch stall = new StallWatch();
 
   RangeReader(
       SourceOptions options,
@@ -191,48 +141,18 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
       Configuration hadoopConf,
       RangeConsumers consumers) {
     this.options = options;
-    this.hadoopConf = hadoopConf;
+    this.swept = new SweptReads(options.sweepCatalog, hadoopConf);
     this.ranges = ranges;
-    this.layout = layout;
-    this.row = new GenericInternalRow(schema.fields().length);
-    if (options.decoded()) {
-      this.repository = new SchemaRepository(options.schemasJson);
-      this.avro = repository.get(options.schemaName);
-      if (ranges.length > 0) { // the options' refusals at once, not at the first tuple
-        decoder(ranges[0].topic());
-        keyDecoder(ranges[0].topic());
-      }
-    } else {
-      this.repository = null;
-      this.avro = null;
+    this.rows = new RecordRows(options, schema, layout);
+    if (ranges.length > 0) { // the options' refusals at once, not at the first tuple
+      rows.check(ranges[0].topic());
     }
-    this.keyFieldCount = avro != null && layout.decodesKey() ? options.keyFields.size() : 0;
-    this.rules = new RefusalRules(options);
+    this.lost = new LostOffsets(options);
     this.dead =
         new DeadLetterWriter(
             options.deadLetterTopic, KafkaClients.producer(options), options.stream, options.query);
     Properties consumerProperties = KafkaClients.consumer(options, RANGE_CONSUMER);
     this.consumers = consumers != null ? consumers : RangeConsumers.pooled(consumerProperties);
-  }
-
-  /** The value decoder of {@code topic}'s tuples; {@code null}: nothing is decoded. */
-  private TupleDecoder decoder(String topic) {
-    if (avro == null) {
-      return null;
-    }
-    return decoders.computeIfAbsent(
-        topic,
-        t ->
-            Decoders.forOptions(
-                options, t, avro, repository, layout.decodedFields, layout.decodedOrdinals));
-  }
-
-  /** The key decoder of {@code topic}'s tuples; {@code null}: raw keys. */
-  private ConfluentDecoder keyDecoder(String topic) {
-    if (avro == null || !layout.decodesKey()) {
-      return null;
-    }
-    return keyDecoders.computeIfAbsent(topic, t -> Decoders.forKey(options, t, avro));
   }
 
   @Override
@@ -253,11 +173,13 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
           continue;
         }
         nextOffset = record.offset() + 1;
-        if (toRow(record)) {
+        TupleRejected rejected = rows.toRow(record, range);
+        if (rejected == null) {
           rowsRead++;
           lastRowOffset = record.offset();
           return true;
         }
+        deadLetter(record, rejected);
       }
       if (!rangeDone) {
         poll();
@@ -270,7 +192,7 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
 
   @Override
   public InternalRow get() {
-    return row;
+    return rows.row();
   }
 
   /**
@@ -310,7 +232,7 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
       return new KafkaPartitionOffset(ranges[0].topic(), ranges[0].partition(), ranges[0].start());
     }
     long next = nextOffset;
-    if (!fetched.hasNext() && consumer != null && sweptRecords == null) {
+    if (!fetched.hasNext() && consumer != null && !swept.reading()) {
       next =
           Math.max(next, consumer.position(new TopicPartition(range.topic(), range.partition())));
     }
@@ -367,13 +289,12 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
    */
   @Override
   public CustomTaskMetric[] currentMetricsValues() {
-    long swept = sweptRead + (sweptRecords == null ? 0 : sweptRecords.count());
     return new CustomTaskMetric[] {
       TaskMetrics.value(TaskMetrics.ROWS_READ, rowsRead),
       TaskMetrics.value(TaskMetrics.DEAD_LETTERED, deadLettered),
-      TaskMetrics.value(TaskMetrics.SWEPT_READ, swept),
-      TaskMetrics.value(TaskMetrics.OFFSET_OUT_OF_RANGE, offsetOutOfRange),
-      TaskMetrics.value(TaskMetrics.DATA_LOSS, dataLoss)
+      TaskMetrics.value(TaskMetrics.SWEPT_READ, swept.count()),
+      TaskMetrics.value(TaskMetrics.OFFSET_OUT_OF_RANGE, lost.offsetOutOfRange()),
+      TaskMetrics.value(TaskMetrics.DATA_LOSS, lost.dataLoss())
     };
   }
 
@@ -410,13 +331,13 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
   /** Assign {@link #consumer} to {@code tp} and seek to where {@link #range} starts. */
   private void startRange(TopicPartition tp) {
     consumer.assign(List.of(tp));
-    stalledPolls = 0;
+    stall.reset();
     if (range.endAtLatest()) {
-      range = range.withEnd(latestEnd(tp));
+      range = range.withEnd(lost.latestEnd(range, tp, consumer.endOffsets(List.of(tp)).get(tp)));
     }
     long start = range.start();
     if (!options.failOnDataLoss) {
-      start = pastLost(tp);
+      start = lost.pastLost(range, tp, consumer.beginningOffsets(List.of(tp)).get(tp));
     }
     nextOffset = start;
     fetched = java.util.Collections.emptyIterator();
@@ -427,70 +348,21 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
     rangeDone = start >= range.end() && !fetched.hasNext();
   }
 
-  /**
-   * Where a range planned to {@code latest} ends now: the partition's last stable offset when the
-   * task runs. Below the range's start (the topic deleted and created again, or truncated, since
-   * the planning), that is data loss, as in {@link #skipLost}: the range is then empty.
-   */
-  private long latestEnd(TopicPartition tp) {
-    long latest = consumer.endOffsets(List.of(tp)).get(tp);
-    if (latest >= range.start()) {
-      return latest;
-    }
-    String what =
-        "the partition's offsets went back from "
-            + range.start()
-            + " to "
-            + latest
-            + " (its topic deleted and created again, or truncated) since the query was planned";
-    if (options.failOnDataLoss) {
-      throw new DataLossException(
-          what + ". " + FAIL_HINT, tp.topic(), tp.partition(), range.start(), range.end(), null);
-    }
-    dataLoss++;
-    LOG.warn(
-        "FG-SOURCE-004 source {}: {}[{}]: {}: nothing is read (failOnDataLoss = false)",
-        options.stream,
-        tp.topic(),
-        tp.partition(),
-        what);
-    return range.start();
-  }
-
   private void finishRange() {
-    endSwept();
+    swept.end();
     if (consumer != null && range != null) {
       consumers.release(new TopicPartition(range.topic(), range.partition()), consumer);
       consumer = null;
     }
   }
 
-  /** {@code range.start}, or the low watermark past it (failOnDataLoss = false). */
-  private long pastLost(TopicPartition tp) {
-    long low = consumer.beginningOffsets(List.of(tp)).get(tp);
-    if (range.start() >= low) {
-      return range.start();
-    }
-    dataLoss++;
-    offsetOutOfRange += Math.min(low, range.end()) - range.start();
-    LOG.warn(
-        "FG-SOURCE-004 source {}: offsets [{}, {}) of {}[{}] are no longer on the broker and are"
-            + " skipped (failOnDataLoss = false)",
-        options.stream,
-        range.start(),
-        Math.min(low, range.end()),
-        range.topic(),
-        range.partition());
-    return Math.min(low, range.end());
-  }
-
   private void poll() {
     TopicPartition tp = new TopicPartition(range.topic(), range.partition());
-    if (sweptRecords != null && consumer.position(tp) >= range.end()) {
+    if (swept.reading() && consumer.position(tp) >= range.end()) {
       rangeDone = true; // the rest of the range came from BLOBs
       return;
     }
-    long deadline = System.currentTimeMillis() + READ_STALL_TIMEOUT_MS;
+    long deadline = System.currentTimeMillis() + StallWatch.READ_STALL_TIMEOUT_MS;
     while (true) {
       if (System.currentTimeMillis() >= deadlineMs) {
         deadlineReached = true; // a real-time batch's end: where it stands is getOffset()
@@ -508,20 +380,21 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
           consumer.seek(tp, unsweep(tp, from, low));
           return;
         }
-        long next = skipLost(tp, from, low, consumer.endOffsets(List.of(tp)).get(tp), e);
+        long next =
+            lost.skipLost(range, tp, from, low, consumer.endOffsets(List.of(tp)).get(tp), e);
         if (next >= range.end()) {
           rangeDone = true;
           return;
         }
         if (next != from) { // progress; else the broker holds it again: the deadline stands
-          deadline = System.currentTimeMillis() + READ_STALL_TIMEOUT_MS;
+          deadline = System.currentTimeMillis() + StallWatch.READ_STALL_TIMEOUT_MS;
         }
         consumer.seek(tp, next);
         continue;
       }
       List<ConsumerRecord<byte[], byte[]>> got = records.records(tp);
       if (!got.isEmpty()) {
-        stalledPolls = 0;
+        stall.reset();
         fetched = got.iterator();
         return;
       }
@@ -531,116 +404,34 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
         rangeDone = true;
         return;
       }
-      stalledPolls = position == before ? stalledPolls + 1 : 0;
       long now = System.currentTimeMillis();
-      if (stalledPolls >= 2 && now - availableCheckedMs >= AVAILABLE_CHECK_MS) {
-        availableCheckedMs = now;
+      if (stall.askBroker(before, position, now)) {
         long low = consumer.beginningOffsets(List.of(tp)).get(tp);
         long high = consumer.endOffsets(List.of(tp)).get(tp);
         // A range's end lies past the log's end: the offsets it needs are gone. A real-time
         // range has no end, and a position at the log's end is where it waits for more.
         boolean pastEnd = deadlineMs == Long.MAX_VALUE ? position >= high : position > high;
         if (position < low || pastEnd) {
-          long next = skipLost(tp, position, low, high, null);
+          long next = lost.skipLost(range, tp, position, low, high, null);
           if (next >= range.end()) {
             rangeDone = true;
             return;
           }
           consumer.seek(tp, next);
-          stalledPolls = 0;
-          deadline = now + READ_STALL_TIMEOUT_MS;
+          stall.reset();
+          deadline = now + StallWatch.READ_STALL_TIMEOUT_MS;
           continue;
         }
       }
       if (now > deadline && deadlineMs == Long.MAX_VALUE) {
-        throw new IllegalStateException(
-            "reading "
-                + tp
-                + " ["
-                + range.start()
-                + ", "
-                + range.end()
-                + ") made no progress for "
-                + READ_STALL_TIMEOUT_MS / 1000
-                + " s at offset "
-                + position);
+        throw StallWatch.stalled(tp, range, position);
       }
     }
   }
 
   /**
-   * The broker holds {@code [low, high)} of {@code tp} and the range needs {@code from}, which it
-   * does not hold, or did not a moment ago: where to go on, as Spark's {@code
-   * KafkaDataConsumer.getEarliestAvailableOffsetBetween}: the range's end when what is left of it
-   * and what the broker holds do not meet (the log ends below {@code from}: deleted and created
-   * again, or truncated), {@code low} when the log now starts inside the range (retention or {@code
-   * DeleteRecords} passed {@code from}), {@code from} itself when the broker holds it again (a
-   * topic created again and written past it meanwhile).
-   *
-   * @param cause the out-of-range error of a poll, or {@code null} (the reader found the gap)
-   * @return the next offset to read; the range's end: nothing left to read
-   * @throws DataLossException with {@code failOnDataLoss} (the default): naming the partition, the
-   *     offsets lost and those the broker holds
-   */
-  private long skipLost(TopicPartition tp, long from, long low, long high, Exception cause) {
-    long until = range.end();
-    long next;
-    if (from >= high || low >= until) {
-      next = until;
-    } else if (from >= low) {
-      next = from;
-    } else {
-      next = low;
-    }
-    String held = "the broker holds [" + low + ", " + high + ")";
-    if (options.failOnDataLoss) {
-      DataLossException lost =
-          new DataLossException(
-              "the broker no longer holds offset "
-                  + from
-                  + " ("
-                  + held
-                  + "; retention, delete-records, or the topic deleted or truncated)"
-                  + (options.sweepCatalog != null ? " and no BLOB holds it" : "")
-                  + ". "
-                  + FAIL_HINT,
-              range.topic(),
-              range.partition(),
-              from,
-              until,
-              low);
-      lost.initCause(cause);
-      throw lost;
-    }
-    if (next == from) {
-      LOG.warn(
-          "FG-SOURCE-004 source {}: offset {} of {}[{}] was out of range and is held again ({});"
-              + " some tuples may be lost (failOnDataLoss = false)",
-          options.stream,
-          from,
-          range.topic(),
-          range.partition(),
-          held);
-      dataLoss++;
-      return next;
-    }
-    LOG.warn(
-        "FG-SOURCE-004 source {}: offsets [{}, {}) of {}[{}] are no longer on the broker ({}) and"
-            + " are skipped (failOnDataLoss = false)",
-        options.stream,
-        from,
-        next,
-        range.topic(),
-        range.partition(),
-        held);
-    dataLoss++;
-    offsetOutOfRange += next - from;
-    return next;
-  }
-
-  /**
    * With a sweep catalog, the records of {@code [from, min(range end, low))} come from the BLOB
-   * chain: {@link #fetched} is set to them (counted in {@code sweptRead}).
+   * chain ({@link SweptReads}): {@link #fetched} is set to them.
    *
    * @param low the broker's log start offset
    * @return the offset to read the broker from
@@ -651,149 +442,14 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
     if (from >= low) {
       return from;
     }
-    if (swept == null) {
-      swept = new SweptRanges(new SweepCatalogReader(options.sweepCatalog), hadoopConf);
-    }
-    endSwept();
-    sweptRecords = swept.read(tp.topic(), tp.partition(), from, range.end(), low);
-    fetched = sweptRecords;
-    return sweptRecords.brokerFrom();
-  }
-
-  private void endSwept() {
-    if (sweptRecords != null) {
-      sweptRead += sweptRecords.count();
-      sweptRecords.close();
-      sweptRecords = null;
-    }
-  }
-
-  /** Fill {@link #row} from {@code record}; {@code false} when it is dead-lettered instead. */
-  private boolean toRow(ConsumerRecord<byte[], byte[]> record) {
-    Long timestampMs =
-        record.timestampType() != TimestampType.NO_TIMESTAMP_TYPE && record.timestamp() >= 0
-            ? record.timestamp()
-            : null;
-    Long eventTimeMs = timestampMs;
-    InternalRow decodedKey = null;
-    TupleDecoder decoder = decoder(record.topic());
-    if (decoder != null) {
-      for (int ordinal : layout.decodedOrdinals) {
-        row.setNullAt(ordinal);
-      }
-      try {
-        decoder.decode(record.value(), row);
-      } catch (TupleRejected e) {
-        deadLetter(record, e);
-        return false;
-      }
-      if (options.timestampMode.equals("data_source")) {
-        int ts = layout.timestampFieldOrdinal;
-        if (ts < 0 || row.isNullAt(ts)) {
-          eventTimeMs = null;
-        } else if (layout.timestampFieldIsMicros) {
-          eventTimeMs = Math.floorDiv(row.getLong(ts), 1000L);
-        } else {
-          eventTimeMs = ((Number) row.genericGet(ts)).longValue();
-        }
-      }
-      ConfluentDecoder keyDecoder = keyDecoder(record.topic());
-      if (keyDecoder != null && record.key() != null) {
-        decodedKey = new GenericInternalRow(keyFieldCount);
-        try {
-          keyDecoder.decode(record.key(), decodedKey);
-        } catch (TupleRejected e) {
-          deadLetter(
-              record,
-              new TupleRejected(
-                  "bad-key", "the key does not decode (" + e.reason() + "): " + e.detail(), e));
-          return false;
-        }
-      }
-      if (!rules.none(range.watermarkMs())) {
-        TupleRejected refusal =
-            rules.refusal(
-                record.key() != null,
-                timestampMs,
-                eventTimeMs,
-                range.watermarkMs(),
-                range.batchId());
-        if (refusal != null) {
-          deadLetter(record, refusal);
-          return false;
-        }
-      }
-    }
-    RowLayout.Column[] columns = layout.columns;
-    for (int i = 0; i < columns.length; i++) {
-      switch (columns[i]) {
-        case FIELD:
-          break;
-        case EVENT_TIME:
-          setMicros(i, eventTimeMs);
-          break;
-        case KEY:
-          row.update(i, record.key());
-          break;
-        case DECODED_KEY:
-          row.update(i, decodedKey);
-          break;
-        case PARTITION:
-          row.setInt(i, record.partition());
-          break;
-        case OFFSET:
-          row.setLong(i, record.offset());
-          break;
-        case TIMESTAMP:
-          setMicros(i, timestampMs);
-          break;
-        case VALUE:
-          row.update(i, record.value());
-          break;
-        case TOPIC:
-          row.update(i, UTF8String.fromString(record.topic()));
-          break;
-        case TIMESTAMP_TYPE:
-          row.setInt(i, record.timestampType().id);
-          break;
-        case HEADERS:
-          row.update(i, headers(record));
-          break;
-        default:
-          throw new IllegalStateException("column " + columns[i]);
-      }
-    }
-    return true;
+    SweptRecords records = swept.read(tp, from, range.end(), low);
+    fetched = records;
+    return records.brokerFrom();
   }
 
   /** Keep {@code record} for the dead-letter topic, counted in {@code deadLettered}. */
   private void deadLetter(ConsumerRecord<byte[], byte[]> record, TupleRejected why) {
     dead.add(record, why);
     deadLettered++;
-  }
-
-  private void setMicros(int ordinal, Long epochMs) {
-    if (epochMs == null) {
-      row.setNullAt(ordinal);
-    } else {
-      row.setLong(ordinal, epochMs * 1000L);
-    }
-  }
-
-  /** Spark's {@code headers} column: {@code [{key, value}]} in order, null without headers. */
-  private static GenericArrayData headers(ConsumerRecord<byte[], byte[]> record) {
-    Header[] all = record.headers().toArray();
-    if (all.length == 0) {
-      return null;
-    }
-    List<Object> out = new ArrayList<>(all.length);
-    for (Header h : all) {
-      out.add(
-          new GenericInternalRow(
-              new Object[] {
-                UTF8String.fromBytes(h.key().getBytes(StandardCharsets.UTF_8)), h.value()
-              }));
-    }
-    return new GenericArrayData(out.toArray());
   }
 }

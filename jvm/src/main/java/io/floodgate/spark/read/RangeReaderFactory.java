@@ -1,6 +1,6 @@
 package io.floodgate.spark.read;
 
-import io.floodgate.spark.SourceOptions;
+import io.floodgate.spark.options.SourceOptions;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.connector.read.InputPartition;

@@ -1,7 +1,7 @@
 package io.floodgate.spark.read;
 
-import io.floodgate.spark.EventTimeWindow;
-import io.floodgate.spark.SourceOptions;
+import io.floodgate.spark.options.EventTimeWindow;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.serde.TupleRejected;
 import java.time.Instant;
 import java.time.temporal.ChronoUnit;

@@ -1,6 +1,6 @@
 package io.floodgate.spark.read;
 
-import io.floodgate.spark.SourceOptions;
+import io.floodgate.spark.options.SourceOptions;
 import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.List;

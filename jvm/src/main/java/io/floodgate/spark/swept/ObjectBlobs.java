@@ -39,9 +39,9 @@ public final class ObjectBlobs {
 
   /**
    * Whether the object {@code path} is exactly {@code <blobDir>/<name>} as written ({@code
-   * pipeline.swept.registered.inside} for object URLs): {@code blobDir} (a trailing {@code /} ignored)
-   * then one segment, not empty, {@code .} nor {@code ..}; besides, no empty, {@code .} or {@code
-   * ..} segment anywhere (Hadoop's {@link Path} would normalize them away), nor a query or
+   * pipeline.swept.registered.inside} for object URLs): {@code blobDir} (a trailing {@code /}
+   * ignored) then one segment, not empty, {@code .} nor {@code ..}; besides, no empty, {@code .} or
+   * {@code ..} segment anywhere (Hadoop's {@link Path} would normalize them away), nor a query or
    * fragment. The scheme is part of the text: an {@code s3a://} path is not inside an {@code s3://}
    * directory. Nothing is resolved or asked of the store.
    */

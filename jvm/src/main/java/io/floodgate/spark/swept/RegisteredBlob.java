@@ -32,8 +32,8 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The records of a registered BLOB, batch by batch in offset order, checked against its catalog row
- * (as the Python reader of swept BLOBs checks it, {@code pipeline.swept.registered.read_registered}),
- * so a damaged BLOB is never read as if it were whole.
+ * (as the Python reader of swept BLOBs checks it, {@code
+ * pipeline.swept.registered.read_registered}), so a damaged BLOB is never read as if it were whole.
  *
  * <p>Before the file is opened: its path is inside the catalog's BLOB directory ({@link
  * BlobPaths#check}) and it is a regular file, not a symbolic link (an object, not a prefix, on

@@ -118,8 +118,8 @@ public final class SweepCatalogReader {
   }
 
   /**
-   * Catalogs made before checksums have no seal columns ({@code
-   * pipeline.swept.tables.add_columns} adds them when it opens one).
+   * Catalogs made before checksums have no seal columns ({@code pipeline.swept.tables.add_columns}
+   * adds them when it opens one).
    */
   private static boolean hasColumn(Connection conn, String table, String column)
       throws SQLException {

@@ -1,6 +1,5 @@
 package io.floodgate.spark.write;
 
-import io.floodgate.spark.RealTimeEnds;
 import io.floodgate.spark.RealTimeReads;
 import java.io.IOException;
 import java.time.Duration;
@@ -47,10 +46,10 @@ import org.slf4j.LoggerFactory;
  *
  * <p>In Spark's Real-Time Mode ({@link SinkOptions#realTime}) a task lasts its whole batch, rows
  * arriving as the source reads them, so it cannot keep its tuples until its last row: it sends each
- * at once, and a bounded queue is checked as they go ({@link #admitNext}). The task may send while
- * its tuples fit in its share; when they no longer do, it reads how far the queue's readers got and
- * may add its share of what they consumed since the batch began. When they consumed nothing more,
- * it sleeps and reads again, as above, then gives up, and the group is held.
+ * at once, and a bounded queue is checked as they go ({@link QueueAdmission#admitNext}). The task
+ * may send while its tuples fit in its share; when they no longer do, it reads how far the queue's
+ * readers got and may add its share of what they consumed since the batch began. When they consumed
+ * nothing more, it sleeps and reads again, as above, then gives up, and the group is held.
  *
  * <p>A real-time task with exactly-once delivery writes its whole batch in one transaction, so its
  * output reaches {@code read_committed} readers at the batch's end, and commits with it the input
@@ -73,8 +72,6 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   private final TupleEncoder encoder;
   private final String queryId;
   private final int partition;
-  private final int tasks;
-  private final long share;
   private final long batch;
   private final String transactionalId;
   private final BatchMarker marker;
@@ -113,19 +110,9 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
   private boolean inTransaction;
   private long written;
   private long skipped;
-  private int sleeps;
 
-  /** The queue's free space when the batch began, offsets. */
-  private final long free;
-
-  /** This run of the batch, as the driver named it ({@link RealTimeShares}). */
-  private final String run;
-
-  /** In a real-time batch to a bounded queue, the room its tasks in this JVM share. */
-  private RealTimeShares shares;
-
-  /** Where the queue's readers were when the batch began ({@link OutputQueue.Reading}). */
-  private final long consumedAtStart;
+  /** The task's admission to a bounded output stream queue. */
+  private final QueueAdmission admission;
 
   KafkaDataWriter(
       SinkOptions options,
@@ -144,12 +131,10 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     this.encoder = encoder;
     this.queryId = queryId;
     this.partition = partition;
-    this.tasks = tasks;
-    this.share = share;
-    this.free = free;
-    this.run = run;
-    this.consumedAtStart = consumedAtStart;
     this.batch = batch;
+    this.admission =
+        new QueueAdmission(
+            options, clients, queryId, partition, tasks, share, free, consumedAtStart, run, batch);
     this.transactionalId = options.transactionalId(partition);
     this.marker = new BatchMarker(queryId, transactionalId, options.topic);
     this.inputMarker = new InputMarker(queryId, options.transactionalIdPrefix);
@@ -178,36 +163,12 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
       return;
     }
     if (options.bounded()) {
-      admitNext();
+      admission.admitNext(attemptNumber());
       send(key, value);
-      endIfFull();
+      admission.endIfFull();
       return;
     }
     send(key, value);
-  }
-
-  /**
-   * In a real-time batch, when the room is (all but a tuple per task) written and the readers
-   * consumed nothing more, ask the task's source to end its part of the batch ({@link
-   * RealTimeEnds}): the batch then commits what was written, and the next one waits on the queue
-   * before it writes, so that a hold, should one come, replays nothing this batch wrote.
-   */
-  private void endIfFull() {
-    if (shares.roomForEveryMember()) {
-      return;
-    }
-    reread();
-    if (!shares.roomForEveryMember()) {
-      LOG.info(
-          "{}: output stream {} is full ({} of real-time batch {} written): task {} ends its part"
-              + " of the batch",
-          options.where(),
-          options.stream,
-          shares.written(),
-          batch,
-          partition);
-      RealTimeEnds.request();
-    }
   }
 
   private void send(byte[] key, byte[] value) throws IOException {
@@ -332,7 +293,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     }
     int attempt = attemptNumber();
     if (options.bounded() && !options.realTime) {
-      admit(attempt);
+      admission.admit(held.size(), outputPartitions(), attempt);
       if (options.exactlyOnce()) {
         begin();
       }
@@ -347,7 +308,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     SinkFailpoints.reach("records-sent", batch, attempt);
     if (!options.exactlyOnce()) {
       release();
-      return new TaskCommit(partition, written, skipped, sleeps, Map.copyOf(ends));
+      return new TaskCommit(partition, written, skipped, admission.sleeps(), Map.copyOf(ends));
     }
     requireConnected("while its records were sent");
     producer.sendOffsetsToTransaction(committedWith(), committedBy());
@@ -358,7 +319,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     ConnectionWatch.closed(watched);
     SinkFailpoints.reach("after-commit", batch, attempt);
     release();
-    return new TaskCommit(partition, written, skipped, sleeps, Map.copyOf(ends));
+    return new TaskCommit(partition, written, skipped, admission.sleeps(), Map.copyOf(ends));
   }
 
   /** The marker the task's transaction commits: its input position in real time, else its batch. */
@@ -372,151 +333,8 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     return source != null ? inputMarker.groupMetadata() : marker.groupMetadata();
   }
 
-  /**
-   * Wait until the held tuples fit in the task's share of the queue.
-   *
-   * @throws OversizedOutputException they need more than the task's share of the whole queue
-   * @throws OutputQueueFullException they still did not fit after every sleep
-   */
-  private void admit(int attempt) {
-    long required = FreeSpaceShare.required(held.size(), Math.min(held.size(), outputPartitions()));
-    if (required <= share) {
-      return;
-    }
-    long most = FreeSpaceShare.of(options.maxQueueSize, tasks, partition);
-    if (required > most) {
-      throw GaveUp.remember(
-          queryId,
-          batch,
-          partition,
-          new OversizedOutputException(
-              options.where(),
-              options.stream,
-              batch,
-              partition,
-              tasks,
-              required,
-              options.maxQueueSize));
-    }
-    SleepingTasks.enter(options.queryGroup, options.query, options.stream);
-    try {
-      waitForRoom(required, attempt == 0 ? options.sleepOnOverStoreRetryCount : 0);
-    } finally {
-      SleepingTasks.exit(options.queryGroup, options.query, options.stream);
-    }
-  }
-
-  /**
-   * In a real-time batch, wait until one more tuple fits in the room the batch's tasks in this JVM
-   * share ({@link RealTimeShares}): reading how far the queue's readers got when the room runs out,
-   * then sleeping and reading again.
-   *
-   * @throws OutputQueueFullException it still did not fit after every sleep
-   */
-  private void admitNext() {
-    if (shares == null) {
-      shares = RealTimeShares.join(queryId, run, free, tasks, partition);
-    }
-    if (shares.take()) {
-      return;
-    }
-    reread();
-    if (shares.take()) {
-      return;
-    }
-    int retries = attemptNumber() == 0 ? options.sleepOnOverStoreRetryCount : 0;
-    SleepingTasks.enter(options.queryGroup, options.query, options.stream);
-    try {
-      while (!shares.take()) {
-        if (sleeps >= retries) {
-          throw full(shares.written() + 1, shares.room(), true);
-        }
-        sleeps++;
-        LOG.warn(
-            "FG-QG-001 {}: output stream {} has room for {} tuples of real-time batch {}, all"
-                + " written; task {} sleeps {} ms before retry {} of {}",
-            options.where(),
-            options.stream,
-            shares.room(),
-            batch,
-            partition,
-            options.sleepOnOverStoreMs,
-            sleeps,
-            retries);
-        sleep(options.sleepOnOverStoreMs);
-        reread();
-      }
-    } finally {
-      SleepingTasks.exit(options.queryGroup, options.query, options.stream);
-    }
-  }
-
-  /** The task gives up on a full queue, remembered so that its retry gives up at once. */
-  private RuntimeException full(long required, long allowed, boolean realTime) {
-    return GaveUp.remember(
-        queryId,
-        batch,
-        partition,
-        new OutputQueueFullException(
-            options.where(),
-            options.stream,
-            batch,
-            partition,
-            tasks,
-            required,
-            allowed,
-            options.maxQueueSize,
-            sleeps,
-            realTime));
-  }
-
-  /** Read how far the queue's readers got since the batch began. */
-  private void reread() {
-    shares.consumed(Math.max(0, clients.queueReading().consumed() - consumedAtStart));
-  }
-
-  private void waitForRoom(long required, int retries) {
-    long allowed = share;
-    while (required > allowed) {
-      if (sleeps >= retries) {
-        throw full(required, allowed, false);
-      }
-      sleeps++;
-      LOG.warn(
-          "FG-QG-001 {}: output stream {} has room for {} of micro-batch {} task {}'s {}:"
-              + " sleeping {} ms before retry {} of {}",
-          options.where(),
-          options.stream,
-          allowed,
-          batch,
-          partition,
-          required,
-          options.sleepOnOverStoreMs,
-          sleeps,
-          retries);
-      sleep(options.sleepOnOverStoreMs);
-      if (options.soleWriter) {
-        allowed =
-            Math.max(
-                allowed,
-                FreeSpaceShare.reread(
-                    options.maxQueueSize, clients.queueReading().length(), 0, tasks, partition));
-      }
-    }
-  }
-
   private int outputPartitions() {
     return producer.partitionsFor(options.topic).size();
-  }
-
-  private static void sleep(long ms) {
-    try {
-      Thread.sleep(ms);
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      throw new IllegalStateException(
-          "interrupted while sleeping on a full output stream queue", e);
-    }
   }
 
   private static int attemptNumber() {

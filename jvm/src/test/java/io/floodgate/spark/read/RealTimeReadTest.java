@@ -3,8 +3,8 @@ package io.floodgate.spark.read;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.floodgate.spark.SourceOptions;
 import io.floodgate.spark.offsets.KafkaPartitionOffset;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.serde.StreamSchema;
 import java.util.ArrayList;
 import java.util.List;

@@ -5,7 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.floodgate.spark.SourceOptions;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.serde.SchemaRepository;
 import io.floodgate.spark.serde.StreamSchema;
 import java.util.HashMap;

@@ -2,7 +2,7 @@ package io.floodgate.spark.read;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
-import io.floodgate.spark.SourceOptions;
+import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.serde.StreamSchema;
 import java.util.Map;
 import java.util.Set;

@@ -39,7 +39,8 @@ class ObjectBlobsTest {
     assertFalse(ObjectBlobs.inside("gs://swept/backlog/a.avro", DIR));
     assertFalse(ObjectBlobs.inside("/var/blobs/a.avro", DIR));
     assertFalse(ObjectBlobs.inside(DIR + "/a.avro", "/var/blobs"));
-    // As written, as pipeline.swept.registered.inside compares them: the scheme is part of the text.
+    // As written, as pipeline.swept.registered.inside compares them: the scheme is part of the
+    // text.
     assertFalse(ObjectBlobs.inside("s3a://swept/backlog/a.avro", DIR));
     assertFalse(ObjectBlobs.inside(DIR + "/a.avro", "s3a://swept/backlog"));
   }

@@ -214,36 +214,4 @@ class TupleEncoderTest {
     assertEquals("-1|5", new String(copy.key(row), StandardCharsets.UTF_8));
     assertEquals("00000000070a01", HexFormat.of().formatHex(copy.value(row)));
   }
-
-  @Test
-  void floatsAreWrittenAsPythonsRepr() {
-    String[][] cases = {
-      {"1e+22", "1e22"},
-      {"1e+100", "1e100"},
-      {"0.001", "0.001"},
-      {"-1.5e-10", "-1.5e-10"},
-      {"123.456", "123.456"},
-      {"1e-07", "1e-7"},
-      {"1.1", "1.1"},
-      {"100.0", "100"},
-      {"2.2250738585072014e-308", "2.2250738585072014e-308"},
-      {"4.35", "4.35"},
-      {"9007199254740992.0", "9007199254740993"},
-    };
-    for (String[] c : cases) {
-      assertEquals(c[0], TupleEncoder.Python.floatRepr(Double.parseDouble(c[1])), c[1]);
-    }
-  }
-
-  @Test
-  void textIsQuotedAsPythonQuotesIt() {
-    assertEquals("\"it's\"", TupleEncoder.Python.strRepr("it's"));
-    assertEquals("'a\\nb\\x00\\xa0é'", TupleEncoder.Python.strRepr("a\nb\u0000\u00a0é"));
-    assertEquals("'\\'\"'", TupleEncoder.Python.strRepr("'\""));
-    assertEquals("b'\\x80'", TupleEncoder.Python.bytesRepr(new byte[] {(byte) 0x80}));
-    assertEquals(
-        "datetime.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)",
-        TupleEncoder.Python.datetimeRepr(-1, true));
-    assertEquals("datetime.datetime(1970, 1, 1, 0, 0)", TupleEncoder.Python.datetimeRepr(0, false));
-  }
 }

@@ -1,4 +1,4 @@
-package io.floodgate.spark;
+package io.floodgate.spark.options;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.floodgate.spark.Golden;
 import java.lang.reflect.Field;
 import java.util.ArrayList;
 import java.util.Iterator;

@@ -1,4 +1,4 @@
-package io.floodgate.spark;
+package io.floodgate.spark.options;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.DeserializationFeature;
@@ -40,17 +40,17 @@ final class Assignment {
   static SortedMap<String, List<Integer>> parse(String text) {
     String refusal =
         "assign = "
-            + SourceOptions.repr(text)
+            + OptionText.repr(text)
             + "; allowed: {\"<topic>\": [<partition>, ...], ...}: one or more topics, each with"
             + " one or more partitions 0..2147483647";
     JsonNode value;
     try {
       value = readJson(text);
     } catch (IllegalArgumentException e) {
-      throw SourceOptions.refuse(refusal);
+      throw OptionText.refuse(refusal);
     }
     if (!value.isObject() || value.isEmpty()) {
-      throw SourceOptions.refuse(refusal);
+      throw OptionText.refuse(refusal);
     }
     SortedMap<String, List<Integer>> assigned = new TreeMap<>();
     Iterator<Map.Entry<String, JsonNode>> topics = value.fields();
@@ -58,12 +58,12 @@ final class Assignment {
       Map.Entry<String, JsonNode> topic = topics.next();
       JsonNode list = topic.getValue();
       if (topic.getKey().isEmpty() || !list.isArray() || list.isEmpty()) {
-        throw SourceOptions.refuse(refusal);
+        throw OptionText.refuse(refusal);
       }
       TreeSet<Integer> partitions = new TreeSet<>();
       for (JsonNode p : list) {
         if (!p.isIntegralNumber() || !p.canConvertToInt() || p.asInt() < 0) {
-          throw SourceOptions.refuse(refusal);
+          throw OptionText.refuse(refusal);
         }
         partitions.add(p.asInt());
       }

@@ -1,4 +1,4 @@
-package io.floodgate.spark;
+package io.floodgate.spark.options;
 
 import java.io.Serializable;
 import java.util.regex.Matcher;
@@ -60,9 +60,9 @@ public record EventTimeWindow(long durationMs, long slideMs, long startMs) imple
       }
       return new EventTimeWindow(whole(parts[0]), whole(parts[1]), whole(parts[2]));
     } catch (IllegalArgumentException e) {
-      throw SourceOptions.refuse(
+      throw OptionText.refuse(
           "lateWindow = "
-              + SourceOptions.repr(text)
+              + OptionText.repr(text)
               + "; allowed: '<duration ms>,<slide ms>,<start ms>' with duration and slide >= 1 ("
               + e.getMessage()
               + ")");
@@ -72,7 +72,7 @@ public record EventTimeWindow(long durationMs, long slideMs, long startMs) imple
   private static long whole(String text) {
     Matcher match = WHOLE.matcher(text);
     if (!match.matches()) {
-      throw new IllegalArgumentException("not a whole number: " + SourceOptions.repr(text));
+      throw new IllegalArgumentException("not a whole number: " + OptionText.repr(text));
     }
     return Long.parseLong(match.group(1).replace("_", ""));
   }

@@ -1,4 +1,4 @@
-package io.floodgate.spark;
+package io.floodgate.spark.options;
 
 import java.util.Locale;
 import java.util.Map;
@@ -36,10 +36,10 @@ final class TimeStrings {
     Matcher match = TEXT.matcher(text.toLowerCase(Locale.ROOT));
     String unit = match.matches() ? match.group(2) : null;
     if (unit == null || !(unit.isEmpty() || unit.equals("us") || UNIT_MS.containsKey(unit))) {
-      throw SourceOptions.refuse(
+      throw OptionText.refuse(
           key
               + " = "
-              + SourceOptions.repr(text)
+              + OptionText.repr(text)
               + "; allowed: a whole number with a unit (us, ms, s, m, min, h, d; none is ms), as"
               + " Spark's time strings");
     }

@@ -1,4 +1,4 @@
-package io.floodgate.spark;
+package io.floodgate.spark.options;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -115,30 +115,6 @@ class SparkReadOptionsTest {
     assertTrue(
         refusal("maxRecordsPerPartition", "4", "maxTasks", "2")
             .contains("options 'maxRecordsPerPartition' and 'maxTasks' go not together"));
-  }
-
-  @Test
-  void aStartByTimestampTakesTheFirstOffsetAtOrAfterIt() {
-    Map<TopicPartition, Long> timestamps = Map.of(T0, 100L, T1, 100L);
-    assertEquals(
-        TopicPartitions.flatten(Map.of("t", Map.of(0, 12L, 1, 7L))),
-        TopicOffsets.startsByTimestamp(timestamps, Map.of(T0, 12L, T1, 7L), LATEST, "error"));
-  }
-
-  @Test
-  void aStartByTimestampWithNoOffsetFailsOrStartsAtLatestByTheStrategy() {
-    Map<TopicPartition, Long> timestamps = Map.of(T0, 100L, T1, 200L);
-    IllegalArgumentException e =
-        assertThrows(
-            IllegalArgumentException.class,
-            () -> TopicOffsets.startsByTimestamp(timestamps, Map.of(T0, 12L), LATEST, "error"));
-    assertTrue(
-        e.getMessage()
-            .contains("No offset matched from request of topic-partition t-1 and timestamp 200."),
-        e.getMessage());
-    assertEquals(
-        TopicPartitions.flatten(Map.of("t", Map.of(0, 12L, 1, 30L))),
-        TopicOffsets.startsByTimestamp(timestamps, Map.of(T0, 12L), LATEST, "latest"));
   }
 
   private static BatchBounds bounds(String... keysAndValues) {

@@ -1,4 +1,4 @@
-package io.floodgate.spark;
+package io.floodgate.spark.options;
 
 import io.floodgate.spark.offsets.TopicPartitions;
 import java.io.Serializable;
@@ -19,7 +19,7 @@ import org.apache.kafka.common.TopicPartition;
  * committed offsets). Spark's {@code KafkaSourceProvider} reads the same two options, with the same
  * refusals: a batch cannot start at {@code latest} nor end at {@code earliest}.
  */
-final class BatchBounds implements Serializable {
+public final class BatchBounds implements Serializable {
   private static final long serialVersionUID = 1L;
 
   /** The option a streaming query refuses. */
@@ -44,7 +44,7 @@ final class BatchBounds implements Serializable {
    * Whether the options name {@code startingOffsets}, {@code startingTimestamp} or {@code
    * startingOffsetsByTimestamp}.
    */
-  final boolean startingGiven;
+  public final boolean startingGiven;
 
   private BatchBounds(
       String endingOffsets,
@@ -52,13 +52,9 @@ final class BatchBounds implements Serializable {
       String endingOffsetsByTimestamp,
       boolean startingGiven) {
     this.endingOffsets = endingOffsets;
-    this.endingTimestamp = emptyAsNull(endingTimestamp);
-    this.endingOffsetsByTimestamp = emptyAsNull(endingOffsetsByTimestamp);
+    this.endingTimestamp = OptionText.emptyAsNull(endingTimestamp);
+    this.endingOffsetsByTimestamp = OptionText.emptyAsNull(endingOffsetsByTimestamp);
     this.startingGiven = startingGiven;
-  }
-
-  private static String emptyAsNull(String value) {
-    return value == null || value.isEmpty() ? null : value;
   }
 
   /**
@@ -67,7 +63,7 @@ final class BatchBounds implements Serializable {
    * endingTimestamp} in a streaming query; the source refuses it too, as it does any option it
    * would not act on.
    */
-  String streamingRefusal() {
+  public String streamingRefusal() {
     if (endingOffsets != null) {
       return "option 'endingOffsets' is not supported in a streaming query: it applies to batch"
           + " queries only (spark.read), as in Spark's Kafka source (ending offset not valid in"
@@ -89,7 +85,7 @@ final class BatchBounds implements Serializable {
    * Take the batch-only options out of {@code options} (keys are case-insensitive), leaving the
    * rest for {@link SourceOptions#parse}.
    */
-  static BatchBounds take(Map<String, String> options) {
+  public static BatchBounds take(Map<String, String> options) {
     String ending = null;
     String endingTime = null;
     String endingTimes = null;
@@ -121,7 +117,7 @@ final class BatchBounds implements Serializable {
    * @throws IllegalArgumentException {@code earliest}, -2, a topic-partition not read or one read
    *     not named, or another shape
    */
-  SortedMap<TopicPartition, Long> ends(SortedMap<TopicPartition, Long> latest) {
+  public SortedMap<TopicPartition, Long> ends(SortedMap<TopicPartition, Long> latest) {
     return ends(
         latest,
         t -> {
@@ -144,7 +140,7 @@ final class BatchBounds implements Serializable {
    *     exactly the topic-partitions read, or an {@code endingOffsets} refused by {@link
    *     #ends(SortedMap)}
    */
-  SortedMap<TopicPartition, Long> ends(
+  public SortedMap<TopicPartition, Long> ends(
       SortedMap<TopicPartition, Long> latest,
       Function<Map<TopicPartition, Long>, Map<TopicPartition, Long>> offsetsForTimes) {
     Map<TopicPartition, Long> timestamps = endingTimestamps(latest.keySet());
@@ -165,7 +161,7 @@ final class BatchBounds implements Serializable {
     if (endingTimestamp != null) {
       String text = endingTimestamp.strip();
       if (text.isEmpty() || !text.chars().allMatch(Character::isDigit)) {
-        throw SourceOptions.refuse(
+        throw OptionText.refuse(
             "endingTimestamp = '"
                 + endingTimestamp
                 + "': Expected a single long value, got "
@@ -187,15 +183,15 @@ final class BatchBounds implements Serializable {
     try {
       given = TopicPartitions.flatten(Assignment.allOffsets(endingOffsetsByTimestamp.strip()));
     } catch (IllegalArgumentException e) {
-      throw SourceOptions.refuse(
+      throw OptionText.refuse(
           "endingOffsetsByTimestamp = " + endingOffsetsByTimestamp + "; " + allowed);
     }
     if (given.values().stream().anyMatch(t -> t < 0)) {
-      throw SourceOptions.refuse(
+      throw OptionText.refuse(
           "endingOffsetsByTimestamp = " + endingOffsetsByTimestamp + "; " + allowed);
     }
     if (!given.keySet().equals(read)) {
-      throw SourceOptions.refuse(
+      throw OptionText.refuse(
           "endingOffsetsByTimestamp names topic-partitions "
               + given.keySet()
               + ", but the source reads "
@@ -223,10 +219,10 @@ final class BatchBounds implements Serializable {
     try {
       given = TopicPartitions.flatten(Assignment.allOffsets(text));
     } catch (IllegalArgumentException e) {
-      throw SourceOptions.refuse("endingOffsets = " + text + "; " + allowed);
+      throw OptionText.refuse("endingOffsets = " + text + "; " + allowed);
     }
     if (!given.keySet().equals(latest.keySet())) {
-      throw SourceOptions.refuse(
+      throw OptionText.refuse(
           "endingOffsets names topic-partitions "
               + given.keySet()
               + ", but the source reads "
@@ -237,7 +233,7 @@ final class BatchBounds implements Serializable {
     for (Map.Entry<TopicPartition, Long> e : given.entrySet()) {
       long o = e.getValue();
       if (o < SourceOptions.LATEST) {
-        throw SourceOptions.refuse(
+        throw OptionText.refuse(
             "endingOffsets = " + text + ": " + e.getKey() + " ends at " + o + "; " + allowed);
       }
       ends.put(e.getKey(), o == SourceOptions.LATEST ? latest.get(e.getKey()) : o);
@@ -251,7 +247,7 @@ final class BatchBounds implements Serializable {
    *
    * @param tp a topic-partition read ({@link #ends} checked the options)
    */
-  boolean endsAtLatest(TopicPartition tp) {
+  public boolean endsAtLatest(TopicPartition tp) {
     if (endingTimestamp != null || endingOffsetsByTimestamp != null) {
       return false; // a timestamp's offset, or the planning's latest where none is at or after it
     }
