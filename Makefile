@@ -96,6 +96,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check pipeline admission sweeper tests bench
 	$(BIN)/lint-imports
 	$(BIN)/python scripts/check-contracts
+	$(BIN)/python scripts/check-sizes
 	cd jvm && mvn -B -q --no-transfer-progress -Dstyle.color=never \
 		-Dmaven.repo.local=$${FLOODGATE_MAVEN_REPO:-$$HOME/.cache/floodgate/m2} spotless:check
 
