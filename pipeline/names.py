@@ -25,7 +25,7 @@ one class.
 
 The JVM derives the names its executors use (a write task's transactional id, the input
 markers' group, the consumer group Spark's Kafka source makes up) in its twin
-``io.floodgate.spark.Names``; ``tests/golden/contract/names.json`` holds both to the
+``io.floodgate.spark.kafka.Names``; ``tests/golden/contract/names.json`` holds both to the
 same examples.
 """
 
@@ -69,7 +69,7 @@ def sink_transactional_id(query_group_id_: str) -> str:
 def task_transactional_id(prefix: str, task: int) -> str:
     """The ``transactional.id`` of write task ``task``'s producer (its output partition):
     the sink's prefix (:func:`sink_transactional_id`), a dot and the task. Derived on
-    the executors by ``io.floodgate.spark.Names.taskTransactionalId``."""
+    the executors by ``io.floodgate.spark.kafka.Names.taskTransactionalId``."""
     return f"{prefix}.{task}"
 
 
@@ -77,7 +77,7 @@ def input_marker_group_id(prefix: str) -> str:
     """The consumer group an exactly-once sink commits, in each batch's transactions,
     the input offsets its committed output covers (no reader: it says where the output
     stands): the sink's prefix and ``.input``. Derived on the executors by
-    ``io.floodgate.spark.Names.inputMarkerGroupId``."""
+    ``io.floodgate.spark.kafka.Names.inputMarkerGroupId``."""
     return f"{prefix}.input"
 
 

@@ -31,7 +31,7 @@ The pass-through may not set what Floodgate's guarantees rest on
 the reason, and :func:`kafka_settings` again for a client built without a config file.
 As quix-streams' ``ConnectionConfig.as_librdkafka_dict()`` owns its connection settings,
 this module owns the merge. One client builds its properties elsewhere, on purpose: the
-Spark source's consumers, on the JVM (``io.floodgate.spark.KafkaClients``), whose
+Spark source's consumers, on the JVM (``io.floodgate.spark.kafka.KafkaClients``), whose
 ``kafka.*`` options follow Spark's Kafka source (a user's ``kafka.isolation.level`` is
 honoured there, as in Spark; ``tests/golden/contract/source.json``).
 """

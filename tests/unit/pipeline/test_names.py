@@ -1,5 +1,5 @@
 """``pipeline/names.py`` against ``tests/golden/contract/names.json``, the examples the
-JVM's twin (``io.floodgate.spark.Names``, ``NamesContractTest``) is held to as well: a
+JVM's twin (``io.floodgate.spark.kafka.Names``, ``NamesContractTest``) is held to as well: a
 name derived on the driver and the same name derived on an executor never differ."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 package io.floodgate.spark;
 
+import io.floodgate.spark.kafka.TopicOffsets;
 import io.floodgate.spark.offsets.TopicPartitions;
 import io.floodgate.spark.options.SourceOptions;
 import java.util.ArrayList;

@@ -2,6 +2,8 @@ package io.floodgate.spark;
 
 import io.floodgate.spark.alignment.EventTimeAligner;
 import io.floodgate.spark.alignment.IdleTracker;
+import io.floodgate.spark.kafka.Subscription;
+import io.floodgate.spark.kafka.TopicOffsets;
 import io.floodgate.spark.offsets.BatchPlanner;
 import io.floodgate.spark.offsets.InitialOffsetLog;
 import io.floodgate.spark.offsets.SourceOffset;

@@ -2,6 +2,7 @@ package io.floodgate.spark;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
+import io.floodgate.spark.kafka.TopicOffsets;
 import io.floodgate.spark.options.BatchBounds;
 import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.read.KafkaRange;

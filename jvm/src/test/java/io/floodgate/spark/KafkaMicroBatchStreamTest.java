@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.floodgate.spark.alignment.EventTimeAligner;
+import io.floodgate.spark.kafka.TopicOffsets;
 import io.floodgate.spark.offsets.InitialOffsetLog;
 import io.floodgate.spark.offsets.SourceOffset;
 import io.floodgate.spark.options.SourceOptions;

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.floodgate.spark.deadletter.DeadLetterWriter;
+import io.floodgate.spark.kafka.KafkaClients;
 import io.floodgate.spark.options.SourceOptions;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;

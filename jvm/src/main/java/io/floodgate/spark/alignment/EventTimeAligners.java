@@ -1,6 +1,6 @@
 package io.floodgate.spark.alignment;
 
-import io.floodgate.spark.KafkaClients;
+import io.floodgate.spark.kafka.KafkaClients;
 import io.floodgate.spark.options.SourceOptions;
 import java.time.Duration;
 import java.util.Map;

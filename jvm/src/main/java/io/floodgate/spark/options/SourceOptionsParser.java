@@ -4,7 +4,7 @@ import static io.floodgate.spark.options.OptionText.emptyAsNull;
 import static io.floodgate.spark.options.OptionText.pyList;
 import static io.floodgate.spark.options.OptionText.refuse;
 
-import io.floodgate.spark.Names;
+import io.floodgate.spark.kafka.Names;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;

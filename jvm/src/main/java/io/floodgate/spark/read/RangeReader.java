@@ -1,9 +1,9 @@
 package io.floodgate.spark.read;
 
-import io.floodgate.spark.KafkaClients;
 import io.floodgate.spark.RealTimeEnds;
 import io.floodgate.spark.RealTimeReads;
 import io.floodgate.spark.deadletter.DeadLetterWriter;
+import io.floodgate.spark.kafka.KafkaClients;
 import io.floodgate.spark.offsets.KafkaPartitionOffset;
 import io.floodgate.spark.options.SourceOptions;
 import io.floodgate.spark.serde.TupleDecoder;

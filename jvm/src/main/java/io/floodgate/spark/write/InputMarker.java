@@ -1,7 +1,7 @@
 package io.floodgate.spark.write;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import io.floodgate.spark.Names;
+import io.floodgate.spark.kafka.Names;
 import java.util.Map;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;

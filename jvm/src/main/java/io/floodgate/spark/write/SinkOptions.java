@@ -1,6 +1,6 @@
 package io.floodgate.spark.write;
 
-import io.floodgate.spark.Names;
+import io.floodgate.spark.kafka.Names;
 import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.Collections;

@@ -1,6 +1,6 @@
 package io.floodgate.spark.write;
 
-import io.floodgate.spark.ClientProperties;
+import io.floodgate.spark.kafka.ClientProperties;
 import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.Deque;

@@ -1,4 +1,4 @@
-package io.floodgate.spark;
+package io.floodgate.spark.kafka;
 
 import io.floodgate.spark.offsets.TopicPartitions;
 import io.floodgate.spark.options.OptionText;
@@ -31,13 +31,13 @@ import org.apache.kafka.common.internals.Topic;
  *   <li>{@code assign}: the named partitions, each of which must exist.
  * </ul>
  */
-final class Subscription {
+public final class Subscription {
   private static final Duration METADATA_TIMEOUT = Duration.ofSeconds(30);
 
   private final SourceOptions options;
   private final Pattern pattern;
 
-  Subscription(SourceOptions options) {
+  public Subscription(SourceOptions options) {
     this.options = options;
     this.pattern = options.topicPattern != null ? Pattern.compile(options.topicPattern) : null;
   }
@@ -46,7 +46,7 @@ final class Subscription {
    * Whether {@code topic} is one a pattern subscription reads: the pattern is found in its name, it
    * is not internal, it is not the dead-letter topic.
    */
-  boolean matches(String topic) {
+  public boolean matches(String topic) {
     return pattern != null
         && pattern.matcher(topic).find()
         && !Topic.isInternal(topic)
@@ -60,7 +60,7 @@ final class Subscription {
    * @throws IllegalStateException a named topic does not exist
    * @throws IllegalArgumentException {@code assign} names partitions a topic does not have
    */
-  SortedSet<TopicPartition> partitions(Consumer<?, ?> consumer) {
+  public SortedSet<TopicPartition> partitions(Consumer<?, ?> consumer) {
     SortedSet<TopicPartition> out = new TreeSet<>(TopicPartitions.ORDER);
     if (pattern != null) {
       Map<String, List<PartitionInfo>> all = consumer.listTopics(METADATA_TIMEOUT);

@@ -1,8 +1,9 @@
-package io.floodgate.spark;
+package io.floodgate.spark.kafka;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.floodgate.spark.Golden;
 import io.floodgate.spark.write.SinkOptions;
 import java.util.Map;
 import org.junit.jupiter.api.Test;

@@ -1,4 +1,4 @@
-package io.floodgate.spark;
+package io.floodgate.spark.kafka;
 
 import io.floodgate.spark.options.OptionText;
 import java.io.IOException;

@@ -1,4 +1,4 @@
-package io.floodgate.spark;
+package io.floodgate.spark.kafka;
 
 import io.floodgate.spark.offsets.TopicPartitions;
 import io.floodgate.spark.options.OptionText;
@@ -19,10 +19,10 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
  * The driver's reads of the offsets of the topic-partitions read ({@link Subscription}), for a
- * streaming query's planning ({@link KafkaMicroBatchStream}) and a batch query's ({@link
- * KafkaBatch}): the topic-partitions, their earliest and last stable offsets, the consumer group's
- * commits, and where a query starts ({@code startingOffsets}). One consumer (read committed, never
- * subscribing), made on first use.
+ * streaming query's planning ({@link io.floodgate.spark.KafkaMicroBatchStream}) and a batch query's
+ * ({@link io.floodgate.spark.KafkaBatch}): the topic-partitions, their earliest and last stable
+ * offsets, the consumer group's commits, and where a query starts ({@code startingOffsets}). One
+ * consumer (read committed, never subscribing), made on first use.
  *
  * <p>Every read is tried up to {@code fetchOffset.numRetries} times (default 3), {@code
  * fetchOffset.retryIntervalMs} apart (default 1000), with a new consumer each time, as Spark's
@@ -34,7 +34,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *
  * <p>Not thread-safe: the driver's planning thread uses it.
  */
-final class TopicOffsets implements AutoCloseable {
+public final class TopicOffsets implements AutoCloseable {
   private final SourceOptions options;
   private final Subscription subscription;
   private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(TopicOffsets.class);
@@ -44,7 +44,7 @@ final class TopicOffsets implements AutoCloseable {
   /** Whether the consumer was given (tests): kept across attempts instead of made anew. */
   private final boolean given;
 
-  TopicOffsets(SourceOptions options) {
+  public TopicOffsets(SourceOptions options) {
     this(options, null);
   }
 
@@ -52,7 +52,7 @@ final class TopicOffsets implements AutoCloseable {
    * @param consumer the consumer to read with (tests: Kafka's {@code MockConsumer}); {@code null}:
    *     one made from the options on first use
    */
-  TopicOffsets(SourceOptions options, Consumer<byte[], byte[]> consumer) {
+  public TopicOffsets(SourceOptions options, Consumer<byte[], byte[]> consumer) {
     this.options = options;
     this.subscription = new Subscription(options);
     this.consumer = consumer;
@@ -96,7 +96,7 @@ final class TopicOffsets implements AutoCloseable {
     }
   }
 
-  Consumer<byte[], byte[]> consumer() {
+  public Consumer<byte[], byte[]> consumer() {
     if (consumer == null) {
       consumer =
           new KafkaConsumer<>(
@@ -113,7 +113,7 @@ final class TopicOffsets implements AutoCloseable {
    * @throws IllegalStateException a named topic does not exist
    * @throws IllegalArgumentException {@code assign} names partitions a topic does not have
    */
-  SortedSet<TopicPartition> topicPartitions() {
+  public SortedSet<TopicPartition> topicPartitions() {
     return retrying("the topic-partitions", () -> subscription.partitions(consumer()));
   }
 
@@ -127,7 +127,7 @@ final class TopicOffsets implements AutoCloseable {
    *
    * @throws TimeoutException the offsets were not answered in time, the topic-partitions unchanged
    */
-  SortedMap<TopicPartition, Long> latest() {
+  public SortedMap<TopicPartition, Long> latest() {
     SortedSet<TopicPartition> tps = topicPartitions();
     try {
       return latest(tps);
@@ -141,7 +141,7 @@ final class TopicOffsets implements AutoCloseable {
   }
 
   /** The last stable offsets (read committed) of {@code tps}. */
-  SortedMap<TopicPartition, Long> latest(Collection<TopicPartition> tps) {
+  public SortedMap<TopicPartition, Long> latest(Collection<TopicPartition> tps) {
     if (tps.isEmpty()) {
       return TopicPartitions.empty();
     }
@@ -149,7 +149,7 @@ final class TopicOffsets implements AutoCloseable {
   }
 
   /** The earliest offsets the broker holds of {@code tps}. */
-  SortedMap<TopicPartition, Long> earliest(Collection<TopicPartition> tps) {
+  public SortedMap<TopicPartition, Long> earliest(Collection<TopicPartition> tps) {
     if (tps.isEmpty()) {
       return TopicPartitions.empty();
     }
@@ -161,7 +161,7 @@ final class TopicOffsets implements AutoCloseable {
    * Kafka's {@code offsetsForTimes}: per topic-partition of {@code timestamps} (epoch ms), the
    * first offset whose timestamp is at or after it; a topic-partition with none is left out.
    */
-  Map<TopicPartition, Long> offsetsForTimes(Map<TopicPartition, Long> timestamps) {
+  public Map<TopicPartition, Long> offsetsForTimes(Map<TopicPartition, Long> timestamps) {
     Map<TopicPartition, Long> out = new java.util.HashMap<>();
     if (timestamps.isEmpty()) {
       return out;
@@ -190,7 +190,7 @@ final class TopicOffsets implements AutoCloseable {
    * @throws IllegalArgumentException a topic-partition with no offset at or after its timestamp,
    *     with strategy {@code error}
    */
-  static SortedMap<TopicPartition, Long> startsByTimestamp(
+  public static SortedMap<TopicPartition, Long> startsByTimestamp(
       Map<TopicPartition, Long> timestamps,
       Map<TopicPartition, Long> found,
       Map<TopicPartition, Long> latest,
@@ -225,7 +225,7 @@ final class TopicOffsets implements AutoCloseable {
    *     read (Spark's {@code KafkaOffsetReaderAdmin.fetchSpecificOffsets}: "you must specify all
    *     TopicPartitions")
    */
-  SortedMap<TopicPartition, Long> start(
+  public SortedMap<TopicPartition, Long> start(
       String how, Map<String, ? extends Map<Integer, Long>> specific) {
     SortedSet<TopicPartition> tps = topicPartitions();
     SortedMap<TopicPartition, Long> start = TopicPartitions.empty();
@@ -299,7 +299,7 @@ final class TopicOffsets implements AutoCloseable {
   }
 
   /** Commit {@code offsets} (every topic-partition's) to the consumer group. */
-  void commit(Map<TopicPartition, OffsetAndMetadata> offsets) {
+  public void commit(Map<TopicPartition, OffsetAndMetadata> offsets) {
     consumer().commitSync(offsets);
   }
 

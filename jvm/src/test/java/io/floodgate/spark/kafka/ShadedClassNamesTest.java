@@ -1,4 +1,4 @@
-package io.floodgate.spark;
+package io.floodgate.spark.kafka;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;

@@ -1,4 +1,4 @@
-package io.floodgate.spark;
+package io.floodgate.spark.kafka;
 
 import java.util.Map;
 import java.util.Set;
