@@ -31,6 +31,9 @@ def pytest_configure(config: pytest.Config) -> None:
     path = os.environ.get(CRASH_LOG_ENV)
     if not path:
         return
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:  # a pytest-xdist worker (make test runs two): a file of its own
+        path = f"{path}.{worker}"
     log = open(path, "w", encoding="utf-8")  # noqa: SIM115 - open for the whole run
     config.stash[_log] = log
     config.stash[_test] = Path(f"{path}.test")

@@ -19,6 +19,7 @@ archive to ``PATH`` when its JVM exits.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
@@ -80,6 +81,15 @@ def ensure_archive() -> Path | None:
     if path is None or path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
+    # make test's workers (pytest-xdist) start at once: one makes the archive, the
+    # other waits on the lock and finds it made.
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return path if path.exists() else _make(path)
+
+
+def _make(path: Path) -> Path | None:
+    """Write the archive at ``path`` from a training driver; ``None`` when it failed."""
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial")
     environ = {k: v for k, v in os.environ.items() if k not in {"PYSPARK_SUBMIT_ARGS", "MASTER"}}
     option = f"{DEFAULT_JAVA_OPTIONS}=-XX:ArchiveClassesAtExit={partial}"
