@@ -43,6 +43,9 @@ def test_the_wheel_holds_the_schemas_and_shipped_files(installed: InstalledFlood
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     for schema in ("flight", "delays_by_origin_hour", "delays_by_carrier_day", "job_request"):
         assert f"pipeline/schemas/{schema}.avsc" in names
+    # The swept BLOB's schema, one file for both languages: the sweeper reads it from the
+    # package, the source from its jar.
+    assert "pipeline/schemas/formats/swept_batch.avsc" in names
     for config in ("flights", "admission", "sweeper"):
         assert f"pipeline/conf/{config}.toml" in names
     # The floodgate_kafka source's jar, built by the wheel's build step, with
@@ -52,6 +55,7 @@ def test_the_wheel_holds_the_schemas_and_shipped_files(installed: InstalledFlood
     with zipfile.ZipFile(installed.wheel).open("pipeline/spark/jars/floodgate-spark.jar") as jar:
         classes = zipfile.ZipFile(jar).namelist()
     assert "io/floodgate/spark/FloodgateKafkaProvider.class" in classes
+    assert "io/floodgate/spark/swept/swept_batch.avsc" in classes
     assert any(c.startswith("io/floodgate/shaded/org/apache/kafka/clients/") for c in classes)
     assert any(c.startswith("io/floodgate/shaded/org/apache/avro/") for c in classes)
     assert not any(c.startswith(("org/apache/kafka/", "org/apache/avro/")) for c in classes)
