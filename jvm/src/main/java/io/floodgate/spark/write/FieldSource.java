@@ -245,16 +245,7 @@ final class FieldSource {
     return new TupleRefusedException(
         stream,
         name,
-        "stream "
-            + PythonText.strRepr(stream)
-            + ": field "
-            + PythonText.strRepr(name)
-            + " = "
-            + PythonText.shortened(repr(row))
-            + " ("
-            + column.python
-            + ") is refused: "
-            + why);
+        valueText(PythonText.shortened(repr(row))) + " (" + column.python + ") is refused: " + why);
   }
 
   /** The encoder's refusal (fastavro's in Python): "field 'f' = value does not match ...". */
@@ -266,16 +257,17 @@ final class FieldSource {
     return new TupleRefusedException(
         stream,
         name,
-        "stream "
-            + PythonText.strRepr(stream)
-            + ": field "
-            + PythonText.strRepr(name)
-            + " = "
-            + value
-            + " does not match schema "
-            + PythonText.strRepr(schemaName)
-            + ": "
-            + why);
+        valueText(value) + " does not match schema " + PythonText.strRepr(schemaName) + ": " + why);
+  }
+
+  /** The start both refusals share: "stream 's': field 'f' = value". */
+  private String valueText(String value) {
+    return "stream "
+        + PythonText.strRepr(stream)
+        + ": field "
+        + PythonText.strRepr(name)
+        + " = "
+        + value;
   }
 
   /** A null (or no column) for a field that is no union with null. */
