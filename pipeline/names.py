@@ -12,7 +12,9 @@ a query ``by_origin`` writing output stream ``origin_hourly`` uses:
   (:func:`sink_transactional_id`); write task 3's producer is
   ``floodgate.flights.by_origin.sink.3`` (:func:`task_transactional_id`), and the
   offsets its exactly-once batches cover are committed to the group
-  ``floodgate.flights.by_origin.sink.input`` (:func:`input_marker_group_id`);
+  ``floodgate.flights.by_origin.sink.input`` (:func:`input_marker_group_id`); in
+  real time, where each task stopped reading input stream ``flights`` goes to
+  ``floodgate.flights.by_origin.sink.ends.flights`` (:func:`real_time_ends_group_id`);
 * ``floodgate.flights.origin_hourly.reception``: the default reader of the output
   stream (:func:`reception_group_id`);
 * ``flights.dead-letter``: the dead-letter topic (:func:`dead_letter_topic`).
@@ -79,6 +81,15 @@ def input_marker_group_id(prefix: str) -> str:
     stands): the sink's prefix and ``.input``. Derived on the executors by
     ``io.floodgate.spark.kafka.Names.inputMarkerGroupId``."""
     return f"{prefix}.input"
+
+
+def real_time_ends_group_id(prefix: str, stream: str) -> str:
+    """The consumer group where the source of an exactly-once real-time query logs
+    where each task of a batch stopped reading input stream ``stream`` (no reader: a
+    batch run again after a crash reads to those ends): the sink's prefix, ``.ends.``
+    and the stream. The source is given the whole name (option
+    ``realTimeEndsGroup``)."""
+    return f"{prefix}.ends.{stream}"
 
 
 def dead_letter_topic(query_group: str) -> str:

@@ -17,6 +17,7 @@ from prometheus_client import Counter
 from pyspark.sql import SparkSession
 
 from pipeline.config import QueryGroupConfig
+from pipeline.names import real_time_ends_group_id, sink_transactional_id
 from pipeline.offsets import local_checkpoint_path
 from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.late_plan import late_plan
@@ -160,6 +161,14 @@ def source_options(
         query=query,
         discard_before={stream.topic: dict(discard_before)} if discard_before else {},
         sweep_catalog=config.query_group.sweep_catalog_url,
+        # Exactly once in real time: a batch run again after a crash reads to where its
+        # first run stopped, so that write tasks after a shuffle may skip what they
+        # committed by their batch markers (the sink's sourceEndsLogged).
+        real_time_ends_group=(
+            real_time_ends_group_id(sink_transactional_id(config.consumer_group(query)), name)
+            if config.query_group.real_time and config.query_group.delivery == "exactly-once"
+            else None
+        ),
         key_required=bool(stream.key),
         max_event_time_ahead_ms=(
             stream.max_event_time_ahead_ms if stream.timestamp_mode == "data_source" else None

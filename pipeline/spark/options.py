@@ -100,6 +100,10 @@ class SourceOptions:
     #: ``discardBefore``: per topic, per partition, the first offset read.
     discard_before: dict[str, dict[int, int]] = dataclass_field(default_factory=dict)
     sweep_catalog: str | None = None
+    #: ``realTimeEndsGroup``: the consumer group where each real-time task logs where it
+    #: stopped, so that a batch run again reads the same input (exactly once after a
+    #: shuffle); ``None``: no log.
+    real_time_ends_group: str | None = None
     key_required: bool = False
     max_event_time_ahead_ms: int | None = None
     watermark_checkpoint: str | None = None
@@ -272,6 +276,7 @@ class SourceOptions:
                 json.dumps(_offsets_json(self.discard_before)) if self.discard_before else None
             ),
             "sweepCatalog": self.sweep_catalog,
+            "realTimeEndsGroup": self.real_time_ends_group,
             "keyRequired": self.key_required,
             "maxEventTimeAheadMs": self.max_event_time_ahead_ms,
             "watermarkCheckpoint": self.watermark_checkpoint,

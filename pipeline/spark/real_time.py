@@ -78,8 +78,7 @@ def check_real_time(config: QueryGroupConfig, spark: SparkSession) -> None:
     the whole batch: Spark runs the others only after the deadline, so their
     partitions never move). With ``delivery = "exactly-once"``, a
     ``transaction.timeout.ms`` in ``[kafka.client]`` no longer than the interval (a
-    task's transaction lasts its batch). A query with a shuffle is refused with
-    exactly-once on its first plan (:func:`check_plan`).
+    task's transaction lasts its batch).
 
     Args:
         config: the group's config, ``trigger = "real-time"``.
@@ -209,10 +208,13 @@ def check_plan(
 ) -> None:
     """Refuse a started real-time query whose plan holds an operator Spark's Real-Time
     Mode does not run (``RealTimeModeAllowlist``: the check the group's session turns
-    off with the sink's, done here for operators only), or, with ``delivery =
-    "exactly-once"``, a shuffle: a real-time write task commits the input position its
-    rows came from (the JVM sink's ``InputMarker``), which it knows only when it reads
-    its input itself, as it does in a query with no shuffle.
+    off with the sink's, done here for operators only).
+
+    With ``delivery = "exactly-once"``, log how its write tasks commit exactly once: a
+    task that reads its own input (no shuffle) commits the input position its rows came
+    from (the JVM sink's ``InputMarker``); after a shuffle it commits its batch marker,
+    as in a micro-batch, and a batch run again after a crash reads to where its first
+    run stopped, which the source logs (:func:`pipeline.names.real_time_ends_group_id`).
 
     Spark plans the first real-time batch right after the start; this waits for that
     plan, then checks it.
@@ -226,8 +228,7 @@ def check_plan(
             plan by then is left to the group's own failure handling.
 
     Raises:
-        ConfigError: an operator is not on Spark's list (Spark's message names it), or
-            a shuffle with exactly-once delivery (naming the shuffle).
+        ConfigError: an operator is not on Spark's list (Spark's message names it).
     """
     import time
 
@@ -253,16 +254,13 @@ def check_plan(
         ) from exc
     shuffle = shuffle_of(last.executedPlan().treeString())
     if exactly_once and shuffle is not None:
-        raise ConfigError(
-            f"query group {query_group} query {name}: delivery = 'exactly-once' in real "
-            f"time needs a query with no shuffle, and this one has {shuffle!r}: its write "
-            "tasks do not read the input themselves, so they cannot commit the input "
-            "position their output covers; set delivery = 'at-least-once' (an update-mode "
-            "output keyed by its group key stays correct for a reader that keeps the latest "
-            "tuple per key)",
-            key="query_group.delivery",
-            value="exactly-once",
-            allowed="at-least-once for a real-time query with a shuffle",
+        log.info(
+            "query group %s query %s: %s lies between its source and its sink: each write "
+            "task commits its batch marker, and a batch run again reads to where its first "
+            "run stopped",
+            query_group,
+            name,
+            shuffle,
         )
 
 

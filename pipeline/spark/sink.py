@@ -107,6 +107,9 @@ class SinkOptions:
             at its end.
         transaction_timeout_ms: the write tasks' ``transaction.timeout.ms``; ``None``:
             the sink's default (60 s), longer than any micro-batch's write.
+        source_ends_logged: the query's sources log where each real-time task stopped
+            (their ``realTimeEndsGroup``), so a write task after a shuffle commits
+            exactly once by its batch marker.
     """
 
     bootstrap_servers: str
@@ -132,6 +135,7 @@ class SinkOptions:
     delivery: str = "exactly-once"
     real_time: bool = False
     transaction_timeout_ms: int | None = None
+    source_ends_logged: bool = False
 
     def to_options(self) -> dict[str, str]:
         """The option map Spark hands the sink (``writeStream.options(...)``)."""
@@ -158,6 +162,7 @@ class SinkOptions:
             "delivery": self.delivery,
             "realTime": self.real_time,
             "transactionTimeoutMs": self.transaction_timeout_ms,
+            "sourceEndsLogged": self.source_ends_logged,
             **{f"kafka.{k}": v for k, v in self.client.items()},
         }
         return {
@@ -223,6 +228,9 @@ def sink_options(
         delivery=group.delivery,
         real_time=in_real_time,
         transaction_timeout_ms=real_time_transaction_timeout_ms(group) if in_real_time else None,
+        # The sources log their real-time ends in an exactly-once real-time group
+        # (pipeline.spark.inputs.source_options).
+        source_ends_logged=in_real_time and group.delivery == "exactly-once",
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import time
 import tomllib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,8 @@ import tomli_w
 from prometheus_client import CollectorRegistry
 
 from pipeline.config import QueryGroupConfig, parse_query_group
+from pipeline.demo.reception import read_all
+from pipeline.serde.schemas import SchemaRepository
 from pipeline.spark.query_group import QueryGroup, QueryStats
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,3 +208,26 @@ def raw_request(url: str, head: str, body: bytes = b"") -> tuple[int, bytes]:
             received += chunk
     status_line = received.split(b"\r\n", 1)[0]
     return int(status_line.split()[1]), received
+
+
+def origin_hour_counts(
+    bootstrap: str, config: QueryGroupConfig, schemas: SchemaRepository
+) -> dict[tuple[str, int], list[int]]:
+    """Per origin and hour, the ``flights`` counts of the committed output tuples of
+    the per-origin hourly aggregation, in the order written."""
+    out = config.output_streams["delays_by_origin_hour"].topic
+    codec = config.stream_codec("output", "delays_by_origin_hour", schemas)
+    counts: dict[tuple[str, int], list[int]] = {}
+    for r in read_all(bootstrap, out):
+        t = codec.decode(r.value())
+        key = (t["origin"], int(t["hour_start"].timestamp()) // 3_600)
+        counts.setdefault(key, []).append(t["flights"])
+    return counts
+
+
+def each_count_once(records: list[dict[str, Any]]) -> dict[tuple[str, int], list[int]]:
+    """What an exactly-once real-time aggregation writes per origin and hour: in real
+    time an update-mode aggregation writes its group's row for each tuple it takes, so
+    counts 1 to n, each once."""
+    n = Counter((f["origin"], f["time_hour"] // 3_600_000) for f in records)
+    return {key: list(range(1, count + 1)) for key, count in n.items()}

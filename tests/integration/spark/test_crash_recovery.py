@@ -30,7 +30,11 @@ import pytest
 from pipeline.demo.reception import read_all
 from pipeline.failpoints import FAILPOINT_ENV
 from pipeline.kafka.topics import ensure_topics
-from pipeline.names import input_marker_group_id, sink_transactional_id
+from pipeline.names import (
+    input_marker_group_id,
+    real_time_ends_group_id,
+    sink_transactional_id,
+)
 from pipeline.queues.ledger import reconcile
 from pipeline.serde.codec import StreamCodec
 from pipeline.serde.schemas import SchemaRepository
@@ -40,7 +44,14 @@ from tests.integration.faults.checks import (
     check_replays_counted,
     output_tuples,
 )
-from tests.integration.helpers import Drained, flights_raw_config, real_time, write_query_group
+from tests.integration.helpers import (
+    Drained,
+    each_count_once,
+    flights_raw_config,
+    origin_hour_counts,
+    real_time,
+    write_query_group,
+)
 from tests.integration.spark.drivers import (
     committed_and_end,
     copies,
@@ -384,3 +395,60 @@ def test_kill_9_of_a_real_time_driver_then_restart_loses_nothing(
     replays = check_delivery(bootstrap, config, schemas, records, at_least_once=True)
     assert sum(replays.values()) < len(records), replays
     assert check_replays_counted(bootstrap, config, sum(replays.values())) > 0
+
+
+def test_kill_9_of_a_real_time_aggregation_after_its_tasks_committed_writes_each_count_once(
+    bootstrap: str,
+    schemas: SchemaRepository,
+    flights: list[dict[str, Any]],
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    """Exactly once after a shuffle: the driver of a real-time aggregation kills itself
+    once the write task of batch 2 committed, before Spark logs the batch's end. The
+    replay of batch 2 reads to where its first run stopped, which its source logged,
+    so its state ends as the first run's, and its write task skips it by its batch
+    marker: each origin-hour's count is written once, 1 to n."""
+    raw = flights_raw_config(run_id, tmp_path / "checkpoints")
+    raw["queries"].pop("delays_by_carrier_day")
+    raw["output_streams"].pop("delays_by_carrier_day")
+    # One input partition and one shuffle partition: two slots for the whole batch.
+    real_time(raw, partitions=1, delivery="exactly-once")
+    raw["spark"]["conf"]["spark.sql.shuffle.partitions"] = 1
+    config_path = tmp_path / "group.toml"
+    config = write_query_group(raw, config_path)
+    ensure_topics(bootstrap, config.topics())
+    records = flights[:3_000]
+    producing = Producing(bootstrap, config, schemas, records, first=600, pace_s=0.5).start()
+    log_path = tmp_path / "driver.log"
+    driver = start_driver(config_path, bootstrap, log_path, **{FAILPOINT_ENV: "driver-commit:2"})
+    query = "delays_by_origin_hour"
+    topic = config.input_streams["flights"].topic
+    try:
+        wait_until(
+            lambda: bool(origin_hour_counts(bootstrap, config, schemas)),
+            DEADLINE_S,
+            "first output",
+            log_path,
+            tolerate=True,
+        )
+        producing.go()
+        assert driver.wait(timeout=DEADLINE_S) == -signal.SIGKILL, log_path.read_text()[-4000:]
+    finally:
+        kill_group(driver)
+    assert producing.put_count < len(records), "the kill must land while tuples stream in"
+    # Batch 2 committed its output and logged its end, past where the query's consumer
+    # group stands (the driver's commit of batch 2 never came).
+    prefix = sink_transactional_id(config.consumer_group(query))
+    logged, _ = committed_and_end(bootstrap, real_time_ends_group_id(prefix, "flights"), topic)
+    behind, _ = committed_and_end(bootstrap, config.consumer_group(query), topic)
+    assert logged > behind, (logged, behind)
+    producing.join(timeout_s=DEADLINE_S)  # the rest, put while no driver runs
+    assert not producing.retries, "\n\n".join(producing.retries)
+    run_until_processed(config_path, bootstrap, log_path, config.consumer_group(query), topic)
+    # A replay to a new end would have its write task skip the counts of the tuples
+    # past the first run's end (its marker says batch 2 was committed): missing here.
+    counts = origin_hour_counts(bootstrap, config, schemas)
+    assert {k: sorted(v) for k, v in counts.items()} == each_count_once(
+        [*records, *producing.reput]
+    )

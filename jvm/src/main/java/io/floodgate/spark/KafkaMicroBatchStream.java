@@ -111,6 +111,9 @@ public final class KafkaMicroBatchStream
    */
   private SortedMap<TopicPartition, Long> lastLatest = TopicPartitions.empty();
 
+  /** Where a real-time batch that runs again stopped in its first run. */
+  private final RealTimeReplay replay;
+
   private final Supplier<List<String>> executors;
 
   /** Where each micro-batch starts, and the data loss found there. */
@@ -168,6 +171,7 @@ public final class KafkaMicroBatchStream
     this.firstOffsets = firstOffsets;
     this.offsets = offsets;
     this.starts = new BatchStarts(options, offsets);
+    this.replay = new RealTimeReplay(options);
   }
 
   /**
@@ -394,7 +398,8 @@ public final class KafkaMicroBatchStream
   public InputPartition[] planInputPartitions(Offset start) {
     SortedMap<TopicPartition, Long> found =
         lastLatest.isEmpty() ? stoppable(this::latest) : lastLatest;
-    List<KafkaRange> ranges = RealTimeMode.ranges(taskStarts(start, found), found);
+    List<KafkaRange> ranges =
+        RealTimeMode.ranges(taskStarts(start, found), found, stoppable(replay::firstRunEnds));
     return KafkaTask.partitions(ranges, null, executors.get());
   }
 

@@ -59,15 +59,25 @@ final class RealTimeMode {
   /**
    * The real-time batch's ranges: one per topic-partition read now ({@code latest}'s keys, which
    * the planning read just before), from {@code begin} (0 for a topic-partition it does not name),
-   * with no end.
+   * with no end, or to the end its first run logged ({@code logged}: a batch run again, {@link
+   * io.floodgate.spark.read.RealTimeEndLog}), never below its start.
    */
   static List<KafkaRange> ranges(
-      SortedMap<TopicPartition, Long> begin, SortedMap<TopicPartition, Long> latest) {
+      SortedMap<TopicPartition, Long> begin,
+      SortedMap<TopicPartition, Long> latest,
+      Map<TopicPartition, Long> logged) {
     List<KafkaRange> ranges = new ArrayList<>();
     for (TopicPartition tp : latest.keySet()) {
+      long from = begin.getOrDefault(tp, 0L);
+      Long end = logged.get(tp);
       ranges.add(
           new KafkaRange(
-              tp.topic(), tp.partition(), begin.getOrDefault(tp, 0L), Long.MAX_VALUE, null, null));
+              tp.topic(),
+              tp.partition(),
+              from,
+              end == null ? Long.MAX_VALUE : Math.max(from, end),
+              null,
+              null));
     }
     return ranges;
   }

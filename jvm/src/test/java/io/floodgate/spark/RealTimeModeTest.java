@@ -62,12 +62,30 @@ class RealTimeModeTest {
     SortedMap<TopicPartition, Long> begin = TopicPartitions.sorted(Map.of(t0, 5L));
     SortedMap<TopicPartition, Long> latest = TopicPartitions.sorted(Map.of(t0, 9L, t1, 3L));
 
-    List<KafkaRange> ranges = RealTimeMode.ranges(begin, latest);
+    List<KafkaRange> ranges = RealTimeMode.ranges(begin, latest, Map.of());
 
     assertEquals(
         List.of(
             new KafkaRange("t", 0, 5, Long.MAX_VALUE, null, null),
             new KafkaRange("t", 1, 0, Long.MAX_VALUE, null, null)),
+        ranges);
+  }
+
+  @Test
+  void aBatchRunAgainReadsToWhereItsFirstRunStoppedNeverBelowItsStart() {
+    TopicPartition t0 = new TopicPartition("t", 0);
+    TopicPartition t1 = new TopicPartition("t", 1);
+    TopicPartition t2 = new TopicPartition("t", 2);
+    SortedMap<TopicPartition, Long> begin = TopicPartitions.sorted(Map.of(t0, 5L, t1, 2L, t2, 7L));
+    SortedMap<TopicPartition, Long> latest = TopicPartitions.sorted(Map.of(t0, 9L, t1, 3L, t2, 9L));
+
+    List<KafkaRange> ranges = RealTimeMode.ranges(begin, latest, Map.of(t0, 8L, t2, 6L));
+
+    assertEquals(
+        List.of(
+            new KafkaRange("t", 0, 5, 8, null, null),
+            new KafkaRange("t", 1, 2, Long.MAX_VALUE, null, null), // its first run logged none
+            new KafkaRange("t", 2, 7, 7, null, null)),
         ranges);
   }
 

@@ -134,6 +134,13 @@ public final class SourceOptions implements Serializable {
   public final SortedMap<String, SortedMap<Integer, Long>> discardBefore;
 
   public final String sweepCatalog;
+
+  /**
+   * {@code realTimeEndsGroup}: the consumer group where each real-time task logs where it stopped
+   * ({@link io.floodgate.spark.read.RealTimeEndLog}); {@code null}: no log.
+   */
+  public final String realTimeEndsGroup;
+
   public final boolean keyRequired;
   public final Long maxEventTimeAheadMs;
   public final String watermarkCheckpoint;
@@ -201,6 +208,7 @@ public final class SourceOptions implements Serializable {
     query = parsed.query;
     discardBefore = parsed.discardBefore;
     sweepCatalog = parsed.sweepCatalog;
+    realTimeEndsGroup = parsed.realTimeEndsGroup;
     keyRequired = parsed.keyRequired;
     maxEventTimeAheadMs = parsed.maxEventTimeAheadMs;
     watermarkCheckpoint = parsed.watermarkCheckpoint;

@@ -51,6 +51,7 @@ final class SourceOptionsParser {
   String query;
   SortedMap<String, SortedMap<Integer, Long>> discardBefore;
   String sweepCatalog;
+  String realTimeEndsGroup;
   boolean keyRequired;
   Long maxEventTimeAheadMs;
   String watermarkCheckpoint;
@@ -198,6 +199,7 @@ final class SourceOptionsParser {
     query = opts.get("query");
     discardBefore = opts.offsets("discardBefore");
     sweepCatalog = opts.get("sweepCatalog");
+    realTimeEndsGroup = opts.get("realTimeEndsGroup");
     keyRequired = opts.flag("keyRequired", false);
     maxEventTimeAheadMs = opts.whole("maxEventTimeAheadMs", 0, "milliseconds");
     watermarkCheckpoint = opts.get("watermarkCheckpoint");

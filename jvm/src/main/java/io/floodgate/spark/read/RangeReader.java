@@ -1,7 +1,5 @@
 package io.floodgate.spark.read;
 
-import io.floodgate.spark.RealTimeEnds;
-import io.floodgate.spark.RealTimeReads;
 import io.floodgate.spark.deadletter.DeadLetterWriter;
 import io.floodgate.spark.kafka.KafkaClients;
 import io.floodgate.spark.offsets.KafkaPartitionOffset;
@@ -23,7 +21,7 @@ import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
-import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead;
+import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.types.StructType;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -49,15 +47,15 @@ import org.slf4j.LoggerFactory;
  * batch's deadline; one that stopped inside a range, or whose range failed to start, is closed.
  *
  * <p>In Spark's Real-Time Mode the task's one range has no end ({@link
- * io.floodgate.spark.RealTimeMode}): Spark calls {@link #nextWithTimeout} with the time left until
- * the batch's deadline, the reader waits for records until then, and {@link #getOffset} says where
- * it stopped. An idle partition is no stall there: nothing fails a range for making no progress.
+ * io.floodgate.spark.RealTimeMode}), or the end of a batch run again: {@link RealTimeReader} reads
+ * it until the batch's deadline ({@link #readUntil}) and says where it stopped ({@link #position}).
+ * An idle partition is no stall there: nothing fails a range for making no progress.
  *
  * <p>Its parts: {@link RecordRows} (a record as a row, decoded), {@link LostOffsets} (offsets the
  * broker no longer holds), {@link SweptReads} (offsets read from BLOBs), {@link StallWatch} (a
  * range that makes no progress).
  */
-public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
+public final class RangeReader implements PartitionReader<InternalRow> {
   private static final Logger LOG = LoggerFactory.getLogger(RangeReader.class);
 
   /**
@@ -114,9 +112,6 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
 
   /** The offset of the record the last row came from; -1 before the first. */
   private long lastRowOffset = -1;
-
-  /** Whether this real-time reader told its task's sink where it stands ({@link RealTimeReads}). */
-  private boolean registered;
 
   /** Whether the current range makes progress. */
   private final StallWatch stall = new StallWatch();
@@ -195,35 +190,28 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
     return rows.row();
   }
 
-  /**
-   * The next row of a real-time batch, waiting for one at most {@code timeoutMs} (the time left
-   * until the batch's deadline, which Spark's {@code LowLatencyReaderWrap} computes from {@code
-   * startTimeMs}); no row: the deadline passed, and the task ends. Overridden in this form, which
-   * Spark 4.2 declares abstract and 4.3 calls.
-   */
-  @Override
-  public RecordStatus nextWithTimeout(Long startTimeMs, Long timeoutMs) {
-    if (RealTimeEnds.take()) {
-      // The sink has no room for more: the task ends here, at the next offset to read.
-      deadlineReached = true;
-      return RecordStatus.newStatusWithoutArrivalTime(false);
-    }
-    if (!registered) {
-      registered = true;
-      RealTimeReads.register(new Standing());
-    }
-    deadlineMs = System.currentTimeMillis() + Math.max(0, timeoutMs);
+  /** Read on until {@code deadlineMs} (epoch ms), a real-time batch's deadline, at most. */
+  void readUntil(long deadlineMs) {
+    this.deadlineMs = deadlineMs;
     deadlineReached = false;
-    return RecordStatus.newStatusWithoutArrivalTime(next());
+  }
+
+  /** Stop here, as at a real-time batch's deadline: the consumer stays clean for the pool. */
+  void stopAsAtDeadline() {
+    deadlineReached = true;
+  }
+
+  /** The offset of the record the last row came from; -1 before the first. */
+  long lastRowOffset() {
+    return lastRowOffset;
   }
 
   /**
    * Where the task's range stands: the next offset to read, past the transaction markers and
-   * aborted records the consumer stepped over; the range's start when nothing was read. Spark reads
-   * it once, when the reader returns no row at a real-time batch's deadline.
+   * aborted records the consumer stepped over; the range's start when nothing was read; a range
+   * read to its end, its end.
    */
-  @Override
-  public KafkaPartitionOffset getOffset() {
+  KafkaPartitionOffset position() {
     if (range == null) {
       // Never read: the task began after the deadline (a retry), so it stands at its start.
       if (ranges.length == 0) {
@@ -236,15 +224,16 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
       next =
           Math.max(next, consumer.position(new TopicPartition(range.topic(), range.partition())));
     }
+    if (rangeDone && range.end() != Long.MAX_VALUE) {
+      // A batch run again to where its first run stopped ends there, past the transaction
+      // markers the first run stepped over too.
+      next = Math.max(next, range.end());
+    }
     return new KafkaPartitionOffset(range.topic(), range.partition(), next);
   }
 
   @Override
   public void close() {
-    RealTimeEnds.clear();
-    if (registered) {
-      RealTimeReads.unregister();
-    }
     try {
       if (!rangeDone && !deadlineReached && consumer != null) {
         // The task ends inside a range: it failed, was killed, or Spark stopped early. A
@@ -259,25 +248,6 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
       if (consumer != null) {
         discardConsumer();
       }
-    }
-  }
-
-  /** Where this real-time reader stands, for the sink of its task ({@link RealTimeReads}). */
-  private final class Standing implements RealTimeReads.Position {
-    @Override
-    public TopicPartition inputPartition() {
-      KafkaPartitionOffset at = getOffset();
-      return new TopicPartition(at.topic(), at.partition());
-    }
-
-    @Override
-    public long lastRowOffset() {
-      return lastRowOffset;
-    }
-
-    @Override
-    public long nextOffset() {
-      return getOffset().offset();
     }
   }
 
@@ -365,7 +335,7 @@ public final class RangeReader implements SupportsRealTimeRead<InternalRow> {
     long deadline = System.currentTimeMillis() + StallWatch.READ_STALL_TIMEOUT_MS;
     while (true) {
       if (System.currentTimeMillis() >= deadlineMs) {
-        deadlineReached = true; // a real-time batch's end: where it stands is getOffset()
+        deadlineReached = true; // a real-time batch's end: where it stands is position()
         return;
       }
       long before = consumer.position(tp);

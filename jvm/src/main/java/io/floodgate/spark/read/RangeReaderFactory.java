@@ -56,11 +56,15 @@ public final class RangeReaderFactory implements PartitionReaderFactory {
 
   @Override
   public PartitionReader<InternalRow> createReader(InputPartition partition) {
-    return new RangeReader(
-        options,
-        schema,
-        layout,
-        ((KafkaTask) partition).ranges(),
-        hadoopConf == null ? null : hadoopConf.value());
+    RangeReader ranges =
+        new RangeReader(
+            options,
+            schema,
+            layout,
+            ((KafkaTask) partition).ranges(),
+            hadoopConf == null ? null : hadoopConf.value());
+    // A real-time task (Spark's Real-Time Mode asks for SupportsRealTimeRead) and a micro-batch
+    // task read alike through it.
+    return new RealTimeReader(ranges, options, null);
   }
 }

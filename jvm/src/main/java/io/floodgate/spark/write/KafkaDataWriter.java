@@ -184,36 +184,43 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     if (!options.exactlyOnce()) {
       return;
     }
-    if (options.realTime) {
-      startRealTime();
+    if (options.realTime && startRealTime()) {
       return;
     }
     long committed = clients.lastCommitted(marker);
     if (committed >= batch) {
       skipping = true;
       LOG.info(
-          "{}: micro-batch {} task {} was committed before (marker of batch {}): its rows are"
-              + " skipped",
+          "{}: {} {} task {} was committed before (marker of batch {}): its rows are skipped",
           options.where(),
+          options.realTime ? "real-time batch" : "micro-batch",
           batch,
           partition,
           committed);
       return;
     }
-    if (!options.bounded()) {
-      begin();
+    if (!options.bounded() || options.realTime) {
+      begin(); // a real-time task sends each tuple as it comes, in the batch's transaction
     }
   }
 
   /**
-   * Find the task's reader and the input offset below which its output is committed.
+   * Find the task's reader and the input offset below which its output is committed; a task with no
+   * reader of its own (after a shuffle) commits by its batch marker instead, as in a micro-batch,
+   * when the source logs where its real-time tasks stopped ({@code sourceEndsLogged}): a batch run
+   * again then reads the same input.
    *
-   * @throws IllegalStateException the task reads no input of its own (a shuffle lies between the
-   *     source and the sink), so its rows' input offsets are unknown
+   * @return whether the task commits its input position ({@link InputMarker}); {@code false}: its
+   *     batch marker ({@link BatchMarker})
+   * @throws IllegalStateException the task reads no input of its own and the source logs no ends,
+   *     so a replay could read other input than what the task committed output for
    */
-  private void startRealTime() {
+  private boolean startRealTime() {
     source = clients.sourcePosition();
     if (source == null) {
+      if (options.sourceEndsLogged) {
+        return false;
+      }
       throw new IllegalStateException(
           options.where()
               + ": real-time batch "
@@ -221,8 +228,10 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
               + " task "
               + partition
               + ": exactly-once delivery in real time needs the source's reader in the write task,"
-              + " and this task reads none (a shuffle lies between them: an aggregation, a"
-              + " join); set delivery = 'at-least-once'");
+              + " or a source that logs where its real-time tasks stop (floodgate_kafka's"
+              + " realTimeEndsGroup, with sourceEndsLogged = true here), and this task reads no"
+              + " input of its own (a shuffle lies between them: an aggregation, a join); set"
+              + " delivery = 'at-least-once'");
     }
     input = source.inputPartition();
     skipBelow = clients.writtenTo(inputMarker, input);
@@ -236,6 +245,7 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
           input,
           skipBelow);
     }
+    return true;
   }
 
   private void begin() {

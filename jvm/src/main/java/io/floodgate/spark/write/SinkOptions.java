@@ -37,6 +37,10 @@ import java.util.Map;
  *       whole batch: a bounded queue is checked as the task's tuples go out, and with {@code
  *       exactly-once} the task's transaction lasts the batch and commits its input position ({@link
  *       KafkaDataWriter}, {@link InputMarker});
+ *   <li>{@code sourceEndsLogged}: the query's source logs where each real-time task stopped (the
+ *       {@code floodgate_kafka} source's {@code realTimeEndsGroup}), so that a real-time batch run
+ *       again reads the same input: a write task that reads no input of its own (after a shuffle)
+ *       then commits exactly once by its batch marker, as in a micro-batch;
  *   <li>{@code transactionTimeoutMs}: the producers' {@code transaction.timeout.ms} (default {@link
  *       TransactionalProducers#TRANSACTION_TIMEOUT_MS}), longer than a task's transaction;
  *   <li>{@code queryGroup}, {@code query}: names for errors and logs.
@@ -86,6 +90,9 @@ public final class SinkOptions implements Serializable {
 
   /** The query runs in Spark's Real-Time Mode: a write task lasts its whole batch. */
   public final boolean realTime;
+
+  /** The query's source logs where each real-time task stopped ({@code sourceEndsLogged}). */
+  public final boolean sourceEndsLogged;
 
   /** The transactional producers' {@code transaction.timeout.ms}. */
   public final long transactionTimeoutMs;
@@ -162,6 +169,7 @@ public final class SinkOptions implements Serializable {
               + String.join(", ", DELIVERIES));
     }
     realTime = bool(opts, "realTime", false);
+    sourceEndsLogged = bool(opts, "sourceEndsLogged", false);
     Long timeout = whole(opts, "transactionTimeoutMs", 1);
     transactionTimeoutMs =
         timeout == null ? TransactionalProducers.TRANSACTION_TIMEOUT_MS : timeout;

@@ -9,6 +9,8 @@ import io.floodgate.spark.serde.StreamSchema;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.RecordStatus;
 import org.apache.spark.sql.types.StructType;
 import org.junit.jupiter.api.Test;
@@ -21,22 +23,46 @@ import org.junit.jupiter.api.Test;
 class RealTimeReadTest {
   private static final int OFFSET_COLUMN = 4;
 
-  private static RangeReader reader(OneConsumer consumers, long start) {
+  private static RealTimeReader reader(OneConsumer consumers, long start) {
+    return reader(consumers, start, Long.MAX_VALUE, null);
+  }
+
+  private static RealTimeReader reader(
+      OneConsumer consumers, long start, long end, RealTimeEndLog endLog) {
     SourceOptions options =
         SourceOptions.parse(Map.of("kafka.bootstrap.servers", "127.0.0.1:9", "subscribe", "t"));
     StructType schema = StreamSchema.of(options.stream, null, false, null);
-    KafkaRange unbounded = new KafkaRange("t", 0, start, Long.MAX_VALUE, null, null);
-    return new RangeReader(
-        options,
-        schema,
-        new RowLayout(schema, null, options),
-        new KafkaRange[] {unbounded},
-        null,
-        consumers);
+    KafkaRange range = new KafkaRange("t", 0, start, end, null, null);
+    RangeReader ranges =
+        new RangeReader(
+            options,
+            schema,
+            new RowLayout(schema, null, options),
+            new KafkaRange[] {range},
+            null,
+            consumers);
+    return new RealTimeReader(ranges, options, endLog);
+  }
+
+  /** An end log that keeps the commits it is asked for. */
+  private static final class Commits {
+    final List<String> groups = new ArrayList<>();
+    final List<Map<TopicPartition, OffsetAndMetadata>> offsets = new ArrayList<>();
+
+    RealTimeEndLog log(String queryId, long batch) {
+      return new RealTimeEndLog(
+          "g.copy.sink.ends.flights",
+          queryId,
+          batch,
+          (group, committed) -> {
+            groups.add(group);
+            offsets.add(committed);
+          });
+    }
   }
 
   /** The offsets read until the deadline, {@code timeoutMs} from the first call. */
-  private static List<Long> readUntilDeadline(RangeReader reader, long timeoutMs) {
+  private static List<Long> readUntilDeadline(RealTimeReader reader, long timeoutMs) {
     long deadline = System.currentTimeMillis() + timeoutMs;
     List<Long> out = new ArrayList<>();
     while (true) {
@@ -54,7 +80,7 @@ class RealTimeReadTest {
     OneConsumer consumers = new OneConsumer();
     consumers.holds(0, 5);
     consumers.recordsAtNextPoll(2, 5);
-    RangeReader reader = reader(consumers, 2);
+    RealTimeReader reader = reader(consumers, 2);
 
     long started = System.currentTimeMillis();
     assertEquals(List.of(2L, 3L, 4L), readUntilDeadline(reader, 300));
@@ -69,7 +95,7 @@ class RealTimeReadTest {
   void anIdlePartitionIsNoStallAndStaysWhereItStarted() {
     OneConsumer consumers = new OneConsumer();
     consumers.holds(0, 7);
-    RangeReader reader = reader(consumers, 7);
+    RealTimeReader reader = reader(consumers, 7);
 
     assertTrue(readUntilDeadline(reader, 200).isEmpty());
     assertEquals(new KafkaPartitionOffset("t", 0, 7), reader.getOffset());
@@ -80,7 +106,7 @@ class RealTimeReadTest {
   void aRetryThatBeginsPastTheDeadlineStandsAtItsStart() {
     OneConsumer consumers = new OneConsumer();
     consumers.holds(0, 9);
-    RangeReader reader = reader(consumers, 4); // Spark asks for no row: its deadline passed
+    RealTimeReader reader = reader(consumers, 4); // Spark asks for no row: its deadline passed
 
     assertEquals(new KafkaPartitionOffset("t", 0, 4), reader.getOffset());
     reader.close();
@@ -93,7 +119,7 @@ class RealTimeReadTest {
     consumers.recordsAtNextPoll(0, 1);
     consumers.mock.schedulePollTask(() -> consumers.holds(0, 3)); // two written meanwhile
     consumers.recordsAtNextPoll(1, 3);
-    RangeReader reader = reader(consumers, 0);
+    RealTimeReader reader = reader(consumers, 0);
 
     assertEquals(List.of(0L, 1L, 2L), readUntilDeadline(reader, 300));
     assertEquals(new KafkaPartitionOffset("t", 0, 3), reader.getOffset());
@@ -105,7 +131,7 @@ class RealTimeReadTest {
     OneConsumer consumers = new OneConsumer();
     consumers.holds(0, 4);
     consumers.recordsAtNextPoll(0, 4);
-    RangeReader reader = reader(consumers, 0);
+    RealTimeReader reader = reader(consumers, 0);
 
     long now = System.currentTimeMillis();
     assertTrue(reader.nextWithTimeout(now, 1_000L).hasRecord());
@@ -113,5 +139,44 @@ class RealTimeReadTest {
     // Spark's wrapper finds the deadline passed and asks where the task stands.
     assertEquals(new KafkaPartitionOffset("t", 0, 2), reader.getOffset());
     reader.close();
+  }
+
+  @Test
+  void theEndIsLoggedOnceWhenSparkAsksWhereTheTaskStopped() {
+    OneConsumer consumers = new OneConsumer();
+    consumers.holds(0, 5);
+    consumers.recordsAtNextPoll(2, 5);
+    Commits commits = new Commits();
+    RealTimeReader reader = reader(consumers, 2, Long.MAX_VALUE, commits.log("q-1", 4));
+
+    assertEquals(List.of(2L, 3L, 4L), readUntilDeadline(reader, 200));
+    assertTrue(commits.offsets.isEmpty(), "logged before Spark asked");
+    assertEquals(new KafkaPartitionOffset("t", 0, 5), reader.getOffset());
+    assertEquals(new KafkaPartitionOffset("t", 0, 5), reader.getOffset());
+    reader.close();
+
+    assertEquals(List.of("g.copy.sink.ends.flights"), commits.groups);
+    OffsetAndMetadata end = commits.offsets.get(0).get(new TopicPartition("t", 0));
+    assertEquals(5, end.offset());
+    TopicPartition tp = new TopicPartition("t", 0);
+    assertEquals(Map.of(tp, 5L), RealTimeEndLog.ends(Map.of(tp, end), "q-1", 4));
+    assertTrue(RealTimeEndLog.ends(Map.of(tp, end), "q-1", 5).isEmpty()); // another batch
+    assertTrue(RealTimeEndLog.ends(Map.of(tp, end), "q-2", 4).isEmpty()); // another query
+  }
+
+  @Test
+  void aBatchRunAgainStopsWhereItsFirstRunStoppedBeforeTheDeadline() {
+    OneConsumer consumers = new OneConsumer();
+    consumers.holds(0, 9);
+    consumers.recordsAtNextPoll(2, 9);
+    Commits commits = new Commits();
+    RealTimeReader reader = reader(consumers, 2, 6, commits.log("q-1", 4));
+
+    long started = System.currentTimeMillis();
+    assertEquals(List.of(2L, 3L, 4L, 5L), readUntilDeadline(reader, 5_000));
+    assertTrue(System.currentTimeMillis() - started < 5_000, "waited for the deadline");
+    assertEquals(new KafkaPartitionOffset("t", 0, 6), reader.getOffset());
+    reader.close();
+    assertEquals(6, commits.offsets.get(0).get(new TopicPartition("t", 0)).offset());
   }
 }

@@ -374,6 +374,44 @@ class KafkaDataWriterTest {
     IllegalStateException refused =
         assertThrows(IllegalStateException.class, () -> task.write(row("AA", 1)));
     assertTrue(refused.getMessage().contains("a shuffle lies between them"), refused.getMessage());
+    assertTrue(refused.getMessage().contains("realTimeEndsGroup"), refused.getMessage());
+  }
+
+  @Test
+  void aRealTimeExactlyOnceTaskAfterAShuffleSendsEachRowAtOnceAndCommitsItsBatchMarker()
+      throws Exception {
+    Clients clients = new Clients();
+    Map<String, String> logged =
+        Map.of("realTime", "true", "sourceEndsLogged", "true", "maxQueueSize", "100");
+    KafkaDataWriter task = writer(options(logged), clients, 1, 2, 100);
+    task.write(row("AA", 3));
+    assertTrue(clients.producer.transactionInFlight()); // sent at once, in the batch's transaction
+    assertEquals(1, clients.producer.uncommittedRecords().size());
+    task.write(row("UA", 5));
+    assertCommitted(task.commit(), 1, 2, 0, 0);
+    assertTrue(clients.producer.transactionCommitted());
+    assertEquals(2, clients.producer.history().size());
+    OffsetAndMetadata marker =
+        clients
+            .producer
+            .consumerGroupOffsetsHistory()
+            .get(0)
+            .get("g.copy.sink.1")
+            .get(new TopicPartition(TOPIC, 0));
+    assertEquals(7, BatchMarker.lastCommitted("q-1", marker));
+  }
+
+  @Test
+  void aRealTimeBatchRunAgainAfterAShuffleSkipsWhatItsMarkerSaysWasCommitted() throws Exception {
+    Clients clients = new Clients();
+    clients.committedBatch = 7; // the first run's transaction of this task committed
+    Map<String, String> logged = Map.of("realTime", "true", "sourceEndsLogged", "true");
+    KafkaDataWriter task = writer(options(logged), clients, 0, 2, 100);
+    task.write(row("AA", 3));
+    task.write(row("UA", 5));
+    assertCommitted(task.commit(), 0, 0, 2, 0);
+    assertTrue(clients.producer.history().isEmpty());
+    assertFalse(clients.producer.transactionInFlight());
   }
 
   /** A task of a real-time batch of a query of its own (a batch's shares are kept per JVM). */
