@@ -50,7 +50,10 @@ final class KafkaStreamingWrite implements StreamingWrite {
   private final String queryId;
   private final SinkMetrics metrics;
 
-  /** Where real-time batches commit their input offsets (daemon threads, idle ones end). */
+  /**
+   * Where real-time batches commit their input offsets and read the queue ahead (daemon threads,
+   * idle ones end).
+   */
   private static final ExecutorService OFFSET_COMMITS =
       Executors.newCachedThreadPool(
           task -> {
@@ -60,6 +63,10 @@ final class KafkaStreamingWrite implements StreamingWrite {
           });
 
   private OutputQueue queue;
+
+  /** The queue read for the next real-time batch, once this one's tasks committed. */
+  private Future<OutputQueue.Reading> nextReading;
+
   private OutputLog outputLog;
   private volatile long offsetsFailingSince = -1;
   private Future<?> pendingCommit;
@@ -80,16 +87,54 @@ final class KafkaStreamingWrite implements StreamingWrite {
     long consumed = 0;
     if (options.bounded()) {
       long started = System.nanoTime();
-      if (queue == null) {
-        queue = OutputQueue.of(options);
-      }
-      OutputQueue.Reading reading = queue.reading();
+      OutputQueue.Reading reading = queueReading();
       free = Math.max(0, options.maxQueueSize - reading.length());
       consumed = reading.consumed();
       metrics.queueChecked(free, (System.nanoTime() - started) / 1e6);
     }
     return new KafkaWriterFactory(
         options, rowSchema, queryId, info.numPartitions(), free, consumed);
+  }
+
+  /**
+   * The output stream queue now, for the batch that starts: read when the previous real-time batch
+   * committed, if it was ({@link #readAhead}), else now.
+   */
+  private OutputQueue.Reading queueReading() {
+    Future<OutputQueue.Reading> ahead = nextReading;
+    nextReading = null;
+    if (ahead != null) {
+      try {
+        return ahead.get();
+      } catch (ExecutionException e) {
+        LOG.warn("{}: reading the output stream queue ahead failed; read again", options.where());
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new IllegalStateException("interrupted reading the output stream queue", e);
+      }
+    }
+    if (queue == null) {
+      queue = OutputQueue.of(options);
+    }
+    return queue.reading();
+  }
+
+  /**
+   * Read the queue for the next real-time batch in the background, now that this one's tasks
+   * committed: the broker's answer then comes while the driver logs this batch and plans the next,
+   * not in the gap between their tasks, where no tuple is read. The query is the queue's sole
+   * writer, so nothing is written to it before the next batch's tasks start; its readers only
+   * consume, so a reading made earlier counts no more tuples in the queue than one made at the
+   * start. With other writers, the queue is read when the batch starts.
+   */
+  private void readAhead() {
+    if (!options.realTime || !options.bounded() || !options.soleWriter) {
+      return;
+    }
+    if (queue == null) {
+      queue = OutputQueue.of(options);
+    }
+    nextReading = OFFSET_COMMITS.submit(queue::reading);
   }
 
   @Override
@@ -110,6 +155,7 @@ final class KafkaStreamingWrite implements StreamingWrite {
     SinkFailpoints.reach("driver-commit", epochId, 0);
     if (options.realTime) {
       commitInputOffsetsBehind(epochId);
+      readAhead();
     } else {
       commitInputOffsets(epochId);
     }

@@ -18,7 +18,8 @@ import java.util.Map;
  *   <li>{@code offsetCommitsFailed}: micro-batches written whose input offsets the driver could not
  *       commit to the query's consumer group (it stays behind until a later commit);
  *   <li>{@code freeQueueSize}: the output stream queue's free space at the last batch's start, and
- *       {@code queueCheckMs}, how long the driver took to read it (both absent when unbounded).
+ *       {@code queueCheckMs}, how long the batch's start waited to read it (a real-time batch's is
+ *       read ahead, when the one before committed; both absent when unbounded).
  * </ul>
  */
 public final class SinkMetrics {
