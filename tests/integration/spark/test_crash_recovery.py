@@ -412,14 +412,18 @@ def test_kill_9_of_a_real_time_aggregation_after_its_tasks_committed_writes_each
     raw = flights_raw_config(run_id, tmp_path / "checkpoints")
     raw["queries"].pop("delays_by_carrier_day")
     raw["output_streams"].pop("delays_by_carrier_day")
-    # One input partition and one shuffle partition: two slots for the whole batch.
-    real_time(raw, partitions=1, delivery="exactly-once")
+    # One input partition and one shuffle partition: two slots for the whole batch. Spark's
+    # least interval in production, 5 s: a batch run again after a restart must read to
+    # where its first run stopped before its deadline, and a cold driver plans its first
+    # batch slowly (at 2 s batches the deadline could pass first; the batch then fails
+    # rather than write anything twice).
+    real_time(raw, partitions=1, delivery="exactly-once", interval="5 seconds")
     raw["spark"]["conf"]["spark.sql.shuffle.partitions"] = 1
     config_path = tmp_path / "group.toml"
     config = write_query_group(raw, config_path)
     ensure_topics(bootstrap, config.topics())
     records = flights[:3_000]
-    producing = Producing(bootstrap, config, schemas, records, first=600, pace_s=0.5).start()
+    producing = Producing(bootstrap, config, schemas, records, first=600, pace_s=1.0).start()
     log_path = tmp_path / "driver.log"
     driver = start_driver(config_path, bootstrap, log_path, **{FAILPOINT_ENV: "driver-commit:2"})
     query = "delays_by_origin_hour"

@@ -27,6 +27,8 @@ public final class RealTimeReads {
 
   private static final PerTask<Position> READING = new PerTask<>();
 
+  private static final PerTask<Boolean> WRITING = new PerTask<>();
+
   private RealTimeReads() {}
 
   /** The running task's reader stands at {@code position} (called from the task's thread). */
@@ -42,5 +44,26 @@ public final class RealTimeReads {
   /** The running task's reader, {@code null} when the task reads none (after a shuffle). */
   public static Position current() {
     return READING.get();
+  }
+
+  /**
+   * The running task writes a real-time batch's output (called from the task's thread when its
+   * sink's writer is made, before the task reads a row).
+   */
+  public static void writerStarts() {
+    WRITING.put(Boolean.TRUE);
+  }
+
+  /** The running task's writer has closed. */
+  public static void writerEnds() {
+    WRITING.remove();
+  }
+
+  /**
+   * Whether the running task writes the output itself: a query with no shuffle, whose write task
+   * commits the input position of its rows; else the task's reader feeds a shuffle.
+   */
+  public static boolean writerInTask() {
+    return WRITING.get() != null;
   }
 }

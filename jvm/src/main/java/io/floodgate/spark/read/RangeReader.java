@@ -201,6 +201,11 @@ public final class RangeReader implements PartitionReader<InternalRow> {
     deadlineReached = true;
   }
 
+  /** Where the task's range ends ({@code Long.MAX_VALUE}: a real-time range with no end). */
+  long rangeEnd() {
+    return range != null ? range.end() : ranges.length > 0 ? ranges[0].end() : Long.MAX_VALUE;
+  }
+
   /** The offset of the record the last row came from; -1 before the first. */
   long lastRowOffset() {
     return lastRowOffset;

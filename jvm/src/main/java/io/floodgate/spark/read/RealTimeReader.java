@@ -84,6 +84,29 @@ public final class RealTimeReader
   @Override
   public KafkaPartitionOffset getOffset() {
     KafkaPartitionOffset at = reader.position();
+    long end = reader.rangeEnd();
+    if (end != Long.MAX_VALUE && at.offset() < end && !RealTimeReads.writerInTask()) {
+      // A batch run again that stops short of where its first run stopped feeds a shuffle whose
+      // write tasks skip the batch by their markers: the records in between, whose output was
+      // committed in the first run, would be read again by the next batch and written twice.
+      // Failing here, before this task's part of the shuffle is done, fails the batch before any
+      // of its output commits. (A task that writes its own output commits its input position,
+      // which is exact whatever the end.)
+      throw new IllegalStateException(
+          "source "
+              + options.stream
+              + ": a real-time batch run again after a restart must read "
+              + at.topic()
+              + "-"
+              + at.partition()
+              + " to offset "
+              + end
+              + ", where its first run stopped, and its deadline passed at offset "
+              + at.offset()
+              + ": the batch fails before its output commits, so nothing is written twice; start"
+              + " the query again (a longer real_time_checkpoint_interval gives a batch run again"
+              + " more time)");
+    }
     if (!endLogged) {
       endLogged = true;
       RealTimeEndLog log = endLog != null ? endLog : RealTimeEndLog.forTask(options);

@@ -138,6 +138,9 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
     this.transactionalId = options.transactionalId(partition);
     this.marker = new BatchMarker(queryId, transactionalId, options.topic);
     this.inputMarker = new InputMarker(queryId, options.transactionalIdPrefix);
+    if (options.realTime) {
+      RealTimeReads.writerStarts();
+    }
   }
 
   @Override
@@ -411,6 +414,9 @@ final class KafkaDataWriter implements DataWriter<InternalRow> {
 
   @Override
   public void close() {
+    if (options.realTime) {
+      RealTimeReads.writerEnds();
+    }
     ConnectionWatch.closed(watched);
     held.clear();
     if (producer != null) {

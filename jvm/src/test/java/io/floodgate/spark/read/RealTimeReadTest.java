@@ -1,6 +1,7 @@
 package io.floodgate.spark.read;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.floodgate.spark.offsets.KafkaPartitionOffset;
@@ -178,5 +179,20 @@ class RealTimeReadTest {
     assertEquals(new KafkaPartitionOffset("t", 0, 6), reader.getOffset());
     reader.close();
     assertEquals(6, commits.offsets.get(0).get(new TopicPartition("t", 0)).offset());
+  }
+
+  @Test
+  void aBatchRunAgainThatItsDeadlineCutsShortFailsBeforeItsEndIsLogged() {
+    OneConsumer consumers = new OneConsumer();
+    consumers.holds(0, 9);
+    Commits commits = new Commits();
+    RealTimeReader reader = reader(consumers, 2, 9, commits.log("q-1", 4));
+
+    assertTrue(readUntilDeadline(reader, 0).isEmpty()); // the deadline passed before a row
+    IllegalStateException cut = assertThrows(IllegalStateException.class, reader::getOffset);
+    assertTrue(cut.getMessage().contains("must read t-0 to offset 9"), cut.getMessage());
+    assertTrue(cut.getMessage().contains("deadline passed at offset 2"), cut.getMessage());
+    assertTrue(commits.offsets.isEmpty());
+    reader.close();
   }
 }
