@@ -74,11 +74,22 @@ def private_sqlite_file(url: str) -> None:
 
 def create_tables(metadata: MetaData, engine: Engine) -> None:
     """Create ``metadata``'s tables that do not exist yet; safe when several processes
-    start at once (the loser of a CREATE race tries again and finds them)."""
-    try:
-        metadata.create_all(engine)
-    except DBAPIError:
-        metadata.create_all(engine)
+    start at once. ``create_all`` looks for each table, then creates the missing ones
+    one by one, so the loser of a CREATE race tries again and finds that table; it may
+    lose the race for the next table too (two processes creating the same tables in
+    step), so it tries once per table at most: each lost race is a table another
+    process created.
+
+    Raises:
+        DBAPIError: a CREATE failed for another reason, or on every try.
+    """
+    for attempt in range(len(metadata.tables) + 1):
+        try:
+            metadata.create_all(engine)
+            return
+        except DBAPIError:
+            if attempt == len(metadata.tables):
+                raise
 
 
 def add_columns(engine: Engine, added: Mapping[Table, Sequence[str]]) -> None:

@@ -9,6 +9,7 @@ import secrets
 import stat
 import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -103,3 +104,30 @@ def test_an_existing_database_and_its_wal_are_made_0600_and_a_link_is_refused(
     linked.symlink_to(elsewhere)
     with pytest.raises(UntrustedFileError, match=r"linked\.db is a symbolic link"):
         create_database_engine(f"sqlite:///{linked}")
+
+
+def test_processes_creating_the_same_tables_at_once_all_find_them(tmp_path: Path) -> None:
+    """Several services open one sweep catalog at their start: each creates the tables
+    that do not exist yet, and losing a CREATE race, table after table, fails none.
+    Processes, as the services are (threads of one process share SQLite's schema cache
+    differently)."""
+    script = (
+        "import sys, time\n"
+        "from sqlalchemy import Column, Integer, MetaData, Table\n"
+        "from pipeline.state.database import create_database_engine, create_tables\n"
+        "metadata = MetaData()\n"
+        "for n in range(6):\n"
+        "    Table(f't{n}', metadata, Column('id', Integer, primary_key=True))\n"
+        "engine = create_database_engine(sys.argv[1])\n"
+        "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all at once\n"
+        "create_tables(metadata, engine)\n"
+    )
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    at = str(time.time() + 4)  # time enough for six interpreters to start on 2 cores
+    starts = [
+        subprocess.Popen([sys.executable, "-c", script, url, at], stderr=subprocess.PIPE)
+        for _ in range(6)
+    ]
+    for process in starts:
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err.decode()[-2000:]

@@ -154,6 +154,11 @@ class KafkaDataWriterTest {
         options, clients, encoder, "q-1", partition, tasks, share, share * tasks, 1_000, "r", 7);
   }
 
+  /** The first transaction's offset commit of consumer group {@code group} on {@code tp}. */
+  private static OffsetAndMetadata firstCommit(Clients clients, String group, TopicPartition tp) {
+    return clients.producer.consumerGroupOffsetsHistory().get(0).get(group).get(tp);
+  }
+
   private static InternalRow row(String carrier, long flights) {
     return new GenericInternalRow(new Object[] {UTF8String.fromString(carrier), flights});
   }
@@ -171,9 +176,7 @@ class KafkaDataWriterTest {
     assertTrue(clients.producer.transactionCommitted());
     assertEquals(2, clients.producer.history().size());
     assertEquals("AA", new String(clients.producer.history().get(0).key()));
-    Map<String, Map<TopicPartition, OffsetAndMetadata>> markers =
-        clients.producer.consumerGroupOffsetsHistory().get(0);
-    OffsetAndMetadata marker = markers.get("g.copy.sink.1").get(new TopicPartition(TOPIC, 0));
+    OffsetAndMetadata marker = firstCommit(clients, "g.copy.sink.1", new TopicPartition(TOPIC, 0));
     assertEquals(7, marker.offset());
     assertEquals(7, BatchMarker.lastCommitted("q-1", marker));
     assertEquals(List.of("g.copy.sink.1"), clients.given); // pooled for the next batch
@@ -343,12 +346,7 @@ class KafkaDataWriterTest {
     assertTrue(clients.producer.transactionCommitted());
     assertEquals(2, clients.producer.history().size());
     OffsetAndMetadata marker =
-        clients
-            .producer
-            .consumerGroupOffsetsHistory()
-            .get(0)
-            .get("g.copy.sink.input")
-            .get(new TopicPartition("in", 2));
+        firstCommit(clients, "g.copy.sink.input", new TopicPartition("in", 2));
     assertEquals(14, marker.offset()); // the reader's next offset
     assertEquals(14, InputMarker.writtenTo("q-1", marker));
     assertEquals(-1, InputMarker.writtenTo("another query", marker));
@@ -391,13 +389,7 @@ class KafkaDataWriterTest {
     assertCommitted(task.commit(), 1, 2, 0, 0);
     assertTrue(clients.producer.transactionCommitted());
     assertEquals(2, clients.producer.history().size());
-    OffsetAndMetadata marker =
-        clients
-            .producer
-            .consumerGroupOffsetsHistory()
-            .get(0)
-            .get("g.copy.sink.1")
-            .get(new TopicPartition(TOPIC, 0));
+    OffsetAndMetadata marker = firstCommit(clients, "g.copy.sink.1", new TopicPartition(TOPIC, 0));
     assertEquals(7, BatchMarker.lastCommitted("q-1", marker));
   }
 
