@@ -405,8 +405,8 @@ def test_kill_9_of_a_real_time_aggregation_after_its_tasks_committed_writes_each
     tmp_path: Path,
 ) -> None:
     """Exactly once after a shuffle: the driver of a real-time aggregation kills itself
-    once the write task of batch 2 committed, before Spark logs the batch's end. The
-    replay of batch 2 reads to where its first run stopped, which its source logged,
+    once the write task of batch 1 committed, before Spark logs the batch's end. The
+    replay of batch 1 reads to where its first run stopped, which its source logged,
     so its state ends as the first run's, and its write task skips it by its batch
     marker: each origin-hour's count is written once, 1 to n."""
     raw = flights_raw_config(run_id, tmp_path / "checkpoints")
@@ -422,10 +422,11 @@ def test_kill_9_of_a_real_time_aggregation_after_its_tasks_committed_writes_each
     config_path = tmp_path / "group.toml"
     config = write_query_group(raw, config_path)
     ensure_topics(bootstrap, config.topics())
-    records = flights[:3_000]
-    producing = Producing(bootstrap, config, schemas, records, first=600, pace_s=1.0).start()
+    # 300 tuples at once, then 100 a second: batch 1 ends with tuples still to come.
+    records = flights[:1_200]
+    producing = Producing(bootstrap, config, schemas, records, first=300, pace_s=1.0).start()
     log_path = tmp_path / "driver.log"
-    driver = start_driver(config_path, bootstrap, log_path, **{FAILPOINT_ENV: "driver-commit:2"})
+    driver = start_driver(config_path, bootstrap, log_path, **{FAILPOINT_ENV: "driver-commit:1"})
     query = "delays_by_origin_hour"
     topic = config.input_streams["flights"].topic
     try:
@@ -441,8 +442,8 @@ def test_kill_9_of_a_real_time_aggregation_after_its_tasks_committed_writes_each
     finally:
         kill_group(driver)
     assert producing.put_count < len(records), "the kill must land while tuples stream in"
-    # Batch 2 committed its output and logged its end, past where the query's consumer
-    # group stands (the driver's commit of batch 2 never came).
+    # Batch 1 committed its output and logged its end, past where the query's consumer
+    # group stands (the driver's commit of batch 1 never came).
     prefix = sink_transactional_id(config.consumer_group(query))
     logged, _ = committed_and_end(bootstrap, real_time_ends_group_id(prefix, "flights"), topic)
     behind, _ = committed_and_end(bootstrap, config.consumer_group(query), topic)
@@ -451,7 +452,7 @@ def test_kill_9_of_a_real_time_aggregation_after_its_tasks_committed_writes_each
     assert not producing.retries, "\n\n".join(producing.retries)
     run_until_processed(config_path, bootstrap, log_path, config.consumer_group(query), topic)
     # A replay to a new end would have its write task skip the counts of the tuples
-    # past the first run's end (its marker says batch 2 was committed): missing here.
+    # past the first run's end (its marker says batch 1 was committed): missing here.
     counts = origin_hour_counts(bootstrap, config, schemas)
     assert {k: sorted(v) for k, v in counts.items()} == each_count_once(
         [*records, *producing.reput]
