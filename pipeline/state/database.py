@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import tenacity
 from sqlalchemy import MetaData, Table, create_engine, event, inspect, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DBAPIError
@@ -122,8 +124,26 @@ def advisory_lock_key(name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+#: How long a new connection tries to put a SQLite database in WAL mode, s.
+WAL_SWITCH_S = 10.0
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """WAL journaling and ``synchronous=NORMAL`` on every SQLite connection. The first
+    switch of a database to WAL takes an exclusive lock, which SQLite refuses at once
+    ("database is locked", no busy handler) while another process's connection reads
+    the file: several services opening a new database together retry it for up to
+    :data:`WAL_SWITCH_S`; once the file is in WAL mode, the pragma takes no lock."""
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    for attempt in tenacity.Retrying(
+        retry=tenacity.retry_if_exception(
+            lambda e: isinstance(e, sqlite3.OperationalError) and "locked" in str(e)
+        ),
+        wait=tenacity.wait_random_exponential(multiplier=0.01, max=0.5),
+        stop=tenacity.stop_after_delay(WAL_SWITCH_S),
+        reraise=True,
+    ):
+        with attempt:
+            cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
