@@ -432,6 +432,36 @@ def compact_error(exc: BaseException, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def java_causes(exc: BaseException) -> list[str]:
+    """The ``Caused by:`` lines of the Java exception behind a PySpark error, outermost
+    first, without the ``Caused by:`` prefix; ``[]`` for any other error.
+
+    PySpark prints a JVM error's causes only when ``spark.sql.pyspark.jvmStacktrace.enabled``
+    is set, and a streaming query's error (``StreamingQuery.exception()``) names only the
+    outermost one: a state store's failed commit reads ``CANNOT_WRITE_STATE_STORE`` with
+    the file system's ``No space left on device`` a cause below. PySpark's captured
+    exception keeps the whole Java stack (``Utils.exceptionString``) in ``_stackTrace``
+    and the converted cause in ``_cause``; this reads both, and nothing if a PySpark
+    release renames them.
+    """
+    causes: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        stack = getattr(current, "_stackTrace", None)
+        lines = [raw.strip() for raw in stack.splitlines()] if isinstance(stack, str) else []
+        for n, line in enumerate(lines):
+            # A converted cause's stack starts with the cause itself.
+            if line.startswith("Caused by:") or (n == 0 and current is not exc):
+                cause_line = line.removeprefix("Caused by:").strip()
+                if cause_line and cause_line not in causes:
+                    causes.append(cause_line)
+        cause = getattr(current, "_cause", None)
+        current = cause if isinstance(cause, BaseException) else None
+    return causes
+
+
 class QueryGroupHeld(QueryGroupError):
     """A micro-batch's output did not fit in an output stream queue, after every sleep:
     the query group is HELD (the output stream queue overflow rule of the stream data

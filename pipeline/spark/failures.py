@@ -13,7 +13,13 @@ import os
 from typing import Any, Protocol
 
 from pipeline.config import QueryGroupConfig
-from pipeline.errors import NO_SPACE, CheckpointDiskFullError, QueryGroupError, compact_error
+from pipeline.errors import (
+    NO_SPACE,
+    CheckpointDiskFullError,
+    QueryGroupError,
+    compact_error,
+    java_causes,
+)
 from pipeline.spark.hold import HeldGroup, Hold
 from pipeline.spark.runs import QueryRuns
 from pipeline.spark.sink import held_from, oversized_from
@@ -104,7 +110,7 @@ class QueryFailures:
             assert self.group.hold.held is not None
             return self.group.hold.held
         error: QueryGroupError
-        if NO_SPACE in str(exc):
+        if NO_SPACE in str(exc) or any(NO_SPACE in cause for cause in java_causes(exc)):
             error = disk_full(self.group.config, name, exc)
             log.error("%s", error)
         elif (oversized := oversized_from(str(exc), query_group=self.group.name)) is not None:
@@ -156,7 +162,14 @@ def disk_full(
     the bytes free there now (``FG-QG-010``); ``cause``: the query's own error or
     Spark's (an exception, or the listener's text of one)."""
     checkpoint = config.checkpoint(query)
-    text = compact_error(cause if isinstance(cause, BaseException) else RuntimeError(cause))
+    exc = cause if isinstance(cause, BaseException) else RuntimeError(cause)
+    text = compact_error(exc)
+    if NO_SPACE not in text:
+        # Spark's error names a cause of the full disk (a state store's failed commit,
+        # a task's failure), the file system's error a cause or more below it.
+        lines = [line.strip() for line in str(exc).splitlines()] + java_causes(exc)
+        root = next((line for line in reversed(lines) if NO_SPACE in line), NO_SPACE)
+        text = f"{text[:400]} | caused by {root.removeprefix('Caused by:').strip()}"
     return CheckpointDiskFullError(
         query_group=config.name,
         query=query,
