@@ -33,15 +33,24 @@ public final class KafkaClients {
 
   /** Properties of a producer (the dead letters): the cluster and its security only. */
   public static Properties producer(SourceOptions options) {
+    return shared(options.bootstrapServers, options.client);
+  }
+
+  /**
+   * The cluster {@code bootstrapServers} and, of the user's {@code client} properties (the {@code
+   * kafka.*} options), those every kind of client takes ({@link ClientProperties#isShared}:
+   * security, client id, connections, metadata).
+   */
+  public static Properties shared(String bootstrapServers, Map<String, String> client) {
     Properties props = new Properties();
-    props.put("bootstrap.servers", options.bootstrapServers);
-    Map<String, String> client = ClientProperties.forJava(options.client);
-    client.forEach(
-        (k, v) -> {
-          if (ClientProperties.isShared(k)) {
-            props.put(k, v);
-          }
-        });
+    props.put("bootstrap.servers", bootstrapServers);
+    ClientProperties.forJava(client)
+        .forEach(
+            (k, v) -> {
+              if (ClientProperties.isShared(k)) {
+                props.put(k, v);
+              }
+            });
     return props;
   }
 }

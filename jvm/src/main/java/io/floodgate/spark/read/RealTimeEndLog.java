@@ -1,13 +1,9 @@
 package io.floodgate.spark.read;
 
-import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
-import com.fasterxml.jackson.databind.node.ObjectNode;
-import io.floodgate.spark.kafka.KafkaClients;
+import io.floodgate.spark.kafka.Admins;
+import io.floodgate.spark.kafka.CommitMetadata;
 import io.floodgate.spark.options.SourceOptions;
-import java.io.IOException;
 import java.util.Comparator;
-import java.util.HashMap;
 import java.util.Map;
 import java.util.SortedMap;
 import java.util.TreeMap;
@@ -49,9 +45,6 @@ public final class RealTimeEndLog {
   /** Spark's local property of the running batch ({@code MicroBatchExecution.BATCH_ID_KEY}). */
   public static final String BATCH_ID = "streaming.sql.batchId";
 
-  private static final ObjectMapper JSON = new ObjectMapper();
-  private static final Map<String, Admin> ADMINS = new HashMap<>();
-
   /** How an end reaches the group: an offset commit. */
   interface Committer {
     void commit(String group, Map<TopicPartition, OffsetAndMetadata> offsets);
@@ -63,7 +56,7 @@ public final class RealTimeEndLog {
 
   RealTimeEndLog(String group, String queryId, long batch, Committer committer) {
     this.group = group;
-    this.metadata = metadata(queryId, batch);
+    this.metadata = CommitMetadata.of(queryId, batch);
     this.committer = committer;
   }
 
@@ -131,41 +124,16 @@ public final class RealTimeEndLog {
                 .thenComparingInt(TopicPartition::partition));
     committed.forEach(
         (tp, commit) -> {
-          if (commit != null && names(commit.metadata(), queryId, batch)) {
+          if (CommitMetadata.names(commit, queryId, batch)) {
             ends.put(tp, commit.offset());
           }
         });
     return ends;
   }
 
-  /** The metadata of an end of batch {@code batch} of query {@code queryId}. */
-  static String metadata(String queryId, long batch) {
-    ObjectNode node = JSON.createObjectNode();
-    node.put("query_id", queryId);
-    node.put("batch", batch);
-    return node.toString();
-  }
-
-  private static boolean names(String metadata, String queryId, long batch) {
-    if (metadata == null || metadata.isEmpty()) {
-      return false;
-    }
-    try {
-      JsonNode node = JSON.readTree(metadata);
-      return queryId.equals(node.path("query_id").asText(null))
-          && node.path("batch").asLong(-1) == batch;
-    } catch (IOException e) {
-      return false;
-    }
-  }
-
-  /** This JVM's admin client of the source's cluster, one per cluster and client settings. */
+  /** This JVM's admin client of the source's cluster ({@link Admins}). */
   private static Admin admin(SourceOptions options) {
-    synchronized (ADMINS) {
-      return ADMINS.computeIfAbsent(
-          options.bootstrapServers + "|" + options.client,
-          k -> Admin.create(KafkaClients.producer(options)));
-    }
+    return Admins.of(options.bootstrapServers, options.client);
   }
 
   private static <T> T await(Future<T> answer, String what, String group) {

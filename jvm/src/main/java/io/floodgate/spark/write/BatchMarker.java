@@ -1,9 +1,7 @@
 package io.floodgate.spark.write;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
-import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.IOException;
+import io.floodgate.spark.kafka.CommitMetadata;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ExecutionException;
@@ -34,8 +32,6 @@ import org.apache.kafka.common.TopicPartition;
  * topic means nothing.
  */
 public final class BatchMarker {
-  private static final ObjectMapper JSON = new ObjectMapper();
-
   /** How long the marker's read may take, ms. */
   public static final long READ_TIMEOUT_MS = 60_000;
 
@@ -61,7 +57,8 @@ public final class BatchMarker {
 
   /** The offset commit of batch {@code batch} with {@code tuples} written. */
   public Map<TopicPartition, OffsetAndMetadata> of(long batch, long tuples) {
-    return Map.of(partition, new OffsetAndMetadata(batch, metadata(queryId, batch, tuples)));
+    return Map.of(
+        partition, new OffsetAndMetadata(batch, CommitMetadata.of(queryId, batch, tuples)));
   }
 
   /**
@@ -100,31 +97,9 @@ public final class BatchMarker {
     }
   }
 
-  /** A marker's metadata when it names query {@code queryId}, else {@code null}. */
-  static JsonNode ofQuery(String queryId, OffsetAndMetadata committed) {
-    if (committed == null || committed.metadata() == null || committed.metadata().isEmpty()) {
-      return null;
-    }
-    try {
-      JsonNode marker = JSON.readTree(committed.metadata());
-      return queryId.equals(marker.path("query_id").asText(null)) ? marker : null;
-    } catch (IOException e) {
-      return null;
-    }
-  }
-
-  /** The metadata of a marker of query {@code queryId}: its batch and the tuples it wrote. */
-  static String metadata(String queryId, long batch, long tuples) {
-    ObjectNode marker = JSON.createObjectNode();
-    marker.put("query_id", queryId);
-    marker.put("batch", batch);
-    marker.put("tuples", tuples);
-    return marker.toString();
-  }
-
   /** The batch a commit marks for query {@code queryId}, -1 when it marks none of its batches. */
   static long lastCommitted(String queryId, OffsetAndMetadata committed) {
-    JsonNode marker = ofQuery(queryId, committed);
+    JsonNode marker = CommitMetadata.ofQuery(queryId, committed);
     return marker == null ? -1 : marker.path("batch").asLong(-1);
   }
 }

@@ -1,6 +1,6 @@
 package io.floodgate.spark.write;
 
-import com.fasterxml.jackson.databind.JsonNode;
+import io.floodgate.spark.kafka.CommitMetadata;
 import io.floodgate.spark.kafka.Names;
 import java.util.Map;
 import org.apache.kafka.clients.admin.Admin;
@@ -51,7 +51,7 @@ public final class InputMarker {
    */
   public Map<TopicPartition, OffsetAndMetadata> of(
       TopicPartition input, long next, long batch, long tuples) {
-    return Map.of(input, new OffsetAndMetadata(next, BatchMarker.metadata(queryId, batch, tuples)));
+    return Map.of(input, new OffsetAndMetadata(next, CommitMetadata.of(queryId, batch, tuples)));
   }
 
   /**
@@ -67,7 +67,6 @@ public final class InputMarker {
 
   /** The input offset a commit marks for query {@code queryId}, -1 when it is not the query's. */
   static long writtenTo(String queryId, OffsetAndMetadata committed) {
-    JsonNode marker = BatchMarker.ofQuery(queryId, committed);
-    return marker == null ? -1 : committed.offset();
+    return CommitMetadata.ofQuery(queryId, committed) == null ? -1 : committed.offset();
   }
 }

@@ -1,5 +1,6 @@
 package io.floodgate.spark.write;
 
+import io.floodgate.spark.kafka.Admins;
 import io.floodgate.spark.kafka.ClientProperties;
 import java.time.Duration;
 import java.util.ArrayDeque;
@@ -45,7 +46,6 @@ public final class TransactionalProducers {
   private record Idle(Producer<byte[], byte[]> producer, long since) {}
 
   private static final Map<String, Deque<Idle>> IDLE = new HashMap<>();
-  private static final Map<String, Admin> ADMINS = new HashMap<>();
 
   static {
     Runtime.getRuntime()
@@ -92,26 +92,9 @@ public final class TransactionalProducers {
     }
   }
 
-  /** This JVM's admin client of the sink's cluster (made once, closed at exit). */
+  /** This JVM's admin client of the sink's cluster (made once, closed at exit; {@link Admins}). */
   public static Admin admin(SinkOptions options) {
-    String key = options.bootstrapServers + "|" + options.client;
-    synchronized (ADMINS) {
-      return ADMINS.computeIfAbsent(key, k -> Admin.create(shared(options)));
-    }
-  }
-
-  /** The cluster and its security settings, as every client of the sink needs them. */
-  static Properties shared(SinkOptions options) {
-    Properties props = new Properties();
-    props.put("bootstrap.servers", options.bootstrapServers);
-    ClientProperties.forJava(options.client)
-        .forEach(
-            (k, v) -> {
-              if (ClientProperties.isShared(k)) {
-                props.put(k, v);
-              }
-            });
-    return props;
+    return Admins.of(options.bootstrapServers, options.client);
   }
 
   static Properties properties(SinkOptions options, String transactionalId) {
@@ -189,10 +172,6 @@ public final class TransactionalProducers {
     synchronized (IDLE) {
       IDLE.values().forEach(d -> d.forEach(e -> e.producer().close(Duration.ofSeconds(1))));
       IDLE.clear();
-    }
-    synchronized (ADMINS) {
-      ADMINS.values().forEach(a -> a.close(Duration.ofSeconds(1)));
-      ADMINS.clear();
     }
   }
 }
