@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipeline.config import QueryGroupConfig
@@ -19,6 +20,16 @@ from pipeline.spark.queue_gauges import QueueGauges
 from pipeline.spark.states import QueryGroupState
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DriverJvm:
+    """What the monitor calls in the driver's JVM (Py4J objects): the JVM's view, the
+    static ``SleepingTasks.of`` and the ``Runtime``."""
+
+    jvm: Any
+    sleeping_tasks: Any
+    runtime: Any
 
 
 class MonitoredGroup(Protocol):
@@ -55,6 +66,7 @@ class GroupMonitor:
         self.name = group.name
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._jvm: DriverJvm | None = None
 
     def start(self) -> None:
         """Start the thread."""
@@ -108,19 +120,34 @@ class GroupMonitor:
             except Exception:
                 log.warning("query group %s: monitor pass failed", self.name, exc_info=True)
 
+    def _driver_jvm(self) -> DriverJvm:
+        """The driver JVM's objects the monitor reads, looked up once per JVM.
+
+        Py4J finds ``jvm.io.floodgate.spark.write.SleepingTasks`` by asking the JVM for
+        a class at each dotted prefix (``io``, ``io.floodgate``, ...), and every prefix
+        that is no class is a miss searched through each jar on the class path, some
+        300 with Spark's: at 5 passes a second, that was a fifth of the driver JVM's
+        CPU in a real-time query group, taken from its long-running tasks.
+        """
+        jvm = self.group.spark._jvm
+        assert jvm is not None  # a classic (not Connect) session
+        if self._jvm is None or self._jvm.jvm is not jvm:
+            self._jvm = DriverJvm(
+                jvm=jvm,
+                sleeping_tasks=jvm.io.floodgate.spark.write.SleepingTasks.of,
+                runtime=jvm.java.lang.Runtime.getRuntime(),
+            )
+        return self._jvm
+
     def sample_sleeping(self) -> None:
         """Tell the hold which queries' write tasks sleep now on a full output stream
         queue (those in the driver's JVM: every one with a local master)."""
-        jvm = self.group.spark._jvm
-        assert jvm is not None  # a classic (not Connect) session
-        pairs = jvm.io.floodgate.spark.write.SleepingTasks.of(self.name)
+        pairs = self._driver_jvm().sleeping_tasks(self.name)
         self.group.hold.set_sleeping(tuple(str(p).split("\t", 1)) for p in pairs)  # type: ignore[misc]
 
     def sample_heap(self) -> None:
         """Set the driver JVM's heap gauges (used, and its most)."""
-        jvm = self.group.spark._jvm
-        assert jvm is not None  # a classic (not Connect) session
-        runtime = jvm.java.lang.Runtime.getRuntime()
+        runtime = self._driver_jvm().runtime
         total, free, most = runtime.totalMemory(), runtime.freeMemory(), runtime.maxMemory()
         self.group.metrics.jvm_heap_used.labels(self.name).set(total - free)
         self.group.metrics.jvm_heap_max.labels(self.name).set(most)
