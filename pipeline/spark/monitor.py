@@ -126,8 +126,9 @@ class GroupMonitor:
         Py4J finds ``jvm.io.floodgate.spark.write.SleepingTasks`` by asking the JVM for
         a class at each dotted prefix (``io``, ``io.floodgate``, ...), and every prefix
         that is no class is a miss searched through each jar on the class path, some
-        300 with Spark's: at 5 passes a second, that was a fifth of the driver JVM's
-        CPU in a real-time query group, taken from its long-running tasks.
+        300 with Spark's: at 2-5 passes a second, that was a fifth of the driver JVM's
+        CPU in a real-time query group, taken from its long-running tasks. (For the
+        same reason ``SleepingTasks.of`` answers one string, not a Java list.)
         """
         jvm = self.group.spark._jvm
         assert jvm is not None  # a classic (not Connect) session
@@ -142,8 +143,8 @@ class GroupMonitor:
     def sample_sleeping(self) -> None:
         """Tell the hold which queries' write tasks sleep now on a full output stream
         queue (those in the driver's JVM: every one with a local master)."""
-        pairs = self._driver_jvm().sleeping_tasks(self.name)
-        self.group.hold.set_sleeping(tuple(str(p).split("\t", 1)) for p in pairs)  # type: ignore[misc]
+        lines = str(self._driver_jvm().sleeping_tasks(self.name)).splitlines()
+        self.group.hold.set_sleeping(tuple(line.split("\t", 1)) for line in lines)  # type: ignore[misc]
 
     def sample_heap(self) -> None:
         """Set the driver JVM's heap gauges (used, and its most)."""

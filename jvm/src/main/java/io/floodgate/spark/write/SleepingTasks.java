@@ -27,10 +27,14 @@ public final class SleepingTasks {
   }
 
   /**
-   * The queries of {@code queryGroup} with a task asleep now, each as {@code query + "\t" +
-   * stream}.
+   * The queries of {@code queryGroup} with a task asleep now, one a line, each as {@code query +
+   * "\t" + stream}; {@code ""} for none.
+   *
+   * <p>One string, not a list: the query group reads it through Py4J twice a second, and Python
+   * iterating a Java list ends on the iterator's {@code NoSuchElementException}, which PySpark's
+   * error handler converts at the cost of a dozen class lookups in the JVM.
    */
-  public static List<String> of(String queryGroup) {
+  public static String of(String queryGroup) {
     List<String> out = new ArrayList<>();
     String prefix = queryGroup + "\t";
     for (String k : SLEEPING.keySet()) {
@@ -38,7 +42,7 @@ public final class SleepingTasks {
         out.add(k.substring(prefix.length()));
       }
     }
-    return out;
+    return String.join("\n", out);
   }
 
   private static String key(String queryGroup, String query, String stream) {
