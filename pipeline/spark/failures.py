@@ -110,7 +110,7 @@ class QueryFailures:
             assert self.group.hold.held is not None
             return self.group.hold.held
         error: QueryGroupError
-        if NO_SPACE in str(exc) or any(NO_SPACE in cause for cause in java_causes(exc)):
+        if full_disk_line(exc) is not None:
             error = disk_full(self.group.config, name, exc)
             log.error("%s", error)
         elif (oversized := oversized_from(str(exc), query_group=self.group.name)) is not None:
@@ -155,6 +155,14 @@ def free_bytes(location: str) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+def full_disk_line(exc: BaseException) -> str | None:
+    """The deepest line of ``exc``'s text or of its Java causes
+    (:func:`~pipeline.errors.java_causes`) that names a full disk (``ENOSPC``), without
+    a ``Caused by:`` prefix; ``None`` when none does."""
+    lines = [line.strip().removeprefix("Caused by:").strip() for line in str(exc).splitlines()]
+    return next((line for line in reversed(lines + java_causes(exc)) if NO_SPACE in line), None)
+
+
 def disk_full(
     config: QueryGroupConfig, query: str, cause: BaseException | str
 ) -> CheckpointDiskFullError:
@@ -167,9 +175,7 @@ def disk_full(
     if NO_SPACE not in text:
         # Spark's error names a cause of the full disk (a state store's failed commit,
         # a task's failure), the file system's error a cause or more below it.
-        lines = [line.strip() for line in str(exc).splitlines()] + java_causes(exc)
-        root = next((line for line in reversed(lines) if NO_SPACE in line), NO_SPACE)
-        text = f"{text[:400]} | caused by {root.removeprefix('Caused by:').strip()}"
+        text = f"{text[:400]} | caused by {full_disk_line(exc) or NO_SPACE}"
     return CheckpointDiskFullError(
         query_group=config.name,
         query=query,
