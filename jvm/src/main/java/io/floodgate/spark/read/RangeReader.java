@@ -67,6 +67,16 @@ public final class RangeReader implements PartitionReader<InternalRow> {
    */
   static final long POLL_MS = 20;
 
+  /**
+   * How long one poll of a real-time range waits for records at most: the time left until the
+   * batch's deadline, as Spark's {@code KafkaDataConsumer} polls in Real-Time Mode, but no longer
+   * than {@link StallWatch#AVAILABLE_CHECK_MS}, so that an idle range still asks the broker now and
+   * then whether its offsets are gone. A poll returns as soon as records come, so this costs no
+   * latency; a shorter one only wakes the task (and its consumer's bookkeeping) for nothing while
+   * the partition is idle.
+   */
+  static final long REAL_TIME_POLL_MS = StallWatch.AVAILABLE_CHECK_MS;
+
   /** Consumer properties of range reads; the user's {@code kafka.*} options win. */
   static final Map<String, String> RANGE_CONSUMER =
       Map.of(
@@ -339,14 +349,15 @@ public final class RangeReader implements PartitionReader<InternalRow> {
     }
     long deadline = System.currentTimeMillis() + StallWatch.READ_STALL_TIMEOUT_MS;
     while (true) {
-      if (System.currentTimeMillis() >= deadlineMs) {
+      long started = System.currentTimeMillis();
+      if (started >= deadlineMs) {
         deadlineReached = true; // a real-time batch's end: where it stands is position()
         return;
       }
       long before = consumer.position(tp);
       ConsumerRecords<byte[], byte[]> records;
       try {
-        records = consumer.poll(Duration.ofMillis(POLL_MS));
+        records = consumer.poll(Duration.ofMillis(pollMs(started)));
       } catch (OffsetOutOfRangeException e) {
         long from = e.offsetOutOfRangePartitions().getOrDefault(tp, before);
         long low = consumer.beginningOffsets(List.of(tp)).get(tp);
@@ -402,6 +413,17 @@ public final class RangeReader implements PartitionReader<InternalRow> {
         throw StallWatch.stalled(tp, range, position);
       }
     }
+  }
+
+  /**
+   * How long the next poll may wait, in ms: {@link #POLL_MS} in a micro-batch, {@link
+   * #REAL_TIME_POLL_MS} or the time left until the real-time batch's deadline, whichever is less.
+   */
+  private long pollMs(long now) {
+    if (deadlineMs == Long.MAX_VALUE) {
+      return POLL_MS;
+    }
+    return Math.max(1, Math.min(REAL_TIME_POLL_MS, deadlineMs - now));
   }
 
   /**
