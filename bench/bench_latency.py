@@ -585,6 +585,14 @@ def main() -> None:
         "(the first runs in a JVM are slower, whichever system they are)",
     )
     parser.add_argument(
+        "--real-time-put-ms",
+        type=float,
+        default=10.0,
+        help="ms between the replay's puts in the real-time rows, each of rate x this many "
+        "tuples: 10 (default) feeds a steady stream; 1000 puts each second's tuples at "
+        "once (the micro-batch rows' batches of 1 000 at 1 000 tuples/s)",
+    )
+    parser.add_argument(
         "--real-time-seconds",
         type=float,
         default=30.0,
@@ -747,6 +755,7 @@ def real_time_main(args: Any) -> None:
             tuple(args.real_time_workloads.split(",")),
             args.real_time_interval,
             args.real_time_warm_up,
+            args.real_time_put_ms,
         )
     figures = rtl.summary(measured["runs"])
     for failure in measured["failures"]:
@@ -756,6 +765,8 @@ def real_time_main(args: Any) -> None:
     name = "latency_real_time_exactly_once" if exactly_once_only else "latency_real_time"
     if args.real_time_interval != rtl.INTERVAL:
         name += "_" + "_".join(args.real_time_interval.split())
+    if args.real_time_put_ms != rtl.PUT_MS:
+        name += f"_puts_{args.real_time_put_ms:g}ms"
     path = args.json.with_name(f"{name}.json")
     common.write_results(
         path,
@@ -767,6 +778,7 @@ def real_time_main(args: Any) -> None:
         seconds_per_run=args.real_time_seconds,
         warmup_s=rtl.WARMUP_S,
         checkpoint_interval=args.real_time_interval,
+        put_interval_ms=args.real_time_put_ms,
         warm_up_runs=args.real_time_warm_up,
         runs=rtl.brief(measured["runs"]),
         summary=figures,

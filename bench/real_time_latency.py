@@ -18,7 +18,8 @@ process and one SparkSession, one system at a time.
   ``trigger(realTime=...)`` at the group's interval: the same bytes out as Floodgate's.
 
 Both read a fresh embedded broker's topic of 2 partitions into which the demo's replay
-process puts the flights at the rate asked, through the back-pressure client. A
+process puts the flights at the rate asked, through the back-pressure client, a put
+every :data:`PUT_MS` (``--real-time-put-ms``): a steady stream. A
 consumer in this process (``read_committed``, polling) notes when each output key
 first arrives; a flight's latency is that time less the produce timestamp of its
 input record (at least once: the first arrival counts). The flights of the first
@@ -66,6 +67,11 @@ WARM_UP_S = 15.0
 #: for another (``--real-time-interval``; Spark's default, and its own RTM benchmark's,
 #: is 5 minutes).
 INTERVAL = "5 seconds"
+#: ms between the replay's puts (each of rate x PUT_MS / 1000 tuples): a steady stream,
+#: as a rate of tuples/s means. The replay's batches of 1 000 (the micro-batch rows')
+#: would put each second's tuples at once at 1 000 tuples/s, and a run's p99 would then
+#: be about its second-worst second: whether a batch end met a burst.
+PUT_MS = 10.0
 #: The p99 target, at :data:`TARGET_RATE` tuples/s.
 TARGET_P99_S = 0.250
 TARGET_RATE = 1_000.0
@@ -346,9 +352,10 @@ def one_run(
     checkpoints: Path,
     workload: str = "passthrough",
     interval: str = INTERVAL,
+    put_ms: float = PUT_MS,
 ) -> RealTimeRun:
     """One run of ``system`` at ``rate`` tuples/s over the first ``limit`` flights, both
-    systems checkpointing every ``interval``."""
+    systems checkpointing every ``interval``, the flights put ``put_ms`` apart."""
     from pipeline.config import parse_query_group
     from pipeline.demo.replay import ReplayProcess
     from pipeline.kafka.topics import ensure_topics
@@ -378,7 +385,11 @@ def one_run(
         try:
             time.sleep(2.0)  # the first batch's tasks are running
             replayer = ReplayProcess(
-                bootstrap_servers=bootstrap, config=config, limit=limit, rate=rate
+                bootstrap_servers=bootstrap,
+                config=config,
+                limit=limit,
+                rate=rate,
+                batch=max(1, round(rate * put_ms / 1000)),
             )
             total = replayer.start()
             try:
@@ -450,14 +461,15 @@ def measure(
     workloads: tuple[str, ...] = ("passthrough",),
     interval: str = INTERVAL,
     warm_up: bool = False,
+    put_ms: float = PUT_MS,
 ) -> dict[str, Any]:
     """Both systems at each rate, ``repeat`` runs each (order alternating), each run
     ``seconds`` of flights after the warm-up (``systems``: keys of :data:`SYSTEMS`,
     default both), for each of ``workloads`` (``passthrough``, ``aggregation``), both
     checkpointing every ``interval``; the runs, and per workload, rate and system the
-    medians over runs. ``warm_up``: first, each system once per workload, unmeasured,
-    :data:`WARM_UP_S` at 5 s batches, so that neither meets its first batch ends in a
-    cold JVM while the other does not."""
+    medians over runs; the replay puts its flights ``put_ms`` apart. ``warm_up``:
+    first, each system once per workload, unmeasured, :data:`WARM_UP_S` at 5 s batches,
+    so that neither meets its first batch ends in a cold JVM while the other does not."""
     from pipeline.spark.session import build_spark_session
 
     common.log_warnings()
@@ -477,7 +489,7 @@ def measure(
             for system in systems or list(COMPARED):
                 limit = int(TARGET_RATE * (WARM_UP_S + WARMUP_S))
                 try:
-                    one_run(spark, system, TARGET_RATE, limit, checkpoints, workload)
+                    one_run(spark, system, TARGET_RATE, limit, checkpoints, workload, put_ms=put_ms)
                     console.log(f"warm-up run, {workload}, {system}: done (not measured)")
                 except Exception as exc:
                     failures.append(f"warm-up {workload} {system}: {exc!r}")
@@ -488,7 +500,9 @@ def measure(
                 order = chosen if r % 2 == 0 else chosen[::-1]
                 for system in order:
                     try:
-                        run = one_run(spark, system, rate, limit, checkpoints, workload, interval)
+                        run = one_run(
+                            spark, system, rate, limit, checkpoints, workload, interval, put_ms
+                        )
                     except Exception as exc:  # one run's failure does not lose the others
                         failures.append(
                             f"{workload} {system} at {rate:,.0f}/s run {r + 1}: {exc!r} {exc}"

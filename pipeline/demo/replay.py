@@ -106,6 +106,8 @@ class ReplayProcess:
         config: the query group (the process opens its ``flights`` input stream).
         limit: replay only the first ``limit`` flights.
         rate: tuples per second; ``None`` as fast as back-pressure lets it.
+        batch: tuples per ``put`` (:class:`FlightReplayer`); at a ``rate`` the puts
+            come ``batch / rate`` seconds apart.
     """
 
     def __init__(
@@ -115,8 +117,9 @@ class ReplayProcess:
         config: QueryGroupConfig,
         limit: int | None,
         rate: float | None,
+        batch: int = REPLAY_BATCH,
     ) -> None:
-        self._arguments = (bootstrap_servers, config, limit, rate)
+        self._arguments = (bootstrap_servers, config, limit, rate, batch)
         self._process: subprocess.Popen[bytes] | None = None
         self._lines: queue.Queue[str] = queue.Queue()
         self.total = 0
@@ -218,7 +221,7 @@ def _replay_main(arguments_path: str) -> None:
 
     try:
         with open(arguments_path, "rb") as f:
-            bootstrap_servers, config, limit, rate = pickle.load(f)
+            bootstrap_servers, config, limit, rate, batch = pickle.load(f)
         os.unlink(arguments_path)
         tuples = FlightTuples(load_flights(limit))
         schemas = SchemaRepository.load(config.schema_dir)
@@ -227,7 +230,7 @@ def _replay_main(arguments_path: str) -> None:
         ) as connector:
             writer = connector.open_stream_input(config.name, "flights")
             say(f"ready {len(tuples)}")
-            replayer = FlightReplayer(writer, tuples, rate=rate)
+            replayer = FlightReplayer(writer, tuples, rate=rate, batch=batch)
 
             def listen() -> None:
                 for raw in sys.stdin:
