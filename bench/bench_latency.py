@@ -587,10 +587,9 @@ def main() -> None:
     parser.add_argument(
         "--real-time-put-ms",
         type=float,
-        default=10.0,
         help="ms between the replay's puts in the real-time rows, each of rate x this many "
-        "tuples: 10 (default) feeds a steady stream; 1000 puts each second's tuples at "
-        "once (the micro-batch rows' batches of 1 000 at 1 000 tuples/s)",
+        "tuples (default: real_time_latency.PUT_MS, 10, a steady stream); 1000 puts each "
+        "second's tuples at once (the micro-batch rows' batches of 1 000 at 1 000 tuples/s)",
     )
     parser.add_argument(
         "--real-time-seconds",
@@ -735,6 +734,7 @@ def real_time_main(args: Any) -> None:
                 finally:
                     spark.stop()
         rates.append(statistics.median(max_rates) / 2)
+    put_ms = rtl.PUT_MS if args.real_time_put_ms is None else args.real_time_put_ms
     uptime = Path("/proc/loadavg").read_text().strip()
     with tempfile.TemporaryDirectory(prefix="floodgate-latency-rtm-") as tmp:
         chosen = [
@@ -755,7 +755,7 @@ def real_time_main(args: Any) -> None:
             tuple(args.real_time_workloads.split(",")),
             args.real_time_interval,
             args.real_time_warm_up,
-            args.real_time_put_ms,
+            put_ms,
         )
     figures = rtl.summary(measured["runs"])
     for failure in measured["failures"]:
@@ -765,8 +765,8 @@ def real_time_main(args: Any) -> None:
     name = "latency_real_time_exactly_once" if exactly_once_only else "latency_real_time"
     if args.real_time_interval != rtl.INTERVAL:
         name += "_" + "_".join(args.real_time_interval.split())
-    if args.real_time_put_ms != rtl.PUT_MS:
-        name += f"_puts_{args.real_time_put_ms:g}ms"
+    if put_ms != rtl.PUT_MS:
+        name += f"_puts_{put_ms:g}ms"
     path = args.json.with_name(f"{name}.json")
     common.write_results(
         path,
@@ -778,7 +778,7 @@ def real_time_main(args: Any) -> None:
         seconds_per_run=args.real_time_seconds,
         warmup_s=rtl.WARMUP_S,
         checkpoint_interval=args.real_time_interval,
-        put_interval_ms=args.real_time_put_ms,
+        put_interval_ms=put_ms,
         warm_up_runs=args.real_time_warm_up,
         runs=rtl.brief(measured["runs"]),
         summary=figures,
