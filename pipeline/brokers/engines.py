@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,10 +70,31 @@ def spawn_broker(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now (asked of the kernel, never guessed)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port free on ``host`` right now (asked of the kernel, never guessed).
+
+    Two calls may give the same port: the first probe's socket is closed before the
+    second binds. Ports that must differ come from one :func:`free_ports` call.
+    """
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1", *, taken: Collection[int] = ()) -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` right now, none of them in ``taken``.
+
+    Every probe socket stays bound until all ``count`` are chosen, so the kernel
+    cannot hand the same ephemeral port out twice (closing a probe before the next
+    bind lets it: a Kafka node once got one port for its broker and its controller
+    listener, and Kafka refuses two IPv4 listeners on one port).
+    """
+    ports: list[int] = []
+    with contextlib.ExitStack() as probes:
+        while len(ports) < count:
+            sock = probes.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+            if port not in taken:
+                ports.append(port)
+    return ports
 
 
 def wait_for_broker(

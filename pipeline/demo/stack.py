@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.brokers.engines import free_port
+from pipeline.brokers.engines import free_ports
 from pipeline.state.files import private_file, write_private_text
 
 #: The services of a stack, and so the keys of :attr:`StackFiles.ports`.
@@ -79,7 +79,7 @@ def write_stack(
     """
     import tomli_w
 
-    ports = {name: free_port() for name in SERVICES}
+    ports = dict(zip(SERVICES, free_ports(len(SERVICES)), strict=True))
     control_dir = directory / "run"
     catalog_url = f"sqlite:///{directory / 'sweeper' / 'catalog.db'}"
     raw = copy.deepcopy(dict(group))

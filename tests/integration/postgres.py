@@ -15,13 +15,14 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from pipeline.brokers.engines import free_port
 
 ENV_URL = "FLOODGATE_TEST_POSTGRES_URL"
 
@@ -43,12 +44,6 @@ def _bindir() -> Path:
     return Path(candidates[-1]).parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """A PostgreSQL server for the duration; yields its SQLAlchemy URL (psycopg 3)."""
@@ -62,7 +57,7 @@ def postgres_server() -> Iterator[str]:
     as_user = ["runuser", "-u", "postgres", "--"] if root else []
     if root:
         shutil.chown(workdir, "postgres", "postgres")
-    port = _free_port()
+    port = free_port()
 
     def run(*argv: str) -> None:
         result = subprocess.run(

@@ -10,22 +10,16 @@ from __future__ import annotations
 import base64
 import json
 import re
-import socket
 import subprocess
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pipeline.brokers.engines import free_ports
 from pipeline.errors import ConfigError
 from pipeline.state.files import write_private_text
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def new_cluster_id() -> str:
@@ -230,17 +224,20 @@ def plan_nodes(
     layout (a restart), else ``port`` for the first node and free loopback ports for
     the rest; with ``node_hosts`` (each node alone on its address) every node on
     ``port`` (default 9092) and its controller on 9093."""
+    fresh: Iterator[int] = iter(())
+    if saved is None and node_hosts is None:  # distinct ports, none of them ``port``
+        fresh = iter(free_ports(2 * count, host, taken={port} if port else ()))
     planned = []
     for i in range(count):
         ports = saved["nodes"][i] if saved else {}
         if node_hosts is not None:  # alone on its address: the same ports everywhere
             ports = {"port": port or 9092, "controller_port": 9093}
-        broker_port = port if (i == 0 and port) else ports.get("port") or _free_port(host)
+        broker_port = port if (i == 0 and port) else ports.get("port") or next(fresh)
         planned.append(
             KafkaNode(
                 node_id=i + 1,
                 port=int(broker_port),
-                controller_port=int(ports.get("controller_port") or _free_port(host)),
+                controller_port=int(ports.get("controller_port") or next(fresh)),
                 directory=data_dir / f"node-{i + 1}",
                 host=node_hosts[i] if node_hosts is not None else None,
                 command_prefix=tuple(node_command_prefixes[i])

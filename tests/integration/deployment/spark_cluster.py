@@ -29,7 +29,7 @@ from typing import Any
 
 import psutil
 
-from pipeline.brokers.engines import free_port
+from pipeline.brokers.engines import free_ports
 from tests.integration.deployment.installed import InstalledFloodgate
 
 #: The class of an executor JVM's main (standalone mode).
@@ -45,9 +45,14 @@ class StandaloneCluster:
     workers: int = 2
     cores: int = 1
     memory: str = "1g"
-    master_port: int = field(default_factory=free_port)
-    master_ui_port: int = field(default_factory=free_port)
+    master_port: int = field(init=False)
+    master_ui_port: int = field(init=False)
+    worker_ui_ports: list[int] = field(init=False)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # One call: ports taken one by one may repeat (see free_ports).
+        self.master_port, self.master_ui_port, *self.worker_ui_ports = free_ports(2 + self.workers)
 
     @property
     def url(self) -> str:
@@ -115,7 +120,7 @@ class StandaloneCluster:
                 f"worker-{i}",
                 "org.apache.spark.deploy.worker.Worker",
                 "--host", "127.0.0.1",
-                "--webui-port", str(free_port()),
+                "--webui-port", str(self.worker_ui_ports[i]),
                 "--cores", str(self.cores),
                 "--memory", self.memory,
                 "--work-dir", str(self.workdir / f"work-{i}"),

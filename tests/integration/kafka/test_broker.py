@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pipeline.brokers.embedded import EmbeddedBroker
+from pipeline.brokers.engines import free_port
 from pipeline.brokers.local import LocalBroker, resolve_broker
 from pipeline.config import BOOTSTRAP_ENV
 from pipeline.errors import BrokerError, ConfigError
@@ -143,9 +144,7 @@ def test_the_environment_variable_wins_and_is_used_as_it_is(bootstrap: str) -> N
 
 
 def test_an_unreachable_named_cluster_is_a_clear_error() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nobody listens there once the probe socket is closed
     with pytest.raises(BrokerError, match=f"127.0.0.1:{port} did not answer"):
         resolve_broker(f"127.0.0.1:{port}", env={}, timeout_s=2.0)
 

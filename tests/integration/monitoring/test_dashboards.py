@@ -32,7 +32,7 @@ import httpx
 import pytest
 import yaml
 
-from pipeline.brokers.engines import free_port
+from pipeline.brokers.engines import free_ports
 from pipeline.demo.stack import spawn, write_stack
 from tests.integration.helpers import flights_raw_config
 from tests.integration.promtool import ROOT, check_metrics
@@ -168,7 +168,8 @@ def test_every_panel_query_returns_series_from_a_real_prometheus_scraping_the_st
     raw["query_group"].update(queue_metrics_interval_ms=1_000, auto_release=True)
     name = raw["query_group"]["name"]
     stack = write_stack(tmp_path, raw, bootstrap_servers=bootstrap, allowlist=["true"])
-    ports = {**stack.ports, "producer": free_port(), "prom": free_port()}
+    producer, prom = free_ports(2, taken=stack.ports.values())
+    ports = {**stack.ports, "producer": producer, "prom": prom}
     rules = tmp_path / "rules"
     shutil.copytree(ROOT / "prometheus" / "rules", rules)
     prometheus_yml = tmp_path / "prometheus.yml"

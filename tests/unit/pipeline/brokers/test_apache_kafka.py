@@ -16,7 +16,7 @@ from pipeline.brokers.apache_kafka import (
 from pipeline.brokers.apache_kafka.artifacts import cache_dir, java_command
 from pipeline.brokers.apache_kafka.config import INTER_BROKER_USER, save_layout, scram_arguments
 from pipeline.brokers.embedded import EmbeddedBroker
-from pipeline.brokers.engines import ENGINE_ENV, kafka_engine
+from pipeline.brokers.engines import ENGINE_ENV, free_port, free_ports, kafka_engine
 from pipeline.brokers.local import local_broker
 from pipeline.errors import BrokerError, ConfigError
 
@@ -96,6 +96,21 @@ def test_a_data_directory_keeps_the_cluster_id_and_ports_for_a_restart(tmp_path:
     assert [n.controller_port for n in again.nodes] == [n.controller_port for n in first.nodes]
     with pytest.raises(BrokerError, match="3-node cluster"):
         ApacheKafkaCluster(nodes=1, data_dir=tmp_path)
+
+
+def test_a_new_cluster_s_listeners_are_all_on_different_ports(tmp_path: Path) -> None:
+    """Kafka refuses two IPv4 listeners on one port, so no node's broker and controller
+    listeners may share one, nor two nodes, nor a node and the named first port."""
+    for attempt in range(20):  # a collision is rare: ask twenty times
+        cluster = ApacheKafkaCluster(nodes=3, data_dir=tmp_path / str(attempt), port=free_port())
+        ports = [p for n in cluster.nodes for p in (n.port, n.controller_port)]
+        assert len(set(ports)) == 6, ports
+
+
+def test_free_ports_are_distinct_and_avoid_the_taken_ones() -> None:
+    taken = set(free_ports(10))
+    ports = free_ports(200, taken=taken)
+    assert len(set(ports)) == 200 and not taken & set(ports)
 
 
 def test_the_cache_directory_follows_floodgate_then_xdg_then_home() -> None:
