@@ -82,9 +82,9 @@ def free_ports(count: int, host: str = "127.0.0.1", *, taken: Collection[int] = 
     """``count`` distinct TCP ports free on ``host`` right now, none of them in ``taken``.
 
     Every probe socket stays bound until all ``count`` are chosen, so the kernel
-    cannot hand the same ephemeral port out twice (closing a probe before the next
-    bind lets it: a Kafka node once got one port for its broker and its controller
-    listener, and Kafka refuses two IPv4 listeners on one port).
+    cannot hand the same ephemeral port out twice, as it may when each probe is
+    closed before the next binds (:func:`free_port` called in a loop). Kafka, for
+    one, refuses a node whose broker and controller listeners share an IPv4 port.
     """
     ports: list[int] = []
     with contextlib.ExitStack() as probes:
