@@ -84,8 +84,9 @@ class Hold:
 
     def set_sleeping(self, sleeping: Iterable[tuple[str, str]]) -> None:
         """The ``(query, output stream)`` pairs whose write tasks sleep on a full output
-        stream queue now: EXECUTING turns SLEEPING while there is one, and back when
-        there is none. (The sleeps are counted from each micro-batch's progress.)"""
+        stream queue now or slept since the last report: EXECUTING turns SLEEPING while
+        there is one, and back when there is none. (The sleeps are counted from each
+        micro-batch's progress.)"""
         group = self._group
         now = set(sleeping)
         with self._state_lock:

@@ -141,8 +141,9 @@ class GroupMonitor:
         return self._jvm
 
     def sample_sleeping(self) -> None:
-        """Tell the hold which queries' write tasks sleep now on a full output stream
-        queue (those in the driver's JVM: every one with a local master)."""
+        """Tell the hold which queries' write tasks sleep on a full output stream queue
+        now, or slept since the last pass (those in the driver's JVM: every one with a
+        local master), so that a sleep shorter than a pass still shows SLEEPING."""
         lines = str(self._driver_jvm().sleeping_tasks(self.name)).splitlines()
         self.group.hold.set_sleeping(tuple(line.split("\t", 1)) for line in lines)  # type: ignore[misc]
 

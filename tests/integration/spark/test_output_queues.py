@@ -112,7 +112,10 @@ def test_slow_reader_sleeps_then_holds_and_release_loses_and_duplicates_nothing(
     produce: Callable[..., None],
     started: Callable[[QueryGroupConfig], tuple[QueryGroup, str]],
 ) -> None:
-    config = bounded_config()
+    # Sleeps of 1 s: SLEEPING lasts 3 s, several of the monitor's passes and of this
+    # test's reads of the status even on a loaded machine (at 200 ms, a pass slowed by
+    # the broker's answers could end after the hold, and the status never said SLEEPING).
+    config = bounded_config(sleep_on_over_store_ms=1_000)
     records = flights[:2_000]
     produce(config, records)
     out = config.output_streams["flights_copy"]
