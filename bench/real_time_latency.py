@@ -20,8 +20,8 @@ process and one SparkSession, one system at a time.
 Both read a fresh embedded broker's topic of 2 partitions into which the demo's replay
 process puts the flights at the rate asked, through the back-pressure client, a put
 every :data:`PUT_MS` (``--real-time-put-ms``): a steady stream. A
-consumer in this process (``read_committed``, polling) notes when each output key
-first arrives; a flight's latency is that time less the produce timestamp of its
+consumer in a process of its own (``read_committed``, polling; :class:`FirstArrivals`
+says why not a thread of this one) notes when each output key first arrives; a flight's latency is that time less the produce timestamp of its
 input record (at least once: the first arrival counts). The flights of the first
 ``WARMUP_S`` seconds are left out (each system's first batch starts its tasks).
 
@@ -36,7 +36,6 @@ import contextlib
 import json
 import os
 import sys
-import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -99,46 +98,118 @@ class RealTimeRun:
     phases_ms: dict[str, float]
 
 
+def consume_arrivals(
+    kind: str,
+    bootstrap: str,
+    topic: str,
+    counted: Any,
+    ready: Any,
+    stop: Any,
+    results: Any,
+) -> None:
+    """The body of an arrivals process (:class:`FirstArrivals`): consume ``topic`` from
+    its start until ``stop`` is set, noting arrival times (epoch s), ``counted`` kept
+    up to date; then send what it noted through ``results``.
+
+    ``kind`` ``"first"``: per output key, when it first arrived; ``counted``: the keys.
+    ``"count"``: the aggregation's output decoded, per origin-hour the ``(time, count)``
+    of each tuple (``bench_latency.Arrivals``); ``counted``: the flights counted, the
+    sum over origin-hours of the largest count received."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-rtm-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    consumer.subscribe([topic])
+    first: dict[bytes, float] = {}
+    versions: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    best: dict[tuple[str, int], int] = {}
+    decode = None
+    if kind == "count":
+        from pipeline.serde.codec import StreamCodec
+        from pipeline.serde.schemas import SchemaRepository
+
+        schemas = SchemaRepository.load()
+        decode = StreamCodec(STREAM, schemas.get(STREAM), schemas).decode
+    ready.set()
+    while not stop.is_set():
+        messages = [m for m in consumer.consume(1_000, 0.05) if m.error() is None]
+        if decode is None:
+            for message in messages:
+                first.setdefault(bytes(message.key()), time.time())
+            counted.value = len(first)
+            continue
+        got = [decode(m.value()) for m in messages]
+        now = time.time()  # as bench_latency.Arrivals: once the batch is decoded
+        for t in got:
+            key, count = common.origin_hour_key(t), int(t["flights"])
+            versions.setdefault(key, []).append((now, count))
+            if count > best.get(key, 0):
+                counted.value += count - best.get(key, 0)
+                best[key] = count
+    consumer.close()
+    results.send(first if decode is None else versions)
+    results.close()
+
+
 class FirstArrivals:
-    """A consumer of the output topic noting when each key first arrives (epoch s)."""
+    """A consumer of the output topic noting when each key first arrives (epoch s:
+    :attr:`first`, once :meth:`stop` returned).
+
+    It runs in a process of its own, as a deployment's reception runs apart from the
+    driver: in this one it would share the GIL with the driver's Python threads, and
+    those are not the same for both systems (Floodgate's query group runs its monitor,
+    Spark's listener and its HTTP endpoint here; Spark's RTM query, none). A tuple that
+    arrives while another thread holds the GIL is noted late, so such a consumer
+    would add the query group's Python work to Floodgate's latencies only."""
+
+    KIND = "first"
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        from confluent_kafka import Consumer
+        import multiprocessing
 
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"bench-rtm-{uuid.uuid4().hex[:8]}",
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 10,
-            }
-        )
-        self.consumer.subscribe([topic])
+        context = multiprocessing.get_context("spawn")
         self.first: dict[bytes, float] = {}
-        self.received = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for message in self.consumer.consume(1_000, 0.05):
-                if message.error() is not None:
-                    continue
-                now = time.time()
-                self.received += 1
-                self.first.setdefault(bytes(message.key()), now)
+        self._counted = context.Value("q", 0)
+        self._stop = context.Event()
+        ready = context.Event()
+        self._results, sending = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=consume_arrivals,
+            args=(self.KIND, bootstrap, topic, self._counted, ready, self._stop, sending),
+            name="bench-rtm-arrivals",
+            daemon=True,
+        )
+        self._process.start()
+        sending.close()
+        if not ready.wait(60):
+            self._process.kill()
+            raise RuntimeError(f"the arrivals process of {topic} did not start in 60 s")
 
     def done(self, total: int) -> bool:
         """Whether every one of ``total`` flights arrived."""
-        return len(self.first) >= total
+        return int(self._counted.value) >= total
 
     def stop(self) -> None:
+        """Stop the process and take what it noted."""
         self._stop.set()
-        self._thread.join()
-        self.consumer.close()
+        # Received before the join: a large result would fill the pipe and block it.
+        if not self._results.poll(60):
+            self._process.kill()
+            raise RuntimeError("the arrivals process sent nothing in 60 s")
+        noted = self._results.recv()
+        self._process.join(30)
+        self._take(noted)
+
+    def _take(self, noted: Any) -> None:
+        self.first = noted
 
 
 def produce_times(bootstrap: str, topic: str) -> dict[bytes, float]:
@@ -288,32 +359,18 @@ def start_spark_rtm_aggregation(spark: Any, raw: dict[str, Any], bootstrap: str)
 class CountArrivals(FirstArrivals):
     """A consumer of the aggregation's output noting when each origin-hour's count
     arrives (``bench_latency.Arrivals``: the i-th flight of an origin-hour is received
-    with the first tuple counting at least i)."""
+    with the first tuple counting at least i), in a process of its own."""
+
+    KIND = "count"
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         import bench_latency
 
-        from pipeline.serde.codec import StreamCodec
-        from pipeline.serde.schemas import SchemaRepository
-
-        schemas = SchemaRepository.load()
-        self.codec = StreamCodec(STREAM, schemas.get(STREAM), schemas)
         self.arrivals = bench_latency.Arrivals()
         super().__init__(bootstrap, topic)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            got = []
-            for message in self.consumer.consume(1_000, 0.05):
-                if message.error() is None:
-                    got.append(self.codec.decode(message.value()))
-            if got:
-                self.received += len(got)
-                self.arrivals(STREAM, got)
-
-    def done(self, total: int) -> bool:
-        counted = sum(max(c for _, c in v) for v in self.arrivals.versions.values())
-        return counted >= total
+    def _take(self, noted: Any) -> None:
+        self.arrivals.versions.update(noted)
 
 
 def aggregation_latencies(
