@@ -19,10 +19,11 @@ process and one SparkSession, one system at a time.
 
 Both read a fresh embedded broker's topic of 2 partitions into which the demo's replay
 process puts the flights at the rate asked, through the back-pressure client, a put
-every :data:`PUT_MS` (``--real-time-put-ms``): a steady stream. A
-consumer in a process of its own (``read_committed``, polling; :class:`FirstArrivals`
-says why not a thread of this one) notes when each output key first arrives; a flight's latency is that time less the produce timestamp of its
-input record (at least once: the first arrival counts). The flights of the first
+every :data:`PUT_MS` (``--real-time-put-ms``): a steady stream. A consumer in a
+process of its own (``read_committed``, polling; :class:`FirstArrivals` says why not a
+thread of this one) notes when each output key first arrives; a flight's latency is
+that time less the produce timestamp of its input record (at least once: the first
+arrival counts). The flights of the first
 ``WARMUP_S`` seconds are left out (each system's first batch starts its tasks).
 
 The SparkSession is ``local[4]``: 2 long-running read tasks of the one system running
