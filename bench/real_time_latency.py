@@ -23,8 +23,8 @@ every :data:`PUT_MS` (``--real-time-put-ms``): a steady stream. A consumer in a
 process of its own (``read_committed``, polling; :class:`FirstArrivals` says why not a
 thread of this one) notes when each output key first arrives; a flight's latency is
 that time less the produce timestamp of its input record (at least once: the first
-arrival counts). The flights of the first
-``WARMUP_S`` seconds are left out (each system's first batch starts its tasks).
+arrival counts). The flights of the first ``WARMUP_S`` seconds are left out (each
+system's first batch starts its tasks).
 
 The SparkSession is ``local[4]``: 2 long-running read tasks of the one system running
 at a time, and room for Spark's own planning; the machine has 2 cores, so the tasks
@@ -114,8 +114,9 @@ def consume_arrivals(
 
     ``kind`` ``"first"``: per output key, when it first arrived; ``counted``: the keys.
     ``"count"``: the aggregation's output decoded, per origin-hour the ``(time, count)``
-    of each tuple (``bench_latency.Arrivals``); ``counted``: the flights counted, the
-    sum over origin-hours of the largest count received."""
+    of each tuple (``bench_latency.Arrivals``' versions); ``counted``: the flights
+    counted, the sum over origin-hours of the largest count received."""
+    import bench_latency
     from confluent_kafka import Consumer
 
     consumer = Consumer(
@@ -130,8 +131,7 @@ def consume_arrivals(
     )
     consumer.subscribe([topic])
     first: dict[bytes, float] = {}
-    versions: dict[tuple[str, int], list[tuple[float, int]]] = {}
-    best: dict[tuple[str, int], int] = {}
+    arrivals = bench_latency.Arrivals()
     decode = None
     if kind == "count":
         from pipeline.serde.codec import StreamCodec
@@ -147,16 +147,11 @@ def consume_arrivals(
                 first.setdefault(bytes(message.key()), time.time())
             counted.value = len(first)
             continue
-        got = [decode(m.value()) for m in messages]
-        now = time.time()  # as bench_latency.Arrivals: once the batch is decoded
-        for t in got:
-            key, count = common.origin_hour_key(t), int(t["flights"])
-            versions.setdefault(key, []).append((now, count))
-            if count > best.get(key, 0):
-                counted.value += count - best.get(key, 0)
-                best[key] = count
+        if messages:
+            arrivals(STREAM, [decode(m.value()) for m in messages])
+            counted.value = sum(max(c for _, c in v) for v in arrivals.versions.values())
     consumer.close()
-    results.send(first if decode is None else versions)
+    results.send(first if decode is None else dict(arrivals.versions))
     results.close()
 
 
